@@ -1,0 +1,10 @@
+// Each subcommand registers itself on the CLI11 app; main() only dispatches and reports errors.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace lode::cli {
+
+void add_inspect_command(CLI::App& app);
+void add_dump_command(CLI::App& app);
+
+}  // namespace lode::cli

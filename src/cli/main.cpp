@@ -1,0 +1,25 @@
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"lode: mixture-of-experts language models on GPUs too small to hold them"};
+  app.set_version_flag("--version", std::string("lode ") + LODE_VERSION);
+  app.require_subcommand(1);
+  lode::cli::add_inspect_command(app);
+  lode::cli::add_dump_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const lode::Error& e) {
+    std::fprintf(stderr, "lode: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lode: internal error: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

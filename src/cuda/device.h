@@ -1,0 +1,19 @@
+// The GPUs the CUDA runtime can see. Only compiled when lode is built with CUDA (LODE_HAVE_CUDA).
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace lode::cuda {
+
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;  // compute capability
+  size_t total_bytes = 0, free_bytes = 0;
+};
+
+// Every visible device; empty when there is none, with the runtime's reason in *why.
+std::vector<DeviceInfo> list_devices(std::string* why);
+
+}  // namespace lode::cuda

@@ -1,0 +1,37 @@
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+
+#include "core/fp16.h"
+
+using namespace lode;
+
+TEST(Fp16, EveryHalfRoundTripsThroughFloat) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = fp16_to_fp32(uint16_t(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(fp16_to_fp32(fp32_to_fp16(f)))) << std::hex << h;
+      continue;
+    }
+    EXPECT_EQ(fp32_to_fp16(f), h) << std::hex << h;
+  }
+}
+
+TEST(Fp16, RoundsToNearestEven) {
+  // 1 + 2^-11 lies exactly between 1 and the next half (1 + 2^-10): ties go to the even one.
+  EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
+  EXPECT_EQ(fp32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  EXPECT_EQ(fp32_to_fp16(65519.0f), 0x7bff);
+  EXPECT_EQ(fp32_to_fp16(65520.0f), 0x7c00);
+  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);
+  EXPECT_EQ(fp32_to_fp16(std::ldexp(1.5f, -25)), 0x0001);
+  EXPECT_EQ(fp32_to_fp16(-std::ldexp(3.0f, -25)), 0x8002);  // 1.5 units: tie -> even (2)
+}
+
+TEST(Bf16, RoundsToNearestEvenAndKeepsNaN) {
+  EXPECT_EQ(fp32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(fp32_to_bf16(std::bit_cast<float>(0x3f808000u)), 0x3f80);  // tie -> even
+  EXPECT_EQ(fp32_to_bf16(std::bit_cast<float>(0x3f818000u)), 0x3f82);
+  EXPECT_TRUE(std::isnan(bf16_to_fp32(fp32_to_bf16(NAN))));
+}
