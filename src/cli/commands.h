@@ -6,5 +6,6 @@ namespace lode::cli {
 
 void add_inspect_command(CLI::App& app);
 void add_dump_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
 
 }  // namespace lode::cli

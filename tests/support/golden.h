@@ -5,8 +5,9 @@
 //           f32 input[n_values]            -- kind 0 only: the floats ggml quantized
 //           u8  bytes[row bytes of n_values] -- ggml's quantized bytes (kind 1: random valid blocks)
 //           f32 dequantized[n_values]      -- ggml's to_float of those bytes
-// kind 0 = ggml quantized `input` with its reference quantizer (an all-ones imatrix where ggml
-// requires one); kind 1 = random block bytes (fp16 scales kept finite), exercising every code path.
+// kind 0 = ggml quantized `input` with its reference quantizer (for iq2_xxs, iq2_xs, iq1_s, which
+// require an importance matrix, and iq1_m, which has no reference quantizer: ggml_quantize_chunk
+// with an all-ones one); kind 1 = random block bytes (fp16 scales kept finite), exercising every code path.
 #pragma once
 #include <cstdint>
 #include <string>

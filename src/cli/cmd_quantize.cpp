@@ -1,0 +1,52 @@
+// `lode quantize IN.gguf OUT.gguf --type T`: every matrix whose rows fit T's blocks becomes T.
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "cli/commands.h"
+#include "cli/human.h"
+#include "core/error.h"
+#include "model/quantize.h"
+
+namespace lode::cli {
+namespace {
+
+struct QuantizeCliOptions {
+  std::string input, output, type;
+  double split_max_gib = 0;
+};
+
+void run_quantize(const QuantizeCliOptions& o) {
+  const auto type = type_from_name(o.type);
+  if (!type || !traits(*type).quantize)
+    fail("--type {}: not a type lode can write (try q8_0, q4_0, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, "
+         "f16, bf16, f32)", o.type);
+  gguf::Reader in(o.input);
+  model::QuantizeOptions options;
+  options.type = *type;
+  options.max_file_bytes = uint64_t(o.split_max_gib * double(1ull << 30));
+  const auto start = std::chrono::steady_clock::now();
+  options.on_tensor = [](size_t i, size_t n, const std::string& name) {
+    fmt::print(stderr, "\r[{}/{}] {:<60.60}", i + 1, n, name);
+  };
+  const auto files = model::quantize_model(in, o.output, options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  uint64_t bytes = 0;
+  for (const auto& f : files) bytes += std::filesystem::file_size(f);
+  fmt::print(stderr, "\nwrote {} ({} file{}, {}) in {:.1f} s\n", files.front().string(), files.size(),
+             files.size() == 1 ? "" : "s", human_bytes(bytes), seconds);
+}
+
+}  // namespace
+
+void add_quantize_command(CLI::App& app) {
+  auto o = std::make_shared<QuantizeCliOptions>();
+  auto* cmd = app.add_subcommand("quantize", "Re-quantize a GGUF model's matrices to one type");
+  cmd->add_option("input", o->input, "GGUF model to read")->required();
+  cmd->add_option("output", o->output, "GGUF file to write")->required();
+  cmd->add_option("--type", o->type, "Target type, e.g. q8_0, q4_K, iq4_xs")->required();
+  cmd->add_option("--split-max-gib", o->split_max_gib, "Split the output into files of at most this many GiB");
+  cmd->callback([o] { run_quantize(*o); });
+}
+
+}  // namespace lode::cli

@@ -1,0 +1,68 @@
+#include "model/quantize.h"
+
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/writer.h"
+
+namespace lode::model {
+namespace {
+
+// Converts rows of `t` into `out` (already sized for the target type); rows in parallel.
+void requantize_rows(const gguf::TensorInfo& t, const TypeTraits& to, std::span<uint8_t> out) {
+  const int64_t row_len = t.ne[0];
+  const size_t in_row = row_bytes(t.ggml_type(), row_len), out_row = row_bytes(to.type, row_len);
+  const int64_t rows = t.n_rows();
+#pragma omp parallel
+  {
+    std::vector<float> floats(static_cast<size_t>(row_len));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      t.type->dequantize(t.data + size_t(r) * in_row, floats.data(), row_len);
+      to.quantize(floats.data(), out.data() + size_t(r) * out_row, row_len);
+    }
+  }
+}
+
+}  // namespace
+
+bool may_requantize(const gguf::TensorInfo& t, GgmlType type) {
+  const TypeTraits& to = traits(type);
+  return t.n_dims >= 2 && t.type->dequantize && t.ne[0] % to.block_size == 0;
+}
+
+std::vector<std::filesystem::path> quantize_model(const gguf::Reader& in,
+                                                  const std::filesystem::path& out,
+                                                  const QuantizeOptions& options) {
+  const TypeTraits& to = traits(options.type);
+  if (!to.quantize) fail("lode cannot quantize to {} (it can read it, not write it)", to.name);
+  gguf::Writer writer(gguf::WriteOptions{.alignment = in.alignment(),
+                                         .max_file_bytes = options.max_file_bytes});
+  for (const auto& kv : in.metadata().entries()) {
+    if (kv.key == "general.alignment" || kv.key.starts_with("split.")) continue;  // the writer's own
+    if (kv.key == "general.file_type") continue;  // would describe the input's types
+    writer.set(kv.key, kv.value);
+  }
+  const auto& tensors = in.tensors();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const gguf::TensorInfo& t = tensors[i];
+    const std::span<const int64_t> ne(t.ne.data(), size_t(t.n_dims));
+    auto report = [&options, i, n = tensors.size(), name = t.name] {
+      if (options.on_tensor) options.on_tensor(i, n, name);
+    };
+    if (!may_requantize(t, options.type) || t.ggml_type() == options.type) {
+      writer.add_tensor(t.name, t.ggml_type(), ne, [&t, report](std::span<uint8_t> dst) {
+        std::copy(t.data, t.data + t.size, dst.begin());
+        report();
+      });
+      continue;
+    }
+    writer.add_tensor(t.name, options.type, ne, [&t, &to, report](std::span<uint8_t> dst) {
+      requantize_rows(t, to, dst);
+      report();
+    });
+  }
+  return writer.write(out);
+}
+
+}  // namespace lode::model
