@@ -18,6 +18,12 @@ TEST(Fp16, EveryHalfRoundTripsThroughFloat) {
   }
 }
 
+TEST(Fp16, SignallingNaNComesOutQuietAsInGgml) {
+  EXPECT_EQ(std::bit_cast<uint32_t>(fp16_to_fp32(0x7c01)), 0x7fc02000u);
+  EXPECT_EQ(std::bit_cast<uint32_t>(fp16_to_fp32(0xfe00)), 0xffc00000u);
+  EXPECT_EQ(std::bit_cast<uint32_t>(fp16_to_fp32(0x7c00)), 0x7f800000u);  // infinity stays
+}
+
 TEST(Fp16, RoundsToNearestEven) {
   // 1 + 2^-11 lies exactly between 1 and the next half (1 + 2^-10): ties go to the even one.
   EXPECT_EQ(fp32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);

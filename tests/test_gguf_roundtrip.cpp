@@ -52,7 +52,8 @@ Metadata every_value_type() {
         Value(Array(std::vector<Array>{
             Array(std::vector<int32_t>{1, 2}),
             Array(std::vector<std::string>{"x", "y"}),
-            Array(std::vector<Array>{Array(std::vector<double>{0.25}), Array::empty(ValueType::Bool)}),
+            Array(std::vector<Array>{Array(std::vector<double>{0.25}),
+                                     Array::empty(ValueType::Bool)}),
             Array::empty(ValueType::Array)})));
   return m;
 }
@@ -289,4 +290,17 @@ TEST(GgufWriter, UnwritableDirectoryFails) {
   Writer w;
   EXPECT_TRUE(fails_with([&] { w.write("/nonexistent-dir-lode/x.gguf"); },
                          {"/nonexistent-dir-lode/x.gguf", "cannot create"}));
+}
+
+TEST(GgufReader, MovingAReaderKeepsItsTensorsValid) {
+  TempDir dir;
+  Writer writer;
+  const auto bytes = pattern(64, 7);
+  writer.add_tensor("t", GgmlType::F32, {16}, bytes);
+  writer.write(dir / "m.gguf");
+  Reader first(dir / "m.gguf");
+  const uint8_t* data = first.tensor("t").data;
+  Reader moved = std::move(first);
+  EXPECT_EQ(moved.tensor("t").data, data);
+  EXPECT_EQ(std::vector<uint8_t>(data, data + 64), bytes);
 }

@@ -21,7 +21,8 @@ constexpr uint32_t kF32 = 0, kQ4_0 = 2, kQ8_1 = 9;
 class GgufValidation : public testing::Test {
 protected:
   // Writes `raw` and checks that opening it fails with a message holding the file name and parts.
-  testing::AssertionResult rejects(const RawGguf& raw, std::initializer_list<std::string_view> parts) {
+  testing::AssertionResult rejects(const RawGguf& raw,
+                                   std::initializer_list<std::string_view> parts) {
     const auto path = dir_ / "bad.gguf";
     test::write_bytes(path, raw.bytes());
     auto result = fails_with([&] { Reader r(path); }, parts);
@@ -60,7 +61,8 @@ TEST_F(GgufValidation, Version) {
   EXPECT_TRUE(rejects(RawGguf().header(0, 0, 1), {"byte 4", "version 1 is not supported"}));
   EXPECT_TRUE(rejects(RawGguf().header(0, 0, 4), {"byte 4", "unsupported GGUF version 4"}));
   EXPECT_TRUE(rejects(RawGguf().header(0, 0, 0x03000000), {"big-endian", "version 3"}));
-  EXPECT_TRUE(rejects(RawGguf().raw("GGUF").u16(3), {"byte 4", "ends while reading the GGUF version"}));
+  EXPECT_TRUE(rejects(RawGguf().raw("GGUF").u16(3),
+                      {"byte 4", "ends while reading the GGUF version"}));
 }
 
 TEST_F(GgufValidation, EmptyMissingAndDirectory) {
@@ -71,9 +73,11 @@ TEST_F(GgufValidation, EmptyMissingAndDirectory) {
 }
 
 TEST_F(GgufValidation, CountsBeyondTheFile) {
-  EXPECT_TRUE(rejects(RawGguf().header(0, uint64_t(1) << 60), {"byte 16", "metadata count", "bytes left"}));
+  EXPECT_TRUE(rejects(RawGguf().header(0, uint64_t(1) << 60),
+                      {"byte 16", "metadata count", "bytes left"}));
   EXPECT_TRUE(rejects(RawGguf().header(~uint64_t(0), 0), {"byte 8", "tensor count", "bytes left"}));
-  EXPECT_TRUE(rejects(RawGguf().raw("GGUF").u32(3).u64(0), {"byte 16", "metadata count", "truncated"}));
+  EXPECT_TRUE(rejects(RawGguf().raw("GGUF").u32(3).u64(0),
+                      {"byte 16", "metadata count", "truncated"}));
   // Three key/value pairs promised, one present.
   EXPECT_TRUE(rejects(RawGguf().header(0, 3).kv_u32("a", 1).zeros(30), {"metadata"}));
 }
@@ -230,7 +234,8 @@ RawGguf shard(uint16_t no, uint16_t count, int32_t total, const std::string& ten
 
 TEST_F(GgufValidation, SplitModelReadsAsOne) {
   for (int i = 0; i < 3; ++i)
-    test::write_bytes(dir_ / split_path("m", i + 1, 3), shard(uint16_t(i), 3, 3, "t" + std::to_string(i)).bytes());
+    test::write_bytes(dir_ / split_path("m", i + 1, 3),
+                      shard(uint16_t(i), 3, 3, "t" + std::to_string(i)).bytes());
   const Reader reader(dir_ / "m-00001-of-00003.gguf");
   ASSERT_EQ(reader.tensors().size(), 3u);
   EXPECT_EQ(reader.tensors()[2].name, "t2");
@@ -247,11 +252,14 @@ TEST_F(GgufValidation, SplitModelProblems) {
   EXPECT_TRUE(fails_with([&] { Reader r(second); },
                          {second.string(), "part 2 of a model split into 3", first.string()}));
   test::write_bytes(third, shard(2, 3, 3, "t0").bytes());
-  EXPECT_TRUE(fails_with([&] { Reader r(first); }, {third.string(), "'t0'", "also in", first.string()}));
+  EXPECT_TRUE(fails_with([&] { Reader r(first); },
+                         {third.string(), "'t0'", "also in", first.string()}));
   test::write_bytes(third, shard(1, 3, 3, "t2").bytes());
-  EXPECT_TRUE(fails_with([&] { Reader r(first); }, {third.string(), "say part 2 of 3", "name says part 3"}));
+  EXPECT_TRUE(fails_with([&] { Reader r(first); },
+                         {third.string(), "say part 2 of 3", "name says part 3"}));
   test::write_bytes(third, shard(2, 3, 4, "t2").bytes());
-  EXPECT_TRUE(fails_with([&] { Reader r(first); }, {third.string(), "split.tensors.count is 4", "3 in the first"}));
+  EXPECT_TRUE(fails_with([&] { Reader r(first); },
+                         {third.string(), "split.tensors.count is 4", "3 in the first"}));
   test::write_bytes(third, one_tensor_file().bytes());
   EXPECT_TRUE(fails_with([&] { Reader r(first); }, {third.string(), "no split.count"}));
   // Consistent keys, but fewer tensors than split.tensors.count promises.
@@ -262,7 +270,8 @@ TEST_F(GgufValidation, SplitModelProblems) {
   // A first part whose name hides where the others are.
   const auto renamed = dir_ / "renamed.gguf";
   test::write_bytes(renamed, shard(0, 3, 3, "t0").bytes());
-  EXPECT_TRUE(fails_with([&] { Reader r(renamed); }, {"renamed.gguf", "does not follow", "-00001-of-00003"}));
+  EXPECT_TRUE(fails_with([&] { Reader r(renamed); },
+                         {"renamed.gguf", "does not follow", "-00001-of-00003"}));
   // Name and keys disagree on the count.
   const auto two = dir_ / "m-00001-of-00002.gguf";
   test::write_bytes(two, shard(0, 3, 3, "t0").bytes());

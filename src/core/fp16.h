@@ -1,20 +1,27 @@
 // IEEE half (fp16) and bfloat16 conversions, bit-exact with ggml's reference conversions:
 // fp32 -> fp16 and fp32 -> bf16 round to nearest, ties to even; NaN stays NaN (quiet).
+// fp16 -> fp32 is exact.
 #pragma once
 #include <bit>
 #include <cstdint>
 
 namespace lode {
 
+// Exact for every number; NaNs come out quiet (bit 22 set), as ggml's conversion gives them.
+// The cases are told apart with carries into bit 15 instead of branches, so row loops vectorize.
 inline float fp16_to_fp32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1f;
-  const uint32_t mantissa = h & 0x3ff;
-  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000 | (mantissa << 13));
-  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  // zero or subnormal: mantissa * 2^-24, exact in fp32
-  const float magnitude = float(mantissa) * (1.0f / 16777216.0f);
-  return sign ? -magnitude : magnitude;
+  const uint32_t magnitude = h & 0x7fff;
+  const uint32_t is_special = (magnitude + 0x0400) >> 15;  // exponent all ones: infinity or NaN
+  const uint32_t is_nan = (magnitude + 0x03ff) >> 15;      // ... with a nonzero mantissa
+  const uint32_t is_normal = (magnitude + 0x7c00) >> 15;   // exponent not zero
+  // Normal numbers: move exponent and mantissa into place and rebias the exponent (15 -> 127);
+  // the special ones get another +112 to reach exponent 255.
+  const uint32_t wide = ((magnitude << 13) + 0x38000000u + is_special * 0x38000000u) | is_nan << 22;
+  // Zero and subnormals: mantissa * 2^-24, exact in fp32.
+  const uint32_t tiny = std::bit_cast<uint32_t>(float(int32_t(magnitude)) * (1.0f / 16777216.0f));
+  const uint32_t normal_mask = 0u - is_normal;
+  return std::bit_cast<float>(sign | (wide & normal_mask) | (tiny & ~normal_mask));
 }
 
 inline uint16_t fp32_to_fp16(float f) {

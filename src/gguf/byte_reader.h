@@ -22,7 +22,8 @@ inline std::string shown(std::string_view name) { return escape(name, 96); }
 
 class ByteReader {
 public:
-  ByteReader(std::span<const uint8_t> bytes, std::string file) : bytes_(bytes), file_(std::move(file)) {}
+  ByteReader(std::span<const uint8_t> bytes, std::string file)
+      : bytes_(bytes), file_(std::move(file)) {}
 
   uint64_t offset() const { return offset_; }
   uint64_t remaining() const { return bytes_.size() - offset_; }
@@ -30,7 +31,8 @@ public:
 
   // "FILE: byte OFFSET: MESSAGE"
   template <typename... Args>
-  [[noreturn]] void fail_at(uint64_t offset, fmt::format_string<Args...> format, Args&&... args) const {
+  [[noreturn]] void fail_at(uint64_t offset, fmt::format_string<Args...> format,
+                            Args&&... args) const {
     fail("{}: byte {}: {}", file_, offset, fmt::format(format, std::forward<Args>(args)...));
   }
 
@@ -63,7 +65,8 @@ public:
 
   // Checks that `count` items of at least `min_item_bytes` each could fit in what is left, before
   // anything is allocated for them.
-  void check_count(uint64_t count, uint64_t min_item_bytes, uint64_t count_at, std::string_view what) const {
+  void check_count(uint64_t count, uint64_t min_item_bytes, uint64_t count_at,
+                   std::string_view what) const {
     if (count > remaining() / min_item_bytes)
       fail_at(count_at, "{} is {}, more than the {} bytes left in the file could hold", what, count,
               remaining());

@@ -27,7 +27,8 @@ MappedFile::MappedFile(const std::filesystem::path& path) {
   Descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (file.fd < 0) fail("{}: cannot open: {}", path.string(), std::strerror(errno));
   struct stat info {};
-  if (::fstat(file.fd, &info) != 0) fail("{}: cannot stat: {}", path.string(), std::strerror(errno));
+  if (::fstat(file.fd, &info) != 0)
+    fail("{}: cannot stat: {}", path.string(), std::strerror(errno));
   if (!S_ISREG(info.st_mode)) fail("{}: not a regular file", path.string());
   if (info.st_size == 0) fail("{}: the file is empty (0 bytes), not a GGUF file", path.string());
   size_ = size_t(info.st_size);

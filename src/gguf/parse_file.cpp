@@ -23,8 +23,10 @@ void check_magic(std::span<const uint8_t> bytes, const std::string& file) {
     fail("{}: this is a pre-GGUF ggml model file (GGML/GGMF/GGJT); convert it to GGUF with "
          "llama.cpp", file);
   std::string shown;
-  for (size_t i = 0; i < head.size(); ++i) shown += fmt::format("{}{:02x}", i ? " " : "", uint8_t(head[i]));
-  fail("{}: not a GGUF file (it starts with bytes {}; GGUF files start with \"GGUF\")", file, shown);
+  for (size_t i = 0; i < head.size(); ++i)
+    shown += fmt::format("{}{:02x}", i ? " " : "", uint8_t(head[i]));
+  fail("{}: not a GGUF file (it starts with bytes {}; GGUF files start with \"GGUF\")", file,
+       shown);
 }
 
 uint32_t check_version(ByteReader& in) {

@@ -32,7 +32,9 @@ struct TensorInfo {
   std::array<int64_t, 4> ne{1, 1, 1, 1};  // elements per dimension, ggml order (ne[0] = row length)
   uint64_t offset = 0;                // from the start of its file's data section, as stored
   size_t file_index = 0;              // which file of a split model holds it (0 otherwise)
-  const uint8_t* data = nullptr;      // its bytes inside the read-only mapping
+  // Its bytes inside the read-only mapping (valid while the Reader lives). The mapping starts on a
+  // page, so data is aligned to the file's alignment (32 unless general.alignment says otherwise).
+  const uint8_t* data = nullptr;
   size_t size = 0;                    // bytes: row_bytes(type, ne[0]) * ne[1] * ne[2] * ne[3]
 
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
@@ -76,7 +78,9 @@ public:
   const TensorInfo& tensor(std::string_view name) const;          // fails naming the tensor
   const std::vector<FileInfo>& files() const { return files_; }   // one per shard, in order
   // The metadata stored in file i itself (for i > 0 of a split model: just its split.* keys).
-  const Metadata& file_metadata(size_t i) const { return i == 0 ? metadata_ : split_metadata_.at(i - 1); }
+  const Metadata& file_metadata(size_t i) const {
+    return i == 0 ? metadata_ : split_metadata_.at(i - 1);
+  }
 
   uint32_t version() const { return files_.front().version; }
   uint32_t alignment() const { return files_.front().alignment; }

@@ -43,14 +43,18 @@ void append_escaped_byte(std::string& out, uint8_t c) {
 }
 
 template <class T> std::string render_scalar(T v) {
-  if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-  else if constexpr (std::is_same_v<T, uint8_t> || std::is_same_v<T, int8_t>) return fmt::format("{}", int(v));
-  else if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? "true" : "false";
+  } else if constexpr (std::is_same_v<T, uint8_t> || std::is_same_v<T, int8_t>) {
+    return fmt::format("{}", int(v));  // as a number, not a character
+  } else if constexpr (std::is_floating_point_v<T>) {
     // The shortest text that reads back exactly, marked as a float when it looks like an integer.
     std::string text = fmt::format("{}", v);
     if (text.find_first_not_of("-0123456789") == std::string::npos) text += ".0";
     return text;
-  } else return fmt::format("{}", v);
+  } else {
+    return fmt::format("{}", v);
+  }
 }
 
 std::string render_item(const std::string& v, const RenderLimits& limits) {

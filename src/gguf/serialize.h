@@ -27,7 +27,9 @@ public:
     put<uint64_t>(text.size());
     put_bytes(text.data(), text.size());
   }
-  void pad_to(uint64_t alignment) { bytes_.resize((bytes_.size() + alignment - 1) / alignment * alignment, 0); }
+  void pad_to(uint64_t alignment) {
+    bytes_.resize((bytes_.size() + alignment - 1) / alignment * alignment, 0);
+  }
   const std::vector<uint8_t>& bytes() const { return bytes_; }
   size_t size() const { return bytes_.size(); }
 

@@ -13,7 +13,9 @@ uint64_t tensor_bytes(const TypeTraits& type, std::span<const int64_t> ne) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   int64_t elements = 1;
   for (size_t i = 0; i < ne.size(); ++i) {
-    if (ne[i] <= 0) fail("dimension {} of shape {} is {}; every dimension must be positive", i, shape_string(ne), ne[i]);
+    if (ne[i] <= 0)
+      fail("dimension {} of shape {} is {}; every dimension must be positive", i,
+           shape_string(ne), ne[i]);
     if (elements > kMax / ne[i]) fail("shape {} has more than 2^63 elements", shape_string(ne));
     elements *= ne[i];
   }

@@ -142,7 +142,8 @@ private:
 // How much of a value render() shows.
 struct RenderLimits {
   size_t max_items = 8;         // longer arrays: the first max_items, then "... N items"
-  size_t max_string_bytes = 0;  // longer strings are cut (at a UTF-8 boundary) and marked; 0: no limit
+  // Longer strings are cut (at a UTF-8 boundary) and marked with their length; 0: no limit.
+  size_t max_string_bytes = 0;
 };
 
 // One line, for people: 42, 1.5, true, "text with \"quotes\"\n" (quoted, escaped; invalid UTF-8

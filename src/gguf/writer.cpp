@@ -24,7 +24,7 @@ bool is_split_key(std::string_view key) {
 
 // The caller's metadata as it goes into the (first) file: split.* keys dropped (the writer writes
 // its own when it splits), general.alignment checked against the options or added.
-Metadata file_metadata(const Metadata& given, uint32_t alignment) {
+Metadata metadata_to_write(const Metadata& given, uint32_t alignment) {
   Metadata out("writer");
   for (const KeyValue& entry : given.entries()) {
     if (is_split_key(entry.key)) continue;
@@ -101,7 +101,7 @@ void Writer::add_tensor(std::string name, GgmlType type, std::span<const int64_t
 }
 
 std::vector<std::filesystem::path> Writer::write(const std::filesystem::path& path) {
-  const Metadata base = file_metadata(metadata_, options_.alignment);
+  const Metadata base = metadata_to_write(metadata_, options_.alignment);
 
   // Plan assuming split keys; if everything fits one file it is written without them.
   Metadata split_keys_only("writer");

@@ -1,7 +1,8 @@
 // Dequantizers of the k-quants (Q2_K .. Q6_K): 256-value super-blocks with per-sub-block scales.
 // Bit-exact with ggml: every value is computed with the same float operations in the same order,
-// e.g. Q4_K is (d * scale) * q - (dmin * min), each product rounded to float before the next step.
-// (Do not let the compiler fuse these into FMAs: the results would differ in the last bit.)
+// e.g. Q4_K is (d * scale) * q - (dmin * min). The products are exact (an fp16 has 11 significant
+// bits, scale times code at most 12 more: 24 fit in a float), so only the last operation rounds,
+// and fusing it into an FMA (which -march=native builds may do) changes nothing.
 #include "core/fp16.h"
 #include "core/quant/blocks.h"
 #include "core/quant/dequant.h"

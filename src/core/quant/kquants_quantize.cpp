@@ -1,14 +1,16 @@
 // Quantizers of Q4_K, Q5_K and Q6_K: lode's own search for a small round-trip error (plain,
-// unweighted squared error). Three stages per 256-value super-block:
-//   1. Each sub-block gets its best float grid (scale, and for Q4_K/Q5_K an offset): several
-//      starting scales spread around "range / number of steps", each polished by alternating
-//      nearest-code assignment with a least-squares refit of the grid; the lowest error wins.
-//   2. The super-block scale(s) follow from the largest sub-block grid (rounded to fp16, as
-//      stored), and each sub-block picks the integer scale (and min) codes next to its float
-//      grid that reproduce its values best with the codes re-chosen for the quantized grid.
-//   3. The super-block scale(s) are refit by least squares against those integer codes, rounded
-//      to fp16 again and stage 2 is repeated; the best round is kept.
-// The error of a candidate is always measured on exactly the grid the dequantizer will use.
+// unweighted squared error; ggml's reference quantizers weight their search instead). Per
+// 256-value super-block:
+//   1. Every sub-block gets a good float grid. Q4_K/Q5_K (value = scale * q - offset): candidate
+//      grids of several step sizes and placements, each refit once by least squares, the best
+//      few polished. Q6_K (value = scale * q): one least-squares fit per end of its lopsided
+//      code range.
+//   2. The fp16 super-block scale(s) follow from the largest sub-block grid, and each sub-block
+//      then measures a range of integer scale (and min) codes around its float grid and keeps
+//      the one that reproduces its values best, codes re-chosen for each candidate.
+//   3. (Q4_K/Q5_K) d and dmin are refit by least squares against the chosen integer codes and
+//      step 2 is repeated; the better result is kept.
+// Every error is measured on exactly the grid the dequantizer will use (fp16 scales as stored).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,14 +28,17 @@ namespace {
 // Inputs are clamped to this magnitude: far beyond anything the formats can represent (fp16
 // scale 65504 times the largest codes), yet small enough that sums of squares stay finite.
 constexpr float kInputLimit = 1e9f;
-constexpr int kRefitRounds = 1;
-constexpr int kScaleReach = 2;
-constexpr int kSymmetricReach = 10;  // Q6_K stage 2 tries scale codes centre -10 .. centre + 11
-// Stage 1 grid step sizes tried: range / (max code + steps), steps from first to last.
+
+// Search effort (each step measured against ggml's reference quantizers; more is slower and only
+// slightly better). Stage 1 step sizes: range / (max code + steps), steps from first to last.
 constexpr float kFirstStep = -1.0f, kLastStep = 3.0f, kStepIncrement = 0.5f, kFineStepIncrement = 0.125f;
-// A sub-block is "stretched" when its range exceeds this many times its mean magnitude.
+// A sub-block is "stretched" (gets the fine steps) when its range exceeds this many times its
+// mean magnitude: a few far values, the bulk on a handful of grid points.
 constexpr float kStretchedRange = 8.0f;
-constexpr int kPolished = 2, kPolishPasses = 1;  // stage 1 candidates polished, and how long  // stage 2 tries scale codes centre - reach .. centre + reach + 1
+constexpr int kPolished = 2;        // stage 1 candidates polished (one more refit) and measured
+constexpr int kScaleReach = 2;      // Q4_K/Q5_K stage 2: scale codes centre - 2 .. centre + 3
+constexpr int kRefitRounds = 1;     // Q4_K/Q5_K stage 3 rounds
+constexpr int kSymmetricReach = 8;  // Q6_K stage 2: scale codes centre - 8 .. centre + 9, per end
 
 // The value a float becomes when stored as an fp16 scale (saturating instead of overflowing).
 float as_stored_fp16(float v) {
@@ -61,7 +66,7 @@ struct AffineGrid {
   float scale = 0, offset = 0;
 };
 
-// Nearest codes of eight values on a grid (scale > 0; scale 0 puts every value on code 0).
+// Nearest codes of a group of values on a grid (scale 0 puts every value on code 0).
 inline lanes::Floats nearest_affine_codes(lanes::Floats v, AffineGrid g, float inv_scale, int max_code) {
   return lanes::round_non_negative(lanes::clamp((v + g.offset) * inv_scale, 0.0f, float(max_code)));
 }
@@ -115,11 +120,11 @@ CodeSums code_sums(const float* x, AffineGrid g, int max_code) {
 // once every value moves to its nearest point on the new grid.
 template <int n>
 AffineGrid least_squares_grid(const CodeSums& c, ValueSums v, AffineGrid g, double* error) {
-  const double det = double(n) * c.qq - double(c.q) * c.q;
+  const float det = float(n) * c.qq - c.q * c.q;  // exact: small integers
   AffineGrid fit = g;
   if (det > 0) {
-    fit.scale = float((double(n) * c.xq - double(c.q) * v.x) / det);
-    fit.offset = (fit.scale * c.q - v.x) / float(n);
+    fit.scale = (float(n) * c.xq - c.q * v.x) / det;
+    fit.offset = (fit.scale * c.q - v.x) * (1.0f / float(n));
     if (fit.offset < 0) fit = {c.xq / c.qq, 0.0f};
     if (!(fit.scale > 0)) fit = g;
   }
@@ -197,8 +202,7 @@ SubBlockFit fit_affine_sub_block(const float* x, int max_code) {
   AffineGrid best = candidates.grid[0];
   float best_error = INFINITY;
   for (int k = 0; k < kPolished && candidates.error[k] < INFINITY; ++k) {
-    AffineGrid g = candidates.grid[k];
-    for (int pass = 0; pass < kPolishPasses; ++pass) g = refit_affine<n>(x, g, max_code, sums);
+    const AffineGrid g = refit_affine<n>(x, candidates.grid[k], max_code, sums);
     const float error = affine_error<n>(x, g, max_code);
     if (error < best_error) best_error = error, best = g;
   }
@@ -226,11 +230,11 @@ AffineGrid sub_block_grid(const AffineSuperBlock& sb, int j) {
 float choose_affine_sub_block_codes(const float* x, const SubBlockFit& fit, int max_code, float d,
                                     float dmin, uint8_t& scale_code, uint8_t& min_code) {
   float best = INFINITY;
-  const int centre = d > 0 ? std::min(int(fit.grid.scale / d), 63) : 0;
+  const int centre = d > 0 ? int(std::min(fit.grid.scale / d, 63.0f)) : 0;
   for (int ls = std::max(centre - kScaleReach, 0); ls <= std::min(centre + kScaleReach + 1, 63); ++ls) {
     const float scale = d * float(ls);
     const float offset = std::max(scale * fit.mean_code - fit.mean_x, 0.0f);
-    const int low = dmin > 0 ? std::min(int(offset / dmin), 63) : 0;
+    const int low = dmin > 0 ? int(std::min(offset / dmin, 63.0f)) : 0;
     for (int lm = low; lm <= std::min(low + 1, 63); ++lm) {
       const float error = affine_error<32>(x, {scale, dmin * float(lm)}, max_code);
       if (error < best) best = error, scale_code = uint8_t(ls), min_code = uint8_t(lm);
@@ -359,24 +363,23 @@ float refit_symmetric(const float* x, float scale) {
   return sqq > 0 && sxq != 0 ? sxq / sqq : scale;
 }
 
-// Stage 1: the best float scale of one 16-value sub-block. The code range is lopsided (-32..31),
-// so both signs are tried: the largest magnitude on the -32 end, or on the +31 end.
+// Stage 1 for one 16-value sub-block. The code range is lopsided (-32..31), so the largest
+// magnitude can sit on the wide end (-32) or the narrow end (+31): the best float scale of each
+// kind is kept, and stage 2 searches around both.
+struct SymmetricFit {
+  float wide = 0, narrow = 0;
+};
+
 template <int n>
-float fit_symmetric_sub_block(const float* x) {
+SymmetricFit fit_symmetric_sub_block(const float* x) {
   float peak = 0;
   for (int i = 0; i < n; ++i)
     if (std::fabs(x[i]) > std::fabs(peak)) peak = x[i];
-  if (peak == 0) return 0;
-  constexpr float kExtraSteps[] = {0.0f};
-  float best = -peak / 32, best_error = symmetric_error<n>(x, best);
-  for (float extra : kExtraSteps)
-    for (float start : {-peak / (32 + extra), peak / (31 + extra)}) {
-      float scale = start;
-      for (int pass = 0; pass < 2; ++pass) scale = refit_symmetric<n>(x, scale);
-      const float error = symmetric_error<n>(x, scale);
-      if (error < best_error) best_error = error, best = scale;
-    }
-  return best;
+  if (peak == 0) return {};
+  SymmetricFit fit{-peak / 32, peak / 31};
+  for (float* scale : {&fit.wide, &fit.narrow})
+    for (int pass = 0; pass < 2; ++pass) *scale = refit_symmetric<n>(x, *scale);
+  return fit;
 }
 
 struct SymmetricSuperBlock {
@@ -384,31 +387,54 @@ struct SymmetricSuperBlock {
   int8_t scales[16] = {};
 };
 
-// Stage 2: d fixed, the integer scale of each sub-block. Every code within kSymmetricReach of the
-// float fit is measured: with 16 values per sub-block, the error jumps whenever the scale moves a
-// value across a rounding boundary, and scales well away from the float optimum often land better.
-void choose_symmetric_codes(const float* x, const float* fits, SymmetricSuperBlock& sb) {
+// Stage 2: d fixed, the integer scale of each sub-block. Every code within kSymmetricReach of
+// either float fit is measured: with 16 values per sub-block, the error jumps whenever the scale
+// moves a value across a rounding boundary, and scales well away from the float optimum often
+// land better.
+void choose_symmetric_codes(const float* x, const SymmetricFit* fits, SymmetricSuperBlock& sb) {
   for (int j = 0; j < 16; ++j) {
-    const float ratio = sb.d != 0 ? fits[j] / sb.d : 0.0f;
-    const int centre = int(std::floor(std::clamp(ratio, -128.0f, 127.0f)));
-    const int first = std::max(centre - kSymmetricReach, -128), last = std::min(centre + kSymmetricReach + 1, 127);
     float best = INFINITY;
-    for (int code = first; code <= last; ++code) {
-      const float error = symmetric_error<16>(x + 16 * j, sb.d * float(code));
-      if (error < best) best = error, sb.scales[j] = int8_t(code);
+    for (float fit : {fits[j].wide, fits[j].narrow}) {
+      const float ratio = sb.d != 0 ? fit / sb.d : 0.0f;
+      const int centre = int(std::floor(std::clamp(ratio, -128.0f, 127.0f)));
+      const int first = std::max(centre - kSymmetricReach, -128);
+      const int last = std::min(centre + kSymmetricReach + 1, 127);
+      for (int code = first; code <= last; ++code) {
+        const float error = symmetric_error<16>(x + 16 * j, sb.d * float(code));
+        if (error < best) best = error, sb.scales[j] = int8_t(code);
+      }
     }
   }
 }
 
+// How well a super-block scale suits the sub-blocks before any search: the error of every
+// sub-block at the code nearest to its better float fit.
+float quick_symmetric_error(const float* x, const SymmetricFit* fits, float d) {
+  float total = 0;
+  for (int j = 0; j < 16; ++j) {
+    float best = INFINITY;
+    for (float fit : {fits[j].wide, fits[j].narrow}) {
+      const float code = std::nearbyint(std::clamp(fit / d, -128.0f, 127.0f));
+      best = std::min(best, symmetric_error<16>(x + 16 * j, d * code));
+    }
+    total += best;
+  }
+  return total;
+}
+
 SymmetricSuperBlock quantize_symmetric_super_block(const float* x) {
-  float fits[16], peak = 0;
+  SymmetricFit fits[16];
+  float peak = 0;
   for (int j = 0; j < 16; ++j) {
     fits[j] = fit_symmetric_sub_block<16>(x + 16 * j);
-    if (std::fabs(fits[j]) > std::fabs(peak)) peak = fits[j];
+    if (std::fabs(fits[j].wide) > std::fabs(peak)) peak = fits[j].wide;
   }
-  // The largest sub-block scale gets the widest code, -128.
   SymmetricSuperBlock sb;
-  sb.d = as_stored_fp16(-peak / 128);
+  // The largest wide-end scale gets code -120, leaving stage 2 room above it, or the extreme
+  // -128, which keeps exact fits exact (a constant block, say): whichever starts out better.
+  const float d_roomy = as_stored_fp16(-peak / 120), d_extreme = as_stored_fp16(-peak / 128);
+  if (d_roomy == 0 || d_extreme == 0) return sb;  // all zero, or below fp16's reach
+  sb.d = quick_symmetric_error(x, fits, d_extreme) < quick_symmetric_error(x, fits, d_roomy) ? d_extreme : d_roomy;
   choose_symmetric_codes(x, fits, sb);
   return sb;
 }

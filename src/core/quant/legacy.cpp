@@ -1,17 +1,15 @@
 // The 32-value block formats (q4_0, q4_1, q5_0, q5_1, q8_0): dequantizers bit-exact with ggml and
 // the two quantizers ggml's reference rules fully determine (q4_0, q8_0), byte-identical with them.
 //
-// Value i of a block (0..31) is stored in nibble form as: i < 16 -> low nibble of qs[i],
-// i >= 16 -> high nibble of qs[i - 16]. The 5-bit formats keep bit 4 of value i in bit i of the
-// little-endian 32-bit word qh.
-//
 // Bit-exactness rests on doing the very float operations ggml does, in its order. Dequantizing,
-// (code - offset) * d is exact (at most 5 x 11 significant bits), so only the "+ m" rounds.
+// (code - offset) * d is exact (at most 8 + 11 significant bits), so only the "+ m" rounds.
 // Quantizing, x * (1/d) + 8.5 rounds twice in ggml; a fused multiply-add would round once and can
 // land on the other side of an integer, so contraction is switched off for this file (it only
 // happens at all when building for an FMA target).
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "core/fp16.h"
 #include "core/quant/blocks.h"
@@ -24,8 +22,38 @@ namespace {
 
 constexpr int kHalf = 16;  // values per nibble half of a 32-value block
 
-uint32_t high_bits(const uint8_t qh[4]) {
-  return uint32_t(qh[0]) | uint32_t(qh[1]) << 8 | uint32_t(qh[2]) << 16 | uint32_t(qh[3]) << 24;
+// Value i of a block: the low nibble of qs[i] for i < 16, the high nibble of qs[i - 16] after.
+void unpack_nibbles(const uint8_t qs[kHalf], int8_t code[32]) {
+  for (int j = 0; j < kHalf; ++j) {
+    code[j] = int8_t(qs[j] & 0x0f);
+    code[j + kHalf] = int8_t(qs[j] >> 4);
+  }
+}
+
+// The 5-bit formats: bit 4 of value i is bit i of qh, so qh byte k serves values 8k..8k+7. Each
+// byte is spread over 8 code bytes at once: multiplying by 0x0101.. copies it into every byte lane,
+// the mask keeps bit j in lane j, and adding 0x7f to a lane carries into its top bit exactly when
+// that bit is set (lanes hold at most 0x80, so no carry crosses lanes).
+void add_high_bits(const uint8_t qh[4], int8_t code[32]) {
+  static_assert(std::endian::native == std::endian::little, "lane j must be byte j in memory");
+  for (int k = 0; k < 4; ++k) {
+    const uint64_t lanes = (uint64_t(qh[k]) * 0x0101010101010101ull) & 0x8040201008040201ull;
+    const uint64_t bit4 = ((lanes + 0x7f7f7f7f7f7f7f7full) & 0x8080808080808080ull) >> 3;
+    uint64_t eight;
+    std::memcpy(&eight, code + 8 * k, 8);
+    eight |= bit4;
+    std::memcpy(code + 8 * k, &eight, 8);
+  }
+}
+
+// One block's floats from its codes: (code - offset) * d, or code * d + m for the formats with a
+// minimum. The restrict pointers tell the compiler that dst cannot overlap the codes (block bytes
+// may alias anything otherwise), which is what lets it vectorize these loops.
+void scale_codes(const int8_t* __restrict code, int offset, float d, float* __restrict out) {
+  for (int i = 0; i < 32; ++i) out[i] = float(code[i] - offset) * d;
+}
+void scale_codes_add_min(const int8_t* __restrict code, float d, float m, float* __restrict out) {
+  for (int i = 0; i < 32; ++i) out[i] = float(code[i]) * d + m;
 }
 
 // ggml converts float to a small integer with a plain C cast, which x86 performs as a truncating
@@ -49,64 +77,45 @@ uint8_t q4_0_code(float scaled) {
 void dequantize_row_q4_0(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ4_0*>(src);
   for (int64_t b = 0; b < n / QK4_0; ++b, dst += QK4_0) {
-    const BlockQ4_0& block = blocks[b];
-    const float d = fp16_to_fp32(block.d);
-    for (int j = 0; j < kHalf; ++j) {
-      dst[j] = float((block.qs[j] & 0x0f) - 8) * d;
-      dst[j + kHalf] = float((block.qs[j] >> 4) - 8) * d;
-    }
+    int8_t code[QK4_0];
+    unpack_nibbles(blocks[b].qs, code);
+    scale_codes(code, 8, fp16_to_fp32(blocks[b].d), dst);
   }
 }
 
 void dequantize_row_q4_1(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ4_1*>(src);
   for (int64_t b = 0; b < n / QK4_1; ++b, dst += QK4_1) {
-    const BlockQ4_1& block = blocks[b];
-    const float d = fp16_to_fp32(block.d), m = fp16_to_fp32(block.m);
-    for (int j = 0; j < kHalf; ++j) {
-      dst[j] = float(block.qs[j] & 0x0f) * d + m;
-      dst[j + kHalf] = float(block.qs[j] >> 4) * d + m;
-    }
+    int8_t code[QK4_1];
+    unpack_nibbles(blocks[b].qs, code);
+    scale_codes_add_min(code, fp16_to_fp32(blocks[b].d), fp16_to_fp32(blocks[b].m), dst);
   }
 }
 
 void dequantize_row_q5_0(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ5_0*>(src);
   for (int64_t b = 0; b < n / QK5_0; ++b, dst += QK5_0) {
-    const BlockQ5_0& block = blocks[b];
-    const float d = fp16_to_fp32(block.d);
-    const uint32_t qh = high_bits(block.qh);
-    for (int j = 0; j < kHalf; ++j) {
-      const int low = (block.qs[j] & 0x0f) | int((qh >> j) & 1) << 4;
-      const int high = (block.qs[j] >> 4) | int((qh >> (j + kHalf)) & 1) << 4;
-      dst[j] = float(low - 16) * d;
-      dst[j + kHalf] = float(high - 16) * d;
-    }
+    int8_t code[QK5_0];
+    unpack_nibbles(blocks[b].qs, code);
+    add_high_bits(blocks[b].qh, code);
+    scale_codes(code, 16, fp16_to_fp32(blocks[b].d), dst);
   }
 }
 
 void dequantize_row_q5_1(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ5_1*>(src);
   for (int64_t b = 0; b < n / QK5_1; ++b, dst += QK5_1) {
-    const BlockQ5_1& block = blocks[b];
-    const float d = fp16_to_fp32(block.d), m = fp16_to_fp32(block.m);
-    const uint32_t qh = high_bits(block.qh);
-    for (int j = 0; j < kHalf; ++j) {
-      const int low = (block.qs[j] & 0x0f) | int((qh >> j) & 1) << 4;
-      const int high = (block.qs[j] >> 4) | int((qh >> (j + kHalf)) & 1) << 4;
-      dst[j] = float(low) * d + m;
-      dst[j + kHalf] = float(high) * d + m;
-    }
+    int8_t code[QK5_1];
+    unpack_nibbles(blocks[b].qs, code);
+    add_high_bits(blocks[b].qh, code);
+    scale_codes_add_min(code, fp16_to_fp32(blocks[b].d), fp16_to_fp32(blocks[b].m), dst);
   }
 }
 
 void dequantize_row_q8_0(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ8_0*>(src);
-  for (int64_t b = 0; b < n / QK8_0; ++b, dst += QK8_0) {
-    const BlockQ8_0& block = blocks[b];
-    const float d = fp16_to_fp32(block.d);
-    for (int j = 0; j < QK8_0; ++j) dst[j] = float(block.qs[j]) * d;
-  }
+  for (int64_t b = 0; b < n / QK8_0; ++b, dst += QK8_0)
+    scale_codes(blocks[b].qs, 0, fp16_to_fp32(blocks[b].d), dst);
 }
 
 // q4_0: the scale comes from the value of largest magnitude, sign included (the first one on a
