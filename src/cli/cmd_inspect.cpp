@@ -31,27 +31,28 @@ void print_files(const gguf::Reader& model) {
 
 void print_metadata(const gguf::Metadata& meta, size_t max_items) {
   fmt::print("\nmetadata: {} keys\n", meta.size());
+  // Keys and names come from the file: escaped, so a damaged one cannot break the listing.
   size_t key_width = 0;
-  for (const auto& kv : meta.entries()) key_width = std::max(key_width, kv.key.size());
+  for (const auto& kv : meta.entries()) key_width = std::max(key_width, gguf::escape(kv.key).size());
   const gguf::RenderLimits limits{max_items, 200};
   for (const auto& kv : meta.entries()) {
     std::string type = gguf::value_type_name(kv.value.type());
     if (kv.value.type() == gguf::ValueType::Array)
       type = fmt::format("{}[{}]", gguf::value_type_name(kv.value.as_array().element_type()),
                          kv.value.as_array().size());
-    fmt::print("  {:<{}}  {:<14} {}\n", kv.key, key_width, type, gguf::render(kv.value, limits));
+    fmt::print("  {:<{}}  {:<14} {}\n", gguf::escape(kv.key), key_width, type, gguf::render(kv.value, limits));
   }
 }
 
 void print_tensors(const gguf::Reader& model) {
   fmt::print("\ntensors: {}\n", model.tensors().size());
   size_t name_width = 4;
-  for (const auto& t : model.tensors()) name_width = std::max(name_width, t.name.size());
+  for (const auto& t : model.tensors()) name_width = std::max(name_width, gguf::escape(t.name).size());
   const bool split = model.is_split();
   fmt::print("  {:<{}}  {:<8} {:<26} {:>12}{}\n", "name", name_width, "type", "shape", "bytes",
              split ? "  file" : "");
   for (const auto& t : model.tensors()) {
-    fmt::print("  {:<{}}  {:<8} {:<26} {:>12}", t.name, name_width, t.type->name, t.shape_string(), t.size);
+    fmt::print("  {:<{}}  {:<8} {:<26} {:>12}", gguf::escape(t.name), name_width, t.type->name, t.shape_string(), t.size);
     if (split) fmt::print("  {}", t.file_index + 1);
     fmt::print("\n");
   }

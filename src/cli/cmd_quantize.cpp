@@ -1,7 +1,10 @@
 // `lode quantize IN.gguf OUT.gguf --type T`: every matrix whose rows fit T's blocks becomes T.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/human.h"
@@ -26,14 +29,20 @@ void run_quantize(const QuantizeCliOptions& o) {
   options.type = *type;
   options.max_file_bytes = uint64_t(o.split_max_gib * double(1ull << 30));
   const auto start = std::chrono::steady_clock::now();
-  options.on_tensor = [](size_t i, size_t n, const std::string& name) {
-    fmt::print(stderr, "\r[{}/{}] {:<60.60}", i + 1, n, name);
+  // On a terminal one line redrawn in place; in a log one line per tensor.
+  const bool tty = isatty(fileno(stderr));
+  options.on_tensor = [tty](size_t i, size_t n, const std::string& name) {
+    if (tty)
+      fmt::print(stderr, "\r[{}/{}] {:<60.60}", i + 1, n, name);
+    else
+      fmt::print(stderr, "[{}/{}] {}\n", i + 1, n, name);
   };
   const auto files = model::quantize_model(in, o.output, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   uint64_t bytes = 0;
   for (const auto& f : files) bytes += std::filesystem::file_size(f);
-  fmt::print(stderr, "\nwrote {} ({} file{}, {}) in {:.1f} s\n", files.front().string(), files.size(),
+  fmt::print(stderr, "{}wrote {} ({} file{}, {}) in {:.1f} s\n", tty ? "\n" : "", files.front().string(),
+             files.size(),
              files.size() == 1 ? "" : "s", human_bytes(bytes), seconds);
 }
 
@@ -45,7 +54,8 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("input", o->input, "GGUF model to read")->required();
   cmd->add_option("output", o->output, "GGUF file to write")->required();
   cmd->add_option("--type", o->type, "Target type, e.g. q8_0, q4_K, iq4_xs")->required();
-  cmd->add_option("--split-max-gib", o->split_max_gib, "Split the output into files of at most this many GiB");
+  cmd->add_option("--split-max-gib", o->split_max_gib, "Split the output into files of at most this many GiB")
+      ->check(CLI::Range(0.0, 1048576.0));
   cmd->callback([o] { run_quantize(*o); });
 }
 

@@ -11,6 +11,8 @@
 //   3. (Q4_K/Q5_K) d and dmin are refit by least squares against the chosen integer codes and
 //      step 2 is repeated; the better result is kept.
 // Every error is measured on exactly the grid the dequantizer will use (fp16 scales as stored).
+// Q4_K/Q5_K blocks with a sub-block entirely above zero are also searched mirrored (negative d
+// and dmin), which lets the grid start above zero.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -1,0 +1,117 @@
+// The command line as a user meets it: lode inspect / dump / quantize on the GGUF that ggml's own
+// writer made (tests/data/ggml/all_types.gguf), and their errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+
+#include "gguf/reader.h"
+#include "support/run_lode.h"
+#include "test_gguf_helpers.h"
+
+namespace {
+
+using lode::test::run_lode;
+const std::string kAllTypes = std::string(LODE_TEST_DATA) + "/ggml/all_types.gguf";
+
+TEST(Cli, HelpListsTheSubcommands) {
+  const lode::test::TempDir dir;
+  const auto r = run_lode("--help", dir.path());
+  EXPECT_EQ(r.status, 0);
+  for (const char* sub : {"inspect", "dump", "quantize"}) EXPECT_NE(r.out.find(sub), std::string::npos) << sub;
+}
+
+TEST(Cli, InspectShowsMetadataTensorsAndTotals) {
+  const lode::test::TempDir dir;
+  const auto r = run_lode("inspect '" + kAllTypes + "'", dir.path());
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* want : {"architecture: oracle", "GGUF v3", "oracle.array.string", "string[4]",
+                           "[-128, 0, 127]", "t.iq1_m", "iq1_m    [512, 3]", "bytes by type:", "total:"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << "missing: " << want << "\n" << r.out;
+}
+
+TEST(Cli, BadFilesAndNamesAreClearErrorsNotCrashes) {
+  const lode::test::TempDir dir;
+  auto r = run_lode("inspect '" + (dir / "missing.gguf").string() + "'", dir.path());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("missing.gguf"), std::string::npos) << r.err;
+
+  const std::vector<uint8_t> whole = lode::test::read_bytes(kAllTypes);
+  lode::test::write_bytes(dir / "cut.gguf", std::vector<uint8_t>(whole.begin(), whole.begin() + 700));
+  r = run_lode("inspect '" + (dir / "cut.gguf").string() + "'", dir.path());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("cut.gguf"), std::string::npos) << r.err;
+
+  r = run_lode("dump '" + kAllTypes + "' no.such.tensor -o '" + (dir / "x.f32").string() + "'", dir.path());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("no.such.tensor"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "x.f32"));
+
+  r = run_lode("quantize '" + kAllTypes + "' '" + (dir / "o.gguf").string() + "' --type iq2_xxs", dir.path());
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("iq2_xxs"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "o.gguf"));
+}
+
+// Relative RMSE between two tensors' dequantized values.
+double relative_rmse(const lode::gguf::TensorInfo& a, const lode::gguf::TensorInfo& b) {
+  std::vector<float> x(size_t(a.n_elements())), y(size_t(b.n_elements()));
+  a.type->dequantize(a.data, x.data(), a.n_elements());
+  b.type->dequantize(b.data, y.data(), b.n_elements());
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    err += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+    ref += double(x[i]) * x[i];
+  }
+  return std::sqrt(err / std::max(ref, 1e-30));
+}
+
+TEST(Cli, QuantizeConvertsEveryMatrixThatFitsAndKeepsMetadata) {
+  const lode::test::TempDir dir;
+  const std::string out = (dir / "q8.gguf").string();
+  const auto r = run_lode("quantize '" + kAllTypes + "' '" + out + "' --type q8_0", dir.path());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const lode::gguf::Reader in(kAllTypes), q(out);
+  ASSERT_EQ(q.tensors().size(), in.tensors().size());
+  for (const auto& t : in.tensors()) {
+    SCOPED_TRACE(t.name);
+    const auto& u = q.tensor(t.name);
+    EXPECT_EQ(u.ggml_type(), lode::GgmlType::Q8_0);  // every tensor here is a matrix of 64k values
+    EXPECT_EQ(u.ne, t.ne);
+    EXPECT_LT(relative_rmse(t, u), 0.01);
+  }
+  for (const auto& kv : in.metadata().entries()) {
+    const lode::gguf::Value* v = q.metadata().find(kv.key);
+    ASSERT_NE(v, nullptr) << kv.key;
+    EXPECT_EQ(*v, kv.value) << kv.key;
+  }
+}
+
+TEST(Cli, QuantizeSplitsByMaxSizeAndTheSplitModelReadsWhole) {
+  const lode::test::TempDir dir;
+  const std::string one = (dir / "one.gguf").string(), split = (dir / "split.gguf").string();
+  ASSERT_EQ(run_lode("quantize '" + kAllTypes + "' '" + one + "' --type q4_K", dir.path()).status, 0);
+  // 4 KiB per file: the 14 KiB model needs several.
+  const auto r = run_lode("quantize '" + kAllTypes + "' '" + split + "' --type q4_K --split-max-gib 0.000004",
+                          dir.path());
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    if (e.path().filename().string().starts_with("split-")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  ASSERT_GE(names.size(), 3u) << r.err;
+  const std::string count = std::to_string(names.size());
+  EXPECT_EQ(names.front(), "split-00001-of-0000" + count + ".gguf");
+  EXPECT_FALSE(std::filesystem::exists(split));  // a split model has no file under the plain name
+  const lode::gguf::Reader whole(one), parts(dir / names.front());
+  EXPECT_EQ(parts.files().size(), names.size());
+  ASSERT_EQ(parts.tensors().size(), whole.tensors().size());
+  for (size_t i = 0; i < whole.tensors().size(); ++i) {
+    const auto &a = whole.tensors()[i], &b = parts.tensors()[i];
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_TRUE(std::equal(a.data, a.data + a.size, b.data, b.data + b.size)) << a.name;
+  }
+}
+
+}  // namespace
