@@ -1,4 +1,5 @@
-// `lode quantize IN.gguf OUT.gguf --type T`: every matrix whose rows fit T's blocks becomes T.
+// `lode quantize IN.gguf OUT.gguf --type T | --recipe R`: every matrix whose rows fit T's blocks
+// becomes T; or, with a recipe, each qwen35moe tensor takes the recipe's type for its role.
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -15,18 +16,22 @@ namespace lode::cli {
 namespace {
 
 struct QuantizeCliOptions {
-  std::string input, output, type;
+  std::string input, output, type, recipe;
   double split_max_gib = 0;
 };
 
 void run_quantize(const QuantizeCliOptions& o) {
-  const auto type = type_from_name(o.type);
-  if (!type || !traits(*type).quantize)
-    fail("--type {}: not a type lode can write (try q8_0, q4_0, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, "
-         "f16, bf16, f32)", o.type);
-  gguf::Reader in(o.input);
   model::QuantizeOptions options;
-  options.type = *type;
+  if (!o.recipe.empty()) {
+    options.recipe = &model::find_recipe(o.recipe);
+  } else {
+    const auto type = type_from_name(o.type);
+    if (!type || !traits(*type).quantize)
+      fail("--type {}: not a type lode can write (try q8_0, q4_0, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, "
+           "f16, bf16, f32)", o.type);
+    options.type = *type;
+  }
+  gguf::Reader in(o.input);
   options.max_file_bytes = uint64_t(o.split_max_gib * double(1ull << 30));
   const auto start = std::chrono::steady_clock::now();
   // On a terminal one line redrawn in place; in a log one line per tensor.
@@ -53,10 +58,16 @@ void add_quantize_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("quantize", "Re-quantize a GGUF model's matrices to one type");
   cmd->add_option("input", o->input, "GGUF model to read")->required();
   cmd->add_option("output", o->output, "GGUF file to write")->required();
-  cmd->add_option("--type", o->type, "Target type, e.g. q8_0, q4_K, iq4_xs")->required();
+  auto* type = cmd->add_option("--type", o->type, "Target type, e.g. q8_0, q4_K, iq4_xs");
+  auto* recipe = cmd->add_option("--recipe", o->recipe,
+                                 "Per-tensor types for qwen35moe: ud-q4_k_xl, q4_k_m, q8_0, f16, f32");
+  type->excludes(recipe);
+  cmd->callback([o, type, recipe] {
+    if (type->count() == 0 && recipe->count() == 0) fail("quantize: give --type T or --recipe R");
+    run_quantize(*o);
+  });
   cmd->add_option("--split-max-gib", o->split_max_gib, "Split the output into files of at most this many GiB")
       ->check(CLI::Range(0.0, 1048576.0));
-  cmd->callback([o] { run_quantize(*o); });
 }
 
 }  // namespace lode::cli

@@ -7,5 +7,9 @@ namespace lode::cli {
 void add_inspect_command(CLI::App& app);
 void add_dump_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
+void add_convert_command(CLI::App& app);
+void add_logits_command(CLI::App& app);
+void add_run_command(CLI::App& app);
 
 }  // namespace lode::cli

@@ -11,6 +11,10 @@ int main(int argc, char** argv) {
   lode::cli::add_inspect_command(app);
   lode::cli::add_dump_command(app);
   lode::cli::add_quantize_command(app);
+  lode::cli::add_synth_command(app);
+  lode::cli::add_convert_command(app);
+  lode::cli::add_logits_command(app);
+  lode::cli::add_run_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,6 @@
 #include "model/quantize.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/error.h"
@@ -24,6 +25,24 @@ void requantize_rows(const gguf::TensorInfo& t, const TypeTraits& to, std::span<
   }
 }
 
+// Blocks of the model (for recipes that treat early/late blocks differently): highest blk.N + 1.
+int64_t count_blocks(const gguf::Reader& in) {
+  int64_t n = 0;
+  for (const auto& t : in.tensors())
+    if (const auto named = role_from_name(t.name)) n = std::max(n, named->block + 1);
+  return n;
+}
+
+// The type a tensor should have: the recipe's for its role, else the single target type.
+GgmlType target_type(const gguf::TensorInfo& t, const QuantizeOptions& options, int64_t n_blocks) {
+  if (!options.recipe) return options.type;
+  const auto named = role_from_name(t.name);
+  if (!named) return t.ggml_type();  // not a qwen35moe tensor: keep it
+  const TensorSpec spec{t.name, std::vector<int64_t>(t.ne.begin(), t.ne.begin() + t.n_dims),
+                        named->role, named->block};
+  return recipe_type(*options.recipe, spec, n_blocks);
+}
+
 }  // namespace
 
 bool may_requantize(const gguf::TensorInfo& t, GgmlType type) {
@@ -34,8 +53,8 @@ bool may_requantize(const gguf::TensorInfo& t, GgmlType type) {
 std::vector<std::filesystem::path> quantize_model(const gguf::Reader& in,
                                                   const std::filesystem::path& out,
                                                   const QuantizeOptions& options) {
-  const TypeTraits& to = traits(options.type);
-  if (!to.quantize) fail("lode cannot quantize to {} (it can read it, not write it)", to.name);
+  if (!options.recipe && !traits(options.type).quantize)
+    fail("lode cannot quantize to {} (it can read it, not write it)", traits(options.type).name);
   gguf::Writer writer(gguf::WriteOptions{.alignment = in.alignment(),
                                          .max_file_bytes = options.max_file_bytes});
   for (const auto& kv : in.metadata().entries()) {
@@ -43,6 +62,8 @@ std::vector<std::filesystem::path> quantize_model(const gguf::Reader& in,
     if (kv.key == "general.file_type") continue;  // would describe the input's types
     writer.set(kv.key, kv.value);
   }
+  if (options.recipe) writer.set("general.file_type", gguf::Value(options.recipe->file_type));
+  const int64_t n_blocks = count_blocks(in);
   const auto& tensors = in.tensors();
   for (size_t i = 0; i < tensors.size(); ++i) {
     const gguf::TensorInfo& t = tensors[i];
@@ -50,14 +71,17 @@ std::vector<std::filesystem::path> quantize_model(const gguf::Reader& in,
     auto report = [&options, i, n = tensors.size(), name = t.name] {
       if (options.on_tensor) options.on_tensor(i, n, name);
     };
-    if (!may_requantize(t, options.type) || t.ggml_type() == options.type) {
+    const GgmlType type = target_type(t, options, n_blocks);
+    if (!may_requantize(t, type) || t.ggml_type() == type) {
       writer.add_tensor(t.name, t.ggml_type(), ne, [&t, report](std::span<uint8_t> dst) {
         std::copy(t.data, t.data + t.size, dst.begin());
         report();
       });
       continue;
     }
-    writer.add_tensor(t.name, options.type, ne, [&t, &to, report](std::span<uint8_t> dst) {
+    const TypeTraits& to = traits(type);
+    if (!to.quantize) fail("lode cannot quantize to {} (it can read it, not write it)", to.name);
+    writer.add_tensor(t.name, type, ne, [&t, &to, report](std::span<uint8_t> dst) {
       requantize_rows(t, to, dst);
       report();
     });

@@ -9,11 +9,15 @@
 
 #include "core/quant/types.h"
 #include "gguf/reader.h"
+#include "model/recipe.h"
 
 namespace lode::model {
 
 struct QuantizeOptions {
-  GgmlType type = GgmlType::Q8_0;  // the target type
+  GgmlType type = GgmlType::Q8_0;  // the target type (when no recipe is given)
+  // When set: each qwen35moe tensor gets the recipe's type for its role (unknown names are
+  // copied as they are), and general.file_type is the recipe's.
+  const Recipe* recipe = nullptr;
   uint64_t max_file_bytes = 0;     // split the output (0: one file)
   // Called after each tensor: (index, count, name); for progress reporting.
   std::function<void(size_t, size_t, const std::string&)> on_tensor;

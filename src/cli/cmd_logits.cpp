@@ -1,0 +1,53 @@
+// `lode logits -m MODEL --tokens 1,2,3 -o OUT.f32`: float32 logits of every position, row-major
+// [n_tokens, n_vocab], little-endian.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "core/error.h"
+#include "cpu/session.h"
+
+namespace lode::cli {
+namespace {
+
+struct LogitsOptions {
+  ModelRunOptions run;
+  std::string output;
+};
+
+void write_floats(const std::string& path, const std::vector<float>& values) {
+  const std::string partial = path + ".partial";
+  std::FILE* f = std::fopen(partial.c_str(), "wb");
+  if (!f) fail("{}: cannot open for writing", partial);
+  const bool ok = std::fwrite(values.data(), sizeof(float), values.size(), f) == values.size();
+  if (std::fclose(f) != 0 || !ok) {
+    std::filesystem::remove(partial);
+    fail("{}: write failed (disk full?)", partial);
+  }
+  std::filesystem::rename(partial, path);
+}
+
+void run_logits(const LogitsOptions& o) {
+  const std::vector<int32_t> tokens = parse_token_list(o.run.tokens);
+  gguf::Reader reader(o.run.model);
+  const auto config = model::read_config(reader.metadata());
+  cpu::Session session(reader, config, {.threads = o.run.threads, .max_context = o.run.ctx});
+  const std::vector<float> logits = session.prefill(tokens, o.run.chunk, /*all_logits=*/true);
+  write_floats(o.output, logits);
+  fmt::print(stderr, "wrote {} ({} positions x {} logits)\n", o.output, tokens.size(), session.vocab());
+}
+
+}  // namespace
+
+void add_logits_command(CLI::App& app) {
+  auto o = std::make_shared<LogitsOptions>();
+  auto* cmd = app.add_subcommand("logits", "Write the float32 logits of every prompt position");
+  add_model_run_options(*cmd, o->run);
+  cmd->add_option("-o,--output", o->output, "Output file: [n_tokens, n_vocab] float32")->required();
+  cmd->callback([o] { run_logits(*o); });
+}
+
+}  // namespace lode::cli

@@ -1,0 +1,36 @@
+#include "cli/model_options.h"
+
+#include <charconv>
+
+#include "core/error.h"
+
+namespace lode::cli {
+
+void add_model_run_options(CLI::App& cmd, ModelRunOptions& o) {
+  cmd.add_option("-m,--model", o.model, "GGUF model (for a split model: its first file)")->required();
+  cmd.add_option("--tokens", o.tokens, "Prompt token ids, comma-separated: 1,2,3")->required();
+  cmd.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--ctx", o.ctx, "Context length (default: the model's)")->check(CLI::NonNegativeNumber);
+  cmd.add_option("--chunk", o.chunk, "Prompt tokens per forward chunk (default 64)")->check(CLI::PositiveNumber);
+}
+
+std::vector<int32_t> parse_token_list(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    size_t b = pos, e = comma;
+    while (b < e && text[b] == ' ') ++b;
+    while (e > b && text[e - 1] == ' ') --e;
+    int32_t id = 0;
+    const auto [end, err] = std::from_chars(text.data() + b, text.data() + e, id);
+    if (b == e || err != std::errc() || end != text.data() + e || id < 0)
+      fail("--tokens: '{}' is not a token id (expected comma-separated non-negative integers)",
+           text.substr(b, e - b));
+    ids.push_back(id);
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+}  // namespace lode::cli

@@ -1,0 +1,65 @@
+#include "cpu/matmul.h"
+
+#include <omp.h>
+
+#include <vector>
+
+#include "core/error.h"
+
+namespace lode::cpu {
+
+float dot(const float* a, const float* b, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  for (; i < n; ++i) acc[i % 8] += a[i] * b[i];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+namespace {
+
+void check_readable(const MatrixView& w) {
+  if (w.type == nullptr || w.data == nullptr) fail("cpu matmul: weight matrix is not bound");
+  if (w.type->type != GgmlType::F32 && w.type->dequantize == nullptr) {
+    fail("cpu matmul: weights of type {} cannot be read by lode; requantize the model to a "
+         "supported type (lode quantize)", w.type->name);
+  }
+}
+
+// The float values of row r: the stored row itself for F32, else dequantized into `buffer`.
+const float* row_values(const MatrixView& w, int64_t r, float* buffer) {
+  if (w.type->type == GgmlType::F32) return reinterpret_cast<const float*>(w.row(r));
+  w.type->dequantize(w.row(r), buffer, w.cols);
+  return buffer;
+}
+
+}  // namespace
+
+void matmul(const MatrixView& w, const float* x, float* y, int64_t n_tokens, int threads) {
+  check_readable(w);
+  const int n_threads = threads > 0 ? threads : omp_get_max_threads();
+  // Small products are not worth waking the thread team for.
+  const bool parallel = n_threads > 1 && w.rows * w.cols * n_tokens >= (1 << 15);
+#pragma omp parallel num_threads(n_threads) if (parallel)
+  {
+    std::vector<float> buffer(size_t(w.cols));
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < w.rows; ++r) {
+      const float* wr = row_values(w, r, buffer.data());
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        y[t * w.rows + r] = dot(wr, x + t * w.cols, w.cols);
+      }
+    }
+  }
+}
+
+void dequantize_row(const MatrixView& w, int64_t r, float* out) {
+  check_readable(w);
+  if (r < 0 || r >= w.rows) fail("cpu: row {} out of range [0, {})", r, w.rows);
+  const float* values = row_values(w, r, out);
+  if (values != out) std::copy(values, values + w.cols, out);
+}
+
+}  // namespace lode::cpu

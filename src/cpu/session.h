@@ -1,0 +1,67 @@
+// The CPU reference engine's API for one sequence of qwen35moe.
+//
+//   gguf::Reader reader(path);
+//   auto config = model::read_config(reader.metadata());
+//   cpu::Session session(reader, config, {.threads = 4});
+//   std::vector<float> last = session.prefill(prompt);            // [vocab]: last position
+//   std::vector<float> all = session.prefill(more, 64, true);     // [n, vocab]: every position
+//   std::vector<float> next = session.decode(token);              // [vocab]
+//
+// Activations are float32; weights are read straight from the file in their stored types. A
+// prompt runs `chunk` tokens at a time through every layer (projections and experts batched over
+// the chunk, recurrences token by token); results are bit-identical whatever the chunk size.
+// The Reader must outlive the Session. The MTP block, when present, is not run.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "cpu/state.h"
+#include "cpu/weights.h"
+#include "gguf/reader.h"
+#include "model/qwen35moe.h"
+
+namespace lode::cpu {
+
+struct SessionOptions {
+  int threads = 0;           // OpenMP threads; 0: OpenMP's default
+  int64_t max_context = 0;   // most positions this session may hold; 0: the model's context length
+};
+
+class Session {
+public:
+  // Binds the weights (checked against the config) and starts an empty sequence.
+  Session(const gguf::Reader& reader, const model::Qwen35MoeConfig& config,
+          SessionOptions options = {});
+  // Shares weights bound once between several sessions.
+  Session(std::shared_ptr<const ModelWeights> weights, SessionOptions options = {});
+
+  // Appends tokens to the sequence, `chunk` at a time (0 or more than the prompt: all at once).
+  // Returns the logits of every new position [tokens.size(), vocab] row-major when all_logits,
+  // else only the last position's [vocab]. Fails on an empty prompt, a token id outside the
+  // vocabulary, or when the sequence would exceed max_context.
+  std::vector<float> prefill(std::span<const int32_t> tokens, int64_t chunk = 64,
+                             bool all_logits = false);
+  // Appends one token; returns its logits [vocab].
+  std::vector<float> decode(int32_t token);
+
+  // Forgets the sequence (K/V caches and DeltaNet states back to empty).
+  void reset();
+  int64_t position() const { return state_.position; }
+  int64_t vocab() const { return weights_->config.vocab; }
+  const model::Qwen35MoeConfig& config() const { return weights_->config; }
+  const SequenceState& state() const { return state_; }
+
+private:
+  // Runs tokens [0, n) through the model as one chunk; appends to `logits` the logits of the
+  // chunk's last `logit_rows` positions (0: none, 1: the last, n: all).
+  void forward_chunk(const int32_t* tokens, int64_t n, int64_t logit_rows,
+                     std::vector<float>& logits);
+
+  std::shared_ptr<const ModelWeights> weights_;
+  SessionOptions options_;
+  SequenceState state_;
+};
+
+}  // namespace lode::cpu

@@ -1,0 +1,33 @@
+// What one sequence carries from token to token: the K/V cache of every full-attention layer and
+// the conv + recurrent state of every Gated DeltaNet layer, all float32.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/qwen35moe.h"
+
+namespace lode::cpu {
+
+// Keys and values of one attention layer: position p's keys at k[p * kv_dim, (p+1) * kv_dim)
+// (kv_heads vectors of head_dim, already normed and rotated); values likewise.
+struct KvCache {
+  std::vector<float> k;
+  std::vector<float> v;
+};
+
+// One DeltaNet layer's state.
+struct DeltaNetState {
+  std::vector<float> conv;   // [channels][kernel - 1]: the last kernel-1 inputs, oldest first
+  std::vector<float> s;      // [Hv][dk][dv]: recurrent state per value head (GGUF slot order)
+};
+
+struct SequenceState {
+  int64_t position = 0;                 // tokens seen so far
+  std::vector<KvCache> kv;              // per layer (empty for DeltaNet layers)
+  std::vector<DeltaNetState> deltanet;  // per layer (empty for attention layers)
+
+  // Fresh state for a model: zero conv and recurrent states, empty caches.
+  explicit SequenceState(const model::Qwen35MoeConfig& config);
+};
+
+}  // namespace lode::cpu

@@ -1,0 +1,150 @@
+#include "cpu/weights.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "core/error.h"
+
+namespace lode::cpu {
+namespace {
+
+using model::Qwen35MoeConfig;
+
+std::string block_name(int64_t block, const char* name) {
+  return fmt::format("blk.{}.{}", block, name);
+}
+
+void check_shape(const gguf::TensorInfo& t, std::initializer_list<int64_t> expected) {
+  std::array<int64_t, 4> ne{1, 1, 1, 1};
+  size_t i = 0;
+  for (int64_t n : expected) ne[i++] = n;
+  if (ne != t.ne) {
+    fail("tensor {} has shape {} but the model's config needs [{}]; the file does not match its "
+         "own qwen35moe.* metadata", t.name, t.shape_string(), fmt::join(expected, ", "));
+  }
+  if (t.ggml_type() != GgmlType::F32 && t.type->dequantize == nullptr) {
+    fail("tensor {} has type {}, which lode cannot read yet; requantize it (lode quantize)",
+         t.name, t.type->name);
+  }
+}
+
+MatrixView matrix_of(const gguf::TensorInfo& t) {
+  return MatrixView{t.type, t.data, t.ne[0], t.ne[1], row_bytes(t.ggml_type(), t.ne[0])};
+}
+
+MatrixView bind_matrix(const gguf::Reader& reader, const std::string& name, int64_t cols,
+                       int64_t rows) {
+  const gguf::TensorInfo& t = reader.tensor(name);
+  check_shape(t, {cols, rows});
+  return matrix_of(t);
+}
+
+// All elements of a tensor as float32 (for the small vectors).
+std::vector<float> to_floats(const gguf::TensorInfo& t) {
+  const MatrixView m{t.type, t.data, t.ne[0], t.n_rows(), row_bytes(t.ggml_type(), t.ne[0])};
+  std::vector<float> out(size_t(t.n_elements()));
+  for (int64_t r = 0; r < m.rows; ++r) dequantize_row(m, r, out.data() + r * m.cols);
+  return out;
+}
+
+std::vector<float> bind_vector(const gguf::Reader& reader, const std::string& name, int64_t n) {
+  const gguf::TensorInfo& t = reader.tensor(name);
+  check_shape(t, {n});
+  return to_floats(t);
+}
+
+ExpertStack bind_experts(const gguf::Reader& reader, const std::string& name, int64_t cols,
+                         int64_t rows, int64_t n_experts) {
+  const gguf::TensorInfo& t = reader.tensor(name);
+  check_shape(t, {cols, rows, n_experts});
+  const MatrixView m = matrix_of(t);
+  return ExpertStack{m, m.row_bytes * size_t(rows), n_experts};
+}
+
+AttentionWeights bind_attention(const gguf::Reader& r, const Qwen35MoeConfig& c, int64_t b) {
+  AttentionWeights w;
+  w.q = bind_matrix(r, block_name(b, "attn_q.weight"), c.hidden, 2 * c.q_dim());
+  w.k = bind_matrix(r, block_name(b, "attn_k.weight"), c.hidden, c.kv_dim());
+  w.v = bind_matrix(r, block_name(b, "attn_v.weight"), c.hidden, c.kv_dim());
+  w.output = bind_matrix(r, block_name(b, "attn_output.weight"), c.q_dim(), c.hidden);
+  w.q_norm = bind_vector(r, block_name(b, "attn_q_norm.weight"), c.head_dim);
+  w.k_norm = bind_vector(r, block_name(b, "attn_k_norm.weight"), c.head_dim);
+  return w;
+}
+
+DeltaNetWeights bind_deltanet(const gguf::Reader& r, const Qwen35MoeConfig& c, int64_t b) {
+  DeltaNetWeights w;
+  const int64_t hv = c.ssm_dt_rank;
+  w.qkv = bind_matrix(r, block_name(b, "attn_qkv.weight"), c.hidden, c.conv_channels());
+  w.gate = bind_matrix(r, block_name(b, "attn_gate.weight"), c.hidden, c.ssm_value_dim());
+  w.beta = bind_matrix(r, block_name(b, "ssm_beta.weight"), c.hidden, hv);
+  w.alpha = bind_matrix(r, block_name(b, "ssm_alpha.weight"), c.hidden, hv);
+  w.out = bind_matrix(r, block_name(b, "ssm_out.weight"), c.ssm_value_dim(), c.hidden);
+  const gguf::TensorInfo& conv = r.tensor(block_name(b, "ssm_conv1d.weight"));
+  check_shape(conv, {c.ssm_conv_kernel, c.conv_channels()});
+  w.conv = to_floats(conv);
+  w.dt_bias = bind_vector(r, block_name(b, "ssm_dt.bias"), hv);
+  w.a = bind_vector(r, block_name(b, "ssm_a"), hv);
+  w.norm = bind_vector(r, block_name(b, "ssm_norm.weight"), c.ssm_state);
+  return w;
+}
+
+MoeWeights bind_moe(const gguf::Reader& r, const Qwen35MoeConfig& c, int64_t b) {
+  MoeWeights w;
+  const int64_t e = c.n_experts, ff = c.expert_ff;
+  w.router = bind_matrix(r, block_name(b, "ffn_gate_inp.weight"), c.hidden, e);
+  const std::string fused = block_name(b, "ffn_gate_up_exps.weight");
+  if (r.find_tensor(fused) != nullptr) {
+    // One [hidden, 2 * ff, E] tensor: per expert, ff gate rows then ff up rows.
+    const ExpertStack both = bind_experts(r, fused, c.hidden, 2 * ff, e);
+    w.gate = both;
+    w.gate.first.rows = ff;
+    w.up = w.gate;
+    w.up.first.data += w.up.first.row_bytes * size_t(ff);
+  } else {
+    w.gate = bind_experts(r, block_name(b, "ffn_gate_exps.weight"), c.hidden, ff, e);
+    w.up = bind_experts(r, block_name(b, "ffn_up_exps.weight"), c.hidden, ff, e);
+  }
+  w.down = bind_experts(r, block_name(b, "ffn_down_exps.weight"), ff, c.hidden, e);
+  if (c.shared_ff > 0) {
+    const gguf::TensorInfo& gi = r.tensor(block_name(b, "ffn_gate_inp_shexp.weight"));
+    if (gi.n_elements() != c.hidden) {
+      fail("tensor {} has shape {} but needs {} values", gi.name, gi.shape_string(), c.hidden);
+    }
+    w.shared_gate_inp = to_floats(gi);
+    w.shared_gate = bind_matrix(r, block_name(b, "ffn_gate_shexp.weight"), c.hidden, c.shared_ff);
+    w.shared_up = bind_matrix(r, block_name(b, "ffn_up_shexp.weight"), c.hidden, c.shared_ff);
+    w.shared_down = bind_matrix(r, block_name(b, "ffn_down_shexp.weight"), c.shared_ff, c.hidden);
+  }
+  return w;
+}
+
+}  // namespace
+
+ModelWeights bind_weights(const gguf::Reader& reader, const Qwen35MoeConfig& config) {
+  ModelWeights w;
+  w.config = config;
+  w.token_embd = bind_matrix(reader, "token_embd.weight", config.hidden, config.vocab);
+  w.output_norm = bind_vector(reader, "output_norm.weight", config.hidden);
+  w.output = reader.find_tensor("output.weight") != nullptr
+                 ? bind_matrix(reader, "output.weight", config.hidden, config.vocab)
+                 : w.token_embd;
+  for (int64_t b = 0; b < config.n_layers; ++b) {
+    LayerWeights layer;
+    layer.recurrent = config.block_is_recurrent(b);
+    layer.attn_norm = bind_vector(reader, block_name(b, "attn_norm.weight"), config.hidden);
+    layer.post_attention_norm =
+        bind_vector(reader, block_name(b, "post_attention_norm.weight"), config.hidden);
+    if (layer.recurrent) {
+      layer.deltanet = bind_deltanet(reader, config, b);
+    } else {
+      layer.attention = bind_attention(reader, config, b);
+    }
+    layer.moe = bind_moe(reader, config, b);
+    w.layers.push_back(std::move(layer));
+  }
+  return w;
+}
+
+}  // namespace lode::cpu

@@ -1,0 +1,85 @@
+// The qwen35moe weights of a GGUF model bound for the CPU forward pass: per layer, a view of every
+// matrix (type + pointer into the read-only mapping + shape) and float32 copies of the small vectors
+// (norms, conv taps, ssm_a, dt bias, shared-expert gate), which are F32 in every published file but
+// are converted here whatever their type. Shapes are checked against the config when binding.
+// Views point into the gguf::Reader's mapping: the Reader must outlive the weights.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "cpu/matmul.h"
+#include "gguf/reader.h"
+#include "model/qwen35moe.h"
+
+namespace lode::cpu {
+
+// A stack of same-shape matrices, one per expert (ggml ne = [cols, rows, n_experts]); a fused
+// gate|up tensor is two stacks over the same bytes, the second starting `rows` rows later.
+struct ExpertStack {
+  MatrixView first;           // expert 0
+  size_t expert_stride = 0;   // bytes from one expert's matrix to the next
+  int64_t n_experts = 0;
+
+  MatrixView expert(int64_t e) const {
+    MatrixView m = first;
+    m.data += size_t(e) * expert_stride;
+    return m;
+  }
+};
+
+struct AttentionWeights {
+  MatrixView q;                 // attn_q      (hidden -> heads * 2 * head_dim), q|gate per head
+  MatrixView k;                 // attn_k      (hidden -> kv_heads * head_dim)
+  MatrixView v;                 // attn_v      (hidden -> kv_heads * head_dim)
+  MatrixView output;            // attn_output (heads * head_dim -> hidden)
+  std::vector<float> q_norm;    // attn_q_norm [head_dim], +1 folded
+  std::vector<float> k_norm;    // attn_k_norm [head_dim], +1 folded
+};
+
+// Value heads in GGUF slot order (slot s uses key head s % Hk).
+struct DeltaNetWeights {
+  MatrixView qkv;               // attn_qkv  (hidden -> 2 * Hk * dk + Hv * dv), [Q | K | V]
+  MatrixView gate;              // attn_gate (hidden -> Hv * dv), z
+  MatrixView beta;              // ssm_beta  (hidden -> Hv), b
+  MatrixView alpha;             // ssm_alpha (hidden -> Hv), a
+  MatrixView out;               // ssm_out   (Hv * dv -> hidden)
+  std::vector<float> conv;      // ssm_conv1d [channels][kernel]
+  std::vector<float> dt_bias;   // ssm_dt.bias [Hv]
+  std::vector<float> a;         // ssm_a [Hv] = -exp(A_log)
+  std::vector<float> norm;      // ssm_norm [dv] (plain weight, no +1)
+};
+
+struct MoeWeights {
+  MatrixView router;            // ffn_gate_inp (hidden -> n_experts)
+  ExpertStack gate;             // ffn_gate_exps (hidden -> expert_ff) per expert
+  ExpertStack up;               // ffn_up_exps   (hidden -> expert_ff) per expert
+  ExpertStack down;             // ffn_down_exps (expert_ff -> hidden) per expert
+  std::vector<float> shared_gate_inp;  // ffn_gate_inp_shexp [hidden]
+  MatrixView shared_gate;       // ffn_gate_shexp (hidden -> shared_ff)
+  MatrixView shared_up;         // ffn_up_shexp   (hidden -> shared_ff)
+  MatrixView shared_down;       // ffn_down_shexp (shared_ff -> hidden)
+};
+
+struct LayerWeights {
+  bool recurrent = false;                  // Gated DeltaNet (true) or full attention (false)
+  std::vector<float> attn_norm;            // [hidden], +1 folded
+  std::vector<float> post_attention_norm;  // [hidden], +1 folded
+  AttentionWeights attention;              // bound when !recurrent
+  DeltaNetWeights deltanet;                // bound when recurrent
+  MoeWeights moe;
+};
+
+struct ModelWeights {
+  model::Qwen35MoeConfig config;
+  MatrixView token_embd;                   // [vocab rows of hidden]
+  std::vector<float> output_norm;          // [hidden], +1 folded
+  MatrixView output;                       // lm head (hidden -> vocab); token_embd when absent
+  std::vector<LayerWeights> layers;        // main-model layers (the MTP block is not bound)
+};
+
+// Binds every main-model tensor; fails naming the tensor when one is missing or has the wrong
+// shape or a type lode cannot read.
+ModelWeights bind_weights(const gguf::Reader& reader, const model::Qwen35MoeConfig& config);
+
+}  // namespace lode::cpu

@@ -1,0 +1,395 @@
+// Each mixer of the CPU forward pass against a naive, independent reimplementation written here
+// from the spec (double precision, whole history recomputed per token, HF head order for DeltaNet):
+// gated attention with partial NeoX RoPE and GQA, Gated DeltaNet (conv, gates, delta rule, gated
+// norm, GGUF's tiled value-head order), MoE routing; and matmul on quantized rows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "cpu/deltanet.h"
+#include "cpu/matmul.h"
+#include "cpu/moe.h"
+#include "cpu/state.h"
+
+namespace {
+
+using lode::cpu::MatrixView;
+using lode::model::Qwen35MoeConfig;
+using Vec = std::vector<double>;
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale, float offset = 0) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = offset + scale * normal(rng);
+  return v;
+}
+
+// A float32 matrix of `rows` rows of `cols` values.
+MatrixView f32_view(const std::vector<float>& w, int64_t rows, int64_t cols) {
+  EXPECT_EQ(int64_t(w.size()), rows * cols);
+  return MatrixView{&lode::traits(lode::GgmlType::F32), reinterpret_cast<const uint8_t*>(w.data()),
+                    cols, rows, size_t(cols) * sizeof(float)};
+}
+
+Vec mat_vec(const std::vector<float>& w, int64_t rows, int64_t cols, const float* x) {
+  Vec y(size_t(rows), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) y[r] += double(w[r * cols + c]) * x[c];
+  return y;
+}
+Vec mat_vec(const std::vector<float>& w, int64_t rows, int64_t cols, const Vec& x) {
+  std::vector<float> xf(x.begin(), x.end());
+  return mat_vec(w, rows, cols, xf.data());
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double silu(double x) { return x * sigmoid(x); }
+
+void rms_norm(double* x, int64_t n, const float* w, double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  const double scale = 1.0 / std::sqrt(ss / double(n) + eps);
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * scale * w[i];
+}
+
+double relative_error(const std::vector<float>& got, const Vec& want) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::fabs(got[i] - want[i]));
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  return diff / scale;
+}
+
+Qwen35MoeConfig small_config() {
+  Qwen35MoeConfig c;
+  c.hidden = 48;
+  c.n_layers = 1;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 16;
+  c.rope_dims = 8;
+  c.rope_theta = 10000.0;
+  c.rms_eps = 1e-6;
+  c.n_experts = 6;
+  c.n_experts_used = 2;
+  c.expert_ff = 8;
+  c.shared_ff = 12;
+  c.ssm_conv_kernel = 4;
+  c.ssm_state = 8;
+  c.ssm_groups = 2;
+  c.ssm_dt_rank = 6;  // 3 value heads per key head
+  c.ssm_inner = 6 * 8;
+  c.vocab = 10;
+  c.context_length = 64;
+  return c;
+}
+
+// --- attention ---------------------------------------------------------------------------------
+
+// Rotates pairs (i, i + rot/2) of a head vector by pos * theta^(-2i/rot).
+void naive_rope(double* x, int64_t rot, int64_t pos, double theta) {
+  for (int64_t i = 0; i < rot / 2; ++i) {
+    const double angle = double(pos) / std::pow(theta, 2.0 * double(i) / double(rot));
+    const double a = x[i], b = x[i + rot / 2];
+    x[i] = a * std::cos(angle) - b * std::sin(angle);
+    x[i + rot / 2] = a * std::sin(angle) + b * std::cos(angle);
+  }
+}
+
+TEST(CpuLayers, AttentionMatchesNaiveReference) {
+  const Qwen35MoeConfig c = small_config();
+  const int64_t H = c.hidden, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
+  std::mt19937 rng(1);
+  lode::cpu::AttentionWeights w;
+  const auto wq = random_floats(size_t(2 * nh * hd * H), rng, 0.3f);
+  const auto wk = random_floats(size_t(nkv * hd * H), rng, 0.3f);
+  const auto wv = random_floats(size_t(nkv * hd * H), rng, 0.3f);
+  const auto wo = random_floats(size_t(H * nh * hd), rng, 0.3f);
+  w.q = f32_view(wq, 2 * nh * hd, H);
+  w.k = f32_view(wk, nkv * hd, H);
+  w.v = f32_view(wv, nkv * hd, H);
+  w.output = f32_view(wo, H, nh * hd);
+  w.q_norm = random_floats(size_t(hd), rng, 0.2f, 1.0f);
+  w.k_norm = random_floats(size_t(hd), rng, 0.2f, 1.0f);
+
+  const int64_t T = 8;
+  const auto x = random_floats(size_t(T * H), rng, 1.0f);
+  // lode: two chunks, 5 then 3 tokens.
+  lode::cpu::KvCache cache;
+  std::vector<float> got(size_t(T * H));
+  lode::cpu::attention_forward(w, c, cache, x.data(), got.data(), 5, 0, 2);
+  lode::cpu::attention_forward(w, c, cache, x.data() + 5 * H, got.data() + 5 * H, 3, 5, 1);
+
+  // Naive: every token's q, k, v from scratch.
+  std::vector<Vec> q(T), k(T), v(T);
+  for (int64_t t = 0; t < T; ++t) {
+    q[t] = mat_vec(wq, 2 * nh * hd, H, x.data() + t * H);
+    k[t] = mat_vec(wk, nkv * hd, H, x.data() + t * H);
+    v[t] = mat_vec(wv, nkv * hd, H, x.data() + t * H);
+    for (int64_t h = 0; h < nh; ++h) {
+      rms_norm(&q[t][h * 2 * hd], hd, w.q_norm.data(), c.rms_eps);
+      naive_rope(&q[t][h * 2 * hd], c.rope_dims, t, c.rope_theta);
+    }
+    for (int64_t h = 0; h < nkv; ++h) {
+      rms_norm(&k[t][h * hd], hd, w.k_norm.data(), c.rms_eps);
+      naive_rope(&k[t][h * hd], c.rope_dims, t, c.rope_theta);
+    }
+  }
+  Vec want(size_t(T * H));
+  for (int64_t t = 0; t < T; ++t) {
+    Vec o(size_t(nh * hd), 0.0);
+    for (int64_t h = 0; h < nh; ++h) {
+      const int64_t g = h / (nh / nkv);
+      Vec p(size_t(t + 1));
+      for (int64_t j = 0; j <= t; ++j) {
+        double s = 0;
+        for (int64_t d = 0; d < hd; ++d) s += q[t][h * 2 * hd + d] * k[j][g * hd + d];
+        p[j] = s / std::sqrt(double(hd));
+      }
+      const double m = *std::max_element(p.begin(), p.end());
+      double sum = 0;
+      for (double& e : p) sum += (e = std::exp(e - m));
+      for (int64_t d = 0; d < hd; ++d) {
+        double acc = 0;
+        for (int64_t j = 0; j <= t; ++j) acc += p[j] / sum * v[j][g * hd + d];
+        o[h * hd + d] = acc * sigmoid(q[t][h * 2 * hd + hd + d]);
+      }
+    }
+    const Vec y = mat_vec(wo, H, nh * hd, o);
+    std::copy(y.begin(), y.end(), want.begin() + t * H);
+  }
+  EXPECT_LE(relative_error(got, want), 1e-4);
+  EXPECT_EQ(int64_t(cache.k.size()), T * nkv * hd);
+}
+
+// --- Gated DeltaNet ------------------------------------------------------------------------------
+
+// The HF weights of one DeltaNet layer: value heads grouped (head j uses key head j / (Hv/Hk)).
+struct HfDeltaNet {
+  std::vector<float> qkv, z, b, a, out, conv, dt_bias, ssm_a, norm;
+};
+
+// GGUF slot s = r * Hk + k holds HF value head j = k * (Hv/Hk) + r.
+int64_t hf_head_of_slot(int64_t s, int64_t hk, int64_t hv) {
+  return (s % hk) * (hv / hk) + s / hk;
+}
+
+// Moves blocks of `block` consecutive rows (or values) of the value part from HF to GGUF order.
+std::vector<float> reorder_rows(const std::vector<float>& m, int64_t offset_rows, int64_t block,
+                                int64_t cols, int64_t hk, int64_t hv) {
+  std::vector<float> out = m;
+  for (int64_t s = 0; s < hv; ++s) {
+    const int64_t j = hf_head_of_slot(s, hk, hv);
+    std::copy_n(m.begin() + (offset_rows + j * block) * cols, block * cols,
+                out.begin() + (offset_rows + s * block) * cols);
+  }
+  return out;
+}
+
+TEST(CpuLayers, DeltaNetMatchesNaiveReferenceInHfHeadOrder) {
+  const Qwen35MoeConfig c = small_config();
+  const int64_t H = c.hidden, hk = c.ssm_groups, hv = c.ssm_dt_rank, d = c.ssm_state;
+  const int64_t C = c.conv_channels(), K = c.ssm_conv_kernel, key_dim = hk * d;
+  std::mt19937 rng(2);
+  HfDeltaNet hf;
+  hf.qkv = random_floats(size_t(C * H), rng, 0.3f);
+  hf.z = random_floats(size_t(hv * d * H), rng, 0.3f);
+  hf.b = random_floats(size_t(hv * H), rng, 0.3f);
+  hf.a = random_floats(size_t(hv * H), rng, 0.3f);
+  hf.out = random_floats(size_t(H * hv * d), rng, 0.3f);
+  hf.conv = random_floats(size_t(C * K), rng, 0.5f);
+  hf.dt_bias = random_floats(size_t(hv), rng, 0.5f);
+  hf.ssm_a = random_floats(size_t(hv), rng, 0.5f);
+  for (float& x : hf.ssm_a) x = -std::exp(x);
+  hf.norm = random_floats(size_t(d), rng, 0.2f, 1.0f);
+
+  // The GGUF layout lode reads.
+  lode::cpu::DeltaNetWeights w;
+  const auto qkv = reorder_rows(hf.qkv, 2 * key_dim, d, H, hk, hv);
+  const auto z = reorder_rows(hf.z, 0, d, H, hk, hv);
+  const auto b = reorder_rows(hf.b, 0, 1, H, hk, hv);
+  const auto a = reorder_rows(hf.a, 0, 1, H, hk, hv);
+  w.conv = reorder_rows(hf.conv, 2 * key_dim, d, K, hk, hv);
+  w.dt_bias = reorder_rows(hf.dt_bias, 0, 1, 1, hk, hv);
+  w.a = reorder_rows(hf.ssm_a, 0, 1, 1, hk, hv);
+  w.norm = hf.norm;
+  std::vector<float> out(hf.out.size());  // columns reordered: per output row, blocks of d
+  for (int64_t r = 0; r < H; ++r)
+    for (int64_t s = 0; s < hv; ++s)
+      std::copy_n(hf.out.begin() + r * hv * d + hf_head_of_slot(s, hk, hv) * d, d,
+                  out.begin() + r * hv * d + s * d);
+  w.qkv = f32_view(qkv, C, H);
+  w.gate = f32_view(z, hv * d, H);
+  w.beta = f32_view(b, hv, H);
+  w.alpha = f32_view(a, hv, H);
+  w.out = f32_view(out, H, hv * d);
+
+  const int64_t T = 7;
+  const auto x = random_floats(size_t(T * H), rng, 1.0f);
+  Qwen35MoeConfig one = c;
+  one.is_recurrent = {true};
+  lode::cpu::SequenceState state(one);
+  std::vector<float> got(size_t(T * H));
+  lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data(), got.data(), 3, 2);
+  lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data() + 3 * H, got.data() + 3 * H, 4, 1);
+
+  // Naive, HF order: conv over the whole history with zero padding, recurrence in double.
+  std::vector<Vec> mixed(T);
+  for (int64_t t = 0; t < T; ++t) mixed[t] = mat_vec(hf.qkv, C, H, x.data() + t * H);
+  std::vector<Vec> S(size_t(hv), Vec(size_t(d * d), 0.0));
+  Vec want(size_t(T * H));
+  for (int64_t t = 0; t < T; ++t) {
+    Vec conv(static_cast<size_t>(C));
+    for (int64_t ch = 0; ch < C; ++ch) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t src = t - (K - 1) + k;
+        if (src >= 0) acc += hf.conv[ch * K + k] * mixed[src][ch];
+      }
+      conv[ch] = silu(acc);
+    }
+    for (int64_t h = 0; h < 2 * hk; ++h) {  // q heads then k heads: L2 norm
+      double ss = 0;
+      for (int64_t i = 0; i < d; ++i) ss += conv[h * d + i] * conv[h * d + i];
+      for (int64_t i = 0; i < d; ++i) conv[h * d + i] /= std::sqrt(ss + 1e-6);
+    }
+    const Vec zt = mat_vec(hf.z, hv * d, H, x.data() + t * H);
+    const Vec bt = mat_vec(hf.b, hv, H, x.data() + t * H);
+    const Vec at = mat_vec(hf.a, hv, H, x.data() + t * H);
+    Vec o(size_t(hv * d));
+    for (int64_t j = 0; j < hv; ++j) {
+      const int64_t kh = j / (hv / hk);
+      const double* q = &conv[kh * d];
+      const double* k = &conv[key_dim + kh * d];
+      const double* v = &conv[2 * key_dim + j * d];
+      const double beta = sigmoid(bt[j]);
+      const double sp = std::log1p(std::exp(at[j] + hf.dt_bias[j]));
+      const double g = hf.ssm_a[j] * sp;
+      Vec& s = S[j];
+      for (double& e : s) e *= std::exp(g);
+      for (int64_t col = 0; col < d; ++col) {
+        double kv = 0;
+        for (int64_t i = 0; i < d; ++i) kv += s[i * d + col] * k[i];
+        const double delta = beta * (v[col] - kv);
+        for (int64_t i = 0; i < d; ++i) s[i * d + col] += k[i] * delta;
+      }
+      for (int64_t col = 0; col < d; ++col) {
+        double acc = 0;
+        for (int64_t i = 0; i < d; ++i) acc += s[i * d + col] * q[i] / std::sqrt(double(d));
+        o[j * d + col] = acc;
+      }
+      rms_norm(&o[j * d], d, hf.norm.data(), c.rms_eps);
+      for (int64_t col = 0; col < d; ++col) o[j * d + col] *= silu(zt[j * d + col]);
+    }
+    const Vec y = mat_vec(hf.out, H, hv * d, o);
+    std::copy(y.begin(), y.end(), want.begin() + t * H);
+  }
+  EXPECT_LE(relative_error(got, want), 1e-4);
+}
+
+// --- MoE -----------------------------------------------------------------------------------------
+
+TEST(CpuLayers, MoeMatchesNaiveReference) {
+  const Qwen35MoeConfig c = small_config();
+  const int64_t H = c.hidden, E = c.n_experts, ff = c.expert_ff, sff = c.shared_ff;
+  std::mt19937 rng(3);
+  const auto router = random_floats(size_t(E * H), rng, 0.5f);
+  const auto gate = random_floats(size_t(E * ff * H), rng, 0.3f);
+  const auto up = random_floats(size_t(E * ff * H), rng, 0.3f);
+  const auto down = random_floats(size_t(E * H * ff), rng, 0.3f);
+  const auto sgate = random_floats(size_t(sff * H), rng, 0.3f);
+  const auto sup = random_floats(size_t(sff * H), rng, 0.3f);
+  const auto sdown = random_floats(size_t(H * sff), rng, 0.3f);
+  lode::cpu::MoeWeights w;
+  w.router = f32_view(router, E, H);
+  w.gate = {MatrixView{&lode::traits(lode::GgmlType::F32),
+                       reinterpret_cast<const uint8_t*>(gate.data()), H, ff, size_t(H) * 4},
+            size_t(ff * H) * 4, E};
+  w.up = {MatrixView{&lode::traits(lode::GgmlType::F32),
+                     reinterpret_cast<const uint8_t*>(up.data()), H, ff, size_t(H) * 4},
+          size_t(ff * H) * 4, E};
+  w.down = {MatrixView{&lode::traits(lode::GgmlType::F32),
+                       reinterpret_cast<const uint8_t*>(down.data()), ff, H, size_t(ff) * 4},
+            size_t(H * ff) * 4, E};
+  w.shared_gate_inp = random_floats(size_t(H), rng, 0.3f);
+  w.shared_gate = f32_view(sgate, sff, H);
+  w.shared_up = f32_view(sup, sff, H);
+  w.shared_down = f32_view(sdown, H, sff);
+
+  const int64_t T = 5;
+  const auto x = random_floats(size_t(T * H), rng, 1.0f);
+  std::vector<float> got(size_t(T * H));
+  lode::cpu::moe_forward(w, c, x.data(), got.data(), T, 2);
+
+  Vec want(size_t(T * H), 0.0);
+  auto expert = [&](const float* g, const float* u, const float* dn, int64_t width,
+                    const float* xt) {
+    Vec h(static_cast<size_t>(width));
+    for (int64_t i = 0; i < width; ++i) {
+      double gs = 0, us = 0;
+      for (int64_t j = 0; j < H; ++j) gs += double(g[i * H + j]) * xt[j], us += double(u[i * H + j]) * xt[j];
+      h[i] = silu(gs) * us;
+    }
+    Vec y(size_t(H), 0.0);
+    for (int64_t r = 0; r < H; ++r)
+      for (int64_t i = 0; i < width; ++i) y[r] += double(dn[r * width + i]) * h[i];
+    return y;
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    const float* xt = x.data() + t * H;
+    Vec p = mat_vec(router, E, H, xt);
+    const double m = *std::max_element(p.begin(), p.end());
+    double sum = 0;
+    for (double& e : p) sum += (e = std::exp(e - m));
+    for (double& e : p) e /= sum;
+    std::vector<int> order(static_cast<size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return p[a] > p[b]; });
+    double top = 0;
+    for (int64_t j = 0; j < c.n_experts_used; ++j) top += p[order[j]];
+    for (int64_t j = 0; j < c.n_experts_used; ++j) {
+      const int e = order[j];
+      const Vec y = expert(gate.data() + e * ff * H, up.data() + e * ff * H,
+                           down.data() + e * H * ff, ff, xt);
+      for (int64_t r = 0; r < H; ++r) want[t * H + r] += p[e] / top * y[r];
+    }
+    double s = 0;
+    for (int64_t j = 0; j < H; ++j) s += double(w.shared_gate_inp[j]) * xt[j];
+    const Vec y = expert(sgate.data(), sup.data(), sdown.data(), sff, xt);
+    for (int64_t r = 0; r < H; ++r) want[t * H + r] += sigmoid(s) * y[r];
+  }
+  EXPECT_LE(relative_error(got, want), 1e-4);
+}
+
+// --- matmul on quantized rows ------------------------------------------------------------------
+
+TEST(CpuLayers, MatmulOnQuantizedRowsEqualsMatmulOnTheirValues) {
+  std::mt19937 rng(4);
+  const int64_t rows = 40, cols = 256, T = 3;
+  const auto values = random_floats(size_t(rows * cols), rng, 1.0f);
+  const auto x = random_floats(size_t(T * cols), rng, 1.0f);
+  for (lode::GgmlType type : {lode::GgmlType::Q8_0, lode::GgmlType::Q4_K, lode::GgmlType::Q6_K,
+                              lode::GgmlType::F16, lode::GgmlType::BF16}) {
+    const auto& traits = lode::traits(type);
+    const size_t rb = lode::row_bytes(type, cols);
+    std::vector<uint8_t> q(rb * size_t(rows));
+    std::vector<float> dq(values.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      traits.quantize(values.data() + r * cols, q.data() + r * rb, cols);
+      traits.dequantize(q.data() + r * rb, dq.data() + r * cols, cols);
+    }
+    const MatrixView view{&traits, q.data(), cols, rows, rb};
+    std::vector<float> got(size_t(T * rows)), want(size_t(T * rows));
+    lode::cpu::matmul(view, x.data(), got.data(), T, 2);
+    lode::cpu::matmul(f32_view(dq, rows, cols), x.data(), want.data(), T, 1);
+    EXPECT_EQ(got, want) << traits.name;
+  }
+}
+
+}  // namespace
