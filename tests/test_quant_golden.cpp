@@ -2,7 +2,7 @@
 // tests/data/golden/<type>.bin, format in support/golden.h):
 //   (a) every dequantizer reproduces ggml's floats bit for bit, on ggml-quantized data and on random
 //       blocks that reach every code path;
-//   (b) the exact quantizers (f32 f16 bf16 q8_0 q4_0) write ggml's bytes;
+//   (b) the exact quantizers (f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1) write ggml's bytes;
 //   (c) the search quantizers (q4_K q5_K q6_K iq4_nl iq4_xs) lose no more than ggml's reference
 //       quantizers: round-trip RMSE <= 1.02 x ggml's, over all inputs and per value range.
 #include <gtest/gtest.h>
@@ -32,7 +32,7 @@ const char* const kGoldenTypes[] = {
     "q2_K",  "q3_K",    "q4_K",   "q5_K",  "q6_K",  "iq4_nl", "iq4_xs", "iq3_xxs",
     "iq3_s", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m",  "mxfp4",
 };
-const char* const kExactQuantizers[] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+const char* const kExactQuantizers[] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"};
 const char* const kSearchQuantizers[] = {"q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"};
 constexpr double kMaxRmseRatio = 1.02;
 

@@ -1,6 +1,6 @@
 // Unit tests of the float formats and the 32-value block formats: block layout, the exact float
-// operations of the dequantizers, and the rules of the q4_0 / q8_0 reference quantizers (how the
-// scale is picked, how codes round and clamp). Expected values are worked out by hand from the
+// operations of the dequantizers, and the rules of the q4_0 / q4_1 / q5_0 / q5_1 / q8_0 reference
+// quantizers (how the scale is picked, how codes round and clamp). Expected values are worked out by hand from the
 // format; the golden test (test_quant_golden.cpp) checks the same code against ggml's own outputs.
 #include <gtest/gtest.h>
 
@@ -43,6 +43,22 @@ BlockQ8_0 quantize_q8_0(const std::vector<float>& block) {
   BlockQ8_0 out;
   quantize_row_q8_0(block.data(), &out, 32);
   return out;
+}
+
+template <class Block, void (*quantize)(const float*, void*, int64_t)>
+Block quantize_one(const std::vector<float>& block) {
+  Block out;
+  quantize(block.data(), &out, 32);
+  return out;
+}
+const auto quantize_q4_1 = quantize_one<BlockQ4_1, quantize_row_q4_1>;
+const auto quantize_q5_0 = quantize_one<BlockQ5_0, quantize_row_q5_0>;
+const auto quantize_q5_1 = quantize_one<BlockQ5_1, quantize_row_q5_1>;
+
+// The 5-bit codes of a q5_0 / q5_1 block: the nibble plus bit i of qh as bit 4.
+void unpack_5bit(const uint8_t qs[16], const uint8_t qh[4], int codes[32]) {
+  unpack_nibbles(qs, codes);
+  for (int i = 0; i < 32; ++i) codes[i] |= (qh[i / 8] >> (i % 8) & 1) << 4;
 }
 
 }  // namespace
@@ -355,5 +371,230 @@ TEST(QuantLegacy, Q8_0RoundTripErrorIsWithinHalfAStep) {
   for (size_t i = 0; i < x.size(); ++i) {
     const float d = fp16_to_fp32(blocks[i / 32].d);
     EXPECT_LE(std::fabs(x[i] - y[i]), 0.6f * d) << i;  // half a step, plus d's fp16 rounding
+  }
+}
+
+// --- q4_1 quantizer -----------------------------------------------------------------------------
+
+TEST(QuantLegacy, Q4_1SpansMinToMaxInFifteenSteps) {
+  std::vector<float> x(32);
+  for (int i = 0; i < 32; ++i) x[i] = -2.0f + float((i * 7) % 16) * 0.5f;  // min -2, max 5.5
+  const BlockQ4_1 block = quantize_q4_1(x);
+  EXPECT_EQ(block.d, fp32_to_fp16(0.5f));  // (5.5 - -2) / 15
+  EXPECT_EQ(block.m, fp32_to_fp16(-2.0f));
+  int codes[32];
+  unpack_nibbles(block.qs, codes);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(codes[i], (i * 7) % 16) << i;
+}
+
+TEST(QuantLegacy, Q4_1RoundsHalfUp) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 15.0f;  // min 0, d = 1
+  x[1] = 2.5f;
+  x[2] = 2.49f;
+  x[3] = 0.5f;
+  x[17] = 14.5f;
+  const BlockQ4_1 block = quantize_q4_1(x);
+  EXPECT_EQ(block.d, 0x3c00);
+  EXPECT_EQ(block.m, 0x0000);
+  int codes[32];
+  unpack_nibbles(block.qs, codes);
+  EXPECT_EQ(codes[0], 15);
+  EXPECT_EQ(codes[1], 3);
+  EXPECT_EQ(codes[2], 2);
+  EXPECT_EQ(codes[3], 1);
+  EXPECT_EQ(codes[17], 15);
+  EXPECT_EQ(codes[4], 0);
+}
+
+TEST(QuantLegacy, Q4_1ConstantBlockIsZeroScaleMinAndCodeZero) {
+  const BlockQ4_1 block = quantize_q4_1(std::vector<float>(32, 3.0f));
+  EXPECT_EQ(block.d, 0);
+  EXPECT_EQ(block.m, fp32_to_fp16(3.0f));
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(block.qs[j], 0) << j;
+}
+
+TEST(QuantLegacy, Q4_1CodesUseTheUnroundedMin) {
+  // min = 1 + 2^-12 is stored as fp16 1.0, but the codes measure from the float min: 1.5 sits
+  // just below half a step above it, so it rounds down to 0 (it would be 1 from the stored min).
+  std::vector<float> x(32, 16.0f);
+  x[0] = 1.0f + std::ldexp(1.0f, -12);
+  x[1] = 1.5f;
+  const BlockQ4_1 block = quantize_q4_1(x);
+  EXPECT_EQ(block.m, 0x3c00);
+  int codes[32];
+  unpack_nibbles(block.qs, codes);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 0);
+  EXPECT_EQ(codes[2], 15);
+}
+
+TEST(QuantLegacy, Q4_1NaNIsSkippedForTheRangeAndGetsCodeZero) {
+  std::vector<float> x(32, 1.0f);
+  x[0] = 16.0f;
+  x[5] = NAN;
+  const BlockQ4_1 block = quantize_q4_1(x);
+  EXPECT_EQ(block.d, 0x3c00);  // (16 - 1) / 15
+  EXPECT_EQ(block.m, 0x3c00);
+  int codes[32];
+  unpack_nibbles(block.qs, codes);
+  EXPECT_EQ(codes[0], 15);
+  EXPECT_EQ(codes[5], 0);
+}
+
+TEST(QuantLegacy, Q4_1RoundTripErrorIsWithinHalfAStep) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.5f, 2.0f);
+  std::vector<float> x(32 * 64);
+  for (float& v : x) v = normal(rng);
+  std::vector<BlockQ4_1> blocks(64);
+  quantize_row_q4_1(x.data(), blocks.data(), int64_t(x.size()));
+  std::vector<float> y(x.size());
+  dequantize_row_q4_1(blocks.data(), y.data(), int64_t(y.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float d = fp16_to_fp32(blocks[i / 32].d);
+    EXPECT_LE(std::fabs(x[i] - y[i]), 0.6f * d) << i;  // half a step, plus fp16 rounding of d, m
+  }
+}
+
+// --- q5_0 quantizer -----------------------------------------------------------------------------
+
+TEST(QuantLegacy, Q5_0OfZerosIsZeroScaleAndMiddleCodes) {
+  const BlockQ5_0 block = quantize_q5_0(std::vector<float>(32, 0.0f));
+  EXPECT_EQ(block.d, 0x8000);  // d = 0 / -16 is negative zero
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(block.qs[j], 0x00) << j;  // code 16: nibble 0, high bit 1
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(block.qh[k], 0xff) << k;
+}
+
+TEST(QuantLegacy, Q5_0ScaleKeepsTheSignOfTheLargestMagnitude) {
+  std::vector<float> x(32, 0.0f);
+  x[3] = -8.0f;
+  x[20] = 7.75f;
+  x[21] = -0.25f;
+  BlockQ5_0 block = quantize_q5_0(x);
+  EXPECT_EQ(block.d, fp32_to_fp16(0.5f));  // d = -8 / -16
+  int codes[32];
+  unpack_5bit(block.qs, block.qh, codes);
+  EXPECT_EQ(codes[3], 0);    // the max itself maps to -16
+  EXPECT_EQ(codes[20], 31);  // 7.75 * 2 + 16.5 = 32 -> clamped
+  EXPECT_EQ(codes[21], 16);  // -0.5 + 16.5 = 16
+  EXPECT_EQ(codes[0], 16);
+
+  for (float& v : x) v = -v;
+  block = quantize_q5_0(x);
+  EXPECT_EQ(block.d, fp32_to_fp16(-0.5f));
+  unpack_5bit(block.qs, block.qh, codes);
+  EXPECT_EQ(codes[3], 0);
+  EXPECT_EQ(codes[20], 31);
+  EXPECT_EQ(codes[21], 16);
+}
+
+TEST(QuantLegacy, Q5_0RoundsHalfUpNotAwayFromZero) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = -16.0f;  // d = 1
+  x[1] = -0.5f;
+  x[2] = -1.5f;
+  x[9] = 0.5f;
+  x[17] = 1.5f;
+  x[30] = 15.49f;
+  const BlockQ5_0 block = quantize_q5_0(x);
+  EXPECT_EQ(block.d, 0x3c00);
+  int codes[32];
+  unpack_5bit(block.qs, block.qh, codes);
+  EXPECT_EQ(codes[0], 0);
+  EXPECT_EQ(codes[1], 16);
+  EXPECT_EQ(codes[2], 15);
+  EXPECT_EQ(codes[9], 17);
+  EXPECT_EQ(codes[17], 18);
+  EXPECT_EQ(codes[30], 31);
+}
+
+TEST(QuantLegacy, Q5_0TinyScaleWhoseInverseOverflowsGivesCodeZero) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = -std::ldexp(1.0f, -127);
+  x[1] = std::ldexp(1.0f, -128);
+  const BlockQ5_0 block = quantize_q5_0(x);
+  EXPECT_EQ(block.d, 0);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(block.qs[j], 0x00) << j;
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(block.qh[k], 0x00) << k;
+}
+
+TEST(QuantLegacy, Q5_0RoundTripErrorIsWithinOneStep) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> x(32 * 64);
+  for (float& v : x) v = normal(rng);
+  std::vector<BlockQ5_0> blocks(64);
+  quantize_row_q5_0(x.data(), blocks.data(), int64_t(x.size()));
+  std::vector<float> y(x.size());
+  dequantize_row_q5_0(blocks.data(), y.data(), int64_t(y.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float d = std::fabs(fp16_to_fp32(blocks[i / 32].d));
+    EXPECT_LE(std::fabs(x[i] - y[i]), 1.01f * d) << i;
+  }
+}
+
+// --- q5_1 quantizer -----------------------------------------------------------------------------
+
+TEST(QuantLegacy, Q5_1SpansMinToMaxInThirtyOneSteps) {
+  std::vector<float> x(32);
+  for (int i = 0; i < 32; ++i) x[i] = 1.0f + float((i * 5) % 32) * 0.25f;  // min 1, max 8.75
+  const BlockQ5_1 block = quantize_q5_1(x);
+  EXPECT_EQ(block.d, fp32_to_fp16(0.25f));  // 7.75 / 31
+  EXPECT_EQ(block.m, fp32_to_fp16(1.0f));
+  int codes[32];
+  unpack_5bit(block.qs, block.qh, codes);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(codes[i], (i * 5) % 32) << i;
+}
+
+TEST(QuantLegacy, Q5_1RoundsHalfUp) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 31.0f;  // min 0, d = 1
+  x[1] = 2.5f;
+  x[2] = 2.49f;
+  x[20] = 30.5f;
+  x[21] = 15.5f;
+  const BlockQ5_1 block = quantize_q5_1(x);
+  EXPECT_EQ(block.d, 0x3c00);
+  int codes[32];
+  unpack_5bit(block.qs, block.qh, codes);
+  EXPECT_EQ(codes[0], 31);
+  EXPECT_EQ(codes[1], 3);
+  EXPECT_EQ(codes[2], 2);
+  EXPECT_EQ(codes[20], 31);
+  EXPECT_EQ(codes[21], 16);
+  EXPECT_EQ(codes[3], 0);
+}
+
+TEST(QuantLegacy, Q5_1ConstantBlockIsZeroScaleMinAndCodeZero) {
+  const BlockQ5_1 block = quantize_q5_1(std::vector<float>(32, -0.75f));
+  EXPECT_EQ(block.d, 0);
+  EXPECT_EQ(block.m, fp32_to_fp16(-0.75f));
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(block.qs[j], 0) << j;
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(block.qh[k], 0) << k;
+}
+
+TEST(QuantLegacy, Q5_1BlockOfNaNsKeepsTheStartingRange) {
+  // No value passes the strict compares, so min and max stay FLT_MAX and -FLT_MAX: d = -inf,
+  // m = +inf in fp16, and every code (NaN) is 0 — what ggml writes.
+  const BlockQ5_1 block = quantize_q5_1(std::vector<float>(32, NAN));
+  EXPECT_EQ(block.d, 0xfc00);
+  EXPECT_EQ(block.m, 0x7c00);
+  for (int j = 0; j < 16; ++j) EXPECT_EQ(block.qs[j], 0) << j;
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(block.qh[k], 0) << k;
+}
+
+TEST(QuantLegacy, Q5_1RoundTripErrorIsWithinHalfAStep) {
+  std::mt19937 rng(19);
+  std::normal_distribution<float> normal(-1.0f, 2.0f);
+  std::vector<float> x(32 * 64);
+  for (float& v : x) v = normal(rng);
+  std::vector<BlockQ5_1> blocks(64);
+  quantize_row_q5_1(x.data(), blocks.data(), int64_t(x.size()));
+  std::vector<float> y(x.size());
+  dequantize_row_q5_1(blocks.data(), y.data(), int64_t(y.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float d = fp16_to_fp32(blocks[i / 32].d);
+    EXPECT_LE(std::fabs(x[i] - y[i]), 0.6f * d) << i;
   }
 }

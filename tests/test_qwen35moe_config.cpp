@@ -2,6 +2,7 @@
 // tensor shapes (spec table), recipes, and the byte total of the UD-Q4_K_XL-like synth.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <string>
 
@@ -158,6 +159,9 @@ TEST(Qwen35MoeConfig, TensorSpecsOf35BMatchTheSpec) {
 
 TEST(Qwen35MoeConfig, UdQ4KXlOf35BIsAbout21GB) {
   const Qwen35MoeConfig c = qwen36_35b_a3b_config(true);
+  for (const Recipe& r : all_recipes())
+    std::printf("35B+MTP tensors as %-10s %6.2f GB\n", r.name.c_str(),
+                double(synth_tensor_bytes(c, r)) / 1e9);
   const uint64_t bytes = synth_tensor_bytes(c, find_recipe("ud-q4_k_xl"));
   EXPECT_GT(bytes, 20'000'000'000ull);
   EXPECT_LT(bytes, 23'000'000'000ull);

@@ -2,7 +2,10 @@
 // the recipe's types, the config round-trips, the values are sane (norms near 1, ssm_a < 0, all
 // finite), the vocabulary is consistent, the output is deterministic, and --route-skew skews
 // routing the documented way (docs/SYNTH.md).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cstdio>
 
 #include <algorithm>
 #include <cmath>
@@ -159,6 +162,13 @@ TEST(Synth, RouteSkewMakesPopularityZipfLike) {
   const auto flat = expert_counts(gguf::Reader(dir / "flat.gguf"), c);
   const auto skew = expert_counts(gguf::Reader(dir / "skew.gguf"), c);
   const double picks = double(c.vocab * c.n_experts_used);
+  auto shares = [picks](const std::vector<int64_t>& counts) {
+    std::string s;
+    for (int64_t n : counts) s += fmt::format(" {:.3f}", double(n) / picks);
+    return s;
+  };
+  std::printf("expert shares, most popular first\n  S=0:%s\n  S=1:%s\n", shares(flat).c_str(),
+              shares(skew).c_str());
   // Uniform: no expert far from its 1/E share. Skewed: the top expert well above it, the tail
   // well below, and the top share near the law's prediction (see docs/SYNTH.md).
   EXPECT_LT(double(flat.front()) / picks, 2.0 / double(c.n_experts));

@@ -27,7 +27,7 @@ void run_quantize(const QuantizeCliOptions& o) {
   } else {
     const auto type = type_from_name(o.type);
     if (!type || !traits(*type).quantize)
-      fail("--type {}: not a type lode can write (try q8_0, q4_0, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, "
+      fail("--type {}: not a type lode can write (try q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, "
            "f16, bf16, f32)", o.type);
     options.type = *type;
   }

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -51,50 +52,94 @@ void conv_step(const std::vector<float>& w, std::vector<float>& state, float* x,
   }
 }
 
+// The chunk's projections: [Q | K | V] channels, z, and per value head the raw b and a.
+struct Projections {
+  std::vector<float> qkv, z, beta, g;
+};
+
+// Conv, SiLU, L2 norms (q also scaled by 1/sqrt(dk)), beta = sigmoid(b) and the log-decay
+// g = ssm_a * softplus(a + dt_bias) of every token, in place. The conv is the only sequential part.
+void prepare_tokens(const DeltaNetWeights& w, const model::Qwen35MoeConfig& c,
+                    DeltaNetState& state, Projections& p, int64_t n_tokens) {
+  const int64_t channels = c.conv_channels(), hk = c.ssm_groups, hv = c.ssm_dt_rank;
+  const int64_t dk = c.ssm_state, key_dim = c.ssm_key_dim();
+  const float q_scale = 1.0f / std::sqrt(float(dk));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* xt = p.qkv.data() + t * channels;
+    conv_step(w.conv, state.conv, xt, channels, c.ssm_conv_kernel);
+    for (int64_t h = 0; h < hk; ++h) {
+      float* q = xt + h * dk;
+      l2_norm(q, dk, 1e-6f);
+      for (int64_t i = 0; i < dk; ++i) q[i] *= q_scale;
+      l2_norm(xt + key_dim + h * dk, dk, 1e-6f);
+    }
+    for (int64_t s = 0; s < hv; ++s) {
+      float& beta = p.beta[t * hv + s];
+      float& g = p.g[t * hv + s];
+      beta = sigmoid(beta);
+      g = w.a[s] * softplus(g + w.dt_bias[s]);
+    }
+  }
+}
+
+// Value head s over the chunk: the recurrence (token by token, or wy_chunk tokens at a time in
+// the chunked form), then the gated RMSNorm (plain weight, times silu(z)). Writes its dv columns
+// of o [n_tokens, Hv * dv].
+void run_head(const DeltaNetWeights& w, const model::Qwen35MoeConfig& c, DeltaNetState& state,
+              const Projections& p, int64_t s, int64_t n_tokens, int64_t wy_chunk, float* o) {
+  const int64_t channels = c.conv_channels(), hk = c.ssm_groups, hv = c.ssm_dt_rank;
+  const int64_t dk = c.ssm_state, dv = c.ssm_state, key_dim = c.ssm_key_dim();
+  const int64_t value_dim = c.ssm_value_dim(), kh = s % hk;
+  const float* q = p.qkv.data() + kh * dk;
+  const float* k = p.qkv.data() + key_dim + kh * dk;
+  const float* v = p.qkv.data() + 2 * key_dim + s * dv;
+  float* os = o + s * dv;
+  float* state_s = state.s.data() + s * dk * dv;
+  if (wy_chunk > 1) {
+    std::vector<float> g(static_cast<size_t>(n_tokens)), beta(static_cast<size_t>(n_tokens));
+    for (int64_t t = 0; t < n_tokens; ++t) g[t] = p.g[t * hv + s], beta[t] = p.beta[t * hv + s];
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += wy_chunk) {
+      const int64_t len = std::min(wy_chunk, n_tokens - t0);
+      deltanet_head_chunk(state_s, q + t0 * channels, k + t0 * channels, channels,
+                          v + t0 * channels, channels, g.data() + t0, beta.data() + t0, len, dk,
+                          dv, os + t0 * value_dim, value_dim);
+    }
+  } else {
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      deltanet_head_step(state_s, q + t * channels, k + t * channels, v + t * channels,
+                         p.g[t * hv + s], p.beta[t * hv + s], dk, dv, os + t * value_dim);
+    }
+  }
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* ot = os + t * value_dim;
+    rms_norm(ot, w.norm.data(), ot, dv, float(c.rms_eps));
+    const float* zs = p.z.data() + t * value_dim + s * dv;
+    for (int64_t j = 0; j < dv; ++j) ot[j] *= silu(zs[j]);
+  }
+}
+
 }  // namespace
 
 void deltanet_forward(const DeltaNetWeights& w, const model::Qwen35MoeConfig& c,
                       DeltaNetState& state, const float* x, float* out, int64_t n_tokens,
-                      int threads) {
-  const int64_t channels = c.conv_channels(), hk = c.ssm_groups, hv = c.ssm_dt_rank;
-  const int64_t dk = c.ssm_state, dv = c.ssm_state, key_dim = c.ssm_key_dim();
-  const int64_t value_dim = c.ssm_value_dim();
-  std::vector<float> qkv(size_t(n_tokens * channels)), z(size_t(n_tokens * value_dim));
-  std::vector<float> b(size_t(n_tokens * hv)), a(size_t(n_tokens * hv));
-  matmul(w.qkv, x, qkv.data(), n_tokens, threads);
-  matmul(w.gate, x, z.data(), n_tokens, threads);
-  matmul(w.beta, x, b.data(), n_tokens, threads);
-  matmul(w.alpha, x, a.data(), n_tokens, threads);
+                      int threads, int64_t wy_chunk) {
+  const int64_t hv = c.ssm_dt_rank, value_dim = c.ssm_value_dim();
+  Projections p;
+  p.qkv.resize(size_t(n_tokens * c.conv_channels()));
+  p.z.resize(size_t(n_tokens * value_dim));
+  p.beta.resize(size_t(n_tokens * hv));
+  p.g.resize(size_t(n_tokens * hv));
+  matmul(w.qkv, x, p.qkv.data(), n_tokens, threads);
+  matmul(w.gate, x, p.z.data(), n_tokens, threads);
+  matmul(w.beta, x, p.beta.data(), n_tokens, threads);
+  matmul(w.alpha, x, p.g.data(), n_tokens, threads);
+  prepare_tokens(w, c, state, p, n_tokens);
 
   std::vector<float> o(size_t(n_tokens * value_dim));
-  const float q_scale = 1.0f / std::sqrt(float(dk));
-  const float eps = float(c.rms_eps);
   const int n_threads = threads > 0 ? threads : omp_get_max_threads();
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    float* xt = qkv.data() + t * channels;
-    conv_step(w.conv, state.conv, xt, channels, c.ssm_conv_kernel);
-    float* q = xt;
-    float* k = xt + key_dim;
-    const float* v = xt + 2 * key_dim;
-    for (int64_t h = 0; h < hk; ++h) {
-      l2_norm(q + h * dk, dk, 1e-6f);
-      for (int64_t i = 0; i < dk; ++i) q[h * dk + i] *= q_scale;
-      l2_norm(k + h * dk, dk, 1e-6f);
-    }
-#pragma omp parallel for num_threads(n_threads) if (dk * dv >= 4096 && hv > 1)
-    for (int64_t s = 0; s < hv; ++s) {
-      const int64_t kh = s % hk;
-      const float beta = sigmoid(b[t * hv + s]);
-      const float g = w.a[s] * softplus(a[t * hv + s] + w.dt_bias[s]);
-      float* os = o.data() + t * value_dim + s * dv;
-      deltanet_head_step(state.s.data() + s * dk * dv, q + kh * dk, k + kh * dk, v + s * dv, g,
-                         beta, dk, dv, os);
-      // Gated RMSNorm: plain weight, times silu(z).
-      rms_norm(os, w.norm.data(), os, dv, eps);
-      const float* zs = z.data() + t * value_dim + s * dv;
-      for (int64_t j = 0; j < dv; ++j) os[j] *= silu(zs[j]);
-    }
-  }
+  const bool parallel = hv > 1 && n_tokens * c.ssm_state * c.ssm_state >= 4096;
+#pragma omp parallel for num_threads(n_threads) if (parallel)
+  for (int64_t s = 0; s < hv; ++s) run_head(w, c, state, p, s, n_tokens, wy_chunk, o.data());
   matmul(w.out, o.data(), out, n_tokens, threads);
 }
 

@@ -4,8 +4,9 @@
 // in float32, gated RMSNorm with silu(z), output projection. Value heads are in GGUF slot order:
 // slot s uses key head s % Hk.
 //
-// The chunk runs through the recurrent form token by token, so chunked prefill equals decoding
-// exactly. Future work: the chunked WY / UT-transform form (chunk 64) for long prompts.
+// The recurrence runs either token by token (the recurrent form: decoding, and the exact
+// reference) or `wy_chunk` tokens at a time in the chunked form (deltanet_head_chunk), which gives
+// the same result up to rounding.
 #pragma once
 #include <cstdint>
 
@@ -20,9 +21,22 @@ namespace lode::cpu {
 void deltanet_head_step(float* s, const float* q, const float* k, const float* v, float g,
                         float beta, int64_t dk, int64_t dv, float* o);
 
+// The same update for L consecutive tokens of one value head at once, in the chunked form: with
+// G_t the cumulative log-decay inside the chunk and S0 the state before it,
+//   d_t = beta_t (v_t - e^{G_t} S0^T k_t - sum_{i<t} e^{G_t - G_i} (k_i . k_t) d_i)   (forward
+//         substitution of the unit lower-triangular system, the WY / UT-transform step)
+//   o_t = e^{G_t} S0^T q_t + sum_{i<=t} e^{G_t - G_i} (k_i . q_t) d_i
+//   S   = e^{G_L} S0 + sum_i e^{G_L - G_i} k_i d_i^T.
+// Token t's q and k are at q + t * qk_stride, k + t * qk_stride; v at v + t * v_stride; output at
+// o + t * o_stride; g and beta are [L].
+void deltanet_head_chunk(float* s, const float* q, const float* k, int64_t qk_stride,
+                         const float* v, int64_t v_stride, const float* g, const float* beta,
+                         int64_t L, int64_t dk, int64_t dv, float* o, int64_t o_stride);
+
 // x: [n_tokens, hidden], already RMS-normed. Updates `state` and writes out [n_tokens, hidden].
+// wy_chunk <= 1: recurrent form; otherwise the chunked form, wy_chunk tokens at a time.
 void deltanet_forward(const DeltaNetWeights& w, const model::Qwen35MoeConfig& config,
                       DeltaNetState& state, const float* x, float* out, int64_t n_tokens,
-                      int threads);
+                      int threads, int64_t wy_chunk = 0);
 
 }  // namespace lode::cpu

@@ -5,9 +5,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cpu/fast_rows.h"
 
 namespace lode::cpu {
 
+// Built for AVX2 and the baseline (picked at run time); no FMA, so the rounding is the same.
+__attribute__((target_clones("avx2", "default")))
 float dot(const float* a, const float* b, int64_t n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
@@ -28,10 +31,10 @@ void check_readable(const MatrixView& w) {
   }
 }
 
-// The float values of row r: the stored row itself for F32, else dequantized into `buffer`.
-const float* row_values(const MatrixView& w, int64_t r, float* buffer) {
+// The float values of row r: the stored row itself for F32, else decoded into `buffer`.
+const float* row_values(const MatrixView& w, DequantizeRow decode, int64_t r, float* buffer) {
   if (w.type->type == GgmlType::F32) return reinterpret_cast<const float*>(w.row(r));
-  w.type->dequantize(w.row(r), buffer, w.cols);
+  decode(w.row(r), buffer, w.cols);
   return buffer;
 }
 
@@ -42,12 +45,13 @@ void matmul(const MatrixView& w, const float* x, float* y, int64_t n_tokens, int
   const int n_threads = threads > 0 ? threads : omp_get_max_threads();
   // Small products are not worth waking the thread team for.
   const bool parallel = n_threads > 1 && w.rows * w.cols * n_tokens >= (1 << 15);
+  const DequantizeRow decode = row_decoder(w.type->type);
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
     std::vector<float> buffer(size_t(w.cols));
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < w.rows; ++r) {
-      const float* wr = row_values(w, r, buffer.data());
+      const float* wr = row_values(w, decode, r, buffer.data());
       for (int64_t t = 0; t < n_tokens; ++t) {
         y[t * w.rows + r] = dot(wr, x + t * w.cols, w.cols);
       }
@@ -58,7 +62,7 @@ void matmul(const MatrixView& w, const float* x, float* y, int64_t n_tokens, int
 void dequantize_row(const MatrixView& w, int64_t r, float* out) {
   check_readable(w);
   if (r < 0 || r >= w.rows) fail("cpu: row {} out of range [0, {})", r, w.rows);
-  const float* values = row_values(w, r, out);
+  const float* values = row_values(w, row_decoder(w.type->type), r, out);
   if (values != out) std::copy(values, values + w.cols, out);
 }
 

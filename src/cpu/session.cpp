@@ -69,7 +69,7 @@ void Session::forward_chunk(const int32_t* tokens, int64_t n, int64_t logit_rows
     }
     if (lw.recurrent) {
       deltanet_forward(lw.deltanet, c, state_.deltanet[size_t(layer)], normed.data(), mixed.data(),
-                       n, threads);
+                       n, threads, n > 1 ? options_.deltanet_chunk : 0);
     } else {
       attention_forward(lw.attention, c, state_.kv[size_t(layer)], normed.data(), mixed.data(), n,
                         state_.position, threads);

@@ -9,7 +9,8 @@
 //
 // Activations are float32; weights are read straight from the file in their stored types. A
 // prompt runs `chunk` tokens at a time through every layer (projections and experts batched over
-// the chunk, recurrences token by token); results are bit-identical whatever the chunk size.
+// the chunk; the DeltaNet recurrence in its chunked form, see SessionOptions::deltanet_chunk);
+// results agree whatever the chunk size (bit-identical with deltanet_chunk = 0).
 // The Reader must outlive the Session. The MTP block, when present, is not run.
 #pragma once
 #include <cstdint>
@@ -27,6 +28,10 @@ namespace lode::cpu {
 struct SessionOptions {
   int threads = 0;           // OpenMP threads; 0: OpenMP's default
   int64_t max_context = 0;   // most positions this session may hold; 0: the model's context length
+  // DeltaNet recurrence of a multi-token chunk: this many tokens at a time in the chunked (WY)
+  // form; 0 runs it token by token (the recurrent form decoding uses), which makes chunked prefill
+  // bit-identical to decoding. The two agree up to rounding (~1e-6 relative).
+  int64_t deltanet_chunk = 64;
 };
 
 class Session {

@@ -20,8 +20,8 @@ namespace lode::model {
 
 namespace {
 
-// A small model with both layer kinds and the 35B's ratios (hidden : expert width 4 : 1 ... Hv > Hk),
-// every row length a multiple of 256 where the recipes want K-quants.
+// A small model with both layer kinds and the 35B's shape where it matters (Hv = 2 Hk, GQA,
+// rope = head_dim / 4), every row length a multiple of 256 where the recipes want K-quants.
 Qwen35MoeConfig tiny_config() {
   Qwen35MoeConfig c;
   c.hidden = 512;
@@ -214,7 +214,7 @@ uint64_t mix(uint64_t a, uint64_t b) { return Rng{a * 0x100000001B3ull ^ b}.next
 
 // How the values of one row are drawn.
 struct RowLaw {
-  enum Kind { gaussian, uniform, embedding, router } kind = gaussian;
+  enum Kind { gaussian, uniform, embedding, router, orthogonal } kind = gaussian;
   float a = 0, b = 0;  // gaussian: mean, std; uniform: lo, hi
 };
 
@@ -235,6 +235,8 @@ RowLaw law_for(const TensorSpec& s) {
   switch (s.role) {
     case TensorRole::embedding: return {RowLaw::embedding};
     case TensorRole::router: return {RowLaw::router};
+    // Orthogonal to the shared embedding direction, so logits depend on the token, not on it.
+    case TensorRole::output: return {RowLaw::orthogonal};
     case TensorRole::norm: return {RowLaw::gaussian, 1.0f, 0.05f};  // +1 already folded in
     case TensorRole::ssm_conv: return {RowLaw::gaussian, 0.0f, 0.5f};
     case TensorRole::ssm_a: return {RowLaw::uniform, -16.0f, -1.0f};  // -exp(A_log), A_log in [0, ln 16]
@@ -262,10 +264,19 @@ void draw_row(const RowLaw& law, const Skew& skew, int64_t block, int64_t row, u
       for (size_t i = 0; i < out.size(); ++i)
         out[i] = kEmbedLean * skew.sign[i] + kEmbedNoise * rng.normal();
       break;
-    case RowLaw::router: {
+    case RowLaw::router:
+    case RowLaw::orthogonal: {
+      // A random row orthogonal to `sign` (so the direction every token shares adds nothing to
+      // it: uniform routing when unskewed); a router row adds its expert's bias along `sign`.
       const float unit = 1.0f / std::sqrt(float(out.size()));
-      const float bias = skew.bias[size_t(block)][size_t(row)];
-      for (size_t i = 0; i < out.size(); ++i) out[i] = unit * rng.normal() + bias * skew.sign[i];
+      double along = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] = unit * rng.normal();
+        along += double(out[i]) * skew.sign[i];
+      }
+      const float remove = float(along / double(out.size()));
+      const float bias = law.kind == RowLaw::router ? skew.bias[size_t(block)][size_t(row)] : 0.0f;
+      for (size_t i = 0; i < out.size(); ++i) out[i] += (bias - remove) * skew.sign[i];
       break;
     }
   }

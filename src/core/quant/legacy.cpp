@@ -1,5 +1,5 @@
-// The 32-value block formats (q4_0, q4_1, q5_0, q5_1, q8_0): dequantizers bit-exact with ggml and
-// the two quantizers ggml's reference rules fully determine (q4_0, q8_0), byte-identical with them.
+// The 32-value block formats (q4_0, q4_1, q5_0, q5_1, q8_0): dequantizers bit-exact with ggml, and
+// quantizers byte-identical with ggml's reference ones (their rules leave no choice to make).
 //
 // Bit-exactness rests on doing the very float operations ggml does, in its order. Dequantizing,
 // (code - offset) * d is exact (at most 8 + 11 significant bits), so only the "+ m" rounds.
@@ -7,6 +7,7 @@
 // land on the other side of an integer, so contraction is switched off for this file (it only
 // happens at all when building for an FMA target).
 #include <bit>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -65,11 +66,52 @@ int32_t truncate_to_int32(float v) {
 }
 int8_t low_byte(int32_t v) { return int8_t(uint8_t(uint32_t(v) & 0xff)); }
 
-// q4_0's code for one value already scaled to [-8, 8]: shift by 8, round half up (by adding 0.5
-// and truncating), keep at most 15. The clamp is a signed compare, as in ggml.
-uint8_t q4_0_code(float scaled) {
-  const int8_t code = low_byte(truncate_to_int32(scaled + 8.5f));
-  return uint8_t(code < 15 ? code : 15);
+// The code of a value already scaled and shifted so that its code is the integer part: ggml's
+// (int8_t) cast, then "at most top" as a signed compare (so a wrapped negative byte passes through).
+uint8_t clamped_code(float shifted, int8_t top) {
+  const int8_t code = low_byte(truncate_to_int32(shifted));
+  return uint8_t(code < top ? code : top);
+}
+
+// The value of largest magnitude, sign included; the first one wins a tie and NaNs never win.
+float signed_absmax(const float* x, int n) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
+
+// The smallest and largest value, each kept only by a strict compare, so NaNs are skipped; a block
+// of NaNs only leaves the starting values (FLT_MAX, -FLT_MAX), as in ggml.
+struct ValueRange {
+  float min = FLT_MAX, max = -FLT_MAX;
+};
+ValueRange value_range(const float* x, int n) {
+  ValueRange r;
+  for (int j = 0; j < n; ++j) {
+    if (x[j] < r.min) r.min = x[j];
+    if (x[j] > r.max) r.max = x[j];
+  }
+  return r;
+}
+
+// ggml's guard against a zero scale: 1/d, or 0 when d is zero (NaN d counts as nonzero).
+float inverse_or_zero(float d) { return d != 0.0f ? 1.0f / d : 0.0f; }
+
+// Packs 32 codes of up to 5 bits: low nibbles as unpack_nibbles reads them, bit 4 of code i into
+// bit i of qh (little-endian), as add_high_bits reads it.
+void pack_5bit_codes(const uint8_t code[32], uint8_t qs[kHalf], uint8_t qh[4]) {
+  uint32_t high = 0;
+  for (int j = 0; j < kHalf; ++j) {
+    qs[j] = uint8_t((code[j] & 0x0f) | (code[j + kHalf] & 0x0f) << 4);
+    high |= uint32_t(code[j] >> 4 & 1) << j;
+    high |= uint32_t(code[j + kHalf] >> 4 & 1) << (j + kHalf);
+  }
+  for (int k = 0; k < 4; ++k) qh[k] = uint8_t(high >> (8 * k));
 }
 
 }  // namespace
@@ -120,25 +162,71 @@ void dequantize_row_q8_0(const void* src, float* dst, int64_t n) {
 
 // q4_0: the scale comes from the value of largest magnitude, sign included (the first one on a
 // tie), so that value maps to code 0 (-8) exactly and the other side gets the spare code.
-// d = max / -8 is stored as fp16, but the codes use 1/d of the unrounded float d.
+// d = max / -8 is stored as fp16, but the codes use 1/d of the unrounded float d. Codes round half
+// up (x / d + 8.5, truncated) and are at most 15.
 void quantize_row_q4_0(const float* src, void* dst, int64_t n) {
   auto* blocks = static_cast<BlockQ4_0*>(dst);
   for (int64_t b = 0; b < n / QK4_0; ++b, src += QK4_0) {
-    float amax = 0.0f, max = 0.0f;
-    for (int j = 0; j < QK4_0; ++j) {
-      if (std::fabs(src[j]) > amax) {
-        amax = std::fabs(src[j]);
-        max = src[j];
-      }
-    }
-    const float d = max / -8.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float d = signed_absmax(src, QK4_0) / -8.0f;
+    const float id = inverse_or_zero(d);
     BlockQ4_0& block = blocks[b];
     block.d = fp32_to_fp16(d);
     for (int j = 0; j < kHalf; ++j) {
-      const uint8_t low = q4_0_code(src[j] * id), high = q4_0_code(src[j + kHalf] * id);
+      const uint8_t low = clamped_code(src[j] * id + 8.5f, 15);
+      const uint8_t high = clamped_code(src[j + kHalf] * id + 8.5f, 15);
       block.qs[j] = uint8_t(low | high << 4);
     }
+  }
+}
+
+// q4_1: the 16 codes span [min, max] evenly, d = (max - min) / 15 and m = min (both stored as
+// fp16; the codes use the unrounded min and 1/d). Codes round half up: (x - min) / d + 0.5,
+// truncated, at most 15.
+void quantize_row_q4_1(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ4_1*>(dst);
+  for (int64_t b = 0; b < n / QK4_1; ++b, src += QK4_1) {
+    const ValueRange r = value_range(src, QK4_1);
+    const float d = (r.max - r.min) / 15.0f;
+    const float id = inverse_or_zero(d);
+    BlockQ4_1& block = blocks[b];
+    block.d = fp32_to_fp16(d);
+    block.m = fp32_to_fp16(r.min);
+    for (int j = 0; j < kHalf; ++j) {
+      const uint8_t low = clamped_code((src[j] - r.min) * id + 0.5f, 15);
+      const uint8_t high = clamped_code((src[j + kHalf] - r.min) * id + 0.5f, 15);
+      block.qs[j] = uint8_t(low | high << 4);
+    }
+  }
+}
+
+// q5_0: q4_0 with 32 codes. d = max / -16 from the signed largest magnitude, codes
+// x / d + 16.5 truncated, at most 31.
+void quantize_row_q5_0(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ5_0*>(dst);
+  for (int64_t b = 0; b < n / QK5_0; ++b, src += QK5_0) {
+    const float d = signed_absmax(src, QK5_0) / -16.0f;
+    const float id = inverse_or_zero(d);
+    uint8_t code[QK5_0];
+    for (int j = 0; j < QK5_0; ++j) code[j] = clamped_code(src[j] * id + 16.5f, 31);
+    blocks[b].d = fp32_to_fp16(d);
+    pack_5bit_codes(code, blocks[b].qs, blocks[b].qh);
+  }
+}
+
+// q5_1: q4_1 with 32 codes, d = (max - min) / 31. ggml does not clamp these codes: it casts to
+// uint8_t, which keeps the low byte of the truncated value, and stores only its low 5 bits.
+void quantize_row_q5_1(const float* src, void* dst, int64_t n) {
+  auto* blocks = static_cast<BlockQ5_1*>(dst);
+  for (int64_t b = 0; b < n / QK5_1; ++b, src += QK5_1) {
+    const ValueRange r = value_range(src, QK5_1);
+    const float d = (r.max - r.min) / 31.0f;
+    const float id = inverse_or_zero(d);
+    uint8_t code[QK5_1];
+    for (int j = 0; j < QK5_1; ++j)
+      code[j] = uint8_t(low_byte(truncate_to_int32((src[j] - r.min) * id + 0.5f)));
+    blocks[b].d = fp32_to_fp16(d);
+    blocks[b].m = fp32_to_fp16(r.min);
+    pack_5bit_codes(code, blocks[b].qs, blocks[b].qh);
   }
 }
 
