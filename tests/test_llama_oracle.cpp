@@ -146,7 +146,7 @@ std::vector<float> read_floats(const fs::path& path) {
 void check_oracle(const fs::path& model, const std::vector<int>& prompt, int n_greedy, const fs::path& scratch) {
   const int n = int(prompt.size());
   const fs::path greedy_rows = scratch / "greedy.f32";
-  const std::string extra = "--threads 2 --greedy " + std::to_string(n_greedy) + " --greedy-logits '" +
+  const std::string extra = "--threads 1 --greedy " + std::to_string(n_greedy) + " --greedy-logits '" +
                             greedy_rows.string() + "'";
   const OracleRun first = run_oracle(model, prompt, extra, scratch, "a.f32");
   ASSERT_EQ(first.result.status, 0) << first.result.err;
@@ -177,7 +177,7 @@ void check_oracle(const fs::path& model, const std::vector<int>& prompt, int n_g
   // the argmax of the row before it (a near-tie may flip between batch and one-by-one decoding).
   std::vector<int> continued = prompt;
   continued.insert(continued.end(), ids.begin(), ids.end() - 1);
-  const OracleRun batch = run_oracle(model, continued, "--threads 2", scratch, "c.f32");
+  const OracleRun batch = run_oracle(model, continued, "--threads 1", scratch, "c.f32");
   ASSERT_EQ(batch.result.status, 0) << batch.result.err;
   ASSERT_EQ(batch.logits.size(), continued.size() * n_vocab);
   for (int k = 0; k < n_greedy; ++k) {

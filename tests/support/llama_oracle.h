@@ -1,6 +1,8 @@
 // llama.cpp's npm CPU build as an oracle in tests: runs tools/oracle/llama_run (which compiles
 // tools/oracle/llama_logits.c) on a GGUF and reads back its logits and greedy steps. Tests that use
 // it skip when the build has not been fetched (tools/oracle/fetch; scripts/test fetches it).
+// Tests pass --threads 1: ctest runs tests side by side, and llama.cpp's worker threads spin while
+// they wait, so two runs of 2 threads on 2 cores slow each other down 20-fold.
 #pragma once
 #include <sys/wait.h>
 
