@@ -19,6 +19,7 @@
 
 #include "gguf/writer.h"
 #include "model/qwen35moe.h"
+#include "support/fixtures.h"
 #include "support/llama_oracle.h"
 #include "support/run_lode.h"
 
@@ -132,13 +133,6 @@ bool all_finite(const std::vector<float>& values) {
   return std::all_of(values.begin(), values.end(), [](float x) { return std::isfinite(x); });
 }
 
-std::vector<float> read_floats(const fs::path& path) {
-  const std::string bytes = lode::test::slurp(path);
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-  return values;
-}
-
 // Runs the oracle on `model` twice with --greedy and once over prompt + continuation in one batch,
 // and checks: finite logits, identical runs, the printed top-1/top-2 match the logits, each greedy
 // token is the argmax of its batch row (unless a near-tie), one-token-decode rows (--greedy-logits)
@@ -156,7 +150,7 @@ void check_oracle(const fs::path& model, const std::vector<int>& prompt, int n_g
   EXPECT_TRUE(all_finite(first.logits));
   EXPECT_NE(*std::min_element(first.logits.begin(), first.logits.end()),
             *std::max_element(first.logits.begin(), first.logits.end()));
-  const std::vector<float> rows = read_floats(greedy_rows);
+  const std::vector<float> rows = lode::test::read_floats(greedy_rows);
 
   // Deterministic: the same run again gives the same bytes and the same continuation.
   const OracleRun second = run_oracle(model, prompt, extra, scratch, "b.f32");

@@ -1,5 +1,5 @@
 // `lode dump FILE.gguf TENSOR -o OUT.f32`: one tensor dequantized to little-endian float32 in ggml
-// order (ne[0] fastest). Written row by row to a temporary file renamed when complete.
+// order (ne[0] fastest), written row by row.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/human.h"
+#include "cli/output_file.h"
 #include "core/error.h"
 #include "gguf/reader.h"
 
@@ -39,18 +40,7 @@ void run_dump(const DumpOptions& o) {
     write_floats(t, stdout, "stdout");
     return;
   }
-  const std::string partial = o.output + ".partial";
-  std::FILE* out = std::fopen(partial.c_str(), "wb");
-  if (!out) fail("{}: cannot open for writing", partial);
-  try {
-    write_floats(t, out, partial);
-  } catch (...) {
-    std::fclose(out);
-    std::filesystem::remove(partial);
-    throw;
-  }
-  if (std::fclose(out) != 0) fail("{}: write failed", partial);
-  std::filesystem::rename(partial, o.output);
+  write_output_file(o.output, [&t, &o](std::FILE* out) { write_floats(t, out, o.output); });
   fmt::print(stderr, "{}: {} {} {} -> {} ({} float32 values)\n", t.name, t.type->name,
              t.shape_string(), human_bytes(t.size), o.output, t.n_elements());
 }

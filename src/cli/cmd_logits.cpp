@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/output_file.h"
 #include "core/error.h"
 #include "cpu/session.h"
 
@@ -18,25 +19,16 @@ struct LogitsOptions {
   std::string output;
 };
 
-void write_floats(const std::string& path, const std::vector<float>& values) {
-  const std::string partial = path + ".partial";
-  std::FILE* f = std::fopen(partial.c_str(), "wb");
-  if (!f) fail("{}: cannot open for writing", partial);
-  const bool ok = std::fwrite(values.data(), sizeof(float), values.size(), f) == values.size();
-  if (std::fclose(f) != 0 || !ok) {
-    std::filesystem::remove(partial);
-    fail("{}: write failed (disk full?)", partial);
-  }
-  std::filesystem::rename(partial, path);
-}
-
 void run_logits(const LogitsOptions& o) {
   const std::vector<int32_t> tokens = parse_token_list(o.run.tokens);
   gguf::Reader reader(o.run.model);
   const auto config = model::read_config(reader.metadata());
   cpu::Session session(reader, config, {.threads = o.run.threads, .max_context = o.run.ctx});
   const std::vector<float> logits = session.prefill(tokens, o.run.chunk, /*all_logits=*/true);
-  write_floats(o.output, logits);
+  write_output_file(o.output, [&](std::FILE* out) {
+    if (std::fwrite(logits.data(), sizeof(float), logits.size(), out) != logits.size())
+      fail("{}: write failed (disk full?)", o.output);
+  });
   fmt::print(stderr, "wrote {} ({} positions x {} logits)\n", o.output, tokens.size(), session.vocab());
 }
 
