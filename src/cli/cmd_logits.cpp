@@ -37,7 +37,7 @@ void run_logits(const LogitsOptions& o) {
 void add_logits_command(CLI::App& app) {
   auto o = std::make_shared<LogitsOptions>();
   auto* cmd = app.add_subcommand("logits", "Write the float32 logits of every prompt position");
-  add_model_run_options(*cmd, o->run);
+  add_model_run_options(*cmd, o->run, PromptInput::token_ids);
   cmd->add_option("-o,--output", o->output, "Output file: [n_tokens, n_vocab] float32")->required();
   cmd->callback([o] { run_logits(*o); });
 }

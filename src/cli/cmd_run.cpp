@@ -1,66 +1,73 @@
-// `lode run -m MODEL --tokens 1,2,3 -n N --temp 0 --ids`: greedy generation on the CPU engine,
-// printing the generated ids space-separated on one line, and the speed on stderr.
+// `lode run -m MODEL (-p TEXT | -f FILE | --tokens 1,2,3) [-n N] [sampling] [--ids]`: generation on
+// the CPU engine from a raw prompt (no chat template), streaming the text (or the ids with --ids)
+// to stdout and the speed to stderr.
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <chrono>
+#include <cstdio>
 
 #include "cli/commands.h"
-#include "cli/model_options.h"
+#include "cli/loaded_model.h"
+#include "cli/sampling_options.h"
 #include "core/error.h"
-#include "cpu/session.h"
+#include "engine/generate.h"
 
 namespace lode::cli {
 namespace {
 
 struct RunOptions {
   ModelRunOptions run;
-  int64_t n_predict = 16;
-  double temp = 0;
+  SamplingCliOptions sampling;
+  int64_t n_predict = 128;
+  std::vector<std::string> stop;
   bool ids = false;
+  bool ignore_eos = false;
+  bool special = false;
 };
 
-int32_t argmax(const std::vector<float>& logits) {
-  return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
 void run_generate(const RunOptions& o) {
-  if (o.temp != 0)
-    fail("--temp {}: only greedy decoding (--temp 0) exists so far; sampling comes with the tokenizer", o.temp);
-  if (!o.ids) fail("--ids is required for now: text output comes with the tokenizer");
-  const std::vector<int32_t> prompt = parse_token_list(o.run.tokens);
-  gguf::Reader reader(o.run.model);
-  const auto config = model::read_config(reader.metadata());
-  cpu::Session session(reader, config, {.threads = o.run.threads, .max_context = o.run.ctx});
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  std::vector<float> logits = session.prefill(prompt, o.run.chunk);
-  const auto t1 = clock::now();
-  std::vector<int32_t> out;
-  for (int64_t i = 0; i < o.n_predict; ++i) {
-    out.push_back(argmax(logits));
-    if (i + 1 < o.n_predict) logits = session.decode(out.back());
+  const std::string text = read_prompt_text(o.run);
+  if (o.run.tokens.empty() && text.empty())
+    fail("no prompt: give -p TEXT, -f FILE or --tokens 1,2,3");
+  LoadedModel model(o.run);
+  const std::vector<int32_t> prompt =
+      o.run.tokens.empty() ? model.text().encode(text, o.special) : parse_token_list(o.run.tokens);
+  const sample::SamplingParams params = sampling_params(o.sampling, model.session.vocab());
+  sample::Sampler sampler(params, model.session.vocab());
+
+  engine::GenerateOptions g{.max_tokens = o.n_predict, .sampling = params, .stop_strings = o.stop,
+                            .stop_at_end_of_generation = !o.ignore_eos, .render_special = o.special,
+                            .chunk = o.run.chunk};
+  engine::GenerateResult result;
+  if (o.ids) {
+    // Exactly -n ids, no tokenizer needed: a model without one still runs.
+    result = engine::generate_tokens(model.session, sampler, prompt, o.n_predict, o.run.chunk,
+                                     [](int32_t) { return true; });
+    for (size_t i = 0; i < result.tokens.size(); ++i) fmt::print("{}{}", i ? " " : "", result.tokens[i]);
+    fmt::print("\n");
+  } else {
+    result = engine::generate(model.session, model.text(), sampler, prompt, g, [](std::string_view piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    });
+    fmt::print("\n");
   }
-  const auto t2 = clock::now();
-  for (size_t i = 0; i < out.size(); ++i) fmt::print("{}{}", i ? " " : "", out[i]);
-  fmt::print("\n");
-  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
-  const size_t steps = out.size() - 1;  // the first token comes from the prompt's logits
-  fmt::print(stderr, "prompt: {} tokens in {:.3f} s ({:.2f} tok/s); decode: {} steps in {:.3f} s ({:.2f} tok/s)\n",
-             prompt.size(), prefill_s, double(prompt.size()) / prefill_s, steps, decode_s,
-             steps ? double(steps) / decode_s : 0.0);
+  std::fflush(stdout);
+  fmt::print(stderr, "{}; stopped by {}; seed {}\n", engine::speed_report(result),
+             engine::to_string(result.finish), params.seed);
 }
 
 }  // namespace
 
 void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
-  auto* cmd = app.add_subcommand("run", "Generate tokens from a prompt of token ids (CPU)");
-  add_model_run_options(*cmd, o->run);
-  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate (default 16)")->check(CLI::PositiveNumber);
-  cmd->add_option("--temp", o->temp, "Temperature (only 0, greedy, for now)");
-  cmd->add_flag("--ids", o->ids, "Print token ids (the only output format for now)");
+  auto* cmd = app.add_subcommand("run", "Generate text from a raw prompt (CPU)");
+  add_model_run_options(*cmd, o->run, PromptInput::ids_or_text);
+  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate at most (default 128)")->check(CLI::PositiveNumber);
+  add_sampling_options(*cmd, o->sampling);
+  cmd->add_option("--stop", o->stop, "Stop when this text appears (repeatable)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
+  cmd->add_flag("--special", o->special, "Special-token text in the prompt becomes special ids; show them in the output");
+  cmd->add_flag("--ids", o->ids, "Print exactly -n generated token ids instead of text (needs no tokenizer)");
   cmd->callback([o] { run_generate(*o); });
 }
 

@@ -1,5 +1,5 @@
 // `lode synth -o OUT.gguf --preset qwen3.6-35b-a3b|tiny [--recipe R] [--layers N] [--mtp]
-// [--route-skew S] [--seed N]`: a random but valid qwen35moe model (docs/SYNTH.md).
+// [--route-skew S] [--seed N] [--tokenizer tokenizer.json]`: a random but valid qwen35moe model (docs/SYNTH.md).
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -56,6 +56,9 @@ void add_synth_command(CLI::App& app) {
                   "Zipf exponent of expert popularity (0: uniform routing)")
       ->check(CLI::Range(0.0, 16.0));
   cmd->add_option("--seed", o->synth.seed, "Random seed");
+  cmd->add_option("--tokenizer", o->synth.tokenizer_json,
+                  "Embed this tokenizer.json (byte-level BPE) so the model speaks real text")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--split-max-gib", o->split_max_gib, "Split the output into files of at most this many GiB")
       ->check(CLI::Range(0.0, 1048576.0));
   cmd->callback([o] { run_synth(*o); });

@@ -11,5 +11,7 @@ void add_synth_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_logits_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
+void add_tokenize_commands(CLI::App& app);
 
 }  // namespace lode::cli

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   lode::cli::add_convert_command(app);
   lode::cli::add_logits_command(app);
   lode::cli::add_run_command(app);
+  lode::cli::add_chat_command(app);
+  lode::cli::add_tokenize_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

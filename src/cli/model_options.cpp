@@ -1,17 +1,34 @@
 #include "cli/model_options.h"
 
 #include <charconv>
+#include <fstream>
+#include <iterator>
 
 #include "core/error.h"
 
 namespace lode::cli {
 
-void add_model_run_options(CLI::App& cmd, ModelRunOptions& o) {
+void add_model_run_options(CLI::App& cmd, ModelRunOptions& o, PromptInput prompt) {
   cmd.add_option("-m,--model", o.model, "GGUF model (for a split model: its first file)")->required();
-  cmd.add_option("--tokens", o.tokens, "Prompt token ids, comma-separated: 1,2,3")->required();
+  if (prompt == PromptInput::token_ids) {
+    cmd.add_option("--tokens", o.tokens, "Prompt token ids, comma-separated: 1,2,3")->required();
+  } else if (prompt == PromptInput::ids_or_text) {
+    auto* tokens = cmd.add_option("--tokens", o.tokens, "Prompt token ids, comma-separated: 1,2,3");
+    auto* text = cmd.add_option("-p,--prompt", o.prompt, "Prompt text");
+    auto* file = cmd.add_option("-f,--file", o.prompt_file, "Read the prompt text from this file")->check(CLI::ExistingFile);
+    tokens->excludes(text)->excludes(file);
+    text->excludes(file);
+  }
   cmd.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--ctx", o.ctx, "Context length (default: the model's)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--chunk", o.chunk, "Prompt tokens per forward chunk (default 64)")->check(CLI::PositiveNumber);
+}
+
+std::string read_prompt_text(const ModelRunOptions& o) {
+  if (o.prompt_file.empty()) return o.prompt;
+  std::ifstream in(o.prompt_file, std::ios::binary);
+  if (!in) fail("cannot read the prompt file {}", o.prompt_file);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 std::vector<int32_t> parse_token_list(const std::string& text) {

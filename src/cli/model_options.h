@@ -1,5 +1,5 @@
-// Options shared by the commands that run a model (logits, run): the model path, the token ids,
-// threads and context, and the parsing of "1,2,3" token lists.
+// Options shared by the commands that run a model (logits, run, chat): the model path, the
+// prompt (token ids or text), threads and context, and the parsing of "1,2,3" token lists.
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -12,12 +12,17 @@ namespace lode::cli {
 struct ModelRunOptions {
   std::string model;
   std::string tokens;  // "1,2,3"
+  std::string prompt;  // text (-p)
+  std::string prompt_file;
   int threads = 0;     // 0: OpenMP's default (all cores)
   int64_t ctx = 0;     // 0: the model's context length
   int64_t chunk = 64;  // prompt tokens per forward chunk
 };
 
-void add_model_run_options(CLI::App& cmd, ModelRunOptions& o);
+enum class PromptInput { none, token_ids, ids_or_text };
+void add_model_run_options(CLI::App& cmd, ModelRunOptions& o, PromptInput prompt);
+// The prompt's text from -p or --file (empty when neither was given).
+std::string read_prompt_text(const ModelRunOptions& o);
 // "1, 2,3" -> {1, 2, 3}; fails on anything that is not a comma-separated list of ids.
 std::vector<int32_t> parse_token_list(const std::string& text);
 

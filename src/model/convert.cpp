@@ -4,12 +4,15 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
+#include <optional>
 
 #include "core/error.h"
 #include "gguf/writer.h"
 #include "model/hf_tensors.h"
 #include "model/safetensors.h"
 #include "model/synth.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace lode::model {
 namespace {
@@ -123,45 +126,17 @@ GgmlType type_for(const TensorSpec& spec, GgmlType outtype) {
   return outtype;
 }
 
-// tokenizer.json (byte-level BPE) -> tokenizer.ggml.* keys; the vocabulary is padded to the
-// model's vocab_size with unused [PAD<id>] tokens, as llama.cpp's converter does.
-void write_hf_tokenizer(const json& tok, int64_t vocab, gguf::Metadata& m) {
-  const json& model = tok.at("model");
-  if (model.value("type", "") != "BPE") fail("tokenizer.json: model type is not BPE");
-  std::vector<std::string> tokens(static_cast<size_t>(vocab));
-  std::vector<int32_t> types(static_cast<size_t>(vocab), 5);  // 5 = unused until a token fills the id
-  auto put = [&](const std::string& text, int64_t id, int32_t type) {
-    if (id < 0 || id >= vocab) fail("tokenizer.json: token id {} is outside vocab_size {}", id, vocab);
-    tokens[size_t(id)] = text;
-    types[size_t(id)] = type;
-  };
-  for (const auto& [text, id] : model.at("vocab").items()) put(text, id.get<int64_t>(), 1);
-  if (tok.contains("added_tokens"))
-    for (const auto& a : tok["added_tokens"]) put(a.at("content"), a.at("id"), a.value("special", false) ? 3 : 4);
-  for (size_t i = 0; i < tokens.size(); ++i)
-    if (types[i] == 5) tokens[i] = "[PAD" + std::to_string(i) + "]";
-  std::vector<std::string> merges;
-  for (const auto& mg : model.at("merges"))
-    merges.push_back(mg.is_string() ? mg.get<std::string>()
-                                    : mg.at(0).get<std::string>() + " " + mg.at(1).get<std::string>());
-  m.set("tokenizer.ggml.model", "gpt2");
-  m.set("tokenizer.ggml.pre", "qwen35");
-  m.set("tokenizer.ggml.tokens", gguf::Array(std::move(tokens)));
-  m.set("tokenizer.ggml.token_type", gguf::Array(std::move(types)));
-  m.set("tokenizer.ggml.merges", gguf::Array(std::move(merges)));
-}
-
-// Special ids by their text, when the vocabulary has them.
-void write_special_ids(gguf::Metadata& m) {
-  const auto& tokens = m.get_array("tokenizer.ggml.tokens").strings();
-  auto id_of = [&](std::string_view text) -> int64_t {
-    for (size_t i = 0; i < tokens.size(); ++i)
-      if (tokens[i] == text) return int64_t(i);
-    return -1;
-  };
-  if (int64_t eos = id_of("<|im_end|>"); eos >= 0) m.set("tokenizer.ggml.eos_token_id", uint32_t(eos));
-  if (int64_t pad = id_of("<|endoftext|>"); pad >= 0) m.set("tokenizer.ggml.padding_token_id", uint32_t(pad));
-  m.set("tokenizer.ggml.add_bos_token", false);
+// The chat template a checkpoint publishes: chat_template.jinja, else tokenizer_config.json's.
+std::optional<std::string> read_chat_template(const fs::path& hf_dir) {
+  if (fs::exists(hf_dir / "chat_template.jinja")) {
+    std::ifstream in(hf_dir / "chat_template.jinja", std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  if (!fs::exists(hf_dir / "tokenizer_config.json")) return std::nullopt;
+  const json config = read_json(hf_dir / "tokenizer_config.json");
+  if (config.contains("chat_template") && config["chat_template"].is_string())
+    return config["chat_template"].get<std::string>();
+  return std::nullopt;
 }
 
 }  // namespace
@@ -179,11 +154,13 @@ std::vector<fs::path> convert_checkpoint(const fs::path& hf_dir, const fs::path&
   writer.set("general.architecture", kQwen35MoeArch);
   writer.set("general.name", hf_dir.filename().string());
   write_config(config, writer.metadata());
-  if (fs::exists(hf_dir / "tokenizer.json"))
-    write_hf_tokenizer(read_json(hf_dir / "tokenizer.json"), config.vocab, writer.metadata());
-  else
+  if (fs::exists(hf_dir / "tokenizer.json")) {
+    tokenizer::store_hf_tokenizer(read_json(hf_dir / "tokenizer.json"), config.vocab, writer.metadata());
+    if (auto chat_template = read_chat_template(hf_dir))
+      writer.set("tokenizer.chat_template", std::move(*chat_template));
+  } else {
     write_synth_vocab(config.vocab, writer.metadata());
-  write_special_ids(writer.metadata());
+  }
 
   const std::vector<TensorSpec> specs = tensor_specs(config);
   for (size_t i = 0; i < specs.size(); ++i) {

@@ -1,6 +1,7 @@
 #include "model/synth.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -8,9 +9,12 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
 
 #include "core/error.h"
 #include "gguf/writer.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace lode::model {
 
@@ -94,30 +98,6 @@ uint64_t synth_tensor_bytes(const Qwen35MoeConfig& config, const Recipe& recipe)
 
 namespace {
 
-void append_utf8(std::string& s, uint32_t cp) {
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-}
-
-// GPT-2's mapping: printable Latin-1 bytes stand for themselves, the others for 256 + n.
-std::vector<std::string> byte_symbols() {
-  std::vector<std::string> symbols(256);
-  uint32_t next = 256;
-  for (uint32_t b = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-    append_utf8(symbols[b], printable ? b : next++);
-  }
-  return symbols;
-}
-
 constexpr int64_t kFirstRealSpecial = 248044;  // <|endoftext|> in the real vocabulary
 struct Special {
   int64_t real_id;
@@ -142,7 +122,7 @@ void write_synth_vocab(int64_t vocab, gguf::Metadata& m) {
     fail("a synth vocabulary needs at least {} tokens, not {}", 256 + kSpecialCount, vocab);
   const bool real_ids = vocab > kSpecials[kSpecialCount - 1].real_id;
   const int64_t first_special = real_ids ? kFirstRealSpecial : vocab - kSpecialCount;
-  const std::vector<std::string> sym = byte_symbols();
+  const auto& sym = tokenizer::byte_symbols();
 
   std::vector<std::string> tokens(sym.begin(), sym.end());
   std::vector<int32_t> types(256, 1);
@@ -365,7 +345,13 @@ private:
 
 std::vector<std::filesystem::path> write_synth(const std::filesystem::path& out,
                                                const SynthOptions& o) {
-  const Qwen35MoeConfig config = synth_config(o.preset, o.layers, o.mtp);
+  Qwen35MoeConfig config = synth_config(o.preset, o.layers, o.mtp);
+  std::optional<nlohmann::json> tokenizer_json;
+  if (!o.tokenizer_json.empty()) {
+    tokenizer_json = tokenizer::read_tokenizer_json(o.tokenizer_json);
+    // The embedding grows to hold the tokenizer (rounded up to 64 rows, as real models pad).
+    config.vocab = std::max(config.vocab, (tokenizer::hf_token_count(*tokenizer_json) + 63) / 64 * 64);
+  }
   const Recipe& recipe = find_recipe(o.recipe);
   if (o.route_skew < 0) fail("--route-skew {}: must be 0 or more", o.route_skew);
   gguf::Writer writer(gguf::WriteOptions{.max_file_bytes = o.max_file_bytes});
@@ -377,7 +363,10 @@ std::vector<std::filesystem::path> write_synth(const std::filesystem::path& out,
   writer.set("lode.synth.recipe", gguf::Value(recipe.name));
   writer.set("lode.synth.route_skew", gguf::Value(float(o.route_skew)));
   writer.set("lode.synth.seed", gguf::Value(uint64_t(o.seed)));
-  write_synth_vocab(config.vocab, writer.metadata());
+  if (tokenizer_json)
+    tokenizer::store_hf_tokenizer(*tokenizer_json, config.vocab, writer.metadata());
+  else
+    write_synth_vocab(config.vocab, writer.metadata());
 
   auto plan = std::make_shared<std::vector<SynthTensor>>(synth_plan(config, recipe));
   auto maker = std::make_shared<WeightMaker>(config, o.route_skew, o.seed);

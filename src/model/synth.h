@@ -23,6 +23,8 @@ struct SynthOptions {
   double route_skew = 0;               // Zipf exponent of expert popularity; 0: uniform routing
   uint64_t seed = 1;
   uint64_t max_file_bytes = 0;         // split the output (0: one file)
+  std::filesystem::path tokenizer_json; // a HF tokenizer.json to embed instead of the synth vocabulary
+                                        // (the vocabulary grows to hold it)
   // Called after each tensor: (index, count, name).
   std::function<void(size_t, size_t, const std::string&)> on_tensor;
 };

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 // ---- the declared ABI (llama.cpp build b1-0ad4a86, llama_version() = 0.5.0-dev) ----
 
@@ -98,6 +99,8 @@ static struct {
   void (*batch_free)(struct llama_batch batch);
   int32_t (*decode)(void *ctx, struct llama_batch batch);
   float *(*get_logits_ith)(void *ctx, int32_t i);
+  int32_t (*tokenize)(const void *vocab, const char *text, int32_t text_len, llama_token *tokens,
+                      int32_t n_tokens_max, bool add_special, bool parse_special);
 } api;
 
 static _Noreturn void die(const char *format, ...) {
@@ -146,6 +149,7 @@ static void load_api(const char *dir) {
   *(void **)&api.batch_free = symbol(llama, "llama_batch_free");
   *(void **)&api.decode = symbol(llama, "llama_decode");
   *(void **)&api.get_logits_ith = symbol(llama, "llama_get_logits_ith");
+  *(void **)&api.tokenize = symbol(llama, "llama_tokenize");
 }
 
 // Index of the last byte a struct-returning function writes. Structs over 16 bytes return through a
@@ -197,6 +201,8 @@ struct options {
   int greedy;
   int threads;
   bool verbose;
+  const char *tokenize_path;  // --tokenize: tokenizer mode
+  bool parse_special;
 };
 
 static void usage(void) {
@@ -207,6 +213,9 @@ static void usage(void) {
         "                step: 'step I top1 ID P top2 ID P'\n"
         "  --greedy-logits G.f32  the logits each greedy step chose from, [N, n_vocab] (row 0 = last\n"
         "                prompt row; rows 1.. come from one-token decodes)\n"
+        "       llama_logits MODEL.gguf --tokenize TEXT_FILE [--special]\n"
+        "  --tokenize F  print llama.cpp's token ids of the file's text on one line, and on stderr the\n"
+        "                time llama_tokenize took (best of 3); --special parses special-token text\n"
         "  --lib DIR     folder of libllama.v0.5.0.so (default: $LODE_LLAMA_LIB; tools/oracle/fetch prints it)\n",
         stderr);
   exit(2);
@@ -221,7 +230,7 @@ static long parse_int(const char *text, const char *what, long min, long max) {
   return value;
 }
 
-static char *read_text_file(const char *path) {
+static char *read_text_file(const char *path, size_t *size_out) {
   FILE *file = fopen(path, "rb");
   if (!file) die("cannot open token file %s: %s", path, strerror(errno));
   size_t capacity = 1 << 16, size = 0;
@@ -233,12 +242,13 @@ static char *read_text_file(const char *path) {
   }
   fclose(file);
   text[size] = 0;
+  if (size_out) *size_out = size;
   return text;
 }
 
 // Token ids separated by commas and/or whitespace; "@FILE" reads them from FILE.
 static void parse_tokens(const char *argument, struct options *options) {
-  char *text = argument[0] == '@' ? read_text_file(argument + 1) : strdup(argument);
+  char *text = argument[0] == '@' ? read_text_file(argument + 1, NULL) : strdup(argument);
   int capacity = 16;
   options->tokens = malloc(sizeof(llama_token) * capacity);
   options->n_tokens = 0;
@@ -262,11 +272,14 @@ static struct options parse_options(int argc, char **argv) {
     else if (!strcmp(arg, "--threads") && has_value) options.threads = (int)parse_int(argv[++i], "--threads", 1, 1024);
     else if (!strcmp(arg, "--lib") && has_value) options.lib_dir = argv[++i];
     else if (!strcmp(arg, "--verbose")) options.verbose = true;
+    else if (!strcmp(arg, "--tokenize") && has_value) options.tokenize_path = argv[++i];
+    else if (!strcmp(arg, "--special")) options.parse_special = true;
     else if (arg[0] != '-' && !options.model_path) options.model_path = arg;
     else usage();
   }
-  if (!options.model_path || !options.tokens) usage();
+  if (!options.model_path || (!options.tokens && !options.tokenize_path)) usage();
   if (!options.lib_dir) die("no library folder: pass --lib DIR or set LODE_LLAMA_LIB (tools/oracle/fetch prints it)");
+  if (options.tokenize_path) return options;
   if (!options.out_path && options.greedy == 0) die("nothing to do: pass -o OUT.f32 and/or --greedy N");
   if (options.greedy_logits_path && options.greedy == 0) die("--greedy-logits needs --greedy N");
   return options;
@@ -285,6 +298,7 @@ static void *load_model(const struct options *options) {
   api.backend_init();
   struct llama_model_params params = api.model_default_params();
   params.n_gpu_layers = 0;
+  params.vocab_only = options->tokenize_path != NULL;
   void *model = api.model_load_from_file(options->model_path, params);
   if (!model) die("llama.cpp could not load %s (rerun with --verbose for its log)", options->model_path);
   return model;
@@ -400,11 +414,48 @@ static void greedy_decode(void *ctx, const struct options *options, int n_vocab)
   free(ids);
 }
 
+static double now_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// llama.cpp's tokenizer on a text file: the ids on stdout, the best of three timings on stderr.
+static void tokenize_file(void *model, const struct options *options) {
+  size_t size = 0;  // the text may hold NUL bytes: its length is the file's
+  char *text = read_text_file(options->tokenize_path, &size);
+  const int32_t length = (int32_t)size;
+  const void *vocab = api.model_get_vocab(model);
+  int32_t capacity = length + 16;
+  llama_token *ids = malloc(sizeof(llama_token) * (size_t)capacity);
+  int32_t n = 0;
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double start = now_seconds();
+    n = api.tokenize(vocab, text, length, ids, capacity, false, options->parse_special);
+    const double seconds = now_seconds() - start;
+    if (n < 0) die("llama_tokenize needs room for %d tokens", -n);
+    if (seconds < best) best = seconds;
+  }
+  for (int32_t i = 0; i < n; ++i) printf(i ? " %d" : "%d", ids[i]);
+  printf("\n");
+  fprintf(stderr, "%d bytes -> %d tokens in %.3f s (%.0f tokens/s, %.1f MB/s)\n", length, n, best,
+          n / best, length / 1e6 / best);
+  free(ids);
+  free(text);
+}
+
 int main(int argc, char **argv) {
   struct options options = parse_options(argc, argv);
   load_api(options.lib_dir);
   check_abi();
   void *model = load_model(&options);
+  if (options.tokenize_path) {
+    tokenize_file(model, &options);
+    api.model_free(model);
+    api.backend_free();
+    return 0;
+  }
   int n_vocab = api.vocab_n_tokens(api.model_get_vocab(model));
   for (int i = 0; i < options.n_tokens; ++i)
     if (options.tokens[i] >= n_vocab) die("token %d at position %d is past the vocabulary (%d)", options.tokens[i], i, n_vocab);

@@ -1,0 +1,44 @@
+// Qwen3.5's chat template, written out in C++: turns a conversation into the prompt text the model
+// was trained on. It reproduces the published Jinja template (tests/data/chat/
+// qwen35_chat_template.jinja) byte for byte, as Hugging Face transformers renders it; the test
+// compares against renderings made by Jinja itself (tools/chat/render_reference.py).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace lode::chat {
+
+struct ToolCall {
+  std::string id;
+  std::string name;
+  nlohmann::ordered_json arguments;  // an object: parameter name -> value, in the order given
+};
+
+struct Message {
+  std::string role;                              // system, user, assistant, tool
+  std::string content;
+  std::optional<std::string> reasoning_content;  // assistant only
+  std::vector<ToolCall> tool_calls;              // assistant only
+};
+
+struct TemplateOptions {
+  bool add_generation_prompt = true;  // end with the opening of the assistant's turn
+  bool enable_thinking = true;        // false: the generation prompt closes the <think> block
+};
+
+// Renders like Qwen3.5's Jinja template; `tools` is a JSON array of tool definitions or null.
+// Throws lode::Error with the template's own message where the template raises one
+// ("No messages provided.", "No user query found in messages.", "System message must be at the
+// beginning.", "Unexpected message role.").
+std::string render_qwen35(std::span<const Message> messages, const nlohmann::ordered_json& tools,
+                          const TemplateOptions& options);
+
+// Parses one OpenAI-style message: {role, content (string | null | [{type: "text", text}]),
+// reasoning_content?, tool_calls?: [{id?, type?, function: {name, arguments}}]} where arguments is
+// an object or a JSON string holding one. Throws lode::Error saying what is wrong otherwise.
+Message message_from_json(const nlohmann::ordered_json& message);
+
+}  // namespace lode::chat

@@ -1,0 +1,84 @@
+#include "engine/generate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+#include "sample/stop.h"
+
+namespace lode::engine {
+
+const char* to_string(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::end_of_generation: return "end of generation";
+    case FinishReason::stop_string: return "stop string";
+    case FinishReason::length: return "token limit";
+  }
+  return "?";
+}
+
+GenerateResult generate_tokens(cpu::Session& session, sample::Sampler& sampler,
+                               std::span<const int32_t> prompt, int64_t max_tokens, int64_t chunk,
+                               const TokenSink& on_token) {
+  if (prompt.empty()) fail("the prompt is empty: give at least one token of text");
+  using clock = std::chrono::steady_clock;
+  GenerateResult result;
+  result.prompt_tokens = int64_t(prompt.size());
+  for (int32_t t : prompt) sampler.accept(t);
+
+  const auto t0 = clock::now();
+  std::vector<float> logits = session.prefill(prompt, chunk);
+  const auto t1 = clock::now();
+  result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  for (int64_t i = 0; i < max_tokens; ++i) {
+    if (i > 0) logits = session.decode(result.tokens.back());
+    const int32_t token = sampler.sample(logits);
+    sampler.accept(token);
+    result.tokens.push_back(token);
+    result.last_token_pending = true;
+    if (!on_token(token)) {
+      result.finish = FinishReason::end_of_generation;
+      break;
+    }
+  }
+  result.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  return result;
+}
+
+GenerateResult generate(cpu::Session& session, const tokenizer::Tokenizer& tokenizer,
+                        sample::Sampler& sampler, std::span<const int32_t> prompt,
+                        const GenerateOptions& options, const TextSink& on_text) {
+  tokenizer::TextStream text(tokenizer, options.render_special);
+  sample::StopMatcher stops(options.stop_strings);
+  const auto& ends = tokenizer.end_of_generation();
+  bool stopped_by_string = false;
+  GenerateResult result = generate_tokens(session, sampler, prompt, options.max_tokens, options.chunk, [&](int32_t token) {
+    if (options.stop_at_end_of_generation && std::find(ends.begin(), ends.end(), token) != ends.end()) return false;
+    const auto piece = stops.push(text.push(token));
+    if (!piece.emit.empty()) on_text(piece.emit);
+    stopped_by_string = piece.stopped;
+    return !piece.stopped;
+  });
+  if (stopped_by_string) {
+    result.finish = FinishReason::stop_string;
+    return result;
+  }
+  const auto tail = stops.push(text.flush());
+  std::string rest = tail.emit;
+  if (tail.stopped) result.finish = FinishReason::stop_string;
+  else rest += stops.flush();
+  if (!rest.empty()) on_text(rest);
+  return result;
+}
+
+std::string speed_report(const GenerateResult& r) {
+  // The first generated token comes from the prompt's logits; the decode steps are the rest.
+  const size_t steps = r.tokens.empty() ? 0 : r.tokens.size() - 1;
+  return fmt::format("prompt: {} tokens in {:.2f} s ({:.1f} tok/s); generated: {} tokens in {:.2f} s ({:.1f} tok/s)",
+                     r.prompt_tokens, r.prefill_seconds, double(r.prompt_tokens) / std::max(r.prefill_seconds, 1e-9),
+                     r.tokens.size(), r.decode_seconds, steps ? double(steps) / std::max(r.decode_seconds, 1e-9) : 0.0);
+}
+
+}  // namespace lode::engine

@@ -1,0 +1,60 @@
+// Text generation on one sequence: prefill a prompt, then sample token by token until an
+// end-of-generation token, a stop string, or the token limit; text is streamed in whole UTF-8
+// characters with stop strings held back until decided. Used by `lode run` and `lode chat`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cpu/session.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lode::engine {
+
+struct GenerateOptions {
+  int64_t max_tokens = 256;
+  sample::SamplingParams sampling;
+  std::vector<std::string> stop_strings;
+  bool stop_at_end_of_generation = true;  // eos, <|im_end|>, <|endoftext|>
+  bool render_special = false;            // show control tokens in the streamed text
+  int64_t chunk = 64;                     // prompt tokens per forward chunk
+};
+
+enum class FinishReason { end_of_generation, stop_string, length };
+const char* to_string(FinishReason reason);
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // sampled tokens, the stopping one included
+  // The last sampled token has not been run through the model yet (generation stops before
+  // decoding it); a conversation that continues feeds it first.
+  bool last_token_pending = false;
+  FinishReason finish = FinishReason::length;
+  int64_t prompt_tokens = 0;
+  double prefill_seconds = 0;
+  double decode_seconds = 0;  // time of the steps after the first token
+};
+
+using TextSink = std::function<void(std::string_view text)>;
+using TokenSink = std::function<bool(int32_t token)>;  // false: stop after this token
+
+// The sampling loop alone: appends `prompt`, then samples up to max_tokens, calling on_token after
+// each; finish is `length` unless on_token stopped it (then end_of_generation).
+GenerateResult generate_tokens(cpu::Session& session, sample::Sampler& sampler,
+                               std::span<const int32_t> prompt, int64_t max_tokens, int64_t chunk,
+                               const TokenSink& on_token);
+
+// Appends `prompt` to the session (it may already hold earlier turns) and generates. The sampler
+// keeps its history across calls, so penalties see the whole conversation.
+GenerateResult generate(cpu::Session& session, const tokenizer::Tokenizer& tokenizer,
+                        sample::Sampler& sampler, std::span<const int32_t> prompt,
+                        const GenerateOptions& options, const TextSink& on_text);
+
+// "prompt: 12 tokens in 0.10 s (120.0 tok/s); generated: 32 tokens in 1.00 s (31.0 tok/s)"
+std::string speed_report(const GenerateResult& result);
+
+}  // namespace lode::engine

@@ -1,0 +1,287 @@
+#include "sample/sampler.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+#include "core/error.h"
+
+namespace lode::sample {
+
+namespace {
+
+constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+
+void check_unit_interval(const char* name, float value) {
+  if (!(value >= 0.0f && value <= 1.0f))
+    fail("{} {} is outside [0, 1]; use a value in that range ({} = 1 or 0 turns it off)", name,
+         value, name);
+}
+
+}  // namespace
+
+void validate(const SamplingParams& params, int64_t n_vocab) {
+  if (n_vocab <= 0 || n_vocab > std::numeric_limits<int32_t>::max())
+    fail("vocabulary size {} is invalid; the model must have between 1 and 2^31-1 tokens", n_vocab);
+  if (!std::isfinite(params.temperature))
+    fail("temperature {} is not a finite number; use 0 for greedy or a positive value",
+         params.temperature);
+  check_unit_interval("top_p", params.top_p);
+  check_unit_interval("min_p", params.min_p);
+  if (!(params.repeat_penalty > 0.0f) || !std::isfinite(params.repeat_penalty))
+    fail("repeat_penalty {} must be a finite number > 0 (1 turns it off)", params.repeat_penalty);
+  if (!std::isfinite(params.presence_penalty))
+    fail("presence_penalty {} is not a finite number (0 turns it off)", params.presence_penalty);
+  if (!std::isfinite(params.frequency_penalty))
+    fail("frequency_penalty {} is not a finite number (0 turns it off)", params.frequency_penalty);
+  if (params.penalty_last_n < -1)
+    fail("penalty_last_n {} is invalid; use -1 (whole history), 0 (off) or a window length",
+         params.penalty_last_n);
+  for (const auto& [token, bias] : params.logit_bias) {
+    if (token < 0 || token >= n_vocab)
+      fail("logit_bias token {} is outside the vocabulary of {}; use ids in [0, {})", token,
+           n_vocab, n_vocab);
+    if (std::isnan(bias) || bias == std::numeric_limits<float>::infinity())
+      fail("logit_bias of token {} is {}; use a finite bias, or -inf to ban the token", token,
+           bias);
+  }
+}
+
+namespace detail {
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+Rng::Rng(uint64_t seed) {
+  // splitmix64 never yields four zeros in a row, the one state xoshiro must not start from.
+  for (uint64_t& word : s_) word = splitmix64(seed);
+}
+
+uint64_t Rng::next() {
+  const uint64_t result = std::rotl(s_[1] * 5, 7) * 9;
+  const uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = std::rotl(s_[3], 45);
+  return result;
+}
+
+double Rng::uniform() { return double(next() >> 11) * 0x1.0p-53; }
+
+void apply_logit_bias(std::span<float> logits,
+                      std::span<const std::pair<int32_t, float>> logit_bias) {
+  for (const auto& [token, bias] : logit_bias) {
+    if (token < 0 || size_t(token) >= logits.size())
+      fail("logit_bias token {} is outside the vocabulary of {}", token, logits.size());
+    logits[size_t(token)] += bias;
+  }
+}
+
+void apply_penalties(std::span<float> logits, std::span<const int32_t> recent,
+                     const SamplingParams& params) {
+  const bool active = params.repeat_penalty != 1.0f || params.presence_penalty != 0.0f ||
+                      params.frequency_penalty != 0.0f;
+  if (!active || recent.empty()) return;
+  // Sorting a copy groups equal tokens into runs: count = run length. The window is small (64 by
+  // default), so this beats hashing and needs no per-vocabulary state.
+  std::vector<int32_t> tokens(recent.begin(), recent.end());
+  std::sort(tokens.begin(), tokens.end());
+  for (size_t begin = 0; begin < tokens.size();) {
+    size_t end = begin;
+    while (end < tokens.size() && tokens[end] == tokens[begin]) ++end;
+    const int32_t token = tokens[begin];
+    if (token < 0 || size_t(token) >= logits.size())
+      fail("history token {} is outside the vocabulary of {}", token, logits.size());
+    float& logit = logits[size_t(token)];
+    if (params.repeat_penalty != 1.0f)
+      logit = logit > 0.0f ? logit / params.repeat_penalty : logit * params.repeat_penalty;
+    logit -= float(end - begin) * params.frequency_penalty + params.presence_penalty;
+    begin = end;
+  }
+}
+
+int32_t argmax(std::span<const float> logits) {
+  int64_t best = -1;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] != kMinusInf && (best < 0 || logits[i] > logits[size_t(best)])) best = int64_t(i);
+  if (best < 0)
+    fail("every logit is -inf, so no token can be chosen; check logit_bias does not ban them all");
+  return int32_t(best);
+}
+
+namespace {
+
+// The one order used everywhere: higher logit first, lower id first on ties. A total order, so
+// partial selection and sorting give the same result with any standard library.
+bool better(const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+float max_logit(const std::vector<Candidate>& candidates) {
+  float best = kMinusInf;
+  for (const Candidate& c : candidates) best = std::max(best, c.logit);
+  return best;
+}
+
+// Stores exp((logit - max) / temperature) in p; returns their sum.
+double set_weights(std::vector<Candidate>& candidates, double temperature) {
+  const double top = max_logit(candidates);
+  double total = 0.0;
+  for (Candidate& c : candidates) {
+    c.p = std::exp((double(c.logit) - top) / temperature);
+    total += c.p;
+  }
+  return total;
+}
+
+void keep_top_k(std::vector<Candidate>& candidates, size_t k) {
+  std::nth_element(candidates.begin(), candidates.begin() + ptrdiff_t(k), candidates.end(), better);
+  candidates.resize(k);
+  std::sort(candidates.begin(), candidates.end(), better);
+}
+
+// Length of the shortest prefix of [begin, end) whose weights add up to `target`; 0 if none does.
+size_t prefix_reaching(std::vector<Candidate>::const_iterator begin,
+                       std::vector<Candidate>::const_iterator end, double target) {
+  double mass = 0.0;
+  for (auto it = begin; it != end; ++it) {
+    mass += it->p;
+    if (mass >= target) return size_t(it - begin) + 1;
+  }
+  return 0;
+}
+
+// Keeps the smallest best-first prefix whose probability reaches top_p. Unsorted input is not
+// sorted whole: candidates with weight >= tau * total form a best-first prefix of the full order,
+// and tokens below the floor hold at most n * tau of the mass, so once the floor is low enough the
+// kept prefix lies inside the sorted part. The floor starts high (a peaked distribution sorts a
+// few hundred tokens) and drops 64x per round (a flat 250k vocabulary takes ~3 rounds).
+void keep_top_p(std::vector<Candidate>& candidates, double top_p, bool best_first) {
+  const double total = set_weights(candidates, 1.0);
+  const double target = top_p * total;
+  if (best_first) {
+    if (size_t keep = prefix_reaching(candidates.begin(), candidates.end(), target))
+      candidates.resize(keep);
+    return;
+  }
+  for (double tau = (1.0 - top_p) / 64.0;; tau /= 64.0) {
+    const double floor = tau * total;
+    auto sorted_end = std::partition(candidates.begin(), candidates.end(),
+                                     [floor](const Candidate& c) { return c.p >= floor; });
+    std::sort(candidates.begin(), sorted_end, better);
+    if (size_t keep = prefix_reaching(candidates.begin(), sorted_end, target)) {
+      candidates.resize(keep);
+      return;
+    }
+    if (sorted_end == candidates.end()) return;  // rounding kept the sum short of target: keep all
+  }
+}
+
+// Keeps tokens with p >= min_p * p_max, i.e. exp(logit - max_logit) >= min_p.
+void keep_min_p(std::vector<Candidate>& candidates, double min_p) {
+  set_weights(candidates, 1.0);
+  std::erase_if(candidates, [min_p](const Candidate& c) { return c.p < min_p; });
+}
+
+}  // namespace
+
+void build_distribution(std::span<const float> logits, const SamplingParams& params,
+                        std::vector<Candidate>& out) {
+  if (!(params.temperature > 0.0f))
+    fail("build_distribution needs a temperature > 0 (got {}); greedy decoding uses argmax",
+         params.temperature);
+  out.clear();
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] != kMinusInf) out.push_back({int32_t(i), logits[i], 0.0});
+  if (out.empty())
+    fail("every logit is -inf, so no token can be chosen; check logit_bias does not ban them all");
+
+  bool best_first = false;
+  if (params.top_k > 0 && size_t(params.top_k) < out.size()) {
+    keep_top_k(out, size_t(params.top_k));
+    best_first = true;
+  }
+  if (params.top_p < 1.0f) {
+    keep_top_p(out, params.top_p, best_first);
+    best_first = true;
+  }
+  if (params.min_p > 0.0f) keep_min_p(out, params.min_p);
+
+  const double total = set_weights(out, params.temperature);
+  for (Candidate& c : out) c.p /= total;
+}
+
+}  // namespace detail
+
+namespace {
+
+// Inverse-CDF draw over the candidates in their given order.
+int32_t draw(const std::vector<detail::Candidate>& candidates, double u) {
+  double mass = 0.0;
+  for (const detail::Candidate& c : candidates) {
+    mass += c.p;
+    if (u < mass) return c.id;
+  }
+  // u landed past the rounded total: the last token that can be drawn at all.
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it)
+    if (it->p > 0.0) return it->id;
+  return candidates.front().id;
+}
+
+void check_logits(std::span<const float> logits, int64_t n_vocab) {
+  if (int64_t(logits.size()) != n_vocab)
+    fail("sampler got {} logits for a vocabulary of {}; pass one row of the model's output",
+         logits.size(), n_vocab);
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<float>::infinity())
+      fail("logit of token {} is {}: the model produced an invalid value (check the weights and "
+           "the backend)", i, logits[i]);
+}
+
+}  // namespace
+
+Sampler::Sampler(SamplingParams params, int64_t n_vocab)
+    : params_(std::move(params)), n_vocab_(n_vocab), rng_(params_.seed) {
+  validate(params_, n_vocab_);
+}
+
+int32_t Sampler::sample(std::span<const float> logits) {
+  check_logits(logits, n_vocab_);
+  work_.assign(logits.begin(), logits.end());
+  detail::apply_logit_bias(work_, params_.logit_bias);
+  detail::apply_penalties(work_, penalty_window(), params_);
+  if (params_.temperature <= 0.0f) return detail::argmax(work_);
+  detail::build_distribution(work_, params_, candidates_);
+  return draw(candidates_, rng_.uniform());
+}
+
+void Sampler::accept(int32_t token) {
+  if (token < 0 || token >= n_vocab_)
+    fail("accepted token {} is outside the vocabulary of {}", token, n_vocab_);
+  history_.push_back(token);
+  // Trim in batches so accepting stays O(1) amortized.
+  const int last_n = params_.penalty_last_n;
+  if (last_n >= 0 && history_.size() > 2 * size_t(last_n) + 64)
+    history_.erase(history_.begin(), history_.end() - last_n);
+}
+
+void Sampler::reset() {
+  history_.clear();
+  rng_ = detail::Rng(params_.seed);
+}
+
+std::span<const int32_t> Sampler::penalty_window() const {
+  std::span<const int32_t> all(history_);
+  if (params_.penalty_last_n < 0) return all;
+  return all.last(std::min(all.size(), size_t(params_.penalty_last_n)));
+}
+
+}  // namespace lode::sample

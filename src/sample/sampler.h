@@ -1,0 +1,104 @@
+// Token sampling: turns one position's logits into the next token.
+//
+//   sample::Sampler sampler({.temperature = 0.7f, .seed = 42}, vocab);
+//   for (int32_t t : prompt) sampler.accept(t);          // penalties see the prompt too
+//   int32_t next = sampler.sample(logits);               // logits: [vocab]
+//   sampler.accept(next);
+//
+// Order of operations: logit bias, penalties, then greedy (temperature <= 0) or top-k, top-p,
+// min-p, temperature, softmax, draw. Top-p and min-p judge probabilities before the temperature
+// (as llama.cpp's default chain does), so the temperature only reshapes what survives.
+// Deterministic: the same seed and the same logits give the same tokens on every platform; the
+// random numbers come from our own xoshiro256** and every ordering is a total order on
+// (logit, id), so no result depends on the standard library's algorithms or distributions.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace lode::sample {
+
+struct SamplingParams {
+  float temperature = 0.6f;       // <= 0: greedy (argmax, lowest id wins ties)
+  int top_k = 20;                 // <= 0: off
+  float top_p = 0.95f;            // >= 1: off
+  float min_p = 0.0f;             // <= 0: off (keep tokens with p >= min_p * p_max)
+  float repeat_penalty = 1.0f;    // 1: off. CTRL/llama.cpp: logit > 0 ? logit / pen : logit * pen
+  float presence_penalty = 0.0f;  // OpenAI: minus presence_penalty if the token occurred
+  float frequency_penalty = 0.0f; // OpenAI: minus frequency_penalty * count
+  int penalty_last_n = 64;        // recent tokens the penalties look at (-1: all, 0: none)
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to logits first (-inf bans)
+  uint64_t seed = 0;
+};
+
+// Fails (lode::Error) with a message naming the bad field and its allowed range.
+void validate(const SamplingParams& params, int64_t n_vocab);
+
+namespace detail {
+
+// splitmix64 step: advances `state` and returns the next output (used to seed xoshiro).
+uint64_t splitmix64(uint64_t& state);
+
+// xoshiro256** (Blackman & Vigna), seeded from one 64-bit seed through splitmix64.
+class Rng {
+public:
+  explicit Rng(uint64_t seed);
+  uint64_t next();
+  // Uniform in [0, 1): the top 53 bits of next() scaled by 2^-53.
+  double uniform();
+
+private:
+  uint64_t s_[4];
+};
+
+struct Candidate {
+  int32_t id;
+  float logit;  // after bias and penalties, before the temperature
+  double p;     // probability after every filter and the temperature (the candidates sum to 1)
+};
+
+// Adds each bias to its token's logit (-inf bans the token).
+void apply_logit_bias(std::span<float> logits,
+                      std::span<const std::pair<int32_t, float>> logit_bias);
+// Applies the repeat, presence and frequency penalties for the tokens of `recent` (the window the
+// caller chose; a token's count is how often it occurs there).
+void apply_penalties(std::span<float> logits, std::span<const int32_t> recent,
+                     const SamplingParams& params);
+// Index of the largest logit, the lowest on ties. Fails when every logit is -inf.
+int32_t argmax(std::span<const float> logits);
+// The candidates left after top-k, top-p and min-p, with their probabilities at the temperature
+// (which must be > 0), into `out`. Order: best first when top-k or top-p cut, else token order.
+// Fails when every logit is -inf.
+void build_distribution(std::span<const float> logits, const SamplingParams& params,
+                        std::vector<Candidate>& out);
+
+}  // namespace detail
+
+class Sampler {
+public:
+  Sampler(SamplingParams params, int64_t n_vocab);
+
+  // The next token for these logits [n_vocab]. Does not record it: call accept() for that.
+  // Fails on a wrong size, a NaN or +inf logit, or when every token is banned (-inf).
+  int32_t sample(std::span<const float> logits);
+  // Records a token (of the prompt or generated) for the penalties.
+  void accept(int32_t token);
+  // Forgets the history and restarts the random numbers from the seed.
+  void reset();
+
+  const SamplingParams& params() const { return params_; }
+
+private:
+  std::span<const int32_t> penalty_window() const;
+
+  SamplingParams params_;
+  int64_t n_vocab_;
+  detail::Rng rng_;
+  std::vector<int32_t> history_;  // trimmed lazily to the last penalty_last_n tokens
+  // Scratch reused between calls so a 250k vocabulary does not allocate per token.
+  std::vector<float> work_;
+  std::vector<detail::Candidate> candidates_;
+};
+
+}  // namespace lode::sample

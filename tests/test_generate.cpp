@@ -1,0 +1,115 @@
+// engine::generate on a synthesized tiny model (random weights, the synth byte-level vocabulary):
+// greedy generation equals the plain argmax loop, stop strings and end-of-generation tokens stop
+// it where they should, and a seed reproduces a sampled run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+
+#include "cpu/session.h"
+#include "engine/generate.h"
+#include "model/synth.h"
+#include "test_gguf_helpers.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using namespace lode;
+
+class Generate : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir;
+    model::SynthOptions o;
+    o.layers = 2;
+    o.seed = 11;
+    model::write_synth(*dir_ / "tiny.gguf", o);
+    reader_ = new gguf::Reader(*dir_ / "tiny.gguf");
+    tokenizer_ = new tokenizer::Tokenizer(tokenizer::Tokenizer::from_metadata(reader_->metadata()));
+  }
+  static void TearDownTestSuite() {
+    delete tokenizer_;
+    delete reader_;
+    delete dir_;
+  }
+  static cpu::Session session() { return cpu::Session(*reader_, model::read_config(reader_->metadata()), {.threads = 1}); }
+  static engine::GenerateOptions greedy(int64_t n) {
+    engine::GenerateOptions g;
+    g.max_tokens = n;
+    g.sampling.temperature = 0;
+    return g;
+  }
+  static engine::GenerateResult run(const engine::GenerateOptions& g, std::string* text) {
+    cpu::Session s = session();
+    sample::Sampler sampler(g.sampling, s.vocab());
+    const auto prompt = tokenizer_->encode("The weather today", false);
+    return engine::generate(s, *tokenizer_, sampler, prompt, g, [&](std::string_view piece) { *text += piece; });
+  }
+
+  static inline test::TempDir* dir_ = nullptr;
+  static inline gguf::Reader* reader_ = nullptr;
+  static inline tokenizer::Tokenizer* tokenizer_ = nullptr;
+};
+
+TEST_F(Generate, GreedyEqualsTheArgmaxLoopAndStreamsTheDecodedText) {
+  std::string text;
+  auto g = greedy(12);
+  g.stop_at_end_of_generation = false;
+  const auto result = run(g, &text);
+
+  cpu::Session s = session();
+  std::vector<float> logits = s.prefill(tokenizer_->encode("The weather today", false));
+  std::vector<int32_t> expect;
+  for (int i = 0; i < 12; ++i) {
+    if (i) logits = s.decode(expect.back());
+    expect.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+  }
+  EXPECT_EQ(result.tokens, expect);
+  EXPECT_EQ(result.finish, engine::FinishReason::length);
+  EXPECT_EQ(text, tokenizer_->decode(expect, false));
+}
+
+TEST_F(Generate, StopStringEndsTheTextBeforeIt) {
+  std::string full;
+  auto g = greedy(16);
+  g.stop_at_end_of_generation = false;
+  run(g, &full);
+  ASSERT_GE(full.size(), 6u);
+  const std::string stop = full.substr(full.size() / 2, 2);
+  const size_t at = full.find(stop);
+  g.stop_strings = {stop};
+  std::string text;
+  const auto result = run(g, &text);
+  EXPECT_EQ(result.finish, engine::FinishReason::stop_string);
+  EXPECT_EQ(text, full.substr(0, at));
+}
+
+TEST_F(Generate, EndOfTurnTokenStopsAndIsNotShown) {
+  const int32_t im_end = *tokenizer_->find_token("<|im_end|>");
+  auto g = greedy(16);
+  g.sampling.logit_bias = {{im_end, 1000.0f}};
+  std::string text;
+  const auto result = run(g, &text);
+  EXPECT_EQ(result.finish, engine::FinishReason::end_of_generation);
+  EXPECT_EQ(result.tokens, std::vector<int32_t>{im_end});
+  EXPECT_TRUE(result.last_token_pending);
+  EXPECT_EQ(text, "");
+}
+
+TEST_F(Generate, SameSeedSameTokensOtherSeedOthers) {
+  engine::GenerateOptions g;
+  g.max_tokens = 16;
+  g.stop_at_end_of_generation = false;
+  g.sampling.temperature = 1.5f;
+  g.sampling.top_k = 0;
+  g.sampling.top_p = 1;
+  g.sampling.seed = 5;
+  std::string a, b, c;
+  const auto ra = run(g, &a), rb = run(g, &b);
+  g.sampling.seed = 6;
+  const auto rc = run(g, &c);
+  EXPECT_EQ(ra.tokens, rb.tokens);
+  EXPECT_NE(ra.tokens, rc.tokens);
+}
+
+}  // namespace

@@ -1,0 +1,355 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "core/error.h"
+#include "sample/sampler.h"
+
+using namespace lode;
+using namespace lode::sample;
+
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<float> random_logits(size_t n, uint32_t seed, float scale = 3.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> logits(n);
+  for (float& x : logits) x = normal(gen);
+  return logits;
+}
+
+// The reference order: indices by logit descending, lowest id first on ties.
+std::vector<int32_t> ranked(const std::vector<float>& logits) {
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  return ids;
+}
+
+std::vector<double> softmax(const std::vector<float>& logits, double temperature) {
+  const double top = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> p(logits.size());
+  double total = 0;
+  for (size_t i = 0; i < p.size(); ++i) total += p[i] = std::exp((logits[i] - top) / temperature);
+  for (double& x : p) x /= total;
+  return p;
+}
+
+SamplingParams plain(float temperature) {
+  SamplingParams params;
+  params.temperature = temperature;
+  params.top_k = 0;
+  params.top_p = 1.0f;
+  params.min_p = 0.0f;
+  return params;
+}
+
+std::vector<int32_t> kept_ids(const std::vector<float>& logits, const SamplingParams& params) {
+  std::vector<detail::Candidate> out;
+  detail::build_distribution(logits, params, out);
+  std::vector<int32_t> ids;
+  for (const auto& c : out) ids.push_back(c.id);
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::vector<float> logits_of(std::initializer_list<double> probabilities) {
+  std::vector<float> logits;
+  for (double p : probabilities) logits.push_back(float(std::log(p)));
+  return logits;
+}
+
+}  // namespace
+
+TEST(SamplerRng, SplitmixMatchesThePublishedFirstOutput) {
+  uint64_t state = 0;
+  EXPECT_EQ(detail::splitmix64(state), 0xe220a8397b1dcdafull);  // Vigna's splitmix64, seed 0
+}
+
+TEST(SamplerRng, UniformIsInUnitIntervalWithMeanOneHalf) {
+  detail::Rng rng(7);
+  double sum = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const double u = rng.uniform();
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    sum += u;
+  }
+  EXPECT_NEAR(sum / n, 0.5, 0.005);
+}
+
+TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
+  Sampler sampler(plain(0.0f), 6);
+  EXPECT_EQ(sampler.sample(std::vector<float>{1, 5, 2, 5, 5, -1}), 1);
+  EXPECT_EQ(sampler.sample(std::vector<float>{-kInf, -3, -3, -kInf, -4, -3}), 1);
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    auto logits = random_logits(6, seed);
+    logits[seed % 6] = logits[(seed + 3) % 6] = 10.0f;  // a tie at the top
+    const auto expected = std::max_element(logits.begin(), logits.end()) - logits.begin();
+    EXPECT_EQ(sampler.sample(logits), expected);
+  }
+}
+
+TEST(Sampler, SameSeedSameSequenceDifferentSeedDiffers) {
+  SamplingParams params = plain(1.0f);
+  params.seed = 1234;
+  Sampler a(params, 50), b(params, 50);
+  params.seed = 1235;
+  Sampler c(params, 50);
+  std::vector<int32_t> from_a, from_c;
+  for (uint32_t step = 0; step < 200; ++step) {
+    const auto logits = random_logits(50, step, 0.5f);
+    const int32_t token = a.sample(logits);
+    EXPECT_EQ(token, b.sample(logits)) << "step " << step;
+    from_a.push_back(token);
+    from_c.push_back(c.sample(logits));
+  }
+  EXPECT_NE(from_a, from_c);
+  a.reset();
+  for (uint32_t step = 0; step < 200; ++step)
+    EXPECT_EQ(a.sample(random_logits(50, step, 0.5f)), from_a[step]) << "after reset, " << step;
+}
+
+TEST(Sampler, FrequenciesMatchSoftmaxAtTheTemperature) {
+  const std::vector<float> logits{1.0f, 2.0f, 0.5f, -1.0f, 1.5f, 0.0f, 2.2f, -0.3f};
+  const double temperature = 0.7;
+  const auto expected = softmax(logits, temperature);
+  SamplingParams params = plain(float(temperature));
+  params.seed = 99;
+  Sampler sampler(params, int64_t(logits.size()));
+  const int n = 200000;
+  std::vector<int> counts(logits.size());
+  for (int i = 0; i < n; ++i) ++counts[size_t(sampler.sample(logits))];
+  double chi_square = 0, max_diff = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double want = expected[i] * n;
+    chi_square += (counts[i] - want) * (counts[i] - want) / want;
+    max_diff = std::max(max_diff, std::abs(counts[i] / double(n) - expected[i]));
+  }
+  EXPECT_LT(chi_square, 24.32);  // 7 degrees of freedom, p = 0.001
+  EXPECT_LT(max_diff, 0.006);    // ~5 standard deviations of the largest frequency
+}
+
+TEST(Sampler, TopKOneIsGreedy) {
+  SamplingParams params = plain(1.5f);
+  params.top_k = 1;
+  Sampler sampled(params, 300);
+  Sampler greedy(plain(0.0f), 300);
+  for (uint32_t step = 0; step < 50; ++step) {
+    const auto logits = random_logits(300, step, 0.2f);
+    EXPECT_EQ(sampled.sample(logits), greedy.sample(logits)) << "step " << step;
+  }
+}
+
+TEST(Sampler, TopKKeepsExactlyTheKBest) {
+  const auto logits = random_logits(250000, 5);
+  const auto order = ranked(logits);
+  for (int k : {1, 5, 20, 1000}) {
+    SamplingParams params = plain(0.8f);
+    params.top_k = k;
+    std::vector<int32_t> expected(order.begin(), order.begin() + k);
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(kept_ids(logits, params), expected) << "k " << k;
+  }
+  // Ties at the boundary: the lower ids win.
+  SamplingParams params = plain(1.0f);
+  params.top_k = 2;
+  EXPECT_EQ(kept_ids({1, 3, 1, 1, 0}, params), (std::vector<int32_t>{0, 1}));
+  // Drawing never leaves the k best, and reaches each of them.
+  params.top_k = 3;
+  Sampler sampler(params, 6);
+  std::set<int32_t> seen;
+  const std::vector<float> close{0.1f, 0.3f, 0, 0.2f, -5, 0.25f};
+  for (int i = 0; i < 2000; ++i) seen.insert(sampler.sample(close));
+  EXPECT_EQ(seen, (std::set<int32_t>{1, 3, 5}));
+}
+
+TEST(Sampler, TopPKeepsTheSmallestPrefixReachingP) {
+  const auto logits = logits_of({0.05, 0.5, 0.1, 0.2, 0.15});  // best first: 1, 3, 4, 2, 0
+  SamplingParams params = plain(1.0f);
+  params.top_p = 0.45f;
+  EXPECT_EQ(kept_ids(logits, params), (std::vector<int32_t>{1}));
+  params.top_p = 0.69f;
+  EXPECT_EQ(kept_ids(logits, params), (std::vector<int32_t>{1, 3}));
+  params.top_p = 0.71f;
+  EXPECT_EQ(kept_ids(logits, params), (std::vector<int32_t>{1, 3, 4}));
+  params.top_p = 0.0f;
+  EXPECT_EQ(kept_ids(logits, params), (std::vector<int32_t>{1}));
+  params.top_p = 0.99f;
+  EXPECT_EQ(kept_ids(logits, params), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  // After top-k, the mass is that of the k survivors: 0.5 / 0.7 > 0.69.
+  params.top_k = 2;
+  params.top_p = 0.69f;
+  EXPECT_EQ(kept_ids(logits, params), (std::vector<int32_t>{1}));
+}
+
+TEST(Sampler, TopPOnALargeVocabularyMatchesAFullSort) {
+  for (float scale : {0.3f, 2.0f, 8.0f}) {
+    const auto logits = random_logits(250000, 11, scale);
+    const auto p = softmax(logits, 1.0);
+    const auto order = ranked(logits);
+    for (float top_p : {0.1f, 0.5f, 0.9f, 0.95f}) {
+      double mass = 0;
+      size_t keep = 0;
+      while (mass < top_p) mass += p[size_t(order[keep++])];
+      std::vector<int32_t> expected(order.begin(), order.begin() + ptrdiff_t(keep));
+      std::sort(expected.begin(), expected.end());
+      SamplingParams params = plain(1.0f);
+      params.top_p = top_p;
+      EXPECT_EQ(kept_ids(logits, params), expected) << "scale " << scale << " top_p " << top_p;
+    }
+  }
+  // A flat distribution: exactly half the tokens, the lowest ids.
+  SamplingParams params = plain(1.0f);
+  params.top_p = 0.5f;
+  const auto kept = kept_ids(std::vector<float>(100000, 0.25f), params);
+  ASSERT_EQ(kept.size(), 50000u);
+  EXPECT_EQ(kept.back(), 49999);
+}
+
+TEST(Sampler, MinPKeepsTokensAboveAFractionOfTheBest) {
+  const auto logits = logits_of({0.05, 0.4, 0.2, 0.3, 0.05});
+  SamplingParams params = plain(1.0f);
+  params.min_p = 0.4f;  // p >= 0.16
+  EXPECT_EQ(kept_ids(logits, params), (std::vector<int32_t>{1, 2, 3}));
+  params.min_p = 0.6f;  // p >= 0.24
+  EXPECT_EQ(kept_ids(logits, params), (std::vector<int32_t>{1, 3}));
+  params.min_p = 1.0f;
+  EXPECT_EQ(kept_ids(logits, params), (std::vector<int32_t>{1}));
+  // Survivors are renormalised at the temperature.
+  params.min_p = 0.6f;
+  params.temperature = 2.0f;
+  std::vector<detail::Candidate> out;
+  detail::build_distribution(logits, params, out);
+  ASSERT_EQ(out.size(), 2u);
+  const double a = std::sqrt(0.4), b = std::sqrt(0.3);  // p^(1/T)
+  for (const auto& c : out) EXPECT_NEAR(c.p, (c.id == 1 ? a : b) / (a + b), 1e-6);
+}
+
+TEST(SamplerPenalties, MatchHandComputedLogits) {
+  const std::vector<float> base{2.0f, -1.0f, 0.5f, 3.0f, -2.0f};
+  const std::vector<int32_t> recent{0, 1, 0, 3, 0};  // counts: 0 x3, 1 x1, 3 x1
+  auto apply = [&](float repeat, float presence, float frequency) {
+    SamplingParams params;
+    params.repeat_penalty = repeat;
+    params.presence_penalty = presence;
+    params.frequency_penalty = frequency;
+    auto logits = base;
+    detail::apply_penalties(logits, recent, params);
+    return logits;
+  };
+  auto expect = [](const std::vector<float>& got, const std::vector<float>& want) {
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6) << "token " << i;
+  };
+  expect(apply(2.0f, 0, 0), {1.0f, -2.0f, 0.5f, 1.5f, -2.0f});
+  expect(apply(1.0f, 0.5f, 0), {1.5f, -1.5f, 0.5f, 2.5f, -2.0f});
+  expect(apply(1.0f, 0, 0.25f), {1.25f, -1.25f, 0.5f, 2.75f, -2.0f});
+  // All three: repeat first, then 3 * 0.1 + 0.25 off token 0.
+  expect(apply(1.5f, 0.25f, 0.1f), {0.7833333f, -1.85f, 0.5f, 1.65f, -2.0f});
+}
+
+TEST(SamplerPenalties, LookOnlyAtTheLastNAcceptedTokens) {
+  const std::vector<float> logits{3.0f, 2.9f, 0.0f, 0.0f};
+  SamplingParams params = plain(0.0f);
+  params.frequency_penalty = 0.5f;
+  params.penalty_last_n = 3;
+  Sampler sampler(params, 4);
+  EXPECT_EQ(sampler.sample(logits), 0);
+  sampler.accept(0);
+  EXPECT_EQ(sampler.sample(logits), 1);  // 3.0 - 0.5 < 2.9
+  sampler.accept(1);
+  sampler.accept(0);                     // token 0 twice: 2.0; token 1 once: 2.4
+  EXPECT_EQ(sampler.sample(logits), 1);
+  for (int i = 0; i < 3; ++i) sampler.accept(2);  // both fall out of the window
+  EXPECT_EQ(sampler.sample(logits), 0);
+  for (int i = 0; i < 500; ++i) sampler.accept(i % 2 ? 3 : 0);  // trimming keeps the window right
+  sampler.accept(3);
+  sampler.accept(3);
+  sampler.accept(3);
+  EXPECT_EQ(sampler.sample(logits), 0);
+  sampler.reset();
+  sampler.accept(0);
+  EXPECT_EQ(sampler.sample(logits), 1);
+
+  params.penalty_last_n = 0;  // off
+  Sampler off(params, 4);
+  off.accept(0);
+  EXPECT_EQ(off.sample(logits), 0);
+}
+
+TEST(Sampler, LogitBiasBansTheArgmax) {
+  SamplingParams params = plain(0.0f);
+  params.logit_bias = {{2, -kInf}, {0, 0.5f}};
+  const std::vector<float> logits{1.0f, 1.2f, 5.0f, 0.0f};
+  Sampler greedy(params, 4);
+  EXPECT_EQ(greedy.sample(logits), 0);  // 2 banned; 1.0 + 0.5 beats 1.2
+  params.temperature = 1.0f;
+  params.top_k = 2;
+  Sampler sampler(params, 4);
+  for (int i = 0; i < 1000; ++i) EXPECT_NE(sampler.sample(logits), 2);
+  params.logit_bias = {{0, -kInf}, {1, -kInf}, {2, -kInf}, {3, -kInf}};
+  Sampler all_banned(params, 4);
+  EXPECT_THROW(all_banned.sample(logits), Error);
+}
+
+TEST(Sampler, ValidateNamesTheBadField) {
+  auto message = [](SamplingParams params, int64_t n_vocab) -> std::string {
+    try {
+      validate(params, n_vocab);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  SamplingParams params;
+  EXPECT_EQ(message(params, 1000), "");
+  params.top_p = 1.5f;
+  EXPECT_NE(message(params, 1000).find("top_p 1.5 is outside [0, 1]"), std::string::npos);
+  params = {};
+  params.min_p = -0.1f;
+  EXPECT_NE(message(params, 1000).find("min_p"), std::string::npos);
+  params = {};
+  params.logit_bias = {{999999, -1.0f}};
+  EXPECT_NE(message(params, 1000).find("logit_bias token 999999 is outside the vocabulary of 1000"),
+            std::string::npos);
+  params = {};
+  params.logit_bias = {{3, std::nanf("")}};
+  EXPECT_NE(message(params, 1000).find("logit_bias"), std::string::npos);
+  params = {};
+  params.temperature = std::nanf("");
+  EXPECT_NE(message(params, 1000).find("temperature"), std::string::npos);
+  params = {};
+  params.repeat_penalty = 0.0f;
+  EXPECT_NE(message(params, 1000).find("repeat_penalty"), std::string::npos);
+  params = {};
+  params.frequency_penalty = kInf;
+  EXPECT_NE(message(params, 1000).find("frequency_penalty"), std::string::npos);
+  params = {};
+  params.penalty_last_n = -2;
+  EXPECT_NE(message(params, 1000).find("penalty_last_n"), std::string::npos);
+  EXPECT_THROW(Sampler(params, 1000), Error);
+}
+
+TEST(Sampler, RejectsNaNWrongSizesAndForeignTokens) {
+  Sampler sampler(SamplingParams{}, 4);
+  EXPECT_THROW(sampler.sample(std::vector<float>{0, std::nanf(""), 1, 2}), Error);
+  EXPECT_THROW(sampler.sample(std::vector<float>{0, kInf, 1, 2}), Error);
+  EXPECT_THROW(sampler.sample(std::vector<float>{0, 1, 2}), Error);
+  EXPECT_THROW(sampler.sample(std::vector<float>(4, -kInf)), Error);
+  EXPECT_THROW(sampler.accept(4), Error);
+  EXPECT_THROW(sampler.accept(-1), Error);
+  try {
+    sampler.sample(std::vector<float>{0, 0, std::nanf(""), 0});
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token 2"), std::string::npos) << e.what();
+  }
+}
