@@ -13,5 +13,6 @@ void add_logits_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);
+void add_ppl_command(CLI::App& app);
 
 }  // namespace lode::cli
