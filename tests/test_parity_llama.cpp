@@ -10,6 +10,9 @@
 //   3-11% from float32 on these models), so the greedy tokens part: every parting position and
 //   llama.cpp's top-2 probabilities there are printed, not asserted. On these tiny random models
 //   the distributions are flat (p ~ 0.05 over 512 tokens) and pairs 5-25% apart swap.
+// - lode-mini (models/lode-mini.gguf, the trained model, real-text prompts) as well: there too the
+//   8-bit activations move llama.cpp's logits by 1-4% (relative L2) and greedy tokens part where its
+//   top-2 probabilities are 4-9% apart (docs/PARITY.md), so that comparison is reported, not asserted.
 // Skips when the oracle is not fetched.
 #include <gtest/gtest.h>
 
@@ -19,6 +22,7 @@
 #include "model/recipe.h"
 #include "model/synth.h"
 #include "support/fixtures.h"
+#include "tokenizer/tokenizer.h"
 #include "support/llama_oracle.h"
 #include "test_gguf_helpers.h"
 
@@ -47,6 +51,18 @@ protected:
       fixture_.prompts = {{{7}, {}, "prompt_0"},
                           {{17, 300, 4, 999, 512, 88, 61, 230, 1000}, {}, "prompt_1"},
                           {{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 400, 401, 402, 403}, {}, "prompt_2"}};
+      return;
+    }
+    if (GetParam() == "lode_mini") {  // the trained model: its F32 dequantization is the base
+      f32_ = dequantized(lode::test::kRepo / "models/lode-mini.gguf");
+      fixture_.name = "lode_mini";
+      const lode::gguf::Reader reader(f32_);
+      const auto tok = lode::tokenizer::Tokenizer::from_metadata(reader.metadata());
+      const char* texts[] = {
+          "Genesis 1:1 In the beginning God created the",
+          "NAME\n       ls - list directory contents\n\nDESCRIPTION\n       List information about the FILEs",
+          "<|im_start|>user\nWhat does os.path.join do?<|im_end|>\n<|im_start|>assistant\n<think>\n"};
+      for (int i = 0; i < 3; ++i) fixture_.prompts.push_back({tok.encode(texts[i], true), {}, "prompt_" + std::to_string(i)});
       return;
     }
     fixture_ = lode::test::load_fixture(GetParam());
@@ -179,8 +195,8 @@ TEST_P(LlamaParity, QuantizedGreedyTokens) {
   }
 }
 
-// The transformers fixtures (hidden 64: K-quant rows fall back to Q4_0/Q5_0/Q8_0) and a synthesized
-// tiny model whose rows take the recipes' K-quants.
-INSTANTIATE_TEST_SUITE_P(Models, LlamaParity, ::testing::Values("tiny_flat", "tiny_nested", "synth_tiny"));
+// The transformers fixtures (hidden 64: K-quant rows fall back to Q4_0/Q5_0/Q8_0), a synthesized
+// tiny model whose rows take the recipes' K-quants, and the trained lode-mini.
+INSTANTIATE_TEST_SUITE_P(Models, LlamaParity, ::testing::Values("tiny_flat", "tiny_nested", "synth_tiny", "lode_mini"));
 
 }  // namespace
