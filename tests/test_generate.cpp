@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "core/error.h"
 #include "cpu/session.h"
 #include "engine/generate.h"
 #include "model/synth.h"
@@ -94,6 +95,25 @@ TEST_F(Generate, EndOfTurnTokenStopsAndIsNotShown) {
   EXPECT_EQ(result.tokens, std::vector<int32_t>{im_end});
   EXPECT_TRUE(result.last_token_pending);
   EXPECT_EQ(text, "");
+}
+
+TEST_F(Generate, AFullContextEndsGenerationAndATooLongPromptIsRefused) {
+  const auto prompt = tokenizer_->encode("The weather today", false);
+  cpu::Session s(*reader_, model::read_config(reader_->metadata()),
+                 {.threads = 1, .max_context = int64_t(prompt.size()) + 5});
+  auto g = greedy(20);
+  g.stop_at_end_of_generation = false;
+  sample::Sampler sampler(g.sampling, s.vocab());
+  const auto r = engine::generate(s, *tokenizer_, sampler, prompt, g, [](std::string_view) {});
+  EXPECT_EQ(r.finish, engine::FinishReason::context_full);
+  EXPECT_EQ(r.tokens.size(), 6u);  // 5 decoded into the context, the 6th sampled and pending
+  EXPECT_EQ(s.position(), s.max_context());
+  try {
+    engine::generate(s, *tokenizer_, sampler, prompt, g, [](std::string_view) {});
+    FAIL() << "a prompt that does not fit was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("only 0 of the context"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(Generate, SameSeedSameTokensOtherSeedOthers) {

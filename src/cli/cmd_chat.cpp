@@ -50,7 +50,7 @@ class Chat {
       try {
         turn(line);
       } catch (const Error& e) {  // e.g. the context is full: say so and keep the chat alive
-        fmt::print(stderr, "\nlode: error: {}\n", e.what());
+        fmt::print(stderr, "\nlode: error: {}; /reset clears the conversation\n", e.what());
       }
     }
   }
@@ -132,6 +132,9 @@ class Chat {
     fmt::print("\n");
     std::fflush(stdout);
     fmt::print(stderr, "[{}; context {} tokens]\n", engine::speed_report(last_), model_.session.position());
+    if (last_.finish == engine::FinishReason::context_full)
+      fmt::print(stderr, "[the context of {} tokens is full: /reset starts over, --ctx makes it larger]\n",
+                 model_.session.max_context());
   }
 
   const ChatOptions& o_;

@@ -54,6 +54,7 @@ public:
   // Forgets the sequence (K/V caches and DeltaNet states back to empty).
   void reset();
   int64_t position() const { return state_.position; }
+  int64_t max_context() const { return options_.max_context; }  // resolved: never 0
   int64_t vocab() const { return weights_->config.vocab; }
   const model::Qwen35MoeConfig& config() const { return weights_->config; }
   const SequenceState& state() const { return state_; }

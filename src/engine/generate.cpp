@@ -15,6 +15,8 @@ const char* to_string(FinishReason reason) {
     case FinishReason::end_of_generation: return "end of generation";
     case FinishReason::stop_string: return "stop string";
     case FinishReason::length: return "token limit";
+    case FinishReason::context_full: return "full context";
+    case FinishReason::cancelled: return "cancelled";
   }
   return "?";
 }
@@ -23,6 +25,10 @@ GenerateResult generate_tokens(cpu::Session& session, sample::Sampler& sampler,
                                std::span<const int32_t> prompt, int64_t max_tokens, int64_t chunk,
                                const TokenSink& on_token) {
   if (prompt.empty()) fail("the prompt is empty: give at least one token of text");
+  const int64_t room = session.max_context() - session.position();
+  if (int64_t(prompt.size()) > room)
+    fail("the prompt needs {} tokens but only {} of the context's {} are left (start over, or raise --ctx)",
+         prompt.size(), room, session.max_context());
   using clock = std::chrono::steady_clock;
   GenerateResult result;
   result.prompt_tokens = int64_t(prompt.size());
@@ -33,7 +39,13 @@ GenerateResult generate_tokens(cpu::Session& session, sample::Sampler& sampler,
   const auto t1 = clock::now();
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   for (int64_t i = 0; i < max_tokens; ++i) {
-    if (i > 0) logits = session.decode(result.tokens.back());
+    if (i > 0) {
+      if (session.position() >= session.max_context()) {
+        result.finish = FinishReason::context_full;
+        break;
+      }
+      logits = session.decode(result.tokens.back());
+    }
     const int32_t token = sampler.sample(logits);
     sampler.accept(token);
     result.tokens.push_back(token);
@@ -54,13 +66,22 @@ GenerateResult generate(cpu::Session& session, const tokenizer::Tokenizer& token
   sample::StopMatcher stops(options.stop_strings);
   const auto& ends = tokenizer.end_of_generation();
   bool stopped_by_string = false;
+  bool cancelled = false;
   GenerateResult result = generate_tokens(session, sampler, prompt, options.max_tokens, options.chunk, [&](int32_t token) {
+    if (options.cancel && options.cancel->load()) {
+      cancelled = true;
+      return false;
+    }
     if (options.stop_at_end_of_generation && std::find(ends.begin(), ends.end(), token) != ends.end()) return false;
     const auto piece = stops.push(text.push(token));
     if (!piece.emit.empty()) on_text(piece.emit);
     stopped_by_string = piece.stopped;
     return !piece.stopped;
   });
+  if (cancelled) {  // nobody is reading: drop what was held back
+    result.finish = FinishReason::cancelled;
+    return result;
+  }
   if (stopped_by_string) {
     result.finish = FinishReason::stop_string;
     return result;

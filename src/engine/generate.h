@@ -3,6 +3,7 @@
 // characters with stop strings held back until decided. Used by `lode run` and `lode chat`.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -23,9 +24,13 @@ struct GenerateOptions {
   bool stop_at_end_of_generation = true;  // eos, <|im_end|>, <|endoftext|>
   bool render_special = false;            // show control tokens in the streamed text
   int64_t chunk = 64;                     // prompt tokens per forward chunk
+  // Set by another thread (a server whose client went away, a shutdown): checked after every
+  // sampled token; generation then stops, drops held-back text and finishes `cancelled`.
+  // Null: never cancelled.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
-enum class FinishReason { end_of_generation, stop_string, length };
+enum class FinishReason { end_of_generation, stop_string, length, cancelled, context_full };
 const char* to_string(FinishReason reason);
 
 struct GenerateResult {
@@ -43,7 +48,9 @@ using TextSink = std::function<void(std::string_view text)>;
 using TokenSink = std::function<bool(int32_t token)>;  // false: stop after this token
 
 // The sampling loop alone: appends `prompt`, then samples up to max_tokens, calling on_token after
-// each; finish is `length` unless on_token stopped it (then end_of_generation).
+// each; finish is `length` unless on_token stopped it (then end_of_generation) or the session's
+// context filled up (context_full). Fails, saying how much room is left, when the prompt itself
+// does not fit.
 GenerateResult generate_tokens(cpu::Session& session, sample::Sampler& sampler,
                                std::span<const int32_t> prompt, int64_t max_tokens, int64_t chunk,
                                const TokenSink& on_token);

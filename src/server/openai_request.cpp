@@ -1,0 +1,233 @@
+#include "server/openai_request.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+#include "server/api_error.h"
+
+namespace lode::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// A field that is absent or null counts as not given (clients send explicit nulls).
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<double> number_in(const json& body, const char* name, double lo, double hi) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) throw bad_request(fmt::format("{} must be a number, got {}", name, v->type_name()), name);
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi)) throw bad_request(fmt::format("{} {} is outside [{}, {}]", name, x, lo, hi), name);
+  return x;
+}
+
+std::optional<int64_t> integer_in(const json& body, const char* name, int64_t lo, int64_t hi) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer()) throw bad_request(fmt::format("{} must be an integer, got {}", name, v->dump()), name);
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    throw bad_request(fmt::format("{} {} is outside [{}, {}]", name, v->dump(), lo, hi), name);
+  const int64_t x = v->get<int64_t>();
+  if (x < lo || x > hi) throw bad_request(fmt::format("{} {} is outside [{}, {}]", name, x, lo, hi), name);
+  return x;
+}
+
+std::optional<bool> boolean(const json& body, const char* name, const std::string& param) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) throw bad_request(fmt::format("{} must be true or false, got {}", param, v->dump()), param);
+  return v->get<bool>();
+}
+
+void check_model(const json& body, const std::string& model_id) {
+  const json* v = field(body, "model");
+  if (!v) return;
+  if (!v->is_string()) throw bad_request(fmt::format("model must be a string, got {}", v->type_name()), "model");
+  if (v->get<std::string>() != model_id)
+    throw ApiError(404, "invalid_request_error",
+                   fmt::format("The model `{}` does not exist; this server serves `{}` (GET /v1/models)",
+                               v->get<std::string>(), model_id),
+                   "model", "model_not_found");
+}
+
+std::vector<std::string> stop_strings(const json& body) {
+  const json* v = field(body, "stop");
+  if (!v) return {};
+  std::vector<std::string> out;
+  auto add = [&](const json& s) {
+    if (!s.is_string()) throw bad_request(fmt::format("stop must be a string or a list of strings, got {}", s.dump()), "stop");
+    if (s.get<std::string>().empty()) throw bad_request("stop strings must not be empty", "stop");
+    out.push_back(s.get<std::string>());
+  };
+  if (v->is_array()) {
+    for (const json& s : *v) add(s);
+  } else {
+    add(*v);
+  }
+  return out;
+}
+
+GenerationRequest generation_request(const json& body, uint64_t random_seed) {
+  GenerationRequest r;
+  const int64_t huge = std::numeric_limits<int32_t>::max();
+  r.max_tokens = integer_in(body, "max_tokens", 1, huge);
+  if (auto m = integer_in(body, "max_completion_tokens", 1, huge)) r.max_tokens = m;
+  sample::SamplingParams& s = r.sampling;
+  if (auto t = number_in(body, "temperature", 0, 2)) s.temperature = float(*t);
+  if (auto p = number_in(body, "top_p", 0, 1)) s.top_p = float(*p);
+  if (auto k = integer_in(body, "top_k", 0, huge)) s.top_k = int(*k);
+  if (auto p = number_in(body, "min_p", 0, 1)) s.min_p = float(*p);
+  if (auto p = number_in(body, "presence_penalty", -2, 2)) s.presence_penalty = float(*p);
+  if (auto p = number_in(body, "frequency_penalty", -2, 2)) s.frequency_penalty = float(*p);
+  const json* seed = field(body, "seed");
+  if (seed && !seed->is_number_integer()) throw bad_request(fmt::format("seed must be an integer, got {}", seed->dump()), "seed");
+  s.seed = seed ? (seed->is_number_unsigned() ? seed->get<uint64_t>() : uint64_t(seed->get<int64_t>())) : random_seed;
+  if (auto n = integer_in(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
+    throw bad_request(fmt::format("n {} is not supported: this server returns one choice (n = 1)", *n), "n");
+  r.stop = stop_strings(body);
+  r.stream = boolean(body, "stream", "stream").value_or(false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) throw bad_request("stream_options must be an object", "stream_options");
+    r.include_usage = boolean(*so, "include_usage", "stream_options.include_usage").value_or(false);
+  }
+  return r;
+}
+
+std::vector<chat::Message> messages(const json& body) {
+  const json* v = field(body, "messages");
+  if (!v) throw bad_request("messages is required: a list of {role, content} objects", "messages");
+  if (!v->is_array()) throw bad_request(fmt::format("messages must be a list, got {}", v->type_name()), "messages");
+  if (v->empty()) throw bad_request("messages must not be empty", "messages");
+  std::vector<chat::Message> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const std::string param = fmt::format("messages[{}]", i);
+    try {
+      out.push_back(chat::message_from_json((*v)[i]));
+    } catch (const Error& e) {
+      throw bad_request(fmt::format("{}: {}", param, e.what()), param);
+    }
+    const std::string& role = out.back().role;
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      throw bad_request(fmt::format("{}.role \"{}\" is not one of system, user, assistant, tool", param, role),
+                        param + ".role");
+  }
+  return out;
+}
+
+json tools(const json& body) {
+  const json* v = field(body, "tools");
+  std::string choice = "auto";
+  if (const json* c = field(body, "tool_choice")) {
+    if (!c->is_string() || (*c != "auto" && *c != "none"))
+      throw bad_request(fmt::format("tool_choice {} is not supported: use \"auto\" or \"none\"", c->dump()), "tool_choice");
+    choice = c->get<std::string>();
+  }
+  if (!v) return nullptr;
+  if (!v->is_array()) throw bad_request(fmt::format("tools must be a list, got {}", v->type_name()), "tools");
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& tool = (*v)[i];
+    const json* fn = tool.is_object() ? field(tool, "function") : nullptr;
+    const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+    if (!name || !name->is_string() || name->get<std::string>().empty())
+      throw bad_request(fmt::format("tools[{}] must be {{\"type\": \"function\", \"function\": {{\"name\": ..., "
+                                    "\"parameters\": ...}}}}", i), fmt::format("tools[{}]", i));
+  }
+  if (choice == "none" || v->empty()) return nullptr;
+  return *v;
+}
+
+bool thinking(const json& body) {
+  bool on = true;
+  if (const json* kwargs = field(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) throw bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
+    on = boolean(*kwargs, "enable_thinking", "chat_template_kwargs.enable_thinking").value_or(true);
+  }
+  if (const json* effort = field(body, "reasoning_effort")) {
+    static constexpr const char* known[] = {"none", "minimal", "low", "medium", "high"};
+    if (!effort->is_string() || std::find(std::begin(known), std::end(known), effort->get<std::string>()) == std::end(known))
+      throw bad_request(fmt::format("reasoning_effort {} is not one of none, minimal, low, medium, high", effort->dump()),
+                        "reasoning_effort");
+    if (*effort == "none") on = false;
+  }
+  return on;
+}
+
+Job make_job(std::vector<int32_t> prompt, const GenerationRequest& r, int64_t context) {
+  const int64_t n = int64_t(prompt.size());
+  if (n == 0) throw bad_request("the prompt is empty: give at least one token of text", "prompt");
+  if (r.max_tokens && n + *r.max_tokens > context)
+    throw bad_request(fmt::format("the prompt ({} tokens) plus max_tokens ({}) is {} tokens, the context is {}; "
+                                  "shorten the prompt or lower max_tokens",
+                                  n, *r.max_tokens, n + *r.max_tokens, context),
+                      "max_tokens");
+  if (!r.max_tokens && n >= context)
+    throw bad_request(fmt::format("the prompt is {} tokens, the context is {}: shorten the prompt", n, context),
+                      "messages");
+  Job job;
+  job.prompt = std::move(prompt);
+  job.generate.max_tokens = r.max_tokens.value_or(context - n);
+  job.generate.sampling = r.sampling;
+  job.generate.stop_strings = r.stop;
+  return job;
+}
+
+}  // namespace
+
+json parse_json_body(const std::string& body) {
+  json parsed;
+  try {
+    parsed = json::parse(body);
+  } catch (const json::parse_error& e) {
+    throw bad_request(fmt::format("the request body is not valid JSON (at byte {}): {}", e.byte, e.what()));
+  }
+  if (!parsed.is_object()) throw bad_request(fmt::format("the request body must be a JSON object, got {}", parsed.type_name()));
+  return parsed;
+}
+
+ChatRequest parse_chat_request(const json& body, const std::string& model_id, uint64_t random_seed) {
+  check_model(body, model_id);
+  ChatRequest r;
+  r.messages = messages(body);
+  r.tools = tools(body);
+  r.enable_thinking = thinking(body);
+  r.generation = generation_request(body, random_seed);
+  return r;
+}
+
+CompletionRequest parse_completion_request(const json& body, const std::string& model_id, uint64_t random_seed) {
+  check_model(body, model_id);
+  CompletionRequest r;
+  const json* p = field(body, "prompt");
+  if (!p) throw bad_request("prompt is required: the text to continue", "prompt");
+  if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];
+  if (!p->is_string()) throw bad_request(fmt::format("prompt must be a string, got {}", p->type_name()), "prompt");
+  r.prompt = p->get<std::string>();
+  r.generation = generation_request(body, random_seed);
+  if (!r.generation.max_tokens) r.generation.max_tokens = 16;  // OpenAI's default for completions
+  return r;
+}
+
+Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t context) {
+  std::string text;
+  try {
+    text = chat::render_qwen35(request.messages, request.tools,
+                               {.add_generation_prompt = true, .enable_thinking = request.enable_thinking});
+  } catch (const Error& e) {  // the template's own refusals: the conversation is at fault
+    throw bad_request(fmt::format("the chat template refused the conversation: {}", e.what()), "messages");
+  }
+  return make_job(model.tokenizer.encode(text, /*allow_special=*/true), request.generation, context);
+}
+
+Job completion_job(const CompletionRequest& request, const ServedModel& model, int64_t context) {
+  return make_job(model.tokenizer.encode(request.prompt, /*allow_special=*/true), request.generation, context);
+}
+
+}  // namespace lode::server

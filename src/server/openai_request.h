@@ -1,0 +1,55 @@
+// OpenAI request bodies, parsed and validated: /v1/chat/completions and /v1/completions. Every
+// problem is an ApiError (400 naming the field, 404 for an unknown model) with a message that says
+// what was wrong; fields this slice does not know are ignored, as OpenAI's own clients send extras.
+// Then the prompt: the chat template rendered and tokenized, checked against the context.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat/template.h"
+#include "sample/sampler.h"
+#include "server/engine_worker.h"
+#include "server/served_model.h"
+
+namespace lode::server {
+
+// What both routes share.
+struct GenerationRequest {
+  std::optional<int64_t> max_tokens;  // unset: whatever room the context leaves
+  sample::SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+struct ChatRequest {
+  GenerationRequest generation;
+  std::vector<chat::Message> messages;
+  nlohmann::ordered_json tools;  // the tool definitions, or null (none, or tool_choice "none")
+  bool enable_thinking = true;
+};
+
+struct CompletionRequest {
+  GenerationRequest generation;
+  std::string prompt;
+};
+
+// The body as JSON; 400 saying where parsing failed, or that it is not an object.
+nlohmann::ordered_json parse_json_body(const std::string& body);
+
+// random_seed: the seed used when the request gives none.
+ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const std::string& model_id,
+                               uint64_t random_seed);
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
+                                           const std::string& model_id, uint64_t random_seed);
+
+// The rendered (chat) or raw (completion) prompt as tokens, with max_tokens resolved against the
+// context; 400 when the template refuses the conversation or prompt + max_tokens do not fit.
+Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t context);
+Job completion_job(const CompletionRequest& request, const ServedModel& model, int64_t context);
+
+}  // namespace lode::server

@@ -1,0 +1,21 @@
+#include "server/served_model.h"
+
+#include <filesystem>
+
+namespace lode::server {
+namespace {
+
+std::string model_id(const gguf::Metadata& metadata, const std::string& path) {
+  std::string name = metadata.get_string_or("general.name", "");
+  if (!name.empty()) return name;
+  return std::filesystem::path(path).stem().string();
+}
+
+}  // namespace
+
+ServedModel::ServedModel(const std::string& path)
+    : reader(path), config(model::read_config(reader.metadata())),
+      tokenizer(tokenizer::Tokenizer::from_metadata(reader.metadata())),
+      id(model_id(reader.metadata(), path)) {}
+
+}  // namespace lode::server

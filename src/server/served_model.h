@@ -1,0 +1,24 @@
+// The model a server serves: the file (its mapped weights stay open), its config, its tokenizer and
+// the id clients name it by. Shared, read-only, between the HTTP threads (which tokenize) and the
+// engine worker (which owns the session that reads the weights).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "gguf/reader.h"
+#include "model/qwen35moe.h"
+#include "tokenizer/tokenizer.h"
+
+namespace lode::server {
+
+struct ServedModel {
+  // Opens the file; fails (lode::Error) when it is not a qwen35moe model with a tokenizer.
+  explicit ServedModel(const std::string& path);
+
+  gguf::Reader reader;
+  model::Qwen35MoeConfig config;
+  tokenizer::Tokenizer tokenizer;
+  std::string id;  // general.name, else the file name without .gguf
+};
+
+}  // namespace lode::server

@@ -1,0 +1,204 @@
+#include "server/server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <random>
+
+#include "core/error.h"
+#include "server/api_error.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/streaming.h"
+
+namespace lode::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+constexpr const char* kJson = "application/json";
+
+// Each route's path and method, for telling 405 (known path, other method) from 404.
+struct Route {
+  const char* method;
+  const char* path;
+};
+constexpr Route kRoutes[] = {{"GET", "/health"},
+                             {"GET", "/v1/models"},
+                             {"POST", "/v1/chat/completions"},
+                             {"POST", "/v1/completions"}};
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(e.body().dump(), kJson);
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+uint64_t random_u64() {
+  std::random_device device;
+  return (uint64_t(device()) << 32) ^ device();
+}
+
+ResponseMeta response_meta(const char* prefix, const std::string& model) {
+  return {fmt::format("{}{:016x}", prefix, random_u64()), unix_now(), model};
+}
+
+// The whole output of a job that runs to its end (a plain, not streamed, response).
+std::pair<std::string, engine::GenerateResult> collect(JobStream& job) {
+  std::string text;
+  for (;;) {
+    JobStream::Event event = job.next();
+    text += event.text;
+    if (!event.done) continue;
+    if (event.error) throw ApiError(500, "server_error", "generation failed: " + *event.error);
+    return {std::move(text), std::move(*event.result)};
+  }
+}
+
+void merge(chat::ParsedDelta& into, chat::ParsedDelta more) {
+  into.reasoning += more.reasoning;
+  into.content += more.content;
+  for (auto& call : more.tool_calls) into.tool_calls.push_back(std::move(call));
+}
+
+bool authorized(const httplib::Request& req, const std::string& key) {
+  return req.get_header_value("Authorization") == "Bearer " + key || req.get_header_value("x-api-key") == key;
+}
+
+// Runs a route's body; whatever it throws becomes an error response, never a crash.
+template <class Handler>
+httplib::Server::Handler guarded(Handler handler) {
+  return [handler](const httplib::Request& req, httplib::Response& res) {
+    try {
+      handler(req, res);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, "server_error", fmt::format("internal error: {}", e.what())));
+    }
+  };
+}
+
+}  // namespace
+
+Server::Server(ServerOptions options, std::shared_ptr<const ServedModel> model)
+    : options_(std::move(options)), model_(std::move(model)), created_(unix_now()),
+      worker_(std::make_unique<EngineWorker>(*model_, options_.worker)),
+      http_(std::make_unique<httplib::Server>()) {
+  http_->set_payload_max_length(options_.max_body_bytes);
+  http_->set_keep_alive_timeout(2);  // idle connections do not hold up stop() for long
+  // httplib's default adds SO_REUSEPORT, which lets a second server take a port already in use;
+  // we want that to fail and say so.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  add_routes();
+}
+
+Server::~Server() { stop(); }
+
+void Server::add_routes() {
+  httplib::Server& http = *http_;
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.api_key.empty() || req.path == "/health" || authorized(req, options_.api_key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError(401, "authentication_error",
+                             "missing or wrong API key: send `Authorization: Bearer KEY` (or `x-api-key: KEY`)",
+                             {}, "invalid_api_key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Errors httplib answers itself (no route, body too large) get OpenAI-style bodies too.
+  http.set_error_handler(httplib::Server::HandlerWithResponse(
+      [max_body = options_.max_body_bytes](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
+    if (res.status == 404) {
+      for (const Route& r : kRoutes)
+        if (req.path == r.path) {
+          res.status = 405;
+          res.set_header("Allow", r.method);
+          send_error(res, ApiError(405, "invalid_request_error",
+                                   fmt::format("{} {} is not allowed: use {}", req.method, req.path, r.method), {},
+                                   "method_not_allowed"));
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      send_error(res, ApiError(404, "invalid_request_error", fmt::format("no route {} {}", req.method, req.path), {},
+                               "unknown_route"));
+    } else if (res.status == 413) {
+      send_error(res, ApiError(413, "invalid_request_error",
+                               fmt::format("the request body is larger than the limit of {} bytes", max_body),
+                               {}, "request_too_large"));
+    } else {
+      send_error(res, ApiError(res.status, "invalid_request_error", fmt::format("HTTP error {}", res.status)));
+    }
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+
+  http.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) {
+    res.set_content(json{{"status", "ok"}}.dump(), kJson);
+  }));
+  http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
+    json model = {{"id", model_->id}, {"object", "model"}, {"created", created_}, {"owned_by", "lode"}};
+    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), kJson);
+  }));
+
+  http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
+    const ChatRequest request = parse_chat_request(parse_json_body(req.body), model_->id, random_u64());
+    auto job = worker_->submit(chat_job(request, *model_, worker_->context()));
+    ResponseMeta meta = response_meta("chatcmpl-", model_->id);
+    chat::OutputParser parser(request.enable_thinking, request.tools);
+    if (!request.generation.stream) {
+      auto [text, result] = collect(*job);
+      chat::ParsedDelta reply = parser.push(text);
+      merge(reply, parser.finish());
+      res.set_content(chat_completion(meta, reply, result).dump(), kJson);
+      return;
+    }
+    auto writer = std::make_shared<ChatStreamWriter>(job, std::move(meta), std::move(parser),
+                                                     request.generation.include_usage);
+    res.set_chunked_content_provider(
+        "text/event-stream", [writer](size_t, httplib::DataSink& sink) { return writer->step(sink); },
+        [job](bool) { job->cancel(); });  // a no-op when it ended; stops it when the client left
+  }));
+
+  http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
+    const CompletionRequest request = parse_completion_request(parse_json_body(req.body), model_->id, random_u64());
+    auto job = worker_->submit(completion_job(request, *model_, worker_->context()));
+    ResponseMeta meta = response_meta("cmpl-", model_->id);
+    if (!request.generation.stream) {
+      auto [text, result] = collect(*job);
+      res.set_content(text_completion(meta, text, result).dump(), kJson);
+      return;
+    }
+    auto writer = std::make_shared<CompletionStreamWriter>(job, std::move(meta), request.generation.include_usage);
+    res.set_chunked_content_provider(
+        "text/event-stream", [writer](size_t, httplib::DataSink& sink) { return writer->step(sink); },
+        [job](bool) { job->cancel(); });
+  }));
+}
+
+int Server::start() {
+  if (listener_.joinable()) fail("the server is already started");
+  const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
+                                      : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  if (port <= 0)
+    fail("cannot listen on {}:{}: the address is in use or not local (choose another --host/--port)", options_.host,
+         options_.port);
+  listener_ = std::thread([this] { http_->listen_after_bind(); });
+  return port;
+}
+
+void Server::stop() {
+  // Generations first, so streams in flight end and their connections let go; then the sockets.
+  worker_->stop();
+  http_->stop();
+  if (listener_.joinable()) listener_.join();
+}
+
+}  // namespace lode::server

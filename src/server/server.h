@@ -1,0 +1,63 @@
+// `lode serve` as a library: an OpenAI-compatible HTTP server (cpp-httplib) in front of one engine
+// worker. Tests run it in-process on a free port:
+//
+//   auto model = std::make_shared<server::ServedModel>("models/lode-mini.gguf");
+//   server::Server server({.port = 0, .worker = {.threads = 1}}, model);
+//   int port = server.start();   // listening once this returns
+//   ...                          // requests to http://127.0.0.1:port
+//   server.stop();               // cancels generations, closes the socket, joins the threads
+//
+// Routes: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions (see
+// docs/SERVER.md). Every error is an OpenAI-style JSON body with the matching status.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "server/engine_worker.h"
+#include "server/served_model.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace lode::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                        // 0: any free port (start() returns it)
+  std::string api_key;                    // empty: no key; else every route but /health needs it
+  std::size_t max_body_bytes = 8u << 20;  // larger request bodies: 413
+  WorkerOptions worker;
+};
+
+class Server {
+ public:
+  Server(ServerOptions options, std::shared_ptr<const ServedModel> model);
+  ~Server();  // stop()
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and starts serving on a thread of its own; returns the port. Fails (lode::Error) when the
+  // address cannot be bound.
+  int start();
+  // Stops accepting, cancels the running and queued generations, and joins every thread.
+  // Idempotent; safe to call without start().
+  void stop();
+
+  const std::string& model_id() const { return model_->id; }
+
+ private:
+  void add_routes();
+
+  ServerOptions options_;
+  std::shared_ptr<const ServedModel> model_;
+  int64_t created_;  // Unix seconds when the server was made (the model's "created")
+  std::unique_ptr<EngineWorker> worker_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread listener_;
+};
+
+}  // namespace lode::server

@@ -1,0 +1,68 @@
+#include "server/streaming.h"
+
+#include "server/api_error.h"
+
+namespace lode::server {
+
+bool write_or_cancel(httplib::DataSink& sink, JobStream& job, const std::string& text) {
+  if (sink.write(text.data(), text.size())) return true;
+  job.cancel();
+  return false;
+}
+
+namespace {
+
+// A generation that failed half-way: the status line has gone out, so the error goes in the stream.
+bool write_error_and_end(httplib::DataSink& sink, JobStream& job, const std::string& message) {
+  if (!write_or_cancel(sink, job, sse_event(error_body("generation failed: " + message, "server_error")))) return false;
+  if (!write_or_cancel(sink, job, kSseDone)) return false;
+  sink.done();
+  return true;
+}
+
+}  // namespace
+
+bool ChatStreamWriter::write_delta(httplib::DataSink& sink, const chat::ParsedDelta& delta) {
+  if (!delta.tool_calls.empty()) any_tool_calls_ = true;
+  for (const auto& chunk : chat_delta_chunks(meta_, delta, next_tool_index_))
+    if (!write_or_cancel(sink, *job_, sse_event(chunk))) return false;
+  return true;
+}
+
+bool ChatStreamWriter::step(httplib::DataSink& sink) {
+  if (!started_) {
+    started_ = true;
+    return write_or_cancel(sink, *job_, sse_event(chat_chunk(meta_, {{"role", "assistant"}, {"content", ""}})));
+  }
+  JobStream::Event event = job_->next();
+  if (!event.text.empty() && !write_delta(sink, parser_.push(event.text))) return false;
+  if (!event.done) return true;
+  if (event.error) return write_error_and_end(sink, *job_, *event.error);
+  if (!write_delta(sink, parser_.finish())) return false;
+  const engine::GenerateResult& result = *event.result;
+  if (!write_or_cancel(sink, *job_, sse_event(chat_chunk(meta_, nlohmann::ordered_json::object(),
+                                                         finish_reason(result.finish, any_tool_calls_)))))
+    return false;
+  if (include_usage_ && !write_or_cancel(sink, *job_, sse_event(usage_chunk(meta_, result)))) return false;
+  if (!write_or_cancel(sink, *job_, kSseDone)) return false;
+  sink.done();
+  return true;
+}
+
+bool CompletionStreamWriter::step(httplib::DataSink& sink) {
+  JobStream::Event event = job_->next();
+  if (!event.text.empty() && !write_or_cancel(sink, *job_, sse_event(text_completion_chunk(meta_, event.text))))
+    return false;
+  if (!event.done) return true;
+  if (event.error) return write_error_and_end(sink, *job_, *event.error);
+  const engine::GenerateResult& result = *event.result;
+  if (!write_or_cancel(sink, *job_, sse_event(text_completion_chunk(meta_, "", finish_reason(result.finish, false)))))
+    return false;
+  if (include_usage_ && !write_or_cancel(sink, *job_, sse_event(usage_chunk(meta_, result, "text_completion"))))
+    return false;
+  if (!write_or_cancel(sink, *job_, kSseDone)) return false;
+  sink.done();
+  return true;
+}
+
+}  // namespace lode::server

@@ -1,0 +1,343 @@
+// `lode serve` in-process on lode-mini: routes, equality with engine::generate, streaming, thinking
+// off, stop strings, /v1/completions, tool calls (through the fake-output test hook), API keys, a
+// full queue, and a client that leaves mid-stream.
+#include <atomic>
+#include <thread>
+
+#include "chat/output_parser.h"
+#include "chat/template.h"
+#include "cpu/session.h"
+#include "engine/generate.h"
+#include "test_server_support.h"
+
+namespace lode::test {
+namespace {
+
+// What the engine itself says for a prompt at temperature 0: the text, parsed when it is a chat.
+struct Reference {
+  std::vector<int32_t> prompt;
+  std::string text;
+  engine::GenerateResult result;
+};
+
+Reference reference(const std::vector<int32_t>& prompt, int64_t max_tokens, std::vector<std::string> stop = {}) {
+  auto model = mini_model();
+  cpu::Session session(model->reader, model->config, {.threads = 1, .max_context = 512});
+  engine::GenerateOptions g;
+  g.max_tokens = max_tokens;
+  g.sampling.temperature = 0;
+  g.stop_strings = std::move(stop);
+  sample::Sampler sampler(g.sampling, session.vocab());
+  Reference r{prompt, {}, {}};
+  r.result = engine::generate(session, model->tokenizer, sampler, prompt, g, [&](std::string_view t) { r.text += t; });
+  return r;
+}
+
+std::vector<int32_t> chat_prompt(const std::string& user, bool thinking) {
+  std::vector<chat::Message> messages(1);
+  messages[0].role = "user";
+  messages[0].content = user;
+  const std::string text = chat::render_qwen35(messages, nullptr, {.add_generation_prompt = true, .enable_thinking = thinking});
+  return mini_model()->tokenizer.encode(text, true);
+}
+
+chat::ParsedDelta parse(const std::string& text, bool thinking) {
+  chat::OutputParser parser(thinking, nullptr);
+  chat::ParsedDelta all = parser.push(text);
+  chat::ParsedDelta rest = parser.finish();
+  all.reasoning += rest.reasoning;
+  all.content += rest.content;
+  return all;
+}
+
+const char* expected_finish(const engine::GenerateResult& r) {
+  return r.finish == engine::FinishReason::length ? "length" : "stop";
+}
+
+json chat_body(const std::string& user, int max_tokens) {
+  return {{"model", "lode-mini"}, {"messages", {{{"role", "user"}, {"content", user}}}},
+          {"max_tokens", max_tokens}, {"temperature", 0}};
+}
+
+// Reasoning and content of a streamed chat, joined; checks the framing on the way.
+struct StreamedChat {
+  std::string reasoning, content, finish;
+  json usage;
+  std::vector<json> tool_calls;
+};
+
+StreamedChat read_chat_stream(const std::string& body) {
+  StreamedChat out;
+  const auto events = sse_payloads(body);
+  EXPECT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json chunk = json::parse(events[i]);
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    if (chunk.contains("usage")) {
+      EXPECT_TRUE(chunk["choices"].empty());
+      out.usage = chunk["usage"];
+      continue;
+    }
+    const json& choice = chunk["choices"][0];
+    if (i == 0) EXPECT_EQ(choice["delta"]["role"], "assistant");
+    if (choice["delta"].contains("reasoning_content")) out.reasoning += choice["delta"]["reasoning_content"].get<std::string>();
+    if (choice["delta"].contains("content")) out.content += choice["delta"]["content"].get<std::string>();
+    if (choice["delta"].contains("tool_calls"))
+      for (const auto& call : choice["delta"]["tool_calls"]) out.tool_calls.push_back(call);
+    if (!choice["finish_reason"].is_null()) out.finish = choice["finish_reason"];
+  }
+  return out;
+}
+
+TEST(Server, HealthAndModels) {
+  TestServer s;
+  auto health = s.client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body), json({{"status", "ok"}}));
+  auto models = s.client().Get("/v1/models");
+  ASSERT_TRUE(models);
+  const json list = json::parse(models->body);
+  EXPECT_EQ(list["object"], "list");
+  ASSERT_EQ(list["data"].size(), 1u);
+  EXPECT_EQ(list["data"][0]["id"], mini_model()->reader.metadata().get_string("general.name"));
+  EXPECT_EQ(list["data"][0]["object"], "model");
+  EXPECT_EQ(list["data"][0]["owned_by"], "lode");
+}
+
+TEST(Server, ChatEqualsGenerateAndStreamEqualsPlain) {
+  TestServer s;
+  const std::string user = "What does the ls command do?";
+  const Reference ref = reference(chat_prompt(user, true), 24);
+  const chat::ParsedDelta expected = parse(ref.text, true);
+  ASSERT_FALSE(expected.reasoning.empty() && expected.content.empty());
+
+  const json reply = s.post_json("/v1/chat/completions", chat_body(user, 24));
+  EXPECT_EQ(reply["object"], "chat.completion");
+  EXPECT_EQ(reply["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(reply["model"], "lode-mini");
+  EXPECT_GT(reply["created"].get<int64_t>(), 1'600'000'000);
+  const json& choice = reply["choices"][0];
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  EXPECT_EQ(choice["message"]["content"], expected.content);
+  EXPECT_EQ(choice["message"].value("reasoning_content", ""), expected.reasoning);
+  EXPECT_FALSE(choice["message"].contains("tool_calls"));
+  EXPECT_EQ(choice["finish_reason"], expected_finish(ref.result));
+  EXPECT_EQ(reply["usage"]["prompt_tokens"], ref.prompt.size());
+  EXPECT_EQ(reply["usage"]["completion_tokens"], ref.result.tokens.size());
+  EXPECT_EQ(reply["usage"]["total_tokens"], ref.prompt.size() + ref.result.tokens.size());
+  EXPECT_EQ(reply["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+
+  json body = chat_body(user, 24);
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  auto res = s.post("/v1/chat/completions", body.dump());
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  const StreamedChat streamed = read_chat_stream(res->body);
+  EXPECT_EQ(streamed.reasoning, expected.reasoning);
+  EXPECT_EQ(streamed.content, expected.content);
+  EXPECT_EQ(streamed.finish, expected_finish(ref.result));
+  EXPECT_EQ(streamed.usage, reply["usage"]);
+}
+
+TEST(Server, ThinkingOffByKwargsOrReasoningEffort) {
+  TestServer s;
+  const std::string user = "Where are man pages kept?";
+  const Reference ref = reference(chat_prompt(user, false), 16);
+  const chat::ParsedDelta expected = parse(ref.text, false);
+  json body = chat_body(user, 16);
+  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  const json reply = s.post_json("/v1/chat/completions", body);
+  EXPECT_EQ(reply["choices"][0]["message"]["content"], expected.content);
+  EXPECT_EQ(reply["choices"][0]["message"].value("reasoning_content", ""), expected.reasoning);
+  EXPECT_EQ(reply["usage"]["prompt_tokens"], ref.prompt.size());
+
+  json effort = chat_body(user, 16);
+  effort["reasoning_effort"] = "none";
+  EXPECT_EQ(s.post_json("/v1/chat/completions", effort)["choices"], reply["choices"]);
+}
+
+TEST(Server, StopStringEndsTheText) {
+  TestServer s;
+  const json plain = s.post_json("/v1/completions", {{"prompt", "The manual page"}, {"max_tokens", 24}, {"temperature", 0}});
+  const std::string text = plain["choices"][0]["text"];
+  ASSERT_GE(text.size(), 12u) << text;
+  const std::string stop = text.substr(text.size() / 2, 3);
+  const std::string expected = text.substr(0, text.find(stop));
+  const json stopped = s.post_json("/v1/completions", {{"prompt", "The manual page"}, {"max_tokens", 24},
+                                                       {"temperature", 0}, {"stop", {"\x01never", stop}}});
+  EXPECT_EQ(stopped["choices"][0]["text"], expected) << "stop " << stop;
+  EXPECT_EQ(stopped["choices"][0]["finish_reason"], "stop");
+  // The same through the chat route, as a single string.
+  const json chat = s.post_json("/v1/chat/completions", chat_body("Hello", 24));
+  const std::string reasoning = chat["choices"][0]["message"].value("reasoning_content", "");
+  ASSERT_GE(reasoning.size(), 8u);
+  {
+    json body = chat_body("Hello", 24);
+    body["stop"] = reasoning.substr(4, 3);
+    const json cut = s.post_json("/v1/chat/completions", body);
+    EXPECT_EQ(cut["choices"][0]["message"].value("reasoning_content", ""), reasoning.substr(0, reasoning.find(reasoning.substr(4, 3))));
+    EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop");
+  }
+}
+
+TEST(Server, CompletionsPlainAndStreamed) {
+  TestServer s;
+  const std::string prompt = "The ls command lists";
+  const Reference ref = reference(mini_model()->tokenizer.encode(prompt, true), 12);
+  const json reply = s.post_json("/v1/completions", {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(reply["object"], "text_completion");
+  EXPECT_EQ(reply["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(reply["choices"][0]["text"], ref.text);
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], expected_finish(ref.result));
+  EXPECT_EQ(reply["usage"]["prompt_tokens"], ref.prompt.size());
+  EXPECT_EQ(reply["usage"]["completion_tokens"], ref.result.tokens.size());
+
+  auto res = s.post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true},
+                                            {"stream_options", {{"include_usage", true}}}}.dump());
+  ASSERT_TRUE(res);
+  const auto events = sse_payloads(res->body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  std::string text, finish;
+  json usage;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json chunk = json::parse(events[i]);
+    EXPECT_EQ(chunk["object"], "text_completion");
+    if (chunk.contains("usage")) {
+      usage = chunk["usage"];
+      continue;
+    }
+    text += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, ref.text);
+  EXPECT_EQ(finish, expected_finish(ref.result));
+  EXPECT_EQ(usage, reply["usage"]);
+}
+
+const json kWeatherTool = {{"type", "function"},
+                           {"function", {{"name", "get_weather"},
+                                         {"description", "Weather for a city"},
+                                         {"parameters", {{"type", "object"},
+                                                         {"properties", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}}},
+                                                         {"required", {"city"}}}}}}};
+
+TEST(Server, ToolCallsThroughTheFakeOutputHook) {
+  server::ServerOptions o;
+  o.worker.fake_output = "The user wants the weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n"
+                         "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
+  TestServer s(o);
+  json body = chat_body("Weather in Paris for 3 days?", 16);
+  body["tools"] = json::array({kWeatherTool});
+  const json reply = s.post_json("/v1/chat/completions", body);
+  const json& message = reply["choices"][0]["message"];
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_TRUE(message["content"].is_null());
+  EXPECT_EQ(message["reasoning_content"], "The user wants the weather.");
+  ASSERT_EQ(message["tool_calls"].size(), 1u);
+  const json& call = message["tool_calls"][0];
+  EXPECT_FALSE(call["id"].get<std::string>().empty());
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(call["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}, {"days", 3}}));
+
+  body["stream"] = true;
+  auto res = s.post("/v1/chat/completions", body.dump());
+  ASSERT_TRUE(res);
+  const StreamedChat streamed = read_chat_stream(res->body);
+  EXPECT_EQ(streamed.finish, "tool_calls");
+  EXPECT_EQ(streamed.reasoning, "The user wants the weather.");
+  EXPECT_EQ(streamed.content, "");
+  ASSERT_EQ(streamed.tool_calls.size(), 1u);
+  EXPECT_EQ(streamed.tool_calls[0]["index"], 0);
+  EXPECT_EQ(streamed.tool_calls[0]["id"], call["id"]);
+  EXPECT_EQ(streamed.tool_calls[0]["type"], "function");
+  EXPECT_EQ(streamed.tool_calls[0]["function"], call["function"]);
+}
+
+TEST(Server, ApiKey) {
+  server::ServerOptions o;
+  o.api_key = "sekrit";
+  TestServer s(o);
+  const std::string body = json{{"prompt", "a"}, {"max_tokens", 1}}.dump();
+  for (const httplib::Headers& bad : {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}},
+                                      httplib::Headers{{"Authorization", "sekrit"}}, httplib::Headers{{"x-api-key", "nope"}}}) {
+    auto res = s.post("/v1/completions", body, bad);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 401);
+    EXPECT_EQ(json::parse(res->body)["error"]["type"], "authentication_error");
+  }
+  auto models = s.client().Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 401);
+  EXPECT_EQ(s.client().Get("/health")->status, 200);
+  EXPECT_EQ(s.post("/v1/completions", body, {{"Authorization", "Bearer sekrit"}})->status, 200);
+  EXPECT_EQ(s.post("/v1/completions", body, {{"x-api-key", "sekrit"}})->status, 200);
+}
+
+// Reads a stream until `chunks` events arrived, then hangs up.
+void stream_then_leave(const TestServer& s, const std::string& path, const json& body, int chunks,
+                       std::atomic<bool>* started = nullptr) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  int seen = 0;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    seen += int(std::count(data, data + n, '\n')) / 2;
+    if (seen >= 1 && started) *started = true;
+    return seen < chunks;
+  };
+  auto client = s.client();
+  client.send(req);
+}
+
+TEST(Server, DisconnectMidStreamDoesNotBreakTheNextRequest) {
+  // At 40 ms a token, the abandoned reply (lode-mini ends it after ~140 tokens, at most 400) would
+  // hold the worker for 5 s or more unless the hang-up cancels it.
+  server::ServerOptions o;
+  o.worker.token_delay = std::chrono::milliseconds(40);
+  TestServer s(o);
+  json body = chat_body("Tell me about the shell.", 400);
+  body["stream"] = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  stream_then_leave(s, "/v1/chat/completions", body, 3);
+  const Reference ref = reference(mini_model()->tokenizer.encode("The shell", true), 8);
+  const json reply = s.post_json("/v1/completions", {{"prompt", "The shell"}, {"max_tokens", 8}, {"temperature", 0}});
+  EXPECT_EQ(reply["choices"][0]["text"], ref.text);
+  // The abandoned generation was cancelled, not run to its 400 tokens before this reply.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 3.0);
+}
+
+TEST(Server, FullQueueIs429) {
+  server::ServerOptions o;
+  o.worker.max_queue = 0;
+  o.worker.token_delay = std::chrono::milliseconds(20);
+  TestServer s(o);
+  std::atomic<bool> started{false};
+  json body = chat_body("Hi", 400);
+  body["stream"] = true;
+  std::thread busy([&] { stream_then_leave(s, "/v1/chat/completions", body, 15, &started); });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto res = s.post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 1}}.dump());
+  busy.join();
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 429) << res->body;
+  EXPECT_EQ(json::parse(res->body)["error"]["type"], "rate_limit_error");
+  // Once the busy stream is gone the worker takes requests again.
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    res = s.post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 1}}.dump());
+    if (res && res->status != 429) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+}
+
+}  // namespace
+}  // namespace lode::test

@@ -1,0 +1,100 @@
+// Malformed and refused requests against an in-process `lode serve`: each gets its status and an
+// OpenAI-style error body {"error": {message, type, param, code}}, and the server keeps serving.
+#include "test_server_support.h"
+
+namespace lode::test {
+namespace {
+
+struct BadRequest {
+  const char* name;
+  const char* method;
+  const char* path;
+  std::string body;
+  int status;
+  const char* type;
+  const char* param;    // expected error.param, or nullptr for null / not checked
+  const char* message;  // a piece the message must contain
+};
+
+std::string chat_with(const json& extra) {
+  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 4}};
+  for (auto it = extra.begin(); it != extra.end(); ++it) body[it.key()] = it.value();
+  return body.dump();
+}
+
+std::vector<BadRequest> bad_requests() {
+  const std::string user = R"({"role": "user", "content": "hi"})";
+  return {
+      {"malformed JSON", "POST", "/v1/chat/completions", R"({"messages": [)", 400, "invalid_request_error", nullptr, "not valid JSON"},
+      {"body not an object", "POST", "/v1/chat/completions", "[1, 2]", 400, "invalid_request_error", nullptr, "JSON object"},
+      {"empty body", "POST", "/v1/completions", "", 400, "invalid_request_error", nullptr, "not valid JSON"},
+      {"messages missing", "POST", "/v1/chat/completions", R"({"max_tokens": 4})", 400, "invalid_request_error", "messages", "required"},
+      {"messages empty", "POST", "/v1/chat/completions", R"({"messages": []})", 400, "invalid_request_error", "messages", "empty"},
+      {"messages not a list", "POST", "/v1/chat/completions", R"({"messages": "hi"})", 400, "invalid_request_error", "messages", "list"},
+      {"message not an object", "POST", "/v1/chat/completions", R"({"messages": [3]})", 400, "invalid_request_error", "messages[0]", "object"},
+      {"unknown role", "POST", "/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "hi"}]})", 400, "invalid_request_error", "messages[0].role", "wizard"},
+      {"content wrong type", "POST", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": 42}]})", 400, "invalid_request_error", "messages[0]", "content"},
+      {"no user query", "POST", "/v1/chat/completions", R"({"messages": [{"role": "system", "content": "be brief"}]})", 400, "invalid_request_error", "messages", "No user query found"},
+      {"system not first", "POST", "/v1/chat/completions", "{\"messages\": [" + user + R"(, {"role": "system", "content": "x"}]})", 400, "invalid_request_error", "messages", "System message must be at the beginning"},
+      {"max_tokens string", "POST", "/v1/chat/completions", chat_with({{"max_tokens", "4"}}), 400, "invalid_request_error", "max_tokens", "integer"},
+      {"max_tokens zero", "POST", "/v1/chat/completions", chat_with({{"max_tokens", 0}}), 400, "invalid_request_error", "max_tokens", "outside"},
+      {"temperature string", "POST", "/v1/chat/completions", chat_with({{"temperature", "hot"}}), 400, "invalid_request_error", "temperature", "number"},
+      {"temperature too high", "POST", "/v1/chat/completions", chat_with({{"temperature", 5}}), 400, "invalid_request_error", "temperature", "outside"},
+      {"top_p too high", "POST", "/v1/chat/completions", chat_with({{"top_p", 1.5}}), 400, "invalid_request_error", "top_p", "outside"},
+      {"top_k negative", "POST", "/v1/chat/completions", chat_with({{"top_k", -1}}), 400, "invalid_request_error", "top_k", "outside"},
+      {"seed float", "POST", "/v1/chat/completions", chat_with({{"seed", 1.5}}), 400, "invalid_request_error", "seed", "integer"},
+      {"n = 2", "POST", "/v1/chat/completions", chat_with({{"n", 2}}), 400, "invalid_request_error", "n", "n = 1"},
+      {"stop wrong type", "POST", "/v1/chat/completions", chat_with({{"stop", {1, 2}}}), 400, "invalid_request_error", "stop", "string"},
+      {"stream not bool", "POST", "/v1/chat/completions", chat_with({{"stream", "yes"}}), 400, "invalid_request_error", "stream", "true or false"},
+      {"enable_thinking not bool", "POST", "/v1/chat/completions", chat_with({{"chat_template_kwargs", {{"enable_thinking", "no"}}}}), 400, "invalid_request_error", "chat_template_kwargs.enable_thinking", "true or false"},
+      {"reasoning_effort unknown", "POST", "/v1/chat/completions", chat_with({{"reasoning_effort", "max"}}), 400, "invalid_request_error", "reasoning_effort", "not one of"},
+      {"tools not a list", "POST", "/v1/chat/completions", chat_with({{"tools", "all"}}), 400, "invalid_request_error", "tools", "list"},
+      {"tool without name", "POST", "/v1/chat/completions", chat_with({{"tools", {{{"type", "function"}, {"function", {{"parameters", json::object()}}}}}}}), 400, "invalid_request_error", "tools[0]", "name"},
+      {"tool_choice required", "POST", "/v1/chat/completions", chat_with({{"tool_choice", "required"}}), 400, "invalid_request_error", "tool_choice", "auto"},
+      {"unknown model", "POST", "/v1/chat/completions", chat_with({{"model", "gpt-4o"}}), 404, "invalid_request_error", "model", "gpt-4o"},
+      {"model not a string", "POST", "/v1/chat/completions", chat_with({{"model", 7}}), 400, "invalid_request_error", "model", "string"},
+      {"prompt + max_tokens over the context", "POST", "/v1/chat/completions", chat_with({{"max_tokens", 600}}), 400, "invalid_request_error", "max_tokens", "the context is 512"},
+      {"completion prompt missing", "POST", "/v1/completions", R"({"max_tokens": 4})", 400, "invalid_request_error", "prompt", "required"},
+      {"completion prompt number", "POST", "/v1/completions", R"({"prompt": 12})", 400, "invalid_request_error", "prompt", "string"},
+      {"completion prompt empty", "POST", "/v1/completions", R"({"prompt": ""})", 400, "invalid_request_error", "prompt", "empty"},
+      {"unknown route", "POST", "/v1/embeddings", "{}", 404, "invalid_request_error", nullptr, "/v1/embeddings"},
+      {"wrong method on chat", "GET", "/v1/chat/completions", "", 405, "invalid_request_error", nullptr, "use POST"},
+      {"wrong method on models", "POST", "/v1/models", "{}", 405, "invalid_request_error", nullptr, "use GET"},
+      {"body over the limit", "POST", "/v1/completions", std::string(5000, 'x'), 413, "invalid_request_error", nullptr, "4096 bytes"},
+  };
+}
+
+TEST(ServerErrors, EachMalformedRequestGetsItsStatusAndType) {
+  server::ServerOptions o;
+  o.max_body_bytes = 4096;
+  TestServer s(o);
+  const auto cases = bad_requests();
+  ASSERT_GE(cases.size(), 20u);
+  for (const BadRequest& c : cases) {
+    SCOPED_TRACE(c.name);
+    httplib::Request req;
+    req.method = c.method;
+    req.path = c.path;
+    req.body = c.body;
+    if (!c.body.empty()) req.set_header("Content-Type", "application/json");
+    auto res = s.client().send(req);
+    ASSERT_TRUE(res) << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, c.status) << res->body;
+    json body;
+    ASSERT_NO_THROW(body = json::parse(res->body)) << res->body;
+    ASSERT_TRUE(body.contains("error")) << res->body;
+    const json& e = body["error"];
+    EXPECT_EQ(e["type"], c.type);
+    for (const char* key : {"message", "type", "param", "code"}) EXPECT_TRUE(e.contains(key)) << key;
+    if (c.param) EXPECT_EQ(e["param"], c.param);
+    EXPECT_NE(e["message"].get<std::string>().find(c.message), std::string::npos) << e["message"];
+  }
+  // Still serving after all of that.
+  const json ok = s.post_json("/v1/completions", {{"prompt", "a"}, {"max_tokens", 2}});
+  EXPECT_EQ(ok["object"], "text_completion");
+  const json model_404 = s.post_json("/v1/completions", {{"prompt", "a"}, {"model", "x"}}, 404);
+  EXPECT_EQ(model_404["error"]["code"], "model_not_found");
+}
+
+}  // namespace
+}  // namespace lode::test
