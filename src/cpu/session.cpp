@@ -22,6 +22,26 @@ Session::Session(std::shared_ptr<const ModelWeights> weights, SessionOptions opt
 
 void Session::reset() { state_ = SequenceState(weights_->config); }
 
+SequenceCheckpoint Session::checkpoint() const { return {state_.position, state_.deltanet}; }
+
+void Session::rewind(const SequenceCheckpoint& checkpoint) {
+  if (checkpoint.position < 0 || checkpoint.position > state_.position)
+    fail("cpu session: cannot rewind to position {}: the sequence holds {} positions",
+         checkpoint.position, state_.position);
+  if (checkpoint.deltanet.size() != state_.deltanet.size())
+    fail("cpu session: the checkpoint has {} layers, this model {}", checkpoint.deltanet.size(),
+         state_.deltanet.size());
+  const model::Qwen35MoeConfig& c = weights_->config;
+  const auto kept = size_t(checkpoint.position * c.n_kv_heads * c.head_dim);
+  for (KvCache& cache : state_.kv) {
+    if (cache.k.size() < kept) continue;  // a DeltaNet layer: no cache
+    cache.k.resize(kept);
+    cache.v.resize(kept);
+  }
+  state_.deltanet = checkpoint.deltanet;
+  state_.position = checkpoint.position;
+}
+
 std::vector<float> Session::prefill(std::span<const int32_t> tokens, int64_t chunk,
                                     bool all_logits) {
   const int64_t n = int64_t(tokens.size());

@@ -53,6 +53,13 @@ public:
 
   // Forgets the sequence (K/V caches and DeltaNet states back to empty).
   void reset();
+  // The current position, to come back to later (prefix reuse: a conversation that continues from
+  // a shared prefix rewinds to the checkpoint at the prefix's end instead of recomputing it).
+  SequenceCheckpoint checkpoint() const;
+  // Goes back to a checkpoint taken earlier in this same sequence (after it, no reset() in
+  // between): the K/V caches are cut to its position and the DeltaNet states restored. Fails when
+  // the checkpoint is ahead of the sequence or does not fit this model.
+  void rewind(const SequenceCheckpoint& checkpoint);
   int64_t position() const { return state_.position; }
   int64_t max_context() const { return options_.max_context; }  // resolved: never 0
   int64_t vocab() const { return weights_->config.vocab; }

@@ -12,4 +12,10 @@ SequenceState::SequenceState(const model::Qwen35MoeConfig& config)
   }
 }
 
+int64_t SequenceCheckpoint::bytes() const {
+  int64_t total = 0;
+  for (const DeltaNetState& d : deltanet) total += int64_t((d.conv.size() + d.s.size()) * sizeof(float));
+  return total;
+}
+
 }  // namespace lode::cpu

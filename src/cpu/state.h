@@ -30,4 +30,14 @@ struct SequenceState {
   explicit SequenceState(const model::Qwen35MoeConfig& config);
 };
 
+// What it takes to go back to an earlier position of the same sequence. K/V caches only grow, so
+// cutting them back is enough; the DeltaNet states cannot be rolled back and are copied whole (a
+// few MiB at most per sequence, independent of the position).
+struct SequenceCheckpoint {
+  int64_t position = 0;
+  std::vector<DeltaNetState> deltanet;
+
+  int64_t bytes() const;  // the memory the checkpoint holds
+};
+
 }  // namespace lode::cpu
