@@ -65,4 +65,27 @@ inline std::vector<std::string> sse_payloads(const std::string& body) {
   return out;
 }
 
+// Anthropic-style SSE: each event an `event: TYPE` line and a `data: JSON` line. Checks that the
+// event line names the data's own type.
+inline std::vector<json> sse_typed_events(const std::string& body) {
+  std::vector<json> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    const size_t end = body.find("\n\n", pos);
+    EXPECT_NE(end, std::string::npos) << "an event does not end with a blank line: " << body.substr(pos);
+    if (end == std::string::npos) break;
+    const std::string event = body.substr(pos, end - pos);
+    pos = end + 2;
+    const size_t newline = event.find('\n');
+    EXPECT_EQ(event.rfind("event: ", 0), 0u) << event;
+    EXPECT_NE(newline, std::string::npos) << event;
+    if (newline == std::string::npos) continue;
+    EXPECT_EQ(event.compare(newline + 1, 6, "data: "), 0) << event;
+    json data = json::parse(event.substr(newline + 7));
+    EXPECT_EQ(event.substr(7, newline - 7), data.value("type", "")) << event;
+    out.push_back(std::move(data));
+  }
+  return out;
+}
+
 }  // namespace lode::test

@@ -20,8 +20,8 @@ struct ToolCall {
 struct Message {
   std::string role;                              // system, user, assistant, tool
   std::string content;
-  std::optional<std::string> reasoning_content;  // assistant only
-  std::vector<ToolCall> tool_calls;              // assistant only
+  std::optional<std::string> reasoning_content = {};  // assistant only
+  std::vector<ToolCall> tool_calls = {};              // assistant only
 };
 
 struct TemplateOptions {

@@ -1,4 +1,4 @@
-// `lode serve -m MODEL [--host H] [--port P] [--api-key K] ...`: an OpenAI-compatible HTTP server
+// `lode serve -m MODEL [--host H] [--port P] [--api-key K] ...`: an OpenAI- and Anthropic-compatible HTTP server
 // on the CPU engine (docs/SERVER.md). SIGINT and SIGTERM stop it gracefully: no new connections,
 // generations in flight cancelled, exit 0.
 #include <fmt/format.h>
@@ -42,11 +42,11 @@ void serve(ServeOptions& o) {
 
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
-  auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (CPU engine)");
+  auto* cmd = app.add_subcommand("serve", "OpenAI- and Anthropic-compatible HTTP server (CPU engine)");
   cmd->add_option("-m,--model", o->model, "GGUF model (for a split model: its first file)")->required();
   cmd->add_option("--host", o->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", o->server.port, "Port (default 8080; 0: any free port)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--api-key", o->server.api_key, "Require this key (Authorization: Bearer KEY) on every route but /health");
+  cmd->add_option("--api-key", o->server.api_key, "Require this key (Authorization: Bearer KEY, or x-api-key: KEY) on every route but /health");
   cmd->add_option("--ctx", o->server.worker.context, "Context length per request (default: the model's)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", o->server.worker.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-queue", o->server.worker.max_queue, "Requests that may wait while one runs; more get 429 (default 16)")

@@ -47,13 +47,23 @@ void JobStream::fail(std::string message) {
   ready_.notify_all();
 }
 
-EngineWorker::EngineWorker(const ServedModel& model, WorkerOptions options)
-    : model_(model), options_(std::move(options)),
+EngineWorker::EngineWorker(const ServedModel& model, WorkerOptions options, FinishedHook on_finished)
+    : model_(model), options_(std::move(options)), on_finished_(std::move(on_finished)),
       context_(options_.context > 0 ? options_.context : model.config.context_length),
       session_(model.reader, model.config, {.threads = options_.threads, .max_context = context_}),
       thread_([this] { run(); }) {}
 
 EngineWorker::~EngineWorker() { stop(); }
+
+int EngineWorker::waiting() const {
+  std::lock_guard lock(mutex_);
+  return int(queue_.size());
+}
+
+void EngineWorker::finish(const Queued& queued, engine::GenerateResult result) {
+  if (on_finished_) on_finished_(result);
+  queued.stream->finish(std::move(result));
+}
 
 std::shared_ptr<JobStream> EngineWorker::submit(Job job) {
   auto stream = std::make_shared<JobStream>();
@@ -118,7 +128,7 @@ void EngineWorker::run_job(Queued& queued) {
                                      queued.stream->push_text(text);
                                      if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
                                    });
-    queued.stream->finish(std::move(result));
+    finish(queued, std::move(result));
   } catch (const std::exception& e) {
     queued.stream->fail(e.what());
   }
@@ -139,7 +149,7 @@ void EngineWorker::run_fake(const Queued& queued) {
     queued.stream->push_text(std::string_view(text).substr(i, 5));
     if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
   }
-  queued.stream->finish(std::move(result));
+  finish(queued, std::move(result));
 }
 
 }  // namespace lode::server

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -71,7 +72,11 @@ struct WorkerOptions {
 
 class EngineWorker {
  public:
-  EngineWorker(const ServedModel& model, WorkerOptions options);
+  // Called on the worker thread with every job's result just before its stream finishes (the
+  // server's statistics); may be empty.
+  using FinishedHook = std::function<void(const engine::GenerateResult&)>;
+
+  EngineWorker(const ServedModel& model, WorkerOptions options, FinishedHook on_finished = {});
   ~EngineWorker();  // stop()
   EngineWorker(const EngineWorker&) = delete;
   EngineWorker& operator=(const EngineWorker&) = delete;
@@ -83,6 +88,9 @@ class EngineWorker {
   void stop();
 
   int64_t context() const { return context_; }
+  int max_queue() const { return options_.max_queue; }
+  // Jobs waiting behind the running one.
+  int waiting() const;
 
  private:
   struct Queued {
@@ -92,12 +100,14 @@ class EngineWorker {
   void run();
   void run_job(Queued& queued);
   void run_fake(const Queued& queued);
+  void finish(const Queued& queued, engine::GenerateResult result);
 
   const ServedModel& model_;
   WorkerOptions options_;
+  FinishedHook on_finished_;
   int64_t context_;
   cpu::Session session_;  // used by the worker thread only
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Queued> queue_;
   std::shared_ptr<JobStream> running_;

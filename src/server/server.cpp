@@ -5,10 +5,16 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
+#include <set>
+#include <thread>
 
 #include "core/error.h"
+#include "server/anthropic_request.h"
+#include "server/anthropic_response.h"
+#include "server/anthropic_streaming.h"
 #include "server/api_error.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -29,11 +35,28 @@ struct Route {
 constexpr Route kRoutes[] = {{"GET", "/health"},
                              {"GET", "/v1/models"},
                              {"POST", "/v1/chat/completions"},
-                             {"POST", "/v1/completions"}};
+                             {"POST", "/v1/completions"},
+                             {"POST", "/v1/messages"},
+                             {"GET", "/v1/status"},
+                             {"GET", "/metrics"}};
 
-void send_error(httplib::Response& res, const ApiError& e) {
+// The Anthropic route answers errors in Anthropic's shape; every other route in OpenAI's.
+bool anthropic_route(const std::string& path) { return path == "/v1/messages"; }
+
+void send_error(httplib::Response& res, const ApiError& e, bool anthropic) {
   res.status = e.status();
-  res.set_content(e.body().dump(), kJson);
+  res.set_content((anthropic ? e.anthropic_body() : e.body()).dump(), kJson);
+}
+
+void send_error(httplib::Response& res, const ApiError& e, const httplib::Request& req) {
+  send_error(res, e, anthropic_route(req.path));
+}
+
+// The route label of /metrics: a known path, or "other" (unknown paths would grow without bound).
+std::string route_label(const std::string& path) {
+  for (const Route& r : kRoutes)
+    if (path == r.path) return path;
+  return "other";
 }
 
 int64_t unix_now() {
@@ -78,9 +101,9 @@ httplib::Server::Handler guarded(Handler handler) {
     try {
       handler(req, res);
     } catch (const ApiError& e) {
-      send_error(res, e);
+      send_error(res, e, req);
     } catch (const std::exception& e) {
-      send_error(res, ApiError(500, "server_error", fmt::format("internal error: {}", e.what())));
+      send_error(res, ApiError(500, "server_error", fmt::format("internal error: {}", e.what())), req);
     }
   };
 }
@@ -89,7 +112,8 @@ httplib::Server::Handler guarded(Handler handler) {
 
 Server::Server(ServerOptions options, std::shared_ptr<const ServedModel> model)
     : options_(std::move(options)), model_(std::move(model)), created_(unix_now()),
-      worker_(std::make_unique<EngineWorker>(*model_, options_.worker)),
+      worker_(std::make_unique<EngineWorker>(
+          *model_, options_.worker, [this](const engine::GenerateResult& r) { stats_.record_generation(r); })),
       http_(std::make_unique<httplib::Server>()) {
   http_->set_payload_max_length(options_.max_body_bytes);
   http_->set_keep_alive_timeout(2);  // idle connections do not hold up stop() for long
@@ -111,7 +135,7 @@ void Server::add_routes() {
       return httplib::Server::HandlerResponse::Unhandled;
     send_error(res, ApiError(401, "authentication_error",
                              "missing or wrong API key: send `Authorization: Bearer KEY` (or `x-api-key: KEY`)",
-                             {}, "invalid_api_key"));
+                             {}, "invalid_api_key"), req);
     return httplib::Server::HandlerResponse::Handled;
   });
   // Errors httplib answers itself (no route, body too large) get OpenAI-style bodies too.
@@ -125,20 +149,24 @@ void Server::add_routes() {
           res.set_header("Allow", r.method);
           send_error(res, ApiError(405, "invalid_request_error",
                                    fmt::format("{} {} is not allowed: use {}", req.method, req.path, r.method), {},
-                                   "method_not_allowed"));
+                                   "method_not_allowed"), req);
           return httplib::Server::HandlerResponse::Handled;
         }
       send_error(res, ApiError(404, "invalid_request_error", fmt::format("no route {} {}", req.method, req.path), {},
-                               "unknown_route"));
+                               "unknown_route"), req);
     } else if (res.status == 413) {
       send_error(res, ApiError(413, "invalid_request_error",
                                fmt::format("the request body is larger than the limit of {} bytes", max_body),
-                               {}, "request_too_large"));
+                               {}, "request_too_large"), req);
     } else {
-      send_error(res, ApiError(res.status, "invalid_request_error", fmt::format("HTTP error {}", res.status)));
+      send_error(res, ApiError(res.status, "invalid_request_error", fmt::format("HTTP error {}", res.status)), req);
     }
     return httplib::Server::HandlerResponse::Handled;
   }));
+  // Called once a response has gone out (a stream: once it ended), whatever answered it.
+  http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    stats_.record_response(route_label(req.path), res.status);
+  });
 
   http.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) {
     res.set_content(json{{"status", "ok"}}.dump(), kJson);
@@ -147,8 +175,21 @@ void Server::add_routes() {
     json model = {{"id", model_->id}, {"object", "model"}, {"created", created_}, {"owned_by", "lode"}};
     res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), kJson);
   }));
+  http.Get("/v1/status", guarded([this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(status_json().dump(), kJson);
+  }));
+  http.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(prometheus_text(stats_.snapshot(), worker_->waiting()), "text/plain; version=0.0.4");
+  }));
+  add_generation_routes();
+  add_anthropic_route();
+}
+
+void Server::add_generation_routes() {
+  httplib::Server& http = *http_;
 
   http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
+    auto active = stats_.begin_request();
     const ChatRequest request = parse_chat_request(parse_json_body(req.body), model_->id, random_u64());
     auto job = worker_->submit(chat_job(request, *model_, worker_->context()));
     ResponseMeta meta = response_meta("chatcmpl-", model_->id);
@@ -163,11 +204,12 @@ void Server::add_routes() {
     auto writer = std::make_shared<ChatStreamWriter>(job, std::move(meta), std::move(parser),
                                                      request.generation.include_usage);
     res.set_chunked_content_provider(
-        "text/event-stream", [writer](size_t, httplib::DataSink& sink) { return writer->step(sink); },
+        "text/event-stream", [writer, active](size_t, httplib::DataSink& sink) { return writer->step(sink); },
         [job](bool) { job->cancel(); });  // a no-op when it ended; stops it when the client left
   }));
 
   http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
+    auto active = stats_.begin_request();
     const CompletionRequest request = parse_completion_request(parse_json_body(req.body), model_->id, random_u64());
     auto job = worker_->submit(completion_job(request, *model_, worker_->context()));
     ResponseMeta meta = response_meta("cmpl-", model_->id);
@@ -178,9 +220,49 @@ void Server::add_routes() {
     }
     auto writer = std::make_shared<CompletionStreamWriter>(job, std::move(meta), request.generation.include_usage);
     res.set_chunked_content_provider(
-        "text/event-stream", [writer](size_t, httplib::DataSink& sink) { return writer->step(sink); },
+        "text/event-stream", [writer, active](size_t, httplib::DataSink& sink) { return writer->step(sink); },
         [job](bool) { job->cancel(); });
   }));
+}
+
+void Server::add_anthropic_route() {
+  http_->Post("/v1/messages", guarded([this](const httplib::Request& req, httplib::Response& res) {
+    auto active = stats_.begin_request();
+    const ChatRequest request = parse_messages_request(parse_json_body(req.body), model_->id, random_u64());
+    Job job = chat_job(request, *model_, worker_->context());
+    const int64_t input_tokens = int64_t(job.prompt.size());
+    auto stream = worker_->submit(std::move(job));
+    ResponseMeta meta = response_meta("msg_", model_->id);
+    chat::OutputParser parser(request.enable_thinking, request.tools);
+    if (!request.generation.stream) {
+      auto [text, result] = collect(*stream);
+      chat::ParsedDelta reply = parser.push(text);
+      merge(reply, parser.finish());
+      const auto stop_sequence = matched_stop_sequence(result, model_->tokenizer, request.generation.stop);
+      res.set_content(anthropic_message(meta, reply, result, stop_sequence).dump(), kJson);
+      return;
+    }
+    auto writer = std::make_shared<MessagesStreamWriter>(stream, std::move(meta), std::move(parser), input_tokens,
+                                                         request.generation.stop, model_->tokenizer);
+    res.set_chunked_content_provider(
+        "text/event-stream", [writer, active](size_t, httplib::DataSink& sink) { return writer->step(sink); },
+        [stream](bool) { stream->cancel(); });
+  }));
+}
+
+json Server::status_json() const {
+  std::set<std::string> formats;  // the weight formats of the model's tensors
+  for (const auto& tensor : model_->reader.tensors()) formats.insert(tensor.type->name);
+  const ServerStats::Snapshot s = stats_.snapshot();
+  const int threads = options_.worker.threads > 0 ? options_.worker.threads : int(std::thread::hardware_concurrency());
+  return {{"model", model_->id},
+          {"context", worker_->context()},
+          {"threads", threads},
+          {"queue", {{"waiting", worker_->waiting()}, {"max", worker_->max_queue()}}},
+          {"requests", {{"total", s.responses_total}, {"active", s.active}}},
+          {"memory", {{"rss_bytes", resident_bytes()}}},
+          {"kv_format", "fp32"},  // the CPU engine keeps K/V in fp32
+          {"formats", formats}};
 }
 
 int Server::start() {

@@ -7,9 +7,12 @@
 //   ...                          // requests to http://127.0.0.1:port
 //   server.stop();               // cancels generations, closes the socket, joins the threads
 //
-// Routes: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions (see
-// docs/SERVER.md). Every error is an OpenAI-style JSON body with the matching status.
+// Routes: GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions,
+// POST /v1/messages (Anthropic), GET /v1/status, GET /metrics (see docs/SERVER.md). Every error is
+// an OpenAI-style JSON body with the matching status (Anthropic-style on /v1/messages).
 #pragma once
+#include <nlohmann/json.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -18,6 +21,7 @@
 
 #include "server/engine_worker.h"
 #include "server/served_model.h"
+#include "server/server_stats.h"
 
 namespace httplib {
 class Server;
@@ -48,13 +52,18 @@ class Server {
   void stop();
 
   const std::string& model_id() const { return model_->id; }
+  const ServerStats& stats() const { return stats_; }
 
  private:
   void add_routes();
+  void add_generation_routes();
+  void add_anthropic_route();
+  nlohmann::ordered_json status_json() const;
 
   ServerOptions options_;
   std::shared_ptr<const ServedModel> model_;
   int64_t created_;  // Unix seconds when the server was made (the model's "created")
+  ServerStats stats_;  // before worker_: the worker records into it
   std::unique_ptr<EngineWorker> worker_;
   std::unique_ptr<httplib::Server> http_;
   std::thread listener_;

@@ -1,0 +1,90 @@
+#include "server/anthropic_response.h"
+
+namespace lode::server {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+json optional_string(const std::optional<std::string>& s) { return s ? json(*s) : json(nullptr); }
+
+}  // namespace
+
+const char* stop_reason(engine::FinishReason finish, bool has_tool_use) {
+  if (has_tool_use) return "tool_use";
+  using engine::FinishReason;
+  switch (finish) {
+    case FinishReason::end_of_generation:
+    case FinishReason::cancelled: return "end_turn";
+    case FinishReason::stop_string: return "stop_sequence";
+    case FinishReason::length:
+    case FinishReason::context_full: return "max_tokens";
+  }
+  return "end_turn";
+}
+
+std::optional<std::string> matched_stop_sequence(const engine::GenerateResult& result,
+                                                 const tokenizer::Tokenizer& tokenizer,
+                                                 std::span<const std::string> stop) {
+  if (result.finish != engine::FinishReason::stop_string || stop.empty()) return std::nullopt;
+  // Generation stops at the first place any stop string completes, so the one that matched is the
+  // one whose first occurrence ends earliest.
+  const std::string text = tokenizer.decode(result.tokens, /*render_special=*/false);
+  std::optional<std::string> best;
+  size_t best_end = std::string::npos;
+  for (const std::string& s : stop) {
+    const size_t at = text.find(s);
+    if (at != std::string::npos && at + s.size() < best_end) {
+      best_end = at + s.size();
+      best = s;
+    }
+  }
+  return best;
+}
+
+std::string tool_use_id(const std::string& message_id, int index) {
+  const size_t underscore = message_id.find('_');
+  const std::string random = underscore == std::string::npos ? message_id : message_id.substr(underscore + 1);
+  return "toolu_" + random + "_" + std::to_string(index);
+}
+
+json tool_use_block(const chat::ToolCall& call, const std::string& id) {
+  return {{"type", "tool_use"}, {"id", id}, {"name", call.name},
+          {"input", call.arguments.is_object() ? call.arguments : json::object()}};
+}
+
+json anthropic_usage(int64_t input_tokens, int64_t output_tokens) {
+  return {{"input_tokens", input_tokens}, {"output_tokens", output_tokens}, {"cache_read_input_tokens", 0}};
+}
+
+json anthropic_message(const ResponseMeta& meta, const chat::ParsedDelta& reply, const engine::GenerateResult& result,
+                       const std::optional<std::string>& stop_sequence) {
+  json content = json::array();
+  if (!reply.reasoning.empty()) content.push_back({{"type", "thinking"}, {"thinking", reply.reasoning}, {"signature", ""}});
+  if (!reply.content.empty()) content.push_back({{"type", "text"}, {"text", reply.content}});
+  for (size_t i = 0; i < reply.tool_calls.size(); ++i)
+    content.push_back(tool_use_block(reply.tool_calls[i], tool_use_id(meta.id, int(i))));
+  return {{"id", meta.id}, {"type", "message"}, {"role", "assistant"}, {"model", meta.model},
+          {"content", std::move(content)},
+          {"stop_reason", stop_reason(result.finish, !reply.tool_calls.empty())},
+          {"stop_sequence", optional_string(stop_sequence)},
+          {"usage", anthropic_usage(result.prompt_tokens, int64_t(result.tokens.size()))}};
+}
+
+json message_start_event(const ResponseMeta& meta, int64_t input_tokens) {
+  return {{"type", "message_start"},
+          {"message", {{"id", meta.id}, {"type", "message"}, {"role", "assistant"}, {"model", meta.model},
+                       {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+                       {"usage", anthropic_usage(input_tokens, 0)}}}};
+}
+
+json message_delta_event(const char* reason, const std::optional<std::string>& stop_sequence, int64_t output_tokens) {
+  return {{"type", "message_delta"},
+          {"delta", {{"stop_reason", reason}, {"stop_sequence", optional_string(stop_sequence)}}},
+          {"usage", {{"output_tokens", output_tokens}}}};
+}
+
+std::string anthropic_sse(const json& data) {
+  return "event: " + data.value("type", std::string("message")) + "\ndata: " + data.dump() + "\n\n";
+}
+
+}  // namespace lode::server

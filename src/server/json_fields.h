@@ -1,0 +1,24 @@
+// Reading typed fields out of a request body, shared by the OpenAI and Anthropic routes: each
+// helper returns nothing for an absent or null field and throws a 400 ApiError naming the field
+// (`param`) when it has the wrong type or is out of range.
+#pragma once
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace lode::server {
+
+// A field that is absent or null counts as not given (clients send explicit nulls).
+const nlohmann::ordered_json* field(const nlohmann::ordered_json& body, const char* name);
+
+std::optional<double> number_in(const nlohmann::ordered_json& body, const char* name, double lo, double hi);
+std::optional<int64_t> integer_in(const nlohmann::ordered_json& body, const char* name, int64_t lo, int64_t hi);
+// param: the name to report (a dotted path for nested fields).
+std::optional<bool> boolean(const nlohmann::ordered_json& body, const char* name, const std::string& param);
+
+// `model`, when given, must name the served model: 400 when not a string, 404 when another.
+void check_model(const nlohmann::ordered_json& body, const std::string& model_id);
+
+}  // namespace lode::server

@@ -1,0 +1,169 @@
+// GET /v1/status and GET /metrics of an in-process `lode serve`: the status fields, request counts,
+// `active` back to 0 after plain, streamed and abandoned requests, and /metrics as well-formed
+// Prometheus text whose counters follow the requests made.
+#include <atomic>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "test_server_support.h"
+
+namespace lode::test {
+namespace {
+
+json get_json(const TestServer& s, const char* path) {
+  auto res = s.client().Get(path);
+  EXPECT_TRUE(res);
+  if (!res) return {};
+  EXPECT_EQ(res->status, 200) << res->body;
+  return json::parse(res->body);
+}
+
+// Polls until pred holds (the counters of a response are recorded just after it went out).
+template <class Pred>
+bool eventually(Pred pred) {
+  for (int i = 0; i < 300; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+// Reads a stream until `events` events arrived, then hangs up.
+void stream_then_leave(const TestServer& s, const std::string& path, const json& body, int events) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  int seen = 0;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    for (size_t i = 0; i + 1 < n; ++i) seen += data[i] == '\n' && data[i + 1] == '\n';
+    return seen < events;
+  };
+  s.client().send(req);
+}
+
+TEST(ServerStatus, StatusFieldsAndActiveBackToZero) {
+  server::ServerOptions o;
+  o.worker.token_delay = std::chrono::milliseconds(30);
+  o.worker.max_queue = 5;
+  TestServer s(o);
+  const json status = get_json(s, "/v1/status");
+  EXPECT_EQ(status["model"], "lode-mini");
+  EXPECT_EQ(status["context"], 512);
+  EXPECT_EQ(status["threads"], 1);
+  EXPECT_EQ(status["queue"], json({{"waiting", 0}, {"max", 5}}));
+  EXPECT_EQ(status["requests"]["active"], 0);
+  EXPECT_EQ(status["requests"]["total"], 0);  // this request is counted once answered
+  EXPECT_GT(status["memory"]["rss_bytes"].get<int64_t>(), 1 << 20);
+  EXPECT_EQ(status["kv_format"], "fp32");
+  ASSERT_TRUE(status["formats"].is_array());
+  const std::string embd_type = mini_model()->reader.tensor("token_embd.weight").type->name;
+  EXPECT_NE(std::find(status["formats"].begin(), status["formats"].end(), embd_type), status["formats"].end())
+      << status["formats"].dump() << " lacks " << embd_type;
+
+  // Plain, streamed, Anthropic, and a stream abandoned after its first events.
+  const json completion = {{"prompt", "The shell"}, {"max_tokens", 3}, {"temperature", 0}};
+  s.post_json("/v1/completions", completion);
+  json streamed = completion;
+  streamed["stream"] = true;
+  ASSERT_TRUE(s.post("/v1/completions", streamed.dump()));
+  s.post_json("/v1/messages", {{"max_tokens", 3}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  const auto t0 = std::chrono::steady_clock::now();
+  stream_then_leave(s, "/v1/messages",
+                    {{"max_tokens", 300}, {"stream", true}, {"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}}}, 3);
+  // Five requests answered before this one (the first status call included).
+  EXPECT_TRUE(eventually([&] { return get_json(s, "/v1/status")["requests"]["active"] == 0; }));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+  const json after = get_json(s, "/v1/status");
+  EXPECT_EQ(after["requests"]["active"], 0);
+  EXPECT_GE(after["requests"]["total"].get<int64_t>(), 5);
+  EXPECT_EQ(after["queue"]["waiting"], 0);
+}
+
+// One sample line: name, labels, value.
+struct Sample {
+  std::string name, labels;
+  double value = 0;
+};
+
+std::vector<Sample> parse_prometheus(const std::string& text) {
+  static const std::regex sample_line(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (-?[0-9.eE+-]+|NaN|\+Inf|-Inf)$)");
+  static const std::regex type_line(R"(^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)$)");
+  std::vector<Sample> out;
+  std::set<std::string> typed;
+  size_t pos = 0;
+  EXPECT_TRUE(!text.empty() && text.back() == '\n');
+  while (pos < text.size()) {
+    const size_t end = text.find('\n', pos);
+    const std::string line = text.substr(pos, end - pos);
+    pos = end == std::string::npos ? text.size() : end + 1;
+    std::smatch m;
+    if (line.rfind("# HELP ", 0) == 0) continue;
+    if (std::regex_match(line, m, type_line)) {
+      EXPECT_TRUE(typed.insert(m[1]).second) << "TYPE twice: " << line;
+      continue;
+    }
+    EXPECT_TRUE(std::regex_match(line, m, sample_line)) << "not a sample: " << line;
+    if (m.empty()) continue;
+    EXPECT_TRUE(typed.count(m[1])) << "no TYPE before " << line;
+    out.push_back({m[1], m[2], std::stod(m[3])});
+  }
+  return out;
+}
+
+double value_of(const std::vector<Sample>& samples, const std::string& name, const std::string& labels = "") {
+  for (const Sample& s : samples)
+    if (s.name == name && s.labels == labels) return s.value;
+  return -1;  // absent
+}
+
+TEST(ServerStatus, MetricsParseAndCountRequests) {
+  TestServer s;
+  auto metrics = [&] {
+    auto res = s.client().Get("/metrics");
+    EXPECT_TRUE(res);
+    if (!res) return std::vector<Sample>{};
+    EXPECT_EQ(res->status, 200);
+    EXPECT_EQ(res->get_header_value("Content-Type").rfind("text/plain", 0), 0u);
+    return parse_prometheus(res->body);
+  };
+  const auto before = metrics();
+  EXPECT_EQ(value_of(before, "lode_prompt_tokens_total"), 0);
+  EXPECT_EQ(value_of(before, "lode_generated_tokens_total"), 0);
+  EXPECT_EQ(value_of(before, "lode_queue_depth"), 0);
+  EXPECT_EQ(value_of(before, "lode_cache_hits_total"), 0);
+
+  int64_t prompt = 0, generated = 0;
+  for (int i = 0; i < 3; ++i) {
+    const json reply = s.post_json("/v1/completions", {{"prompt", "The ls command"}, {"max_tokens", 4 + i}, {"temperature", 0}});
+    prompt += reply["usage"]["prompt_tokens"].get<int64_t>();
+    generated += reply["usage"]["completion_tokens"].get<int64_t>();
+  }
+  const json message = s.post_json("/v1/messages", {{"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  prompt += message["usage"]["input_tokens"].get<int64_t>();
+  generated += message["usage"]["output_tokens"].get<int64_t>();
+  s.post_json("/v1/messages", {{"messages", 1}}, 400);
+  s.post_json("/v1/nothing", json::object(), 404);
+
+  const std::string completions = R"({route="/v1/completions",status="200"})";
+  std::vector<Sample> after;
+  EXPECT_TRUE(eventually([&] {
+    after = metrics();
+    return value_of(after, "lode_requests_total", R"({route="other",status="404"})") == 1;
+  }));
+  EXPECT_EQ(value_of(after, "lode_requests_total", completions), 3);
+  EXPECT_EQ(value_of(after, "lode_requests_total", R"({route="/v1/messages",status="200"})"), 1);
+  EXPECT_EQ(value_of(after, "lode_requests_total", R"({route="/v1/messages",status="400"})"), 1);
+  EXPECT_GE(value_of(after, "lode_requests_total", R"({route="/metrics",status="200"})"), 1);  // earlier scrapes
+  EXPECT_EQ(value_of(after, "lode_prompt_tokens_total"), prompt);
+  EXPECT_EQ(value_of(after, "lode_generated_tokens_total"), generated);
+  EXPECT_GT(value_of(after, "lode_prefill_tokens_per_second"), 0);
+  EXPECT_GT(value_of(after, "lode_decode_tokens_per_second"), 0);
+  EXPECT_EQ(value_of(after, "lode_queue_depth"), 0);
+  EXPECT_EQ(value_of(after, "lode_cache_hits_total"), 0);
+}
+
+}  // namespace
+}  // namespace lode::test
