@@ -40,6 +40,7 @@ struct GenerateResult {
   bool last_token_pending = false;
   FinishReason finish = FinishReason::length;
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // of the prompt, reused from an earlier request (set by a server)
   double prefill_seconds = 0;
   double decode_seconds = 0;  // time of the steps after the first token
 };

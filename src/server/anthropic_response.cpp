@@ -52,8 +52,10 @@ json tool_use_block(const chat::ToolCall& call, const std::string& id) {
           {"input", call.arguments.is_object() ? call.arguments : json::object()}};
 }
 
-json anthropic_usage(int64_t input_tokens, int64_t output_tokens) {
-  return {{"input_tokens", input_tokens}, {"output_tokens", output_tokens}, {"cache_read_input_tokens", 0}};
+// input_tokens counts the whole prompt (cached part included); cache_read_input_tokens says how
+// much of it came from the prefix cache.
+json anthropic_usage(int64_t input_tokens, int64_t output_tokens, int64_t cached_tokens) {
+  return {{"input_tokens", input_tokens}, {"output_tokens", output_tokens}, {"cache_read_input_tokens", cached_tokens}};
 }
 
 json anthropic_message(const ResponseMeta& meta, const chat::ParsedDelta& reply, const engine::GenerateResult& result,
@@ -67,14 +69,14 @@ json anthropic_message(const ResponseMeta& meta, const chat::ParsedDelta& reply,
           {"content", std::move(content)},
           {"stop_reason", stop_reason(result.finish, !reply.tool_calls.empty())},
           {"stop_sequence", optional_string(stop_sequence)},
-          {"usage", anthropic_usage(result.prompt_tokens, int64_t(result.tokens.size()))}};
+          {"usage", anthropic_usage(result.prompt_tokens, int64_t(result.tokens.size()), result.cached_tokens)}};
 }
 
 json message_start_event(const ResponseMeta& meta, int64_t input_tokens) {
   return {{"type", "message_start"},
           {"message", {{"id", meta.id}, {"type", "message"}, {"role", "assistant"}, {"model", meta.model},
                        {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
-                       {"usage", anthropic_usage(input_tokens, 0)}}}};
+                       {"usage", anthropic_usage(input_tokens, 0, 0)}}}};
 }
 
 json message_delta_event(const char* reason, const std::optional<std::string>& stop_sequence, int64_t output_tokens) {

@@ -32,7 +32,7 @@ std::string tool_use_id(const std::string& message_id, int index);
 nlohmann::ordered_json tool_use_block(const chat::ToolCall& call, const std::string& id);
 
 // {input_tokens, output_tokens, cache_read_input_tokens: 0}; output_tokens as completion_tokens.
-nlohmann::ordered_json anthropic_usage(int64_t input_tokens, int64_t output_tokens);
+nlohmann::ordered_json anthropic_usage(int64_t input_tokens, int64_t output_tokens, int64_t cached_tokens);
 
 // The whole reply: content [thinking (when any), text (when any), tool_use...], stop_reason,
 // stop_sequence, usage. meta.id is "msg_...".

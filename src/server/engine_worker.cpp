@@ -118,18 +118,24 @@ void EngineWorker::run_job(Queued& queued) {
   if (queued.stream->cancelled()) return queued.stream->finish({});
   try {
     if (options_.fake_output) return run_fake(queued);
-    // Every request starts from an empty sequence; prefix reuse is a later slice.
-    session_.reset();
+    // Start from the longest prefix this session already holds (prefix_cache.h).
+    const std::span<const int32_t> prompt = queued.job.prompt;
+    const PrefixCache::Start start = prefix_.prepare(session_, prompt);
     sample::Sampler sampler(queued.job.generate.sampling, session_.vocab());
+    for (int32_t t : prompt.first(size_t(start.prefilled))) sampler.accept(t);  // penalties see it all
     engine::GenerateOptions g = queued.job.generate;
     g.cancel = queued.stream->cancel_flag();
-    auto result = engine::generate(session_, model_.tokenizer, sampler, queued.job.prompt, g,
+    auto result = engine::generate(session_, model_.tokenizer, sampler, prompt.subspan(size_t(start.prefilled)), g,
                                    [&](std::string_view text) {
                                      queued.stream->push_text(text);
                                      if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
                                    });
+    prefix_.record(result.tokens, result.last_token_pending);
+    result.prompt_tokens = int64_t(prompt.size());
+    result.cached_tokens = start.cached;
     finish(queued, std::move(result));
   } catch (const std::exception& e) {
+    prefix_.clear();
     queued.stream->fail(e.what());
   }
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cpu/session.h"
+#include "server/prefix_cache.h"
 #include "engine/generate.h"
 #include "server/served_model.h"
 
@@ -107,6 +108,7 @@ class EngineWorker {
   FinishedHook on_finished_;
   int64_t context_;
   cpu::Session session_;  // used by the worker thread only
+  PrefixCache prefix_;    // what session_ holds, for the next request; worker thread only
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Queued> queue_;

@@ -29,7 +29,7 @@ json usage_json(const engine::GenerateResult& r) {
   const int64_t completion = int64_t(r.tokens.size());
   return {{"prompt_tokens", r.prompt_tokens}, {"completion_tokens", completion},
           {"total_tokens", r.prompt_tokens + completion},
-          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+          {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
 }
 
 json chat_completion(const ResponseMeta& meta, const chat::ParsedDelta& reply, const engine::GenerateResult& result) {

@@ -18,6 +18,7 @@ void ServerStats::record_generation(const engine::GenerateResult& r) {
   const int64_t generated = int64_t(r.tokens.size());
   counts_.prompt_tokens += r.prompt_tokens;
   counts_.generated_tokens += generated;
+  counts_.cache_hits += r.cached_tokens > 0;
   counts_.prefill_tokens_per_second = r.prefill_seconds > 0 ? double(r.prompt_tokens) / r.prefill_seconds : 0;
   // decode_seconds covers the steps after the first token.
   counts_.decode_tokens_per_second = r.decode_seconds > 0 && generated > 1 ? double(generated - 1) / r.decode_seconds : 0;

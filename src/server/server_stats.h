@@ -25,7 +25,7 @@ class ServerStats {
     int64_t generated_tokens = 0;
     double prefill_tokens_per_second = 0;  // of the last finished generation
     double decode_tokens_per_second = 0;
-    int64_t cache_hits = 0;  // prefix reuse is a later slice: always 0
+    int64_t cache_hits = 0;  // requests that reused a cached prefix
   };
 
   // One answered request (route: the route's path, or "other" for unknown paths).
