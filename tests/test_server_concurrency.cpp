@@ -7,17 +7,19 @@
 namespace lode::test {
 namespace {
 
-// The joined reasoning and content deltas of a streamed chat completion.
+// The joined reasoning and content deltas of a streamed chat completion (how the text is cut into
+// events depends on timing; the text does not).
 std::string streamed_text(const std::string& body) {
-  std::string text;
+  std::string reasoning, content;
   for (const std::string& payload : sse_payloads(body)) {
     if (payload == "[DONE]") continue;
     const json chunk = json::parse(payload);
     if (chunk["choices"].empty()) continue;
     const json& delta = chunk["choices"][0]["delta"];
-    text += delta.value("reasoning_content", "") + "|" + delta.value("content", "");
+    reasoning += delta.value("reasoning_content", "");
+    content += delta.value("content", "");
   }
-  return text;
+  return reasoning + "|" + content;
 }
 
 json streamed_request(int i) {
