@@ -9,7 +9,7 @@
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pre_split.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace {
 
@@ -49,7 +49,7 @@ std::vector<std::string> pieces(std::string_view pre, std::string_view text) {
 }
 
 TEST(Utf8, ValidSequencesFollowTheMaximalSubpartRules) {
-  using lode::tokenizer::valid_sequence_length;
+  using lode::utf8::valid_sequence_length;
   EXPECT_EQ(valid_sequence_length("a", 0), 1u);
   EXPECT_EQ(valid_sequence_length("\xc3\xa9", 0), 2u);
   EXPECT_EQ(valid_sequence_length("\xe2\x82\xac", 0), 3u);
@@ -62,7 +62,7 @@ TEST(Utf8, ValidSequencesFollowTheMaximalSubpartRules) {
 }
 
 TEST(Utf8, IncompleteTailIsOnlyAPrefixOfAValidCharacter) {
-  using lode::tokenizer::incomplete_tail_length;
+  using lode::utf8::incomplete_tail_length;
   EXPECT_EQ(incomplete_tail_length("ab"), 0u);
   EXPECT_EQ(incomplete_tail_length("a\xf0\x9f"), 2u);
   EXPECT_EQ(incomplete_tail_length("a\xf0\x9f\x98"), 3u);
@@ -189,7 +189,7 @@ TEST(TextStream, NeverEmitsHalfACharacter) {
   for (int32_t id : t.encode(text, false)) {
     const std::string piece = stream.push(id);
     for (size_t i = 0; i < piece.size();) {  // every piece is whole characters
-      const size_t len = lode::tokenizer::valid_sequence_length(piece, i);
+      const size_t len = lode::utf8::valid_sequence_length(piece, i);
       ASSERT_GT(len, 0u) << "split character in piece of " << out.size();
       i += len;
     }

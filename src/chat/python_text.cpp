@@ -1,6 +1,7 @@
 #include "chat/python_text.h"
 
 #include "core/error.h"
+#include "core/utf8.h"
 
 #include <charconv>
 #include <cmath>
@@ -15,26 +16,12 @@ struct DecodedCodePoint {
   std::size_t length;
 };
 
-// One UTF-8 sequence starting at `text[0]`; nullopt when it is not a well-formed one.
+// One well-formed UTF-8 sequence starting at `text[0]`; nullopt when there is none.
 std::optional<DecodedCodePoint> decode_utf8(std::string_view text) {
   if (text.empty()) return std::nullopt;
-  const auto lead = static_cast<unsigned char>(text[0]);
-  std::size_t length = 0;
-  char32_t code_point = 0;
-  if (lead < 0x80) return DecodedCodePoint{lead, 1};
-  if ((lead & 0xE0) == 0xC0) length = 2, code_point = lead & 0x1F;
-  else if ((lead & 0xF0) == 0xE0) length = 3, code_point = lead & 0x0F;
-  else if ((lead & 0xF8) == 0xF0) length = 4, code_point = lead & 0x07;
-  else return std::nullopt;
-  if (text.size() < length) return std::nullopt;
-  for (std::size_t i = 1; i < length; ++i) {
-    const auto byte = static_cast<unsigned char>(text[i]);
-    if ((byte & 0xC0) != 0x80) return std::nullopt;
-    code_point = (code_point << 6) | (byte & 0x3F);
-  }
-  static constexpr char32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};  // shorter is overlong
-  if (code_point < kSmallest[length]) return std::nullopt;
-  return DecodedCodePoint{code_point, length};
+  const std::size_t length = utf8::valid_sequence_length(text, 0);
+  if (length == 0) return std::nullopt;
+  return DecodedCodePoint{char32_t(utf8::decode_sequence(text, 0, length)), length};
 }
 
 // Length of the space code point that ends `text`, or 0 when the last code point is not a space.

@@ -1,33 +1,11 @@
 // One-line renderings of metadata values, for people reading `lode inspect`.
 #include <fmt/format.h>
 
+#include "core/utf8.h"
 #include "gguf/value.h"
 
 namespace lode::gguf {
 namespace {
-
-// Length of the valid UTF-8 sequence starting at text[i], or 0 when the bytes there are not one
-// (overlong forms, surrogates and code points above U+10FFFF count as invalid).
-size_t utf8_sequence_length(std::string_view text, size_t i) {
-  const auto byte = [&](size_t k) { return uint8_t(text[k]); };
-  const uint8_t lead = byte(i);
-  size_t length;
-  uint32_t code_point;
-  if (lead < 0x80) return 1;
-  if (lead >= 0xc2 && lead <= 0xdf) length = 2, code_point = lead & 0x1f;
-  else if (lead >= 0xe0 && lead <= 0xef) length = 3, code_point = lead & 0x0f;
-  else if (lead >= 0xf0 && lead <= 0xf4) length = 4, code_point = lead & 0x07;
-  else return 0;
-  if (i + length > text.size()) return 0;
-  for (size_t k = 1; k < length; ++k) {
-    if ((byte(i + k) & 0xc0) != 0x80) return 0;
-    code_point = (code_point << 6) | (byte(i + k) & 0x3f);
-  }
-  const uint32_t smallest[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (code_point < smallest[length] || code_point > 0x10ffff) return 0;
-  if (code_point >= 0xd800 && code_point <= 0xdfff) return 0;
-  return length;
-}
 
 void append_escaped_byte(std::string& out, uint8_t c) {
   switch (c) {
@@ -71,7 +49,7 @@ namespace {
 bool append_escaped(std::string& out, std::string_view text, size_t max_bytes) {
   size_t i = 0;
   while (i < text.size()) {
-    const size_t length = utf8_sequence_length(text, i);
+    const size_t length = utf8::valid_sequence_length(text, i);
     if (max_bytes != 0 && i + std::max<size_t>(length, 1) > max_bytes) return true;
     if (length == 0) {
       out += fmt::format("\\x{:02x}", uint8_t(text[i]));

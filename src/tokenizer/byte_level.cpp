@@ -1,6 +1,6 @@
 #include "tokenizer/byte_level.h"
 
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace lode::tokenizer {
 namespace {
@@ -15,7 +15,7 @@ struct Alphabet {
     uint32_t next = 256;
     for (uint32_t b = 0; b < 256; ++b) {
       const uint32_t cp = stands_for_itself(b) ? b : next++;
-      append_utf8(symbols[b], cp);
+      utf8::append(symbols[b], cp);
       byte_of_code_point[cp] = int16_t(b);
     }
   }
@@ -39,9 +39,9 @@ std::optional<std::string> bytes_of_symbols(std::string_view symbols) {
   std::string out;
   out.reserve(symbols.size());
   for (size_t pos = 0; pos < symbols.size();) {
-    const size_t len = valid_sequence_length(symbols, pos);
+    const size_t len = utf8::valid_sequence_length(symbols, pos);
     if (len == 0) return std::nullopt;
-    const auto b = symbol_byte(decode_sequence(symbols, pos, len));
+    const auto b = symbol_byte(utf8::decode_sequence(symbols, pos, len));
     if (!b) return std::nullopt;
     out += char(*b);
     pos += len;

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "tokenizer/byte_level.h"
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
 namespace lode::tokenizer {
 namespace {
@@ -130,7 +130,7 @@ void Tokenizer::encode_ordinary(std::string_view text, std::vector<int32_t>& out
   std::unordered_map<std::string, std::vector<int32_t>> cache;  // repeated words merge once
   size_t run = 0;  // start of the current run of valid UTF-8
   for (size_t pos = 0; pos < text.size();) {
-    const size_t len = valid_sequence_length(text, pos);
+    const size_t len = utf8::valid_sequence_length(text, pos);
     if (len > 0) {
       pos += len;
       continue;
@@ -191,7 +191,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special)
 
 std::string TextStream::push(int32_t id) {
   pending_ += tokenizer_.decode(std::span(&id, 1), render_special_);
-  const size_t keep = incomplete_tail_length(pending_);
+  const size_t keep = utf8::incomplete_tail_length(pending_);
   std::string ready = pending_.substr(0, pending_.size() - keep);
   pending_.erase(0, pending_.size() - keep);
   return ready;

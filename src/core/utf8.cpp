@@ -1,8 +1,8 @@
-#include "tokenizer/utf8.h"
+#include "core/utf8.h"
 
-namespace lode::tokenizer {
+namespace lode::utf8 {
 
-void append_utf8(std::string& out, uint32_t cp) {
+void append(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
     out += char(cp);
   } else if (cp < 0x800) {
@@ -82,4 +82,4 @@ size_t incomplete_tail_length(std::string_view text) {
   return 0;
 }
 
-}  // namespace lode::tokenizer
+}  // namespace lode::utf8

@@ -1,5 +1,6 @@
-// UTF-8 helpers the tokenizer needs: appending a code point, validating one sequence (the way a
-// decoder with replacement would), and finding an incomplete character at the end of a buffer.
+// UTF-8 helpers shared by the tokenizer, the chat template's Python semantics and GGUF rendering:
+// appending a code point, validating one sequence (the way a decoder with replacement would), and
+// finding an incomplete character at the end of a buffer.
 #pragma once
 
 #include <cstddef>
@@ -7,9 +8,9 @@
 #include <string>
 #include <string_view>
 
-namespace lode::tokenizer {
+namespace lode::utf8 {
 
-void append_utf8(std::string& out, uint32_t code_point);
+void append(std::string& out, uint32_t code_point);
 
 // Length (1..4) of the well-formed UTF-8 sequence starting at text[pos], or 0 when the byte there
 // does not start one (a stray continuation byte, an overlong or surrogate form, a truncated
@@ -23,4 +24,4 @@ uint32_t decode_sequence(std::string_view text, size_t pos, size_t length);
 // (0 when the text ends on a character boundary or with bytes that can never become valid).
 size_t incomplete_tail_length(std::string_view text);
 
-}  // namespace lode::tokenizer
+}  // namespace lode::utf8
