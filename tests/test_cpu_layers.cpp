@@ -125,8 +125,8 @@ TEST(CpuLayers, AttentionMatchesNaiveReference) {
   // lode: two chunks, 5 then 3 tokens.
   lode::cpu::KvCache cache;
   std::vector<float> got(size_t(T * H));
-  lode::cpu::attention_forward(w, c, cache, x.data(), got.data(), 5, 0, 2);
-  lode::cpu::attention_forward(w, c, cache, x.data() + 5 * H, got.data() + 5 * H, 3, 5, 1);
+  lode::cpu::attention_forward(w, c, cache, x.data(), got.data(), 5, 0, {.threads = 2});
+  lode::cpu::attention_forward(w, c, cache, x.data() + 5 * H, got.data() + 5 * H, 3, 5, {.threads = 1});
 
   // Naive: every token's q, k, v from scratch.
   std::vector<Vec> q(T), k(T), v(T);
@@ -239,15 +239,15 @@ TEST(CpuLayers, DeltaNetMatchesNaiveReferenceInHfHeadOrder) {
   // Recurrent form: chunks of 3, 4 and 16 tokens.
   lode::cpu::SequenceState state(one);
   std::vector<float> got(size_t(T * H));
-  lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data(), got.data(), 3, 2);
-  lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data() + 3 * H, got.data() + 3 * H, 4, 1);
-  lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data() + 7 * H, got.data() + 7 * H, 16, 2);
+  lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data(), got.data(), 3, {.threads = 2});
+  lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data() + 3 * H, got.data() + 3 * H, 4, {.threads = 1});
+  lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data() + 7 * H, got.data() + 7 * H, 16, {.threads = 2});
   // Chunked (WY) form: a 16-token chunk in WY chunks of 5, then 7 tokens in one WY chunk.
   lode::cpu::SequenceState wy_state(one);
   std::vector<float> wy(size_t(T * H));
-  lode::cpu::deltanet_forward(w, c, wy_state.deltanet[0], x.data(), wy.data(), 16, 2, 5);
+  lode::cpu::deltanet_forward(w, c, wy_state.deltanet[0], x.data(), wy.data(), 16, {.threads = 2}, 5);
   lode::cpu::deltanet_forward(w, c, wy_state.deltanet[0], x.data() + 16 * H, wy.data() + 16 * H,
-                              7, 1, 64);
+                              7, {.threads = 1}, 64);
 
   // Naive, HF order: conv over the whole history with zero padding, recurrence in double.
   std::vector<Vec> mixed(T);
@@ -368,7 +368,7 @@ TEST(CpuLayers, MoeMatchesNaiveReference) {
   const int64_t T = 5;
   const auto x = random_floats(size_t(T * H), rng, 1.0f);
   std::vector<float> got(size_t(T * H));
-  lode::cpu::moe_forward(w, c, x.data(), got.data(), T, 2);
+  lode::cpu::moe_forward(w, c, x.data(), got.data(), T, {.threads = 2});
 
   Vec want(size_t(T * H), 0.0);
   auto expert = [&](const float* g, const float* u, const float* dn, int64_t width,
@@ -429,8 +429,8 @@ TEST(CpuLayers, MatmulOnQuantizedRowsEqualsMatmulOnTheirValues) {
     }
     const MatrixView view{&traits, q.data(), cols, rows, rb};
     std::vector<float> got(size_t(T * rows)), want(size_t(T * rows));
-    lode::cpu::matmul(view, x.data(), got.data(), T, 2);
-    lode::cpu::matmul(f32_view(dq, rows, cols), x.data(), want.data(), T, 1);
+    lode::cpu::matmul(view, x.data(), got.data(), T, {.threads = 2});
+    lode::cpu::matmul(f32_view(dq, rows, cols), x.data(), want.data(), T, {.threads = 1});
     EXPECT_EQ(got, want) << traits.name;
   }
 }

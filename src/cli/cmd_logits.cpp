@@ -23,7 +23,7 @@ void run_logits(const LogitsOptions& o) {
   const std::vector<int32_t> tokens = parse_token_list(o.run.tokens);
   gguf::Reader reader(o.run.model);
   const auto config = model::read_config(reader.metadata());
-  cpu::Session session(reader, config, {.threads = o.run.threads, .max_context = o.run.ctx});
+  cpu::Session session(reader, config, o.run.session_options());
   const std::vector<float> logits = session.prefill(tokens, o.run.chunk, /*all_logits=*/true);
   write_output_file(o.output, [&](std::FILE* out) {
     if (std::fwrite(logits.data(), sizeof(float), logits.size(), out) != logits.size())

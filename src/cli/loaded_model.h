@@ -16,7 +16,7 @@ struct LoadedModel {
   explicit LoadedModel(const ModelRunOptions& o)
       : reader(o.model),
         config(model::read_config(reader.metadata())),
-        session(reader, config, {.threads = o.threads, .max_context = o.ctx}) {}
+        session(reader, config, o.session_options()) {}
 
   // The tokenizer, read on first use; fails clearly when the file has none.
   const tokenizer::Tokenizer& text() {

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include "core/error.h"
 
@@ -22,6 +23,12 @@ void add_model_run_options(CLI::App& cmd, ModelRunOptions& o, PromptInput prompt
   cmd.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--ctx", o.ctx, "Context length (default: the model's)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--chunk", o.chunk, "Prompt tokens per forward chunk (default 64)")->check(CLI::PositiveNumber);
+  const std::map<std::string, cpu::Activations> activations{{"f32", cpu::Activations::f32},
+                                                            {"q8", cpu::Activations::q8}};
+  cmd.add_option("--activations", o.activations,
+                 "f32 (default): float32 products; q8: round activations to 8 bits before each "
+                 "product with quantized weights, as llama.cpp's CPU backend does (for comparisons)")
+      ->transform(CLI::CheckedTransformer(activations, CLI::ignore_case));
 }
 
 std::string read_prompt_text(const ModelRunOptions& o) {

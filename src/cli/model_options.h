@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "cpu/session.h"
+
 namespace lode::cli {
 
 struct ModelRunOptions {
@@ -17,6 +19,11 @@ struct ModelRunOptions {
   int threads = 0;     // 0: OpenMP's default (all cores)
   int64_t ctx = 0;     // 0: the model's context length
   int64_t chunk = 64;  // prompt tokens per forward chunk
+  cpu::Activations activations = cpu::Activations::f32;
+
+  cpu::SessionOptions session_options() const {
+    return {.threads = threads, .max_context = ctx, .activations = activations};
+  }
 };
 
 enum class PromptInput { none, token_ids, ids_or_text };

@@ -52,19 +52,19 @@ void attend(const float* q, const float* keys, const float* values, int64_t n_ke
 }  // namespace
 
 void attention_forward(const AttentionWeights& w, const model::Qwen35MoeConfig& c, KvCache& cache,
-                       const float* x, float* out, int64_t n_tokens, int64_t pos0, int threads) {
+                       const float* x, float* out, int64_t n_tokens, int64_t pos0, const Compute& compute) {
   const int64_t hd = c.head_dim, kv_dim = c.kv_dim();
   std::vector<float> qg(size_t(n_tokens * 2 * c.q_dim()));
   std::vector<float> k(size_t(n_tokens * kv_dim)), v(size_t(n_tokens * kv_dim));
-  matmul(w.q, x, qg.data(), n_tokens, threads);
-  matmul(w.k, x, k.data(), n_tokens, threads);
-  matmul(w.v, x, v.data(), n_tokens, threads);
+  matmul(w.q, x, qg.data(), n_tokens, compute);
+  matmul(w.k, x, k.data(), n_tokens, compute);
+  matmul(w.v, x, v.data(), n_tokens, compute);
   prepare_qkv(w, c, cache, qg, k, v, n_tokens, pos0);
 
   const int64_t group = c.n_heads / c.n_kv_heads;  // query heads per KV head
   std::vector<float> gated(size_t(n_tokens * c.q_dim()));
   const int64_t n_pairs = n_tokens * c.n_heads;
-#pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads()) if (n_pairs > 1)
+#pragma omp parallel num_threads(compute.resolved_threads()) if (n_pairs > 1)
   {
     std::vector<float> scores(size_t(pos0 + n_tokens));
 #pragma omp for schedule(dynamic)
@@ -79,7 +79,7 @@ void attention_forward(const AttentionWeights& w, const model::Qwen35MoeConfig& 
       for (int64_t d = 0; d < hd; ++d) o[d] *= sigmoid(gate[d]);
     }
   }
-  matmul(w.output, gated.data(), out, n_tokens, threads);
+  matmul(w.output, gated.data(), out, n_tokens, compute);
 }
 
 }  // namespace lode::cpu

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cpu/compute.h"
 #include "cpu/state.h"
 #include "cpu/weights.h"
 
@@ -14,6 +15,6 @@ namespace lode::cpu {
 // writes the mixer's output to out [n_tokens, hidden].
 void attention_forward(const AttentionWeights& w, const model::Qwen35MoeConfig& config,
                        KvCache& cache, const float* x, float* out, int64_t n_tokens, int64_t pos0,
-                       int threads);
+                       const Compute& compute);
 
 }  // namespace lode::cpu

@@ -122,25 +122,25 @@ void run_head(const DeltaNetWeights& w, const model::Qwen35MoeConfig& c, DeltaNe
 
 void deltanet_forward(const DeltaNetWeights& w, const model::Qwen35MoeConfig& c,
                       DeltaNetState& state, const float* x, float* out, int64_t n_tokens,
-                      int threads, int64_t wy_chunk) {
+                      const Compute& compute, int64_t wy_chunk) {
   const int64_t hv = c.ssm_dt_rank, value_dim = c.ssm_value_dim();
   Projections p;
   p.qkv.resize(size_t(n_tokens * c.conv_channels()));
   p.z.resize(size_t(n_tokens * value_dim));
   p.beta.resize(size_t(n_tokens * hv));
   p.g.resize(size_t(n_tokens * hv));
-  matmul(w.qkv, x, p.qkv.data(), n_tokens, threads);
-  matmul(w.gate, x, p.z.data(), n_tokens, threads);
-  matmul(w.beta, x, p.beta.data(), n_tokens, threads);
-  matmul(w.alpha, x, p.g.data(), n_tokens, threads);
+  matmul(w.qkv, x, p.qkv.data(), n_tokens, compute);
+  matmul(w.gate, x, p.z.data(), n_tokens, compute);
+  matmul(w.beta, x, p.beta.data(), n_tokens, compute);
+  matmul(w.alpha, x, p.g.data(), n_tokens, compute);
   prepare_tokens(w, c, state, p, n_tokens);
 
   std::vector<float> o(size_t(n_tokens * value_dim));
-  const int n_threads = threads > 0 ? threads : omp_get_max_threads();
+  const int n_threads = compute.resolved_threads();
   const bool parallel = hv > 1 && n_tokens * c.ssm_state * c.ssm_state >= 4096;
 #pragma omp parallel for num_threads(n_threads) if (parallel)
   for (int64_t s = 0; s < hv; ++s) run_head(w, c, state, p, s, n_tokens, wy_chunk, o.data());
-  matmul(w.out, o.data(), out, n_tokens, threads);
+  matmul(w.out, o.data(), out, n_tokens, compute);
 }
 
 }  // namespace lode::cpu

@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cpu/compute.h"
 #include "cpu/state.h"
 #include "cpu/weights.h"
 
@@ -37,6 +38,6 @@ void deltanet_head_chunk(float* s, const float* q, const float* k, int64_t qk_st
 // wy_chunk <= 1: recurrent form; otherwise the chunked form, wy_chunk tokens at a time.
 void deltanet_forward(const DeltaNetWeights& w, const model::Qwen35MoeConfig& config,
                       DeltaNetState& state, const float* x, float* out, int64_t n_tokens,
-                      int threads, int64_t wy_chunk = 0);
+                      const Compute& compute, int64_t wy_chunk = 0);
 
 }  // namespace lode::cpu

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cpu/activation_rounding.h"
 #include "cpu/fast_rows.h"
 
 namespace lode::cpu {
@@ -40,9 +41,28 @@ const float* row_values(const MatrixView& w, DequantizeRow decode, int64_t r, fl
 
 }  // namespace
 
-void matmul(const MatrixView& w, const float* x, float* y, int64_t n_tokens, int threads) {
+int Compute::resolved_threads() const { return threads > 0 ? threads : omp_get_max_threads(); }
+
+namespace {
+
+// X with every row rounded for W's type (Activations::q8), or X itself.
+const float* activations_for(const MatrixView& w, const float* x, int64_t n_tokens,
+                             const Compute& compute, std::vector<float>& rounded) {
+  if (compute.activations == Activations::f32 || w.type->type == GgmlType::F32) return x;
+  rounded.resize(size_t(n_tokens * w.cols));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    round_activations(w.type->type, x + t * w.cols, rounded.data() + t * w.cols, w.cols);
+  }
+  return rounded.data();
+}
+
+}  // namespace
+
+void matmul(const MatrixView& w, const float* x_in, float* y, int64_t n_tokens, const Compute& compute) {
   check_readable(w);
-  const int n_threads = threads > 0 ? threads : omp_get_max_threads();
+  std::vector<float> rounded;
+  const float* x = activations_for(w, x_in, n_tokens, compute, rounded);
+  const int n_threads = compute.resolved_threads();
   // Small products are not worth waking the thread team for.
   const bool parallel = n_threads > 1 && w.rows * w.cols * n_tokens >= (1 << 15);
   const DequantizeRow decode = row_decoder(w.type->type);

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/quant/types.h"
+#include "cpu/compute.h"
 
 namespace lode::cpu {
 
@@ -28,9 +29,10 @@ struct MatrixView {
 float dot(const float* a, const float* b, int64_t n);
 
 // Y[t, r] = sum_c W[r, c] * X[t, c] for t in [0, n_tokens): X is [n_tokens, W.cols] row-major,
-// Y is [n_tokens, W.rows] row-major. Parallel over weight rows on `threads` OpenMP threads
-// (0: OpenMP's default). Fails when W's type cannot be dequantized.
-void matmul(const MatrixView& w, const float* x, float* y, int64_t n_tokens, int threads);
+// Y is [n_tokens, W.rows] row-major. Parallel over weight rows on compute.threads OpenMP threads;
+// with Activations::q8 each row of X is first rounded as ggml's CPU path would for W's type.
+// Fails when W's type cannot be dequantized.
+void matmul(const MatrixView& w, const float* x, float* y, int64_t n_tokens, const Compute& compute);
 
 // Row r of W as float32 into out[0, W.cols) (used for embedding lookups).
 void dequantize_row(const MatrixView& w, int64_t r, float* out);

@@ -25,22 +25,22 @@ namespace {
 
 // y [n, hidden] = down(silu(gate(x)) * up(x)) for n rows of x [n, hidden].
 void ffn(const MatrixView& gate, const MatrixView& up, const MatrixView& down, const float* x,
-         float* y, int64_t n, int threads) {
+         float* y, int64_t n, const Compute& compute) {
   const int64_t ff = gate.rows;
   std::vector<float> g(size_t(n * ff)), u(size_t(n * ff));
-  matmul(gate, x, g.data(), n, threads);
-  matmul(up, x, u.data(), n, threads);
+  matmul(gate, x, g.data(), n, compute);
+  matmul(up, x, u.data(), n, compute);
   for (size_t i = 0; i < g.size(); ++i) g[i] = silu(g[i]) * u[i];
-  matmul(down, g.data(), y, n, threads);
+  matmul(down, g.data(), y, n, compute);
 }
 
 }  // namespace
 
 void moe_forward(const MoeWeights& w, const model::Qwen35MoeConfig& c, const float* x,
-                 float* out, int64_t n_tokens, int threads) {
+                 float* out, int64_t n_tokens, const Compute& compute) {
   const int64_t hidden = c.hidden, k = c.n_experts_used;
   std::vector<float> logits(size_t(n_tokens * c.n_experts));
-  matmul(w.router, x, logits.data(), n_tokens, threads);
+  matmul(w.router, x, logits.data(), n_tokens, compute);
   std::vector<Route> routes;
   for (int64_t t = 0; t < n_tokens; ++t) {
     routes.push_back(route(logits.data() + t * c.n_experts, c.n_experts, k));
@@ -62,7 +62,7 @@ void moe_forward(const MoeWeights& w, const model::Qwen35MoeConfig& c, const flo
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(x + (u[i] / k) * hidden, hidden, xs.data() + i * hidden);
     }
-    ffn(w.gate.expert(e), w.up.expert(e), w.down.expert(e), xs.data(), ys.data(), n, threads);
+    ffn(w.gate.expert(e), w.up.expert(e), w.down.expert(e), xs.data(), ys.data(), n, compute);
     for (int64_t i = 0; i < n; ++i) {
       std::copy_n(ys.data() + i * hidden, hidden, expert_out.data() + u[i] * hidden);
     }
@@ -70,7 +70,7 @@ void moe_forward(const MoeWeights& w, const model::Qwen35MoeConfig& c, const flo
 
   std::vector<float> shared(size_t(n_tokens * hidden), 0.0f);
   if (c.shared_ff > 0) {
-    ffn(w.shared_gate, w.shared_up, w.shared_down, x, shared.data(), n_tokens, threads);
+    ffn(w.shared_gate, w.shared_up, w.shared_down, x, shared.data(), n_tokens, compute);
   }
   // Summed in slot order then the shared expert, the same for every token whatever the chunk.
   for (int64_t t = 0; t < n_tokens; ++t) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cpu/compute.h"
 #include "cpu/weights.h"
 
 namespace lode::cpu {
@@ -19,6 +20,6 @@ Route route(const float* logits, int64_t n_experts, int64_t k);
 
 // x: [n_tokens, hidden], already RMS-normed; writes out [n_tokens, hidden].
 void moe_forward(const MoeWeights& w, const model::Qwen35MoeConfig& config, const float* x,
-                 float* out, int64_t n_tokens, int threads);
+                 float* out, int64_t n_tokens, const Compute& compute);
 
 }  // namespace lode::cpu

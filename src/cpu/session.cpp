@@ -76,7 +76,7 @@ void Session::forward_chunk(const int32_t* tokens, int64_t n, int64_t logit_rows
   const ModelWeights& w = *weights_;
   const model::Qwen35MoeConfig& c = w.config;
   const int64_t hidden = c.hidden;
-  const int threads = options_.threads;
+  const Compute compute{.threads = options_.threads, .activations = options_.activations};
   const float eps = float(c.rms_eps);
 
   std::vector<float> h(size_t(n * hidden)), normed(h.size()), mixed(h.size());
@@ -89,17 +89,17 @@ void Session::forward_chunk(const int32_t* tokens, int64_t n, int64_t logit_rows
     }
     if (lw.recurrent) {
       deltanet_forward(lw.deltanet, c, state_.deltanet[size_t(layer)], normed.data(), mixed.data(),
-                       n, threads, n > 1 ? options_.deltanet_chunk : 0);
+                       n, compute, n > 1 ? options_.deltanet_chunk : 0);
     } else {
       attention_forward(lw.attention, c, state_.kv[size_t(layer)], normed.data(), mixed.data(), n,
-                        state_.position, threads);
+                        state_.position, compute);
     }
     for (size_t i = 0; i < h.size(); ++i) h[i] += mixed[i];
     for (int64_t t = 0; t < n; ++t) {
       rms_norm(h.data() + t * hidden, lw.post_attention_norm.data(), normed.data() + t * hidden,
                hidden, eps);
     }
-    moe_forward(lw.moe, c, normed.data(), mixed.data(), n, threads);
+    moe_forward(lw.moe, c, normed.data(), mixed.data(), n, compute);
     for (size_t i = 0; i < h.size(); ++i) h[i] += mixed[i];
   }
   state_.position += n;
@@ -114,7 +114,7 @@ void Session::forward_chunk(const int32_t* tokens, int64_t n, int64_t logit_rows
   }
   const size_t old = logits.size();
   logits.resize(old + size_t(rows * c.vocab));
-  matmul(w.output, normed.data(), logits.data() + old, rows, threads);
+  matmul(w.output, normed.data(), logits.data() + old, rows, compute);
 }
 
 }  // namespace lode::cpu

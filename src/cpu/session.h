@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "cpu/compute.h"
 #include "cpu/state.h"
 #include "cpu/weights.h"
 #include "gguf/reader.h"
@@ -32,6 +33,8 @@ struct SessionOptions {
   // form; 0 runs it token by token (the recurrent form decoding uses), which makes chunked prefill
   // bit-identical to decoding. The two agree up to rounding (~1e-6 relative).
   int64_t deltanet_chunk = 64;
+  // Activations::q8 rounds activations as llama.cpp's CPU path does (cpu/compute.h).
+  Activations activations = Activations::f32;
 };
 
 class Session {
