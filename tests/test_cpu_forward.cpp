@@ -203,6 +203,39 @@ TEST_F(CpuForward, ResetStartsTheSequenceAgain) {
   EXPECT_EQ(session.prefill(tokens), first);
 }
 
+// Sequences stepped together give, bit for bit, what each gives alone with the same chunks: a
+// prefill chunk with all its logits, a decode step, and a mid-prompt chunk with none.
+TEST_F(CpuForward, BatchedSequencesEqualTheirSoloRuns) {
+  lode::gguf::Reader reader(path_);
+  const Qwen35MoeConfig config = lode::model::read_config(reader.metadata());
+  auto weights = std::make_shared<const lode::cpu::ModelWeights>(lode::cpu::bind_weights(reader, config));
+  const auto a = prompt(9, config.vocab, 1), b = prompt(4, config.vocab, 2), c = prompt(70, config.vocab, 3);
+  Session sa(weights, {.threads = 2}), sb(weights, {.threads = 2}), sc(weights, {.threads = 2});
+  sb.prefill(std::span(b).first(3));
+  sc.prefill(std::span(c).first(64), 64);
+  std::vector<lode::cpu::BatchEntry> batch = {{&sa, a, 9, {}}, {&sb, std::span(b).subspan(3), 1, {}},
+                                              {&sc, std::span(c).subspan(64), 0, {}}};
+  Session::forward_batch(batch);
+  Session solo(weights, {.threads = 2});
+  EXPECT_EQ(batch[0].logits, solo.prefill(a, 9, true));
+  solo.reset();
+  solo.prefill(std::span(b).first(3));
+  EXPECT_EQ(batch[1].logits, solo.decode(b[3]));
+  EXPECT_TRUE(batch[2].logits.empty());
+  EXPECT_EQ(sc.position(), 70);
+  solo.reset();
+  solo.prefill(c, 64);
+  EXPECT_EQ(sc.decode(5), solo.decode(5));
+  // Refused without changing anything: a session twice, a token outside the vocabulary.
+  std::vector<lode::cpu::BatchEntry> twice = {{&sa, a, 1, {}}, {&sa, a, 1, {}}};
+  EXPECT_THROW(Session::forward_batch(twice), lode::Error);
+  const std::vector<int32_t> bad = {int32_t(config.vocab)};
+  std::vector<lode::cpu::BatchEntry> outside = {{&sb, a, 1, {}}, {&sc, bad, 1, {}}};
+  EXPECT_THROW(Session::forward_batch(outside), lode::Error);
+  EXPECT_EQ(sa.position(), 9);
+  EXPECT_EQ(sb.position(), 4);
+}
+
 // A q8_0 model computes what the same model with q8_0's values stored as float32 computes.
 TEST_F(CpuForward, Q8_0WeightsGiveTheirFloat32Values) {
   const auto q8_path =

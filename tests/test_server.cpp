@@ -317,6 +317,7 @@ TEST(Server, DisconnectMidStreamDoesNotBreakTheNextRequest) {
 TEST(Server, FullQueueIs429) {
   server::ServerOptions o;
   o.worker.max_queue = 0;
+  o.worker.parallel = 1;  // one slot, busy: the next request would have to wait
   o.worker.token_delay = std::chrono::milliseconds(20);
   TestServer s(o);
   std::atomic<bool> started{false};

@@ -1,5 +1,7 @@
-// Eight clients streaming greedy chats at once get exactly the text each gets alone (the worker
-// runs them in turn; prefix reuse between them must not leak one conversation into another).
+// Continuous batching: eight clients streaming greedy chats at once, batched together in the
+// worker's steps, get exactly the text each gets alone on a one-slot server (prefix reuse between
+// them must not leak one conversation into another either); a long prompt is prefilled in chunks
+// beside sequences that keep decoding.
 #include <thread>
 
 #include "test_server_support.h"
@@ -34,7 +36,9 @@ TEST(ServerConcurrency, EightConcurrentStreamsEqualTheirSoloRuns) {
   constexpr int kClients = 8;
   std::vector<std::string> alone(kClients), together(kClients);
   {
-    TestServer server;
+    server::ServerOptions solo;
+    solo.worker.parallel = 1;
+    TestServer server(solo);
     for (int i = 0; i < kClients; ++i) {
       auto res = server.post("/v1/chat/completions", streamed_request(i).dump());
       ASSERT_TRUE(res);
@@ -42,7 +46,9 @@ TEST(ServerConcurrency, EightConcurrentStreamsEqualTheirSoloRuns) {
       alone[size_t(i)] = streamed_text(res->body);
     }
   }
-  TestServer server;
+  server::ServerOptions batched;
+  batched.worker.parallel = kClients;
+  TestServer server(batched);
   std::vector<std::thread> clients;
   std::vector<int> status(kClients, 0);
   for (int i = 0; i < kClients; ++i)
@@ -58,6 +64,32 @@ TEST(ServerConcurrency, EightConcurrentStreamsEqualTheirSoloRuns) {
     EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
     EXPECT_FALSE(alone[size_t(i)].empty());
   }
+  const json worker = server.get_json("/v1/status");
+  EXPECT_GE(worker["steps"]["max_batch"], 2) << worker.dump();  // they did run together
+  EXPECT_EQ(worker["sequences"]["active"], 0);
+}
+
+TEST(ServerConcurrency, LongPromptIsPrefilledBesideDecodingSequences) {
+  server::ServerOptions o;
+  o.worker.parallel = 2;
+  o.worker.token_delay = std::chrono::milliseconds(10);
+  TestServer server(o);
+  std::thread decoding([&] {
+    json body = streamed_request(1);
+    body["max_tokens"] = 40;
+    body["stream"] = false;
+    const json done = server.post_json("/v1/chat/completions", body);
+    EXPECT_GE(done["usage"]["completion_tokens"], 20);  // it was still decoding meanwhile
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) long_text += "line " + std::to_string(i) + " of a long file\n";
+  const json reply = server.post_json("/v1/chat/completions",
+                                      json{{"messages", {{{"role", "user"}, {"content", long_text}}}}, {"max_tokens", 2}});
+  decoding.join();
+  EXPECT_GT(reply["usage"]["prompt_tokens"], 256);
+  const json status = server.get_json("/v1/status");
+  EXPECT_GE(status["steps"]["mixed"], 2) << status.dump();  // prompt chunks ran beside decoding
 }
 
 }  // namespace

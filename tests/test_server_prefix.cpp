@@ -76,26 +76,73 @@ TEST(ServerPrefix, TheNextTurnReusesTheConversationAndMatchesAColdRun) {
   EXPECT_EQ(full_text(other), parsed_text(cold_run(json::array({{{"role", "user"}, {"content", "hello"}}}), 6)));
 }
 
+// Two agents with the same long system prompt take turns on a two-slot server. The second one's
+// first request copies the shared system prompt from the first one's slot into a free slot (cached
+// 64) without disturbing it; each next turn then finds its whole earlier conversation in its own
+// slot (cached >= 128, more than the two conversations share) and still returns what a cold run
+// returns.
+TEST(ServerPrefix, InterleavedConversationsEachKeepTheirCache) {
+  server::ServerOptions o;
+  o.worker.parallel = 2;
+  TestServer server(o);
+  const std::string question[2] = {
+      "I keep a directory of shell scripts and text notes in my home folder. What does cat do with "
+      "several file names, and how would I use it to join two of my notes into a third file?",
+      "My project has hundreds of files in nested folders and I want an overview of them. What does ls "
+      "do with the -l and -R options, and how do I sort its listing by modification time?"};
+  std::vector<json> chats(2);
+  for (int c = 0; c < 2; ++c)
+    chats[size_t(c)] = {{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", question[c]}}};
+  for (int turn = 0; turn < 2; ++turn) {
+    for (int c = 0; c < 2; ++c) {
+      json& messages = chats[size_t(c)];
+      const json reply = server.post_json("/v1/chat/completions", request(messages, 8));
+      const int64_t cached = reply["usage"]["prompt_tokens_details"]["cached_tokens"];
+      const std::string what = "conversation " + std::to_string(c) + " turn " + std::to_string(turn) + ": " + reply.dump();
+      if (turn == 0 && c == 0) EXPECT_EQ(cached, 0) << what;
+      if (turn == 0 && c == 1) EXPECT_EQ(cached, 64) << what;  // the shared system prompt
+      if (turn == 1) EXPECT_GE(cached, 128) << what;           // its own conversation
+      EXPECT_EQ(full_text(reply), parsed_text(cold_run(messages, 8))) << what;
+      const json& said = reply["choices"][0]["message"];
+      json assistant = {{"role", "assistant"}, {"content", said["content"].is_string() ? said["content"] : json("")}};
+      if (said.contains("reasoning_content")) assistant["reasoning_content"] = said["reasoning_content"];
+      messages.push_back(assistant);
+      messages.push_back({{"role", "user"}, {"content", "Tell me more."}});
+    }
+  }
+  EXPECT_GT(server.get_json("/v1/status")["memory"]["prefix_checkpoint_bytes"], 0);
+}
+
+// Prefills `prompt` from `from` in whole chunks of 16 as the worker does, checkpointing at whole
+// intervals before the last chunk.
+void prefill_from(cpu::Session& session, server::PrefixCache& cache, std::span<const int32_t> prompt, int64_t from) {
+  for (int64_t at = from; at < int64_t(prompt.size()); at += 16) {
+    const auto chunk = prompt.subspan(size_t(at), std::min<size_t>(16, prompt.size() - size_t(at)));
+    session.prefill(chunk, 16);
+    cache.after_chunk(session, chunk, at + 16 < int64_t(prompt.size()));
+  }
+}
+
 TEST(ServerPrefix, CheckpointsAreBoundedAndSitAtWholeIntervals) {
   auto model = mini_model();
   cpu::Session session(model->reader, model->config, {.threads = 1, .max_context = 512});
   server::PrefixCache cache(16, 3);
   std::vector<int32_t> prompt(100);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(100 + i);
-  const auto a = cache.prepare(session, prompt);
-  EXPECT_EQ(a.cached, 0);
-  EXPECT_EQ(a.prefilled, 96);       // whole intervals of 16 before the last token
+  EXPECT_EQ(cache.resume(session, prompt), 0);
+  prefill_from(session, cache, prompt, 0);
   EXPECT_EQ(cache.checkpoints(), 3u);  // 16..96 taken, the oldest dropped
-  session.prefill(std::span(prompt).subspan(96));
   cache.record({}, false);
-  const auto b = cache.prepare(session, prompt);  // the same prompt again
-  EXPECT_EQ(b.cached, 96);
+  EXPECT_EQ(cache.reusable(session, prompt), 96);  // the same prompt again
+  EXPECT_EQ(cache.resume(session, prompt), 96);
   EXPECT_EQ(session.position(), 96);
+  prefill_from(session, cache, prompt, 96);
   prompt[70] = 7;  // diverges inside the cached part: back to the checkpoint before it (64)
-  session.prefill(std::span(prompt).subspan(96));
-  cache.record({}, false);
-  const auto c = cache.prepare(session, prompt);
-  EXPECT_EQ(c.cached, 64);
+  EXPECT_EQ(cache.resume(session, prompt), 64);
+  EXPECT_EQ(session.position(), 64);
+  // A session that someone else moved on is not trusted.
+  session.prefill(std::span(prompt).first(3));
+  EXPECT_EQ(cache.reusable(session, prompt), 0);
 }
 
 }  // namespace

@@ -45,6 +45,13 @@ struct TestServer {
     EXPECT_EQ(res->status, expected_status) << res->body;
     return json::parse(res->body);
   }
+  json get_json(const std::string& path) const {
+    auto res = client().Get(path.c_str());
+    EXPECT_TRUE(res) << "no response from " << path;
+    if (!res) return {};
+    EXPECT_EQ(res->status, 200) << res->body;
+    return json::parse(res->body);
+  }
   std::unique_ptr<server::Server> server;
   int port = 0;
 };

@@ -49,7 +49,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", o->server.api_key, "Require this key (Authorization: Bearer KEY, or x-api-key: KEY) on every route but /health");
   cmd->add_option("--ctx", o->server.worker.context, "Context length per request (default: the model's)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", o->server.worker.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--max-queue", o->server.worker.max_queue, "Requests that may wait while one runs; more get 429 (default 16)")
+  cmd->add_option("--parallel", o->server.worker.parallel, "Requests generated together, each keeping its conversation's prefix cached (default 4)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-queue", o->server.worker.max_queue, "Requests that may wait for a free slot; more get 429 (default 16)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger gets 413 (default 8 MiB)")
       ->check(CLI::PositiveNumber);

@@ -42,8 +42,27 @@ void Session::rewind(const SequenceCheckpoint& checkpoint) {
   state_.position = checkpoint.position;
 }
 
-std::vector<float> Session::prefill(std::span<const int32_t> tokens, int64_t chunk,
-                                    bool all_logits) {
+void Session::copy_prefix(const Session& other, const SequenceCheckpoint& checkpoint) {
+  if (other.weights_ != weights_) fail("cpu session: cannot copy a prefix from a session of other weights");
+  if (checkpoint.position < 0 || checkpoint.position > other.state_.position)
+    fail("cpu session: cannot copy {} positions from a sequence of {}", checkpoint.position, other.state_.position);
+  if (checkpoint.position > options_.max_context)
+    fail("cpu session: {} positions do not fit a context of {}", checkpoint.position, options_.max_context);
+  const model::Qwen35MoeConfig& c = weights_->config;
+  const auto kept = ptrdiff_t(checkpoint.position * c.n_kv_heads * c.head_dim);
+  SequenceState copy(c);
+  for (size_t layer = 0; layer < copy.kv.size(); ++layer) {
+    const KvCache& from = other.state_.kv[layer];
+    if (ptrdiff_t(from.k.size()) < kept) continue;  // a DeltaNet layer: no cache
+    copy.kv[layer].k.assign(from.k.begin(), from.k.begin() + kept);
+    copy.kv[layer].v.assign(from.v.begin(), from.v.begin() + kept);
+  }
+  copy.deltanet = checkpoint.deltanet;
+  copy.position = checkpoint.position;
+  state_ = std::move(copy);
+}
+
+void Session::check_append(std::span<const int32_t> tokens) const {
   const int64_t n = int64_t(tokens.size());
   if (n == 0) fail("cpu session: prefill needs at least one token");
   for (int32_t token : tokens) {
@@ -55,14 +74,21 @@ std::vector<float> Session::prefill(std::span<const int32_t> tokens, int64_t chu
     fail("cpu session: {} tokens after {} would exceed the context of {} positions; raise --ctx",
          n, state_.position, options_.max_context);
   }
+}
+
+std::vector<float> Session::prefill(std::span<const int32_t> tokens, int64_t chunk,
+                                    bool all_logits) {
+  check_append(tokens);
+  const int64_t n = int64_t(tokens.size());
   if (chunk <= 0 || chunk > n) chunk = n;
   std::vector<float> logits;
   logits.reserve(size_t((all_logits ? n : 1) * vocab()));
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start);
     const bool last_chunk = start + len == n;
-    const int64_t rows = all_logits ? len : (last_chunk ? 1 : 0);
-    forward_chunk(tokens.data() + start, len, rows, logits);
+    BatchEntry entry{this, tokens.subspan(size_t(start), size_t(len)), all_logits ? len : (last_chunk ? 1 : 0), {}};
+    forward_batch(std::span(&entry, 1));
+    logits.insert(logits.end(), entry.logits.begin(), entry.logits.end());
   }
   return logits;
 }
@@ -71,28 +97,53 @@ std::vector<float> Session::decode(int32_t token) {
   return prefill(std::span<const int32_t>(&token, 1), 1, false);
 }
 
-void Session::forward_chunk(const int32_t* tokens, int64_t n, int64_t logit_rows,
-                            std::vector<float>& logits) {
-  const ModelWeights& w = *weights_;
+void Session::forward_batch(std::span<BatchEntry> entries) {
+  if (entries.empty()) return;
+  const Session& first = *entries[0].session;
+  const ModelWeights& w = *first.weights_;
   const model::Qwen35MoeConfig& c = w.config;
+  const SessionOptions& options = first.options_;
+  int64_t n = 0;  // rows of the whole batch
+  for (const BatchEntry& e : entries) {
+    if (e.session->weights_ != first.weights_ || e.session->options_.threads != options.threads ||
+        e.session->options_.activations != options.activations ||
+        e.session->options_.deltanet_chunk != options.deltanet_chunk)
+      fail("cpu session: a batch needs sessions of the same weights and options");
+    for (const BatchEntry& other : entries)
+      if (&other != &e && other.session == e.session) fail("cpu session: a session appears twice in one batch");
+    e.session->check_append(e.tokens);
+    if (e.logit_rows < 0 || e.logit_rows > int64_t(e.tokens.size()))
+      fail("cpu session: {} logit rows asked of a {}-token chunk", e.logit_rows, e.tokens.size());
+    n += int64_t(e.tokens.size());
+  }
   const int64_t hidden = c.hidden;
-  const Compute compute{.threads = options_.threads, .activations = options_.activations};
+  const Compute compute{.threads = options.threads, .activations = options.activations};
   const float eps = float(c.rms_eps);
 
   std::vector<float> h(size_t(n * hidden)), normed(h.size()), mixed(h.size());
-  for (int64_t t = 0; t < n; ++t) dequantize_row(w.token_embd, tokens[t], h.data() + t * hidden);
-
+  int64_t row = 0;
+  for (const BatchEntry& e : entries) {
+    for (int32_t token : e.tokens) dequantize_row(w.token_embd, token, h.data() + row++ * hidden);
+  }
   for (int64_t layer = 0; layer < c.n_layers; ++layer) {
     const LayerWeights& lw = w.layers[size_t(layer)];
     for (int64_t t = 0; t < n; ++t) {
       rms_norm(h.data() + t * hidden, lw.attn_norm.data(), normed.data() + t * hidden, hidden, eps);
     }
-    if (lw.recurrent) {
-      deltanet_forward(lw.deltanet, c, state_.deltanet[size_t(layer)], normed.data(), mixed.data(),
-                       n, compute, n > 1 ? options_.deltanet_chunk : 0);
-    } else {
-      attention_forward(lw.attention, c, state_.kv[size_t(layer)], normed.data(), mixed.data(), n,
-                        state_.position, compute);
+    // The mixers hold per-sequence state: each sequence runs on its own rows.
+    row = 0;
+    for (BatchEntry& e : entries) {
+      SequenceState& state = e.session->state_;
+      const int64_t len = int64_t(e.tokens.size());
+      const float* x = normed.data() + row * hidden;
+      float* out = mixed.data() + row * hidden;
+      if (lw.recurrent) {
+        deltanet_forward(lw.deltanet, c, state.deltanet[size_t(layer)], x, out, len, compute,
+                         len > 1 ? options.deltanet_chunk : 0);
+      } else {
+        attention_forward(lw.attention, c, state.kv[size_t(layer)], x, out, len, state.position, compute);
+      }
+      row += len;
     }
     for (size_t i = 0; i < h.size(); ++i) h[i] += mixed[i];
     for (int64_t t = 0; t < n; ++t) {
@@ -102,19 +153,27 @@ void Session::forward_chunk(const int32_t* tokens, int64_t n, int64_t logit_rows
     moe_forward(lw.moe, c, normed.data(), mixed.data(), n, compute);
     for (size_t i = 0; i < h.size(); ++i) h[i] += mixed[i];
   }
-  state_.position += n;
 
-  // The lm head only for the positions asked for: it is the largest matrix of the model.
-  if (logit_rows == 0) return;
-  const int64_t first = n - logit_rows;
-  const int64_t rows = logit_rows;
-  for (int64_t t = first; t < n; ++t) {
-    rms_norm(h.data() + t * hidden, w.output_norm.data(), normed.data() + (t - first) * hidden,
-             hidden, eps);
+  // The lm head only for the rows asked for: it is the largest matrix of the model.
+  std::vector<const float*> wanted;
+  row = 0;
+  for (BatchEntry& e : entries) {
+    e.session->state_.position += int64_t(e.tokens.size());
+    row += int64_t(e.tokens.size());
+    for (int64_t t = row - e.logit_rows; t < row; ++t) wanted.push_back(h.data() + t * hidden);
   }
-  const size_t old = logits.size();
-  logits.resize(old + size_t(rows * c.vocab));
-  matmul(w.output, normed.data(), logits.data() + old, rows, compute);
+  const int64_t rows = int64_t(wanted.size());
+  if (rows == 0) return;
+  for (int64_t r = 0; r < rows; ++r) {
+    rms_norm(wanted[size_t(r)], w.output_norm.data(), normed.data() + r * hidden, hidden, eps);
+  }
+  std::vector<float> logits(size_t(rows * c.vocab));
+  matmul(w.output, normed.data(), logits.data(), rows, compute);
+  const float* next = logits.data();
+  for (BatchEntry& e : entries) {
+    e.logits.assign(next, next + e.logit_rows * c.vocab);
+    next += e.logit_rows * c.vocab;
+  }
 }
 
 }  // namespace lode::cpu

@@ -37,6 +37,17 @@ struct SessionOptions {
   Activations activations = Activations::f32;
 };
 
+class Session;
+
+// One sequence's part of a batched step (Session::forward_batch): tokens to append, and how many
+// of their last positions to return logits for (0, 1 or all).
+struct BatchEntry {
+  Session* session = nullptr;
+  std::span<const int32_t> tokens;
+  int64_t logit_rows = 1;
+  std::vector<float> logits;  // out: [logit_rows, vocab]
+};
+
 class Session {
 public:
   // Binds the weights (checked against the config) and starts an empty sequence.
@@ -54,6 +65,14 @@ public:
   // Appends one token; returns its logits [vocab].
   std::vector<float> decode(int32_t token);
 
+  // Several sessions of the same weights and options advance together in one step: every entry's
+  // tokens run as one chunk of its sequence, the projections and experts batched over all of them.
+  // Each entry's logits equal, bit for bit, those of session.prefill(tokens, tokens.size()) run
+  // alone (every row is computed independently of the others). Fails, changing nothing, on an
+  // empty entry, a token outside the vocabulary, a full context, or sessions that do not share
+  // weights and options.
+  static void forward_batch(std::span<BatchEntry> entries);
+
   // Forgets the sequence (K/V caches and DeltaNet states back to empty).
   void reset();
   // The current position, to come back to later (prefix reuse: a conversation that continues from
@@ -63,6 +82,11 @@ public:
   // between): the K/V caches are cut to its position and the DeltaNet states restored. Fails when
   // the checkpoint is ahead of the sequence or does not fit this model.
   void rewind(const SequenceCheckpoint& checkpoint);
+  // Makes this sequence a copy of `other`'s up to one of its checkpoints (K/V caches cut there,
+  // DeltaNet states from the checkpoint): a request that shares a prefix with a conversation held
+  // by another session starts from it without disturbing that session. Fails unless both share
+  // weights and the checkpoint lies within `other`.
+  void copy_prefix(const Session& other, const SequenceCheckpoint& checkpoint);
   int64_t position() const { return state_.position; }
   int64_t max_context() const { return options_.max_context; }  // resolved: never 0
   int64_t vocab() const { return weights_->config.vocab; }
@@ -70,10 +94,8 @@ public:
   const SequenceState& state() const { return state_; }
 
 private:
-  // Runs tokens [0, n) through the model as one chunk; appends to `logits` the logits of the
-  // chunk's last `logit_rows` positions (0: none, 1: the last, n: all).
-  void forward_chunk(const int32_t* tokens, int64_t n, int64_t logit_rows,
-                     std::vector<float>& logits);
+  // Fails unless `tokens` may be appended (non-empty, in the vocabulary, room left).
+  void check_append(std::span<const int32_t> tokens) const;
 
   std::shared_ptr<const ModelWeights> weights_;
   SessionOptions options_;

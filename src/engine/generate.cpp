@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "core/error.h"
-#include "sample/stop.h"
+#include "engine/generation.h"
 
 namespace lode::engine {
 
@@ -21,14 +21,18 @@ const char* to_string(FinishReason reason) {
   return "?";
 }
 
-GenerateResult generate_tokens(cpu::Session& session, sample::Sampler& sampler,
-                               std::span<const int32_t> prompt, int64_t max_tokens, int64_t chunk,
-                               const TokenSink& on_token) {
+void check_prompt_fits(const cpu::Session& session, std::span<const int32_t> prompt) {
   if (prompt.empty()) fail("the prompt is empty: give at least one token of text");
   const int64_t room = session.max_context() - session.position();
   if (int64_t(prompt.size()) > room)
     fail("the prompt needs {} tokens but only {} of the context's {} are left (start over, or raise --ctx)",
          prompt.size(), room, session.max_context());
+}
+
+GenerateResult generate_tokens(cpu::Session& session, sample::Sampler& sampler,
+                               std::span<const int32_t> prompt, int64_t max_tokens, int64_t chunk,
+                               const TokenSink& on_token) {
+  check_prompt_fits(session, prompt);
   using clock = std::chrono::steady_clock;
   GenerateResult result;
   result.prompt_tokens = int64_t(prompt.size());
@@ -62,36 +66,18 @@ GenerateResult generate_tokens(cpu::Session& session, sample::Sampler& sampler,
 GenerateResult generate(cpu::Session& session, const tokenizer::Tokenizer& tokenizer,
                         sample::Sampler& sampler, std::span<const int32_t> prompt,
                         const GenerateOptions& options, const TextSink& on_text) {
-  tokenizer::TextStream text(tokenizer, options.render_special);
-  sample::StopMatcher stops(options.stop_strings);
-  const auto& ends = tokenizer.end_of_generation();
-  bool stopped_by_string = false;
-  bool cancelled = false;
-  GenerateResult result = generate_tokens(session, sampler, prompt, options.max_tokens, options.chunk, [&](int32_t token) {
-    if (options.cancel && options.cancel->load()) {
-      cancelled = true;
-      return false;
+  check_prompt_fits(session, prompt);
+  for (int32_t t : prompt) sampler.accept(t);
+  Generation generation(tokenizer, sampler, options, on_text, int64_t(prompt.size()));
+  std::vector<float> logits = session.prefill(prompt, options.chunk);
+  while (const std::optional<int32_t> next = generation.step(logits)) {
+    if (session.position() >= session.max_context()) {
+      generation.stop(FinishReason::context_full);
+      break;
     }
-    if (options.stop_at_end_of_generation && std::find(ends.begin(), ends.end(), token) != ends.end()) return false;
-    const auto piece = stops.push(text.push(token));
-    if (!piece.emit.empty()) on_text(piece.emit);
-    stopped_by_string = piece.stopped;
-    return !piece.stopped;
-  });
-  if (cancelled) {  // nobody is reading: drop what was held back
-    result.finish = FinishReason::cancelled;
-    return result;
+    logits = session.decode(*next);
   }
-  if (stopped_by_string) {
-    result.finish = FinishReason::stop_string;
-    return result;
-  }
-  const auto tail = stops.push(text.flush());
-  std::string rest = tail.emit;
-  if (tail.stopped) result.finish = FinishReason::stop_string;
-  else rest += stops.flush();
-  if (!rest.empty()) on_text(rest);
-  return result;
+  return generation.result();
 }
 
 std::string speed_report(const GenerateResult& r) {

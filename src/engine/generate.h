@@ -48,6 +48,9 @@ struct GenerateResult {
 using TextSink = std::function<void(std::string_view text)>;
 using TokenSink = std::function<bool(int32_t token)>;  // false: stop after this token
 
+// Fails, saying how much room is left, unless `prompt` is non-empty and fits the session's context.
+void check_prompt_fits(const cpu::Session& session, std::span<const int32_t> prompt);
+
 // The sampling loop alone: appends `prompt`, then samples up to max_tokens, calling on_token after
 // each; finish is `length` unless on_token stopped it (then end_of_generation) or the session's
 // context filled up (context_full). Fails, saying how much room is left, when the prompt itself

@@ -47,11 +47,36 @@ void JobStream::fail(std::string message) {
   ready_.notify_all();
 }
 
+struct EngineWorker::Sequence {
+  Queued queued;
+  engine::GenerateOptions options;  // the job's, cancel wired to its stream
+  sample::Sampler sampler;
+  std::unique_ptr<engine::Generation> generation;
+  int64_t cached = 0;     // prompt tokens reused from the slot's prefix
+  int64_t prefilled = 0;  // prompt tokens in the session
+  std::optional<int32_t> pending;  // the sampled token to run next
+
+  Sequence(Queued q, int64_t vocab)
+      : queued(std::move(q)), options(queued.job.generate), sampler(options.sampling, vocab) {
+    options.cancel = queued.stream->cancel_flag();
+  }
+  std::span<const int32_t> prompt() const { return queued.job.prompt; }
+  bool prefilling() const { return prefilled < int64_t(queued.job.prompt.size()); }
+};
+
 EngineWorker::EngineWorker(const ServedModel& model, WorkerOptions options, FinishedHook on_finished)
     : model_(model), options_(std::move(options)), on_finished_(std::move(on_finished)),
-      context_(options_.context > 0 ? options_.context : model.config.context_length),
-      session_(model.reader, model.config, {.threads = options_.threads, .max_context = context_}),
-      thread_([this] { run(); }) {}
+      context_(options_.context > 0 ? options_.context : model.config.context_length) {
+  if (options_.parallel < 1) fail("--parallel must be at least 1, got {}", options_.parallel);
+  if (options_.chunk < 1) fail("the prefill chunk must be at least 1 token, got {}", options_.chunk);
+  auto weights = std::make_shared<const cpu::ModelWeights>(cpu::bind_weights(model.reader, model.config));
+  for (int i = 0; i < options_.parallel; ++i) {
+    slots_.push_back(std::make_unique<Slot>(
+        Slot{cpu::Session(weights, {.threads = options_.threads, .max_context = context_}),
+             PrefixCache(options_.chunk, options_.checkpoints_per_slot)}));
+  }
+  thread_ = std::thread([this] { run(); });
+}
 
 EngineWorker::~EngineWorker() { stop(); }
 
@@ -60,9 +85,19 @@ int EngineWorker::waiting() const {
   return int(queue_.size());
 }
 
-void EngineWorker::finish(const Queued& queued, engine::GenerateResult result) {
-  if (on_finished_) on_finished_(result);
-  queued.stream->finish(std::move(result));
+int EngineWorker::active() const {
+  std::lock_guard lock(mutex_);
+  return active_;
+}
+
+int64_t EngineWorker::checkpoint_bytes() const {
+  std::lock_guard lock(mutex_);
+  return checkpoint_bytes_;
+}
+
+EngineWorker::StepCounts EngineWorker::step_counts() const {
+  std::lock_guard lock(mutex_);
+  return step_counts_;
 }
 
 std::shared_ptr<JobStream> EngineWorker::submit(Job job) {
@@ -70,9 +105,9 @@ std::shared_ptr<JobStream> EngineWorker::submit(Job job) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) throw ApiError(503, "server_error", "the server is shutting down", {}, "shutting_down");
-    // A job that would find the worker idle never waits; otherwise at most max_queue may wait.
-    const bool idle = !running_ && queue_.empty();
-    if (!idle && int(queue_.size()) >= options_.max_queue)
+    // A job that finds a free slot never waits; otherwise at most max_queue may wait.
+    const bool free_slot = active_ + int(queue_.size()) < options_.parallel;
+    if (!free_slot && int(queue_.size()) >= options_.max_queue)
       throw ApiError(429, "rate_limit_error",
                      fmt::format("the server is busy: {} requests are already waiting (--max-queue {}); retry later",
                                  queue_.size(), options_.max_queue),
@@ -90,7 +125,6 @@ void EngineWorker::stop() {
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
     abandoned.swap(queue_);
-    if (running_) running_->cancel();
   }
   wake_.notify_one();
   for (auto& q : abandoned) q.stream->fail("the server is shutting down");
@@ -98,46 +132,170 @@ void EngineWorker::stop() {
 }
 
 void EngineWorker::run() {
-  for (;;) {
-    Queued queued;
-    {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
-      queued = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = queued.stream;
-    }
-    run_job(queued);
-    std::lock_guard lock(mutex_);
-    running_.reset();
+  while (admit_waiting()) step();
+  // Stopping: the sequences still running end as cancelled.
+  for (auto& slot : slots_) {
+    if (!slot->sequence) continue;
+    slot->sequence->generation->stop(engine::FinishReason::cancelled);
+    finish(*slot);
   }
 }
 
-void EngineWorker::run_job(Queued& queued) {
-  if (queued.stream->cancelled()) return queued.stream->finish({});
-  try {
-    if (options_.fake_output) return run_fake(queued);
-    // Start from the longest prefix this session already holds (prefix_cache.h).
-    const std::span<const int32_t> prompt = queued.job.prompt;
-    const PrefixCache::Start start = prefix_.prepare(session_, prompt);
-    sample::Sampler sampler(queued.job.generate.sampling, session_.vocab());
-    for (int32_t t : prompt.first(size_t(start.prefilled))) sampler.accept(t);  // penalties see it all
-    engine::GenerateOptions g = queued.job.generate;
-    g.cancel = queued.stream->cancel_flag();
-    auto result = engine::generate(session_, model_.tokenizer, sampler, prompt.subspan(size_t(start.prefilled)), g,
-                                   [&](std::string_view text) {
-                                     queued.stream->push_text(text);
-                                     if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
-                                   });
-    prefix_.record(result.tokens, result.last_token_pending);
-    result.prompt_tokens = int64_t(prompt.size());
-    result.cached_tokens = start.cached;
-    finish(queued, std::move(result));
-  } catch (const std::exception& e) {
-    prefix_.clear();
-    queued.stream->fail(e.what());
+bool EngineWorker::admit_waiting() {
+  std::vector<Queued> admitted;
+  {
+    std::unique_lock lock(mutex_);
+    wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || active_ > 0; });
+    if (stopping_) return false;
+    while (!queue_.empty() && active_ < options_.parallel) {
+      admitted.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+      ++active_;
+    }
   }
+  for (Queued& queued : admitted) {
+    const Placement placement = place(queued.job.prompt);  // before the job moves into start()
+    start(placement, std::move(queued));
+  }
+  return true;
+}
+
+EngineWorker::Placement EngineWorker::place(std::span<const int32_t> prompt) {
+  // The slot holding the longest reusable prefix, among all (a busy one can still lend it).
+  Slot* source = nullptr;
+  int64_t best = 0;
+  for (auto& slot : slots_) {
+    const int64_t reuse = slot->prefix.reusable(slot->session, prompt);
+    if (reuse > best) {
+      source = slot.get();
+      best = reuse;
+    }
+  }
+  // The next turn of that slot's conversation continues in it (when free). Otherwise the request
+  // takes the least recently used free slot and copies the shared prefix into it, so a new agent
+  // sharing only a system prompt does not evict another's conversation.
+  if (source && !source->sequence && 2 * best >= source->prefix.held()) return {source, nullptr};
+  Slot* target = nullptr;
+  for (auto& slot : slots_) {
+    if (!slot->sequence && (!target || slot->last_used < target->last_used)) target = slot.get();
+  }
+  return {target, source == target ? nullptr : source};  // admit_waiting admits no more than the free slots
+}
+
+void EngineWorker::start(Placement placement, Queued queued) {
+  Slot& slot = *placement.slot;
+  const auto done_early = [&] {
+    std::lock_guard lock(mutex_);
+    --active_;
+  };
+  if (queued.stream->cancelled()) {
+    done_early();
+    return queued.stream->finish({});
+  }
+  if (options_.fake_output) {
+    run_fake(queued);
+    return done_early();
+  }
+  const std::shared_ptr<JobStream> stream = queued.stream;
+  try {
+    auto seq = std::make_unique<Sequence>(std::move(queued), slot.session.vocab());
+    seq->cached = seq->prefilled =
+        placement.source ? slot.prefix.resume_from(slot.session, placement.source->prefix, placement.source->session, seq->prompt())
+                         : slot.prefix.resume(slot.session, seq->prompt());
+    engine::check_prompt_fits(slot.session, seq->prompt().subspan(size_t(seq->cached)));
+    for (int32_t t : seq->prompt()) seq->sampler.accept(t);  // penalties see the whole prompt
+    seq->generation = std::make_unique<engine::Generation>(
+        model_.tokenizer, seq->sampler, seq->options, [stream](std::string_view text) { stream->push_text(text); },
+        int64_t(seq->prompt().size()));
+    slot.sequence = std::move(seq);
+  } catch (const std::exception& e) {
+    slot.prefix.clear();
+    done_early();
+    stream->fail(e.what());
+  }
+}
+
+void EngineWorker::step() {
+  for (auto& slot : slots_) {  // clients that went away end first
+    if (slot->sequence && slot->sequence->queued.stream->cancelled()) {
+      slot->sequence->generation->stop(engine::FinishReason::cancelled);
+      finish(*slot);
+    }
+  }
+  // Every decoding sequence's next token, and one prompt chunk, slots taking turns.
+  std::vector<cpu::BatchEntry> batch;
+  std::vector<Slot*> owners;
+  for (auto& slot : slots_) {
+    if (!slot->sequence || slot->sequence->prefilling()) continue;
+    batch.push_back({&slot->session, std::span(&*slot->sequence->pending, 1), 1, {}});
+    owners.push_back(slot.get());
+  }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& slot = *slots_[(prefill_turn_ + i) % slots_.size()];
+    if (!slot.sequence || !slot.sequence->prefilling()) continue;
+    const Sequence& seq = *slot.sequence;
+    const int64_t end = std::min((seq.prefilled / options_.chunk + 1) * options_.chunk, int64_t(seq.prompt().size()));
+    const bool last = end == int64_t(seq.prompt().size());
+    batch.push_back({&slot.session, seq.prompt().subspan(size_t(seq.prefilled), size_t(end - seq.prefilled)), last ? 1 : 0, {}});
+    owners.push_back(&slot);
+    prefill_turn_ = (prefill_turn_ + i + 1) % slots_.size();
+    break;
+  }
+  if (batch.empty()) return;
+  {
+    std::lock_guard lock(mutex_);
+    ++step_counts_.steps;
+    step_counts_.max_batch = std::max(step_counts_.max_batch, int64_t(batch.size()));
+    if (batch.size() > 1 && batch.back().tokens.size() > 1) ++step_counts_.mixed_steps;
+  }
+  try {
+    cpu::Session::forward_batch(batch);
+  } catch (const std::exception& e) {
+    for (Slot* slot : owners) {
+      slot->prefix.clear();
+      slot->sequence->queued.stream->fail(e.what());
+      slot->sequence.reset();
+      std::lock_guard lock(mutex_);
+      --active_;
+    }
+    return;
+  }
+  for (size_t i = 0; i < batch.size(); ++i) advance(*owners[i], batch[i]);
+  if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
+}
+
+void EngineWorker::advance(Slot& slot, const cpu::BatchEntry& entry) {
+  Sequence& seq = *slot.sequence;
+  if (seq.prefilling()) {
+    seq.prefilled += int64_t(entry.tokens.size());
+    const bool last = !seq.prefilling();
+    slot.prefix.after_chunk(slot.session, entry.tokens, !last && seq.prefilled % options_.chunk == 0);
+    if (!last) return;
+  }
+  seq.pending = seq.generation->step(entry.logits);
+  if (seq.pending && slot.session.position() >= context_) {
+    seq.generation->stop(engine::FinishReason::context_full);
+    seq.pending.reset();
+  }
+  if (!seq.pending) finish(slot);
+}
+
+void EngineWorker::finish(Slot& slot) {
+  const std::unique_ptr<Sequence> seq = std::move(slot.sequence);
+  engine::GenerateResult result = seq->generation->result();
+  slot.prefix.record(result.tokens, result.last_token_pending);
+  slot.last_used = ++clock_;
+  result.prompt_tokens = int64_t(seq->prompt().size());
+  result.cached_tokens = seq->cached;
+  int64_t bytes = 0;
+  for (const auto& s : slots_) bytes += s->prefix.bytes();
+  {
+    std::lock_guard lock(mutex_);
+    --active_;
+    checkpoint_bytes_ = bytes;
+  }
+  if (on_finished_) on_finished_(result);
+  seq->queued.stream->finish(std::move(result));
 }
 
 void EngineWorker::run_fake(const Queued& queued) {
@@ -155,7 +313,8 @@ void EngineWorker::run_fake(const Queued& queued) {
     queued.stream->push_text(std::string_view(text).substr(i, 5));
     if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
   }
-  finish(queued, std::move(result));
+  if (on_finished_) on_finished_(result);
+  queued.stream->finish(std::move(result));
 }
 
 }  // namespace lode::server

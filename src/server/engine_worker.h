@@ -1,8 +1,7 @@
-// The engine side of the server: one worker thread owns the CPU session and runs generation jobs
-// one at a time from a bounded queue. A job's output travels back through its JobStream, which the
-// HTTP thread reads (all at once for a plain response, piece by piece for a stream) and which it
-// cancels when the client goes away. Later slices (continuous batching, prefix reuse) replace the
-// inside of this worker; the JobStream contract stays.
+// The engine side of the server: one worker thread generates for several requests at once
+// (continuous batching, EngineWorker below) from a bounded queue. A job's output travels back
+// through its JobStream, which the HTTP thread reads (all at once for a plain response, piece by
+// piece for a stream) and which it cancels when the client goes away.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -19,6 +18,8 @@
 #include "cpu/session.h"
 #include "server/prefix_cache.h"
 #include "engine/generate.h"
+#include "engine/generation.h"
+#include "sample/sampler.h"
 #include "server/served_model.h"
 
 namespace lode::server {
@@ -61,16 +62,28 @@ class JobStream {
 };
 
 struct WorkerOptions {
-  int threads = 0;        // OpenMP threads of the session; 0: all cores
+  int threads = 0;        // OpenMP threads of the engine; 0: all cores
   int64_t context = 0;    // positions per sequence; 0: the model's context length
-  int max_queue = 16;     // jobs that may wait while one runs; more are refused (429)
+  int parallel = 4;       // sequences generated together, each in a slot that keeps its prefix
+  int max_queue = 16;     // jobs that may wait for a free slot; more are refused (429)
+  int64_t chunk = 64;     // prompt tokens per prefill chunk, and the prefix checkpoint interval
+  size_t checkpoints_per_slot = 64;  // prefix checkpoints each slot keeps (bounds their memory)
   // Test hooks, never set by `lode serve`: fake_output replaces the model's output with this text
   // (tests of tool calls, which a small model will not make reliably); token_delay sleeps after
-  // every piece of text so a test can keep the worker busy.
+  // every engine step (or piece of fake text) so a test can keep the worker busy.
   std::optional<std::string> fake_output;
   std::chrono::milliseconds token_delay{0};
 };
 
+// The worker: one thread owns `parallel` sequence slots (a CPU session each, sharing the weights)
+// and runs them in steps. Every step runs the next token of each decoding sequence plus at most
+// one prompt chunk of a sequence still prefilling (taking turns), all in one batched forward pass
+// (cpu::Session::forward_batch), so a long prompt never freezes the others. Jobs join free slots
+// between steps: the next turn of a conversation continues in the slot that holds it; any other
+// job takes the least recently used free slot, copying into it the longest prefix it shares with
+// any slot's conversation (a common system prompt), so conversations do not evict each other. A job's tokens do not depend on what it ran beside:
+// every row of a batch is computed as it would be alone, and prompts are cut at the same chunk
+// boundaries.
 class EngineWorker {
  public:
   // Called on the worker thread with every job's result just before its stream finishes (the
@@ -82,37 +95,64 @@ class EngineWorker {
   EngineWorker(const EngineWorker&) = delete;
   EngineWorker& operator=(const EngineWorker&) = delete;
 
-  // Queues a job; throws ApiError 429 when max_queue jobs already wait behind a running one,
-  // 503 once stopping.
+  // Queues a job; throws ApiError 429 when max_queue jobs already wait for a slot, 503 once stopping.
   std::shared_ptr<JobStream> submit(Job job);
-  // Cancels the running job and every queued one, and joins the thread. Idempotent.
+  // Cancels the running and queued jobs, and joins the thread. Idempotent.
   void stop();
 
   int64_t context() const { return context_; }
   int max_queue() const { return options_.max_queue; }
-  // Jobs waiting behind the running one.
-  int waiting() const;
+  int parallel() const { return options_.parallel; }
+  int waiting() const;  // jobs waiting for a slot
+  int active() const;   // jobs in slots
+  int64_t checkpoint_bytes() const;  // memory held by the slots' prefix checkpoints
+  struct StepCounts {
+    int64_t steps = 0;        // batched forward passes
+    int64_t max_batch = 0;    // most sequences in one of them
+    int64_t mixed_steps = 0;  // steps that ran a prompt chunk beside decoding sequences
+  };
+  StepCounts step_counts() const;
 
  private:
   struct Queued {
     Job job;
     std::shared_ptr<JobStream> stream;
   };
+  struct Sequence;  // a job in a slot (engine_worker.cpp)
+  struct Slot {
+    cpu::Session session;
+    PrefixCache prefix;
+    uint64_t last_used = 0;
+    std::unique_ptr<Sequence> sequence;  // null: free
+  };
+
   void run();
-  void run_job(Queued& queued);
+  bool admit_waiting();  // moves queued jobs into free slots; false when stopping
+  // Where a job runs: a free slot, and the slot to copy its prompt's shared prefix from (if any).
+  struct Placement {
+    Slot* slot = nullptr;
+    Slot* source = nullptr;
+  };
+  Placement place(std::span<const int32_t> prompt);
+  void start(Placement placement, Queued queued);
+  void step();
+  void advance(Slot& slot, const cpu::BatchEntry& entry);  // after the step: sample, or go on prefilling
+  void finish(Slot& slot);
   void run_fake(const Queued& queued);
-  void finish(const Queued& queued, engine::GenerateResult result);
 
   const ServedModel& model_;
   WorkerOptions options_;
   FinishedHook on_finished_;
   int64_t context_;
-  cpu::Session session_;  // used by the worker thread only
-  PrefixCache prefix_;    // what session_ holds, for the next request; worker thread only
+  std::vector<std::unique_ptr<Slot>> slots_;  // the worker thread's, but for the counters below
+  uint64_t clock_ = 0;       // for least-recently-used slot choice
+  size_t prefill_turn_ = 0;  // which prefilling slot gets the next step's chunk
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Queued> queue_;
-  std::shared_ptr<JobStream> running_;
+  int active_ = 0;
+  int64_t checkpoint_bytes_ = 0;
+  StepCounts step_counts_;
   bool stopping_ = false;
   std::thread thread_;  // last: starts after everything above is ready
 };

@@ -18,42 +18,53 @@ void PrefixCache::clear() {
   checkpoints_.clear();
 }
 
-void PrefixCache::take_checkpoint(const cpu::Session& session) {
-  if (max_checkpoints_ == 0) return;
-  checkpoints_[session.position()] = session.checkpoint();
-  while (checkpoints_.size() > max_checkpoints_) checkpoints_.erase(checkpoints_.begin());
-}
-
-PrefixCache::Start PrefixCache::prepare(cpu::Session& session, std::span<const int32_t> prompt) {
-  Start start;
-  if (session.position() != int64_t(tokens_.size())) clear();  // someone else used the session
+std::map<int64_t, cpu::SequenceCheckpoint>::const_iterator PrefixCache::usable(
+    const cpu::Session& session, std::span<const int32_t> prompt) const {
+  if (session.position() != int64_t(tokens_.size())) return checkpoints_.end();  // someone else used it
   // The shared prefix, leaving at least the prompt's last token to be run again.
   const auto limit = std::min(tokens_.size(), prompt.size() - std::min<size_t>(prompt.size(), 1));
   const size_t shared = size_t(std::mismatch(tokens_.begin(), tokens_.begin() + ptrdiff_t(limit), prompt.begin()).first -
                                tokens_.begin());
-  auto usable = checkpoints_.upper_bound(int64_t(shared));  // first checkpoint past the shared part
-  if (usable != checkpoints_.begin() && std::prev(usable)->first > 0) {
-    const auto& [position, cp] = *std::prev(usable);
-    session.rewind(cp);
-    start.cached = position;
-    checkpoints_.erase(usable, checkpoints_.end());
-    tokens_.resize(size_t(position));
-  } else {
+  auto after = checkpoints_.upper_bound(int64_t(shared));  // first checkpoint past the shared part
+  if (after == checkpoints_.begin() || std::prev(after)->first <= 0) return checkpoints_.end();
+  return std::prev(after);
+}
+
+int64_t PrefixCache::reusable(const cpu::Session& session, std::span<const int32_t> prompt) const {
+  const auto it = usable(session, prompt);
+  return it == checkpoints_.end() ? 0 : it->first;
+}
+
+int64_t PrefixCache::resume(cpu::Session& session, std::span<const int32_t> prompt) {
+  const auto it = usable(session, prompt);
+  if (it == checkpoints_.end()) {
     session.reset();
     clear();
+    return 0;
   }
-  // Whole intervals of the rest, each followed by a checkpoint; generation prefills the remainder.
-  int64_t at = start.cached;
-  const int64_t last_whole = (int64_t(prompt.size()) - 1) / interval_ * interval_;
-  while (at + interval_ <= last_whole) {
-    session.prefill(prompt.subspan(size_t(at), size_t(interval_)), interval_);
-    tokens_.insert(tokens_.end(), prompt.begin() + at, prompt.begin() + at + interval_);
-    at += interval_;
-    take_checkpoint(session);
-  }
-  tokens_.insert(tokens_.end(), prompt.begin() + at, prompt.end());  // generation prefills these
-  start.prefilled = at;
-  return start;
+  const int64_t position = it->first;
+  session.rewind(it->second);
+  checkpoints_.erase(std::next(it), checkpoints_.end());
+  tokens_.resize(size_t(position));
+  return position;
+}
+
+int64_t PrefixCache::resume_from(cpu::Session& session, const PrefixCache& source, const cpu::Session& source_session,
+                                 std::span<const int32_t> prompt) {
+  const auto it = source.usable(source_session, prompt);
+  if (it == source.checkpoints_.end()) return resume(session, prompt);
+  session.copy_prefix(source_session, it->second);
+  tokens_.assign(source.tokens_.begin(), source.tokens_.begin() + ptrdiff_t(it->first));
+  checkpoints_ = std::map<int64_t, cpu::SequenceCheckpoint>(source.checkpoints_.begin(), std::next(it));
+  while (checkpoints_.size() > max_checkpoints_) checkpoints_.erase(checkpoints_.begin());
+  return it->first;
+}
+
+void PrefixCache::after_chunk(const cpu::Session& session, std::span<const int32_t> chunk, bool checkpoint) {
+  tokens_.insert(tokens_.end(), chunk.begin(), chunk.end());
+  if (!checkpoint || max_checkpoints_ == 0) return;
+  checkpoints_[session.position()] = session.checkpoint();
+  while (checkpoints_.size() > max_checkpoints_) checkpoints_.erase(checkpoints_.begin());
 }
 
 void PrefixCache::record(std::span<const int32_t> generated, bool last_pending) {

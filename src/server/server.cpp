@@ -254,13 +254,16 @@ json Server::status_json() const {
   std::set<std::string> formats;  // the weight formats of the model's tensors
   for (const auto& tensor : model_->reader.tensors()) formats.insert(tensor.type->name);
   const ServerStats::Snapshot s = stats_.snapshot();
+  const EngineWorker::StepCounts steps = worker_->step_counts();
   const int threads = options_.worker.threads > 0 ? options_.worker.threads : int(std::thread::hardware_concurrency());
   return {{"model", model_->id},
           {"context", worker_->context()},
           {"threads", threads},
           {"queue", {{"waiting", worker_->waiting()}, {"max", worker_->max_queue()}}},
+          {"sequences", {{"active", worker_->active()}, {"parallel", worker_->parallel()}}},
+          {"steps", {{"total", steps.steps}, {"max_batch", steps.max_batch}, {"mixed", steps.mixed_steps}}},
           {"requests", {{"total", s.responses_total}, {"active", s.active}}},
-          {"memory", {{"rss_bytes", resident_bytes()}}},
+          {"memory", {{"rss_bytes", resident_bytes()}, {"prefix_checkpoint_bytes", worker_->checkpoint_bytes()}}},
           {"kv_format", "fp32"},  // the CPU engine keeps K/V in fp32
           {"formats", formats}};
 }

@@ -1,0 +1,73 @@
+#include "engine/generation.h"
+
+#include <algorithm>
+
+namespace lode::engine {
+
+namespace {
+using clock = std::chrono::steady_clock;
+double seconds(clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+}  // namespace
+
+Generation::Generation(const tokenizer::Tokenizer& tokenizer, sample::Sampler& sampler,
+                       const GenerateOptions& options, TextSink on_text, int64_t prompt_tokens)
+    : tokenizer_(tokenizer), sampler_(sampler), options_(options), on_text_(std::move(on_text)),
+      text_(tokenizer, options.render_special), stops_(options.stop_strings), started_(clock::now()) {
+  result_.prompt_tokens = prompt_tokens;
+}
+
+std::optional<int32_t> Generation::step(std::span<const float> logits) {
+  if (done_) return std::nullopt;
+  const auto now = clock::now();
+  if (result_.tokens.empty()) {
+    first_token_ = now;
+    result_.prefill_seconds = seconds(started_, now);
+  }
+  if (options_.max_tokens <= 0) {
+    end(FinishReason::length, true);
+    return std::nullopt;
+  }
+  const int32_t token = sampler_.sample(logits);
+  sampler_.accept(token);
+  result_.tokens.push_back(token);
+  result_.last_token_pending = true;
+  if (options_.cancel && options_.cancel->load()) {
+    end(FinishReason::cancelled, false);  // nobody is reading: drop what was held back
+    return std::nullopt;
+  }
+  const auto& ends = tokenizer_.end_of_generation();
+  if (options_.stop_at_end_of_generation && std::find(ends.begin(), ends.end(), token) != ends.end()) {
+    end(FinishReason::end_of_generation, true);
+    return std::nullopt;
+  }
+  const auto piece = stops_.push(text_.push(token));
+  if (!piece.emit.empty()) on_text_(piece.emit);
+  if (piece.stopped) {
+    end(FinishReason::stop_string, false);
+    return std::nullopt;
+  }
+  if (int64_t(result_.tokens.size()) >= options_.max_tokens) {
+    end(FinishReason::length, true);
+    return std::nullopt;
+  }
+  return token;
+}
+
+void Generation::stop(FinishReason reason) {
+  if (!done_) end(reason, reason != FinishReason::cancelled);
+}
+
+void Generation::end(FinishReason reason, bool flush) {
+  done_ = true;
+  result_.finish = reason;
+  result_.decode_seconds = result_.tokens.empty() ? 0.0 : seconds(first_token_, clock::now());
+  if (!flush) return;
+  // Text held back by the decoder or by an undecided stop string goes out now.
+  const auto tail = stops_.push(text_.flush());
+  std::string rest = tail.emit;
+  if (tail.stopped) result_.finish = FinishReason::stop_string;
+  else rest += stops_.flush();
+  if (!rest.empty()) on_text_(rest);
+}
+
+}  // namespace lode::engine

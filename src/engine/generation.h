@@ -1,0 +1,47 @@
+// One sequence's generation as a step machine: given the model's logits it samples the next token,
+// streams its text (whole UTF-8 characters, stop strings held back until decided) and says which
+// token to run next, or that generation has ended. engine::generate drives it on one session; the
+// server's scheduler drives many at once, batching their model steps.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <span>
+
+#include "engine/generate.h"
+#include "sample/stop.h"
+
+namespace lode::engine {
+
+class Generation {
+ public:
+  // The sampler must already have accepted the prompt (penalties see it). Timing starts now: the
+  // prompt's prefill is expected to follow.
+  Generation(const tokenizer::Tokenizer& tokenizer, sample::Sampler& sampler,
+             const GenerateOptions& options, TextSink on_text, int64_t prompt_tokens);
+
+  // The logits after the prompt or after the token last returned: samples and streams. Returns
+  // the token to run through the model next, or nullopt when generation has ended.
+  std::optional<int32_t> step(std::span<const float> logits);
+  // Ends generation from outside (the context is full, the request was cancelled).
+  void stop(FinishReason reason);
+
+  bool done() const { return done_; }
+  // The result so far (complete once done()).
+  const GenerateResult& result() const { return result_; }
+
+ private:
+  void end(FinishReason reason, bool flush);
+
+  const tokenizer::Tokenizer& tokenizer_;
+  sample::Sampler& sampler_;
+  const GenerateOptions& options_;
+  TextSink on_text_;
+  tokenizer::TextStream text_;
+  sample::StopMatcher stops_;
+  GenerateResult result_;
+  bool done_ = false;
+  std::chrono::steady_clock::time_point started_, first_token_;
+};
+
+}  // namespace lode::engine
