@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/server.h"
 #include "support/run_lode.h"
 #include "test_gguf_helpers.h"
 
@@ -178,6 +179,29 @@ TEST(ServerNpm, AnthropicClientEndToEnd) {
     EXPECT_NE(r.out.find("\"ok\":true"), std::string::npos) << r.out;
   });
   if (route_missing) GTEST_SKIP() << "lode serve answers 404 on POST /v1/messages: this build has no Anthropic route yet";
+}
+
+// Tool calls through both clients. A small model will not call a tool on request, so the engine
+// worker's fake-output hook (WorkerOptions::fake_output, never set by `lode serve`) makes the model
+// "say" a fixed Qwen3.5 tool call; the server runs in-process to set it. Template, output parser,
+// both response and stream formats and the clients' parsing are all real (tools/server/e2e_tools.mjs).
+TEST(ServerNpm, ToolCallsThroughBothClients) {
+  for (const char* package : {"openai", "@anthropic-ai/sdk"})
+    if (const auto why = why_no_client(package)) GTEST_SKIP() << *why;
+  const lode::test::TempDir dir;
+  lode::server::ServerOptions o;
+  o.port = 0;
+  o.api_key = kApiKey;
+  o.worker.threads = 1;
+  o.worker.context = 1024;
+  o.worker.fake_output = "The user wants the weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n"
+                         "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
+  lode::server::Server server(o, std::make_shared<const lode::server::ServedModel>(kMini.string()));
+  const int port = server.start();
+  const ScriptResult r = run_script("e2e_tools.mjs", port, dir.path());
+  EXPECT_EQ(r.status, 0) << "e2e_tools.mjs failed\nstdout: " << r.out << "\nstderr: " << r.err;
+  EXPECT_NE(r.out.find("\"ok\":true"), std::string::npos) << r.out;
+  server.stop();
 }
 
 }  // namespace

@@ -117,6 +117,10 @@ Server::Server(ServerOptions options, std::shared_ptr<const ServedModel> model)
       http_(std::make_unique<httplib::Server>()) {
   http_->set_payload_max_length(options_.max_body_bytes);
   http_->set_keep_alive_timeout(2);  // idle connections do not hold up stop() for long
+  // A connection holds an HTTP thread while its request runs or waits in the worker's queue, so
+  // there are enough for every slot and queue place, and some to answer 429s and /health.
+  const size_t http_threads = size_t(options_.worker.parallel + options_.worker.max_queue + 8);
+  http_->new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
   // httplib's default adds SO_REUSEPORT, which lets a second server take a port already in use;
   // we want that to fail and say so.
   http_->set_socket_options([](socket_t sock) {
