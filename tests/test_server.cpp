@@ -226,6 +226,37 @@ const json kWeatherTool = {{"type", "function"},
                                                          {"properties", {{"city", {{"type", "string"}}}, {"days", {{"type", "integer"}}}}},
                                                          {"required", {"city"}}}}}}};
 
+// tool_choice "required" / a named function steer the reply into a call once thinking ends. lode-mini
+// was not trained on tool calls, so only the steered start is checked: "<tool_call>\n<function=NAME>\n"
+// with NAME among the tools (the arguments that follow are the model's own).
+TEST(Server, ForcedToolChoiceStartsACallToAGivenTool) {
+  TestServer s;
+  const json second_tool = {{"type", "function"},
+                            {"function", {{"name", "zebra_quux"}, {"parameters", {{"type", "object"}}}}}};
+  json body = chat_body("Weather in Paris?", 60);
+  body["tools"] = json::array({kWeatherTool, second_tool});
+  body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "zebra_quux"}}}};
+  body["reasoning_effort"] = "none";
+  json reply = s.post_json("/v1/chat/completions", body);
+  std::string content = reply["choices"][0]["message"]["content"].is_string()
+                            ? reply["choices"][0]["message"]["content"].get<std::string>() : "";
+  EXPECT_EQ(content.rfind("<tool_call>\n<function=zebra_quux>\n", 0), 0u) << reply.dump();
+  // Thinking on: the model thinks freely, then the call starts.
+  body.erase("reasoning_effort");
+  body["tool_choice"] = "required";
+  reply = s.post_json("/v1/chat/completions", body);
+  const json& message = reply["choices"][0]["message"];
+  EXPECT_FALSE(message.value("reasoning_content", "").empty()) << reply.dump();
+  content = message["content"].is_string() ? message["content"].get<std::string>() : "";
+  const bool weather = content.rfind("<tool_call>\n<function=get_weather>\n", 0) == 0;
+  const bool zebra = content.rfind("<tool_call>\n<function=zebra_quux>\n", 0) == 0;
+  EXPECT_TRUE(weather || zebra) << reply.dump();
+  // Without the forcing the model does not start a call by itself.
+  body["tool_choice"] = "auto";
+  reply = s.post_json("/v1/chat/completions", body);
+  EXPECT_EQ(reply.dump().find("<function="), std::string::npos) << reply.dump();
+}
+
 TEST(Server, ToolCallsThroughTheFakeOutputHook) {
   server::ServerOptions o;
   o.worker.fake_output = "The user wants the weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n"
@@ -338,6 +369,53 @@ TEST(Server, FullQueueIs429) {
   }
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
+}
+
+// A streamed request abandoned while it waits for a slot gives its queue place up: its handler
+// notices the hang-up within a quarter second although no output came, and the next request is
+// queued instead of refused.
+TEST(Server, AbandonedQueuedRequestFreesItsPlace) {
+  server::ServerOptions o;
+  o.worker.max_queue = 1;
+  o.worker.parallel = 1;
+  o.worker.token_delay = std::chrono::milliseconds(20);
+  o.worker.fake_output = std::string(4000, 'x');  // 800 pieces: busy until its client leaves
+  TestServer s(o);
+  json body = chat_body("Hi", 400);
+  body["stream"] = true;
+  std::atomic<bool> started{false};
+  std::thread busy([&] { stream_then_leave(s, "/v1/chat/completions", body, 100, &started); });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  stream_then_leave(s, "/v1/chat/completions", body, 1);  // queued, reads its first event, leaves
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/chat/completions";
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  int status = 0;
+  req.response_handler = [&](const httplib::Response& r) {
+    status = r.status;
+    return false;  // the status is all this test needs
+  };
+  s.client().send(req);
+  busy.join();
+  EXPECT_EQ(status, 200);
+}
+
+// logit_bias moves the sampled token: -100 bans the greedy choice, +100 forces another one.
+TEST(Server, LogitBiasBansAndForcesTokens) {
+  TestServer s;
+  const auto& tokenizer = mini_model()->tokenizer;
+  json body = {{"prompt", "The shell"}, {"max_tokens", 1}, {"temperature", 0}};
+  const std::string greedy = s.post_json("/v1/completions", body)["choices"][0]["text"];
+  const auto greedy_ids = tokenizer.encode(greedy, false);
+  ASSERT_EQ(greedy_ids.size(), 1u) << greedy;
+  body["logit_bias"] = {{std::to_string(greedy_ids[0]), -100}};
+  EXPECT_NE(s.post_json("/v1/completions", body)["choices"][0]["text"], greedy);
+  const int32_t forced = *tokenizer.find_token("ls");
+  body["logit_bias"] = {{std::to_string(forced), 100}};
+  EXPECT_EQ(s.post_json("/v1/completions", body)["choices"][0]["text"], "ls");
 }
 
 }  // namespace

@@ -270,6 +270,21 @@ TEST(ServerAnthropic, ToolUseThroughTheFakeOutputHook) {
   EXPECT_EQ(s.post_json("/v1/messages", body)["stop_reason"], "tool_use");
 }
 
+// tool_choice {type: "tool", name} steers the reply into a call of that tool (thinking off, as
+// Anthropic's default): its text starts "<tool_call>\n<function=NAME>\n"; lode-mini's arguments are
+// not a well-formed call, so it comes back as text.
+TEST(ServerAnthropic, ToolChoiceToolStartsACallOfThatTool) {
+  TestServer s;
+  json body = messages_body("Weather in Paris?", 40);
+  body["tools"] = json::array({kWeatherTool, {{"name", "list_files"}, {"input_schema", {{"type", "object"}}}}});
+  body["tool_choice"] = {{"type", "tool"}, {"name", "list_files"}};
+  const json reply = s.post_json("/v1/messages", body);
+  const Blocks b = blocks_of(reply["content"]);
+  EXPECT_EQ(b.text.rfind("<tool_call>\n<function=list_files>\n", 0), 0u) << reply.dump();
+  body["tool_choice"] = {{"type", "tool"}, {"name", "send_mail"}};
+  EXPECT_EQ(s.post_json("/v1/messages", body, 400)["error"]["type"], "invalid_request_error");
+}
+
 // A tool round trip in Anthropic's shape, and the same conversation written out as chat messages.
 json tool_round_trip_body() {
   return {{"max_tokens", 8}, {"temperature", 0}, {"system", "You answer with tools."}, {"tools", json::array({kWeatherTool})},
@@ -386,7 +401,8 @@ std::vector<BadMessages> bad_messages() {
       {"thinking without budget", "POST", with({{"thinking", {{"type", "enabled"}}}}), 400, invalid, "budget_tokens"},
       {"thinking unknown type", "POST", with({{"thinking", {{"type", "deep"}}}}), 400, invalid, "deep"},
       {"tool without input_schema", "POST", with({{"tools", {{{"name", "f"}}}}}), 400, invalid, "input_schema"},
-      {"tool_choice any", "POST", with({{"tool_choice", {{"type", "any"}}}}), 400, invalid, "not supported"},
+      {"tool_choice any without tools", "POST", with({{"tool_choice", {{"type", "any"}}}}), 400, invalid, "no tools"},
+      {"tool_choice tool without a name", "POST", with({{"tool_choice", {{"type", "tool"}}}}), 400, invalid, "name"},
       {"tool_choice a string", "POST", with({{"tool_choice", "auto"}}), 400, invalid, "tool_choice"},
       {"no user message", "POST", with({{"messages", {{{"role", "assistant"}, {"content", "hi"}}}}}), 400, invalid, "No user query found"},
       {"prompt + max_tokens over the context", "POST", with({{"max_tokens", 600}}), 400, invalid, "the context is 512"},

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -16,6 +17,16 @@
 #include "tokenizer/tokenizer.h"
 
 namespace lode::engine {
+
+// Steering the reply into one of several texts (a forced tool call): once the token `after` has
+// been sampled (-1: from the first token on), each next token is sampled only among those that
+// keep the text written since a prefix of one of `choices` (control tokens excluded), until one of
+// them is complete; then sampling is free again. The model still picks among the choices with its
+// own (masked) probabilities.
+struct SteeredText {
+  int32_t after = -1;
+  std::vector<std::string> choices;
+};
 
 struct GenerateOptions {
   int64_t max_tokens = 256;
@@ -28,6 +39,7 @@ struct GenerateOptions {
   // sampled token; generation then stops, drops held-back text and finishes `cancelled`.
   // Null: never cancelled.
   const std::atomic<bool>* cancel = nullptr;
+  std::optional<SteeredText> steer;
 };
 
 enum class FinishReason { end_of_generation, stop_string, length, cancelled, context_full };

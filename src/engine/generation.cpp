@@ -1,6 +1,7 @@
 #include "engine/generation.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace lode::engine {
 
@@ -14,6 +15,34 @@ Generation::Generation(const tokenizer::Tokenizer& tokenizer, sample::Sampler& s
     : tokenizer_(tokenizer), sampler_(sampler), options_(options), on_text_(std::move(on_text)),
       text_(tokenizer, options.render_special), stops_(options.stop_strings), started_(clock::now()) {
   result_.prompt_tokens = prompt_tokens;
+  if (options.steer) steering_ = options.steer->after < 0 ? Steering::active : Steering::waiting;
+}
+
+std::vector<float> Generation::steered(std::span<const float> logits) const {
+  std::vector<float> out(logits.size(), -std::numeric_limits<float>::infinity());
+  for (size_t id = 0; id < logits.size() && int64_t(id) < tokenizer_.size(); ++id) {
+    if (tokenizer_.type(int32_t(id)) == tokenizer::TokenType::control) continue;
+    const std::string& bytes = tokenizer_.token_bytes(int32_t(id));
+    if (bytes.empty()) continue;
+    const std::string text = steered_text_ + bytes;
+    for (const std::string& choice : options_.steer->choices) {
+      if (choice.compare(0, text.size(), text) == 0) {
+        out[id] = logits[id];
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+void Generation::follow_steering(int32_t token) {
+  if (steering_ == Steering::waiting && token == options_.steer->after) {
+    steering_ = Steering::active;
+  } else if (steering_ == Steering::active) {
+    steered_text_ += tokenizer_.token_bytes(token);
+    const auto& choices = options_.steer->choices;
+    if (std::find(choices.begin(), choices.end(), steered_text_) != choices.end()) steering_ = Steering::done;
+  }
 }
 
 std::optional<int32_t> Generation::step(std::span<const float> logits) {
@@ -27,8 +56,9 @@ std::optional<int32_t> Generation::step(std::span<const float> logits) {
     end(FinishReason::length, true);
     return std::nullopt;
   }
-  const int32_t token = sampler_.sample(logits);
+  const int32_t token = steering_ == Steering::active ? sampler_.sample(steered(logits)) : sampler_.sample(logits);
   sampler_.accept(token);
+  follow_steering(token);
   result_.tokens.push_back(token);
   result_.last_token_pending = true;
   if (options_.cancel && options_.cancel->load()) {

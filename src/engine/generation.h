@@ -32,6 +32,9 @@ class Generation {
 
  private:
   void end(FinishReason reason, bool flush);
+  // The logits with every token that would leave all steered choices set to -infinity.
+  std::vector<float> steered(std::span<const float> logits) const;
+  void follow_steering(int32_t token);
 
   const tokenizer::Tokenizer& tokenizer_;
   sample::Sampler& sampler_;
@@ -41,6 +44,8 @@ class Generation {
   sample::StopMatcher stops_;
   GenerateResult result_;
   bool done_ = false;
+  enum class Steering { none, waiting, active, done } steering_ = Steering::none;
+  std::string steered_text_;  // written since steering began
   std::chrono::steady_clock::time_point started_, first_token_;
 };
 

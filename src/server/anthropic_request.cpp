@@ -106,19 +106,8 @@ std::vector<chat::Message> messages(const json& body) {
   return out;
 }
 
-// Anthropic tool definitions as the OpenAI-style ones the template renders; null when none are
-// shown to the model.
-json tools(const json& body) {
-  std::string choice = "auto";
-  if (const json* c = field(body, "tool_choice")) {
-    const std::string type = block_type(*c, "tool_choice");
-    if (type == "any" || type == "tool")
-      throw bad_request(fmt::format("tool_choice \"{}\" (forcing a tool) is not supported yet: use \"auto\" or \"none\"", type),
-                        "tool_choice");
-    if (type != "auto" && type != "none")
-      throw bad_request(fmt::format("tool_choice.type \"{}\" is not one of auto, any, tool, none", type), "tool_choice");
-    choice = type;
-  }
+// Anthropic tool definitions as the OpenAI-style ones the template renders; null when none.
+json tool_definitions(const json& body) {
   const json* v = field(body, "tools");
   if (!v) return nullptr;
   if (!v->is_array()) throw bad_request(fmt::format("tools must be a list, got {}", v->type_name()), "tools");
@@ -138,8 +127,26 @@ json tools(const json& body) {
     function["parameters"] = *schema;
     out.push_back({{"type", "function"}, {"function", std::move(function)}});
   }
-  if (choice == "none" || out.empty()) return nullptr;
+  if (out.empty()) return nullptr;
   return out;
+}
+
+// The tool definitions shown to the model (null when none are), and the names a forcing
+// tool_choice ("any", or "tool" with a name) allows.
+std::pair<json, std::vector<std::string>> tools(const json& body) {
+  const json shown = tool_definitions(body);
+  const json* c = field(body, "tool_choice");
+  if (!c) return {shown, {}};
+  const std::string type = block_type(*c, "tool_choice");
+  if (type == "auto") return {shown, {}};
+  if (type == "none") return {nullptr, {}};
+  if (type == "any") return {shown, forced_tool_names(shown, "", "tool_choice")};
+  if (type != "tool")
+    throw bad_request(fmt::format("tool_choice.type \"{}\" is not one of auto, any, tool, none", type), "tool_choice");
+  const json* name = field(*c, "name");
+  if (!name || !name->is_string() || name->get<std::string>().empty())
+    throw bad_request("tool_choice {\"type\": \"tool\"} needs the tool's \"name\"", "tool_choice.name");
+  return {shown, forced_tool_names(shown, name->get<std::string>(), "tool_choice.name")};
 }
 
 bool thinking(const json& body) {
@@ -181,7 +188,7 @@ ChatRequest parse_messages_request(const json& body, const std::string& model_id
   ChatRequest r;
   r.generation = generation(body, random_seed);
   r.messages = messages(body);
-  r.tools = tools(body);
+  std::tie(r.tools, r.forced_tools) = tools(body);
   r.enable_thinking = thinking(body);
   return r;
 }

@@ -72,7 +72,9 @@ bool MessagesStreamWriter::step(httplib::DataSink& sink) {
     started_ = true;
     return write(sink, message_start_event(meta_, input_tokens_));
   }
-  JobStream::Event event = job_->next();
+  const auto next = next_or_hang_up(*job_, sink);
+  if (!next) return false;
+  const JobStream::Event& event = *next;
   if (!event.text.empty() && !write_delta(sink, parser_.push(event.text))) return false;
   if (!event.done) return true;
   if (event.error) {

@@ -8,8 +8,14 @@
 namespace lode::server {
 
 JobStream::Event JobStream::next() {
+  std::optional<Event> event;
+  while (!(event = next_for(std::chrono::hours(1)))) {}
+  return std::move(*event);
+}
+
+std::optional<JobStream::Event> JobStream::next_for(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  ready_.wait(lock, [&] { return done_ || !text_.empty(); });
+  if (!ready_.wait_for(lock, timeout, [&] { return done_ || !text_.empty(); })) return std::nullopt;
   Event event;
   event.text = std::move(text_);
   text_.clear();
@@ -102,18 +108,33 @@ EngineWorker::StepCounts EngineWorker::step_counts() const {
 
 std::shared_ptr<JobStream> EngineWorker::submit(Job job) {
   auto stream = std::make_shared<JobStream>();
+  std::vector<Queued> abandoned;  // queued jobs whose clients left: they do not hold a place
+  std::optional<ApiError> refused;
   {
     std::lock_guard lock(mutex_);
-    if (stopping_) throw ApiError(503, "server_error", "the server is shutting down", {}, "shutting_down");
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (!it->stream->cancelled()) {
+        ++it;
+        continue;
+      }
+      abandoned.push_back(std::move(*it));
+      it = queue_.erase(it);
+    }
     // A job that finds a free slot never waits; otherwise at most max_queue may wait.
     const bool free_slot = active_ + int(queue_.size()) < options_.parallel;
-    if (!free_slot && int(queue_.size()) >= options_.max_queue)
-      throw ApiError(429, "rate_limit_error",
-                     fmt::format("the server is busy: {} requests are already waiting (--max-queue {}); retry later",
-                                 queue_.size(), options_.max_queue),
-                     {}, "queue_full");
-    queue_.push_back({std::move(job), stream});
+    if (stopping_) {
+      refused = ApiError(503, "server_error", "the server is shutting down", {}, "shutting_down");
+    } else if (!free_slot && int(queue_.size()) >= options_.max_queue) {
+      refused = ApiError(429, "rate_limit_error",
+                         fmt::format("the server is busy: {} requests are already waiting (--max-queue {}); retry later",
+                                     queue_.size(), options_.max_queue),
+                         {}, "queue_full");
+    } else {
+      queue_.push_back({std::move(job), stream});
+    }
   }
+  for (Queued& q : abandoned) q.stream->finish({});
+  if (refused) throw *refused;
   wake_.notify_one();
   return stream;
 }

@@ -41,6 +41,8 @@ class JobStream {
 
   // Consumer side (an HTTP thread). Blocks until there is text or the job ended.
   Event next();
+  // The same, waiting at most `timeout`: nullopt when nothing came.
+  std::optional<Event> next_for(std::chrono::milliseconds timeout);
   // The client went away, or the server is stopping: the worker stops at the next token.
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }

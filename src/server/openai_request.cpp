@@ -1,5 +1,7 @@
 #include "server/openai_request.h"
 
+#include <charconv>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,6 +33,41 @@ std::vector<std::string> stop_strings(const json& body) {
   return out;
 }
 
+// OpenAI's logit_bias: {"token id": bias in [-100, 100]}, added to those tokens' logits.
+std::vector<std::pair<int32_t, float>> logit_bias(const json& body) {
+  const json* v = field(body, "logit_bias");
+  if (!v || v->is_null()) return {};
+  if (!v->is_object()) throw bad_request("logit_bias must be an object {\"token id\": bias}", "logit_bias");
+  std::vector<std::pair<int32_t, float>> out;
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    const std::string& key = it.key();
+    int32_t id = -1;
+    const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+    if (ec != std::errc() || end != key.data() + key.size() || id < 0)
+      throw bad_request(fmt::format("logit_bias key \"{}\" is not a token id", key), "logit_bias");
+    if (!it.value().is_number() || it.value().get<double>() < -100 || it.value().get<double>() > 100)
+      throw bad_request(fmt::format("logit_bias[\"{}\"] must be a number in [-100, 100], got {}", key, it.value().dump()),
+                        "logit_bias");
+    out.emplace_back(id, it.value().get<float>());
+  }
+  return out;
+}
+
+// Fields that would change what the reply means if they were ignored: refused, saying so.
+void refuse_unsupported(const json& body) {
+  if (const json* f = field(body, "response_format")) {
+    const std::string type = f->is_object() ? f->value("type", "") : "";
+    if (type != "text")
+      throw bad_request(fmt::format("response_format {} is not supported: lode does not constrain output to JSON "
+                                    "yet (use {{\"type\": \"text\"}} or leave it out)", f->dump()),
+                        "response_format");
+  }
+  if (boolean(body, "logprobs", "logprobs").value_or(false))
+    throw bad_request("logprobs are not supported yet: leave logprobs out or false", "logprobs");
+  if (const json* top = field(body, "top_logprobs"); top && !top->is_null() && *top != 0)
+    throw bad_request("top_logprobs is not supported yet: leave it out", "top_logprobs");
+}
+
 GenerationRequest generation_request(const json& body, uint64_t random_seed) {
   GenerationRequest r;
   const int64_t huge = std::numeric_limits<int32_t>::max();
@@ -48,6 +85,8 @@ GenerationRequest generation_request(const json& body, uint64_t random_seed) {
   s.seed = seed ? (seed->is_number_unsigned() ? seed->get<uint64_t>() : uint64_t(seed->get<int64_t>())) : random_seed;
   if (auto n = integer_in(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
     throw bad_request(fmt::format("n {} is not supported: this server returns one choice (n = 1)", *n), "n");
+  s.logit_bias = logit_bias(body);
+  refuse_unsupported(body);
   r.stop = stop_strings(body);
   r.stream = boolean(body, "stream", "stream").value_or(false);
   if (const json* so = field(body, "stream_options")) {
@@ -78,17 +117,12 @@ std::vector<chat::Message> messages(const json& body) {
   return out;
 }
 
-json tools(const json& body) {
+// The tool definitions shown to the model (null: none, or tool_choice "none"), and the names a
+// forcing tool_choice allows.
+std::pair<json, std::vector<std::string>> tools(const json& body) {
   const json* v = field(body, "tools");
-  std::string choice = "auto";
-  if (const json* c = field(body, "tool_choice")) {
-    if (!c->is_string() || (*c != "auto" && *c != "none"))
-      throw bad_request(fmt::format("tool_choice {} is not supported: use \"auto\" or \"none\"", c->dump()), "tool_choice");
-    choice = c->get<std::string>();
-  }
-  if (!v) return nullptr;
-  if (!v->is_array()) throw bad_request(fmt::format("tools must be a list, got {}", v->type_name()), "tools");
-  for (size_t i = 0; i < v->size(); ++i) {
+  if (v && !v->is_array()) throw bad_request(fmt::format("tools must be a list, got {}", v->type_name()), "tools");
+  for (size_t i = 0; v && i < v->size(); ++i) {
     const json& tool = (*v)[i];
     const json* fn = tool.is_object() ? field(tool, "function") : nullptr;
     const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
@@ -96,8 +130,18 @@ json tools(const json& body) {
       throw bad_request(fmt::format("tools[{}] must be {{\"type\": \"function\", \"function\": {{\"name\": ..., "
                                     "\"parameters\": ...}}}}", i), fmt::format("tools[{}]", i));
   }
-  if (choice == "none" || v->empty()) return nullptr;
-  return *v;
+  const json shown = v && !v->empty() ? *v : json(nullptr);
+  const json* c = field(body, "tool_choice");
+  if (!c || *c == "auto") return {shown, {}};
+  if (*c == "none") return {nullptr, {}};
+  if (*c == "required") return {shown, forced_tool_names(shown, "", "tool_choice")};
+  const json* fn = c->is_object() ? field(*c, "function") : nullptr;
+  const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+  if (!c->is_object() || c->value("type", "") != "function" || !name || !name->is_string())
+    throw bad_request(fmt::format("tool_choice {} is not \"auto\", \"none\", \"required\" or "
+                                  "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", c->dump()),
+                      "tool_choice");
+  return {shown, forced_tool_names(shown, name->get<std::string>(), "tool_choice")};
 }
 
 bool thinking(const json& body) {
@@ -116,7 +160,10 @@ bool thinking(const json& body) {
   return on;
 }
 
-Job make_job(std::vector<int32_t> prompt, const GenerationRequest& r, int64_t context) {
+Job make_job(std::vector<int32_t> prompt, const GenerationRequest& r, int64_t context, int64_t vocab) {
+  for (const auto& [id, bias] : r.sampling.logit_bias)
+    if (id >= vocab)
+      throw bad_request(fmt::format("logit_bias names token {}, outside the vocabulary [0, {})", id, vocab), "logit_bias");
   const int64_t n = int64_t(prompt.size());
   if (n == 0) throw bad_request("the prompt is empty: give at least one token of text", "prompt");
   if (r.max_tokens && n + *r.max_tokens > context)
@@ -152,7 +199,7 @@ ChatRequest parse_chat_request(const json& body, const std::string& model_id, ui
   check_model(body, model_id);
   ChatRequest r;
   r.messages = messages(body);
-  r.tools = tools(body);
+  std::tie(r.tools, r.forced_tools) = tools(body);
   r.enable_thinking = thinking(body);
   r.generation = generation_request(body, random_seed);
   return r;
@@ -171,6 +218,40 @@ CompletionRequest parse_completion_request(const json& body, const std::string& 
   return r;
 }
 
+std::vector<std::string> forced_tool_names(const json& tools, const std::string& name, const std::string& param) {
+  if (!tools.is_array() || tools.empty())
+    throw bad_request("tool_choice forces a tool call but no tools were given", param);
+  std::vector<std::string> names;
+  for (const json& tool : tools) {
+    const json& fn = tool.contains("function") ? tool["function"] : tool;
+    names.push_back(fn.value("name", ""));
+  }
+  if (name.empty()) return names;
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    throw bad_request(fmt::format("tool_choice names \"{}\", which is not among the tools given", name), param);
+  return {name};
+}
+
+namespace {
+
+// The steering that makes the reply call one of `names` (see ChatRequest::forced_tools).
+engine::SteeredText steer_to_tools(const std::vector<std::string>& names, bool thinking,
+                                   const tokenizer::Tokenizer& tokenizer) {
+  engine::SteeredText steer;
+  if (thinking) {
+    const auto end_of_thinking = tokenizer.find_token("</think>");
+    if (!end_of_thinking)
+      throw bad_request("this model's vocabulary has no </think> token, so a tool call cannot be forced after "
+                        "thinking; turn thinking off", "tool_choice");
+    steer.after = *end_of_thinking;
+  }
+  for (const std::string& name : names)
+    steer.choices.push_back((thinking ? "\n\n" : "") + std::string("<tool_call>\n<function=") + name + ">\n");
+  return steer;
+}
+
+}  // namespace
+
 Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t context) {
   std::string text;
   try {
@@ -179,11 +260,16 @@ Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t conte
   } catch (const Error& e) {  // the template's own refusals: the conversation is at fault
     throw bad_request(fmt::format("the chat template refused the conversation: {}", e.what()), "messages");
   }
-  return make_job(model.tokenizer.encode(text, /*allow_special=*/true), request.generation, context);
+  Job job = make_job(model.tokenizer.encode(text, /*allow_special=*/true), request.generation, context,
+                     model.config.vocab);
+  if (!request.forced_tools.empty())
+    job.generate.steer = steer_to_tools(request.forced_tools, request.enable_thinking, model.tokenizer);
+  return job;
 }
 
 Job completion_job(const CompletionRequest& request, const ServedModel& model, int64_t context) {
-  return make_job(model.tokenizer.encode(request.prompt, /*allow_special=*/true), request.generation, context);
+  return make_job(model.tokenizer.encode(request.prompt, /*allow_special=*/true), request.generation, context,
+                  model.config.vocab);
 }
 
 }  // namespace lode::server

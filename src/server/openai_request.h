@@ -31,12 +31,21 @@ struct ChatRequest {
   std::vector<chat::Message> messages;
   nlohmann::ordered_json tools;  // the tool definitions, or null (none, or tool_choice "none")
   bool enable_thinking = true;
+  // tool_choice forcing a call ("required" / a named function; Anthropic "any" / "tool"): the
+  // names the reply may call; the reply is steered into "<tool_call><function=NAME>" once thinking
+  // ends (engine::SteeredText), the arguments are the model's. Empty: not forced.
+  std::vector<std::string> forced_tools;
 };
 
 struct CompletionRequest {
   GenerationRequest generation;
   std::string prompt;
 };
+
+// The tool names a forcing tool_choice allows: every tool (`name` empty) or the one named, which
+// must be among `tools` (OpenAI-style definitions); 400 on `param` otherwise, or without tools.
+std::vector<std::string> forced_tool_names(const nlohmann::ordered_json& tools, const std::string& name,
+                                           const std::string& param);
 
 // The body as JSON; 400 saying where parsing failed, or that it is not an object.
 nlohmann::ordered_json parse_json_body(const std::string& body);

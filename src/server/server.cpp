@@ -123,9 +123,10 @@ Server::Server(ServerOptions options, std::shared_ptr<const ServedModel> model)
   http_->new_task_queue = [http_threads] { return new httplib::ThreadPool(http_threads); };
   // httplib's default adds SO_REUSEPORT, which lets a second server take a port already in use;
   // we want that to fail and say so.
-  http_->set_socket_options([](socket_t sock) {
+  http_->set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_socket_ = sock;
   });
   add_routes();
 }
@@ -279,6 +280,9 @@ int Server::start() {
   if (port <= 0)
     fail("cannot listen on {}:{}: the address is in use or not local (choose another --host/--port)", options_.host,
          options_.port);
+  // cpp-httplib 0.11 listens with a backlog of 5: a burst of clients connecting at once overflows
+  // it and some connections fail. Listening again on the bound socket raises the backlog.
+  if (listen_socket_ >= 0) ::listen(listen_socket_, SOMAXCONN);
   listener_ = std::thread([this] { http_->listen_after_bind(); });
   return port;
 }

@@ -66,6 +66,7 @@ class Server {
   ServerStats stats_;  // before worker_: the worker records into it
   std::unique_ptr<EngineWorker> worker_;
   std::unique_ptr<httplib::Server> http_;
+  int listen_socket_ = -1;  // the listening socket, seen when httplib creates it
   std::thread listener_;
 };
 

@@ -10,6 +10,16 @@ bool write_or_cancel(httplib::DataSink& sink, JobStream& job, const std::string&
   return false;
 }
 
+std::optional<JobStream::Event> next_or_hang_up(JobStream& job, httplib::DataSink& sink) {
+  for (;;) {
+    if (auto event = job.next_for(std::chrono::milliseconds(250))) return event;
+    if (!sink.is_writable()) {
+      job.cancel();
+      return std::nullopt;
+    }
+  }
+}
+
 namespace {
 
 // A generation that failed half-way: the status line has gone out, so the error goes in the stream.
@@ -34,7 +44,9 @@ bool ChatStreamWriter::step(httplib::DataSink& sink) {
     started_ = true;
     return write_or_cancel(sink, *job_, sse_event(chat_chunk(meta_, {{"role", "assistant"}, {"content", ""}})));
   }
-  JobStream::Event event = job_->next();
+  const auto next = next_or_hang_up(*job_, sink);
+  if (!next) return false;
+  const JobStream::Event& event = *next;
   if (!event.text.empty() && !write_delta(sink, parser_.push(event.text))) return false;
   if (!event.done) return true;
   if (event.error) return write_error_and_end(sink, *job_, *event.error);
@@ -50,7 +62,9 @@ bool ChatStreamWriter::step(httplib::DataSink& sink) {
 }
 
 bool CompletionStreamWriter::step(httplib::DataSink& sink) {
-  JobStream::Event event = job_->next();
+  const auto next = next_or_hang_up(*job_, sink);
+  if (!next) return false;
+  const JobStream::Event& event = *next;
   if (!event.text.empty() && !write_or_cancel(sink, *job_, sse_event(text_completion_chunk(meta_, event.text))))
     return false;
   if (!event.done) return true;

@@ -47,5 +47,9 @@ class CompletionStreamWriter {
 
 // Writes `text`; on failure cancels the job and returns false.
 bool write_or_cancel(httplib::DataSink& sink, JobStream& job, const std::string& text);
+// The job's next output. While none comes (the job waits for a slot, or a long prompt is being
+// prefilled) it checks every quarter second that the client is still connected; when it is not,
+// it cancels the job and returns nullopt, so a request abandoned in the queue frees its place.
+std::optional<JobStream::Event> next_or_hang_up(JobStream& job, httplib::DataSink& sink);
 
 }  // namespace lode::server
