@@ -9,19 +9,21 @@
 namespace lode::test {
 namespace {
 
-// The joined reasoning and content deltas of a streamed chat completion (how the text is cut into
-// events depends on timing; the text does not).
+// The joined reasoning and content deltas of a streamed chat completion and its token count (how
+// the text is cut into events depends on timing; the text and the tokens do not).
 std::string streamed_text(const std::string& body) {
   std::string reasoning, content;
+  int64_t completion_tokens = -1;
   for (const std::string& payload : sse_payloads(body)) {
     if (payload == "[DONE]") continue;
     const json chunk = json::parse(payload);
+    if (chunk.contains("usage") && chunk["usage"].is_object()) completion_tokens = chunk["usage"]["completion_tokens"];
     if (chunk["choices"].empty()) continue;
     const json& delta = chunk["choices"][0]["delta"];
     reasoning += delta.value("reasoning_content", "");
     content += delta.value("content", "");
   }
-  return reasoning + "|" + content;
+  return reasoning + "|" + content + "|" + std::to_string(completion_tokens);
 }
 
 json streamed_request(int i) {
@@ -29,7 +31,7 @@ json streamed_request(int i) {
                                      : "Quote verse " + std::to_string(i) + " of the book.";
   return {{"messages", {{{"role", "system"}, {"content", "You answer in one sentence. Conversation " + std::to_string(i % 3)}},
                         {{"role", "user"}, {"content", question}}}},
-          {"max_tokens", 10}, {"temperature", 0}, {"stream", true}};
+          {"max_tokens", 10}, {"temperature", 0}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
 }
 
 TEST(ServerConcurrency, EightConcurrentStreamsEqualTheirSoloRuns) {
