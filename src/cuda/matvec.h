@@ -1,0 +1,23 @@
+// Quantized matrix-vector products on the GPU, reading the weights as stored in the GGUF file (no
+// dequantized copies): y[t, r] = sum_c W[r, c] * x[t, c]. One warp per weight row; each lane
+// dequantizes 32-value units of the row in registers and dots them with x; the warp reduces.
+// This is the decode path's first, plain form (issue 7): correct for every supported type, not yet
+// tuned (no 16-byte loads, x not staged in shared memory, one token per grid row).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/quant/types.h"
+
+namespace lode::cuda {
+
+// Whether a kernel exists for weights of this type.
+bool has_matvec(GgmlType type);
+
+// W: `rows` rows of `cols` values stored as `type`, row r at w + r * row_bytes; x: [n_tokens, cols];
+// y: [n_tokens, rows]; all device memory. Queued on `stream` (a cudaStream_t; null: the default
+// stream). Fails (lode::Error) for a type without a kernel or cols that are not whole units of 32.
+void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
+            float* y, int64_t n_tokens, void* stream = nullptr);
+
+}  // namespace lode::cuda

@@ -1,0 +1,26 @@
+// Between cuda/matvec.cpp (host C++, errors) and cuda/matvec_kernels.cu (the kernels): a plain
+// description of one launch, so the .cu file needs neither fmt nor lode::Error.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/quant/types.h"
+
+namespace lode::cuda {
+
+struct MatvecLaunch {
+  GgmlType type;
+  const void* w;
+  int64_t rows, cols;
+  size_t row_bytes;
+  const float* x;
+  float* y;
+  int64_t n_tokens;
+  void* stream;
+};
+
+bool matvec_kernel_exists(GgmlType type);
+// Queues the kernel; null on success, else the CUDA runtime's message.
+const char* launch_matvec(const MatvecLaunch& launch);
+
+}  // namespace lode::cuda
