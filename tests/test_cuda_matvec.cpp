@@ -63,6 +63,51 @@ TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
   }
 }
 
+// The MoE's form: experts picked through a device-side table, one launch for all of them, with
+// one shared input (gate/up) or one input per expert (down).
+TEST(CudaMatvec, GroupedProductsReadTheirExpertsThroughTheTable) {
+  LODE_REQUIRE_GPU();
+  lode::cuda::VramAccountant vram;
+  std::mt19937 rng(12);
+  const int64_t rows = 40, cols = 256, n_experts = 5;
+  const GgmlType type = GgmlType::Q4_K;
+  const auto& traits = lode::traits(type);
+  const size_t row_bytes = lode::row_bytes(type, cols), matrix_bytes = row_bytes * size_t(rows);
+  std::vector<uint8_t> experts(matrix_bytes * n_experts);
+  const auto values = random_floats(size_t(rows * cols * n_experts), rng);
+  for (int64_t r = 0; r < rows * n_experts; ++r)
+    traits.quantize(values.data() + r * cols, experts.data() + r * row_bytes, cols);
+  lode::cuda::DeviceBuffer dexperts(vram, experts.size(), lode::cuda::VramUse::experts, "experts");
+  lode::cuda::copy_to_device(dexperts.data(), experts.data(), experts.size());
+  std::vector<const void*> table;
+  for (int64_t e = 0; e < n_experts; ++e) table.push_back(dexperts.as<uint8_t>() + e * matrix_bytes);
+  const std::vector<int32_t> ids = {3, 0, 3, 4};
+  lode::cuda::DeviceBuffer dtable(vram, table.size() * sizeof(void*), lode::cuda::VramUse::scratch, "table");
+  lode::cuda::DeviceBuffer dids(vram, ids.size() * 4, lode::cuda::VramUse::scratch, "ids");
+  lode::cuda::copy_to_device(dtable.data(), table.data(), table.size() * sizeof(void*));
+  lode::cuda::copy_to_device(dids.data(), ids.data(), ids.size() * 4);
+  const auto x = random_floats(size_t(cols) * ids.size(), rng);
+  lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
+  lode::cuda::DeviceBuffer dy(vram, size_t(rows) * ids.size() * 4, lode::cuda::VramUse::scratch, "y");
+  lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
+  for (int64_t x_stride : {int64_t(0), cols}) {
+    SCOPED_TRACE("x_stride " + std::to_string(x_stride));
+    lode::cuda::grouped_matvec(type, dtable.as<const void*>(), dids.as<int32_t>(), int64_t(ids.size()), rows, cols,
+                               row_bytes, dx.as<float>(), x_stride, dy.as<float>());
+    lode::cuda::synchronize();
+    std::vector<float> got(size_t(rows) * ids.size());
+    lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
+    for (size_t p = 0; p < ids.size(); ++p) {
+      std::vector<float> want(static_cast<size_t>(rows));
+      const lode::cpu::MatrixView expert{&traits, experts.data() + size_t(ids[p]) * matrix_bytes, cols, rows, row_bytes};
+      lode::cpu::matmul(expert, x.data() + p * size_t(x_stride), want.data(), 1, {.threads = 1});
+      for (int64_t r = 0; r < rows; ++r)
+        EXPECT_NEAR(got[p * size_t(rows) + size_t(r)], want[size_t(r)], 1e-4f * (1 + std::fabs(want[size_t(r)])))
+            << "problem " << p << " row " << r;
+    }
+  }
+}
+
 TEST(CudaMatvec, TypesWithoutAKernelAreRefusedClearly) {
   LODE_REQUIRE_GPU();
   EXPECT_FALSE(lode::cuda::has_matvec(GgmlType::IQ1_S));

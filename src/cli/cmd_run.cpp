@@ -36,7 +36,7 @@ void run_generate(const RunOptions& o) {
 
   engine::GenerateOptions g{.max_tokens = o.n_predict, .sampling = params, .stop_strings = o.stop,
                             .stop_at_end_of_generation = !o.ignore_eos, .render_special = o.special,
-                            .chunk = o.run.chunk};
+                            .chunk = o.run.chunk, .cancel = nullptr, .steer = std::nullopt};
   engine::GenerateResult result;
   if (o.ids) {
     // Exactly -n ids, no tokenizer needed: a model without one still runs.

@@ -7,16 +7,29 @@ namespace lode::cuda {
 
 bool has_matvec(GgmlType type) { return matvec_kernel_exists(type); }
 
+namespace {
+
+void run(const MatvecLaunch& m) {
+  if (!has_matvec(m.type))
+    fail("the CUDA backend has no kernel for {} weights yet; requantize the model (lode quantize --recipe "
+         "ud-q4_k_xl) or run it on the CPU", traits(m.type).name);
+  if (m.cols % 32 != 0) fail("cuda matvec: rows of {} values are not whole units of 32", m.cols);
+  if (m.rows <= 0 || m.n_problems <= 0) return;
+  if (m.n_problems > 65535) fail("cuda matvec: {} products in one launch; at most 65535", m.n_problems);
+  if (const char* err = launch_matvec(m))
+    fail("CUDA: matvec on {} weights ({} x {}): {}", traits(m.type).name, m.rows, m.cols, err);
+}
+
+}  // namespace
+
 void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x, float* y,
             int64_t n_tokens, void* stream) {
-  if (!has_matvec(type))
-    fail("the CUDA backend has no kernel for {} weights yet; requantize the model (lode quantize --recipe "
-         "ud-q4_k_xl) or run it on the CPU", traits(type).name);
-  if (cols % 32 != 0) fail("cuda matvec: rows of {} values are not whole units of 32", cols);
-  if (rows <= 0 || n_tokens <= 0) return;
-  if (n_tokens > 65535) fail("cuda matvec: {} tokens in one launch; at most 65535", n_tokens);
-  if (const char* err = launch_matvec({type, w, rows, cols, row_bytes, x, y, n_tokens, stream}))
-    fail("CUDA: matvec on {} weights ({} x {}): {}", traits(type).name, rows, cols, err);
+  run({type, w, nullptr, nullptr, rows, cols, row_bytes, x, cols, y, n_tokens, stream});
+}
+
+void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids, int64_t n_problems, int64_t rows,
+                    int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, void* stream) {
+  run({type, nullptr, table, ids, rows, cols, row_bytes, x, x_stride, y, n_problems, stream});
 }
 
 }  // namespace lode::cuda

@@ -20,4 +20,11 @@ bool has_matvec(GgmlType type);
 void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
             float* y, int64_t n_tokens, void* stream = nullptr);
 
+// Several products in one launch, each with its own matrix from a device-side table (the MoE's
+// (layer, expert) -> weights table; an expert cache can move experts without touching kernels):
+// problem p multiplies the matrix at table[ids[p]] (rows x cols, `type`) with x + p * x_stride
+// (x_stride 0: all problems share one x) into y + p * rows. table, ids, x and y are device memory.
+void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids, int64_t n_problems, int64_t rows,
+                    int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, void* stream = nullptr);
+
 }  // namespace lode::cuda

@@ -13,7 +13,6 @@ namespace {
 using namespace lode::quant;
 
 constexpr int kWarp = 32;
-constexpr int kRowsPerBlock = 4;
 
 __device__ __forceinline__ float half_bits(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
 
@@ -28,146 +27,232 @@ __device__ __forceinline__ void scale_min_k4(const uint8_t* packed, int j, float
   }
 }
 
+// x of one problem sits in shared memory, 36 floats per 32-value unit: 16-byte aligned float4
+// reads, and lanes reading the same offset of different units hit different banks.
+constexpr int kUnitStride = 36;
+
+__device__ __forceinline__ float dot4(float4 x, float a, float b, float c, float d) {
+  return x.x * a + x.y * b + x.z * c + x.w * d;
+}
+
+// One 32-value unit of a row dotted with xs (its 32 x values in shared memory). Weight bytes are
+// loaded 16 at a time where the block layout keeps them 16-byte aligned (K4/K5 nibbles, plain
+// floats; rows must start 16-byte aligned), 2 at a time otherwise (Q8_0, Q4_0, Q6_K blocks have
+// even sizes only).
 template <GgmlType T>
 struct Unit;
 
 template <>
 struct Unit<GgmlType::F32> {
-  __device__ static float dot(const uint8_t* row, int64_t u, const float* x) {
-    const float* w = reinterpret_cast<const float*>(row) + u * 32;
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const float4* w = reinterpret_cast<const float4*>(row) + u * 8;
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) s += w[j] * x[j];
+    for (int k = 0; k < 8; ++k) {
+      const float4 a = __ldg(w + k);
+      s += dot4(xs[k], a.x, a.y, a.z, a.w);
+    }
     return s;
   }
 };
 
+template <bool kBrain>
+__device__ __forceinline__ float half_word_dot(uint4 v, const float4* xs) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    float f[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t word = words[2 * k + j / 2];
+      const uint16_t bits = uint16_t(j % 2 ? word >> 16 : word & 0xffff);
+      f[j] = kBrain ? __uint_as_float(uint32_t(bits) << 16) : half_bits(bits);
+    }
+    s += dot4(xs[k], f[0], f[1], f[2], f[3]);
+  }
+  return s;
+}
+
 template <>
 struct Unit<GgmlType::F16> {
-  __device__ static float dot(const uint8_t* row, int64_t u, const float* x) {
-    const uint16_t* w = reinterpret_cast<const uint16_t*>(row) + u * 32;
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const uint4* w = reinterpret_cast<const uint4*>(row) + u * 4;
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) s += half_bits(w[j]) * x[j];
+    for (int k = 0; k < 4; ++k) s += half_word_dot<false>(__ldg(w + k), xs + 2 * k);
     return s;
   }
 };
 
 template <>
 struct Unit<GgmlType::BF16> {
-  __device__ static float dot(const uint8_t* row, int64_t u, const float* x) {
-    const uint16_t* w = reinterpret_cast<const uint16_t*>(row) + u * 32;
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const uint4* w = reinterpret_cast<const uint4*>(row) + u * 4;
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) s += __uint_as_float(uint32_t(w[j]) << 16) * x[j];
+    for (int k = 0; k < 4; ++k) s += half_word_dot<true>(__ldg(w + k), xs + 2 * k);
     return s;
   }
 };
 
+__device__ __forceinline__ float int8_pair(uint16_t v, int which) { return float(int8_t(which ? v >> 8 : v & 0xff)); }
+
 template <>
 struct Unit<GgmlType::Q8_0> {
-  __device__ static float dot(const uint8_t* row, int64_t u, const float* x) {
-    const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[u];
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const uint8_t* block = row + u * sizeof(BlockQ8_0);
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(block + 2);
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) s += float(b.qs[j]) * x[j];
-    return half_bits(b.d) * s;
+    for (int k = 0; k < 8; ++k) {
+      const uint16_t a = __ldg(q + 2 * k), b = __ldg(q + 2 * k + 1);
+      s += dot4(xs[k], int8_pair(a, 0), int8_pair(a, 1), int8_pair(b, 0), int8_pair(b, 1));
+    }
+    return half_bits(__ldg(reinterpret_cast<const uint16_t*>(block))) * s;
   }
 };
 
 template <>
 struct Unit<GgmlType::Q4_0> {
-  __device__ static float dot(const uint8_t* row, int64_t u, const float* x) {
-    const BlockQ4_0& b = reinterpret_cast<const BlockQ4_0*>(row)[u];
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const uint8_t* block = row + u * sizeof(BlockQ4_0);
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(block + 2);
     float s = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      s += float(int(b.qs[j] & 0x0f) - 8) * x[j];
-      s += float(int(b.qs[j] >> 4) - 8) * x[j + 16];
+    for (int k = 0; k < 4; ++k) {  // bytes 4k..4k+3: values 4k.. (low nibbles) and 16+4k.. (high)
+      const uint16_t a = __ldg(q + 2 * k), b = __ldg(q + 2 * k + 1);
+      s += dot4(xs[k], float(int(a & 15) - 8), float(int((a >> 8) & 15) - 8), float(int(b & 15) - 8),
+                float(int((b >> 8) & 15) - 8));
+      s += dot4(xs[4 + k], float(int((a >> 4) & 15) - 8), float(int(a >> 12) - 8), float(int((b >> 4) & 15) - 8),
+                float(int(b >> 12) - 8));
     }
-    return half_bits(b.d) * s;
+    return half_bits(__ldg(reinterpret_cast<const uint16_t*>(block))) * s;
   }
 };
 
+// The 32 nibbles (shift 0 or 4) of 32 bytes at q (16-byte aligned) dotted with xs, and sum(xs).
+__device__ __forceinline__ void nibble_dot(const uint4* q, int shift, const float4* xs, const uint4* high,
+                                           int high_bit, float* s, float* sx) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const uint4 v = __ldg(q + half);
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    uint32_t hwords[4] = {0, 0, 0, 0};
+    if (high) {
+      const uint4 h = __ldg(high + half);
+      hwords[0] = h.x, hwords[1] = h.y, hwords[2] = h.z, hwords[3] = h.w;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float f[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        int q4 = int((words[k] >> (8 * j + shift)) & 15);
+        if (high) q4 |= int((hwords[k] >> (8 * j + high_bit)) & 1) << 4;
+        f[j] = float(q4);
+      }
+      const float4 x = xs[4 * half + k];
+      *s += dot4(x, f[0], f[1], f[2], f[3]);
+      *sx += x.x + x.y + x.z + x.w;
+    }
+  }
+}
+
 template <>
 struct Unit<GgmlType::Q4_K> {
-  __device__ static float dot(const uint8_t* row, int64_t u, const float* x) {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
     const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[u / 8];
     const int sub = int(u % 8);
-    float scale, min;
+    float scale, min, s = 0.0f, sx = 0.0f;
     scale_min_k4(b.scales, sub, &scale, &min);
-    const uint8_t* qs = b.qs + 32 * (sub / 2);
-    const int shift = 4 * (sub % 2);
-    float s = 0.0f, sx = 0.0f;
-#pragma unroll
-    for (int l = 0; l < 32; ++l) {
-      s += float((qs[l] >> shift) & 0x0f) * x[l];
-      sx += x[l];
-    }
+    nibble_dot(reinterpret_cast<const uint4*>(b.qs + 32 * (sub / 2)), 4 * (sub % 2), xs, nullptr, 0, &s, &sx);
     return half_bits(b.d) * scale * s - half_bits(b.dmin) * min * sx;
   }
 };
 
 template <>
 struct Unit<GgmlType::Q5_K> {
-  __device__ static float dot(const uint8_t* row, int64_t u, const float* x) {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
     const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(row)[u / 8];
     const int sub = int(u % 8);
-    float scale, min;
+    float scale, min, s = 0.0f, sx = 0.0f;
     scale_min_k4(b.scales, sub, &scale, &min);
-    const uint8_t* qs = b.qs + 32 * (sub / 2);
-    const int shift = 4 * (sub % 2);
-    float s = 0.0f, sx = 0.0f;
-#pragma unroll
-    for (int l = 0; l < 32; ++l) {
-      const int q = ((qs[l] >> shift) & 0x0f) | (((b.qh[l] >> sub) & 1) << 4);
-      s += float(q) * x[l];
-      sx += x[l];
-    }
+    nibble_dot(reinterpret_cast<const uint4*>(b.qs + 32 * (sub / 2)), 4 * (sub % 2), xs,
+               reinterpret_cast<const uint4*>(b.qh), sub, &s, &sx);
     return half_bits(b.d) * scale * s - half_bits(b.dmin) * min * sx;
   }
 };
 
 template <>
 struct Unit<GgmlType::Q6_K> {
-  __device__ static float dot(const uint8_t* row, int64_t u, const float* x) {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
     const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[u / 8];
     const int unit = int(u % 8), half = unit / 4, quarter = unit % 4;
-    const uint8_t* low = b.ql + 64 * half + 32 * (quarter % 2);
-    const uint8_t* qh = b.qh + 32 * half;
+    const uint16_t* low = reinterpret_cast<const uint16_t*>(b.ql + 64 * half + 32 * (quarter % 2));
+    const uint16_t* qh = reinterpret_cast<const uint16_t*>(b.qh + 32 * half);
     const int low_shift = 4 * (quarter / 2), high_shift = 2 * quarter;
-    float s0 = 0.0f, s1 = 0.0f;  // the unit's two 16-value sub-blocks
+    float s[2] = {0.0f, 0.0f};  // the unit's two 16-value sub-blocks
 #pragma unroll
-    for (int l = 0; l < 32; ++l) {
-      const int q = (((low[l] >> low_shift) & 0x0f) | (((qh[l] >> high_shift) & 3) << 4)) - 32;
-      (l < 16 ? s0 : s1) += float(q) * x[l];
+    for (int k = 0; k < 8; ++k) {
+      const uint16_t l0 = __ldg(low + 2 * k), l1 = __ldg(low + 2 * k + 1);
+      const uint16_t h0 = __ldg(qh + 2 * k), h1 = __ldg(qh + 2 * k + 1);
+      const uint32_t l = uint32_t(l0) | (uint32_t(l1) << 16), h = uint32_t(h0) | (uint32_t(h1) << 16);
+      float f[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        f[j] = float(int(((l >> (8 * j + low_shift)) & 15) | (((h >> (8 * j + high_shift)) & 3) << 4)) - 32);
+      s[k / 4] += dot4(xs[k], f[0], f[1], f[2], f[3]);
     }
     const int sub = 8 * half + 2 * quarter;
-    return half_bits(b.d) * (float(b.scales[sub]) * s0 + float(b.scales[sub + 1]) * s1);
+    return half_bits(b.d) * (float(b.scales[sub]) * s[0] + float(b.scales[sub + 1]) * s[1]);
   }
 };
 
+constexpr int kWarpsPerBlock = 8;
+
 template <GgmlType T>
-__global__ void matvec_kernel(const uint8_t* w, int64_t rows, int64_t units, size_t row_bytes, const float* x,
-                              float* y) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t r = int64_t(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
-  const int64_t t = blockIdx.y;
-  if (r >= rows) return;
-  const uint8_t* row = w + r * row_bytes;
-  const float* xt = x + t * units * 32;
-  float sum = 0.0f;
-  for (int64_t u = lane; u < units; u += kWarp) sum += Unit<T>::dot(row, u, xt + u * 32);
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
+    matvec_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t units,
+                  size_t row_bytes, const float* x, int64_t x_stride, float* y, int rows_per_warp) {
+  extern __shared__ float4 shared_x[];
+  float* xs = reinterpret_cast<float*>(shared_x);
+  const int64_t p = blockIdx.y;  // the problem
+  const float* xp = x + p * x_stride;
+  for (int64_t i = threadIdx.x; i < units * 32; i += blockDim.x) xs[(i / 32) * kUnitStride + i % 32] = xp[i];
+  __syncthreads();
+  const uint8_t* matrix = table ? static_cast<const uint8_t*>(table[ids[p]]) : w;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  for (int k = 0; k < rows_per_warp; ++k) {
+    const int64_t r = (int64_t(blockIdx.x) * rows_per_warp + k) * kWarpsPerBlock + warp;
+    if (r >= rows) return;
+    const uint8_t* row = matrix + r * row_bytes;
+    float sum = 0.0f;
+    for (int64_t u = lane; u < units; u += kWarp)
+      sum += Unit<T>::dot(row, u, reinterpret_cast<const float4*>(xs + u * kUnitStride));
 #pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) y[t * rows + r] = sum;
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) y[p * rows + r] = sum;
+  }
 }
 
 template <GgmlType T>
 cudaError_t launch(const MatvecLaunch& m) {
-  const dim3 grid(unsigned((m.rows + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(m.n_tokens));
-  matvec_kernel<T><<<grid, kRowsPerBlock * kWarp, 0, static_cast<cudaStream_t>(m.stream)>>>(
-      static_cast<const uint8_t*>(m.w), m.rows, m.cols / 32, m.row_bytes, m.x, m.y);
+  const int64_t units = m.cols / 32;
+  const size_t shared = size_t(units) * kUnitStride * sizeof(float);
+  if (shared > 48 * 1024) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(matvec_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+    if (err != cudaSuccess) return err;
+  }
+  // Two rows per warp share the staging of x; small products keep one, so there are enough blocks
+  // to fill the GPU (a few thousand rows in all).
+  const int rows_per_warp = m.rows * m.n_problems >= 16384 ? 2 : 1;
+  const int64_t rows_per_block = int64_t(kWarpsPerBlock) * rows_per_warp;
+  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
+  matvec_kernel<T><<<grid, kWarpsPerBlock * kWarp, shared, static_cast<cudaStream_t>(m.stream)>>>(
+      static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, units, m.row_bytes, m.x, m.x_stride, m.y,
+      rows_per_warp);
   return cudaGetLastError();
 }
 

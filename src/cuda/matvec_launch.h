@@ -8,14 +8,19 @@
 
 namespace lode::cuda {
 
+// n_problems products of the same shape in one launch. Problem p multiplies the matrix at
+// table[ids[p]] (or w when table is null) with x + p * x_stride, into y + p * rows.
 struct MatvecLaunch {
   GgmlType type;
   const void* w;
+  const void* const* table;
+  const int32_t* ids;
   int64_t rows, cols;
   size_t row_bytes;
   const float* x;
+  int64_t x_stride;
   float* y;
-  int64_t n_tokens;
+  int64_t n_problems;
   void* stream;
 };
 

@@ -79,7 +79,7 @@ EngineWorker::EngineWorker(const ServedModel& model, WorkerOptions options, Fini
   for (int i = 0; i < options_.parallel; ++i) {
     slots_.push_back(std::make_unique<Slot>(
         Slot{cpu::Session(weights, {.threads = options_.threads, .max_context = context_}),
-             PrefixCache(options_.chunk, options_.checkpoints_per_slot)}));
+             PrefixCache(options_.chunk, options_.checkpoints_per_slot), 0, nullptr}));
   }
   thread_ = std::thread([this] { run(); });
 }

@@ -1,0 +1,149 @@
+// Decode-path matrix-vector kernels on the GPU against the device's bandwidth ceiling, measured in
+// the same run. For each case (a matrix of the qwen3.6-35b-a3b geometry in the type the ud-q4_k_xl
+// recipe gives it) it times the kernel with CUDA events (median of 50 after 5 warm-ups) and
+// reports the weight bytes read per call, GB/s, and the fraction of the ceiling: a device-to-device
+// copy of 2 GiB (read + write bytes / time, median of 10). Weights are random bytes with valid
+// fp16 scales (speed does not depend on the values; correctness is tests/test_cuda_matvec.cpp).
+//
+//   build/bench_cuda_matvec [--json]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/fp16.h"
+#include "core/quant/types.h"
+#include "cuda/matvec.h"
+#include "cuda/vram.h"
+
+namespace {
+
+using lode::GgmlType;
+
+struct Case {
+  const char* name;
+  GgmlType type;
+  int64_t rows, cols;
+  int64_t problems;  // products per call (experts per token: 8)
+  bool grouped;
+};
+
+template <class F>
+float median_ms(F&& f, int warmup, int repeats) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<float> times;
+  for (int i = 0; i < repeats; ++i) {
+    cudaEventRecord(start);
+    f();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Random bytes, with every fp16 field a block's scale could sit in set to a small finite value.
+std::vector<uint8_t> random_weights(GgmlType type, size_t bytes, std::mt19937& rng) {
+  std::vector<uint8_t> w(bytes);
+  for (size_t i = 0; i + 4 <= bytes; i += 4) {
+    const uint32_t r = rng();
+    std::memcpy(&w[i], &r, 4);
+  }
+  const auto& t = lode::traits(type);
+  const uint16_t small = lode::fp32_to_fp16(0.01f);
+  if (type != GgmlType::F32 && type != GgmlType::BF16) {
+    for (size_t b = 0; b + t.block_bytes <= bytes; b += t.block_bytes) {
+      // Block scales sit at the start (d, dmin) or, for Q6_K, the end; F16 rows are all halves.
+      if (type == GgmlType::F16) break;
+      const size_t at = type == GgmlType::Q6_K ? b + t.block_bytes - 2 : b;
+      std::memcpy(&w[at], &small, 2);
+      if (type == GgmlType::Q4_K || type == GgmlType::Q5_K) std::memcpy(&w[at + 2], &small, 2);
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
+  lode::cuda::VramAccountant vram;
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+
+  // The ceiling: a device-to-device copy.
+  const size_t copy_bytes = size_t(2) << 30;
+  lode::cuda::DeviceBuffer a(vram, copy_bytes, lode::cuda::VramUse::scratch, "copy source");
+  lode::cuda::DeviceBuffer b(vram, copy_bytes, lode::cuda::VramUse::scratch, "copy target");
+  cudaMemset(a.data(), 1, copy_bytes);
+  const float copy_ms = median_ms([&] { cudaMemcpy(b.data(), a.data(), copy_bytes, cudaMemcpyDeviceToDevice); }, 2, 10);
+  const double ceiling = 2.0 * double(copy_bytes) / (copy_ms * 1e-3) / 1e9;
+  a.reset();
+  b.reset();
+
+  const std::vector<Case> cases = {
+      {"lm head (vocab 248320 x 2048)", GgmlType::Q6_K, 248320, 2048, 1, false},
+      {"deltanet qkv (8192 x 2048)", GgmlType::Q8_0, 8192, 2048, 1, false},
+      {"attention q|gate (8192 x 2048)", GgmlType::Q8_0, 8192, 2048, 1, false},
+      {"8 experts gate (8 x 512 x 2048)", GgmlType::Q4_K, 512, 2048, 8, true},
+      {"8 experts down (8 x 2048 x 512)", GgmlType::Q5_K, 2048, 512, 8, true},
+      {"f16 (8192 x 2048)", GgmlType::F16, 8192, 2048, 1, false},
+      {"f32 (8192 x 2048)", GgmlType::F32, 8192, 2048, 1, false},
+  };
+  std::mt19937 rng(1);
+  if (json) std::printf("{\"device\": \"%s\", \"copy_GBps\": %.1f, \"cases\": [", prop.name, ceiling);
+  else std::printf("%s: device-to-device copy %.1f GB/s (the ceiling below)\n", prop.name, ceiling);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const size_t row_bytes = lode::row_bytes(c.type, c.cols);
+    const size_t matrix_bytes = row_bytes * size_t(c.rows);
+    // Grouped cases pick 8 of 32 stored experts, as a token picks 8 of 256.
+    const int64_t stored = c.grouped ? 32 : 1;
+    const auto host = random_weights(c.type, matrix_bytes * size_t(stored), rng);
+    lode::cuda::DeviceBuffer w(vram, host.size(), lode::cuda::VramUse::weights, c.name);
+    cudaMemcpy(w.data(), host.data(), host.size(), cudaMemcpyHostToDevice);
+    std::vector<float> xh(size_t(c.cols * c.problems), 0.5f);
+    lode::cuda::DeviceBuffer x(vram, xh.size() * 4, lode::cuda::VramUse::scratch, "x");
+    lode::cuda::DeviceBuffer y(vram, size_t(c.rows * c.problems) * 4, lode::cuda::VramUse::scratch, "y");
+    cudaMemcpy(x.data(), xh.data(), xh.size() * 4, cudaMemcpyHostToDevice);
+    std::vector<const void*> table;
+    for (int64_t e = 0; e < stored; ++e) table.push_back(w.as<uint8_t>() + size_t(e) * matrix_bytes);
+    std::vector<int32_t> ids;
+    for (int64_t p = 0; p < c.problems; ++p) ids.push_back(int32_t((p * 5 + 3) % stored));
+    lode::cuda::DeviceBuffer dtable(vram, table.size() * sizeof(void*), lode::cuda::VramUse::scratch, "table");
+    lode::cuda::DeviceBuffer dids(vram, ids.size() * 4, lode::cuda::VramUse::scratch, "ids");
+    cudaMemcpy(dtable.data(), table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice);
+    cudaMemcpy(dids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice);
+    const float ms = median_ms(
+        [&] {
+          if (c.grouped)
+            lode::cuda::grouped_matvec(c.type, dtable.as<const void*>(), dids.as<int32_t>(), c.problems, c.rows,
+                                       c.cols, row_bytes, x.as<float>(), 0, y.as<float>());
+          else
+            lode::cuda::matvec(c.type, w.data(), c.rows, c.cols, row_bytes, x.as<float>(), y.as<float>(), 1);
+        },
+        5, 50);
+    const double bytes = double(matrix_bytes) * double(c.problems);
+    const double gbps = bytes / (ms * 1e-3) / 1e9;
+    if (json)
+      std::printf("%s{\"case\": \"%s\", \"type\": \"%s\", \"MB\": %.2f, \"us\": %.1f, \"GBps\": %.1f, \"of_ceiling\": %.3f}",
+                  i ? ", " : "", c.name, lode::traits(c.type).name, bytes / 1e6, ms * 1e3, gbps, gbps / ceiling);
+    else
+      std::printf("  %-34s %-5s %8.2f MB %9.1f us %8.1f GB/s  %5.1f%% of the copy ceiling\n", c.name,
+                  lode::traits(c.type).name, bytes / 1e6, ms * 1e3, gbps, 100.0 * gbps / ceiling);
+  }
+  if (json) std::printf("]}\n");
+  return 0;
+}
