@@ -13,7 +13,8 @@ void run(const MatvecLaunch& m) {
   if (!has_matvec(m.type))
     fail("the CUDA backend has no kernel for {} weights yet; requantize the model (lode quantize --recipe "
          "ud-q4_k_xl) or run it on the CPU", traits(m.type).name);
-  if (m.cols % 32 != 0) fail("cuda matvec: rows of {} values are not whole units of 32", m.cols);
+  const bool plain = m.type == GgmlType::F32 || m.type == GgmlType::F16 || m.type == GgmlType::BF16;
+  if (!plain && m.cols % 32 != 0) fail("cuda matvec: {} rows of {} values are not whole blocks", traits(m.type).name, m.cols);
   if (m.rows <= 0 || m.n_problems <= 0) return;
   if (m.n_problems > 65535) fail("cuda matvec: {} products in one launch; at most 65535", m.n_problems);
   if (const char* err = launch_matvec(m))

@@ -236,8 +236,42 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
   }
 }
 
+// Plain float rows whose length is not a multiple of 32 (tiny test models): one warp per row, lanes
+// striding over the values, x read from global memory.
+template <GgmlType T>
+__device__ __forceinline__ float plain_value(const uint8_t* row, int64_t c) {
+  if constexpr (T == GgmlType::F32) return reinterpret_cast<const float*>(row)[c];
+  const uint16_t bits = reinterpret_cast<const uint16_t*>(row)[c];
+  if constexpr (T == GgmlType::F16) return half_bits(bits);
+  return __uint_as_float(uint32_t(bits) << 16);
+}
+
+template <GgmlType T>
+__global__ void matvec_ragged_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows,
+                                     int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int64_t p = blockIdx.y;
+  if (r >= rows) return;
+  const uint8_t* row = (table ? static_cast<const uint8_t*>(table[ids[p]]) : w) + r * row_bytes;
+  const float* xp = x + p * x_stride;
+  float sum = 0.0f;
+  for (int64_t c = lane; c < cols; c += kWarp) sum += plain_value<T>(row, c) * xp[c];
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0) y[p * rows + r] = sum;
+}
+
 template <GgmlType T>
 cudaError_t launch(const MatvecLaunch& m) {
+  if constexpr (T == GgmlType::F32 || T == GgmlType::F16 || T == GgmlType::BF16) {
+    if (m.cols % 32 != 0) {
+      const dim3 grid(unsigned((m.rows + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(m.n_problems));
+      matvec_ragged_kernel<T><<<grid, kWarpsPerBlock * kWarp, 0, static_cast<cudaStream_t>(m.stream)>>>(
+          static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y);
+      return cudaGetLastError();
+    }
+  }
   const int64_t units = m.cols / 32;
   const size_t shared = size_t(units) * kUnitStride * sizeof(float);
   if (shared > 48 * 1024) {

@@ -1,0 +1,345 @@
+#include "cuda/forward_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+namespace lode::cuda::kernels {
+
+namespace {
+
+constexpr int kWarp = 32;
+
+cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+const char* launched() {
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  v = warp_sum(v);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < int(blockDim.x / kWarp) ? partial[lane] : 0.0f;
+    s = warp_sum(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  const float result = total;
+  __syncthreads();  // partial/total may be reused by a later call
+  return result;
+}
+
+__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float siluf(float x) { return x * sigmoidf(x); }
+__device__ __forceinline__ float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+__global__ void rms_norm_kernel(const float* x, const float* w, float* out, int n, float eps) {
+  const float* xr = x + int64_t(blockIdx.x) * n;
+  float* outr = out + int64_t(blockIdx.x) * n;
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
+  const float scale = rsqrtf(block_sum(s) / float(n) + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) outr[i] = xr[i] * scale * w[i];
+}
+
+__global__ void add_kernel(float* h, const float* d, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) h[i] += d[i];
+}
+
+// One vector of head_dim: RMS-normed with w, NeoX-rotated on its first rope_dims, by one block.
+__device__ void norm_and_rotate(float* v, const float* w, int head_dim, int rope_dims, int64_t pos,
+                                double theta, float eps) {
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) s += v[i] * v[i];
+  const float scale = rsqrtf(block_sum(s) / float(head_dim) + eps);
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) v[i] = v[i] * scale * w[i];
+  __syncthreads();
+  const int half = rope_dims / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float inv_freq = float(1.0 / pow(theta, double(2 * i) / double(rope_dims)));
+    const float angle = float(pos) * inv_freq;
+    const float c = cosf(angle), sn = sinf(angle);
+    const float a = v[i], b = v[i + half];
+    v[i] = a * c - b * sn;
+    v[i + half] = b * c + a * sn;
+  }
+  __syncthreads();
+}
+
+// Blocks [0, n_heads): query heads; [n_heads, n_heads + n_kv_heads): key heads.
+__global__ void attention_prepare_kernel(float* qg, const float* k, const float* v, const float* q_norm,
+                                         const float* k_norm, float* k_cache, float* v_cache, int64_t pos,
+                                         int n_heads, int head_dim, int rope_dims, double theta, float eps) {
+  const int n_kv_heads_total = gridDim.x - n_heads;
+  if (int(blockIdx.x) < n_heads) {
+    norm_and_rotate(qg + int64_t(blockIdx.x) * 2 * head_dim, q_norm, head_dim, rope_dims, pos, theta, eps);
+    return;
+  }
+  const int h = blockIdx.x - n_heads;
+  const int64_t row = pos * int64_t(n_kv_heads_total) * head_dim + int64_t(h) * head_dim;
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    k_cache[row + i] = k[int64_t(h) * head_dim + i];
+    v_cache[row + i] = v[int64_t(h) * head_dim + i];
+  }
+  __syncthreads();
+  norm_and_rotate(k_cache + row, k_norm, head_dim, rope_dims, pos, theta, eps);
+}
+
+constexpr int kAttentionWarps = 4;
+constexpr int kMaxDimsPerLane = 16;  // head_dim <= 512
+
+// One block per query head; each warp takes every 4th key with an online softmax, the warps merge.
+__global__ void attention_decode_kernel(const float* qg, const float* k_cache, const float* v_cache, int64_t n_keys,
+                                        int n_heads, int n_kv_heads, int head_dim, float* out) {
+  __shared__ float q[kMaxDimsPerLane * kWarp];
+  __shared__ float warp_m[kAttentionWarps], warp_l[kAttentionWarps];
+  __shared__ float warp_acc[kAttentionWarps][kMaxDimsPerLane * kWarp];
+  const int h = blockIdx.x, kvh = h / (n_heads / n_kv_heads);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const float* qh = qg + int64_t(h) * 2 * head_dim;
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) q[i] = qh[i];
+  __syncthreads();
+  const int64_t stride = int64_t(n_kv_heads) * head_dim;
+  const float scale = rsqrtf(float(head_dim));
+  const int dims = (head_dim + kWarp - 1) / kWarp;
+  float m = -INFINITY, l = 0.0f, acc[kMaxDimsPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] = 0.0f;
+  for (int64_t j = warp; j < n_keys; j += kAttentionWarps) {
+    const float* kj = k_cache + j * stride + int64_t(kvh) * head_dim;
+    float s = 0.0f;
+    for (int i = 0; i < dims; ++i) {
+      const int d = lane + kWarp * i;
+      if (d < head_dim) s += q[d] * kj[d];
+    }
+    s = warp_sum(s) * scale;
+    const float m_new = fmaxf(m, s);
+    const float old = expf(m - m_new), p = expf(s - m_new);
+    l = l * old + p;
+    const float* vj = v_cache + j * stride + int64_t(kvh) * head_dim;
+    for (int i = 0; i < dims; ++i) {
+      const int d = lane + kWarp * i;
+      acc[i] = acc[i] * old + (d < head_dim ? p * vj[d] : 0.0f);
+    }
+    m = m_new;
+  }
+  if (lane == 0) {
+    warp_m[warp] = m;
+    warp_l[warp] = l;
+  }
+  for (int i = 0; i < dims; ++i) warp_acc[warp][lane + kWarp * i] = acc[i];
+  __syncthreads();
+  float big = -INFINITY;
+  for (int w = 0; w < kAttentionWarps; ++w) big = fmaxf(big, warp_m[w]);
+  float total = 0.0f;
+  for (int w = 0; w < kAttentionWarps; ++w) total += warp_m[w] == -INFINITY ? 0.0f : warp_l[w] * expf(warp_m[w] - big);
+  const float* gate = qh + head_dim;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int w = 0; w < kAttentionWarps; ++w)
+      if (warp_m[w] != -INFINITY) o += warp_acc[w][d] * expf(warp_m[w] - big);
+    out[int64_t(h) * head_dim + d] = o / total * sigmoidf(gate[d]);
+  }
+}
+
+__global__ void conv_kernel(float* qkv, float* state, const float* w, int channels, int kernel) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= channels) return;
+  const int keep = kernel - 1;
+  const float* wc = w + int64_t(c) * kernel;
+  float* sc = state + int64_t(c) * keep;
+  float acc = 0.0f;
+  for (int k = 0; k < keep; ++k) acc += wc[k] * sc[k];
+  acc += wc[keep] * qkv[c];
+  for (int k = 0; k + 1 < keep; ++k) sc[k] = sc[k + 1];
+  if (keep > 0) sc[keep - 1] = qkv[c];
+  qkv[c] = siluf(acc);
+}
+
+// Blocks [0, hk): q heads (also scaled by 1/sqrt(dk)); [hk, 2 hk): k heads.
+__global__ void l2_norm_heads_kernel(float* qkv, int hk, int dk) {
+  float* v = qkv + int64_t(blockIdx.x) * dk;  // q heads then k heads are contiguous: [Q | K | ...]
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < dk; i += blockDim.x) s += v[i] * v[i];
+  float scale = rsqrtf(block_sum(s) + 1e-6f);
+  if (int(blockIdx.x) < hk) scale *= rsqrtf(float(dk));
+  for (int i = threadIdx.x; i < dk; i += blockDim.x) v[i] *= scale;
+}
+
+// One block per value head s, one thread per column j of its [dk][dv] state.
+__global__ void deltanet_step_kernel(float* state, const float* qkv, const float* z, const float* b,
+                                     const float* alpha, const float* a, const float* dt_bias, const float* norm_w,
+                                     int hk, int dk, int dv, float eps, float* o) {
+  extern __shared__ float qk[];  // q [dk] then k [dk]
+  const int s = blockIdx.x, j = threadIdx.x;
+  const int key_dim = hk * dk;
+  const float* q = qkv + (s % hk) * dk;
+  const float* k = qkv + key_dim + (s % hk) * dk;
+  for (int i = threadIdx.x; i < dk; i += blockDim.x) {
+    qk[i] = q[i];
+    qk[dk + i] = k[i];
+  }
+  __syncthreads();
+  const float beta = sigmoidf(b[s]);
+  const float decay = expf(a[s] * softplusf(alpha[s] + dt_bias[s]));
+  float* S = state + int64_t(s) * dk * dv;
+  float out = 0.0f;
+  if (j < dv) {
+    float sk = 0.0f;
+    for (int i = 0; i < dk; ++i) {
+      const float v = S[int64_t(i) * dv + j] * decay;
+      S[int64_t(i) * dv + j] = v;
+      sk += v * qk[dk + i];
+    }
+    const float d = beta * (qkv[2 * key_dim + s * dv + j] - sk);
+    for (int i = 0; i < dk; ++i) {
+      const float v = S[int64_t(i) * dv + j] + qk[dk + i] * d;
+      S[int64_t(i) * dv + j] = v;
+      out += v * qk[i];
+    }
+  }
+  const float scale = rsqrtf(block_sum(j < dv ? out * out : 0.0f) / float(dv) + eps);
+  if (j < dv) o[int64_t(s) * dv + j] = out * scale * norm_w[j] * siluf(z[int64_t(s) * dv + j]);
+}
+
+// One warp: softmax, top k by repeated arg-max (ties: lower index), renormalised weights.
+__global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids, float* weights) {
+  extern __shared__ float p[];
+  const int lane = threadIdx.x;
+  float big = -INFINITY;
+  for (int e = lane; e < n; e += kWarp) big = fmaxf(big, logits[e]);
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
+  float sum = 0.0f;
+  for (int e = lane; e < n; e += kWarp) {
+    p[e] = expf(logits[e] - big);
+    sum += p[e];
+  }
+  sum = warp_sum(sum);
+  for (int e = lane; e < n; e += kWarp) p[e] /= sum;
+  __syncwarp();
+  float chosen_sum = 0.0f;
+  for (int slot = 0; slot < k; ++slot) {
+    float best = -1.0f;
+    int best_e = n;
+    for (int e = lane; e < n; e += kWarp) {
+      if (p[e] > best) {  // strictly greater: the lowest index among equals stays
+        best = p[e];
+        best_e = e;
+      }
+    }
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+      const float other = __shfl_xor_sync(0xffffffffu, best, o);
+      const int other_e = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (other > best || (other == best && other_e < best_e)) {
+        best = other;
+        best_e = other_e;
+      }
+    }
+    if (lane == 0) {
+      ids[slot] = best_e;
+      weights[slot] = best;
+      chosen_sum += best;
+      p[best_e] = -2.0f;  // taken
+    }
+    __syncwarp();
+  }
+  if (lane == 0)
+    for (int slot = 0; slot < k; ++slot) weights[slot] /= chosen_sum;
+}
+
+__global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) h[i] = siluf(g[i]) * u[i];
+}
+
+__global__ void moe_combine_kernel(const float* y, const float* weights, int k, const float* shared,
+                                   const float* shared_logit, int hidden, float* out) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= hidden) return;
+  float o = 0.0f;
+  for (int j = 0; j < k; ++j) o += weights[j] * y[int64_t(j) * hidden + i];
+  if (shared) o += sigmoidf(*shared_logit) * shared[i];
+  out[i] = o;
+}
+
+unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+}  // namespace
+
+const char* rms_norm(const float* x, const float* w, float* out, int rows, int n, float eps, void* stream) {
+  rms_norm_kernel<<<rows, 256, 0, as_stream(stream)>>>(x, w, out, n, eps);
+  return launched();
+}
+
+const char* add(float* h, const float* d, int64_t n, void* stream) {
+  add_kernel<<<blocks_for(n, 256), 256, 0, as_stream(stream)>>>(h, d, n);
+  return launched();
+}
+
+const char* attention_prepare(float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
+                              float* k_cache, float* v_cache, int64_t pos, int n_heads, int n_kv_heads,
+                              int head_dim, int rope_dims, double rope_theta, float eps, void* stream) {
+  attention_prepare_kernel<<<n_heads + n_kv_heads, 128, 0, as_stream(stream)>>>(
+      qg, k, v, q_norm, k_norm, k_cache, v_cache, pos, n_heads, head_dim, rope_dims, rope_theta, eps);
+  return launched();
+}
+
+const char* attention_decode(const float* qg, const float* k_cache, const float* v_cache, int64_t n_keys,
+                             int n_heads, int n_kv_heads, int head_dim, float* out, void* stream) {
+  if (head_dim > kMaxDimsPerLane * kWarp) return "head_dim over 512";
+  attention_decode_kernel<<<n_heads, kAttentionWarps * kWarp, 0, as_stream(stream)>>>(
+      qg, k_cache, v_cache, n_keys, n_heads, n_kv_heads, head_dim, out);
+  return launched();
+}
+
+const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel, int hk,
+                             int dk, void* stream) {
+  conv_kernel<<<blocks_for(channels, 256), 256, 0, as_stream(stream)>>>(qkv, conv_state, conv_w, channels, kernel);
+  if (const char* err = launched()) return err;
+  l2_norm_heads_kernel<<<2 * hk, 128, 0, as_stream(stream)>>>(qkv, hk, dk);
+  return launched();
+}
+
+const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
+                          const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
+                          float eps, float* o, void* stream) {
+  const int threads = ((dv + kWarp - 1) / kWarp) * kWarp;
+  if (threads > 1024) return "DeltaNet value heads over 1024 wide";
+  deltanet_step_kernel<<<hv, threads, 2 * dk * sizeof(float), as_stream(stream)>>>(
+      state, qkv, z, b, alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o);
+  return launched();
+}
+
+const char* moe_route(const float* logits, int n_experts, int k, int32_t* ids, float* weights, void* stream) {
+  moe_route_kernel<<<1, kWarp, n_experts * sizeof(float), as_stream(stream)>>>(logits, n_experts, k, ids, weights);
+  return launched();
+}
+
+const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream) {
+  swiglu_kernel<<<blocks_for(n, 256), 256, 0, as_stream(stream)>>>(g, u, h, n);
+  return launched();
+}
+
+const char* moe_combine(const float* y, const float* weights, int k, const float* shared, const float* shared_logit,
+                        int hidden, float* out, void* stream) {
+  moe_combine_kernel<<<blocks_for(hidden, 256), 256, 0, as_stream(stream)>>>(y, weights, k, shared, shared_logit,
+                                                                            hidden, out);
+  return launched();
+}
+
+}  // namespace lode::cuda::kernels

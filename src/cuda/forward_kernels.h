@@ -1,0 +1,47 @@
+// The non-matmul kernels of the qwen35moe forward pass on the GPU, decode form (one token per
+// call, issue 7's first slice), each mirroring its CPU counterpart in src/cpu. All pointers are
+// device memory; `stream` is a cudaStream_t (null: the default stream). Each returns null when
+// the launch was queued, else the CUDA runtime's message. No CUDA types here, so host C++ code
+// compiled by g++ can call them.
+#pragma once
+#include <cstdint>
+
+namespace lode::cuda::kernels {
+
+// out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w for `rows` rows of n (out may be x).
+const char* rms_norm(const float* x, const float* w, float* out, int rows, int n, float eps, void* stream);
+// h += d, n values.
+const char* add(float* h, const float* d, int64_t n, void* stream);
+
+// Attention, one token at position pos: per head, q (the first half of qg's 2 * head_dim) RMS-normed
+// with q_norm and NeoX-rotated in place; per KV head, k normed with k_norm and rotated, then k and
+// v written to row pos of the caches ([positions][n_kv_heads * head_dim]).
+const char* attention_prepare(float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
+                              float* k_cache, float* v_cache, int64_t pos, int n_heads, int n_kv_heads,
+                              int head_dim, int rope_dims, double rope_theta, float eps, void* stream);
+// out[h] = softmax(q_h K^T / sqrt(head_dim)) V over positions [0, n_keys), times sigmoid(gate_h).
+const char* attention_decode(const float* qg, const float* k_cache, const float* v_cache, int64_t n_keys,
+                             int n_heads, int n_kv_heads, int head_dim, float* out, void* stream);
+
+// Gated DeltaNet, one token. qkv [channels] (Q | K | V) goes through the causal conv (state
+// [channels][kernel - 1], shifted) and SiLU in place; then q and k of each key head are L2-normed
+// (q also scaled by 1/sqrt(dk)).
+const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel,
+                             int hk, int dk, void* stream);
+// Per value head s: beta = sigmoid(b_s), g = a_s * softplus(alpha_s + dt_bias_s), the delta-rule
+// update of state [Hv][dk][dv], o_s = S^T q, then the gated RMSNorm o_s * rsqrt(...) * norm *
+// silu(z_s). o: [Hv * dv].
+const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
+                          const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
+                          float eps, float* o, void* stream);
+
+// Router: softmax over n_experts logits, the top k (ties: lower index), weights renormalised to 1.
+const char* moe_route(const float* logits, int n_experts, int k, int32_t* ids, float* weights, void* stream);
+// h = silu(g) * u, n values.
+const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream);
+// out = sum_j weights[j] * y[j] (slot order), plus sigmoid(*shared_logit) * shared when shared is
+// not null. y: [k][hidden].
+const char* moe_combine(const float* y, const float* weights, int k, const float* shared, const float* shared_logit,
+                        int hidden, float* out, void* stream);
+
+}  // namespace lode::cuda::kernels

@@ -1,0 +1,286 @@
+#include "cuda/session.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "cpu/weights.h"
+#include "cuda/forward_kernels.h"
+#include "cuda/matvec.h"
+#include "cuda/vram.h"
+
+namespace lode::cuda {
+
+namespace {
+
+// A weight matrix on the device: the stored bytes, read by cuda::matvec.
+struct DeviceMatrix {
+  GgmlType type = GgmlType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+};
+
+// The experts of one projection of one layer: their pointers in a device-side table.
+struct DeviceExperts {
+  GgmlType type = GgmlType::F32;
+  const void* const* table = nullptr;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+};
+
+struct DeviceLayer {
+  bool recurrent = false;
+  const float *attn_norm = nullptr, *post_norm = nullptr;
+  DeviceMatrix q, k, v, o;                          // attention
+  const float *q_norm = nullptr, *k_norm = nullptr;
+  float *k_cache = nullptr, *v_cache = nullptr;
+  DeviceMatrix qkv, z, b, alpha, out;               // DeltaNet
+  const float *conv = nullptr, *dt_bias = nullptr, *a = nullptr, *norm = nullptr;
+  float *conv_state = nullptr, *ssm_state = nullptr;
+  DeviceMatrix router, shared_gate, shared_up, shared_down, shared_logit;  // MoE
+  DeviceExperts gate, up, down;
+};
+
+void check(const char* err, const char* what) {
+  if (err) fail("CUDA: {}: {}", what, err);
+}
+
+}  // namespace
+
+struct CudaSession::Impl {
+  Impl(const gguf::Reader& r, const model::Qwen35MoeConfig& c, CudaSessionOptions o)
+      : reader(r), host(cpu::bind_weights(r, c)), config(c), options(o), vram(o.vram_budget) {}
+
+  const gguf::Reader& reader;
+  cpu::ModelWeights host;  // views into the mapping (embeddings are looked up on the host)
+  model::Qwen35MoeConfig config;
+  CudaSessionOptions options;
+  VramAccountant vram;
+  std::vector<DeviceBuffer> buffers;
+  std::vector<std::pair<const gguf::TensorInfo*, const uint8_t*>> uploaded;  // tensor -> device bytes
+  std::vector<DeviceLayer> layers;
+  const float* output_norm = nullptr;
+  DeviceMatrix output;
+  int64_t position = 0;
+
+  // Scratch for one token.
+  float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *qkv, *z, *b, *alpha, *o, *router_logits, *weights;
+  float *g, *u, *act, *y, *sg, *su, *sh, *shared_out, *shared_logit, *logits;
+  int32_t* ids;
+
+  void* allocate(size_t bytes, VramUse use, const std::string& what) {
+    buffers.emplace_back(vram, bytes, use, what);
+    return buffers.back().data();
+  }
+  float* floats(int64_t n, VramUse use, const std::string& what) {
+    return static_cast<float*>(allocate(size_t(std::max<int64_t>(n, 1)) * sizeof(float), use, what));
+  }
+  const float* upload(const std::vector<float>& v, const std::string& what) {
+    float* d = floats(int64_t(v.size()), VramUse::weights, what);
+    copy_to_device(d, v.data(), v.size() * sizeof(float));
+    return d;
+  }
+
+  // The device copy of the tensor holding `host_bytes` (uploaded on first use).
+  const uint8_t* device_of(const uint8_t* host_bytes, VramUse use) {
+    for (const auto& [tensor, device] : uploaded)
+      if (host_bytes >= tensor->data && host_bytes < tensor->data + tensor->size) return device + (host_bytes - tensor->data);
+    for (const gguf::TensorInfo& t : reader.tensors()) {
+      if (host_bytes < t.data || host_bytes >= t.data + t.size) continue;
+      auto* device = static_cast<uint8_t*>(allocate(t.size, use, t.name));
+      copy_to_device(device, t.data, t.size);
+      uploaded.emplace_back(&t, device);
+      return device + (host_bytes - t.data);
+    }
+    fail("cuda session: a weight view points outside every tensor");
+  }
+
+  DeviceMatrix matrix(const cpu::MatrixView& m, VramUse use = VramUse::weights) {
+    if (m.empty()) return {};
+    if (!has_matvec(m.type->type))
+      fail("the CUDA backend has no kernel for {} weights yet; requantize the model (lode quantize --recipe "
+           "ud-q4_k_xl) or run it on the CPU", m.type->name);
+    return {m.type->type, device_of(m.data, use), m.rows, m.cols, m.row_bytes};
+  }
+
+  DeviceExperts experts(const cpu::ExpertStack& s, const std::string& what) {
+    const DeviceMatrix first = matrix(s.first, VramUse::experts);
+    std::vector<const void*> table;
+    for (int64_t e = 0; e < s.n_experts; ++e)
+      table.push_back(static_cast<const uint8_t*>(first.data) + size_t(e) * s.expert_stride);
+    auto* device = static_cast<const void**>(allocate(table.size() * sizeof(void*), VramUse::weights, what + " table"));
+    copy_to_device(device, table.data(), table.size() * sizeof(void*));
+    return {first.type, device, first.rows, first.cols, first.row_bytes};
+  }
+
+  void bind_layer(int64_t index) {
+    const cpu::LayerWeights& w = host.layers[size_t(index)];
+    const model::Qwen35MoeConfig& c = config;
+    const std::string at = "blk." + std::to_string(index) + " ";
+    DeviceLayer d;
+    d.recurrent = w.recurrent;
+    d.attn_norm = upload(w.attn_norm, at + "attn_norm");
+    d.post_norm = upload(w.post_attention_norm, at + "post_attention_norm");
+    if (w.recurrent) {
+      const cpu::DeltaNetWeights& n = w.deltanet;
+      d.qkv = matrix(n.qkv), d.z = matrix(n.gate), d.b = matrix(n.beta), d.alpha = matrix(n.alpha), d.out = matrix(n.out);
+      d.conv = upload(n.conv, at + "conv"), d.dt_bias = upload(n.dt_bias, at + "dt_bias");
+      d.a = upload(n.a, at + "ssm_a"), d.norm = upload(n.norm, at + "ssm_norm");
+      d.conv_state = floats(c.conv_channels() * (c.ssm_conv_kernel - 1), VramUse::state, at + "conv state");
+      d.ssm_state = floats(c.ssm_dt_rank * c.ssm_state * c.ssm_state, VramUse::state, at + "DeltaNet state");
+    } else {
+      const cpu::AttentionWeights& a = w.attention;
+      d.q = matrix(a.q), d.k = matrix(a.k), d.v = matrix(a.v), d.o = matrix(a.output);
+      d.q_norm = upload(a.q_norm, at + "q_norm"), d.k_norm = upload(a.k_norm, at + "k_norm");
+      d.k_cache = floats(options.max_context * c.kv_dim(), VramUse::kv, at + "K cache");
+      d.v_cache = floats(options.max_context * c.kv_dim(), VramUse::kv, at + "V cache");
+    }
+    const cpu::MoeWeights& m = w.moe;
+    d.router = matrix(m.router);
+    d.gate = experts(m.gate, at + "gate experts"), d.up = experts(m.up, at + "up experts");
+    d.down = experts(m.down, at + "down experts");
+    if (c.shared_ff > 0) {
+      d.shared_gate = matrix(m.shared_gate), d.shared_up = matrix(m.shared_up), d.shared_down = matrix(m.shared_down);
+      d.shared_logit = {GgmlType::F32, upload(m.shared_gate_inp, at + "shared gate"), 1, c.hidden, size_t(c.hidden) * 4};
+    }
+    layers.push_back(d);
+  }
+
+  void allocate_scratch() {
+    const model::Qwen35MoeConfig& c = config;
+    const int64_t k = c.n_experts_used;
+    const auto s = [&](int64_t n, const char* what) { return floats(n, VramUse::scratch, what); };
+    h = s(c.hidden, "h"), normed = s(c.hidden, "normed"), mixed = s(c.hidden, "mixed");
+    qg = s(2 * c.q_dim(), "q|gate"), kbuf = s(c.kv_dim(), "k"), vbuf = s(c.kv_dim(), "v"), attn = s(c.q_dim(), "attention");
+    qkv = s(c.conv_channels(), "qkv"), z = s(c.ssm_value_dim(), "z"), b = s(c.ssm_dt_rank, "b");
+    alpha = s(c.ssm_dt_rank, "alpha"), o = s(c.ssm_value_dim(), "o");
+    router_logits = s(c.n_experts, "router"), weights = s(k, "route weights");
+    ids = static_cast<int32_t*>(allocate(size_t(k) * 4, VramUse::scratch, "route ids"));
+    g = s(k * c.expert_ff, "g"), u = s(k * c.expert_ff, "u"), act = s(k * c.expert_ff, "act"), y = s(k * c.hidden, "y");
+    sg = s(c.shared_ff, "sg"), su = s(c.shared_ff, "su"), sh = s(c.shared_ff, "sh");
+    shared_out = s(c.hidden, "shared"), shared_logit = s(1, "shared logit"), logits = s(c.vocab, "logits");
+  }
+
+  void zero_states() {
+    for (const DeviceLayer& d : layers) {
+      if (!d.recurrent) continue;
+      cudaMemset(d.conv_state, 0, size_t(config.conv_channels() * (config.ssm_conv_kernel - 1)) * sizeof(float));
+      cudaMemset(d.ssm_state, 0, size_t(config.ssm_dt_rank * config.ssm_state * config.ssm_state) * sizeof(float));
+    }
+    position = 0;
+  }
+
+  void mv(const DeviceMatrix& m, const float* x, float* out) {
+    matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, x, out, 1);
+  }
+
+  void attention(const DeviceLayer& d) {
+    const model::Qwen35MoeConfig& c = config;
+    mv(d.q, normed, qg), mv(d.k, normed, kbuf), mv(d.v, normed, vbuf);
+    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, d.k_cache, d.v_cache, position,
+                                     int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims),
+                                     c.rope_theta, float(c.rms_eps), nullptr),
+          "attention prepare");
+    check(kernels::attention_decode(qg, d.k_cache, d.v_cache, position + 1, int(c.n_heads), int(c.n_kv_heads),
+                                    int(c.head_dim), attn, nullptr),
+          "attention");
+    mv(d.o, attn, mixed);
+  }
+
+  void deltanet(const DeviceLayer& d) {
+    const model::Qwen35MoeConfig& c = config;
+    mv(d.qkv, normed, qkv), mv(d.z, normed, z), mv(d.b, normed, b), mv(d.alpha, normed, alpha);
+    check(kernels::deltanet_prepare(qkv, d.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
+                                    int(c.ssm_groups), int(c.ssm_state), nullptr),
+          "DeltaNet conv");
+    check(kernels::deltanet_step(d.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
+                                 int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o, nullptr),
+          "DeltaNet step");
+    mv(d.out, o, mixed);
+  }
+
+  void moe(const DeviceLayer& d) {
+    const model::Qwen35MoeConfig& c = config;
+    const int64_t k = c.n_experts_used, ff = c.expert_ff;
+    mv(d.router, normed, router_logits);
+    check(kernels::moe_route(router_logits, int(c.n_experts), int(k), ids, weights, nullptr), "router");
+    grouped_matvec(d.gate.type, d.gate.table, ids, k, d.gate.rows, d.gate.cols, d.gate.row_bytes, normed, 0, g);
+    grouped_matvec(d.up.type, d.up.table, ids, k, d.up.rows, d.up.cols, d.up.row_bytes, normed, 0, u);
+    check(kernels::swiglu(g, u, act, k * ff, nullptr), "swiglu");
+    grouped_matvec(d.down.type, d.down.table, ids, k, d.down.rows, d.down.cols, d.down.row_bytes, act, ff, y);
+    const bool shared = c.shared_ff > 0;
+    if (shared) {
+      mv(d.shared_gate, normed, sg), mv(d.shared_up, normed, su);
+      check(kernels::swiglu(sg, su, sh, c.shared_ff, nullptr), "shared swiglu");
+      mv(d.shared_down, sh, shared_out);
+      mv(d.shared_logit, normed, shared_logit);
+    }
+    check(kernels::moe_combine(y, weights, int(k), shared ? shared_out : nullptr, shared_logit, int(c.hidden), mixed,
+                               nullptr),
+          "expert sum");
+  }
+
+  void step(int32_t token, float* logits_out) {
+    const model::Qwen35MoeConfig& c = config;
+    if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
+    if (position >= options.max_context)
+      fail("cuda session: the context of {} positions is full; raise max_context", options.max_context);
+    std::vector<float> row(static_cast<size_t>(c.hidden));
+    cpu::dequantize_row(host.token_embd, token, row.data());
+    copy_to_device(h, row.data(), row.size() * sizeof(float));
+    for (const DeviceLayer& d : layers) {
+      check(kernels::rms_norm(h, d.attn_norm, normed, 1, int(c.hidden), float(c.rms_eps), nullptr), "norm");
+      d.recurrent ? deltanet(d) : attention(d);
+      check(kernels::add(h, mixed, c.hidden, nullptr), "residual");
+      check(kernels::rms_norm(h, d.post_norm, normed, 1, int(c.hidden), float(c.rms_eps), nullptr), "norm");
+      moe(d);
+      check(kernels::add(h, mixed, c.hidden, nullptr), "residual");
+    }
+    ++position;
+    if (!logits_out) return;
+    check(kernels::rms_norm(h, output_norm, normed, 1, int(c.hidden), float(c.rms_eps), nullptr), "output norm");
+    mv(output, normed, logits);
+    copy_to_host(logits_out, logits, size_t(c.vocab) * sizeof(float));
+  }
+};
+
+CudaSession::CudaSession(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, CudaSessionOptions options)
+    : impl_(std::make_unique<Impl>(reader, config, options)) {
+  if (options.max_context <= 0) fail("cuda session: max_context must be positive");
+  for (int64_t layer = 0; layer < config.n_layers; ++layer) impl_->bind_layer(layer);
+  impl_->output_norm = impl_->upload(impl_->host.output_norm, "output_norm");
+  impl_->output = impl_->matrix(impl_->host.output);
+  impl_->allocate_scratch();
+  impl_->zero_states();
+  synchronize();
+}
+
+CudaSession::~CudaSession() = default;
+
+std::vector<float> CudaSession::prefill(std::span<const int32_t> tokens, bool all_logits) {
+  if (tokens.empty()) fail("cuda session: prefill needs at least one token");
+  const int64_t vocab = impl_->config.vocab;
+  std::vector<float> logits(size_t((all_logits ? int64_t(tokens.size()) : 1) * vocab));
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const bool last = i + 1 == tokens.size();
+    float* out = all_logits ? logits.data() + i * size_t(vocab) : (last ? logits.data() : nullptr);
+    impl_->step(tokens[i], out);
+  }
+  return logits;
+}
+
+std::vector<float> CudaSession::decode(int32_t token) { return prefill(std::span<const int32_t>(&token, 1)); }
+
+void CudaSession::reset() {
+  impl_->zero_states();
+  synchronize();
+}
+
+int64_t CudaSession::position() const { return impl_->position; }
+int64_t CudaSession::vocab() const { return impl_->config.vocab; }
+const VramAccountant& CudaSession::vram() const { return impl_->vram; }
+
+}  // namespace lode::cuda

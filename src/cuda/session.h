@@ -1,0 +1,48 @@
+// qwen35moe on the GPU, first form (issue 7): every matrix the main model uses is uploaded as
+// stored (no dequantized copies) through the VRAM accountant, and one token runs through the model
+// per step, on the kernels of cuda/matvec.h and cuda/forward_kernels.h. The MoE reaches its experts
+// through device-side (layer, expert) pointer tables; K/V and DeltaNet states are float32 on the
+// device. Prompts run token by token (no tensor-core prefill yet), embeddings are looked up on the
+// host, and the step is not yet a CUDA graph: correctness first, against the CPU engine.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "gguf/reader.h"
+#include "model/qwen35moe.h"
+
+namespace lode::cuda {
+
+class VramAccountant;
+
+struct CudaSessionOptions {
+  int64_t max_context = 4096;  // positions of K/V kept on the device
+  size_t vram_budget = 0;      // bytes; 0: the device's free memory less a margin
+};
+
+class CudaSession {
+ public:
+  // Binds and uploads the model's weights; fails (lode::Error) when a tensor's type has no kernel,
+  // or with the MiB short when the budget is too small.
+  CudaSession(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, CudaSessionOptions options = {});
+  ~CudaSession();
+  CudaSession(const CudaSession&) = delete;
+  CudaSession& operator=(const CudaSession&) = delete;
+
+  // Appends tokens; the logits of every new position [n, vocab] when all_logits, else of the last.
+  std::vector<float> prefill(std::span<const int32_t> tokens, bool all_logits = false);
+  std::vector<float> decode(int32_t token);
+  void reset();  // empty sequence: K/V forgotten, DeltaNet states zeroed
+
+  int64_t position() const;
+  int64_t vocab() const;
+  const VramAccountant& vram() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lode::cuda
