@@ -15,5 +15,6 @@ void add_chat_command(CLI::App& app);
 void add_tokenize_commands(CLI::App& app);
 void add_ppl_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 
 }  // namespace lode::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   lode::cli::add_tokenize_commands(app);
   lode::cli::add_ppl_command(app);
   lode::cli::add_serve_command(app);
+  lode::cli::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

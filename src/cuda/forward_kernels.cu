@@ -179,40 +179,52 @@ __global__ void l2_norm_heads_kernel(float* qkv, int hk, int dk) {
   for (int i = threadIdx.x; i < dk; i += blockDim.x) v[i] *= scale;
 }
 
-// One block per value head s, one thread per column j of its [dk][dv] state.
+// One block per value head s: thread (j, g) owns column j of the head's [dk][dv] state over rows
+// i = g, g + kRowGroups, ...; partial sums over the row groups are added in group order.
+constexpr int kRowGroups = 4;
+
 __global__ void deltanet_step_kernel(float* state, const float* qkv, const float* z, const float* b,
                                      const float* alpha, const float* a, const float* dt_bias, const float* norm_w,
                                      int hk, int dk, int dv, float eps, float* o) {
-  extern __shared__ float qk[];  // q [dk] then k [dk]
-  const int s = blockIdx.x, j = threadIdx.x;
+  extern __shared__ float shared[];  // q [dk], k [dk], partial [kRowGroups][dv]
+  float* q = shared;
+  float* k = shared + dk;
+  float* partial = shared + 2 * dk;
+  const int s = blockIdx.x;
+  const int j = threadIdx.x % dv, g = threadIdx.x / dv;
   const int key_dim = hk * dk;
-  const float* q = qkv + (s % hk) * dk;
-  const float* k = qkv + key_dim + (s % hk) * dk;
   for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-    qk[i] = q[i];
-    qk[dk + i] = k[i];
+    q[i] = qkv[(s % hk) * dk + i];
+    k[i] = qkv[key_dim + (s % hk) * dk + i];
   }
   __syncthreads();
   const float beta = sigmoidf(b[s]);
   const float decay = expf(a[s] * softplusf(alpha[s] + dt_bias[s]));
-  float* S = state + int64_t(s) * dk * dv;
-  float out = 0.0f;
-  if (j < dv) {
-    float sk = 0.0f;
-    for (int i = 0; i < dk; ++i) {
-      const float v = S[int64_t(i) * dv + j] * decay;
-      S[int64_t(i) * dv + j] = v;
-      sk += v * qk[dk + i];
-    }
-    const float d = beta * (qkv[2 * key_dim + s * dv + j] - sk);
-    for (int i = 0; i < dk; ++i) {
-      const float v = S[int64_t(i) * dv + j] + qk[dk + i] * d;
-      S[int64_t(i) * dv + j] = v;
-      out += v * qk[i];
-    }
+  float* S = state + int64_t(s) * dk * dv + j;
+  float sk = 0.0f;
+  for (int i = g; i < dk; i += kRowGroups) {
+    const float v = S[int64_t(i) * dv] * decay;
+    S[int64_t(i) * dv] = v;
+    sk += v * k[i];
   }
-  const float scale = rsqrtf(block_sum(j < dv ? out * out : 0.0f) / float(dv) + eps);
-  if (j < dv) o[int64_t(s) * dv + j] = out * scale * norm_w[j] * siluf(z[int64_t(s) * dv + j]);
+  partial[g * dv + j] = sk;
+  __syncthreads();
+  sk = 0.0f;
+  for (int gg = 0; gg < kRowGroups; ++gg) sk += partial[gg * dv + j];
+  const float d = beta * (qkv[2 * key_dim + s * dv + j] - sk);
+  float out = 0.0f;
+  for (int i = g; i < dk; i += kRowGroups) {
+    const float v = S[int64_t(i) * dv] + k[i] * d;
+    S[int64_t(i) * dv] = v;
+    out += v * q[i];
+  }
+  __syncthreads();  // every thread has read partial
+  partial[g * dv + j] = out;
+  __syncthreads();
+  out = 0.0f;
+  for (int gg = 0; gg < kRowGroups; ++gg) out += partial[gg * dv + j];
+  const float scale = rsqrtf(block_sum(g == 0 ? out * out : 0.0f) / float(dv) + eps);
+  if (g == 0) o[int64_t(s) * dv + j] = out * scale * norm_w[j] * siluf(z[int64_t(s) * dv + j]);
 }
 
 // One warp: softmax, top k by repeated arg-max (ties: lower index), renormalised weights.
@@ -318,10 +330,11 @@ const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w,
 const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                           const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
                           float eps, float* o, void* stream) {
-  const int threads = ((dv + kWarp - 1) / kWarp) * kWarp;
-  if (threads > 1024) return "DeltaNet value heads over 1024 wide";
-  deltanet_step_kernel<<<hv, threads, 2 * dk * sizeof(float), as_stream(stream)>>>(
-      state, qkv, z, b, alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o);
+  if ((dv * kRowGroups) % kWarp != 0 || dv * kRowGroups > 1024)
+    return "DeltaNet value heads must be a multiple of 8 wide, at most 256";
+  const size_t shared = (2 * size_t(dk) + size_t(kRowGroups) * dv) * sizeof(float);
+  deltanet_step_kernel<<<hv, dv * kRowGroups, shared, as_stream(stream)>>>(state, qkv, z, b, alpha, a, dt_bias,
+                                                                          norm_w, hk, dk, dv, eps, o);
   return launched();
 }
 

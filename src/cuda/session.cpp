@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <string>
 
 #include "core/error.h"
@@ -50,6 +52,13 @@ void check(const char* err, const char* what) {
 
 }  // namespace
 
+enum class Phase { embedding, norms, attention_proj, attention_core, deltanet_proj, deltanet_core, router, experts,
+                   shared_expert, expert_sum, lm_head, logits_copy, count };
+constexpr const char* kPhaseNames[] = {"embedding (host lookup, copy)", "norms and residuals", "attention projections",
+                                       "attention core", "DeltaNet projections", "DeltaNet core",
+                                       "router and top-k", "experts", "shared expert", "expert sum",
+                                       "lm head", "logits to the host"};
+
 struct CudaSession::Impl {
   Impl(const gguf::Reader& r, const model::Qwen35MoeConfig& c, CudaSessionOptions o)
       : reader(r), host(cpu::bind_weights(r, c)), config(c), options(o), vram(o.vram_budget) {}
@@ -65,6 +74,17 @@ struct CudaSession::Impl {
   const float* output_norm = nullptr;
   DeviceMatrix output;
   int64_t position = 0;
+  std::array<double, size_t(Phase::count)> phase_seconds{};
+  std::chrono::steady_clock::time_point phase_start;
+
+  // Ends the current phase (profiling only): waits for the GPU and books the time to `phase`.
+  void mark(Phase phase) {
+    if (!options.profile) return;
+    synchronize();
+    const auto now = std::chrono::steady_clock::now();
+    phase_seconds[size_t(phase)] += std::chrono::duration<double>(now - phase_start).count();
+    phase_start = now;
+  }
 
   // Scratch for one token.
   float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *qkv, *z, *b, *alpha, *o, *router_logits, *weights;
@@ -180,6 +200,7 @@ struct CudaSession::Impl {
   void attention(const DeviceLayer& d) {
     const model::Qwen35MoeConfig& c = config;
     mv(d.q, normed, qg), mv(d.k, normed, kbuf), mv(d.v, normed, vbuf);
+    mark(Phase::attention_proj);
     check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, d.k_cache, d.v_cache, position,
                                      int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims),
                                      c.rope_theta, float(c.rms_eps), nullptr),
@@ -187,19 +208,24 @@ struct CudaSession::Impl {
     check(kernels::attention_decode(qg, d.k_cache, d.v_cache, position + 1, int(c.n_heads), int(c.n_kv_heads),
                                     int(c.head_dim), attn, nullptr),
           "attention");
+    mark(Phase::attention_core);
     mv(d.o, attn, mixed);
+    mark(Phase::attention_proj);
   }
 
   void deltanet(const DeviceLayer& d) {
     const model::Qwen35MoeConfig& c = config;
     mv(d.qkv, normed, qkv), mv(d.z, normed, z), mv(d.b, normed, b), mv(d.alpha, normed, alpha);
+    mark(Phase::deltanet_proj);
     check(kernels::deltanet_prepare(qkv, d.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
                                     int(c.ssm_groups), int(c.ssm_state), nullptr),
           "DeltaNet conv");
     check(kernels::deltanet_step(d.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
                                  int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o, nullptr),
           "DeltaNet step");
+    mark(Phase::deltanet_core);
     mv(d.out, o, mixed);
+    mark(Phase::deltanet_proj);
   }
 
   void moe(const DeviceLayer& d) {
@@ -207,20 +233,24 @@ struct CudaSession::Impl {
     const int64_t k = c.n_experts_used, ff = c.expert_ff;
     mv(d.router, normed, router_logits);
     check(kernels::moe_route(router_logits, int(c.n_experts), int(k), ids, weights, nullptr), "router");
+    mark(Phase::router);
     grouped_matvec(d.gate.type, d.gate.table, ids, k, d.gate.rows, d.gate.cols, d.gate.row_bytes, normed, 0, g);
     grouped_matvec(d.up.type, d.up.table, ids, k, d.up.rows, d.up.cols, d.up.row_bytes, normed, 0, u);
     check(kernels::swiglu(g, u, act, k * ff, nullptr), "swiglu");
     grouped_matvec(d.down.type, d.down.table, ids, k, d.down.rows, d.down.cols, d.down.row_bytes, act, ff, y);
+    mark(Phase::experts);
     const bool shared = c.shared_ff > 0;
     if (shared) {
       mv(d.shared_gate, normed, sg), mv(d.shared_up, normed, su);
       check(kernels::swiglu(sg, su, sh, c.shared_ff, nullptr), "shared swiglu");
       mv(d.shared_down, sh, shared_out);
       mv(d.shared_logit, normed, shared_logit);
+      mark(Phase::shared_expert);
     }
     check(kernels::moe_combine(y, weights, int(k), shared ? shared_out : nullptr, shared_logit, int(c.hidden), mixed,
                                nullptr),
           "expert sum");
+    mark(Phase::expert_sum);
   }
 
   void step(int32_t token, float* logits_out) {
@@ -228,22 +258,29 @@ struct CudaSession::Impl {
     if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
     if (position >= options.max_context)
       fail("cuda session: the context of {} positions is full; raise max_context", options.max_context);
+    phase_start = std::chrono::steady_clock::now();
     std::vector<float> row(static_cast<size_t>(c.hidden));
     cpu::dequantize_row(host.token_embd, token, row.data());
     copy_to_device(h, row.data(), row.size() * sizeof(float));
+    mark(Phase::embedding);
     for (const DeviceLayer& d : layers) {
       check(kernels::rms_norm(h, d.attn_norm, normed, 1, int(c.hidden), float(c.rms_eps), nullptr), "norm");
+      mark(Phase::norms);
       d.recurrent ? deltanet(d) : attention(d);
       check(kernels::add(h, mixed, c.hidden, nullptr), "residual");
       check(kernels::rms_norm(h, d.post_norm, normed, 1, int(c.hidden), float(c.rms_eps), nullptr), "norm");
+      mark(Phase::norms);
       moe(d);
       check(kernels::add(h, mixed, c.hidden, nullptr), "residual");
+      mark(Phase::norms);
     }
     ++position;
     if (!logits_out) return;
     check(kernels::rms_norm(h, output_norm, normed, 1, int(c.hidden), float(c.rms_eps), nullptr), "output norm");
     mv(output, normed, logits);
+    mark(Phase::lm_head);
     copy_to_host(logits_out, logits, size_t(c.vocab) * sizeof(float));
+    mark(Phase::logits_copy);
   }
 };
 
@@ -279,8 +316,34 @@ void CudaSession::reset() {
   synchronize();
 }
 
+CudaSession::StepBytes CudaSession::decode_bytes(int64_t depth) const {
+  const model::Qwen35MoeConfig& c = impl_->config;
+  const auto bytes = [](const auto& m) { return m.rows * int64_t(m.row_bytes); };
+  StepBytes s;
+  for (const DeviceLayer& d : impl_->layers) {
+    if (d.recurrent) {
+      s.weights += bytes(d.qkv) + bytes(d.z) + bytes(d.b) + bytes(d.alpha) + bytes(d.out);
+      s.state += 2 * c.ssm_dt_rank * c.ssm_state * c.ssm_state * 4;
+    } else {
+      s.weights += bytes(d.q) + bytes(d.k) + bytes(d.v) + bytes(d.o);
+      s.state += 2 * (depth + 1) * c.kv_dim() * 4;
+    }
+    s.weights += bytes(d.router) + bytes(d.shared_gate) + bytes(d.shared_up) + bytes(d.shared_down);
+    s.weights += c.n_experts_used * (bytes(d.gate) + bytes(d.up) + bytes(d.down));
+  }
+  s.weights += bytes(impl_->output) + int64_t(impl_->host.token_embd.row_bytes);
+  return s;
+}
+
+std::vector<std::pair<std::string, double>> CudaSession::profile() const {
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t p = 0; p < size_t(Phase::count); ++p) out.emplace_back(kPhaseNames[p], impl_->phase_seconds[p]);
+  return out;
+}
+
 int64_t CudaSession::position() const { return impl_->position; }
 int64_t CudaSession::vocab() const { return impl_->config.vocab; }
 const VramAccountant& CudaSession::vram() const { return impl_->vram; }
+VramAccountant& CudaSession::vram() { return impl_->vram; }
 
 }  // namespace lode::cuda

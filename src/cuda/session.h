@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "gguf/reader.h"
@@ -20,6 +22,9 @@ class VramAccountant;
 struct CudaSessionOptions {
   int64_t max_context = 4096;  // positions of K/V kept on the device
   size_t vram_budget = 0;      // bytes; 0: the device's free memory less a margin
+  // Time each phase of a step (waiting for the GPU at every phase boundary, which slows the step
+  // but attributes GPU time to the kernels that spent it); see profile().
+  bool profile = false;
 };
 
 class CudaSession {
@@ -36,9 +41,22 @@ class CudaSession {
   std::vector<float> decode(int32_t token);
   void reset();  // empty sequence: K/V forgotten, DeltaNet states zeroed
 
+  // Bytes one decode step reads at context depth `depth`: the weights it touches (every matrix
+  // but the experts, n_experts_used experts per layer, the lm head, one embedding row) and the
+  // state (K/V rows of the attention layers read, DeltaNet states read and written).
+  struct StepBytes {
+    int64_t weights = 0;
+    int64_t state = 0;
+  };
+  StepBytes decode_bytes(int64_t depth) const;
+
+  // With options.profile: seconds spent so far per phase of the step ("experts", "lm head", ...).
+  std::vector<std::pair<std::string, double>> profile() const;
+
   int64_t position() const;
   int64_t vocab() const;
   const VramAccountant& vram() const;
+  VramAccountant& vram();
 
  private:
   struct Impl;

@@ -1,0 +1,13 @@
+// The device's measured limits, for the fraction-of-ceiling figures of `lode bench`.
+#pragma once
+#include <cstddef>
+
+namespace lode::cuda {
+
+class VramAccountant;
+
+// Device-to-device copy bandwidth in GB/s ((read + write bytes) / time, median of `repeats` copies
+// of `bytes` after a warm-up), in scratch memory taken from `vram` and released before returning.
+double measure_copy_gbps(VramAccountant& vram, size_t bytes = size_t(1) << 30, int repeats = 10);
+
+}  // namespace lode::cuda
