@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "gguf/reader.h"
+#include "support/gpu.h"
 #include "support/run_lode.h"
 #include "test_gguf_helpers.h"
 
@@ -111,6 +112,25 @@ TEST(Cli, QuantizeSplitsByMaxSizeAndTheSplitModelReadsWhole) {
     const auto &a = whole.tensors()[i], &b = parts.tensors()[i];
     EXPECT_EQ(a.name, b.name);
     EXPECT_TRUE(std::equal(a.data, a.data + a.size, b.data, b.data + b.size)) << a.name;
+  }
+}
+
+// lode bench measures the CUDA backend: on the GPU machine it decodes lode-mini and reports its
+// speed; elsewhere it says clearly why it cannot.
+TEST(Cli, BenchRunsOnAGpuAndOtherwiseSaysWhyNot) {
+  const lode::test::TempDir dir;
+  const std::string mini = std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf";
+  const auto r = run_lode("bench -m '" + mini + "' -p 4 -n 4", dir.path());
+  std::string why;
+  if (lode::test::gpu_available(&why)) {
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("of the measured"), std::string::npos) << r.out;
+  } else {
+    EXPECT_EQ(r.status, 1) << r.out;
+    const bool no_gpu = r.err.find("no usable NVIDIA GPU") != std::string::npos;
+    const bool no_cuda = r.err.find("built without CUDA") != std::string::npos;
+    EXPECT_TRUE(no_gpu || no_cuda) << r.err;
   }
 }
 

@@ -31,6 +31,11 @@ const char* to_string(VramUse use) {
 }
 
 VramAccountant::VramAccountant(size_t budget_bytes, int device) : budget_(budget_bytes), device_(device) {
+  int count = 0;
+  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess || count <= device)
+    fail("no usable NVIDIA GPU (CUDA runtime: {}): the CUDA backend needs one; the CPU engine runs without "
+         "(lode run, lode chat, lode serve)",
+         err != cudaSuccess ? cudaGetErrorString(err) : fmt::format("{} device(s), asked for device {}", count, device));
   check(cudaSetDevice(device), fmt::format("selecting device {}", device));
   if (budget_ == 0) {
     size_t free = 0, total = 0;
