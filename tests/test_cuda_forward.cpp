@@ -29,11 +29,12 @@ namespace fs = std::filesystem;
 
 int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
 
-// Every-position logits and 16 greedy tokens from both engines, compared.
-void compare_engines(const fs::path& model, const std::vector<std::vector<int32_t>>& prompts, const std::string& what) {
+// Every-position logits and `greedy` greedy tokens from both engines, compared.
+void compare_engines(const fs::path& model, const std::vector<std::vector<int32_t>>& prompts, const std::string& what,
+                     int greedy = 16, int cpu_threads = 2) {
   const lode::gguf::Reader reader(model);
   const auto config = lode::model::read_config(reader.metadata());
-  lode::cpu::Session cpu(reader, config, {.threads = 2, .deltanet_chunk = 0});
+  lode::cpu::Session cpu(reader, config, {.threads = cpu_threads, .deltanet_chunk = 0});
   lode::cuda::CudaSession gpu(reader, config, {.max_context = 256});
   for (size_t i = 0; i < prompts.size(); ++i) {
     SCOPED_TRACE(what + " prompt " + std::to_string(i));
@@ -46,7 +47,7 @@ void compare_engines(const fs::path& model, const std::vector<std::vector<int32_
     EXPECT_LE(err, 1e-4);
     std::vector<float> lc(want.end() - config.vocab, want.end()), lg(got.end() - config.vocab, got.end());
     std::vector<int> greedy_cpu, greedy_gpu;
-    for (int step = 0; step < 16; ++step) {
+    for (int step = 0; step < greedy; ++step) {
       greedy_cpu.push_back(argmax(lc));
       greedy_gpu.push_back(argmax(lg));
       if (greedy_cpu.back() != greedy_gpu.back()) break;
@@ -86,6 +87,20 @@ TEST(CudaForward, QuantizedSynthMatchesTheCpu) {
     lode::model::quantize_model(in, dir / (recipe + ".gguf"), options);
     compare_engines(dir / (recipe + ".gguf"), prompts, "synth_tiny " + recipe);
   }
+}
+
+// The real geometry (qwen3.6-35b-a3b: hidden 2048, 256 experts, top 8, head_dim 256, 32 DeltaNet
+// value heads, vocab 248320) with four layers (three DeltaNet, one attention), ud-q4_k_xl recipe.
+TEST(CudaForward, FullGeometryWithFewerLayersMatchesTheCpu) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  lode::model::SynthOptions synth;
+  synth.preset = "qwen3.6-35b-a3b";
+  synth.recipe = "ud-q4_k_xl";
+  synth.layers = 4;
+  synth.seed = 7;
+  lode::model::write_synth(dir / "m.gguf", synth);
+  compare_engines(dir / "m.gguf", {{11, 5000, 77, 123456, 9, 240000}, {42}}, "35b-a3b x4 layers", 8, 0);
 }
 
 TEST(CudaForward, TheBudgetIsKeptAndReported) {

@@ -37,7 +37,7 @@ TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
   const auto x = random_floats(size_t(tokens * cols), rng);
   lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
   lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
-  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0,
                         GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
     const auto& traits = lode::traits(type);
     SCOPED_TRACE(traits.name);

@@ -80,8 +80,8 @@ void run_bench(const BenchOptions& o) {
   const double decode_tps = double(o.generate) / decode_s, prefill_tps = double(o.prompt) / prefill_s;
   const auto bytes = session.decode_bytes(o.prompt + o.generate / 2);  // the mean depth of the decode
   const double gbps = double(bytes.weights + bytes.state) * decode_tps / 1e9;
+  const double peak_mib = double(session.vram().peak()) / double(1 << 20);  // before the probe's scratch
   const double ceiling = cuda::measure_copy_gbps(session.vram());
-  const double peak_mib = double(session.vram().peak()) / double(1 << 20);
   if (o.json) {
     fmt::print("{{\"model\": \"{}\", \"prompt_tokens\": {}, \"prefill_tokens_per_s\": {:.1f}, \"generated_tokens\": {}, "
                "\"decode_tokens_per_s\": {:.1f}, \"decode_bytes_per_token\": {}, \"decode_GBps\": {:.1f}, "

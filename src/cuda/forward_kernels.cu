@@ -81,8 +81,10 @@ __device__ void norm_and_rotate(float* v, const float* w, int head_dim, int rope
 
 // Blocks [0, n_heads): query heads; [n_heads, n_heads + n_kv_heads): key heads.
 __global__ void attention_prepare_kernel(float* qg, const float* k, const float* v, const float* q_norm,
-                                         const float* k_norm, float* k_cache, float* v_cache, int64_t pos,
-                                         int n_heads, int head_dim, int rope_dims, double theta, float eps) {
+                                         const float* k_norm, float* k_cache, float* v_cache,
+                                         const int64_t* position, int n_heads, int head_dim, int rope_dims,
+                                         double theta, float eps) {
+  const int64_t pos = *position;
   const int n_kv_heads_total = gridDim.x - n_heads;
   if (int(blockIdx.x) < n_heads) {
     norm_and_rotate(qg + int64_t(blockIdx.x) * 2 * head_dim, q_norm, head_dim, rope_dims, pos, theta, eps);
@@ -102,8 +104,10 @@ constexpr int kAttentionWarps = 4;
 constexpr int kMaxDimsPerLane = 16;  // head_dim <= 512
 
 // One block per query head; each warp takes every 4th key with an online softmax, the warps merge.
-__global__ void attention_decode_kernel(const float* qg, const float* k_cache, const float* v_cache, int64_t n_keys,
-                                        int n_heads, int n_kv_heads, int head_dim, float* out) {
+__global__ void attention_decode_kernel(const float* qg, const float* k_cache, const float* v_cache,
+                                        const int64_t* position, int n_heads, int n_kv_heads, int head_dim,
+                                        float* out) {
+  const int64_t n_keys = *position + 1;
   __shared__ float q[kMaxDimsPerLane * kWarp];
   __shared__ float warp_m[kAttentionWarps], warp_l[kAttentionWarps];
   __shared__ float warp_acc[kAttentionWarps][kMaxDimsPerLane * kWarp];
@@ -304,18 +308,18 @@ const char* add(float* h, const float* d, int64_t n, void* stream) {
 }
 
 const char* attention_prepare(float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
-                              float* k_cache, float* v_cache, int64_t pos, int n_heads, int n_kv_heads,
+                              float* k_cache, float* v_cache, const int64_t* pos, int n_heads, int n_kv_heads,
                               int head_dim, int rope_dims, double rope_theta, float eps, void* stream) {
   attention_prepare_kernel<<<n_heads + n_kv_heads, 128, 0, as_stream(stream)>>>(
       qg, k, v, q_norm, k_norm, k_cache, v_cache, pos, n_heads, head_dim, rope_dims, rope_theta, eps);
   return launched();
 }
 
-const char* attention_decode(const float* qg, const float* k_cache, const float* v_cache, int64_t n_keys,
+const char* attention_decode(const float* qg, const float* k_cache, const float* v_cache, const int64_t* pos,
                              int n_heads, int n_kv_heads, int head_dim, float* out, void* stream) {
   if (head_dim > kMaxDimsPerLane * kWarp) return "head_dim over 512";
   attention_decode_kernel<<<n_heads, kAttentionWarps * kWarp, 0, as_stream(stream)>>>(
-      qg, k_cache, v_cache, n_keys, n_heads, n_kv_heads, head_dim, out);
+      qg, k_cache, v_cache, pos, n_heads, n_kv_heads, head_dim, out);
   return launched();
 }
 

@@ -13,14 +13,15 @@ const char* rms_norm(const float* x, const float* w, float* out, int rows, int n
 // h += d, n values.
 const char* add(float* h, const float* d, int64_t n, void* stream);
 
-// Attention, one token at position pos: per head, q (the first half of qg's 2 * head_dim) RMS-normed
+// Attention, one token at position *pos (device memory, so that a captured step can be replayed
+// at every position): per head, q (the first half of qg's 2 * head_dim) RMS-normed
 // with q_norm and NeoX-rotated in place; per KV head, k normed with k_norm and rotated, then k and
 // v written to row pos of the caches ([positions][n_kv_heads * head_dim]).
 const char* attention_prepare(float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
-                              float* k_cache, float* v_cache, int64_t pos, int n_heads, int n_kv_heads,
+                              float* k_cache, float* v_cache, const int64_t* pos, int n_heads, int n_kv_heads,
                               int head_dim, int rope_dims, double rope_theta, float eps, void* stream);
-// out[h] = softmax(q_h K^T / sqrt(head_dim)) V over positions [0, n_keys), times sigmoid(gate_h).
-const char* attention_decode(const float* qg, const float* k_cache, const float* v_cache, int64_t n_keys,
+// out[h] = softmax(q_h K^T / sqrt(head_dim)) V over positions [0, *pos], times sigmoid(gate_h).
+const char* attention_decode(const float* qg, const float* k_cache, const float* v_cache, const int64_t* pos,
                              int n_heads, int n_kv_heads, int head_dim, float* out, void* stream);
 
 // Gated DeltaNet, one token. qkv [channels] (Q | K | V) goes through the causal conv (state

@@ -1,5 +1,5 @@
 // The kernels behind cuda/matvec.h. Each weight type says how to dot one 32-value unit of a row
-// (a Q8_0/Q4_0 block, a Q4_K/Q5_K sub-block, a quarter of a Q6_K half, 32 plain values) with x.
+// (a Q8_0/Q4_0/Q5_0 block, a Q4_K/Q5_K sub-block, a quarter of a Q6_K half, 32 plain values) with x.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -126,6 +126,31 @@ struct Unit<GgmlType::Q4_0> {
                 float(int((b >> 8) & 15) - 8));
       s += dot4(xs[4 + k], float(int((a >> 4) & 15) - 8), float(int(a >> 12) - 8), float(int((b >> 4) & 15) - 8),
                 float(int(b >> 12) - 8));
+    }
+    return half_bits(__ldg(reinterpret_cast<const uint16_t*>(block))) * s;
+  }
+};
+
+// Q5_0: Q4_0's nibbles (value j low, j + 16 high) plus a fifth bit per value, bit j of qh; minus 16.
+template <>
+struct Unit<GgmlType::Q5_0> {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const uint8_t* block = row + u * sizeof(BlockQ5_0);
+    const uint16_t* h16 = reinterpret_cast<const uint16_t*>(block + 2);
+    const uint32_t qh = uint32_t(__ldg(h16)) | (uint32_t(__ldg(h16 + 1)) << 16);
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(block + 6);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t w = uint32_t(__ldg(q + 2 * k)) | (uint32_t(__ldg(q + 2 * k + 1)) << 16);
+      float lo[4], hi[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = 4 * k + j;
+        lo[j] = float(int(((w >> (8 * j)) & 15) | (((qh >> i) & 1) << 4)) - 16);
+        hi[j] = float(int(((w >> (8 * j + 4)) & 15) | (((qh >> (i + 16)) & 1) << 4)) - 16);
+      }
+      s += dot4(xs[k], lo[0], lo[1], lo[2], lo[3]) + dot4(xs[4 + k], hi[0], hi[1], hi[2], hi[3]);
     }
     return half_bits(__ldg(reinterpret_cast<const uint16_t*>(block))) * s;
   }
@@ -295,7 +320,7 @@ cudaError_t launch(const MatvecLaunch& m) {
 bool matvec_kernel_exists(GgmlType type) {
   switch (type) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
-    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::Q5_0: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
       return true;
     default:
       return false;
@@ -310,6 +335,7 @@ const char* launch_matvec(const MatvecLaunch& m) {
     case GgmlType::BF16: err = launch<GgmlType::BF16>(m); break;
     case GgmlType::Q8_0: err = launch<GgmlType::Q8_0>(m); break;
     case GgmlType::Q4_0: err = launch<GgmlType::Q4_0>(m); break;
+    case GgmlType::Q5_0: err = launch<GgmlType::Q5_0>(m); break;
     case GgmlType::Q4_K: err = launch<GgmlType::Q4_K>(m); break;
     case GgmlType::Q5_K: err = launch<GgmlType::Q5_K>(m); break;
     case GgmlType::Q6_K: err = launch<GgmlType::Q6_K>(m); break;

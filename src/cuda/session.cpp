@@ -50,6 +50,10 @@ void check(const char* err, const char* what) {
   if (err) fail("CUDA: {}: {}", what, err);
 }
 
+void check_cuda(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) fail("CUDA: {}: {}", what, cudaGetErrorString(err));
+}
+
 }  // namespace
 
 enum class Phase { embedding, norms, attention_proj, attention_core, deltanet_proj, deltanet_core, router, experts,
@@ -194,19 +198,19 @@ struct CudaSession::Impl {
   }
 
   void mv(const DeviceMatrix& m, const float* x, float* out) {
-    matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, x, out, 1);
+    matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, x, out, 1, stream);
   }
 
   void attention(const DeviceLayer& d) {
     const model::Qwen35MoeConfig& c = config;
     mv(d.q, normed, qg), mv(d.k, normed, kbuf), mv(d.v, normed, vbuf);
     mark(Phase::attention_proj);
-    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, d.k_cache, d.v_cache, position,
+    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, d.k_cache, d.v_cache, device_position,
                                      int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims),
-                                     c.rope_theta, float(c.rms_eps), nullptr),
+                                     c.rope_theta, float(c.rms_eps), stream),
           "attention prepare");
-    check(kernels::attention_decode(qg, d.k_cache, d.v_cache, position + 1, int(c.n_heads), int(c.n_kv_heads),
-                                    int(c.head_dim), attn, nullptr),
+    check(kernels::attention_decode(qg, d.k_cache, d.v_cache, device_position, int(c.n_heads), int(c.n_kv_heads),
+                                    int(c.head_dim), attn, stream),
           "attention");
     mark(Phase::attention_core);
     mv(d.o, attn, mixed);
@@ -218,10 +222,10 @@ struct CudaSession::Impl {
     mv(d.qkv, normed, qkv), mv(d.z, normed, z), mv(d.b, normed, b), mv(d.alpha, normed, alpha);
     mark(Phase::deltanet_proj);
     check(kernels::deltanet_prepare(qkv, d.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
-                                    int(c.ssm_groups), int(c.ssm_state), nullptr),
+                                    int(c.ssm_groups), int(c.ssm_state), stream),
           "DeltaNet conv");
     check(kernels::deltanet_step(d.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
-                                 int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o, nullptr),
+                                 int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o, stream),
           "DeltaNet step");
     mark(Phase::deltanet_core);
     mv(d.out, o, mixed);
@@ -232,25 +236,61 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     const int64_t k = c.n_experts_used, ff = c.expert_ff;
     mv(d.router, normed, router_logits);
-    check(kernels::moe_route(router_logits, int(c.n_experts), int(k), ids, weights, nullptr), "router");
+    check(kernels::moe_route(router_logits, int(c.n_experts), int(k), ids, weights, stream), "router");
     mark(Phase::router);
-    grouped_matvec(d.gate.type, d.gate.table, ids, k, d.gate.rows, d.gate.cols, d.gate.row_bytes, normed, 0, g);
-    grouped_matvec(d.up.type, d.up.table, ids, k, d.up.rows, d.up.cols, d.up.row_bytes, normed, 0, u);
-    check(kernels::swiglu(g, u, act, k * ff, nullptr), "swiglu");
-    grouped_matvec(d.down.type, d.down.table, ids, k, d.down.rows, d.down.cols, d.down.row_bytes, act, ff, y);
+    grouped_matvec(d.gate.type, d.gate.table, ids, k, d.gate.rows, d.gate.cols, d.gate.row_bytes, normed, 0, g, stream);
+    grouped_matvec(d.up.type, d.up.table, ids, k, d.up.rows, d.up.cols, d.up.row_bytes, normed, 0, u, stream);
+    check(kernels::swiglu(g, u, act, k * ff, stream), "swiglu");
+    grouped_matvec(d.down.type, d.down.table, ids, k, d.down.rows, d.down.cols, d.down.row_bytes, act, ff, y, stream);
     mark(Phase::experts);
     const bool shared = c.shared_ff > 0;
     if (shared) {
       mv(d.shared_gate, normed, sg), mv(d.shared_up, normed, su);
-      check(kernels::swiglu(sg, su, sh, c.shared_ff, nullptr), "shared swiglu");
+      check(kernels::swiglu(sg, su, sh, c.shared_ff, stream), "shared swiglu");
       mv(d.shared_down, sh, shared_out);
       mv(d.shared_logit, normed, shared_logit);
       mark(Phase::shared_expert);
     }
     check(kernels::moe_combine(y, weights, int(k), shared ? shared_out : nullptr, shared_logit, int(c.hidden), mixed,
-                               nullptr),
+                               stream),
           "expert sum");
     mark(Phase::expert_sum);
+  }
+
+  // Everything of a step after the embedding, on `stream`, reading the position from the device.
+  void layers_and_head(bool with_logits) {
+    const model::Qwen35MoeConfig& c = config;
+    for (const DeviceLayer& d : layers) {
+      check(kernels::rms_norm(h, d.attn_norm, normed, 1, int(c.hidden), float(c.rms_eps), stream), "norm");
+      mark(Phase::norms);
+      d.recurrent ? deltanet(d) : attention(d);
+      check(kernels::add(h, mixed, c.hidden, stream), "residual");
+      check(kernels::rms_norm(h, d.post_norm, normed, 1, int(c.hidden), float(c.rms_eps), stream), "norm");
+      mark(Phase::norms);
+      moe(d);
+      check(kernels::add(h, mixed, c.hidden, stream), "residual");
+      mark(Phase::norms);
+    }
+    if (!with_logits) return;
+    check(kernels::rms_norm(h, output_norm, normed, 1, int(c.hidden), float(c.rms_eps), stream), "output norm");
+    mv(output, normed, logits);
+    mark(Phase::lm_head);
+  }
+
+  // The step captured once as a CUDA graph (with and without the lm head) and replayed: one
+  // launch instead of ~700. Profiling runs the kernels directly, to time them.
+  void run_step(bool with_logits) {
+    if (options.profile) return layers_and_head(with_logits);
+    cudaGraphExec_t& exec = with_logits ? graph_with_logits : graph_without_logits;
+    if (!exec) {
+      cudaGraph_t graph = nullptr;
+      check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "capturing a step");
+      layers_and_head(with_logits);
+      check_cuda(cudaStreamEndCapture(stream, &graph), "capturing a step");
+      check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiating the step's graph");
+      cudaGraphDestroy(graph);
+    }
+    check_cuda(cudaGraphLaunch(exec, stream), "running a step");
   }
 
   void step(int32_t token, float* logits_out) {
@@ -259,29 +299,46 @@ struct CudaSession::Impl {
     if (position >= options.max_context)
       fail("cuda session: the context of {} positions is full; raise max_context", options.max_context);
     phase_start = std::chrono::steady_clock::now();
-    std::vector<float> row(static_cast<size_t>(c.hidden));
-    cpu::dequantize_row(host.token_embd, token, row.data());
-    copy_to_device(h, row.data(), row.size() * sizeof(float));
+    cpu::dequantize_row(host.token_embd, token, pinned_embedding);
+    *pinned_position = position;
+    check_cuda(cudaMemcpyAsync(h, pinned_embedding, size_t(c.hidden) * sizeof(float), cudaMemcpyHostToDevice, stream),
+               "embedding to the device");
+    check_cuda(cudaMemcpyAsync(device_position, pinned_position, sizeof(int64_t), cudaMemcpyHostToDevice, stream),
+               "position to the device");
     mark(Phase::embedding);
-    for (const DeviceLayer& d : layers) {
-      check(kernels::rms_norm(h, d.attn_norm, normed, 1, int(c.hidden), float(c.rms_eps), nullptr), "norm");
-      mark(Phase::norms);
-      d.recurrent ? deltanet(d) : attention(d);
-      check(kernels::add(h, mixed, c.hidden, nullptr), "residual");
-      check(kernels::rms_norm(h, d.post_norm, normed, 1, int(c.hidden), float(c.rms_eps), nullptr), "norm");
-      mark(Phase::norms);
-      moe(d);
-      check(kernels::add(h, mixed, c.hidden, nullptr), "residual");
-      mark(Phase::norms);
-    }
-    ++position;
-    if (!logits_out) return;
-    check(kernels::rms_norm(h, output_norm, normed, 1, int(c.hidden), float(c.rms_eps), nullptr), "output norm");
-    mv(output, normed, logits);
-    mark(Phase::lm_head);
-    copy_to_host(logits_out, logits, size_t(c.vocab) * sizeof(float));
+    run_step(logits_out != nullptr);
+    if (logits_out)
+      check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
+                 "logits to the host");
+    check_cuda(cudaStreamSynchronize(stream), "a step");
     mark(Phase::logits_copy);
+    if (logits_out) std::copy_n(pinned_logits, c.vocab, logits_out);
+    ++position;
   }
+
+  void create_stream_and_pinned() {
+    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a stream");
+    check_cuda(cudaMallocHost(&pinned_embedding, size_t(config.hidden) * sizeof(float)), "pinned memory");
+    check_cuda(cudaMallocHost(&pinned_logits, size_t(config.vocab) * sizeof(float)), "pinned memory");
+    check_cuda(cudaMallocHost(&pinned_position, sizeof(int64_t)), "pinned memory");
+    device_position = static_cast<int64_t*>(allocate(sizeof(int64_t), VramUse::scratch, "position"));
+  }
+
+  ~Impl() {
+    if (graph_with_logits) cudaGraphExecDestroy(graph_with_logits);
+    if (graph_without_logits) cudaGraphExecDestroy(graph_without_logits);
+    cudaFreeHost(pinned_embedding);
+    cudaFreeHost(pinned_logits);
+    cudaFreeHost(pinned_position);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  cudaStream_t stream = nullptr;
+  cudaGraphExec_t graph_with_logits = nullptr, graph_without_logits = nullptr;
+  float* pinned_embedding = nullptr;
+  float* pinned_logits = nullptr;
+  int64_t* pinned_position = nullptr;
+  int64_t* device_position = nullptr;
 };
 
 CudaSession::CudaSession(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, CudaSessionOptions options)
@@ -291,6 +348,7 @@ CudaSession::CudaSession(const gguf::Reader& reader, const model::Qwen35MoeConfi
   impl_->output_norm = impl_->upload(impl_->host.output_norm, "output_norm");
   impl_->output = impl_->matrix(impl_->host.output);
   impl_->allocate_scratch();
+  impl_->create_stream_and_pinned();
   impl_->zero_states();
   synchronize();
 }
