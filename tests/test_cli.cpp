@@ -134,4 +134,25 @@ TEST(Cli, BenchRunsOnAGpuAndOtherwiseSaysWhyNot) {
   }
 }
 
+// lode run --backend cuda: on the GPU machine, lode-mini's greedy ids equal the CPU engine's;
+// elsewhere a clear error.
+TEST(Cli, RunOnTheGpuGivesTheCpuTokens) {
+  const lode::test::TempDir dir;
+  const std::string run = "run -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' " +
+                          "--tokens 1,1177,201,1924,785 -n 24 --temp 0 --ids";
+  const auto gpu = run_lode(run + " --backend cuda", dir.path());
+  std::string why;
+  if (!lode::test::gpu_available(&why)) {
+    EXPECT_EQ(gpu.status, 1) << gpu.out;
+    EXPECT_TRUE(gpu.err.find("no usable NVIDIA GPU") != std::string::npos ||
+                gpu.err.find("built without CUDA") != std::string::npos) << gpu.err;
+    return;
+  }
+  const auto cpu = run_lode(run, dir.path());
+  ASSERT_EQ(gpu.status, 0) << gpu.err;
+  ASSERT_EQ(cpu.status, 0) << cpu.err;
+  EXPECT_EQ(gpu.out, cpu.out);
+  EXPECT_FALSE(gpu.out.empty());
+}
+
 }  // namespace

@@ -400,6 +400,7 @@ std::vector<std::pair<std::string, double>> CudaSession::profile() const {
 }
 
 int64_t CudaSession::position() const { return impl_->position; }
+int64_t CudaSession::max_context() const { return impl_->options.max_context; }
 int64_t CudaSession::vocab() const { return impl_->config.vocab; }
 const VramAccountant& CudaSession::vram() const { return impl_->vram; }
 VramAccountant& CudaSession::vram() { return impl_->vram; }

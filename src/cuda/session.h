@@ -54,6 +54,7 @@ class CudaSession {
   std::vector<std::pair<std::string, double>> profile() const;
 
   int64_t position() const;
+  int64_t max_context() const;
   int64_t vocab() const;
   const VramAccountant& vram() const;
   VramAccountant& vram();

@@ -21,15 +21,34 @@ const char* to_string(FinishReason reason) {
   return "?";
 }
 
-void check_prompt_fits(const cpu::Session& session, std::span<const int32_t> prompt) {
+namespace {
+
+void check_room(int64_t position, int64_t max_context, std::span<const int32_t> prompt) {
   if (prompt.empty()) fail("the prompt is empty: give at least one token of text");
-  const int64_t room = session.max_context() - session.position();
+  const int64_t room = max_context - position;
   if (int64_t(prompt.size()) > room)
     fail("the prompt needs {} tokens but only {} of the context's {} are left (start over, or raise --ctx)",
-         prompt.size(), room, session.max_context());
+         prompt.size(), room, max_context);
+}
+
+}  // namespace
+
+void check_prompt_fits(const cpu::Session& session, std::span<const int32_t> prompt) {
+  check_room(session.position(), session.max_context(), prompt);
+}
+
+void check_prompt_fits(const SequenceModel& session, std::span<const int32_t> prompt) {
+  check_room(session.position(), session.max_context(), prompt);
 }
 
 GenerateResult generate_tokens(cpu::Session& session, sample::Sampler& sampler,
+                               std::span<const int32_t> prompt, int64_t max_tokens, int64_t chunk,
+                               const TokenSink& on_token) {
+  CpuSequence sequence(session);
+  return generate_tokens(sequence, sampler, prompt, max_tokens, chunk, on_token);
+}
+
+GenerateResult generate_tokens(SequenceModel& session, sample::Sampler& sampler,
                                std::span<const int32_t> prompt, int64_t max_tokens, int64_t chunk,
                                const TokenSink& on_token) {
   check_prompt_fits(session, prompt);
@@ -64,6 +83,13 @@ GenerateResult generate_tokens(cpu::Session& session, sample::Sampler& sampler,
 }
 
 GenerateResult generate(cpu::Session& session, const tokenizer::Tokenizer& tokenizer,
+                        sample::Sampler& sampler, std::span<const int32_t> prompt,
+                        const GenerateOptions& options, const TextSink& on_text) {
+  CpuSequence sequence(session);
+  return generate(sequence, tokenizer, sampler, prompt, options, on_text);
+}
+
+GenerateResult generate(SequenceModel& session, const tokenizer::Tokenizer& tokenizer,
                         sample::Sampler& sampler, std::span<const int32_t> prompt,
                         const GenerateOptions& options, const TextSink& on_text) {
   check_prompt_fits(session, prompt);

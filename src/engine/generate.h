@@ -60,19 +60,52 @@ struct GenerateResult {
 using TextSink = std::function<void(std::string_view text)>;
 using TokenSink = std::function<bool(int32_t token)>;  // false: stop after this token
 
+// What generation needs of a model holding one sequence: the CPU engine's session or the CUDA one.
+class SequenceModel {
+ public:
+  virtual ~SequenceModel() = default;
+  // Appends tokens (`chunk` at a time where the engine chunks); the last position's logits.
+  virtual std::vector<float> prefill(std::span<const int32_t> tokens, int64_t chunk) = 0;
+  virtual std::vector<float> decode(int32_t token) = 0;
+  virtual int64_t position() const = 0;
+  virtual int64_t max_context() const = 0;
+};
+
+// The CPU session as a SequenceModel.
+class CpuSequence final : public SequenceModel {
+ public:
+  explicit CpuSequence(cpu::Session& session) : session_(session) {}
+  std::vector<float> prefill(std::span<const int32_t> tokens, int64_t chunk) override {
+    return session_.prefill(tokens, chunk);
+  }
+  std::vector<float> decode(int32_t token) override { return session_.decode(token); }
+  int64_t position() const override { return session_.position(); }
+  int64_t max_context() const override { return session_.max_context(); }
+
+ private:
+  cpu::Session& session_;
+};
+
 // Fails, saying how much room is left, unless `prompt` is non-empty and fits the session's context.
+void check_prompt_fits(const SequenceModel& session, std::span<const int32_t> prompt);
 void check_prompt_fits(const cpu::Session& session, std::span<const int32_t> prompt);
 
 // The sampling loop alone: appends `prompt`, then samples up to max_tokens, calling on_token after
 // each; finish is `length` unless on_token stopped it (then end_of_generation) or the session's
 // context filled up (context_full). Fails, saying how much room is left, when the prompt itself
 // does not fit.
+GenerateResult generate_tokens(SequenceModel& session, sample::Sampler& sampler,
+                               std::span<const int32_t> prompt, int64_t max_tokens, int64_t chunk,
+                               const TokenSink& on_token);
 GenerateResult generate_tokens(cpu::Session& session, sample::Sampler& sampler,
                                std::span<const int32_t> prompt, int64_t max_tokens, int64_t chunk,
                                const TokenSink& on_token);
 
 // Appends `prompt` to the session (it may already hold earlier turns) and generates. The sampler
 // keeps its history across calls, so penalties see the whole conversation.
+GenerateResult generate(SequenceModel& session, const tokenizer::Tokenizer& tokenizer,
+                        sample::Sampler& sampler, std::span<const int32_t> prompt,
+                        const GenerateOptions& options, const TextSink& on_text);
 GenerateResult generate(cpu::Session& session, const tokenizer::Tokenizer& tokenizer,
                         sample::Sampler& sampler, std::span<const int32_t> prompt,
                         const GenerateOptions& options, const TextSink& on_text);
