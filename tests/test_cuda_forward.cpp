@@ -87,6 +87,12 @@ TEST(CudaForward, QuantizedSynthMatchesTheCpu) {
     lode::model::quantize_model(in, dir / (recipe + ".gguf"), options);
     compare_engines(dir / (recipe + ".gguf"), prompts, "synth_tiny " + recipe);
   }
+  // IQ4_XS everywhere it fits (the lookup-table kernels in a whole model).
+  const lode::gguf::Reader in(dir / "f32.gguf");
+  lode::model::QuantizeOptions options;
+  options.type = lode::GgmlType::IQ4_XS;
+  lode::model::quantize_model(in, dir / "iq4_xs.gguf", options);
+  compare_engines(dir / "iq4_xs.gguf", prompts, "synth_tiny iq4_xs");
 }
 
 // The real geometry (qwen3.6-35b-a3b: hidden 2048, 256 experts, top 8, head_dim 256, 32 DeltaNet

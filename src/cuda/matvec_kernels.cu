@@ -156,6 +156,58 @@ struct Unit<GgmlType::Q5_0> {
   }
 };
 
+// The lookup-table 4-bit formats (the value tables are the formats' own, as in iq4_table.h): byte j
+// of a 16-byte group holds value j (low nibble) and value j + 16 (high nibble) as table indices.
+__constant__ int8_t kIq4Table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+__constant__ int8_t kMxfp4Table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// byte(k) gives byte k of the group (0..15).
+template <class Byte>
+__device__ __forceinline__ float table_group_dot(Byte byte, const int8_t* table, const float4* xs) {
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint8_t b0 = byte(4 * k), b1 = byte(4 * k + 1), b2 = byte(4 * k + 2), b3 = byte(4 * k + 3);
+    s += dot4(xs[k], table[b0 & 15], table[b1 & 15], table[b2 & 15], table[b3 & 15]);
+    s += dot4(xs[4 + k], table[b0 >> 4], table[b1 >> 4], table[b2 >> 4], table[b3 >> 4]);
+  }
+  return s;
+}
+
+template <>
+struct Unit<GgmlType::IQ4_NL> {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const uint8_t* block = row + u * sizeof(BlockIQ4_NL);
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(block + 2);
+    const float s = table_group_dot([&](int k) { return uint8_t(__ldg(q + k / 2) >> (8 * (k % 2))); }, kIq4Table, xs);
+    return half_bits(__ldg(reinterpret_cast<const uint16_t*>(block))) * s;
+  }
+};
+
+template <>
+struct Unit<GgmlType::IQ4_XS> {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const BlockIQ4_XS& b = reinterpret_cast<const BlockIQ4_XS*>(row)[u / 8];
+    const int ib = int(u % 8);
+    const int multiplier = (((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) | (((b.scales_h >> (2 * ib)) & 3) << 4)) - 32;
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(b.qs + 16 * ib);
+    const float s = table_group_dot([&](int k) { return uint8_t(__ldg(q + k / 2) >> (8 * (k % 2))); }, kIq4Table, xs);
+    return (half_bits(b.d) * float(multiplier)) * s;
+  }
+};
+
+template <>
+struct Unit<GgmlType::MXFP4> {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const uint8_t* block = row + u * sizeof(BlockMXFP4);  // 17-byte blocks: byte loads only
+    const float s = table_group_dot([&](int k) { return __ldg(block + 1 + k); }, kMxfp4Table, xs);
+    const uint8_t e = block[0];
+    // 2^(e - 128): the table is doubled; subnormal for e < 2.
+    const float scale = __uint_as_float(e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23);
+    return scale * s;
+  }
+};
+
 // The 32 nibbles (shift 0 or 4) of 32 bytes at q (16-byte aligned) dotted with xs, and sum(xs).
 __device__ __forceinline__ void nibble_dot(const uint4* q, int shift, const float4* xs, const uint4* high,
                                            int high_bit, float* s, float* sx) {
@@ -320,7 +372,8 @@ cudaError_t launch(const MatvecLaunch& m) {
 bool matvec_kernel_exists(GgmlType type) {
   switch (type) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
-    case GgmlType::Q5_0: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::Q5_0: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_NL:
+    case GgmlType::IQ4_XS: case GgmlType::MXFP4:
       return true;
     default:
       return false;
@@ -339,6 +392,9 @@ const char* launch_matvec(const MatvecLaunch& m) {
     case GgmlType::Q4_K: err = launch<GgmlType::Q4_K>(m); break;
     case GgmlType::Q5_K: err = launch<GgmlType::Q5_K>(m); break;
     case GgmlType::Q6_K: err = launch<GgmlType::Q6_K>(m); break;
+    case GgmlType::IQ4_NL: err = launch<GgmlType::IQ4_NL>(m); break;
+    case GgmlType::IQ4_XS: err = launch<GgmlType::IQ4_XS>(m); break;
+    case GgmlType::MXFP4: err = launch<GgmlType::MXFP4>(m); break;
     default: return "no kernel for this type";
   }
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
