@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "core/error.h"
+#include "core/fp16.h"
 #include "core/quant/types.h"
 #include "cpu/matmul.h"
 #include "support/gpu.h"
@@ -26,6 +28,28 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng) {
   return v;
 }
 
+// Types lode reads but does not write (MXFP4, the grid i-quants): random codes, with every block
+// scale set to a modest finite value.
+void random_blocks(GgmlType type, std::vector<uint8_t>& w, std::mt19937& rng) {
+  const auto& traits = lode::traits(type);
+  for (uint8_t& byte : w) byte = uint8_t(rng());
+  for (size_t b = 0; b < w.size(); b += traits.block_bytes) {
+    if (type == GgmlType::MXFP4) {
+      w[b] = uint8_t(124 + rng() % 8);  // E8M0 exponent near 2^0
+    } else if (type == GgmlType::IQ1_M) {
+      // The fp16 scale 0x2c00 (1/16) spread over the top nibbles of the four scale words.
+      const uint8_t nibbles[4] = {0x0, 0x0, 0xc, 0x2};
+      for (int word = 0; word < 4; ++word) {
+        uint8_t& high = w[b + 48 + 2 * word + 1];
+        high = uint8_t((high & 0x0f) | (nibbles[word] << 4));
+      }
+    } else {  // the fp16 d leads the block
+      const uint16_t d = lode::fp32_to_fp16(0.01f);
+      std::memcpy(&w[b], &d, 2);
+    }
+  }
+}
+
 // The same product on the GPU and on the CPU (which reads every type exactly as ggml does): equal
 // up to float summation order.
 TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
@@ -39,7 +63,8 @@ TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
   lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0,
                         GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
-                        GgmlType::MXFP4}) {
+                        GgmlType::MXFP4, GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS,
+                        GgmlType::IQ3_S, GgmlType::IQ1_S, GgmlType::IQ1_M}) {
     const auto& traits = lode::traits(type);
     SCOPED_TRACE(traits.name);
     ASSERT_TRUE(lode::cuda::has_matvec(type));
@@ -47,10 +72,8 @@ TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
     std::vector<uint8_t> w(row_bytes * size_t(rows));
     if (traits.quantize) {
       for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
-    } else {  // MXFP4: lode reads it but does not write it; random codes under exponents near 2^0
-      ASSERT_EQ(type, GgmlType::MXFP4);
-      for (size_t i = 0; i < w.size(); ++i) w[i] = uint8_t(rng());
-      for (size_t b = 0; b < w.size(); b += traits.block_bytes) w[b] = uint8_t(124 + rng() % 8);
+    } else {
+      random_blocks(type, w, rng);
     }
     std::vector<float> want(size_t(tokens * rows)), got(want.size());
     lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), want.data(), tokens, {.threads = 1});
@@ -117,12 +140,12 @@ TEST(CudaMatvec, GroupedProductsReadTheirExpertsThroughTheTable) {
 
 TEST(CudaMatvec, TypesWithoutAKernelAreRefusedClearly) {
   LODE_REQUIRE_GPU();
-  EXPECT_FALSE(lode::cuda::has_matvec(GgmlType::IQ1_S));
+  EXPECT_FALSE(lode::cuda::has_matvec(GgmlType::TQ2_0));
   try {
-    lode::cuda::matvec(GgmlType::IQ1_S, nullptr, 1, 256, 50, nullptr, nullptr, 1);
+    lode::cuda::matvec(GgmlType::TQ2_0, nullptr, 1, 256, 66, nullptr, nullptr, 1);
     FAIL() << "no error";
   } catch (const lode::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no kernel for iq1_s"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no kernel for tq2_0"), std::string::npos) << e.what();
   }
 }
 

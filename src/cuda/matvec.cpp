@@ -1,6 +1,9 @@
 #include "cuda/matvec.h"
 
+#include <mutex>
+
 #include "core/error.h"
+#include "core/quant/iq_grids.h"
 #include "cuda/matvec_launch.h"
 
 namespace lode::cuda {
@@ -17,6 +20,15 @@ void run(const MatvecLaunch& m) {
   if (!plain && m.cols % 32 != 0) fail("cuda matvec: {} rows of {} values are not whole blocks", traits(m.type).name, m.cols);
   if (m.rows <= 0 || m.n_problems <= 0) return;
   if (m.n_problems > 65535) fail("cuda matvec: {} products in one launch; at most 65535", m.n_problems);
+  if (uses_iq_grids(m.type)) {
+    static std::once_flag uploaded;
+    static const char* upload_error = nullptr;
+    std::call_once(uploaded, [] {
+      using namespace lode::quant;
+      upload_error = upload_iq_grids({iq2xxs_grid, iq2xs_grid, iq2s_grid, iq3xxs_grid, iq3s_grid, iq1s_grid, ksigns_iq2xs});
+    });
+    if (upload_error) fail("CUDA: uploading the i-quant codebooks: {}", upload_error);
+  }
   if (const char* err = launch_matvec(m))
     fail("CUDA: matvec on {} weights ({} x {}): {}", traits(m.type).name, m.rows, m.cols, err);
 }

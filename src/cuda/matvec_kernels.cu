@@ -1,7 +1,9 @@
 // The kernels behind cuda/matvec.h. Each weight type says how to dot one 32-value unit of a row
-// (a Q8_0/Q4_0/Q5_0 block, a Q4_K/Q5_K sub-block, a quarter of a Q6_K half, 32 plain values) with x.
+// (a Q8_0/Q4_0/Q5_0/IQ4_NL/MXFP4 block, a Q4_K/Q5_K/IQ4_XS/grid i-quant sub-block, a quarter of a Q6_K half, 32 plain values) with x.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <utility>
 
 #include "core/quant/blocks.h"
 #include "cuda/matvec_launch.h"
@@ -208,6 +210,161 @@ struct Unit<GgmlType::MXFP4> {
   }
 };
 
+// The grid i-quants: codebooks in device memory, copied from lode's tables (core/quant/iq_grids.h)
+// by upload_iq_grids before the first launch. Entry e holds value j in byte j.
+__device__ uint64_t g_iq2xxs[256];
+__device__ uint64_t g_iq2xs[512];
+__device__ uint64_t g_iq2s[1024];
+__device__ uint32_t g_iq3xxs[256];
+__device__ uint32_t g_iq3s[512];
+__device__ uint64_t g_iq1s[2048];
+__device__ uint8_t g_ksigns[128];
+
+// 8 magnitudes (bytes of `mags`) with signs (bit j of `negative`) dotted with 8 x values.
+__device__ __forceinline__ float signed8_dot(uint64_t mags, uint8_t negative, const float4* xs) {
+  float f[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float m = float(uint8_t(mags >> (8 * j)));
+    f[j] = (negative >> j) & 1 ? -m : m;
+  }
+  return dot4(xs[0], f[0], f[1], f[2], f[3]) + dot4(xs[1], f[4], f[5], f[6], f[7]);
+}
+
+// IQ1: 8 values int8(byte j) + delta dotted with x.
+__device__ __forceinline__ float iq1_8_dot(uint64_t entry, float delta, const float4* xs) {
+  float f[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) f[j] = float(int8_t(uint8_t(entry >> (8 * j)))) + delta;
+  return dot4(xs[0], f[0], f[1], f[2], f[3]) + dot4(xs[1], f[4], f[5], f[6], f[7]);
+}
+
+__device__ __forceinline__ uint32_t u32_at(const uint8_t* p) {  // 2-byte aligned
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+  return uint32_t(h[0]) | (uint32_t(h[1]) << 16);
+}
+
+__device__ __forceinline__ float iq2_scale(float d, int s) { return d * (0.5f + float(s)) * 0.25f; }
+
+template <>
+struct Unit<GgmlType::IQ2_XXS> {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const BlockIQ2_XXS& b = reinterpret_cast<const BlockIQ2_XXS*>(row)[u / 8];
+    const uint8_t* group = reinterpret_cast<const uint8_t*>(b.qs) + 8 * (u % 8);
+    const uint32_t word = u32_at(group + 4);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s += signed8_dot(g_iq2xxs[group[k]], g_ksigns[(word >> (7 * k)) & 127], xs + 2 * k);
+    return iq2_scale(half_bits(b.d), int(word >> 28)) * s;
+  }
+};
+
+template <>
+struct Unit<GgmlType::IQ2_XS> {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const BlockIQ2_XS& b = reinterpret_cast<const BlockIQ2_XS*>(row)[u / 8];
+    const int sub = int(u % 8);
+    const float d = half_bits(b.d);
+    float s[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint16_t code = b.qs[4 * sub + k];
+      s[k / 2] += signed8_dot(g_iq2xs[code & 511], g_ksigns[code >> 9], xs + 2 * k);
+    }
+    return iq2_scale(d, b.scales[sub] & 15) * s[0] + iq2_scale(d, b.scales[sub] >> 4) * s[1];
+  }
+};
+
+template <>
+struct Unit<GgmlType::IQ2_S> {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const BlockIQ2_S& b = reinterpret_cast<const BlockIQ2_S*>(row)[u / 8];
+    const int sub = int(u % 8);
+    const float d = half_bits(b.d);
+    float s[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int g = 4 * sub + k;
+      const int index = b.qs[g] | ((b.qh[sub] >> (2 * k)) & 3) << 8;
+      s[k / 2] += signed8_dot(g_iq2s[index], b.qs[QK_K / 8 + g], xs + 2 * k);
+    }
+    return iq2_scale(d, b.scales[sub] & 15) * s[0] + iq2_scale(d, b.scales[sub] >> 4) * s[1];
+  }
+};
+
+template <>
+struct Unit<GgmlType::IQ3_XXS> {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const BlockIQ3_XXS& b = reinterpret_cast<const BlockIQ3_XXS*>(row)[u / 8];
+    const int sub = int(u % 8);
+    const uint32_t word = u32_at(b.qs + QK_K / 4 + 4 * sub);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint8_t* pair = b.qs + 8 * sub + 2 * k;
+      const uint64_t mags = uint64_t(g_iq3xxs[pair[0]]) | uint64_t(g_iq3xxs[pair[1]]) << 32;
+      s += signed8_dot(mags, g_ksigns[(word >> (7 * k)) & 127], xs + 2 * k);
+    }
+    return half_bits(b.d) * (0.5f + float(word >> 28)) * 0.5f * s;
+  }
+};
+
+template <>
+struct Unit<GgmlType::IQ3_S> {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const BlockIQ3_S& b = reinterpret_cast<const BlockIQ3_S*>(row)[u / 8];
+    const int sub = int(u % 8);
+    const int scale = (b.scales[sub / 2] >> (4 * (sub % 2))) & 15;
+    const uint8_t* low = b.qs + 8 * sub;
+    const int high = b.qh[sub];
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int first = low[2 * k] | ((high >> (2 * k)) & 1) << 8;
+      const int second = low[2 * k + 1] | ((high >> (2 * k + 1)) & 1) << 8;
+      const uint64_t mags = uint64_t(g_iq3s[first]) | uint64_t(g_iq3s[second]) << 32;
+      s += signed8_dot(mags, b.signs[4 * sub + k], xs + 2 * k);
+    }
+    return half_bits(b.d) * float(1 + 2 * scale) * s;
+  }
+};
+
+template <>
+struct Unit<GgmlType::IQ1_S> {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const BlockIQ1_S& b = reinterpret_cast<const BlockIQ1_S*>(row)[u / 8];
+    const int sub = int(u % 8);
+    const int high = b.qh[sub];
+    const float delta = (high & 0x8000) ? -0.125f : 0.125f;
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) s += iq1_8_dot(g_iq1s[b.qs[4 * sub + k] | ((high >> (3 * k)) & 7) << 8], delta, xs + 2 * k);
+    return half_bits(b.d) * float(2 * ((high >> 12) & 7) + 1) * s;
+  }
+};
+
+template <>
+struct Unit<GgmlType::IQ1_M> {
+  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
+    const BlockIQ1_M& b = reinterpret_cast<const BlockIQ1_M*>(row)[u / 8];
+    const int sub = int(u % 8);
+    uint16_t words[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) words[w] = uint16_t(b.scales[2 * w] | (b.scales[2 * w + 1] << 8));
+    const float d = half_bits(uint16_t((words[0] >> 12) | (words[1] >> 12) << 4 | (words[2] >> 12) << 8 |
+                                       (words[3] >> 12) << 12));
+    const int scale_bits = words[sub / 2] >> (6 * (sub % 2));
+    float s[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int nibble = (b.qh[2 * sub + k / 2] >> (4 * (k % 2))) & 15;
+      const int index = b.qs[4 * sub + k] | (nibble & 7) << 8;
+      s[k / 2] += iq1_8_dot(g_iq1s[index], (nibble & 8) ? -0.125f : 0.125f, xs + 2 * k);
+    }
+    return d * float(2 * (scale_bits & 7) + 1) * s[0] + d * float(2 * ((scale_bits >> 3) & 7) + 1) * s[1];
+  }
+};
+
 // The 32 nibbles (shift 0 or 4) of 32 bytes at q (16-byte aligned) dotted with xs, and sum(xs).
 __device__ __forceinline__ void nibble_dot(const uint4* q, int shift, const float4* xs, const uint4* high,
                                            int high_bit, float* s, float* sx) {
@@ -373,7 +530,8 @@ bool matvec_kernel_exists(GgmlType type) {
   switch (type) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
     case GgmlType::Q5_0: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS: case GgmlType::MXFP4:
+    case GgmlType::IQ4_XS: case GgmlType::MXFP4: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
+    case GgmlType::IQ3_XXS: case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M:
       return true;
     default:
       return false;
@@ -395,9 +553,39 @@ const char* launch_matvec(const MatvecLaunch& m) {
     case GgmlType::IQ4_NL: err = launch<GgmlType::IQ4_NL>(m); break;
     case GgmlType::IQ4_XS: err = launch<GgmlType::IQ4_XS>(m); break;
     case GgmlType::MXFP4: err = launch<GgmlType::MXFP4>(m); break;
+    case GgmlType::IQ2_XXS: err = launch<GgmlType::IQ2_XXS>(m); break;
+    case GgmlType::IQ2_XS: err = launch<GgmlType::IQ2_XS>(m); break;
+    case GgmlType::IQ2_S: err = launch<GgmlType::IQ2_S>(m); break;
+    case GgmlType::IQ3_XXS: err = launch<GgmlType::IQ3_XXS>(m); break;
+    case GgmlType::IQ3_S: err = launch<GgmlType::IQ3_S>(m); break;
+    case GgmlType::IQ1_S: err = launch<GgmlType::IQ1_S>(m); break;
+    case GgmlType::IQ1_M: err = launch<GgmlType::IQ1_M>(m); break;
     default: return "no kernel for this type";
   }
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+bool uses_iq_grids(GgmlType type) {
+  switch (type) {
+    case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M:
+      return true;
+    default:
+      return false;
+  }
+}
+
+const char* upload_iq_grids(const IqGrids& grids) {
+  const std::pair<const void*, std::pair<const void*, size_t>> copies[] = {
+      {g_iq2xxs, {grids.iq2xxs, sizeof(g_iq2xxs)}}, {g_iq2xs, {grids.iq2xs, sizeof(g_iq2xs)}},
+      {g_iq2s, {grids.iq2s, sizeof(g_iq2s)}},       {g_iq3xxs, {grids.iq3xxs, sizeof(g_iq3xxs)}},
+      {g_iq3s, {grids.iq3s, sizeof(g_iq3s)}},       {g_iq1s, {grids.iq1s, sizeof(g_iq1s)}},
+      {g_ksigns, {grids.ksigns, sizeof(g_ksigns)}}};
+  for (const auto& [symbol, source] : copies) {
+    const cudaError_t err = cudaMemcpyToSymbol(symbol, source.first, source.second);
+    if (err != cudaSuccess) return cudaGetErrorString(err);
+  }
+  return nullptr;
 }
 
 }  // namespace lode::cuda

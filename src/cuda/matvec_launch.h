@@ -25,6 +25,17 @@ struct MatvecLaunch {
 };
 
 bool matvec_kernel_exists(GgmlType type);
+
+// The grid i-quants' codebooks, which their kernels read from device memory: uploaded once per
+// process (the host tables live in core/quant/iq_grids.h; the kernels library does not link them).
+struct IqGrids {
+  const uint64_t *iq2xxs, *iq2xs, *iq2s;
+  const uint32_t *iq3xxs, *iq3s;
+  const uint64_t* iq1s;
+  const uint8_t* ksigns;
+};
+bool uses_iq_grids(GgmlType type);
+const char* upload_iq_grids(const IqGrids& grids);  // null on success
 // Queues the kernel; null on success, else the CUDA runtime's message.
 const char* launch_matvec(const MatvecLaunch& launch);
 
