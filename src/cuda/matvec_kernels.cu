@@ -1,5 +1,6 @@
 // The kernels behind cuda/matvec.h. Each weight type says how to dot one 32-value unit of a row
-// (a Q8_0/Q4_0/Q5_0/IQ4_NL/MXFP4 block, a Q4_K/Q5_K/IQ4_XS/grid i-quant sub-block, a quarter of a Q6_K half, 32 plain values) with x.
+// with x: a Q8_0/Q4_0/Q5_0/IQ4_NL/MXFP4 block, a Q4_K/Q5_K/IQ4_XS/grid i-quant sub-block, a
+// quarter of a Q6_K half, or 32 plain values.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
