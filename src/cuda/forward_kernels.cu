@@ -268,6 +268,7 @@ __global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids
     }
     if (lane == 0) {
       ids[slot] = best_e;
+      ids[k + slot] = best_e + n;
       weights[slot] = best;
       chosen_sum += best;
       p[best_e] = -2.0f;  // taken

@@ -37,6 +37,7 @@ const char* deltanet_step(float* state, const float* qkv, const float* z, const 
                           float eps, float* o, void* stream);
 
 // Router: softmax over n_experts logits, the top k (ties: lower index), weights renormalised to 1.
+// ids [2k]: the chosen experts, then each plus n_experts (their up halves in a gate|up table).
 const char* moe_route(const float* logits, int n_experts, int k, int32_t* ids, float* weights, void* stream);
 // h = silu(g) * u, n values.
 const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream);

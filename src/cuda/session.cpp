@@ -44,7 +44,13 @@ struct DeviceLayer {
   float *conv_state = nullptr, *ssm_state = nullptr;
   DeviceMatrix router, shared_gate, shared_up, shared_down, shared_logit;  // MoE
   DeviceExperts gate, up, down;
+  DeviceExperts gate_up;          // gate then up experts in one table, when they share type and shape
+  DeviceExperts shared_gate_up;   // the shared expert's gate and up as a two-entry table, likewise
 };
+
+bool same_shape(const DeviceMatrix& a, const DeviceMatrix& b) {
+  return a.type == b.type && a.rows == b.rows && a.cols == b.cols && a.row_bytes == b.row_bytes;
+}
 
 void check(const char* err, const char* what) {
   if (err) fail("CUDA: {}: {}", what, err);
@@ -94,6 +100,7 @@ struct CudaSession::Impl {
   float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *qkv, *z, *b, *alpha, *o, *router_logits, *weights;
   float *g, *u, *act, *y, *sg, *su, *sh, *shared_out, *shared_logit, *logits;
   int32_t* ids;
+  int32_t* pair_ids;  // {0, 1}: the shared expert's gate and up in one grouped launch
 
   void* allocate(size_t bytes, VramUse use, const std::string& what) {
     buffers.emplace_back(vram, bytes, use, what);
@@ -130,14 +137,33 @@ struct CudaSession::Impl {
     return {m.type->type, device_of(m.data, use), m.rows, m.cols, m.row_bytes};
   }
 
+  // A device-side table of matrix pointers.
+  const void* const* table_of(const std::vector<const void*>& pointers, const std::string& what) {
+    auto* device = static_cast<const void**>(allocate(pointers.size() * sizeof(void*), VramUse::weights, what + " table"));
+    copy_to_device(device, pointers.data(), pointers.size() * sizeof(void*));
+    return device;
+  }
+
+  std::vector<const void*> expert_pointers(const cpu::ExpertStack& s) {
+    const DeviceMatrix first = matrix(s.first, VramUse::experts);
+    std::vector<const void*> pointers;
+    for (int64_t e = 0; e < s.n_experts; ++e)
+      pointers.push_back(static_cast<const uint8_t*>(first.data) + size_t(e) * s.expert_stride);
+    return pointers;
+  }
+
   DeviceExperts experts(const cpu::ExpertStack& s, const std::string& what) {
     const DeviceMatrix first = matrix(s.first, VramUse::experts);
-    std::vector<const void*> table;
-    for (int64_t e = 0; e < s.n_experts; ++e)
-      table.push_back(static_cast<const uint8_t*>(first.data) + size_t(e) * s.expert_stride);
-    auto* device = static_cast<const void**>(allocate(table.size() * sizeof(void*), VramUse::weights, what + " table"));
-    copy_to_device(device, table.data(), table.size() * sizeof(void*));
-    return {first.type, device, first.rows, first.cols, first.row_bytes};
+    return {first.type, table_of(expert_pointers(s), what), first.rows, first.cols, first.row_bytes};
+  }
+
+  // Gate and up experts in one table (gate 0..n-1, then up 0..n-1), so one grouped launch does both.
+  DeviceExperts gate_up_experts(const cpu::MoeWeights& m, const std::string& what) {
+    if (!same_shape(matrix(m.gate.first, VramUse::experts), matrix(m.up.first, VramUse::experts))) return {};
+    std::vector<const void*> pointers = expert_pointers(m.gate);
+    for (const void* up : expert_pointers(m.up)) pointers.push_back(up);
+    const DeviceMatrix first = matrix(m.gate.first, VramUse::experts);
+    return {first.type, table_of(pointers, what), first.rows, first.cols, first.row_bytes};
   }
 
   void bind_layer(int64_t index) {
@@ -166,8 +192,12 @@ struct CudaSession::Impl {
     d.router = matrix(m.router);
     d.gate = experts(m.gate, at + "gate experts"), d.up = experts(m.up, at + "up experts");
     d.down = experts(m.down, at + "down experts");
+    d.gate_up = gate_up_experts(m, at + "gate|up experts");
     if (c.shared_ff > 0) {
       d.shared_gate = matrix(m.shared_gate), d.shared_up = matrix(m.shared_up), d.shared_down = matrix(m.shared_down);
+      if (same_shape(d.shared_gate, d.shared_up))
+        d.shared_gate_up = {d.shared_gate.type, table_of({d.shared_gate.data, d.shared_up.data}, at + "shared gate|up"),
+                            d.shared_gate.rows, d.shared_gate.cols, d.shared_gate.row_bytes};
       d.shared_logit = {GgmlType::F32, upload(m.shared_gate_inp, at + "shared gate"), 1, c.hidden, size_t(c.hidden) * 4};
     }
     layers.push_back(d);
@@ -182,9 +212,13 @@ struct CudaSession::Impl {
     qkv = s(c.conv_channels(), "qkv"), z = s(c.ssm_value_dim(), "z"), b = s(c.ssm_dt_rank, "b");
     alpha = s(c.ssm_dt_rank, "alpha"), o = s(c.ssm_value_dim(), "o");
     router_logits = s(c.n_experts, "router"), weights = s(k, "route weights");
-    ids = static_cast<int32_t*>(allocate(size_t(k) * 4, VramUse::scratch, "route ids"));
-    g = s(k * c.expert_ff, "g"), u = s(k * c.expert_ff, "u"), act = s(k * c.expert_ff, "act"), y = s(k * c.hidden, "y");
-    sg = s(c.shared_ff, "sg"), su = s(c.shared_ff, "su"), sh = s(c.shared_ff, "sh");
+    ids = static_cast<int32_t*>(allocate(size_t(2 * k) * 4, VramUse::scratch, "route ids"));
+    g = s(2 * k * c.expert_ff, "g|u"), u = g + k * c.expert_ff;  // one grouped launch writes both
+    act = s(k * c.expert_ff, "act"), y = s(k * c.hidden, "y");
+    sg = s(2 * c.shared_ff, "shared g|u"), su = sg + c.shared_ff, sh = s(c.shared_ff, "sh");
+    const int32_t pair[2] = {0, 1};
+    pair_ids = static_cast<int32_t*>(allocate(sizeof(pair), VramUse::scratch, "gate|up ids"));
+    copy_to_device(pair_ids, pair, sizeof(pair));
     shared_out = s(c.hidden, "shared"), shared_logit = s(1, "shared logit"), logits = s(c.vocab, "logits");
   }
 
@@ -195,6 +229,10 @@ struct CudaSession::Impl {
       cudaMemset(d.ssm_state, 0, size_t(config.ssm_dt_rank * config.ssm_state * config.ssm_state) * sizeof(float));
     }
     position = 0;
+  }
+
+  void grouped(const DeviceExperts& e, const int32_t* which, int64_t n, const float* x, int64_t x_stride, float* out) {
+    grouped_matvec(e.type, e.table, which, n, e.rows, e.cols, e.row_bytes, x, x_stride, out, stream);
   }
 
   void mv(const DeviceMatrix& m, const float* x, float* out) {
@@ -238,14 +276,19 @@ struct CudaSession::Impl {
     mv(d.router, normed, router_logits);
     check(kernels::moe_route(router_logits, int(c.n_experts), int(k), ids, weights, stream), "router");
     mark(Phase::router);
-    grouped_matvec(d.gate.type, d.gate.table, ids, k, d.gate.rows, d.gate.cols, d.gate.row_bytes, normed, 0, g, stream);
-    grouped_matvec(d.up.type, d.up.table, ids, k, d.up.rows, d.up.cols, d.up.row_bytes, normed, 0, u, stream);
+    if (d.gate_up.table) {
+      grouped(d.gate_up, ids, 2 * k, normed, 0, g);
+    } else {
+      grouped(d.gate, ids, k, normed, 0, g);
+      grouped(d.up, ids, k, normed, 0, u);
+    }
     check(kernels::swiglu(g, u, act, k * ff, stream), "swiglu");
-    grouped_matvec(d.down.type, d.down.table, ids, k, d.down.rows, d.down.cols, d.down.row_bytes, act, ff, y, stream);
+    grouped(d.down, ids, k, act, ff, y);
     mark(Phase::experts);
     const bool shared = c.shared_ff > 0;
     if (shared) {
-      mv(d.shared_gate, normed, sg), mv(d.shared_up, normed, su);
+      if (d.shared_gate_up.table) grouped(d.shared_gate_up, pair_ids, 2, normed, 0, sg);
+      else mv(d.shared_gate, normed, sg), mv(d.shared_up, normed, su);
       check(kernels::swiglu(sg, su, sh, c.shared_ff, stream), "shared swiglu");
       mv(d.shared_down, sh, shared_out);
       mv(d.shared_logit, normed, shared_logit);
