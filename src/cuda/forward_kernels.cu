@@ -54,6 +54,18 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int 
   for (int i = threadIdx.x; i < n; i += blockDim.x) outr[i] = xr[i] * scale * w[i];
 }
 
+// h += d, then out = h * rsqrt(mean(h^2) + eps) * w: a residual and the norm after it, one pass.
+__global__ void add_rms_norm_kernel(float* h, const float* d, const float* w, float* out, int n, float eps) {
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = h[i] + d[i];
+    h[i] = v;
+    s += v * v;
+  }
+  const float scale = rsqrtf(block_sum(s) / float(n) + eps);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = h[i] * scale * w[i];
+}
+
 __global__ void add_kernel(float* h, const float* d, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) h[i] += d[i];
@@ -300,6 +312,11 @@ unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) 
 
 const char* rms_norm(const float* x, const float* w, float* out, int rows, int n, float eps, void* stream) {
   rms_norm_kernel<<<rows, 256, 0, as_stream(stream)>>>(x, w, out, n, eps);
+  return launched();
+}
+
+const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int n, float eps, void* stream) {
+  add_rms_norm_kernel<<<1, 1024, 0, as_stream(stream)>>>(h, d, w, out, n, eps);
   return launched();
 }
 

@@ -10,6 +10,8 @@ namespace lode::cuda::kernels {
 
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w for `rows` rows of n (out may be x).
 const char* rms_norm(const float* x, const float* w, float* out, int rows, int n, float eps, void* stream);
+// h += d, then out = RMSNorm(h) * w: a residual add and the norm that follows it (one row of n).
+const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int n, float eps, void* stream);
 // h += d, n values.
 const char* add(float* h, const float* d, int64_t n, void* stream);
 

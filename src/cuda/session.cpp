@@ -303,19 +303,27 @@ struct CudaSession::Impl {
   // Everything of a step after the embedding, on `stream`, reading the position from the device.
   void layers_and_head(bool with_logits) {
     const model::Qwen35MoeConfig& c = config;
-    for (const DeviceLayer& d : layers) {
-      check(kernels::rms_norm(h, d.attn_norm, normed, 1, int(c.hidden), float(c.rms_eps), stream), "norm");
+    const float eps = float(c.rms_eps);
+    const int hidden = int(c.hidden);
+    check(kernels::rms_norm(h, layers.front().attn_norm, normed, 1, hidden, eps, stream), "norm");
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const DeviceLayer& d = layers[l];
       mark(Phase::norms);
       d.recurrent ? deltanet(d) : attention(d);
-      check(kernels::add(h, mixed, c.hidden, stream), "residual");
-      check(kernels::rms_norm(h, d.post_norm, normed, 1, int(c.hidden), float(c.rms_eps), stream), "norm");
+      // Each residual add is fused with the norm that reads its result.
+      check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, hidden, eps, stream), "residual and norm");
       mark(Phase::norms);
       moe(d);
-      check(kernels::add(h, mixed, c.hidden, stream), "residual");
+      if (l + 1 < layers.size()) {
+        check(kernels::add_rms_norm(h, mixed, layers[l + 1].attn_norm, normed, hidden, eps, stream), "residual and norm");
+      } else if (with_logits) {
+        check(kernels::add_rms_norm(h, mixed, output_norm, normed, hidden, eps, stream), "residual and output norm");
+      } else {
+        check(kernels::add(h, mixed, c.hidden, stream), "residual");
+      }
       mark(Phase::norms);
     }
     if (!with_logits) return;
-    check(kernels::rms_norm(h, output_norm, normed, 1, int(c.hidden), float(c.rms_eps), stream), "output norm");
     mv(output, normed, logits);
     mark(Phase::lm_head);
   }
