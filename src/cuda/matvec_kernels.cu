@@ -77,27 +77,23 @@ __device__ __forceinline__ float half_word_dot(uint4 v, const float4* xs) {
   return s;
 }
 
-template <>
-struct Unit<GgmlType::F16> {
+// 32 fp16 (kBrain false) or bf16 values: four 16-byte loads.
+template <bool kBrain>
+struct HalfUnit {
   __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
     const uint4* w = reinterpret_cast<const uint4*>(row) + u * 4;
     float s = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) s += half_word_dot<false>(__ldg(w + k), xs + 2 * k);
+    for (int k = 0; k < 4; ++k) s += half_word_dot<kBrain>(__ldg(w + k), xs + 2 * k);
     return s;
   }
 };
 
 template <>
-struct Unit<GgmlType::BF16> {
-  __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
-    const uint4* w = reinterpret_cast<const uint4*>(row) + u * 4;
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) s += half_word_dot<true>(__ldg(w + k), xs + 2 * k);
-    return s;
-  }
-};
+struct Unit<GgmlType::F16> : HalfUnit<false> {};
+
+template <>
+struct Unit<GgmlType::BF16> : HalfUnit<true> {};
 
 __device__ __forceinline__ float int8_pair(uint16_t v, int which) { return float(int8_t(which ? v >> 8 : v & 0xff)); }
 

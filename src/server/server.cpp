@@ -94,6 +94,16 @@ bool authorized(const httplib::Request& req, const std::string& key) {
   return req.get_header_value("Authorization") == "Bearer " + key || req.get_header_value("x-api-key") == key;
 }
 
+// Streams a job's events through `writer` (one of streaming.h's writers) as SSE. `active` keeps the
+// request counted until the stream ends; a client that leaves cancels the job.
+template <class Writer>
+void stream_events(httplib::Response& res, std::shared_ptr<Writer> writer, std::shared_ptr<JobStream> job,
+                   std::shared_ptr<const void> active) {
+  res.set_chunked_content_provider(
+      "text/event-stream", [writer, active](size_t, httplib::DataSink& sink) { return writer->step(sink); },
+      [job](bool) { job->cancel(); });  // a no-op when it ended; stops it when the client left
+}
+
 // Runs a route's body; whatever it throws becomes an error response, never a crash.
 template <class Handler>
 httplib::Server::Handler guarded(Handler handler) {
@@ -206,11 +216,9 @@ void Server::add_generation_routes() {
       res.set_content(chat_completion(meta, reply, result).dump(), kJson);
       return;
     }
-    auto writer = std::make_shared<ChatStreamWriter>(job, std::move(meta), std::move(parser),
-                                                     request.generation.include_usage);
-    res.set_chunked_content_provider(
-        "text/event-stream", [writer, active](size_t, httplib::DataSink& sink) { return writer->step(sink); },
-        [job](bool) { job->cancel(); });  // a no-op when it ended; stops it when the client left
+    stream_events(res, std::make_shared<ChatStreamWriter>(job, std::move(meta), std::move(parser),
+                                                          request.generation.include_usage),
+                  job, active);
   }));
 
   http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
@@ -223,10 +231,8 @@ void Server::add_generation_routes() {
       res.set_content(text_completion(meta, text, result).dump(), kJson);
       return;
     }
-    auto writer = std::make_shared<CompletionStreamWriter>(job, std::move(meta), request.generation.include_usage);
-    res.set_chunked_content_provider(
-        "text/event-stream", [writer, active](size_t, httplib::DataSink& sink) { return writer->step(sink); },
-        [job](bool) { job->cancel(); });
+    stream_events(res, std::make_shared<CompletionStreamWriter>(job, std::move(meta), request.generation.include_usage),
+                  job, active);
   }));
 }
 
@@ -247,11 +253,9 @@ void Server::add_anthropic_route() {
       res.set_content(anthropic_message(meta, reply, result, stop_sequence).dump(), kJson);
       return;
     }
-    auto writer = std::make_shared<MessagesStreamWriter>(stream, std::move(meta), std::move(parser), input_tokens,
-                                                         request.generation.stop, model_->tokenizer);
-    res.set_chunked_content_provider(
-        "text/event-stream", [writer, active](size_t, httplib::DataSink& sink) { return writer->step(sink); },
-        [stream](bool) { stream->cancel(); });
+    stream_events(res, std::make_shared<MessagesStreamWriter>(stream, std::move(meta), std::move(parser), input_tokens,
+                                                              request.generation.stop, model_->tokenizer),
+                  stream, active);
   }));
 }
 
