@@ -149,9 +149,14 @@ TEST(ServerStatus, MetricsParseAndCountRequests) {
 
   const std::string completions = R"({route="/v1/completions",status="200"})";
   std::vector<Sample> after;
+  // A request is counted once its response has gone out, on its own HTTP thread, which may be after
+  // the client already sent the next one: wait until every one is in.
   EXPECT_TRUE(eventually([&] {
     after = metrics();
-    return value_of(after, "lode_requests_total", R"({route="other",status="404"})") == 1;
+    return value_of(after, "lode_requests_total", R"({route="other",status="404"})") == 1 &&
+           value_of(after, "lode_requests_total", completions) == 3 &&
+           value_of(after, "lode_requests_total", R"({route="/v1/messages",status="200"})") == 1 &&
+           value_of(after, "lode_requests_total", R"({route="/v1/messages",status="400"})") == 1;
   }));
   EXPECT_EQ(value_of(after, "lode_requests_total", completions), 3);
   EXPECT_EQ(value_of(after, "lode_requests_total", R"({route="/v1/messages",status="200"})"), 1);
