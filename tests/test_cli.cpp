@@ -120,12 +120,15 @@ TEST(Cli, QuantizeSplitsByMaxSizeAndTheSplitModelReadsWhole) {
 TEST(Cli, BenchRunsOnAGpuAndOtherwiseSaysWhyNot) {
   const lode::test::TempDir dir;
   const std::string mini = std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf";
-  const auto r = run_lode("bench -m '" + mini + "' -p 4 -n 4", dir.path());
+  const auto r = run_lode("bench -m '" + mini + "' -p 4,40 -n 4 -d 0,30 -r 1", dir.path());
   std::string why;
   if (lode::test::gpu_available(&why)) {
     EXPECT_EQ(r.status, 0) << r.err;
-    EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("of the measured"), std::string::npos) << r.out;
+    for (const char* line : {"pp4 ", "pp40 ", "tg4 @ depth 0 ", "tg4 @ depth 30 ", "% of copy", "% of tf32", "ceilings"})
+      EXPECT_NE(r.out.find(line), std::string::npos) << line << " in " << r.out;
+    const auto json = run_lode("bench -m '" + mini + "' -p 8 -n 2 -r 1 --json", dir.path());
+    EXPECT_EQ(json.status, 0) << json.err;
+    EXPECT_NE(json.out.find("\"prefill\": [{\"tokens\": 8,"), std::string::npos) << json.out;
   } else {
     EXPECT_EQ(r.status, 1) << r.out;
     const bool no_gpu = r.err.find("no usable NVIDIA GPU") != std::string::npos;

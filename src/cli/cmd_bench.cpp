@@ -1,6 +1,6 @@
-// `lode bench -m MODEL [-p 512] [-n 128] [--json]`: the CUDA backend's speed on a model, with the
-// fraction of the device's measured copy bandwidth each figure reaches. First form (issue 7): the
-// prompt still runs token by token on the GPU, so "prefill" is that; decode is the real thing.
+// `lode bench -m MODEL [-p 512,8192] [-n 128] [--depth 0,8192,32768] [--repeats 3] [--json]`: the
+// CUDA backend's speed on a model, each figure beside its fraction of the device's limits measured
+// in the same run (device-to-device copy bandwidth; bf16 and TF32 matrix throughput).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,8 +23,11 @@ namespace {
 
 struct BenchOptions {
   std::string model;
-  int64_t prompt = 512;
+  std::vector<int64_t> prompts = {512};
+  std::vector<int64_t> depths = {0};
   int64_t generate = 128;
+  int repeats = 3;
+  int64_t prompt_chunk = 4096;
   uint64_t seed = 1;
   bool json = false;
   bool profile = false;
@@ -32,74 +35,141 @@ struct BenchOptions {
 
 #ifdef LODE_HAVE_CUDA
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
-// A second session that waits for the GPU between phases: where one decode step's time goes.
-void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o) {
-  cuda::CudaSession session(reader, config, {.max_context = o.generate + 8, .profile = true});
-  std::vector<float> logits = session.decode(1);
-  const auto before = session.profile();  // the first step is not counted
-  for (int64_t i = 0; i < o.generate; ++i)
-    logits = session.decode(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-  double total = 0;
+int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+struct PrefillResult {
+  int64_t tokens;
+  double tokens_per_s, tflops;
+};
+
+struct DecodeResult {
+  int64_t depth;
+  double tokens_per_s, bytes_per_token, gbps;
+};
+
+// Every call here ends with the device idle (the logits are on the host), so wall-clock time
+// around a call is the GPU's time for it.
+PrefillResult bench_prefill(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t n, int repeats) {
+  const std::span<const int32_t> prompt(tokens.data(), size_t(n));
+  std::vector<double> seconds;
+  for (int r = 0; r <= repeats; ++r) {  // the first is the warm-up
+    session.reset();
+    const auto t0 = Clock::now();
+    session.prefill(prompt);
+    if (r > 0) seconds.push_back(seconds_since(t0));
+  }
+  const double s = median(seconds);
+  return {n, double(n) / s, session.prompt_flops(0, n) / s / 1e12};
+}
+
+// Decode at a context depth: the depth filled by a prompt, then `repeats` runs of `generate` greedy
+// tokens after two warm-up steps; the median run.
+DecodeResult bench_decode(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t depth,
+                          int64_t generate, int repeats) {
+  session.reset();
+  std::vector<float> logits = depth > 0 ? session.prefill(std::span(tokens.data(), size_t(depth))) : session.decode(1);
+  for (int i = 0; i < 2; ++i) logits = session.decode(argmax(logits));
+  std::vector<double> rates;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < generate; ++i) logits = session.decode(argmax(logits));
+    rates.push_back(double(generate) / seconds_since(t0));
+  }
+  const auto bytes = session.decode_bytes(depth + 2 + generate * repeats / 2);  // the mean depth
+  const double per_token = double(bytes.weights + bytes.state), rate = median(rates);
+  return {depth, rate, per_token, per_token * rate / 1e9};
+}
+
+// A second session that waits for the GPU between phases: where the time of one decode step and of
+// one prompt goes.
+void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
+                   const std::vector<int32_t>& tokens) {
+  const int64_t prompt = o.prompts.back();
+  cuda::CudaSession session(reader, config,
+                            {.max_context = prompt + o.generate + 8, .profile = true, .prompt_chunk = o.prompt_chunk});
+  std::vector<float> logits = session.prefill(std::span(tokens.data(), size_t(prompt)));
+  const auto before = session.profile();
+  for (int64_t i = 0; i < o.generate; ++i) logits = session.decode(argmax(logits));
   const auto after = session.profile();
+  double total = 0;
   for (size_t p = 0; p < after.size(); ++p) total += after[p].second - before[p].second;
-  fmt::print("where a decode step goes (synchronising between phases: {:.2f} ms per token in all):\n",
-             1e3 * total / double(o.generate));
+  fmt::print("where a decode step goes at depth {} (synchronising between phases: {:.2f} ms per token in all):\n",
+             prompt, 1e3 * total / double(o.generate));
   for (size_t p = 0; p < after.size(); ++p) {
     const double s = after[p].second - before[p].second;
-    fmt::print("  {:<32} {:7.3f} ms  {:5.1f}%\n", after[p].first, 1e3 * s / double(o.generate), 100.0 * s / total);
+    fmt::print("  {:<34} {:8.3f} ms  {:5.1f}%\n", after[p].first, 1e3 * s / double(o.generate), 100.0 * s / total);
   }
+  const auto phases = session.prompt_profile();
+  double prompt_total = 0;
+  for (const auto& [name, s] : phases) prompt_total += s;
+  fmt::print("where a {}-token prompt goes (chunks of {}; synchronising between phases: {:.1f} ms in all):\n", prompt,
+             o.prompt_chunk, 1e3 * prompt_total);
+  for (const auto& [name, s] : phases)
+    fmt::print("  {:<34} {:8.1f} ms  {:5.1f}%\n", name, 1e3 * s, 100.0 * s / std::max(prompt_total, 1e-12));
 }
 
 void run_bench(const BenchOptions& o) {
   gguf::Reader reader(o.model);
   const auto config = model::read_config(reader.metadata());
-  const auto t_load = std::chrono::steady_clock::now();
-  cuda::CudaSession session(reader, config, {.max_context = o.prompt + o.generate + 8});
+  const int64_t longest = std::max(*std::max_element(o.prompts.begin(), o.prompts.end()),
+                                   *std::max_element(o.depths.begin(), o.depths.end()) + 2 + o.generate * o.repeats);
+  const auto t_load = Clock::now();
+  cuda::CudaSession session(reader, config, {.max_context = longest + 8, .prompt_chunk = o.prompt_chunk});
   const double load_s = seconds_since(t_load);
   const size_t weights_held = session.vram().held(cuda::VramUse::weights) + session.vram().held(cuda::VramUse::experts);
 
   std::mt19937 rng(uint32_t(o.seed));
-  std::vector<int32_t> prompt(static_cast<size_t>(o.prompt));
-  for (int32_t& t : prompt) t = int32_t(rng() % uint32_t(config.vocab));
-  session.prefill(std::span(prompt).first(std::min<size_t>(4, prompt.size())));  // warm-up
-  session.reset();
+  std::vector<int32_t> tokens(static_cast<size_t>(longest));
+  for (int32_t& t : tokens) t = int32_t(rng() % uint32_t(config.vocab));
+  std::vector<PrefillResult> prefills;
+  for (int64_t n : o.prompts) prefills.push_back(bench_prefill(session, tokens, n, o.repeats));
+  std::vector<DecodeResult> decodes;
+  for (int64_t depth : o.depths) decodes.push_back(bench_decode(session, tokens, depth, o.generate, o.repeats));
+  const double peak_mib = double(session.vram().peak()) / double(1 << 20);  // before the probes' scratch
+  const double copy_gbps = cuda::measure_copy_gbps(session.vram());
+  const double bf16_tflops = cuda::measure_matmul_tflops(session.vram(), cuda::MatmulKind::bf16);
+  const double tf32_tflops = cuda::measure_matmul_tflops(session.vram(), cuda::MatmulKind::tf32);
 
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits = session.prefill(prompt);
-  const double prefill_s = seconds_since(t0);
-  t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < o.generate; ++i) {
-    const int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-    logits = session.decode(next);
-  }
-  const double decode_s = seconds_since(t0);
-  const double decode_tps = double(o.generate) / decode_s, prefill_tps = double(o.prompt) / prefill_s;
-  const auto bytes = session.decode_bytes(o.prompt + o.generate / 2);  // the mean depth of the decode
-  const double gbps = double(bytes.weights + bytes.state) * decode_tps / 1e9;
-  const double peak_mib = double(session.vram().peak()) / double(1 << 20);  // before the probe's scratch
-  const double ceiling = cuda::measure_copy_gbps(session.vram());
   if (o.json) {
-    fmt::print("{{\"model\": \"{}\", \"prompt_tokens\": {}, \"prefill_tokens_per_s\": {:.1f}, \"generated_tokens\": {}, "
-               "\"decode_tokens_per_s\": {:.1f}, \"decode_bytes_per_token\": {}, \"decode_GBps\": {:.1f}, "
-               "\"copy_ceiling_GBps\": {:.1f}, \"decode_of_ceiling\": {:.4f}, \"peak_vram_MiB\": {:.1f}, "
-               "\"weights_MiB\": {:.1f}, \"load_s\": {:.2f}}}\n",
-               o.model, o.prompt, prefill_tps, o.generate, decode_tps, bytes.weights + bytes.state, gbps, ceiling,
-               gbps / ceiling, peak_mib, double(weights_held) / double(1 << 20), load_s);
-    return;
+    std::string p, d;
+    for (const auto& r : prefills)
+      p += fmt::format("{}{{\"tokens\": {}, \"tokens_per_s\": {:.1f}, \"TFLOPs\": {:.2f}, \"of_tf32\": {:.4f}, "
+                       "\"of_bf16\": {:.4f}}}",
+                       p.empty() ? "" : ", ", r.tokens, r.tokens_per_s, r.tflops, r.tflops / tf32_tflops,
+                       r.tflops / bf16_tflops);
+    for (const auto& r : decodes)
+      d += fmt::format("{}{{\"depth\": {}, \"tokens_per_s\": {:.1f}, \"bytes_per_token\": {:.0f}, \"GBps\": {:.1f}, "
+                       "\"of_copy\": {:.4f}}}",
+                       d.empty() ? "" : ", ", r.depth, r.tokens_per_s, r.bytes_per_token, r.gbps, r.gbps / copy_gbps);
+    fmt::print("{{\"model\": \"{}\", \"prefill\": [{}], \"decode\": [{}], \"generated_tokens\": {}, \"repeats\": {}, "
+               "\"copy_ceiling_GBps\": {:.1f}, \"bf16_ceiling_TFLOPs\": {:.1f}, \"tf32_ceiling_TFLOPs\": {:.1f}, "
+               "\"peak_vram_MiB\": {:.1f}, \"weights_MiB\": {:.1f}, \"load_s\": {:.2f}}}\n",
+               o.model, p, d, o.generate, o.repeats, copy_gbps, bf16_tflops, tf32_tflops, peak_mib,
+               double(weights_held) / double(1 << 20), load_s);
+  } else {
+    fmt::print("model: {} ({} layers, {} experts, top {}); weights on the GPU {:.1f} MiB, loaded in {:.1f} s\n",
+               o.model, config.n_layers, config.n_experts, config.n_experts_used,
+               double(weights_held) / double(1 << 20), load_s);
+    fmt::print("ceilings measured now: copy {:.0f} GB/s; matmul bf16 {:.0f} TFLOP/s, tf32 {:.0f} TFLOP/s\n", copy_gbps,
+               bf16_tflops, tf32_tflops);
+    for (const auto& r : prefills)
+      fmt::print("pp{:<6} {:9.1f} tokens/s  {:7.2f} TFLOP/s = {:4.1f}% of tf32, {:4.1f}% of bf16\n", r.tokens,
+                 r.tokens_per_s, r.tflops, 100 * r.tflops / tf32_tflops, 100 * r.tflops / bf16_tflops);
+    for (const auto& r : decodes)
+      fmt::print("tg{} @ depth {:<6} {:7.1f} tokens/s  {:7.1f} MB/token  {:6.1f} GB/s = {:4.1f}% of copy\n", o.generate,
+                 r.depth, r.tokens_per_s, r.bytes_per_token / 1e6, r.gbps, 100 * r.gbps / copy_gbps);
+    fmt::print("peak VRAM held by lode: {:.1f} MiB (median of {} runs after a warm-up each)\n", peak_mib, o.repeats);
   }
-  fmt::print("model: {} ({} layers, {} experts, top {}); weights on the GPU {:.1f} MiB, loaded in {:.1f} s\n", o.model,
-             config.n_layers, config.n_experts, config.n_experts_used, double(weights_held) / double(1 << 20), load_s);
-  fmt::print("prefill (token by token for now): {} tokens in {:.2f} s, {:.1f} tokens/s\n", o.prompt, prefill_s, prefill_tps);
-  fmt::print("decode: {} tokens in {:.2f} s, {:.1f} tokens/s; {:.1f} MB read per token ({:.1f} MB weights, {:.2f} MB "
-             "state), {:.1f} GB/s = {:.1f}% of the measured {:.0f} GB/s copy ceiling\n",
-             o.generate, decode_s, decode_tps, double(bytes.weights + bytes.state) / 1e6, double(bytes.weights) / 1e6,
-             double(bytes.state) / 1e6, gbps, 100.0 * gbps / ceiling, ceiling);
-  fmt::print("peak VRAM held by lode: {:.1f} MiB\n", peak_mib);
-  if (o.profile) print_profile(reader, config, o);
+  if (o.profile) print_profile(reader, config, o, tokens);
 }
 
 #else
@@ -115,14 +185,25 @@ void run_bench(const BenchOptions&) {
 
 void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
-  auto* cmd = app.add_subcommand("bench", "Speed of the CUDA backend on a model, against the GPU's measured bandwidth");
+  auto* cmd = app.add_subcommand("bench", "Speed of the CUDA backend on a model, against the GPU's measured limits");
   cmd->add_option("-m,--model", o->model, "GGUF model (for a split model: its first file)")->required();
-  cmd->add_option("-p,--prompt", o->prompt, "Prompt tokens (random ids; default 512)")->check(CLI::PositiveNumber);
-  cmd->add_option("-n,--generate", o->generate, "Tokens to decode greedily (default 128)")->check(CLI::PositiveNumber);
+  cmd->add_option("-p,--prompt", o->prompts, "Prompt lengths to prefill, comma-separated (random ids; default 512)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("-n,--generate", o->generate, "Tokens to decode greedily per run (default 128)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("-d,--depth", o->depths, "Context depths to decode at, comma-separated (default 0)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-r,--repeats", o->repeats, "Timed runs per figure, after a warm-up; the median is shown (default 3)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt-chunk", o->prompt_chunk, "Prompt tokens per pass through the model (default 4096)")
+      ->check(CLI::Range(int64_t(1), int64_t(65535)));
   cmd->add_option("--seed", o->seed, "Seed of the random prompt (default 1)");
   cmd->add_flag("--json", o->json, "One JSON object instead of text");
   cmd->add_flag("--profile", o->profile,
-                "Also decode once more, waiting for the GPU between phases, and show where a step's time goes");
+                "Also run the longest prompt and a decode once more, waiting for the GPU between phases, and show "
+                "where the time goes");
   cmd->callback([o] { run_bench(*o); });
 }
 

@@ -4,46 +4,11 @@
 
 #include <cmath>
 
+#include "cuda/kernel_math.cuh"
+
 namespace lode::cuda::kernels {
 
 namespace {
-
-constexpr int kWarp = 32;
-
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-const char* launched() {
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-__device__ float block_sum(float v) {
-  __shared__ float partial[32];
-  __shared__ float total;
-  v = warp_sum(v);
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float s = lane < int(blockDim.x / kWarp) ? partial[lane] : 0.0f;
-    s = warp_sum(s);
-    if (lane == 0) total = s;
-  }
-  __syncthreads();
-  const float result = total;
-  __syncthreads();  // partial/total may be reused by a later call
-  return result;
-}
-
-__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float siluf(float x) { return x * sigmoidf(x); }
-__device__ __forceinline__ float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int n, float eps) {
   const float* xr = x + int64_t(blockIdx.x) * n;
@@ -56,6 +21,8 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int 
 
 // h += d, then out = h * rsqrt(mean(h^2) + eps) * w: a residual and the norm after it, one pass.
 __global__ void add_rms_norm_kernel(float* h, const float* d, const float* w, float* out, int n, float eps) {
+  const int64_t row = int64_t(blockIdx.x) * n;
+  h += row, d += row, out += row;
   float s = 0.0f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const float v = h[i] + d[i];
@@ -96,8 +63,12 @@ __global__ void attention_prepare_kernel(float* qg, const float* k, const float*
                                          const float* k_norm, float* k_cache, float* v_cache,
                                          const int64_t* position, int n_heads, int head_dim, int rope_dims,
                                          double theta, float eps) {
-  const int64_t pos = *position;
+  const int t = blockIdx.y;  // the token of a prompt chunk
+  const int64_t pos = *position + t;
   const int n_kv_heads_total = gridDim.x - n_heads;
+  qg += int64_t(t) * 2 * n_heads * head_dim;
+  k += int64_t(t) * n_kv_heads_total * head_dim;
+  v += int64_t(t) * n_kv_heads_total * head_dim;
   if (int(blockIdx.x) < n_heads) {
     norm_and_rotate(qg + int64_t(blockIdx.x) * 2 * head_dim, q_norm, head_dim, rope_dims, pos, theta, eps);
     return;
@@ -115,11 +86,15 @@ __global__ void attention_prepare_kernel(float* qg, const float* k, const float*
 constexpr int kAttentionWarps = 4;
 constexpr int kMaxDimsPerLane = 16;  // head_dim <= 512
 
-// One block per query head; each warp takes every 4th key with an online softmax, the warps merge.
+// Split-K: block (h, split) covers one contiguous share of the keys of query head h; each warp
+// takes every 4th key of it with an online softmax, the warps merge, and the block leaves its
+// partial (max, sum, unnormalised output) for attention_merge_kernel. Splits past the keys leave
+// an empty partial.
 __global__ void attention_decode_kernel(const float* qg, const float* k_cache, const float* v_cache,
                                         const int64_t* position, int n_heads, int n_kv_heads, int head_dim,
-                                        float* out) {
-  const int64_t n_keys = *position + 1;
+                                        float* partials) {
+  const int64_t n_all = *position + 1, per_split = (n_all + gridDim.y - 1) / gridDim.y;
+  const int64_t begin = int64_t(blockIdx.y) * per_split, n_keys = min(n_all, begin + per_split);
   __shared__ float q[kMaxDimsPerLane * kWarp];
   __shared__ float warp_m[kAttentionWarps], warp_l[kAttentionWarps];
   __shared__ float warp_acc[kAttentionWarps][kMaxDimsPerLane * kWarp];
@@ -134,7 +109,7 @@ __global__ void attention_decode_kernel(const float* qg, const float* k_cache, c
   float m = -INFINITY, l = 0.0f, acc[kMaxDimsPerLane];
 #pragma unroll
   for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] = 0.0f;
-  for (int64_t j = warp; j < n_keys; j += kAttentionWarps) {
+  for (int64_t j = begin + warp; j < n_keys; j += kAttentionWarps) {
     const float* kj = k_cache + j * stride + int64_t(kvh) * head_dim;
     float s = 0.0f;
     for (int i = 0; i < dims; ++i) {
@@ -162,32 +137,69 @@ __global__ void attention_decode_kernel(const float* qg, const float* k_cache, c
   for (int w = 0; w < kAttentionWarps; ++w) big = fmaxf(big, warp_m[w]);
   float total = 0.0f;
   for (int w = 0; w < kAttentionWarps; ++w) total += warp_m[w] == -INFINITY ? 0.0f : warp_l[w] * expf(warp_m[w] - big);
-  const float* gate = qh + head_dim;
+  // Partial (h, split): [max, sum, out[head_dim]].
+  float* partial = partials + (int64_t(h) * gridDim.y + blockIdx.y) * (head_dim + 2);
+  if (threadIdx.x == 0) partial[0] = big, partial[1] = total;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float o = 0.0f;
     for (int w = 0; w < kAttentionWarps; ++w)
       if (warp_m[w] != -INFINITY) o += warp_acc[w][d] * expf(warp_m[w] - big);
+    partial[2 + d] = o;
+  }
+}
+
+// One block per query head: the splits' partials merged by their log-sum-exp weights, then the
+// sigmoid output gate.
+__global__ void attention_merge_kernel(const float* qg, const float* partials, int n_splits, int head_dim,
+                                       float* out) {
+  const int h = blockIdx.x;
+  const float* first = partials + int64_t(h) * n_splits * (head_dim + 2);
+  float big = -INFINITY;
+  for (int s = 0; s < n_splits; ++s) big = fmaxf(big, first[s * (head_dim + 2)]);
+  float total = 0.0f;
+  for (int s = 0; s < n_splits; ++s) {
+    const float m = first[s * (head_dim + 2)];
+    if (m != -INFINITY) total += first[s * (head_dim + 2) + 1] * expf(m - big);
+  }
+  const float* gate = qg + int64_t(h) * 2 * head_dim + head_dim;
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < n_splits; ++s) {
+      const float m = first[s * (head_dim + 2)];
+      if (m != -INFINITY) o += first[s * (head_dim + 2) + 2 + d] * expf(m - big);
+    }
     out[int64_t(h) * head_dim + d] = o / total * sigmoidf(gate[d]);
   }
 }
 
-__global__ void conv_kernel(float* qkv, float* state, const float* w, int channels, int kernel) {
+constexpr int kMaxConvKeep = 15;
+
+// Channel c of n_tokens consecutive tokens (rows of `channels`), in order: the last kernel - 1
+// inputs ride along in registers and are written back to the state at the end.
+__global__ void conv_kernel(float* qkv, float* state, const float* w, int channels, int kernel, int n_tokens) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= channels) return;
   const int keep = kernel - 1;
   const float* wc = w + int64_t(c) * kernel;
   float* sc = state + int64_t(c) * keep;
-  float acc = 0.0f;
-  for (int k = 0; k < keep; ++k) acc += wc[k] * sc[k];
-  acc += wc[keep] * qkv[c];
-  for (int k = 0; k + 1 < keep; ++k) sc[k] = sc[k + 1];
-  if (keep > 0) sc[keep - 1] = qkv[c];
-  qkv[c] = siluf(acc);
+  float window[kMaxConvKeep];
+  for (int k = 0; k < keep; ++k) window[k] = sc[k];
+  for (int t = 0; t < n_tokens; ++t) {
+    float* x = qkv + int64_t(t) * channels + c;
+    const float input = *x;
+    float acc = 0.0f;
+    for (int k = 0; k < keep; ++k) acc += wc[k] * window[k];
+    acc += wc[keep] * input;
+    for (int k = 0; k + 1 < keep; ++k) window[k] = window[k + 1];
+    if (keep > 0) window[keep - 1] = input;
+    *x = siluf(acc);
+  }
+  for (int k = 0; k < keep; ++k) sc[k] = window[k];
 }
 
 // Blocks [0, hk): q heads (also scaled by 1/sqrt(dk)); [hk, 2 hk): k heads.
-__global__ void l2_norm_heads_kernel(float* qkv, int hk, int dk) {
-  float* v = qkv + int64_t(blockIdx.x) * dk;  // q heads then k heads are contiguous: [Q | K | ...]
+__global__ void l2_norm_heads_kernel(float* qkv, int hk, int dk, int channels) {
+  float* v = qkv + int64_t(blockIdx.y) * channels + int64_t(blockIdx.x) * dk;  // q heads then k heads are contiguous: [Q | K | ...]
   float s = 0.0f;
   for (int i = threadIdx.x; i < dk; i += blockDim.x) s += v[i] * v[i];
   float scale = rsqrtf(block_sum(s) + 1e-6f);
@@ -247,6 +259,7 @@ __global__ void deltanet_step_kernel(float* state, const float* qkv, const float
 __global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids, float* weights) {
   extern __shared__ float p[];
   const int lane = threadIdx.x;
+  logits += int64_t(blockIdx.x) * n, ids += int64_t(blockIdx.x) * 2 * k, weights += int64_t(blockIdx.x) * k;
   float big = -INFINITY;
   for (int e = lane; e < n; e += kWarp) big = fmaxf(big, logits[e]);
 #pragma unroll
@@ -306,8 +319,6 @@ __global__ void moe_combine_kernel(const float* y, const float* weights, int k, 
   out[i] = o;
 }
 
-unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
-
 }  // namespace
 
 const char* rms_norm(const float* x, const float* w, float* out, int rows, int n, float eps, void* stream) {
@@ -315,8 +326,9 @@ const char* rms_norm(const float* x, const float* w, float* out, int rows, int n
   return launched();
 }
 
-const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int n, float eps, void* stream) {
-  add_rms_norm_kernel<<<1, 1024, 0, as_stream(stream)>>>(h, d, w, out, n, eps);
+const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int rows, int n, float eps,
+                         void* stream) {
+  add_rms_norm_kernel<<<rows, 1024, 0, as_stream(stream)>>>(h, d, w, out, n, eps);
   return launched();
 }
 
@@ -327,25 +339,35 @@ const char* add(float* h, const float* d, int64_t n, void* stream) {
 
 const char* attention_prepare(float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
                               float* k_cache, float* v_cache, const int64_t* pos, int n_heads, int n_kv_heads,
-                              int head_dim, int rope_dims, double rope_theta, float eps, void* stream) {
-  attention_prepare_kernel<<<n_heads + n_kv_heads, 128, 0, as_stream(stream)>>>(
+                              int head_dim, int rope_dims, double rope_theta, float eps, int n_tokens, void* stream) {
+  attention_prepare_kernel<<<dim3(n_heads + n_kv_heads, n_tokens), 128, 0, as_stream(stream)>>>(
       qg, k, v, q_norm, k_norm, k_cache, v_cache, pos, n_heads, head_dim, rope_dims, rope_theta, eps);
   return launched();
 }
 
 const char* attention_decode(const float* qg, const float* k_cache, const float* v_cache, const int64_t* pos,
-                             int n_heads, int n_kv_heads, int head_dim, float* out, void* stream) {
+                             int n_heads, int n_kv_heads, int head_dim, int n_splits, float* partials, float* out,
+                             void* stream) {
   if (head_dim > kMaxDimsPerLane * kWarp) return "head_dim over 512";
-  attention_decode_kernel<<<n_heads, kAttentionWarps * kWarp, 0, as_stream(stream)>>>(
-      qg, k_cache, v_cache, pos, n_heads, n_kv_heads, head_dim, out);
+  if (n_splits < 1 || n_splits > 65535) return "attention splits out of range";
+  attention_decode_kernel<<<dim3(n_heads, n_splits), kAttentionWarps * kWarp, 0, as_stream(stream)>>>(
+      qg, k_cache, v_cache, pos, n_heads, n_kv_heads, head_dim, partials);
+  if (const char* err = launched()) return err;
+  attention_merge_kernel<<<n_heads, 128, 0, as_stream(stream)>>>(qg, partials, n_splits, head_dim, out);
   return launched();
 }
 
 const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel, int hk,
-                             int dk, void* stream) {
-  conv_kernel<<<blocks_for(channels, 256), 256, 0, as_stream(stream)>>>(qkv, conv_state, conv_w, channels, kernel);
+                             int dk, int n_tokens, void* stream) {
+  if (kernel - 1 > kMaxConvKeep) return "DeltaNet conv kernel longer than 16";
+  conv_kernel<<<blocks_for(channels, 128), 128, 0, as_stream(stream)>>>(qkv, conv_state, conv_w, channels, kernel,
+                                                                       n_tokens);
   if (const char* err = launched()) return err;
-  l2_norm_heads_kernel<<<2 * hk, 128, 0, as_stream(stream)>>>(qkv, hk, dk);
+  return l2_norm_heads(qkv, hk, dk, channels, n_tokens, stream);
+}
+
+const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens, void* stream) {
+  l2_norm_heads_kernel<<<dim3(2 * hk, n_tokens), 128, 0, as_stream(stream)>>>(qkv, hk, dk, channels);
   return launched();
 }
 
@@ -360,8 +382,9 @@ const char* deltanet_step(float* state, const float* qkv, const float* z, const 
   return launched();
 }
 
-const char* moe_route(const float* logits, int n_experts, int k, int32_t* ids, float* weights, void* stream) {
-  moe_route_kernel<<<1, kWarp, n_experts * sizeof(float), as_stream(stream)>>>(logits, n_experts, k, ids, weights);
+const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, int32_t* ids, float* weights,
+                      void* stream) {
+  moe_route_kernel<<<n_tokens, kWarp, n_experts * sizeof(float), as_stream(stream)>>>(logits, n_experts, k, ids, weights);
   return launched();
 }
 

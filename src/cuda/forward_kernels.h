@@ -10,27 +10,35 @@ namespace lode::cuda::kernels {
 
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w for `rows` rows of n (out may be x).
 const char* rms_norm(const float* x, const float* w, float* out, int rows, int n, float eps, void* stream);
-// h += d, then out = RMSNorm(h) * w: a residual add and the norm that follows it (one row of n).
-const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int n, float eps, void* stream);
+// h += d, then out = RMSNorm(h) * w: a residual add and the norm that follows it (rows of n).
+const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int rows, int n, float eps,
+                         void* stream);
 // h += d, n values.
 const char* add(float* h, const float* d, int64_t n, void* stream);
 
-// Attention, one token at position *pos (device memory, so that a captured step can be replayed
-// at every position): per head, q (the first half of qg's 2 * head_dim) RMS-normed
+// Attention, n_tokens tokens at positions *pos, *pos + 1, ... (device memory, so that a captured step
+// can be replayed at every position; qg, k and v hold one row per token): per head, q (the first half of qg's 2 * head_dim) RMS-normed
 // with q_norm and NeoX-rotated in place; per KV head, k normed with k_norm and rotated, then k and
 // v written to row pos of the caches ([positions][n_kv_heads * head_dim]).
 const char* attention_prepare(float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
                               float* k_cache, float* v_cache, const int64_t* pos, int n_heads, int n_kv_heads,
-                              int head_dim, int rope_dims, double rope_theta, float eps, void* stream);
+                              int head_dim, int rope_dims, double rope_theta, float eps, int n_tokens, void* stream);
 // out[h] = softmax(q_h K^T / sqrt(head_dim)) V over positions [0, *pos], times sigmoid(gate_h).
+// Split-K: the keys are shared among n_splits blocks per head (fixed when a step is captured; the
+// share of each follows *pos), whose partials (partials: [n_heads][n_splits][head_dim + 2]) a
+// second kernel merges by their log-sum-exp weights.
 const char* attention_decode(const float* qg, const float* k_cache, const float* v_cache, const int64_t* pos,
-                             int n_heads, int n_kv_heads, int head_dim, float* out, void* stream);
+                             int n_heads, int n_kv_heads, int head_dim, int n_splits, float* partials, float* out,
+                             void* stream);
 
-// Gated DeltaNet, one token. qkv [channels] (Q | K | V) goes through the causal conv (state
-// [channels][kernel - 1], shifted) and SiLU in place; then q and k of each key head are L2-normed
-// (q also scaled by 1/sqrt(dk)).
+// Gated DeltaNet, n_tokens tokens in order. Each row of qkv [n_tokens][channels] (Q | K | V) goes
+// through the causal conv (state [channels][kernel - 1], shifted) and SiLU in place; then q and k
+// of each key head are L2-normed (q also scaled by 1/sqrt(dk)).
 const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel,
-                             int hk, int dk, void* stream);
+                             int hk, int dk, int n_tokens, void* stream);
+// deltanet_prepare's second half: q and k of each key head L2-normed (q also scaled by 1/sqrt(dk))
+// in n_tokens rows of `channels`.
+const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens, void* stream);
 // Per value head s: beta = sigmoid(b_s), g = a_s * softplus(alpha_s + dt_bias_s), the delta-rule
 // update of state [Hv][dk][dv], o_s = S^T q, then the gated RMSNorm o_s * rsqrt(...) * norm *
 // silu(z_s). o: [Hv * dv].
@@ -40,7 +48,9 @@ const char* deltanet_step(float* state, const float* qkv, const float* z, const 
 
 // Router: softmax over n_experts logits, the top k (ties: lower index), weights renormalised to 1.
 // ids [2k]: the chosen experts, then each plus n_experts (their up halves in a gate|up table).
-const char* moe_route(const float* logits, int n_experts, int k, int32_t* ids, float* weights, void* stream);
+// n_tokens rows: logits [n_tokens][n_experts], ids [n_tokens][2k], weights [n_tokens][k].
+const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, int32_t* ids, float* weights,
+                      void* stream);
 // h = silu(g) * u, n values.
 const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream);
 // out = sum_j weights[j] * y[j] (slot order), plus sigmoid(*shared_logit) * shared when shared is

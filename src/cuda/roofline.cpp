@@ -1,8 +1,10 @@
 #include "cuda/roofline.h"
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "core/error.h"
@@ -10,29 +12,64 @@
 
 namespace lode::cuda {
 
-double measure_copy_gbps(VramAccountant& vram, size_t bytes, int repeats) {
-  DeviceBuffer from(vram, bytes, VramUse::scratch, "bandwidth probe (source)");
-  DeviceBuffer to(vram, bytes, VramUse::scratch, "bandwidth probe (target)");
-  cudaMemset(from.data(), 1, bytes);
+namespace {
+
+// Median milliseconds of `repeats` runs of `work` on the default stream, after one warm-up.
+double median_ms(const std::function<void()>& work, int repeats, const char* what) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   std::vector<float> ms;
   for (int i = 0; i <= repeats; ++i) {
     cudaEventRecord(start);
-    cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice);
+    work();
     cudaEventRecord(stop);
     cudaEventSynchronize(stop);
     float t = 0;
     cudaEventElapsedTime(&t, start, stop);
-    if (i > 0) ms.push_back(t);  // the first is the warm-up
+    if (i > 0) ms.push_back(t);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess)
-    fail("CUDA: measuring the copy bandwidth: {}", cudaGetErrorString(err));
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) fail("CUDA: {}: {}", what, cudaGetErrorString(err));
   std::sort(ms.begin(), ms.end());
-  return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3) / 1e9;
+  return double(ms[ms.size() / 2]);
+}
+
+}  // namespace
+
+double measure_copy_gbps(VramAccountant& vram, size_t bytes, int repeats) {
+  DeviceBuffer from(vram, bytes, VramUse::scratch, "bandwidth probe (source)");
+  DeviceBuffer to(vram, bytes, VramUse::scratch, "bandwidth probe (target)");
+  cudaMemset(from.data(), 1, bytes);
+  const double ms = median_ms([&] { cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice); },
+                              repeats, "measuring the copy bandwidth");
+  return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+}
+
+double measure_matmul_tflops(VramAccountant& vram, MatmulKind kind, int n, int repeats) {
+  const bool bf16 = kind == MatmulKind::bf16;
+  const size_t element = bf16 ? 2 : 4, bytes = size_t(n) * size_t(n) * element;
+  DeviceBuffer a(vram, bytes, VramUse::scratch, "matmul probe (a)");
+  DeviceBuffer b(vram, bytes, VramUse::scratch, "matmul probe (b)");
+  DeviceBuffer c(vram, size_t(n) * size_t(n) * 4, VramUse::scratch, "matmul probe (c)");
+  cudaMemset(a.data(), 0x3c, bytes);  // ~0.0115 in either type: small, finite, not zero
+  cudaMemset(b.data(), 0x3c, bytes);
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: creating a handle for the matmul probe");
+  const float one = 1.0f, zero = 0.0f;
+  const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  const double ms = median_ms(
+      [&] {
+        status = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.data(), in, n, b.data(), in, n, &zero,
+                              c.data(), CUDA_R_32F, n, compute, CUBLAS_GEMM_DEFAULT);
+      },
+      repeats, "measuring the matmul throughput");
+  cublasDestroy(handle);
+  if (status != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: the matmul probe: {}", cublasGetStatusString(status));
+  return 2.0 * double(n) * double(n) * double(n) / (ms * 1e-3) / 1e12;
 }
 
 }  // namespace lode::cuda

@@ -10,4 +10,10 @@ class VramAccountant;
 // of `bytes` after a warm-up), in scratch memory taken from `vram` and released before returning.
 double measure_copy_gbps(VramAccountant& vram, size_t bytes = size_t(1) << 30, int repeats = 10);
 
+// Dense matrix-multiply throughput in TFLOP/s on the tensor cores: cuBLAS multiplying square
+// matrices of `n` (median of `repeats` after a warm-up), with bf16 inputs or with float32 inputs
+// in TF32 (the prompt path's math); float32 sums either way.
+enum class MatmulKind { bf16, tf32 };
+double measure_matmul_tflops(VramAccountant& vram, MatmulKind kind, int n = 8192, int repeats = 10);
+
 }  // namespace lode::cuda

@@ -9,44 +9,16 @@
 
 #include "core/error.h"
 #include "cpu/weights.h"
+#include "cuda/device_model.h"
 #include "cuda/forward_kernels.h"
 #include "cuda/matvec.h"
+#include "cuda/phase_clock.h"
+#include "cuda/prompt_pass.h"
 #include "cuda/vram.h"
 
 namespace lode::cuda {
 
 namespace {
-
-// A weight matrix on the device: the stored bytes, read by cuda::matvec.
-struct DeviceMatrix {
-  GgmlType type = GgmlType::F32;
-  const void* data = nullptr;
-  int64_t rows = 0, cols = 0;
-  size_t row_bytes = 0;
-};
-
-// The experts of one projection of one layer: their pointers in a device-side table.
-struct DeviceExperts {
-  GgmlType type = GgmlType::F32;
-  const void* const* table = nullptr;
-  int64_t rows = 0, cols = 0;
-  size_t row_bytes = 0;
-};
-
-struct DeviceLayer {
-  bool recurrent = false;
-  const float *attn_norm = nullptr, *post_norm = nullptr;
-  DeviceMatrix q, k, v, o;                          // attention
-  const float *q_norm = nullptr, *k_norm = nullptr;
-  float *k_cache = nullptr, *v_cache = nullptr;
-  DeviceMatrix qkv, z, b, alpha, out;               // DeltaNet
-  const float *conv = nullptr, *dt_bias = nullptr, *a = nullptr, *norm = nullptr;
-  float *conv_state = nullptr, *ssm_state = nullptr;
-  DeviceMatrix router, shared_gate, shared_up, shared_down, shared_logit;  // MoE
-  DeviceExperts gate, up, down;
-  DeviceExperts gate_up;          // gate then up experts in one table, when they share type and shape
-  DeviceExperts shared_gate_up;   // the shared expert's gate and up as a two-entry table, likewise
-};
 
 bool same_shape(const DeviceMatrix& a, const DeviceMatrix& b) {
   return a.type == b.type && a.rows == b.rows && a.cols == b.cols && a.row_bytes == b.row_bytes;
@@ -84,19 +56,11 @@ struct CudaSession::Impl {
   const float* output_norm = nullptr;
   DeviceMatrix output;
   int64_t position = 0;
-  std::array<double, size_t(Phase::count)> phase_seconds{};
-  std::chrono::steady_clock::time_point phase_start;
-
-  // Ends the current phase (profiling only): waits for the GPU and books the time to `phase`.
-  void mark(Phase phase) {
-    if (!options.profile) return;
-    synchronize();
-    const auto now = std::chrono::steady_clock::now();
-    phase_seconds[size_t(phase)] += std::chrono::duration<double>(now - phase_start).count();
-    phase_start = now;
-  }
+  PhaseClock clock{std::vector<std::string>(std::begin(kPhaseNames), std::end(kPhaseNames)), options.profile};
+  void mark(Phase phase) { clock.mark(size_t(phase)); }
 
   // Scratch for one token.
+  float* attention_partials;
   float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *qkv, *z, *b, *alpha, *o, *router_logits, *weights;
   float *g, *u, *act, *y, *sg, *su, *sh, *shared_out, *shared_logit, *logits;
   int32_t* ids;
@@ -203,11 +167,16 @@ struct CudaSession::Impl {
     layers.push_back(d);
   }
 
+  // Decode attention shares the keys among this many blocks per head: enough to fill the GPU at
+  // long contexts (one block per 256 positions of the context, at most 32), fixed for the graph.
+  int attention_splits() const { return int(std::clamp<int64_t>(options.max_context / 256, 1, 32)); }
+
   void allocate_scratch() {
     const model::Qwen35MoeConfig& c = config;
     const int64_t k = c.n_experts_used;
     const auto s = [&](int64_t n, const char* what) { return floats(n, VramUse::scratch, what); };
     h = s(c.hidden, "h"), normed = s(c.hidden, "normed"), mixed = s(c.hidden, "mixed");
+    attention_partials = s(c.n_heads * attention_splits() * (c.head_dim + 2), "attention partials");
     qg = s(2 * c.q_dim(), "q|gate"), kbuf = s(c.kv_dim(), "k"), vbuf = s(c.kv_dim(), "v"), attn = s(c.q_dim(), "attention");
     qkv = s(c.conv_channels(), "qkv"), z = s(c.ssm_value_dim(), "z"), b = s(c.ssm_dt_rank, "b");
     alpha = s(c.ssm_dt_rank, "alpha"), o = s(c.ssm_value_dim(), "o");
@@ -245,10 +214,10 @@ struct CudaSession::Impl {
     mark(Phase::attention_proj);
     check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, d.k_cache, d.v_cache, device_position,
                                      int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims),
-                                     c.rope_theta, float(c.rms_eps), stream),
+                                     c.rope_theta, float(c.rms_eps), 1, stream),
           "attention prepare");
     check(kernels::attention_decode(qg, d.k_cache, d.v_cache, device_position, int(c.n_heads), int(c.n_kv_heads),
-                                    int(c.head_dim), attn, stream),
+                                    int(c.head_dim), attention_splits(), attention_partials, attn, stream),
           "attention");
     mark(Phase::attention_core);
     mv(d.o, attn, mixed);
@@ -260,7 +229,7 @@ struct CudaSession::Impl {
     mv(d.qkv, normed, qkv), mv(d.z, normed, z), mv(d.b, normed, b), mv(d.alpha, normed, alpha);
     mark(Phase::deltanet_proj);
     check(kernels::deltanet_prepare(qkv, d.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
-                                    int(c.ssm_groups), int(c.ssm_state), stream),
+                                    int(c.ssm_groups), int(c.ssm_state), 1, stream),
           "DeltaNet conv");
     check(kernels::deltanet_step(d.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
                                  int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o, stream),
@@ -274,7 +243,7 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     const int64_t k = c.n_experts_used, ff = c.expert_ff;
     mv(d.router, normed, router_logits);
-    check(kernels::moe_route(router_logits, int(c.n_experts), int(k), ids, weights, stream), "router");
+    check(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, stream), "router");
     mark(Phase::router);
     if (d.gate_up.table) {
       grouped(d.gate_up, ids, 2 * k, normed, 0, g);
@@ -311,13 +280,13 @@ struct CudaSession::Impl {
       mark(Phase::norms);
       d.recurrent ? deltanet(d) : attention(d);
       // Each residual add is fused with the norm that reads its result.
-      check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, hidden, eps, stream), "residual and norm");
+      check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, 1, hidden, eps, stream), "residual and norm");
       mark(Phase::norms);
       moe(d);
       if (l + 1 < layers.size()) {
-        check(kernels::add_rms_norm(h, mixed, layers[l + 1].attn_norm, normed, hidden, eps, stream), "residual and norm");
+        check(kernels::add_rms_norm(h, mixed, layers[l + 1].attn_norm, normed, 1, hidden, eps, stream), "residual and norm");
       } else if (with_logits) {
-        check(kernels::add_rms_norm(h, mixed, output_norm, normed, hidden, eps, stream), "residual and output norm");
+        check(kernels::add_rms_norm(h, mixed, output_norm, normed, 1, hidden, eps, stream), "residual and output norm");
       } else {
         check(kernels::add(h, mixed, c.hidden, stream), "residual");
       }
@@ -349,7 +318,7 @@ struct CudaSession::Impl {
     if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
     if (position >= options.max_context)
       fail("cuda session: the context of {} positions is full; raise max_context", options.max_context);
-    phase_start = std::chrono::steady_clock::now();
+    clock.start();
     cpu::dequantize_row(host.token_embd, token, pinned_embedding);
     *pinned_position = position;
     check_cuda(cudaMemcpyAsync(h, pinned_embedding, size_t(c.hidden) * sizeof(float), cudaMemcpyHostToDevice, stream),
@@ -367,11 +336,51 @@ struct CudaSession::Impl {
     ++position;
   }
 
+  // A prompt of several tokens, chunk by chunk through the prompt pass; logits of every position
+  // into `out` when all_logits, else of the last.
+  void prefill_chunks(std::span<const int32_t> tokens, bool all_logits, float* out) {
+    const model::Qwen35MoeConfig& c = config;
+    for (int32_t token : tokens)
+      if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
+    if (position + int64_t(tokens.size()) > options.max_context)
+      fail("cuda session: a prompt of {} tokens after {} does not fit the context of {} positions; raise max_context",
+           tokens.size(), position, options.max_context);
+    const int64_t chunk = prompt->chunk(), hidden = c.hidden;
+    for (size_t at = 0; at < tokens.size(); at += size_t(chunk)) {
+      const int64_t n = std::min<int64_t>(chunk, int64_t(tokens.size() - at));
+      for (int64_t t = 0; t < n; ++t) cpu::dequantize_row(host.token_embd, tokens[at + size_t(t)], pinned_rows + t * hidden);
+      *pinned_position = position;
+      check_cuda(cudaMemcpyAsync(prompt->input_rows(), pinned_rows, size_t(n * hidden) * sizeof(float),
+                                 cudaMemcpyHostToDevice, stream),
+                 "embeddings to the device");
+      check_cuda(cudaMemcpyAsync(device_position, pinned_position, sizeof(int64_t), cudaMemcpyHostToDevice, stream),
+                 "position to the device");
+      prompt->run(n, device_position, position);
+      const bool last_chunk = at + size_t(n) == tokens.size();
+      for (int64_t t = all_logits ? 0 : n - 1; t < n && (all_logits || last_chunk); ++t) {
+        mv(output, prompt->output_rows() + t * hidden, logits);
+        check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
+                   "logits to the host");
+        check_cuda(cudaStreamSynchronize(stream), "a prompt chunk");
+        std::copy_n(pinned_logits, c.vocab, out + (all_logits ? int64_t(at) + t : 0) * c.vocab);
+      }
+      check_cuda(cudaStreamSynchronize(stream), "a prompt chunk");
+      position += n;
+    }
+  }
+
   void create_stream_and_pinned() {
     check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a stream");
     check_cuda(cudaMallocHost(&pinned_embedding, size_t(config.hidden) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_logits, size_t(config.vocab) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_position, sizeof(int64_t)), "pinned memory");
+    if (options.prompt_chunk > 1) {
+      prompt = std::make_unique<PromptPass>(
+          config, layers, output_norm, vram,
+          PromptPassOptions{options.prompt_chunk, options.max_context, options.prompt_math, options.profile}, stream);
+      check_cuda(cudaMallocHost(&pinned_rows, size_t(options.prompt_chunk * config.hidden) * sizeof(float)),
+                 "pinned memory");
+    }
     device_position = static_cast<int64_t*>(allocate(sizeof(int64_t), VramUse::scratch, "position"));
   }
 
@@ -381,6 +390,8 @@ struct CudaSession::Impl {
     cudaFreeHost(pinned_embedding);
     cudaFreeHost(pinned_logits);
     cudaFreeHost(pinned_position);
+    cudaFreeHost(pinned_rows);
+    prompt.reset();
     if (stream) cudaStreamDestroy(stream);
   }
 
@@ -390,6 +401,8 @@ struct CudaSession::Impl {
   float* pinned_logits = nullptr;
   int64_t* pinned_position = nullptr;
   int64_t* device_position = nullptr;
+  float* pinned_rows = nullptr;         // a prompt chunk's embeddings
+  std::unique_ptr<PromptPass> prompt;  // null: prompts run token by token
 };
 
 CudaSession::CudaSession(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, CudaSessionOptions options)
@@ -410,6 +423,10 @@ std::vector<float> CudaSession::prefill(std::span<const int32_t> tokens, bool al
   if (tokens.empty()) fail("cuda session: prefill needs at least one token");
   const int64_t vocab = impl_->config.vocab;
   std::vector<float> logits(size_t((all_logits ? int64_t(tokens.size()) : 1) * vocab));
+  if (tokens.size() > 1 && impl_->prompt) {
+    impl_->prefill_chunks(tokens, all_logits, logits.data());
+    return logits;
+  }
   for (size_t i = 0; i < tokens.size(); ++i) {
     const bool last = i + 1 == tokens.size();
     float* out = all_logits ? logits.data() + i * size_t(vocab) : (last ? logits.data() : nullptr);
@@ -444,10 +461,31 @@ CudaSession::StepBytes CudaSession::decode_bytes(int64_t depth) const {
   return s;
 }
 
+double CudaSession::prompt_flops(int64_t first, int64_t n) const {
+  const model::Qwen35MoeConfig& c = impl_->config;
+  const auto values = [](const auto& m) { return double(m.rows) * double(m.cols); };
+  double per_token = 0, attention = 0;
+  // Positions attended by the n tokens in all: sum over t of (first + t + 1).
+  const double positions = double(n) * double(first) + double(n) * double(n + 1) / 2;
+  for (const DeviceLayer& d : impl_->layers) {
+    if (d.recurrent) {
+      per_token += values(d.qkv) + values(d.z) + values(d.b) + values(d.alpha) + values(d.out);
+    } else {
+      per_token += values(d.q) + values(d.k) + values(d.v) + values(d.o);
+      attention += 2.0 * 2.0 * double(c.n_heads) * double(c.head_dim) * positions;
+    }
+    per_token += values(d.router) + values(d.shared_gate) + values(d.shared_up) + values(d.shared_down);
+    per_token += double(c.n_experts_used) * (values(d.gate) + values(d.up) + values(d.down));
+  }
+  return 2.0 * per_token * double(n) + 2.0 * values(impl_->output) + attention;
+}
+
 std::vector<std::pair<std::string, double>> CudaSession::profile() const {
-  std::vector<std::pair<std::string, double>> out;
-  for (size_t p = 0; p < size_t(Phase::count); ++p) out.emplace_back(kPhaseNames[p], impl_->phase_seconds[p]);
-  return out;
+  return impl_->clock.totals();
+}
+
+std::vector<std::pair<std::string, double>> CudaSession::prompt_profile() const {
+  return impl_->prompt ? impl_->prompt->profile() : std::vector<std::pair<std::string, double>>{};
 }
 
 int64_t CudaSession::position() const { return impl_->position; }

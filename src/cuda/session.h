@@ -1,9 +1,9 @@
-// qwen35moe on the GPU, first form (issue 7): every matrix the main model uses is uploaded as
-// stored (no dequantized copies) through the VRAM accountant, and one token runs through the model
-// per step, on the kernels of cuda/matvec.h and cuda/forward_kernels.h. The MoE reaches its experts
-// through device-side (layer, expert) pointer tables; K/V and DeltaNet states are float32 on the
-// device. Prompts run token by token (no tensor-core prefill yet), embeddings are looked up on the
-// host, and the step is not yet a CUDA graph: correctness first, against the CPU engine.
+// qwen35moe on the GPU (issue 7): every matrix the main model uses is uploaded as stored (no
+// dequantized copies) through the VRAM accountant. A decode step runs one token through the model
+// on the kernels of cuda/matvec.h and cuda/forward_kernels.h, captured once as a CUDA graph; a
+// prompt runs in chunks through cuda/prompt_pass.h (tensor-core products). The MoE reaches its
+// experts through device-side (layer, expert) pointer tables; K/V and DeltaNet states are float32
+// on the device; embeddings are looked up on the host.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/gemm.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
 
@@ -25,6 +26,12 @@ struct CudaSessionOptions {
   // Time each phase of a step (waiting for the GPU at every phase boundary, which slows the step
   // but attributes GPU time to the kernels that spent it); see profile().
   bool profile = false;
+  // Prompts of more than one token run through the model this many tokens at a time (0: token by
+  // token, through the decode step). The scratch this needs is allocated with the session.
+  int64_t prompt_chunk = 4096;
+  // The precision of the prompt path's matrix products: tf32 (tensor cores) or fp32 (exact to
+  // float rounding against the decode step; slower).
+  PromptMath prompt_math = PromptMath::tf32;
 };
 
 class CudaSession {
@@ -50,8 +57,16 @@ class CudaSession {
   };
   StepBytes decode_bytes(int64_t depth) const;
 
+  // Floating-point operations of a prompt of n tokens after `first` positions: two per weight
+  // each token multiplies (every matrix but the experts, n_experts_used experts per layer), the
+  // lm head once (the last token's logits), and attention's two products over the causal
+  // positions (each token with itself and the positions before it).
+  double prompt_flops(int64_t first, int64_t n) const;
+
   // With options.profile: seconds spent so far per phase of the step ("experts", "lm head", ...).
   std::vector<std::pair<std::string, double>> profile() const;
+  // Likewise for the prompt pass (empty when prompts run token by token).
+  std::vector<std::pair<std::string, double>> prompt_profile() const;
 
   int64_t position() const;
   int64_t max_context() const;

@@ -1,0 +1,45 @@
+// The model as the CUDA session holds it on the device: weight matrices as stored (read by
+// cuda/matvec.h, or expanded by cuda/dequant.h for prompts), experts behind device-side tables,
+// and each layer's K/V caches and DeltaNet states. Shared by the decode step (cuda/session.cpp)
+// and the prompt pass (cuda/prompt_pass.h).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/quant/types.h"
+
+namespace lode::cuda {
+
+// A weight matrix on the device: the stored bytes, read by cuda::matvec.
+struct DeviceMatrix {
+  GgmlType type = GgmlType::F32;
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+};
+
+// The experts of one projection of one layer: their pointers in a device-side table.
+struct DeviceExperts {
+  GgmlType type = GgmlType::F32;
+  const void* const* table = nullptr;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+};
+
+// One layer; pointers are device memory.
+struct DeviceLayer {
+  bool recurrent = false;
+  const float *attn_norm = nullptr, *post_norm = nullptr;
+  DeviceMatrix q, k, v, o;                          // attention
+  const float *q_norm = nullptr, *k_norm = nullptr;
+  float *k_cache = nullptr, *v_cache = nullptr;
+  DeviceMatrix qkv, z, b, alpha, out;               // DeltaNet
+  const float *conv = nullptr, *dt_bias = nullptr, *a = nullptr, *norm = nullptr;
+  float *conv_state = nullptr, *ssm_state = nullptr;
+  DeviceMatrix router, shared_gate, shared_up, shared_down, shared_logit;  // MoE
+  DeviceExperts gate, up, down;
+  DeviceExperts gate_up;          // gate then up experts in one table, when they share type and shape
+  DeviceExperts shared_gate_up;   // the shared expert's gate and up as a two-entry table, likewise
+};
+
+}  // namespace lode::cuda

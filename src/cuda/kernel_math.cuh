@@ -1,0 +1,75 @@
+// Device helpers shared by the forward kernels (decode and prompt forms): warp and block sums,
+// the activation functions, launch bookkeeping. Included by .cu files only.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace lode::cuda::kernels {
+namespace {
+
+constexpr int kWarp = 32;
+
+inline cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
+inline const char* launched() {
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+__device__ float block_sum(float v) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  v = warp_sum(v);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < int(blockDim.x / kWarp) ? partial[lane] : 0.0f;
+    s = warp_sum(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  const float result = total;
+  __syncthreads();  // partial/total may be reused by a later call
+  return result;
+}
+
+// Maximum over the block, like block_sum.
+__device__ float block_max(float v) {
+  __shared__ float partial[32];
+  __shared__ float total;
+  v = warp_max(v);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float s = lane < int(blockDim.x / kWarp) ? partial[lane] : -INFINITY;
+    s = warp_max(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  const float result = total;
+  __syncthreads();
+  return result;
+}
+
+__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float siluf(float x) { return x * sigmoidf(x); }
+__device__ __forceinline__ float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+}  // namespace
+}  // namespace lode::cuda::kernels

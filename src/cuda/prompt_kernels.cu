@@ -1,0 +1,355 @@
+#include "cuda/prompt_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "cuda/kernel_math.cuh"
+
+namespace lode::cuda::kernels {
+
+namespace {
+
+constexpr int kMaxKeyDimsPerLane = 8;  // dk <= 256
+constexpr int kScanColumnsPerWarp = 4;  // independent recurrences per warp: their reductions overlap
+constexpr int kScanWarps = 8;
+constexpr int kScanColumns = kScanColumnsPerWarp * kScanWarps;  // per block
+constexpr int kScanTileFloats = 4096;   // q and k of a tile of tokens: at most this many floats each
+constexpr int kScanMaxTile = 64;
+
+__host__ __device__ inline int scan_tile(int dk) { return min(kScanMaxTile, kScanTileFloats / dk); }
+
+// Block (value head s, 32 state columns): warp w owns columns 4w .. 4w + 3 of the group, each
+// column's dk values in registers across the chunk (lane l holds rows l, l + 32, ...). Tokens go in
+// tiles whose q and k rows (shared by every column of the head) are staged in shared memory once.
+__global__ void __launch_bounds__(kScanWarps * kWarp)
+    deltanet_scan_kernel(float* state, const float* qkv, int channels, const float* b, const float* alpha,
+                         const float* a, const float* dt_bias, int hk, int hv, int dk, int dv, int n_tokens, float* o) {
+  extern __shared__ float tile_qk[];  // q [tile][dk], then k [tile][dk]
+  __shared__ float tile_v[kScanMaxTile][kScanColumns], tile_beta[kScanMaxTile], tile_decay[kScanMaxTile];
+  const int tile = scan_tile(dk);
+  float* tq = tile_qk;
+  float* tk = tile_qk + tile * dk;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int groups = (dv + kScanColumns - 1) / kScanColumns;
+  const int s = blockIdx.x / groups, j0 = (blockIdx.x % groups) * kScanColumns;
+  const int key_dim = hk * dk, head = s % hk;
+  const auto in_key = [&](int m) { return lane + kWarp * m < dk; };
+  float col[kScanColumnsPerWarp][kMaxKeyDimsPerLane];
+#pragma unroll
+  for (int c = 0; c < kScanColumnsPerWarp; ++c) {
+    const int j = j0 + kScanColumnsPerWarp * warp + c;
+#pragma unroll
+    for (int m = 0; m < kMaxKeyDimsPerLane; ++m)
+      col[c][m] = j < dv && in_key(m) ? state[(int64_t(s) * dk + lane + kWarp * m) * dv + j] : 0.0f;
+  }
+  const float a_s = a[s], bias = dt_bias[s];
+  for (int t0 = 0; t0 < n_tokens; t0 += tile) {
+    const int count = min(tile, n_tokens - t0);
+    __syncthreads();  // the previous tile is done with
+    for (int i = threadIdx.x; i < count * dk; i += blockDim.x) {
+      const float* row = qkv + int64_t(t0 + i / dk) * channels;
+      tq[i] = row[head * dk + i % dk];
+      tk[i] = row[key_dim + head * dk + i % dk];
+    }
+    for (int i = threadIdx.x; i < count * kScanColumns; i += blockDim.x) {
+      const int j = j0 + i % kScanColumns;
+      tile_v[i / kScanColumns][i % kScanColumns] =
+          j < dv ? qkv[int64_t(t0 + i / kScanColumns) * channels + 2 * key_dim + int64_t(s) * dv + j] : 0.0f;
+    }
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+      tile_beta[i] = sigmoidf(b[int64_t(t0 + i) * hv + s]);
+      tile_decay[i] = expf(a_s * softplusf(alpha[int64_t(t0 + i) * hv + s] + bias));
+    }
+    __syncthreads();
+    for (int t = 0; t < count; ++t) {
+      float kk[kMaxKeyDimsPerLane], kv[kScanColumnsPerWarp];
+      const float decay = tile_decay[t], beta = tile_beta[t];
+#pragma unroll
+      for (int m = 0; m < kMaxKeyDimsPerLane; ++m) kk[m] = in_key(m) ? tk[t * dk + lane + kWarp * m] : 0.0f;
+#pragma unroll
+      for (int c = 0; c < kScanColumnsPerWarp; ++c) {
+        kv[c] = 0.0f;
+#pragma unroll
+        for (int m = 0; m < kMaxKeyDimsPerLane; ++m) {
+          col[c][m] *= decay;
+          kv[c] += col[c][m] * kk[m];
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kScanColumnsPerWarp; ++c) kv[c] = warp_sum(kv[c]);
+      float out[kScanColumnsPerWarp];
+#pragma unroll
+      for (int c = 0; c < kScanColumnsPerWarp; ++c) {
+        const float d = beta * (tile_v[t][kScanColumnsPerWarp * warp + c] - kv[c]);
+        out[c] = 0.0f;
+#pragma unroll
+        for (int m = 0; m < kMaxKeyDimsPerLane; ++m) {
+          col[c][m] += kk[m] * d;
+          out[c] += col[c][m] * (in_key(m) ? tq[t * dk + lane + kWarp * m] : 0.0f);
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < kScanColumnsPerWarp; ++c) out[c] = warp_sum(out[c]);
+      const int j = j0 + kScanColumnsPerWarp * warp + lane;
+      if (lane < kScanColumnsPerWarp && j < dv) {
+        float mine = out[0];
+#pragma unroll
+        for (int c = 1; c < kScanColumnsPerWarp; ++c) mine = lane == c ? out[c] : mine;
+        o[int64_t(t0 + t) * hv * dv + int64_t(s) * dv + j] = mine;
+      }
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kScanColumnsPerWarp; ++c) {
+    const int j = j0 + kScanColumnsPerWarp * warp + c;
+#pragma unroll
+    for (int m = 0; m < kMaxKeyDimsPerLane; ++m)
+      if (j < dv && in_key(m)) state[(int64_t(s) * dk + lane + kWarp * m) * dv + j] = col[c][m];
+  }
+}
+
+__global__ void conv_rows_kernel(const float* in, float* out, const float* state, const float* w, int channels,
+                                 int kernel, int n_tokens) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
+  if (c >= channels) return;
+  const int keep = kernel - 1;
+  const float* wc = w + int64_t(c) * kernel;
+  float acc = 0.0f;  // the decode kernel's order: the kept inputs first, the newest last
+  for (int k = 0; k < keep; ++k) {
+    const int source = t - keep + k;
+    acc += wc[k] * (source >= 0 ? in[int64_t(source) * channels + c] : state[int64_t(c) * keep + keep + source]);
+  }
+  acc += wc[keep] * in[int64_t(t) * channels + c];
+  out[int64_t(t) * channels + c] = siluf(acc);
+}
+
+// The state takes the last `keep` inputs of the chunk (older state entries when the chunk is shorter).
+__global__ void conv_state_kernel(const float* in, float* state, int channels, int keep, int n_tokens) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= channels || keep == 0) return;
+  float* sc = state + int64_t(c) * keep;
+  float window[16];
+  for (int k = 0; k < keep; ++k) {
+    const int source = n_tokens - keep + k;  // its place in the chunk; negative: in the old state
+    window[k] = source >= 0 ? in[int64_t(source) * channels + c] : sc[keep + source];
+  }
+  for (int k = 0; k < keep; ++k) sc[k] = window[k];
+}
+
+__global__ void gated_norm_kernel(float* o, const float* z, const float* norm_w, int dv, float eps) {
+  float* row = o + int64_t(blockIdx.x) * dv;
+  const float* zr = z + int64_t(blockIdx.x) * dv;
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < dv; i += blockDim.x) s += row[i] * row[i];
+  const float scale = rsqrtf(block_sum(s) / float(dv) + eps);
+  for (int i = threadIdx.x; i < dv; i += blockDim.x) row[i] = row[i] * scale * norm_w[i] * siluf(zr[i]);
+}
+
+// One block per (head, query) row.
+__global__ void causal_softmax_kernel(float* s, int n_queries, int64_t n_keys, int64_t first_query, float scale) {
+  const int t = blockIdx.x % n_queries;
+  float* row = s + int64_t(blockIdx.x) * n_keys;
+  const int64_t visible = first_query + t + 1;
+  float big = -INFINITY;
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) big = fmaxf(big, row[j] * scale);
+  big = block_max(big);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) {
+    const float p = expf(row[j] * scale - big);
+    row[j] = p;
+    sum += p;
+  }
+  const float inv = 1.0f / block_sum(sum);
+  for (int64_t j = threadIdx.x; j < n_keys; j += blockDim.x) row[j] = j < visible ? row[j] * inv : 0.0f;
+}
+
+__global__ void attention_gate_kernel(float* out, const float* qg, int64_t total, int n_heads, int head_dim) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const int64_t q_dim = int64_t(n_heads) * head_dim;
+  const int64_t t = i / q_dim, h = (i % q_dim) / head_dim, d = i % head_dim;
+  out[i] *= sigmoidf(qg[t * 2 * q_dim + h * 2 * head_dim + head_dim + d]);
+}
+
+// A stable counting sort in one block: warp w owns a contiguous range of the assignments; it
+// counts them per expert (lanes with the same expert found with __match_any_sync), the counts
+// become offsets (expert-major, then warp order), and the warp places its range in order. hist:
+// [warps][n_experts] ints of scratch.
+constexpr int kGroupWarps = 32;
+
+__global__ void __launch_bounds__(kGroupWarps * kWarp)
+    group_by_expert_kernel(const int32_t* ids, int n_tokens, int k, int n_experts, int32_t* sorted, int32_t* slot_of,
+                           int32_t* expert_of, int32_t* counts, int32_t* first, int32_t* hist) {
+  const int64_t n = int64_t(n_tokens) * k, per_warp = (n + kGroupWarps - 1) / kGroupWarps;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t begin = warp * per_warp, end = min(n, begin + per_warp);
+  int32_t* mine = hist + int64_t(warp) * n_experts;
+  for (int e = lane; e < n_experts; e += kWarp) mine[e] = 0;
+  __syncwarp();
+  const auto expert_at = [&](int64_t a) { return ids[(a / k) * 2 * k + a % k]; };
+  for (int64_t base = begin; base < end; base += kWarp) {
+    const int64_t a = base + lane;
+    const unsigned active = __ballot_sync(0xffffffffu, a < end);
+    if (a < end) {
+      const int e = expert_at(a);
+      const unsigned same = __match_any_sync(active, e);
+      if (lane == __ffs(same) - 1) mine[e] += __popc(same);
+    }
+    __syncwarp();
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+    int32_t c = 0;
+    for (int w = 0; w < kGroupWarps; ++w) c += hist[int64_t(w) * n_experts + e];
+    counts[e] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t offset = 0;
+    for (int e = 0; e < n_experts; ++e) first[e] = offset, offset += counts[e];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+    int32_t at = first[e];
+    for (int w = 0; w < kGroupWarps; ++w) {
+      const int32_t c = hist[int64_t(w) * n_experts + e];
+      hist[int64_t(w) * n_experts + e] = at;
+      at += c;
+    }
+  }
+  __syncthreads();
+  for (int64_t base = begin; base < end; base += kWarp) {
+    const int64_t a = base + lane;
+    const unsigned active = __ballot_sync(0xffffffffu, a < end);
+    if (a < end) {
+      const int e = expert_at(a);
+      const unsigned same = __match_any_sync(active, e);
+      const int32_t r = mine[e] + __popc(same & ((1u << lane) - 1));
+      sorted[r] = int32_t(a);
+      slot_of[a] = r;
+      expert_of[r] = e;
+      __syncwarp(active);
+      if (lane == __ffs(same) - 1) mine[e] += __popc(same);
+    }
+    __syncwarp();
+  }
+}
+
+// One thread per expert: the pointers of the grouped product of the experts that have rows, in
+// expert order (the order the host lists their row counts in).
+__global__ void grouped_pointers_kernel(const int32_t* counts, const int32_t* first, int n_experts, const float* x,
+                                        int64_t ldx, const float* w, int64_t w_stride, float* y, int64_t ldy,
+                                        const float** a, const float** b, float** c) {
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+    if (counts[e] == 0) continue;
+    int slot = 0;
+    for (int before = 0; before < e; ++before) slot += counts[before] > 0;
+    a[slot] = w + e * w_stride;
+    b[slot] = x + first[e] * ldx;
+    c[slot] = y + first[e] * ldy;
+  }
+}
+
+__global__ void gather_rows_kernel(const float* x, const int32_t* sorted, int k, int n, float* out) {
+  const float* src = x + int64_t(sorted[blockIdx.x] / k) * n;
+  float* dst = out + int64_t(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
+__global__ void swiglu_rows_kernel(const float* gu, int64_t total, int ff, float* out) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= total) return;
+  const float* row = gu + (i / ff) * 2 * ff;
+  const int64_t c = i % ff;
+  out[i] = siluf(row[c]) * row[ff + c];
+}
+
+__global__ void moe_combine_rows_kernel(const float* y, const int32_t* slot_of, const float* weights, int k,
+                                        const float* shared, const float* shared_logit, int hidden, float* out) {
+  const int t = blockIdx.y;
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= hidden) return;
+  float o = 0.0f;
+  for (int j = 0; j < k; ++j)
+    o += weights[int64_t(t) * k + j] * y[int64_t(slot_of[int64_t(t) * k + j]) * hidden + i];
+  if (shared) o += sigmoidf(shared_logit[t]) * shared[int64_t(t) * hidden + i];
+  out[int64_t(t) * hidden + i] = o;
+}
+
+}  // namespace
+
+const char* deltanet_scan(float* state, const float* qkv, int channels, const float* b, const float* alpha,
+                          const float* a, const float* dt_bias, int hk, int hv, int dk, int dv, int n_tokens,
+                          float* o, void* stream) {
+  if (dk > kMaxKeyDimsPerLane * kWarp) return "DeltaNet key heads wider than 256";
+  const int groups = (dv + kScanColumns - 1) / kScanColumns;
+  const size_t shared = 2 * size_t(scan_tile(dk)) * size_t(dk) * sizeof(float);
+  deltanet_scan_kernel<<<hv * groups, kScanWarps * kWarp, shared, as_stream(stream)>>>(
+      state, qkv, channels, b, alpha, a, dt_bias, hk, hv, dk, dv, n_tokens, o);
+  return launched();
+}
+
+const char* deltanet_conv_rows(const float* in, float* out, float* state, const float* w, int channels, int kernel,
+                               int n_tokens, void* stream) {
+  if (kernel - 1 > 16) return "DeltaNet conv kernel longer than 17";
+  conv_rows_kernel<<<dim3(blocks_for(channels, 256), n_tokens), 256, 0, as_stream(stream)>>>(in, out, state, w, channels,
+                                                                                         kernel, n_tokens);
+  if (const char* err = launched()) return err;
+  conv_state_kernel<<<blocks_for(channels, 256), 256, 0, as_stream(stream)>>>(in, state, channels, kernel - 1, n_tokens);
+  return launched();
+}
+
+const char* gated_norm_rows(float* o, const float* z, const float* norm_w, int rows, int dv, float eps, void* stream) {
+  gated_norm_kernel<<<rows, 128, 0, as_stream(stream)>>>(o, z, norm_w, dv, eps);
+  return launched();
+}
+
+const char* causal_softmax(float* s, int heads, int n_queries, int64_t n_keys, int64_t first_query, float scale,
+                           void* stream) {
+  causal_softmax_kernel<<<heads * n_queries, 256, 0, as_stream(stream)>>>(s, n_queries, n_keys, first_query, scale);
+  return launched();
+}
+
+const char* attention_gate(float* out, const float* qg, int n_tokens, int n_heads, int head_dim, void* stream) {
+  const int64_t total = int64_t(n_tokens) * n_heads * head_dim;
+  attention_gate_kernel<<<blocks_for(total, 256), 256, 0, as_stream(stream)>>>(out, qg, total, n_heads, head_dim);
+  return launched();
+}
+
+const char* group_by_expert(const int32_t* ids, int n_tokens, int k, int n_experts, int32_t* sorted,
+                            int32_t* slot_of, int32_t* expert_of, int32_t* counts, int32_t* first, int32_t* hist,
+                            void* stream) {
+  group_by_expert_kernel<<<1, kGroupWarps * kWarp, 0, as_stream(stream)>>>(ids, n_tokens, k, n_experts, sorted,
+                                                                          slot_of, expert_of, counts, first, hist);
+  return launched();
+}
+
+const char* grouped_pointers(const int32_t* counts, const int32_t* first, int n_experts, const float* x, int64_t ldx,
+                             const float* w, int64_t w_stride, float* y, int64_t ldy, const float** a, const float** b,
+                             float** c, void* stream) {
+  grouped_pointers_kernel<<<1, 256, 0, as_stream(stream)>>>(counts, first, n_experts, x, ldx, w, w_stride, y, ldy, a,
+                                                           b, c);
+  return launched();
+}
+
+const char* gather_rows(const float* x, const int32_t* sorted, int k, int rows, int n, float* out, void* stream) {
+  if (rows == 0) return nullptr;
+  gather_rows_kernel<<<rows, 256, 0, as_stream(stream)>>>(x, sorted, k, n, out);
+  return launched();
+}
+
+const char* swiglu_rows(const float* gu, int rows, int ff, float* out, void* stream) {
+  const int64_t total = int64_t(rows) * ff;
+  swiglu_rows_kernel<<<blocks_for(total, 256), 256, 0, as_stream(stream)>>>(gu, total, ff, out);
+  return launched();
+}
+
+const char* moe_combine_rows(const float* y, const int32_t* slot_of, const float* weights, int k, const float* shared,
+                             const float* shared_logit, int n_tokens, int hidden, float* out, void* stream) {
+  moe_combine_rows_kernel<<<dim3(blocks_for(hidden, 256), n_tokens), 256, 0, as_stream(stream)>>>(
+      y, slot_of, weights, k, shared, shared_logit, hidden, out);
+  return launched();
+}
+
+}  // namespace lode::cuda::kernels

@@ -1,0 +1,54 @@
+// The prompt path of the CUDA session: a chunk of tokens goes through every layer at once, the
+// matrix products on tensor cores (cuda/gemm.h) over weights expanded to float32 per chunk
+// (cuda/dequant.h), the experts grouped by expert (one product per expert that has tokens), the
+// DeltaNet recurrence scanned over the chunk with its state in registers, and prompt attention as
+// two batched products around a causal softmax. K/V rows and DeltaNet states end as token-by-token
+// decoding would leave them (to float rounding; exactly so for the conv states).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/device_model.h"
+#include "cuda/gemm.h"
+#include "model/qwen35moe.h"
+
+namespace lode::cuda {
+
+class VramAccountant;
+
+struct PromptPassOptions {
+  int64_t chunk = 2048;        // tokens per pass: scratch grows with it (about 350 KB a token for 35B-A3B)
+  int64_t max_context = 4096;  // the K/V length attention may span
+  PromptMath math = PromptMath::tf32;
+  bool profile = false;  // wait for the GPU between phases and book their time (see profile())
+};
+
+class PromptPass {
+ public:
+  // Allocates the pass's scratch (through `vram`, as scratch) for options.chunk tokens.
+  PromptPass(const model::Qwen35MoeConfig& config, const std::vector<DeviceLayer>& layers, const float* output_norm,
+             VramAccountant& vram, PromptPassOptions options, void* stream);
+  ~PromptPass();
+  PromptPass(const PromptPass&) = delete;
+  PromptPass& operator=(const PromptPass&) = delete;
+
+  // Where the caller puts the embeddings of the chunk, [chunk][hidden] (device memory).
+  float* input_rows();
+  // Runs n <= chunk tokens at positions first, first + 1, ... (*device_first == first, on the
+  // device: attention's K/V rows are written there). Afterwards output_rows() holds each token's
+  // final hidden state after the output norm, [n][hidden], ready for the lm head.
+  void run(int64_t n, const int64_t* device_first, int64_t first);
+  const float* output_rows() const;
+  int64_t chunk() const;
+  // With options.profile: seconds spent so far per phase ("expanding weights", ...).
+  std::vector<std::pair<std::string, double>> profile() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lode::cuda
