@@ -176,19 +176,33 @@ struct Expand<GgmlType::Q6_K> {
 
 constexpr int kThreads = 256;
 
+// Each thread expands one unit into its warp's shared staging area; the warp's 32 units are
+// contiguous in `out`, so the warp then writes them out as 16-byte stores that cover whole lines.
+constexpr int kStagedUnit = 36;  // floats per unit in shared memory: 16-byte aligned, fewer bank conflicts
+
 template <GgmlType T>
 __global__ void __launch_bounds__(kThreads)
     dequantize_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t units,
                       size_t row_bytes, int64_t total_units, float* out) {
+  __shared__ float4 staged[kThreads * kStagedUnit / 4];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= total_units) return;
-  const int64_t u = i % units, r = (i / units) % rows, m = i / (units * rows);
-  const uint8_t* matrix = table ? static_cast<const uint8_t*>(table[ids ? ids[m] : m]) : w;
-  float v[32];
-  Expand<T>::unit(matrix + r * row_bytes, u, v);
-  float4* o = reinterpret_cast<float4*>(out + i * 32);
+  float4* mine = staged + threadIdx.x * (kStagedUnit / 4);
+  if (i < total_units) {
+    const int64_t u = i % units, r = (i / units) % rows, m = i / (units * rows);
+    const uint8_t* matrix = table ? static_cast<const uint8_t*>(table[ids ? ids[m] : m]) : w;
+    float v[32];
+    Expand<T>::unit(matrix + r * row_bytes, u, v);
 #pragma unroll
-  for (int k = 0; k < 8; ++k) o[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+    for (int k = 0; k < 8; ++k) mine[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
+  }
+  __syncwarp();
+  const int64_t warp_first = int64_t(blockIdx.x) * kThreads + warp * 32;
+  const int64_t warp_units = min(int64_t(32), total_units - warp_first);
+  if (warp_units <= 0) return;
+  float4* o = reinterpret_cast<float4*>(out + warp_first * 32);
+  const float4* from = staged + warp * 32 * (kStagedUnit / 4);
+  for (int q = lane; q < warp_units * 8; q += 32) o[q] = from[(q / 8) * (kStagedUnit / 4) + q % 8];
 }
 
 template <GgmlType T>
