@@ -181,6 +181,46 @@ TEST(CudaForward, Tf32PromptsStayCloseToTheCpu) {
                   {.max_context = 256}, kTf32Bar);
 }
 
+// The paged K/V cache: a scrambled page table gives the very same logits as pages in order (150
+// positions: three pages of 64), and with fp16 cells the prompt pass and the decode step read the
+// same stored values (chunked prefill equals token by token to float32 rounding, as with fp32
+// cells), while fp16 against fp32 cells moves the logits by fp16's rounding only.
+TEST(CudaForward, PagedKvCacheInFp32AndFp16) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  lode::model::SynthOptions synth;
+  synth.preset = "tiny";
+  synth.recipe = "q8_0";
+  synth.seed = 11;
+  lode::model::write_synth(dir / "m.gguf", synth);
+  const lode::gguf::Reader reader(dir / "m.gguf");
+  const auto config = lode::model::read_config(reader.metadata());
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 150; ++i) prompt.push_back(int32_t((i * 4001 + 7) % config.vocab));
+  const auto logits = [&](lode::cuda::CudaSessionOptions options) {
+    options.max_context = 256;
+    options.prompt_math = lode::cuda::PromptMath::fp32;
+    lode::cuda::CudaSession gpu(reader, config, options);
+    std::vector<float> all = gpu.prefill(prompt, true);
+    const auto next = gpu.decode(3);  // one decode step over all three pages
+    all.insert(all.end(), next.begin(), next.end());
+    return all;
+  };
+  using lode::cuda::KvFormat;
+  const auto in_order = logits({.prompt_chunk = 16});
+  const auto scrambled = logits({.prompt_chunk = 16, .kv_page_order = {2, 0, 3, 1}});
+  EXPECT_EQ(scrambled, in_order);
+  const auto half_chunks = logits({.prompt_chunk = 16, .kv_format = KvFormat::f16, .kv_page_order = {1, 3, 0, 2}});
+  const auto half_steps = logits({.prompt_chunk = 0, .kv_format = KvFormat::f16});
+  const double same_values = lode::test::relative_l2(half_chunks, half_steps);
+  const double fp16_rounding = lode::test::relative_l2(half_steps, in_order);
+  std::printf("[ cuda ] fp16 cells: prompt pass vs token by token %.3g; fp16 vs fp32 cells %.3g\n", same_values,
+              fp16_rounding);
+  EXPECT_LE(same_values, 1e-5);
+  EXPECT_GT(fp16_rounding, 0.0);  // the cells really are fp16
+  EXPECT_LE(fp16_rounding, 1e-2);
+}
+
 TEST(CudaForward, TheBudgetIsKeptAndReported) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;

@@ -28,6 +28,7 @@ struct BenchOptions {
   int64_t generate = 128;
   int repeats = 3;
   int64_t prompt_chunk = 4096;
+  std::string kv = "fp32";
   uint64_t seed = 1;
   bool json = false;
   bool profile = false;
@@ -95,7 +96,10 @@ void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& con
                    const std::vector<int32_t>& tokens) {
   const int64_t prompt = o.prompts.back();
   cuda::CudaSession session(reader, config,
-                            {.max_context = prompt + o.generate + 8, .profile = true, .prompt_chunk = o.prompt_chunk});
+                            {.max_context = prompt + o.generate + 8,
+                             .profile = true,
+                             .prompt_chunk = o.prompt_chunk,
+                             .kv_format = cuda::parse_kv_format(o.kv)});
   std::vector<float> logits = session.prefill(std::span(tokens.data(), size_t(prompt)));
   const auto before = session.profile();
   for (int64_t i = 0; i < o.generate; ++i) logits = session.decode(argmax(logits));
@@ -123,7 +127,9 @@ void run_bench(const BenchOptions& o) {
   const int64_t longest = std::max(*std::max_element(o.prompts.begin(), o.prompts.end()),
                                    *std::max_element(o.depths.begin(), o.depths.end()) + 2 + o.generate * o.repeats);
   const auto t_load = Clock::now();
-  cuda::CudaSession session(reader, config, {.max_context = longest + 8, .prompt_chunk = o.prompt_chunk});
+  cuda::CudaSession session(
+      reader, config,
+      {.max_context = longest + 8, .prompt_chunk = o.prompt_chunk, .kv_format = cuda::parse_kv_format(o.kv)});
   const double load_s = seconds_since(t_load);
   const size_t weights_held = session.vram().held(cuda::VramUse::weights) + session.vram().held(cuda::VramUse::experts);
 
@@ -152,13 +158,14 @@ void run_bench(const BenchOptions& o) {
                        d.empty() ? "" : ", ", r.depth, r.tokens_per_s, r.bytes_per_token, r.gbps, r.gbps / copy_gbps);
     fmt::print("{{\"model\": \"{}\", \"prefill\": [{}], \"decode\": [{}], \"generated_tokens\": {}, \"repeats\": {}, "
                "\"copy_ceiling_GBps\": {:.1f}, \"bf16_ceiling_TFLOPs\": {:.1f}, \"tf32_ceiling_TFLOPs\": {:.1f}, "
-               "\"peak_vram_MiB\": {:.1f}, \"weights_MiB\": {:.1f}, \"load_s\": {:.2f}}}\n",
+               "\"peak_vram_MiB\": {:.1f}, \"weights_MiB\": {:.1f}, \"load_s\": {:.2f}, \"kv\": \"{}\"}}\n",
                o.model, p, d, o.generate, o.repeats, copy_gbps, bf16_tflops, tf32_tflops, peak_mib,
-               double(weights_held) / double(1 << 20), load_s);
+               double(weights_held) / double(1 << 20), load_s, o.kv);
   } else {
-    fmt::print("model: {} ({} layers, {} experts, top {}); weights on the GPU {:.1f} MiB, loaded in {:.1f} s\n",
+    fmt::print("model: {} ({} layers, {} experts, top {}); weights on the GPU {:.1f} MiB, loaded in {:.1f} s; "
+               "K/V cells {}\n",
                o.model, config.n_layers, config.n_experts, config.n_experts_used,
-               double(weights_held) / double(1 << 20), load_s);
+               double(weights_held) / double(1 << 20), load_s, o.kv);
     fmt::print("ceilings measured now: copy {:.0f} GB/s; matmul bf16 {:.0f} TFLOP/s, tf32 {:.0f} TFLOP/s\n", copy_gbps,
                bf16_tflops, tf32_tflops);
     for (const auto& r : prefills)
@@ -199,6 +206,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--prompt-chunk", o->prompt_chunk, "Prompt tokens per pass through the model (default 4096)")
       ->check(CLI::Range(int64_t(1), int64_t(65535)));
+  cmd->add_option("--kv", o->kv, "K/V cache cells: fp32 (default) or fp16")->check(CLI::IsMember({"fp32", "fp16"}));
   cmd->add_option("--seed", o->seed, "Seed of the random prompt (default 1)");
   cmd->add_flag("--json", o->json, "One JSON object instead of text");
   cmd->add_flag("--profile", o->profile,

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/quant/types.h"
+#include "cuda/kv_format.h"
 
 namespace lode::cuda {
 
@@ -32,11 +33,12 @@ struct DeviceLayer {
   const float *attn_norm = nullptr, *post_norm = nullptr;
   DeviceMatrix q, k, v, o;                          // attention
   const float *q_norm = nullptr, *k_norm = nullptr;
-  float *k_cache = nullptr, *v_cache = nullptr;
+  KvView kv;                                        // this layer's paged K/V cache
   DeviceMatrix qkv, z, b, alpha, out;               // DeltaNet
   const float *conv = nullptr, *dt_bias = nullptr, *a = nullptr, *norm = nullptr;
   float *conv_state = nullptr, *ssm_state = nullptr;
   DeviceMatrix router, shared_gate, shared_up, shared_down, shared_logit;  // MoE
+  DeviceMatrix router_and_shared_logit;  // router rows then the shared gate row, when both are float32
   DeviceExperts gate, up, down;
   DeviceExperts gate_up;          // gate then up experts in one table, when they share type and shape
   DeviceExperts shared_gate_up;   // the shared expert's gate and up as a two-entry table, likewise

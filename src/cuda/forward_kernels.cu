@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cuda/kernel_math.cuh"
+#include "cuda/kv_cells.cuh"
 
 namespace lode::cuda::kernels {
 
@@ -58,43 +59,53 @@ __device__ void norm_and_rotate(float* v, const float* w, int head_dim, int rope
   __syncthreads();
 }
 
-// Blocks [0, n_heads): query heads; [n_heads, n_heads + n_kv_heads): key heads.
-__global__ void attention_prepare_kernel(float* qg, const float* k, const float* v, const float* q_norm,
-                                         const float* k_norm, float* k_cache, float* v_cache,
-                                         const int64_t* position, int n_heads, int head_dim, int rope_dims,
-                                         double theta, float eps) {
+// Blocks [0, n_heads): query heads; [n_heads, n_heads + n_kv_heads): key heads, normed and
+// rotated in k (scratch) and then stored with v into the token's cache row.
+template <KvFormat F>
+__global__ void attention_prepare_kernel(float* qg, float* k, const float* v, const float* q_norm,
+                                         const float* k_norm, KvView kv, const int64_t* position, int n_heads,
+                                         int head_dim, int rope_dims, double theta, float eps) {
   const int t = blockIdx.y;  // the token of a prompt chunk
   const int64_t pos = *position + t;
-  const int n_kv_heads_total = gridDim.x - n_heads;
+  const int64_t row = int64_t(gridDim.x - n_heads) * head_dim;
   qg += int64_t(t) * 2 * n_heads * head_dim;
-  k += int64_t(t) * n_kv_heads_total * head_dim;
-  v += int64_t(t) * n_kv_heads_total * head_dim;
+  k += int64_t(t) * row;
+  v += int64_t(t) * row;
   if (int(blockIdx.x) < n_heads) {
     norm_and_rotate(qg + int64_t(blockIdx.x) * 2 * head_dim, q_norm, head_dim, rope_dims, pos, theta, eps);
     return;
   }
-  const int h = blockIdx.x - n_heads;
-  const int64_t row = pos * int64_t(n_kv_heads_total) * head_dim + int64_t(h) * head_dim;
+  const int64_t h = blockIdx.x - n_heads;
+  norm_and_rotate(k + h * head_dim, k_norm, head_dim, rope_dims, pos, theta, eps);
+  auto* k_cell = kv_row<F>(kv.k, kv.pages, pos, row) + h * head_dim;
+  auto* v_cell = kv_row<F>(kv.v, kv.pages, pos, row) + h * head_dim;
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-    k_cache[row + i] = k[int64_t(h) * head_dim + i];
-    v_cache[row + i] = v[int64_t(h) * head_dim + i];
+    KvCell<F>::store(k_cell + i, k[h * head_dim + i]);
+    KvCell<F>::store(v_cell + i, v[h * head_dim + i]);
   }
-  __syncthreads();
-  norm_and_rotate(k_cache + row, k_norm, head_dim, rope_dims, pos, theta, eps);
 }
 
 constexpr int kAttentionWarps = 4;
+
+// Keys per split of decode attention: the keys shared evenly among the splits, but at least 32
+// (8 per warp), so a shallow context uses few splits.
+__host__ __device__ inline int64_t keys_per_split(int64_t n_keys, int64_t n_splits) {
+  const int64_t even = (n_keys + n_splits - 1) / n_splits;
+  return even > 32 ? even : 32;
+}
 constexpr int kMaxDimsPerLane = 16;  // head_dim <= 512
 
 // Split-K: block (h, split) covers one contiguous share of the keys of query head h; each warp
 // takes every 4th key of it with an online softmax, the warps merge, and the block leaves its
 // partial (max, sum, unnormalised output) for attention_merge_kernel. Splits past the keys leave
 // an empty partial.
-__global__ void attention_decode_kernel(const float* qg, const float* k_cache, const float* v_cache,
-                                        const int64_t* position, int n_heads, int n_kv_heads, int head_dim,
-                                        float* partials) {
-  const int64_t n_all = *position + 1, per_split = (n_all + gridDim.y - 1) / gridDim.y;
+template <KvFormat F>
+__global__ void attention_decode_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads,
+                                        int n_kv_heads, int head_dim, float* partials) {
+  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, gridDim.y);
   const int64_t begin = int64_t(blockIdx.y) * per_split, n_keys = min(n_all, begin + per_split);
+  float* partial = partials + (int64_t(blockIdx.x) * gridDim.y + blockIdx.y) * (head_dim + 2);
+  if (begin >= n_all) return;  // a split past the keys: the merge does not read it
   __shared__ float q[kMaxDimsPerLane * kWarp];
   __shared__ float warp_m[kAttentionWarps], warp_l[kAttentionWarps];
   __shared__ float warp_acc[kAttentionWarps][kMaxDimsPerLane * kWarp];
@@ -109,36 +120,45 @@ __global__ void attention_decode_kernel(const float* qg, const float* k_cache, c
   float m = -INFINITY, l = 0.0f, acc[kMaxDimsPerLane];
 #pragma unroll
   for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] = 0.0f;
+  // Loops unrolled to kMaxDimsPerLane with guards, so acc and the rows stay in registers; a key's V
+  // row is loaded with its K row (one wait on memory per key, not two).
   for (int64_t j = begin + warp; j < n_keys; j += kAttentionWarps) {
-    const float* kj = k_cache + j * stride + int64_t(kvh) * head_dim;
-    float s = 0.0f;
-    for (int i = 0; i < dims; ++i) {
+    const auto* kj = kv_row<F>(kv.k, kv.pages, j, stride) + int64_t(kvh) * head_dim;
+    const auto* vj = kv_row<F>(kv.v, kv.pages, j, stride) + int64_t(kvh) * head_dim;
+    float kr[kMaxDimsPerLane], vr[kMaxDimsPerLane];
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
       const int d = lane + kWarp * i;
-      if (d < head_dim) s += q[d] * kj[d];
+      const bool inside = i < dims && d < head_dim;
+      kr[i] = inside ? KvCell<F>::load(kj + d) : 0.0f;
+      vr[i] = inside ? KvCell<F>::load(vj + d) : 0.0f;
     }
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i)
+      if (i < dims && lane + kWarp * i < head_dim) s += q[lane + kWarp * i] * kr[i];
     s = warp_sum(s) * scale;
     const float m_new = fmaxf(m, s);
     const float old = expf(m - m_new), p = expf(s - m_new);
     l = l * old + p;
-    const float* vj = v_cache + j * stride + int64_t(kvh) * head_dim;
-    for (int i = 0; i < dims; ++i) {
-      const int d = lane + kWarp * i;
-      acc[i] = acc[i] * old + (d < head_dim ? p * vj[d] : 0.0f);
-    }
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i)
+      if (i < dims) acc[i] = acc[i] * old + p * vr[i];
     m = m_new;
   }
   if (lane == 0) {
     warp_m[warp] = m;
     warp_l[warp] = l;
   }
-  for (int i = 0; i < dims; ++i) warp_acc[warp][lane + kWarp * i] = acc[i];
+#pragma unroll
+  for (int i = 0; i < kMaxDimsPerLane; ++i)
+    if (i < dims) warp_acc[warp][lane + kWarp * i] = acc[i];
   __syncthreads();
   float big = -INFINITY;
   for (int w = 0; w < kAttentionWarps; ++w) big = fmaxf(big, warp_m[w]);
   float total = 0.0f;
   for (int w = 0; w < kAttentionWarps; ++w) total += warp_m[w] == -INFINITY ? 0.0f : warp_l[w] * expf(warp_m[w] - big);
   // Partial (h, split): [max, sum, out[head_dim]].
-  float* partial = partials + (int64_t(h) * gridDim.y + blockIdx.y) * (head_dim + 2);
   if (threadIdx.x == 0) partial[0] = big, partial[1] = total;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float o = 0.0f;
@@ -150,10 +170,12 @@ __global__ void attention_decode_kernel(const float* qg, const float* k_cache, c
 
 // One block per query head: the splits' partials merged by their log-sum-exp weights, then the
 // sigmoid output gate.
-__global__ void attention_merge_kernel(const float* qg, const float* partials, int n_splits, int head_dim,
-                                       float* out) {
+__global__ void attention_merge_kernel(const float* qg, const float* partials, const int64_t* position, int n_splits,
+                                       int head_dim, float* out) {
   const int h = blockIdx.x;
+  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, n_splits);
   const float* first = partials + int64_t(h) * n_splits * (head_dim + 2);
+  n_splits = int(min(int64_t(n_splits), (n_all + per_split - 1) / per_split));  // the splits that had keys
   float big = -INFINITY;
   for (int s = 0; s < n_splits; ++s) big = fmaxf(big, first[s * (head_dim + 2)]);
   float total = 0.0f;
@@ -292,6 +314,7 @@ __global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids
       }
     }
     if (lane == 0) {
+      if (best_e >= n) best_e = slot;  // NaN logits: no expert compares greater; stay inside the table
       ids[slot] = best_e;
       ids[k + slot] = best_e + n;
       weights[slot] = best;
@@ -337,23 +360,32 @@ const char* add(float* h, const float* d, int64_t n, void* stream) {
   return launched();
 }
 
-const char* attention_prepare(float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
-                              float* k_cache, float* v_cache, const int64_t* pos, int n_heads, int n_kv_heads,
-                              int head_dim, int rope_dims, double rope_theta, float eps, int n_tokens, void* stream) {
-  attention_prepare_kernel<<<dim3(n_heads + n_kv_heads, n_tokens), 128, 0, as_stream(stream)>>>(
-      qg, k, v, q_norm, k_norm, k_cache, v_cache, pos, n_heads, head_dim, rope_dims, rope_theta, eps);
+const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
+                              KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim, int rope_dims,
+                              double rope_theta, float eps, int n_tokens, void* stream) {
+  const dim3 grid(n_heads + n_kv_heads, n_tokens);
+  if (kv.format == KvFormat::f16)
+    attention_prepare_kernel<KvFormat::f16><<<grid, 128, 0, as_stream(stream)>>>(
+        qg, k, v, q_norm, k_norm, kv, pos, n_heads, head_dim, rope_dims, rope_theta, eps);
+  else
+    attention_prepare_kernel<KvFormat::f32><<<grid, 128, 0, as_stream(stream)>>>(
+        qg, k, v, q_norm, k_norm, kv, pos, n_heads, head_dim, rope_dims, rope_theta, eps);
   return launched();
 }
 
-const char* attention_decode(const float* qg, const float* k_cache, const float* v_cache, const int64_t* pos,
-                             int n_heads, int n_kv_heads, int head_dim, int n_splits, float* partials, float* out,
-                             void* stream) {
+const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim,
+                             int n_splits, float* partials, float* out, void* stream) {
   if (head_dim > kMaxDimsPerLane * kWarp) return "head_dim over 512";
   if (n_splits < 1 || n_splits > 65535) return "attention splits out of range";
-  attention_decode_kernel<<<dim3(n_heads, n_splits), kAttentionWarps * kWarp, 0, as_stream(stream)>>>(
-      qg, k_cache, v_cache, pos, n_heads, n_kv_heads, head_dim, partials);
+  const dim3 grid(n_heads, n_splits);
+  if (kv.format == KvFormat::f16)
+    attention_decode_kernel<KvFormat::f16><<<grid, kAttentionWarps * kWarp, 0, as_stream(stream)>>>(
+        qg, kv, pos, n_heads, n_kv_heads, head_dim, partials);
+  else
+    attention_decode_kernel<KvFormat::f32><<<grid, kAttentionWarps * kWarp, 0, as_stream(stream)>>>(
+        qg, kv, pos, n_heads, n_kv_heads, head_dim, partials);
   if (const char* err = launched()) return err;
-  attention_merge_kernel<<<n_heads, 128, 0, as_stream(stream)>>>(qg, partials, n_splits, head_dim, out);
+  attention_merge_kernel<<<n_heads, 128, 0, as_stream(stream)>>>(qg, partials, pos, n_splits, head_dim, out);
   return launched();
 }
 

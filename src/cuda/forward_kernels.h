@@ -6,6 +6,8 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/kv_format.h"
+
 namespace lode::cuda::kernels {
 
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w for `rows` rows of n (out may be x).
@@ -17,19 +19,19 @@ const char* add_rms_norm(float* h, const float* d, const float* w, float* out, i
 const char* add(float* h, const float* d, int64_t n, void* stream);
 
 // Attention, n_tokens tokens at positions *pos, *pos + 1, ... (device memory, so that a captured step
-// can be replayed at every position; qg, k and v hold one row per token): per head, q (the first half of qg's 2 * head_dim) RMS-normed
-// with q_norm and NeoX-rotated in place; per KV head, k normed with k_norm and rotated, then k and
-// v written to row pos of the caches ([positions][n_kv_heads * head_dim]).
-const char* attention_prepare(float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
-                              float* k_cache, float* v_cache, const int64_t* pos, int n_heads, int n_kv_heads,
-                              int head_dim, int rope_dims, double rope_theta, float eps, int n_tokens, void* stream);
-// out[h] = softmax(q_h K^T / sqrt(head_dim)) V over positions [0, *pos], times sigmoid(gate_h).
-// Split-K: the keys are shared among n_splits blocks per head (fixed when a step is captured; the
-// share of each follows *pos), whose partials (partials: [n_heads][n_splits][head_dim + 2]) a
-// second kernel merges by their log-sum-exp weights.
-const char* attention_decode(const float* qg, const float* k_cache, const float* v_cache, const int64_t* pos,
-                             int n_heads, int n_kv_heads, int head_dim, int n_splits, float* partials, float* out,
-                             void* stream);
+// can be replayed at every position; qg, k and v hold one row per token): per head, q (the first
+// half of qg's 2 * head_dim) RMS-normed with q_norm and NeoX-rotated in place; per KV head, k
+// normed with k_norm and rotated (in place: k is scratch), then k and v stored into the token's
+// row of the paged cache `kv`, in its format.
+const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
+                              KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim, int rope_dims,
+                              double rope_theta, float eps, int n_tokens, void* stream);
+// out[h] = softmax(q_h K^T / sqrt(head_dim)) V over positions [0, *pos] of the paged cache, times
+// sigmoid(gate_h). Split-K: the keys are shared among n_splits blocks per head (fixed when a step is
+// captured; the share of each follows *pos), whose partials (partials: [n_heads][n_splits]
+// [head_dim + 2]) a second kernel merges by their log-sum-exp weights.
+const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim,
+                             int n_splits, float* partials, float* out, void* stream);
 
 // Gated DeltaNet, n_tokens tokens in order. Each row of qkv [n_tokens][channels] (Q | K | V) goes
 // through the causal conv (state [channels][kernel - 1], shifted) and SiLU in place; then q and k

@@ -36,13 +36,14 @@ void run(const MatvecLaunch& m) {
 }  // namespace
 
 void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x, float* y,
-            int64_t n_tokens, void* stream) {
-  run({type, w, nullptr, nullptr, rows, cols, row_bytes, x, cols, y, n_tokens, stream});
+            int64_t n_tokens, void* stream, int64_t swiglu_up) {
+  run({type, w, nullptr, nullptr, rows, cols, row_bytes, x, cols, y, n_tokens, stream, swiglu_up});
 }
 
 void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids, int64_t n_problems, int64_t rows,
-                    int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, void* stream) {
-  run({type, nullptr, table, ids, rows, cols, row_bytes, x, x_stride, y, n_problems, stream});
+                    int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, void* stream,
+                    int64_t swiglu_up) {
+  run({type, nullptr, table, ids, rows, cols, row_bytes, x, x_stride, y, n_problems, stream, swiglu_up});
 }
 
 }  // namespace lode::cuda

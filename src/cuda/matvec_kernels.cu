@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/quant/blocks.h"
+#include "cuda/kernel_math.cuh"
 #include "cuda/matvec_launch.h"
 
 namespace lode::cuda {
@@ -15,7 +16,13 @@ namespace {
 
 using namespace lode::quant;
 
-constexpr int kWarp = 32;
+using kernels::kWarp;
+using kernels::siluf;
+
+// Input value c of a product: x[c], or silu(x[c]) * x[swiglu_up + c] for a SwiGLU's halves.
+__device__ __forceinline__ float input_value(const float* x, int64_t c, int64_t swiglu_up) {
+  return swiglu_up ? siluf(x[c]) * x[swiglu_up + c] : x[c];
+}
 
 __device__ __forceinline__ float half_bits(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
 
@@ -445,12 +452,13 @@ constexpr int kWarpsPerBlock = 8;
 template <GgmlType T>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
     matvec_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t units,
-                  size_t row_bytes, const float* x, int64_t x_stride, float* y, int rows_per_warp) {
+                  size_t row_bytes, const float* x, int64_t x_stride, float* y, int rows_per_warp, int64_t swiglu_up) {
   extern __shared__ float4 shared_x[];
   float* xs = reinterpret_cast<float*>(shared_x);
   const int64_t p = blockIdx.y;  // the problem
   const float* xp = x + p * x_stride;
-  for (int64_t i = threadIdx.x; i < units * 32; i += blockDim.x) xs[(i / 32) * kUnitStride + i % 32] = xp[i];
+  for (int64_t i = threadIdx.x; i < units * 32; i += blockDim.x)
+    xs[(i / 32) * kUnitStride + i % 32] = input_value(xp, i, swiglu_up);
   __syncthreads();
   const uint8_t* matrix = table ? static_cast<const uint8_t*>(table[ids[p]]) : w;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -479,7 +487,8 @@ __device__ __forceinline__ float plain_value(const uint8_t* row, int64_t c) {
 
 template <GgmlType T>
 __global__ void matvec_ragged_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows,
-                                     int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y) {
+                                     int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y,
+                                     int64_t swiglu_up) {
   const int lane = threadIdx.x % kWarp;
   const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   const int64_t p = blockIdx.y;
@@ -487,7 +496,7 @@ __global__ void matvec_ragged_kernel(const uint8_t* w, const void* const* table,
   const uint8_t* row = (table ? static_cast<const uint8_t*>(table[ids[p]]) : w) + r * row_bytes;
   const float* xp = x + p * x_stride;
   float sum = 0.0f;
-  for (int64_t c = lane; c < cols; c += kWarp) sum += plain_value<T>(row, c) * xp[c];
+  for (int64_t c = lane; c < cols; c += kWarp) sum += plain_value<T>(row, c) * input_value(xp, c, swiglu_up);
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (lane == 0) y[p * rows + r] = sum;
@@ -499,7 +508,8 @@ cudaError_t launch(const MatvecLaunch& m) {
     if (m.cols % 32 != 0) {
       const dim3 grid(unsigned((m.rows + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(m.n_problems));
       matvec_ragged_kernel<T><<<grid, kWarpsPerBlock * kWarp, 0, static_cast<cudaStream_t>(m.stream)>>>(
-          static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y);
+          static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y,
+          m.swiglu_up);
       return cudaGetLastError();
     }
   }
@@ -517,7 +527,7 @@ cudaError_t launch(const MatvecLaunch& m) {
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
   matvec_kernel<T><<<grid, kWarpsPerBlock * kWarp, shared, static_cast<cudaStream_t>(m.stream)>>>(
       static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, units, m.row_bytes, m.x, m.x_stride, m.y,
-      rows_per_warp);
+      rows_per_warp, m.swiglu_up);
   return cudaGetLastError();
 }
 

@@ -22,6 +22,7 @@ struct MatvecLaunch {
   float* y;
   int64_t n_problems;
   void* stream;
+  int64_t swiglu_up = 0;  // > 0: x is a SwiGLU's gate, its up half this many floats further on
 };
 
 bool matvec_kernel_exists(GgmlType type);

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cuda/kernel_math.cuh"
+#include "cuda/kv_cells.cuh"
 
 namespace lode::cuda::kernels {
 
@@ -144,6 +145,17 @@ __global__ void gated_norm_kernel(float* o, const float* z, const float* norm_w,
   for (int i = threadIdx.x; i < dv; i += blockDim.x) s += row[i] * row[i];
   const float scale = rsqrtf(block_sum(s) / float(dv) + eps);
   for (int i = threadIdx.x; i < dv; i += blockDim.x) row[i] = row[i] * scale * norm_w[i] * siluf(zr[i]);
+}
+
+template <KvFormat F>
+__global__ void kv_to_rows_kernel(KvView kv, int64_t row_values, float* k_out, float* v_out) {
+  const int64_t pos = blockIdx.x;
+  const auto* k = kv_row<F>(kv.k, kv.pages, pos, row_values);
+  const auto* v = kv_row<F>(kv.v, kv.pages, pos, row_values);
+  for (int64_t i = threadIdx.x; i < row_values; i += blockDim.x) {
+    k_out[pos * row_values + i] = KvCell<F>::load(k + i);
+    v_out[pos * row_values + i] = KvCell<F>::load(v + i);
+  }
 }
 
 // One block per (head, query) row.
@@ -302,6 +314,15 @@ const char* deltanet_conv_rows(const float* in, float* out, float* state, const 
 
 const char* gated_norm_rows(float* o, const float* z, const float* norm_w, int rows, int dv, float eps, void* stream) {
   gated_norm_kernel<<<rows, 128, 0, as_stream(stream)>>>(o, z, norm_w, dv, eps);
+  return launched();
+}
+
+const char* kv_to_rows(KvView kv, int64_t n_positions, int64_t row_values, float* k_out, float* v_out, void* stream) {
+  if (n_positions <= 0) return nullptr;
+  if (kv.format == KvFormat::f16)
+    kv_to_rows_kernel<KvFormat::f16><<<unsigned(n_positions), 256, 0, as_stream(stream)>>>(kv, row_values, k_out, v_out);
+  else
+    kv_to_rows_kernel<KvFormat::f32><<<unsigned(n_positions), 256, 0, as_stream(stream)>>>(kv, row_values, k_out, v_out);
   return launched();
 }
 

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/kv_format.h"
+
 namespace lode::cuda::kernels {
 
 // DeltaNet's causal conv for a chunk, all tokens at once: out[t][c] = silu(sum_k w[c][k] x[t - keep + k])
@@ -20,6 +22,10 @@ const char* deltanet_scan(float* state, const float* qkv, int channels, const fl
                           float* o, void* stream);
 // o = o * rsqrt(mean(o^2) + eps) * norm_w * silu(z), per row of dv (rows = n_tokens * hv).
 const char* gated_norm_rows(float* o, const float* z, const float* norm_w, int rows, int dv, float eps, void* stream);
+
+// Positions [0, n_positions) of a layer's paged K/V cache as float32 rows [n_positions][row_values]
+// (the values the decode step reads), for the prompt's attention products.
+const char* kv_to_rows(KvView kv, int64_t n_positions, int64_t row_values, float* k_out, float* v_out, void* stream);
 
 // Causal softmax of attention scores s [heads][n_queries][n_keys] (times `scale`) in place: query t
 // sees keys [0, first_query + t]; the rest become 0.

@@ -60,7 +60,7 @@ struct PromptPass::Impl {
   std::vector<DeviceBuffer> buffers;
   int64_t queries_per_block = 1;
 
-  float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *scores, *qkv_raw, *qkv, *z, *b, *alpha, *o;
+  float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *k_rows, *v_rows, *scores, *qkv_raw, *qkv, *z, *b, *alpha, *o;
   float *router, *weights, *xs, *gu, *act, *ys, *sg, *su, *sh, *shared_out, *shared_logit, *expanded;
   int32_t *ids, *sorted, *slot_of, *expert_of, *counts, *first, *gate_up_order;
   int32_t *host_counts = nullptr, *host_first = nullptr;
@@ -101,6 +101,7 @@ struct PromptPass::Impl {
     h = floats(n * c.hidden, "h"), normed = floats(n * c.hidden, "normed"), mixed = floats(n * c.hidden, "mixed");
     qg = floats(n * 2 * c.q_dim(), "q|gate"), kbuf = floats(n * c.kv_dim(), "k"), vbuf = floats(n * c.kv_dim(), "v");
     attn = floats(n * c.q_dim(), "attention");
+    k_rows = floats(options.max_context * c.kv_dim(), "K rows"), v_rows = floats(options.max_context * c.kv_dim(), "V rows");
     const int64_t score_row = c.n_heads * options.max_context * 4;
     queries_per_block = std::clamp<int64_t>(kScoreBytes / std::max<int64_t>(score_row, 1), 1, n);
     scores = floats(c.n_heads * queries_per_block * options.max_context, "attention scores");
@@ -154,21 +155,23 @@ struct PromptPass::Impl {
     const model::Qwen35MoeConfig& c = config;
     const int64_t dim = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), group = c.n_heads / c.n_kv_heads;
     project(d.q, normed, n, qg), project(d.k, normed, n, kbuf), project(d.v, normed, n, vbuf);
-    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, d.k_cache, d.v_cache, device_first,
+    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, d.kv, device_first,
                                      int(c.n_heads), int(c.n_kv_heads), int(dim), int(c.rope_dims), c.rope_theta,
                                      float(c.rms_eps), int(n), stream),
           "prompt attention prepare");
+    // The cache as float32 rows: what the decode step reads, whatever the format.
+    check(kernels::kv_to_rows(d.kv, first_position + n, kv_dim, k_rows, v_rows, stream), "reading the K/V cache");
     clock.mark(elementwise);
     for (int64_t q0 = 0; q0 < n; q0 += queries_per_block) {
       const int64_t tq = std::min(queries_per_block, n - q0), keys = first_position + q0 + tq;
       for (int64_t g = 0; g < c.n_kv_heads; ++g)
-        gemm.xwt_batched(qg + q0 * 2 * q_dim + g * group * 2 * dim, 2 * q_dim, 2 * dim, d.k_cache + g * dim, kv_dim, 0,
+        gemm.xwt_batched(qg + q0 * 2 * q_dim + g * group * 2 * dim, 2 * q_dim, 2 * dim, k_rows + g * dim, kv_dim, 0,
                          scores + g * group * tq * keys, keys, tq * keys, tq, keys, dim, group);
       check(kernels::causal_softmax(scores, int(c.n_heads), int(tq), keys, first_position + q0,
                                     1.0f / std::sqrt(float(dim)), stream),
             "prompt attention softmax");
       for (int64_t g = 0; g < c.n_kv_heads; ++g)
-        gemm.xw_batched(scores + g * group * tq * keys, keys, tq * keys, d.v_cache + g * dim, kv_dim, 0,
+        gemm.xw_batched(scores + g * group * tq * keys, keys, tq * keys, v_rows + g * dim, kv_dim, 0,
                         attn + q0 * q_dim + g * group * dim, q_dim, dim, tq, dim, keys, group);
     }
     check(kernels::attention_gate(attn, qg, int(n), int(c.n_heads), int(dim), stream), "attention gate");

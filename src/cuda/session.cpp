@@ -11,6 +11,7 @@
 #include "cpu/weights.h"
 #include "cuda/device_model.h"
 #include "cuda/forward_kernels.h"
+#include "cuda/kv_cache.h"
 #include "cuda/matvec.h"
 #include "cuda/phase_clock.h"
 #include "cuda/prompt_pass.h"
@@ -53,6 +54,7 @@ struct CudaSession::Impl {
   std::vector<DeviceBuffer> buffers;
   std::vector<std::pair<const gguf::TensorInfo*, const uint8_t*>> uploaded;  // tensor -> device bytes
   std::vector<DeviceLayer> layers;
+  std::unique_ptr<KvCache> kv;
   const float* output_norm = nullptr;
   DeviceMatrix output;
   int64_t position = 0;
@@ -62,7 +64,7 @@ struct CudaSession::Impl {
   // Scratch for one token.
   float* attention_partials;
   float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *qkv, *z, *b, *alpha, *o, *router_logits, *weights;
-  float *g, *u, *act, *y, *sg, *su, *sh, *shared_out, *shared_logit, *logits;
+  float *g, *u, *y, *sg, *su, *shared_out, *logits;
   int32_t* ids;
   int32_t* pair_ids;  // {0, 1}: the shared expert's gate and up in one grouped launch
 
@@ -149,11 +151,9 @@ struct CudaSession::Impl {
       const cpu::AttentionWeights& a = w.attention;
       d.q = matrix(a.q), d.k = matrix(a.k), d.v = matrix(a.v), d.o = matrix(a.output);
       d.q_norm = upload(a.q_norm, at + "q_norm"), d.k_norm = upload(a.k_norm, at + "k_norm");
-      d.k_cache = floats(options.max_context * c.kv_dim(), VramUse::kv, at + "K cache");
-      d.v_cache = floats(options.max_context * c.kv_dim(), VramUse::kv, at + "V cache");
     }
     const cpu::MoeWeights& m = w.moe;
-    d.router = matrix(m.router);
+    bind_router(d, m, at);
     d.gate = experts(m.gate, at + "gate experts"), d.up = experts(m.up, at + "up experts");
     d.down = experts(m.down, at + "down experts");
     d.gate_up = gate_up_experts(m, at + "gate|up experts");
@@ -162,14 +162,47 @@ struct CudaSession::Impl {
       if (same_shape(d.shared_gate, d.shared_up))
         d.shared_gate_up = {d.shared_gate.type, table_of({d.shared_gate.data, d.shared_up.data}, at + "shared gate|up"),
                             d.shared_gate.rows, d.shared_gate.cols, d.shared_gate.row_bytes};
-      d.shared_logit = {GgmlType::F32, upload(m.shared_gate_inp, at + "shared gate"), 1, c.hidden, size_t(c.hidden) * 4};
     }
     layers.push_back(d);
   }
 
-  // Decode attention shares the keys among this many blocks per head: enough to fill the GPU at
-  // long contexts (one block per 256 positions of the context, at most 32), fixed for the graph.
-  int attention_splits() const { return int(std::clamp<int64_t>(options.max_context / 256, 1, 32)); }
+  // The router, and the shared expert's gate row after it in the same float32 matrix when both are
+  // float32: one product gives both (router and shared_logit are views of its rows).
+  void bind_router(DeviceLayer& d, const cpu::MoeWeights& m, const std::string& at) {
+    const model::Qwen35MoeConfig& c = config;
+    const bool shared = c.shared_ff > 0;
+    if (!shared || m.router.type->type != GgmlType::F32) {
+      d.router = matrix(m.router);
+      if (shared) d.shared_logit = {GgmlType::F32, upload(m.shared_gate_inp, at + "shared gate"), 1, c.hidden, size_t(c.hidden) * 4};
+      return;
+    }
+    std::vector<float> rows(size_t((m.router.rows + 1) * c.hidden));
+    for (int64_t r = 0; r < m.router.rows; ++r)
+      std::copy_n(reinterpret_cast<const float*>(m.router.row(r)), c.hidden, rows.data() + r * c.hidden);
+    std::copy(m.shared_gate_inp.begin(), m.shared_gate_inp.end(), rows.data() + m.router.rows * c.hidden);
+    const float* both = upload(rows, at + "router and shared gate");
+    const size_t row_bytes = size_t(c.hidden) * 4;
+    d.router_and_shared_logit = {GgmlType::F32, both, m.router.rows + 1, c.hidden, row_bytes};
+    d.router = {GgmlType::F32, both, m.router.rows, c.hidden, row_bytes};
+    d.shared_logit = {GgmlType::F32, both + m.router.rows * c.hidden, 1, c.hidden, row_bytes};
+  }
+
+  // Decode attention shares the keys among this many blocks per head, fixed for the graph: one per
+  // 128 positions of the context, at most 128 (each warp of a block walks its keys one at a time,
+  // waiting on memory for each, so short walks matter more than the empty blocks of a shallow
+  // context, which return at once).
+  int attention_splits() const { return int(std::clamp<int64_t>(options.max_context / 128, 1, 128)); }
+
+  // One paged cache for the attention layers, each layer its view of it.
+  void allocate_kv() {
+    int n_attention = 0;
+    for (const DeviceLayer& d : layers) n_attention += !d.recurrent;
+    kv = std::make_unique<KvCache>(vram, options.kv_format, n_attention, config.kv_dim(), options.max_context,
+                                   options.kv_page_order);
+    int index = 0;
+    for (DeviceLayer& d : layers)
+      if (!d.recurrent) d.kv = kv->layer(index++);
+  }
 
   void allocate_scratch() {
     const model::Qwen35MoeConfig& c = config;
@@ -180,15 +213,15 @@ struct CudaSession::Impl {
     qg = s(2 * c.q_dim(), "q|gate"), kbuf = s(c.kv_dim(), "k"), vbuf = s(c.kv_dim(), "v"), attn = s(c.q_dim(), "attention");
     qkv = s(c.conv_channels(), "qkv"), z = s(c.ssm_value_dim(), "z"), b = s(c.ssm_dt_rank, "b");
     alpha = s(c.ssm_dt_rank, "alpha"), o = s(c.ssm_value_dim(), "o");
-    router_logits = s(c.n_experts, "router"), weights = s(k, "route weights");
+    router_logits = s(c.n_experts + 1, "router"), weights = s(k, "route weights");
     ids = static_cast<int32_t*>(allocate(size_t(2 * k) * 4, VramUse::scratch, "route ids"));
     g = s(2 * k * c.expert_ff, "g|u"), u = g + k * c.expert_ff;  // one grouped launch writes both
-    act = s(k * c.expert_ff, "act"), y = s(k * c.hidden, "y");
-    sg = s(2 * c.shared_ff, "shared g|u"), su = sg + c.shared_ff, sh = s(c.shared_ff, "sh");
+    y = s(k * c.hidden, "y");
+    sg = s(2 * c.shared_ff, "shared g|u"), su = sg + c.shared_ff;
     const int32_t pair[2] = {0, 1};
     pair_ids = static_cast<int32_t*>(allocate(sizeof(pair), VramUse::scratch, "gate|up ids"));
     copy_to_device(pair_ids, pair, sizeof(pair));
-    shared_out = s(c.hidden, "shared"), shared_logit = s(1, "shared logit"), logits = s(c.vocab, "logits");
+    shared_out = s(c.hidden, "shared"), logits = s(c.vocab, "logits");
   }
 
   void zero_states() {
@@ -212,11 +245,11 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     mv(d.q, normed, qg), mv(d.k, normed, kbuf), mv(d.v, normed, vbuf);
     mark(Phase::attention_proj);
-    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, d.k_cache, d.v_cache, device_position,
+    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, d.kv, device_position,
                                      int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims),
                                      c.rope_theta, float(c.rms_eps), 1, stream),
           "attention prepare");
-    check(kernels::attention_decode(qg, d.k_cache, d.v_cache, device_position, int(c.n_heads), int(c.n_kv_heads),
+    check(kernels::attention_decode(qg, d.kv, device_position, int(c.n_heads), int(c.n_kv_heads),
                                     int(c.head_dim), attention_splits(), attention_partials, attn, stream),
           "attention");
     mark(Phase::attention_core);
@@ -242,7 +275,10 @@ struct CudaSession::Impl {
   void moe(const DeviceLayer& d) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t k = c.n_experts_used, ff = c.expert_ff;
-    mv(d.router, normed, router_logits);
+    // router_logits [n_experts + 1]: the router's, then the shared expert's gate.
+    const float* shared_gate_logit = router_logits + c.n_experts;
+    if (d.router_and_shared_logit.data) mv(d.router_and_shared_logit, normed, router_logits);
+    else mv(d.router, normed, router_logits);
     check(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, stream), "router");
     mark(Phase::router);
     if (d.gate_up.table) {
@@ -251,19 +287,20 @@ struct CudaSession::Impl {
       grouped(d.gate, ids, k, normed, 0, g);
       grouped(d.up, ids, k, normed, 0, u);
     }
-    check(kernels::swiglu(g, u, act, k * ff, stream), "swiglu");
-    grouped(d.down, ids, k, act, ff, y);
+    // The down projection applies the SwiGLU to the gate (g) and up (u = g + k ff) outputs as it reads them.
+    grouped_matvec(d.down.type, d.down.table, ids, k, d.down.rows, d.down.cols, d.down.row_bytes, g, ff, y, stream,
+                   k * ff);
     mark(Phase::experts);
     const bool shared = c.shared_ff > 0;
     if (shared) {
       if (d.shared_gate_up.table) grouped(d.shared_gate_up, pair_ids, 2, normed, 0, sg);
       else mv(d.shared_gate, normed, sg), mv(d.shared_up, normed, su);
-      check(kernels::swiglu(sg, su, sh, c.shared_ff, stream), "shared swiglu");
-      mv(d.shared_down, sh, shared_out);
-      mv(d.shared_logit, normed, shared_logit);
+      const DeviceMatrix& down = d.shared_down;  // su = sg + shared_ff
+      matvec(down.type, down.data, down.rows, down.cols, down.row_bytes, sg, shared_out, 1, stream, c.shared_ff);
+      if (!d.router_and_shared_logit.data) mv(d.shared_logit, normed, router_logits + c.n_experts);
       mark(Phase::shared_expert);
     }
-    check(kernels::moe_combine(y, weights, int(k), shared ? shared_out : nullptr, shared_logit, int(c.hidden), mixed,
+    check(kernels::moe_combine(y, weights, int(k), shared ? shared_out : nullptr, shared_gate_logit, int(c.hidden), mixed,
                                stream),
           "expert sum");
     mark(Phase::expert_sum);
@@ -409,6 +446,7 @@ CudaSession::CudaSession(const gguf::Reader& reader, const model::Qwen35MoeConfi
     : impl_(std::make_unique<Impl>(reader, config, options)) {
   if (options.max_context <= 0) fail("cuda session: max_context must be positive");
   for (int64_t layer = 0; layer < config.n_layers; ++layer) impl_->bind_layer(layer);
+  impl_->allocate_kv();
   impl_->output_norm = impl_->upload(impl_->host.output_norm, "output_norm");
   impl_->output = impl_->matrix(impl_->host.output);
   impl_->allocate_scratch();
@@ -452,7 +490,7 @@ CudaSession::StepBytes CudaSession::decode_bytes(int64_t depth) const {
       s.state += 2 * c.ssm_dt_rank * c.ssm_state * c.ssm_state * 4;
     } else {
       s.weights += bytes(d.q) + bytes(d.k) + bytes(d.v) + bytes(d.o);
-      s.state += 2 * (depth + 1) * c.kv_dim() * 4;
+      s.state += 2 * (depth + 1) * c.kv_dim() * int64_t(kv_value_bytes(impl_->options.kv_format));
     }
     s.weights += bytes(d.router) + bytes(d.shared_gate) + bytes(d.shared_up) + bytes(d.shared_down);
     s.weights += c.n_experts_used * (bytes(d.gate) + bytes(d.up) + bytes(d.down));

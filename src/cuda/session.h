@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/gemm.h"
+#include "cuda/kv_format.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
 
@@ -32,6 +33,10 @@ struct CudaSessionOptions {
   // The precision of the prompt path's matrix products: tf32 (tensor cores) or fp32 (exact to
   // float rounding against the decode step; slower).
   PromptMath prompt_math = PromptMath::tf32;
+  // How K/V cells are stored (fp32 until the CPU engine has the other formats to compare with).
+  KvFormat kv_format = KvFormat::f32;
+  // The physical page of each logical K/V page (empty: in order); tests scramble it.
+  std::vector<int32_t> kv_page_order;
 };
 
 class CudaSession {

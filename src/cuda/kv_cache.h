@@ -1,0 +1,34 @@
+// The K/V cache of one sequence on the GPU: for every full-attention layer, K and V stores in pages
+// of kKvPagePositions positions (cuda/kv_format.h), and the sequence's page table, shared by the
+// layers. Allocated through the VRAM accountant (as kv).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "cuda/kv_format.h"
+#include "cuda/vram.h"
+
+namespace lode::cuda {
+
+class KvCache {
+ public:
+  // Room for max_positions positions (rounded up to whole pages) in n_layers layers of row_values
+  // values per position. page_order: the physical page of each logical page (empty: in order;
+  // tests scramble it to show nothing depends on the order).
+  KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t row_values, int64_t max_positions,
+          std::vector<int32_t> page_order = {});
+
+  KvView layer(int index) const;
+  KvFormat format() const { return format_; }
+  // Bytes of one position in every layer, K and V.
+  size_t bytes_per_position() const;
+
+ private:
+  KvFormat format_;
+  int64_t row_values_;
+  std::vector<DeviceBuffer> stores_;  // K then V of each layer
+  DeviceBuffer pages_;
+};
+
+}  // namespace lode::cuda
