@@ -158,4 +158,37 @@ TEST(Cli, RunOnTheGpuGivesTheCpuTokens) {
   EXPECT_FALSE(gpu.out.empty());
 }
 
+// lode chat --backend cuda: two turns with lode-mini on the GPU hold one conversation (the second
+// turn prefills only its own tokens on top of the first's context) and reply as the CPU does;
+// elsewhere a clear error.
+TEST(Cli, ChatOnTheGpuHoldsTheConversation) {
+  const lode::test::TempDir dir;
+  std::ofstream(dir / "turns.txt") << "Hello there\n/think off\nWhat is a package?\n";
+  const std::string chat = "chat -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' -n 12 --temp 0";
+  const std::string input = " < '" + (dir / "turns.txt").string() + "'";
+  const auto gpu = run_lode(chat + " --backend cuda" + input, dir.path());
+  std::string why;
+  if (!lode::test::gpu_available(&why)) {
+    EXPECT_EQ(gpu.status, 1) << gpu.out;
+    EXPECT_TRUE(gpu.err.find("no usable NVIDIA GPU") != std::string::npos ||
+                gpu.err.find("built without CUDA") != std::string::npos) << gpu.err;
+    return;
+  }
+  const auto cpu = run_lode(chat + input, dir.path());
+  ASSERT_EQ(gpu.status, 0) << gpu.err;
+  ASSERT_EQ(cpu.status, 0) << cpu.err;
+  const auto contexts = [](const std::string& err) {
+    std::vector<int> c;
+    for (size_t at = err.find("context "); at != std::string::npos; at = err.find("context ", at + 1))
+      c.push_back(std::atoi(err.c_str() + at + 8));
+    return c;
+  };
+  const auto turns = contexts(gpu.err);
+  ASSERT_EQ(turns.size(), 2u) << gpu.err;
+  EXPECT_GT(turns[1], turns[0] + 12) << gpu.err;  // the first turn's context plus the second's tokens
+  EXPECT_EQ(turns, contexts(cpu.err));
+  EXPECT_EQ(gpu.out, cpu.out);
+  EXPECT_FALSE(gpu.out.empty());
+}
+
 }  // namespace

@@ -1,5 +1,5 @@
-// `lode chat -m MODEL [--system TEXT] [--no-think] [sampling]`: an interactive conversation on the
-// CPU engine with Qwen's chat template. Each line on stdin is a user turn (piped input works too);
+// `lode chat -m MODEL [--system TEXT] [--no-think] [sampling] [--backend cpu|cuda]`: an interactive
+// conversation on the CPU engine or the GPU with Qwen's chat template. Each line on stdin is a user turn (piped input works too);
 // /think on|off, /reset and /quit are commands. The conversation stays in the session's cache
 // between turns: a turn prefills only its own tokens. The history is kept as the model saw it,
 // reasoning included (what Qwen3.6 calls preserve_thinking), rather than re-rendered without it,
@@ -11,6 +11,7 @@
 
 #include "chat/output_parser.h"
 #include "chat/template.h"
+#include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/loaded_model.h"
 #include "cli/sampling_options.h"
@@ -26,6 +27,7 @@ struct ChatOptions {
   int64_t n_predict = 1024;
   std::string system;
   bool no_think = false;
+  std::string backend = "cpu";
 };
 
 class Chat {
@@ -35,6 +37,7 @@ class Chat {
         sampler_(params_, model_.session.vocab()), thinking_(!o.no_think),
         tty_(isatty(fileno(stdout)) != 0) {
     model_.text();  // fail now, not at the first turn, when the model has no tokenizer
+    sequence_ = open_sequence(o.backend, model_, o.run.ctx);
   }
 
   void run() {
@@ -66,7 +69,7 @@ class Chat {
       thinking_ = line == "/think on";
       fmt::print(stderr, "thinking {}\n", thinking_ ? "on" : "off");
     } else if (line == "/reset") {
-      model_.session.reset();
+      sequence_->reset();
       sampler_.reset();
       last_ = {};
       fmt::print(stderr, "conversation cleared\n");
@@ -81,7 +84,7 @@ class Chat {
   std::vector<int32_t> turn_tokens(const std::string& user_text) {
     const auto& tok = model_.text();
     std::vector<chat::Message> messages;
-    const bool first = model_.session.position() == 0 && !last_.last_token_pending;
+    const bool first = sequence_->position() == 0 && !last_.last_token_pending;
     auto add = [&](const char* role, const std::string& content) {
       messages.emplace_back().role = role;
       messages.back().content = content;
@@ -125,20 +128,21 @@ class Chat {
     g.max_tokens = o_.n_predict;
     g.sampling = params_;
     g.chunk = o_.run.chunk;
-    last_ = engine::generate(model_.session, model_.text(), sampler_, ids, g,
+    last_ = engine::generate(*sequence_, model_.text(), sampler_, ids, g,
                              [&](std::string_view piece) { show(parser.push(piece)); });
     show(parser.finish());
     if (in_reasoning) fmt::print("{}", close_reasoning);
     fmt::print("\n");
     std::fflush(stdout);
-    fmt::print(stderr, "[{}; context {} tokens]\n", engine::speed_report(last_), model_.session.position());
+    fmt::print(stderr, "[{}; context {} tokens]\n", engine::speed_report(last_), sequence_->position());
     if (last_.finish == engine::FinishReason::context_full)
       fmt::print(stderr, "[the context of {} tokens is full: /reset starts over, --ctx makes it larger]\n",
-                 model_.session.max_context());
+                 sequence_->max_context());
   }
 
   const ChatOptions& o_;
   LoadedModel model_;
+  std::unique_ptr<engine::SequenceModel> sequence_;  // on the CPU session of model_, or the GPU
   sample::SamplingParams params_;
   sample::Sampler sampler_;
   bool thinking_;
@@ -150,12 +154,13 @@ class Chat {
 
 void add_chat_command(CLI::App& app) {
   auto o = std::make_shared<ChatOptions>();
-  auto* cmd = app.add_subcommand("chat", "Chat with the model (CPU); one user turn per line of stdin");
+  auto* cmd = app.add_subcommand("chat", "Chat with the model; one user turn per line of stdin");
   add_model_run_options(*cmd, o->run, PromptInput::none);
   add_sampling_options(*cmd, o->sampling);
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens per reply at most (default 1024)")->check(CLI::PositiveNumber);
   cmd->add_option("--system", o->system, "System prompt");
   cmd->add_flag("--no-think", o->no_think, "Start with thinking off (/think on turns it back on)");
+  add_backend_option(*cmd, o->backend);
   cmd->callback([o] { Chat(*o).run(); });
 }
 

@@ -7,15 +7,13 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/loaded_model.h"
 #include "cli/sampling_options.h"
 #include "core/error.h"
 #include "engine/generate.h"
 
-#ifdef LODE_HAVE_CUDA
-#include "cuda/sequence.h"
-#endif
 
 namespace lode::cli {
 namespace {
@@ -31,29 +29,6 @@ struct RunOptions {
   std::string backend = "cpu";
 };
 
-// The engine that runs the sequence: the CPU session of `model`, or a CUDA session on its weights.
-// The GPU keeps K/V for --ctx positions (default: the model's context, at most 8192 until K/V is
-// paged).
-struct Backend {
-  Backend(const RunOptions& o, LoadedModel& model) {
-    if (o.backend == "cpu") {
-      sequence = std::make_unique<engine::CpuSequence>(model.session);
-      return;
-    }
-#ifdef LODE_HAVE_CUDA
-    const int64_t ctx = o.run.ctx > 0 ? o.run.ctx : std::min<int64_t>(model.config.context_length, 8192);
-    gpu = std::make_unique<cuda::CudaSession>(model.reader, model.config, cuda::CudaSessionOptions{.max_context = ctx});
-    sequence = std::make_unique<cuda::CudaSequence>(*gpu);
-#else
-    fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
-#endif
-  }
-#ifdef LODE_HAVE_CUDA
-  std::unique_ptr<cuda::CudaSession> gpu;
-#endif
-  std::unique_ptr<engine::SequenceModel> sequence;
-};
-
 void run_generate(const RunOptions& o) {
   const std::string text = read_prompt_text(o.run);
   if (o.run.tokens.empty() && text.empty())
@@ -67,16 +42,16 @@ void run_generate(const RunOptions& o) {
   engine::GenerateOptions g{.max_tokens = o.n_predict, .sampling = params, .stop_strings = o.stop,
                             .stop_at_end_of_generation = !o.ignore_eos, .render_special = o.special,
                             .chunk = o.run.chunk, .cancel = nullptr, .steer = std::nullopt};
-  Backend backend(o, model);
+  const std::unique_ptr<engine::SequenceModel> sequence = open_sequence(o.backend, model, o.run.ctx);
   engine::GenerateResult result;
   if (o.ids) {
     // Exactly -n ids, no tokenizer needed: a model without one still runs.
-    result = engine::generate_tokens(*backend.sequence, sampler, prompt, o.n_predict, o.run.chunk,
+    result = engine::generate_tokens(*sequence, sampler, prompt, o.n_predict, o.run.chunk,
                                      [](int32_t) { return true; });
     for (size_t i = 0; i < result.tokens.size(); ++i) fmt::print("{}{}", i ? " " : "", result.tokens[i]);
     fmt::print("\n");
   } else {
-    result = engine::generate(*backend.sequence, model.text(), sampler, prompt, g, [](std::string_view piece) {
+    result = engine::generate(*sequence, model.text(), sampler, prompt, g, [](std::string_view piece) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     });
@@ -99,9 +74,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--special", o->special, "Special-token text in the prompt becomes special ids; show them in the output");
   cmd->add_flag("--ids", o->ids, "Print exactly -n generated token ids instead of text (needs no tokenizer)");
-  cmd->add_option("--backend", o->backend, "cpu (default) or cuda: the whole model on the GPU (--ctx defaults to at "
-                                            "most 8192 there)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_backend_option(*cmd, o->backend);
   cmd->callback([o] { run_generate(*o); });
 }
 

@@ -39,6 +39,11 @@ struct DeviceLayer {
   float *conv_state = nullptr, *ssm_state = nullptr;
   DeviceMatrix router, shared_gate, shared_up, shared_down, shared_logit;  // MoE
   DeviceMatrix router_and_shared_logit;  // router rows then the shared gate row, when both are float32
+  // The mixer's input products for one token (q, k, v; or qkv, z, b, alpha), stacked: consecutive
+  // matrices of the same type and width share one buffer, so one launch covers them (the matrices
+  // above are views into it); their outputs are consecutive in the step's scratch.
+  DeviceMatrix mixer_in[4];
+  int n_mixer_in = 0;
   DeviceExperts gate, up, down;
   DeviceExperts gate_up;          // gate then up experts in one table, when they share type and shape
   DeviceExperts shared_gate_up;   // the shared expert's gate and up as a two-entry table, likewise

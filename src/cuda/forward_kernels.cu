@@ -34,11 +34,6 @@ __global__ void add_rms_norm_kernel(float* h, const float* d, const float* w, fl
   for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = h[i] * scale * w[i];
 }
 
-__global__ void add_kernel(float* h, const float* d, int64_t n) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) h[i] += d[i];
-}
-
 // One vector of head_dim: RMS-normed with w, NeoX-rotated on its first rope_dims, by one block.
 __device__ void norm_and_rotate(float* v, const float* w, int head_dim, int rope_dims, int64_t pos,
                                 double theta, float eps) {
@@ -332,14 +327,21 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t 
   if (i < n) h[i] = siluf(g[i]) * u[i];
 }
 
-__global__ void moe_combine_kernel(const float* y, const float* weights, int k, const float* shared,
-                                   const float* shared_logit, int hidden, float* out) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= hidden) return;
-  float o = 0.0f;
-  for (int j = 0; j < k; ++j) o += weights[j] * y[int64_t(j) * hidden + i];
-  if (shared) o += sigmoidf(*shared_logit) * shared[i];
-  out[i] = o;
+__global__ void moe_combine_add_norm_kernel(const float* y, const float* weights, int k, const float* shared,
+                                            const float* shared_logit, int hidden, float* h, const float* norm_w,
+                                            float* normed, float eps) {
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    float o = 0.0f;  // moe_combine_kernel's sum
+    for (int j = 0; j < k; ++j) o += weights[j] * y[int64_t(j) * hidden + i];
+    if (shared) o += sigmoidf(*shared_logit) * shared[i];
+    const float v = h[i] + o;  // add_rms_norm_kernel's arithmetic from here
+    h[i] = v;
+    s += v * v;
+  }
+  if (!norm_w) return;
+  const float scale = rsqrtf(block_sum(s) / float(hidden) + eps);
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) normed[i] = h[i] * scale * norm_w[i];
 }
 
 }  // namespace
@@ -352,11 +354,6 @@ const char* rms_norm(const float* x, const float* w, float* out, int rows, int n
 const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int rows, int n, float eps,
                          void* stream) {
   add_rms_norm_kernel<<<rows, 1024, 0, as_stream(stream)>>>(h, d, w, out, n, eps);
-  return launched();
-}
-
-const char* add(float* h, const float* d, int64_t n, void* stream) {
-  add_kernel<<<blocks_for(n, 256), 256, 0, as_stream(stream)>>>(h, d, n);
   return launched();
 }
 
@@ -425,10 +422,11 @@ const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* st
   return launched();
 }
 
-const char* moe_combine(const float* y, const float* weights, int k, const float* shared, const float* shared_logit,
-                        int hidden, float* out, void* stream) {
-  moe_combine_kernel<<<blocks_for(hidden, 256), 256, 0, as_stream(stream)>>>(y, weights, k, shared, shared_logit,
-                                                                            hidden, out);
+const char* moe_combine_add_norm(const float* y, const float* weights, int k, const float* shared,
+                                 const float* shared_logit, int hidden, float* h, const float* norm_w, float* normed,
+                                 float eps, void* stream) {
+  moe_combine_add_norm_kernel<<<1, 1024, 0, as_stream(stream)>>>(y, weights, k, shared, shared_logit, hidden, h, norm_w,
+                                                                 normed, eps);
   return launched();
 }
 

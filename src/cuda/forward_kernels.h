@@ -15,8 +15,6 @@ const char* rms_norm(const float* x, const float* w, float* out, int rows, int n
 // h += d, then out = RMSNorm(h) * w: a residual add and the norm that follows it (rows of n).
 const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int rows, int n, float eps,
                          void* stream);
-// h += d, n values.
-const char* add(float* h, const float* d, int64_t n, void* stream);
 
 // Attention, n_tokens tokens at positions *pos, *pos + 1, ... (device memory, so that a captured step
 // can be replayed at every position; qg, k and v hold one row per token): per head, q (the first
@@ -55,9 +53,12 @@ const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, i
                       void* stream);
 // h = silu(g) * u, n values.
 const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream);
-// out = sum_j weights[j] * y[j] (slot order), plus sigmoid(*shared_logit) * shared when shared is
-// not null. y: [k][hidden].
-const char* moe_combine(const float* y, const float* weights, int k, const float* shared, const float* shared_logit,
-                        int hidden, float* out, void* stream);
+// h += sum_j weights[j] * y[j] (slot order) + sigmoid(*shared_logit) * shared (when shared is not
+// null), in place (one block); then, when norm_w is not null, normed = RMSNorm(h) * norm_w: the
+// expert sum, the residual add and the next norm in one launch, with add_rms_norm's arithmetic.
+// y: [k][hidden].
+const char* moe_combine_add_norm(const float* y, const float* weights, int k, const float* shared,
+                                 const float* shared_logit, int hidden, float* h, const float* norm_w, float* normed,
+                                 float eps, void* stream);
 
 }  // namespace lode::cuda::kernels

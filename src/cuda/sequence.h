@@ -1,5 +1,8 @@
-// The CUDA session as engine::SequenceModel, so generation (lode run) drives it like the CPU one.
+// The CUDA session as engine::SequenceModel, so generation (lode run, lode chat) drives it like
+// the CPU one. It owns the session.
 #pragma once
+#include <memory>
+
 #include "cuda/session.h"
 #include "engine/generate.h"
 
@@ -7,15 +10,16 @@ namespace lode::cuda {
 
 class CudaSequence final : public engine::SequenceModel {
  public:
-  explicit CudaSequence(CudaSession& session) : session_(session) {}
-  // The GPU runs a prompt one token at a time for now: `chunk` does not apply.
-  std::vector<float> prefill(std::span<const int32_t> tokens, int64_t) override { return session_.prefill(tokens); }
-  std::vector<float> decode(int32_t token) override { return session_.decode(token); }
-  int64_t position() const override { return session_.position(); }
-  int64_t max_context() const override { return session_.max_context(); }
+  explicit CudaSequence(std::unique_ptr<CudaSession> session) : session_(std::move(session)) {}
+  // Prompts go through the GPU's prompt pass in its own chunks: `chunk` does not apply.
+  std::vector<float> prefill(std::span<const int32_t> tokens, int64_t) override { return session_->prefill(tokens); }
+  std::vector<float> decode(int32_t token) override { return session_->decode(token); }
+  void reset() override { session_->reset(); }
+  int64_t position() const override { return session_->position(); }
+  int64_t max_context() const override { return session_->max_context(); }
 
  private:
-  CudaSession& session_;
+  std::unique_ptr<CudaSession> session_;
 };
 
 }  // namespace lode::cuda

@@ -39,7 +39,8 @@ enum class Phase { embedding, norms, attention_proj, attention_core, deltanet_pr
                    shared_expert, expert_sum, lm_head, logits_copy, count };
 constexpr const char* kPhaseNames[] = {"embedding (host lookup, copy)", "norms and residuals", "attention projections",
                                        "attention core", "DeltaNet projections", "DeltaNet core",
-                                       "router and top-k", "experts", "shared expert", "expert sum",
+                                       "router and top-k", "experts", "shared expert",
+                                       "expert sum, residual, next norm",
                                        "lm head", "logits to the host"};
 
 struct CudaSession::Impl {
@@ -95,11 +96,15 @@ struct CudaSession::Impl {
     fail("cuda session: a weight view points outside every tensor");
   }
 
-  DeviceMatrix matrix(const cpu::MatrixView& m, VramUse use = VramUse::weights) {
-    if (m.empty()) return {};
+  static void matrix_type_check(const cpu::MatrixView& m) {
     if (!has_matvec(m.type->type))
       fail("the CUDA backend has no kernel for {} weights yet; requantize the model (lode quantize --recipe "
            "ud-q4_k_xl) or run it on the CPU", m.type->name);
+  }
+
+  DeviceMatrix matrix(const cpu::MatrixView& m, VramUse use = VramUse::weights) {
+    if (m.empty()) return {};
+    matrix_type_check(m);
     return {m.type->type, device_of(m.data, use), m.rows, m.cols, m.row_bytes};
   }
 
@@ -142,14 +147,16 @@ struct CudaSession::Impl {
     d.post_norm = upload(w.post_attention_norm, at + "post_attention_norm");
     if (w.recurrent) {
       const cpu::DeltaNetWeights& n = w.deltanet;
-      d.qkv = matrix(n.qkv), d.z = matrix(n.gate), d.b = matrix(n.beta), d.alpha = matrix(n.alpha), d.out = matrix(n.out);
+      stack_mixer_inputs(d, {{&n.qkv, &d.qkv}, {&n.gate, &d.z}, {&n.beta, &d.b}, {&n.alpha, &d.alpha}}, at);
+      d.out = matrix(n.out);
       d.conv = upload(n.conv, at + "conv"), d.dt_bias = upload(n.dt_bias, at + "dt_bias");
       d.a = upload(n.a, at + "ssm_a"), d.norm = upload(n.norm, at + "ssm_norm");
       d.conv_state = floats(c.conv_channels() * (c.ssm_conv_kernel - 1), VramUse::state, at + "conv state");
       d.ssm_state = floats(c.ssm_dt_rank * c.ssm_state * c.ssm_state, VramUse::state, at + "DeltaNet state");
     } else {
       const cpu::AttentionWeights& a = w.attention;
-      d.q = matrix(a.q), d.k = matrix(a.k), d.v = matrix(a.v), d.o = matrix(a.output);
+      stack_mixer_inputs(d, {{&a.q, &d.q}, {&a.k, &d.k}, {&a.v, &d.v}}, at);
+      d.o = matrix(a.output);
       d.q_norm = upload(a.q_norm, at + "q_norm"), d.k_norm = upload(a.k_norm, at + "k_norm");
     }
     const cpu::MoeWeights& m = w.moe;
@@ -164,6 +171,35 @@ struct CudaSession::Impl {
                             d.shared_gate.rows, d.shared_gate.cols, d.shared_gate.row_bytes};
     }
     layers.push_back(d);
+  }
+
+  // The mixer's input matrices, in order, uploaded as stored; runs of the same type and width go
+  // into one buffer (d.mixer_in), so one launch multiplies them all (see DeviceLayer).
+  void stack_mixer_inputs(DeviceLayer& d, const std::vector<std::pair<const cpu::MatrixView*, DeviceMatrix*>>& parts,
+                          const std::string& at) {
+    for (size_t i = 0; i < parts.size();) {
+      const cpu::MatrixView& first = *parts[i].first;
+      size_t end = i + 1;
+      int64_t rows = first.rows;
+      while (end < parts.size() && parts[end].first->type == first.type && parts[end].first->cols == first.cols &&
+             parts[end].first->row_bytes == first.row_bytes)
+        rows += parts[end++].first->rows;
+      if (end == i + 1) {
+        *parts[i].second = matrix(first);
+      } else {
+        matrix_type_check(first);
+        auto* stacked = static_cast<uint8_t*>(allocate(size_t(rows) * first.row_bytes, VramUse::weights, at + "mixer inputs"));
+        size_t offset = 0;
+        for (size_t p = i; p < end; ++p) {
+          const cpu::MatrixView& m = *parts[p].first;
+          copy_to_device(stacked + offset, m.data, size_t(m.rows) * m.row_bytes);
+          *parts[p].second = {m.type->type, stacked + offset, m.rows, m.cols, m.row_bytes};
+          offset += size_t(m.rows) * m.row_bytes;
+        }
+      }
+      d.mixer_in[d.n_mixer_in++] = {first.type->type, parts[i].second->data, rows, first.cols, first.row_bytes};
+      i = end;
+    }
   }
 
   // The router, and the shared expert's gate row after it in the same float32 matrix when both are
@@ -210,9 +246,12 @@ struct CudaSession::Impl {
     const auto s = [&](int64_t n, const char* what) { return floats(n, VramUse::scratch, what); };
     h = s(c.hidden, "h"), normed = s(c.hidden, "normed"), mixed = s(c.hidden, "mixed");
     attention_partials = s(c.n_heads * attention_splits() * (c.head_dim + 2), "attention partials");
-    qg = s(2 * c.q_dim(), "q|gate"), kbuf = s(c.kv_dim(), "k"), vbuf = s(c.kv_dim(), "v"), attn = s(c.q_dim(), "attention");
-    qkv = s(c.conv_channels(), "qkv"), z = s(c.ssm_value_dim(), "z"), b = s(c.ssm_dt_rank, "b");
-    alpha = s(c.ssm_dt_rank, "alpha"), o = s(c.ssm_value_dim(), "o");
+    // Each mixer's inputs consecutive, as its stacked products write them.
+    qg = s(2 * c.q_dim() + 2 * c.kv_dim(), "q|gate, k, v"), kbuf = qg + 2 * c.q_dim(), vbuf = kbuf + c.kv_dim();
+    attn = s(c.q_dim(), "attention");
+    qkv = s(c.conv_channels() + c.ssm_value_dim() + 2 * c.ssm_dt_rank, "qkv, z, b, alpha");
+    z = qkv + c.conv_channels(), b = z + c.ssm_value_dim(), alpha = b + c.ssm_dt_rank;
+    o = s(c.ssm_value_dim(), "o");
     router_logits = s(c.n_experts + 1, "router"), weights = s(k, "route weights");
     ids = static_cast<int32_t*>(allocate(size_t(2 * k) * 4, VramUse::scratch, "route ids"));
     g = s(2 * k * c.expert_ff, "g|u"), u = g + k * c.expert_ff;  // one grouped launch writes both
@@ -241,9 +280,17 @@ struct CudaSession::Impl {
     matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, x, out, 1, stream);
   }
 
+  // The mixer's input products, one launch per stacked run, outputs one after another from `out`.
+  void mixer_inputs(const DeviceLayer& d, float* out) {
+    for (int i = 0; i < d.n_mixer_in; ++i) {
+      mv(d.mixer_in[i], normed, out);
+      out += d.mixer_in[i].rows;
+    }
+  }
+
   void attention(const DeviceLayer& d) {
     const model::Qwen35MoeConfig& c = config;
-    mv(d.q, normed, qg), mv(d.k, normed, kbuf), mv(d.v, normed, vbuf);
+    mixer_inputs(d, qg);  // qg, kbuf, vbuf are consecutive
     mark(Phase::attention_proj);
     check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, d.kv, device_position,
                                      int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims),
@@ -259,7 +306,7 @@ struct CudaSession::Impl {
 
   void deltanet(const DeviceLayer& d) {
     const model::Qwen35MoeConfig& c = config;
-    mv(d.qkv, normed, qkv), mv(d.z, normed, z), mv(d.b, normed, b), mv(d.alpha, normed, alpha);
+    mixer_inputs(d, qkv);  // qkv, z, b, alpha are consecutive
     mark(Phase::deltanet_proj);
     check(kernels::deltanet_prepare(qkv, d.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
                                     int(c.ssm_groups), int(c.ssm_state), 1, stream),
@@ -272,7 +319,7 @@ struct CudaSession::Impl {
     mark(Phase::deltanet_proj);
   }
 
-  void moe(const DeviceLayer& d) {
+  void moe(const DeviceLayer& d, const float* next_norm) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t k = c.n_experts_used, ff = c.expert_ff;
     // router_logits [n_experts + 1]: the router's, then the shared expert's gate.
@@ -300,9 +347,11 @@ struct CudaSession::Impl {
       if (!d.router_and_shared_logit.data) mv(d.shared_logit, normed, router_logits + c.n_experts);
       mark(Phase::shared_expert);
     }
-    check(kernels::moe_combine(y, weights, int(k), shared ? shared_out : nullptr, shared_gate_logit, int(c.hidden), mixed,
-                               stream),
-          "expert sum");
+    // The expert sum goes straight into the residual, followed by the next norm (none: after the
+    // last layer of a step without logits).
+    check(kernels::moe_combine_add_norm(y, weights, int(k), shared ? shared_out : nullptr, shared_gate_logit,
+                                        int(c.hidden), h, next_norm, normed, float(c.rms_eps), stream),
+          "expert sum, residual and norm");
     mark(Phase::expert_sum);
   }
 
@@ -319,15 +368,7 @@ struct CudaSession::Impl {
       // Each residual add is fused with the norm that reads its result.
       check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, 1, hidden, eps, stream), "residual and norm");
       mark(Phase::norms);
-      moe(d);
-      if (l + 1 < layers.size()) {
-        check(kernels::add_rms_norm(h, mixed, layers[l + 1].attn_norm, normed, 1, hidden, eps, stream), "residual and norm");
-      } else if (with_logits) {
-        check(kernels::add_rms_norm(h, mixed, output_norm, normed, 1, hidden, eps, stream), "residual and output norm");
-      } else {
-        check(kernels::add(h, mixed, c.hidden, stream), "residual");
-      }
-      mark(Phase::norms);
+      moe(d, l + 1 < layers.size() ? layers[l + 1].attn_norm : with_logits ? output_norm : nullptr);
     }
     if (!with_logits) return;
     mv(output, normed, logits);

@@ -67,6 +67,7 @@ class SequenceModel {
   // Appends tokens (`chunk` at a time where the engine chunks); the last position's logits.
   virtual std::vector<float> prefill(std::span<const int32_t> tokens, int64_t chunk) = 0;
   virtual std::vector<float> decode(int32_t token) = 0;
+  virtual void reset() = 0;  // an empty sequence
   virtual int64_t position() const = 0;
   virtual int64_t max_context() const = 0;
 };
@@ -79,6 +80,7 @@ class CpuSequence final : public SequenceModel {
     return session_.prefill(tokens, chunk);
   }
   std::vector<float> decode(int32_t token) override { return session_.decode(token); }
+  void reset() override { session_.reset(); }
   int64_t position() const override { return session_.position(); }
   int64_t max_context() const override { return session_.max_context(); }
 
