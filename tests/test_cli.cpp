@@ -115,6 +115,14 @@ TEST(Cli, QuantizeSplitsByMaxSizeAndTheSplitModelReadsWhole) {
   }
 }
 
+// Without a usable GPU, a GPU command fails with exit status 1 and says why.
+void expect_no_gpu_error(const lode::test::RunResult& r) {
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(r.err.find("no usable NVIDIA GPU") != std::string::npos ||
+              r.err.find("built without CUDA") != std::string::npos)
+      << r.err;
+}
+
 // lode bench measures the CUDA backend: on the GPU machine it decodes lode-mini and reports its
 // speed; elsewhere it says clearly why it cannot.
 TEST(Cli, BenchRunsOnAGpuAndOtherwiseSaysWhyNot) {
@@ -130,10 +138,7 @@ TEST(Cli, BenchRunsOnAGpuAndOtherwiseSaysWhyNot) {
     EXPECT_EQ(json.status, 0) << json.err;
     EXPECT_NE(json.out.find("\"prefill\": [{\"tokens\": 8,"), std::string::npos) << json.out;
   } else {
-    EXPECT_EQ(r.status, 1) << r.out;
-    const bool no_gpu = r.err.find("no usable NVIDIA GPU") != std::string::npos;
-    const bool no_cuda = r.err.find("built without CUDA") != std::string::npos;
-    EXPECT_TRUE(no_gpu || no_cuda) << r.err;
+    expect_no_gpu_error(r);
   }
 }
 
@@ -145,12 +150,7 @@ TEST(Cli, RunOnTheGpuGivesTheCpuTokens) {
                           "--tokens 1,1177,201,1924,785 -n 24 --temp 0 --ids";
   const auto gpu = run_lode(run + " --backend cuda", dir.path());
   std::string why;
-  if (!lode::test::gpu_available(&why)) {
-    EXPECT_EQ(gpu.status, 1) << gpu.out;
-    EXPECT_TRUE(gpu.err.find("no usable NVIDIA GPU") != std::string::npos ||
-                gpu.err.find("built without CUDA") != std::string::npos) << gpu.err;
-    return;
-  }
+  if (!lode::test::gpu_available(&why)) return expect_no_gpu_error(gpu);
   const auto cpu = run_lode(run, dir.path());
   ASSERT_EQ(gpu.status, 0) << gpu.err;
   ASSERT_EQ(cpu.status, 0) << cpu.err;
@@ -168,12 +168,7 @@ TEST(Cli, ChatOnTheGpuHoldsTheConversation) {
   const std::string input = " < '" + (dir / "turns.txt").string() + "'";
   const auto gpu = run_lode(chat + " --backend cuda" + input, dir.path());
   std::string why;
-  if (!lode::test::gpu_available(&why)) {
-    EXPECT_EQ(gpu.status, 1) << gpu.out;
-    EXPECT_TRUE(gpu.err.find("no usable NVIDIA GPU") != std::string::npos ||
-                gpu.err.find("built without CUDA") != std::string::npos) << gpu.err;
-    return;
-  }
+  if (!lode::test::gpu_available(&why)) return expect_no_gpu_error(gpu);
   const auto cpu = run_lode(chat + input, dir.path());
   ASSERT_EQ(gpu.status, 0) << gpu.err;
   ASSERT_EQ(cpu.status, 0) << cpu.err;

@@ -32,6 +32,16 @@ namespace fs = std::filesystem;
 
 int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
 
+// A synthesized model at `path` (layers 0: the preset's count).
+void synth_model(const fs::path& path, const char* preset, const char* recipe, uint64_t seed, int layers = 0) {
+  lode::model::SynthOptions synth;
+  synth.preset = preset;
+  synth.recipe = recipe;
+  synth.seed = seed;
+  if (layers > 0) synth.layers = layers;
+  lode::model::write_synth(path, synth);
+}
+
 // Every-position logits and `greedy` greedy tokens from both engines, compared.
 // TF32 rounds each product's inputs to 11 significant bits (relative error up to 2^-11, ~5e-4, per
 // input; the router and the shared expert's gate stay float32, since a rounding there can send a
@@ -86,11 +96,7 @@ TEST(CudaForward, FixturesInFloat32MatchTheCpu) {
 TEST(CudaForward, QuantizedSynthMatchesTheCpu) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
-  lode::model::SynthOptions synth;
-  synth.preset = "tiny";
-  synth.recipe = "f32";
-  synth.seed = 3;
-  lode::model::write_synth(dir / "f32.gguf", synth);
+  synth_model(dir / "f32.gguf", "tiny", "f32", 3);
   const std::vector<std::vector<int32_t>> prompts = {
       {7}, {17, 300, 4, 999, 512, 88, 61, 230, 1000}, {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 400}};
   for (const std::string recipe : {"q8_0", "ud-q4_k_xl"}) {
@@ -113,12 +119,7 @@ TEST(CudaForward, QuantizedSynthMatchesTheCpu) {
 TEST(CudaForward, FullGeometryWithFewerLayersMatchesTheCpu) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
-  lode::model::SynthOptions synth;
-  synth.preset = "qwen3.6-35b-a3b";
-  synth.recipe = "ud-q4_k_xl";
-  synth.layers = 4;
-  synth.seed = 7;
-  lode::model::write_synth(dir / "m.gguf", synth);
+  synth_model(dir / "m.gguf", "qwen3.6-35b-a3b", "ud-q4_k_xl", 7, 4);
   compare_engines(dir / "m.gguf", {{11, 5000, 77, 123456, 9, 240000}, {42}}, "35b-a3b x4 layers", 8, 0);
 }
 
@@ -129,11 +130,7 @@ TEST(CudaForward, FullGeometryWithFewerLayersMatchesTheCpu) {
 TEST(CudaForward, PromptChunksEqualTokenByToken) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
-  lode::model::SynthOptions synth;
-  synth.preset = "tiny";
-  synth.recipe = "ud-q4_k_xl";
-  synth.seed = 5;
-  lode::model::write_synth(dir / "m.gguf", synth);
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 5);
   const lode::gguf::Reader reader(dir / "m.gguf");
   const auto config = lode::model::read_config(reader.metadata());
   std::vector<int32_t> prompt;
@@ -165,18 +162,11 @@ TEST(CudaForward, PromptChunksEqualTokenByToken) {
 TEST(CudaForward, Tf32PromptsStayCloseToTheCpu) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
-  lode::model::SynthOptions synth;
-  synth.preset = "tiny";
-  synth.recipe = "ud-q4_k_xl";
-  synth.seed = 3;
-  lode::model::write_synth(dir / "tiny.gguf", synth);
+  synth_model(dir / "tiny.gguf", "tiny", "ud-q4_k_xl", 3);
   const std::vector<std::vector<int32_t>> prompts = {{17, 300, 4, 999, 512, 88, 61, 230, 1000},
                                                      {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 400}};
   compare_engines(dir / "tiny.gguf", prompts, "tf32 synth_tiny ud-q4_k_xl", 16, 2, {.max_context = 256}, kTf32Bar);
-  synth.preset = "qwen3.6-35b-a3b";
-  synth.layers = 4;
-  synth.seed = 7;
-  lode::model::write_synth(dir / "m.gguf", synth);
+  synth_model(dir / "m.gguf", "qwen3.6-35b-a3b", "ud-q4_k_xl", 7, 4);
   compare_engines(dir / "m.gguf", {{11, 5000, 77, 123456, 9, 240000, 31, 8, 100, 2}}, "tf32 35b-a3b x4 layers", 8, 0,
                   {.max_context = 256}, kTf32Bar);
 }
@@ -188,11 +178,7 @@ TEST(CudaForward, Tf32PromptsStayCloseToTheCpu) {
 TEST(CudaForward, PagedKvCacheInFp32AndFp16) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
-  lode::model::SynthOptions synth;
-  synth.preset = "tiny";
-  synth.recipe = "q8_0";
-  synth.seed = 11;
-  lode::model::write_synth(dir / "m.gguf", synth);
+  synth_model(dir / "m.gguf", "tiny", "q8_0", 11);
   const lode::gguf::Reader reader(dir / "m.gguf");
   const auto config = lode::model::read_config(reader.metadata());
   std::vector<int32_t> prompt;
@@ -224,10 +210,7 @@ TEST(CudaForward, PagedKvCacheInFp32AndFp16) {
 TEST(CudaForward, TheBudgetIsKeptAndReported) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
-  lode::model::SynthOptions synth;
-  synth.preset = "tiny";
-  synth.recipe = "q8_0";
-  lode::model::write_synth(dir / "m.gguf", synth);
+  synth_model(dir / "m.gguf", "tiny", "q8_0", 1);
   const lode::gguf::Reader reader(dir / "m.gguf");
   const auto config = lode::model::read_config(reader.metadata());
   {

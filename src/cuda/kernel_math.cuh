@@ -29,17 +29,19 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-__device__ float block_sum(float v) {
+// A reduction over the block (blockDim.x a multiple of 32, at most 1024): warp_op within each warp,
+// then over the warps' results (identity standing in for missing warps); every thread gets it.
+template <class WarpOp>
+__device__ float block_reduce(float v, WarpOp warp_op, float identity) {
   __shared__ float partial[32];
   __shared__ float total;
-  v = warp_sum(v);
+  v = warp_op(v);
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    float s = lane < int(blockDim.x / kWarp) ? partial[lane] : 0.0f;
-    s = warp_sum(s);
+    float s = lane < int(blockDim.x / kWarp) ? partial[lane] : identity;
+    s = warp_op(s);
     if (lane == 0) total = s;
   }
   __syncthreads();
@@ -48,23 +50,12 @@ __device__ float block_sum(float v) {
   return result;
 }
 
-// Maximum over the block, like block_sum.
+__device__ float block_sum(float v) {
+  return block_reduce(v, [](float x) { return warp_sum(x); }, 0.0f);
+}
+
 __device__ float block_max(float v) {
-  __shared__ float partial[32];
-  __shared__ float total;
-  v = warp_max(v);
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  if (lane == 0) partial[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float s = lane < int(blockDim.x / kWarp) ? partial[lane] : -INFINITY;
-    s = warp_max(s);
-    if (lane == 0) total = s;
-  }
-  __syncthreads();
-  const float result = total;
-  __syncthreads();
-  return result;
+  return block_reduce(v, [](float x) { return warp_max(x); }, -INFINITY);
 }
 
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -199,17 +199,22 @@ __global__ void __launch_bounds__(kGroupWarps * kWarp)
   int32_t* mine = hist + int64_t(warp) * n_experts;
   for (int e = lane; e < n_experts; e += kWarp) mine[e] = 0;
   __syncwarp();
-  const auto expert_at = [&](int64_t a) { return ids[(a / k) * 2 * k + a % k]; };
-  for (int64_t base = begin; base < end; base += kWarp) {
-    const int64_t a = base + lane;
-    const unsigned active = __ballot_sync(0xffffffffu, a < end);
-    if (a < end) {
-      const int e = expert_at(a);
-      const unsigned same = __match_any_sync(active, e);
-      if (lane == __ffs(same) - 1) mine[e] += __popc(same);
+  // The warp's range 32 assignments at a time: visit(a, e, same, active) with the lanes of the same
+  // expert in `same`; the lowest of them (the leader) updates that expert's running count.
+  const auto walk = [&](auto&& visit) {
+    for (int64_t base = begin; base < end; base += kWarp) {
+      const int64_t a = base + lane;
+      const unsigned active = __ballot_sync(0xffffffffu, a < end);
+      if (a < end) {
+        const int e = ids[(a / k) * 2 * k + a % k];
+        const unsigned same = __match_any_sync(active, e);
+        visit(a, e, same, active);
+        if (lane == __ffs(same) - 1) mine[e] += __popc(same);
+      }
+      __syncwarp();
     }
-    __syncwarp();
-  }
+  };
+  walk([](int64_t, int, unsigned, unsigned) {});  // counts
   __syncthreads();
   for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
     int32_t c = 0;
@@ -231,21 +236,13 @@ __global__ void __launch_bounds__(kGroupWarps * kWarp)
     }
   }
   __syncthreads();
-  for (int64_t base = begin; base < end; base += kWarp) {
-    const int64_t a = base + lane;
-    const unsigned active = __ballot_sync(0xffffffffu, a < end);
-    if (a < end) {
-      const int e = expert_at(a);
-      const unsigned same = __match_any_sync(active, e);
-      const int32_t r = mine[e] + __popc(same & ((1u << lane) - 1));
-      sorted[r] = int32_t(a);
-      slot_of[a] = r;
-      expert_of[r] = e;
-      __syncwarp(active);
-      if (lane == __ffs(same) - 1) mine[e] += __popc(same);
-    }
-    __syncwarp();
-  }
+  walk([&](int64_t a, int e, unsigned same, unsigned active) {  // places, mine[e] now the next free row
+    const int32_t r = mine[e] + __popc(same & ((1u << lane) - 1));
+    sorted[r] = int32_t(a);
+    slot_of[a] = r;
+    expert_of[r] = e;
+    __syncwarp(active);  // every lane has read mine[e] before its leader moves it on
+  });
 }
 
 // One thread per expert: the pointers of the grouped product of the experts that have rows, in
