@@ -158,6 +158,19 @@ TEST(Cli, RunOnTheGpuGivesTheCpuTokens) {
   EXPECT_FALSE(gpu.out.empty());
 }
 
+// A GPU budget too small for the model is refused, saying by how many MiB and what to change.
+TEST(Cli, RunOnTheGpuRefusesATooSmallBudget) {
+  const lode::test::TempDir dir;
+  const auto r = run_lode("run -m '" + std::string(LODE_TEST_DATA) +
+                              "/../../models/lode-mini.gguf' --tokens 1,2,3 -n 2 --ids --backend cuda --vram-budget 1",
+                          dir.path());
+  std::string why;
+  if (!lode::test::gpu_available(&why)) return expect_no_gpu_error(r);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.err.find("short by"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--vram-budget"), std::string::npos) << r.err;
+}
+
 // lode chat --backend cuda: two turns with lode-mini on the GPU hold one conversation (the second
 // turn prefills only its own tokens on top of the first's context) and reply as the CPU does;
 // elsewhere a clear error.

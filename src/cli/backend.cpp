@@ -12,18 +12,27 @@
 
 namespace lode::cli {
 
-void add_backend_option(CLI::App& cmd, std::string& backend) {
-  cmd.add_option("--backend", backend,
-                 "cpu (default) or cuda: the whole model on the GPU (--ctx defaults to at most 8192 there)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+void add_vram_budget_option(CLI::App& cmd, int64_t& mib) {
+  cmd.add_option("--vram-budget", mib,
+                 "MiB of GPU memory lode may use (default: what is free, less 5% or 512 MiB); a model that does "
+                 "not fit is refused, saying by how much")
+      ->check(CLI::NonNegativeNumber);
 }
 
-std::unique_ptr<engine::SequenceModel> open_sequence(const std::string& backend, LoadedModel& model, int64_t ctx) {
-  if (backend == "cpu") return std::make_unique<engine::CpuSequence>(model.session);
+void add_backend_options(CLI::App& cmd, BackendOptions& o) {
+  cmd.add_option("--backend", o.backend,
+                 "cpu (default) or cuda: the whole model on the GPU (--ctx defaults to at most 8192 there)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_vram_budget_option(cmd, o.vram_budget_mib);
+}
+
+std::unique_ptr<engine::SequenceModel> open_sequence(const BackendOptions& o, LoadedModel& model, int64_t ctx) {
+  if (o.backend == "cpu") return std::make_unique<engine::CpuSequence>(model.session);
 #ifdef LODE_HAVE_CUDA
-  const int64_t positions = ctx > 0 ? ctx : std::min<int64_t>(model.config.context_length, 8192);
-  return std::make_unique<cuda::CudaSequence>(std::make_unique<cuda::CudaSession>(
-      model.reader, model.config, cuda::CudaSessionOptions{.max_context = positions}));
+  cuda::CudaSessionOptions options;
+  options.max_context = ctx > 0 ? ctx : std::min<int64_t>(model.config.context_length, 8192);
+  options.vram_budget = size_t(o.vram_budget_mib) << 20;
+  return std::make_unique<cuda::CudaSequence>(std::make_unique<cuda::CudaSession>(model.reader, model.config, options));
 #else
   fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
 #endif

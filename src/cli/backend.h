@@ -1,7 +1,8 @@
 // The engine a command runs a sequence on: the CPU session of a loaded model, or a CUDA session on
-// its weights (`--backend cpu|cuda`), behind engine::SequenceModel so that generation drives both
-// alike. Used by `lode run` and `lode chat`.
+// its weights (`--backend cpu|cuda`, `--vram-budget MiB`), behind engine::SequenceModel so that
+// generation drives both alike. Used by `lode run` and `lode chat`.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -14,12 +15,19 @@ class App;
 
 namespace lode::cli {
 
-// Adds --backend to a command, defaulting to cpu.
-void add_backend_option(CLI::App& cmd, std::string& backend);
+struct BackendOptions {
+  std::string backend = "cpu";
+  int64_t vram_budget_mib = 0;  // 0: what the GPU has free, less a margin
+};
 
-// The sequence of `backend` ("cpu" or "cuda"). On the GPU, K/V is kept for `ctx` positions (0:
-// the model's context, at most 8192). Fails clearly when lode was built without CUDA or there is
-// no usable GPU.
-std::unique_ptr<engine::SequenceModel> open_sequence(const std::string& backend, LoadedModel& model, int64_t ctx);
+// Adds --backend and --vram-budget to a command.
+void add_backend_options(CLI::App& cmd, BackendOptions& o);
+// Adds --vram-budget alone (lode bench, which is always on the GPU).
+void add_vram_budget_option(CLI::App& cmd, int64_t& mib);
+
+// The sequence on the chosen backend. On the GPU, K/V is kept for `ctx` positions (0: the
+// model's context, at most 8192). Fails clearly when lode was built without CUDA, there is no
+// usable GPU, or the budget is too small (saying by how many MiB).
+std::unique_ptr<engine::SequenceModel> open_sequence(const BackendOptions& o, LoadedModel& model, int64_t ctx);
 
 }  // namespace lode::cli

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <random>
 
+#include "cli/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "gguf/reader.h"
@@ -29,6 +30,7 @@ struct BenchOptions {
   int repeats = 3;
   int64_t prompt_chunk = 4096;
   std::string kv = "fp32";
+  int64_t vram_budget_mib = 0;
   uint64_t seed = 1;
   bool json = false;
   bool profile = false;
@@ -90,16 +92,23 @@ DecodeResult bench_decode(cuda::CudaSession& session, const std::vector<int32_t>
   return {depth, rate, per_token, per_token * rate / 1e9};
 }
 
+cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_context) {
+  cuda::CudaSessionOptions options;
+  options.max_context = max_context;
+  options.vram_budget = size_t(o.vram_budget_mib) << 20;
+  options.prompt_chunk = o.prompt_chunk;
+  options.kv_format = cuda::parse_kv_format(o.kv);
+  return options;
+}
+
 // A second session that waits for the GPU between phases: where the time of one decode step and of
 // one prompt goes.
 void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
                    const std::vector<int32_t>& tokens) {
   const int64_t prompt = o.prompts.back();
-  cuda::CudaSession session(reader, config,
-                            {.max_context = prompt + o.generate + 8,
-                             .profile = true,
-                             .prompt_chunk = o.prompt_chunk,
-                             .kv_format = cuda::parse_kv_format(o.kv)});
+  cuda::CudaSessionOptions options = session_options(o, prompt + o.generate + 8);
+  options.profile = true;
+  cuda::CudaSession session(reader, config, options);
   std::vector<float> logits = session.prefill(std::span(tokens.data(), size_t(prompt)));
   const auto before = session.profile();
   for (int64_t i = 0; i < o.generate; ++i) logits = session.decode(argmax(logits));
@@ -116,7 +125,7 @@ void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& con
   double prompt_total = 0;
   for (const auto& [name, s] : phases) prompt_total += s;
   fmt::print("where a {}-token prompt goes (chunks of {}; synchronising between phases: {:.1f} ms in all):\n", prompt,
-             o.prompt_chunk, 1e3 * prompt_total);
+             session.prompt_chunk(), 1e3 * prompt_total);
   for (const auto& [name, s] : phases)
     fmt::print("  {:<34} {:8.1f} ms  {:5.1f}%\n", name, 1e3 * s, 100.0 * s / std::max(prompt_total, 1e-12));
 }
@@ -124,12 +133,18 @@ void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& con
 void run_bench(const BenchOptions& o) {
   gguf::Reader reader(o.model);
   const auto config = model::read_config(reader.metadata());
+  // The device's limits, measured first, in memory of their own (outside lode's budget).
+  double copy_gbps = 0, bf16_tflops = 0, tf32_tflops = 0;
+  {
+    cuda::VramAccountant probe;
+    copy_gbps = cuda::measure_copy_gbps(probe);
+    bf16_tflops = cuda::measure_matmul_tflops(probe, cuda::MatmulKind::bf16);
+    tf32_tflops = cuda::measure_matmul_tflops(probe, cuda::MatmulKind::tf32);
+  }
   const int64_t longest = std::max(*std::max_element(o.prompts.begin(), o.prompts.end()),
                                    *std::max_element(o.depths.begin(), o.depths.end()) + 2 + o.generate * o.repeats);
   const auto t_load = Clock::now();
-  cuda::CudaSession session(
-      reader, config,
-      {.max_context = longest + 8, .prompt_chunk = o.prompt_chunk, .kv_format = cuda::parse_kv_format(o.kv)});
+  cuda::CudaSession session(reader, config, session_options(o, longest + 8));
   const double load_s = seconds_since(t_load);
   const size_t weights_held = session.vram().held(cuda::VramUse::weights) + session.vram().held(cuda::VramUse::experts);
 
@@ -140,10 +155,7 @@ void run_bench(const BenchOptions& o) {
   for (int64_t n : o.prompts) prefills.push_back(bench_prefill(session, tokens, n, o.repeats));
   std::vector<DecodeResult> decodes;
   for (int64_t depth : o.depths) decodes.push_back(bench_decode(session, tokens, depth, o.generate, o.repeats));
-  const double peak_mib = double(session.vram().peak()) / double(1 << 20);  // before the probes' scratch
-  const double copy_gbps = cuda::measure_copy_gbps(session.vram());
-  const double bf16_tflops = cuda::measure_matmul_tflops(session.vram(), cuda::MatmulKind::bf16);
-  const double tf32_tflops = cuda::measure_matmul_tflops(session.vram(), cuda::MatmulKind::tf32);
+  const double peak_mib = double(session.vram().peak()) / double(1 << 20);
 
   if (o.json) {
     std::string p, d;
@@ -158,14 +170,14 @@ void run_bench(const BenchOptions& o) {
                        d.empty() ? "" : ", ", r.depth, r.tokens_per_s, r.bytes_per_token, r.gbps, r.gbps / copy_gbps);
     fmt::print("{{\"model\": \"{}\", \"prefill\": [{}], \"decode\": [{}], \"generated_tokens\": {}, \"repeats\": {}, "
                "\"copy_ceiling_GBps\": {:.1f}, \"bf16_ceiling_TFLOPs\": {:.1f}, \"tf32_ceiling_TFLOPs\": {:.1f}, "
-               "\"peak_vram_MiB\": {:.1f}, \"weights_MiB\": {:.1f}, \"load_s\": {:.2f}, \"kv\": \"{}\"}}\n",
+               "\"peak_vram_MiB\": {:.1f}, \"weights_MiB\": {:.1f}, \"load_s\": {:.2f}, \"kv\": \"{}\", \"prompt_chunk\": {}}}\n",
                o.model, p, d, o.generate, o.repeats, copy_gbps, bf16_tflops, tf32_tflops, peak_mib,
-               double(weights_held) / double(1 << 20), load_s, o.kv);
+               double(weights_held) / double(1 << 20), load_s, o.kv, session.prompt_chunk());
   } else {
     fmt::print("model: {} ({} layers, {} experts, top {}); weights on the GPU {:.1f} MiB, loaded in {:.1f} s; "
-               "K/V cells {}\n",
+               "K/V cells {}; prompt chunks of {}\n",
                o.model, config.n_layers, config.n_experts, config.n_experts_used,
-               double(weights_held) / double(1 << 20), load_s, o.kv);
+               double(weights_held) / double(1 << 20), load_s, o.kv, session.prompt_chunk());
     fmt::print("ceilings measured now: copy {:.0f} GB/s; matmul bf16 {:.0f} TFLOP/s, tf32 {:.0f} TFLOP/s\n", copy_gbps,
                bf16_tflops, tf32_tflops);
     for (const auto& r : prefills)
@@ -204,9 +216,11 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-r,--repeats", o->repeats, "Timed runs per figure, after a warm-up; the median is shown (default 3)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--prompt-chunk", o->prompt_chunk, "Prompt tokens per pass through the model (default 4096)")
+  cmd->add_option("--prompt-chunk", o->prompt_chunk,
+                  "Prompt tokens per pass through the model (default 4096; fewer when the VRAM budget is tight)")
       ->check(CLI::Range(int64_t(1), int64_t(65535)));
   cmd->add_option("--kv", o->kv, "K/V cache cells: fp32 (default) or fp16")->check(CLI::IsMember({"fp32", "fp16"}));
+  add_vram_budget_option(*cmd, o->vram_budget_mib);
   cmd->add_option("--seed", o->seed, "Seed of the random prompt (default 1)");
   cmd->add_flag("--json", o->json, "One JSON object instead of text");
   cmd->add_flag("--profile", o->profile,

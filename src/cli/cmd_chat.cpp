@@ -27,7 +27,7 @@ struct ChatOptions {
   int64_t n_predict = 1024;
   std::string system;
   bool no_think = false;
-  std::string backend = "cpu";
+  BackendOptions backend;
 };
 
 class Chat {
@@ -160,7 +160,7 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens per reply at most (default 1024)")->check(CLI::PositiveNumber);
   cmd->add_option("--system", o->system, "System prompt");
   cmd->add_flag("--no-think", o->no_think, "Start with thinking off (/think on turns it back on)");
-  add_backend_option(*cmd, o->backend);
+  add_backend_options(*cmd, o->backend);
   cmd->callback([o] { Chat(*o).run(); });
 }
 

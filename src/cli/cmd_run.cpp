@@ -26,7 +26,7 @@ struct RunOptions {
   bool ids = false;
   bool ignore_eos = false;
   bool special = false;
-  std::string backend = "cpu";
+  BackendOptions backend;
 };
 
 void run_generate(const RunOptions& o) {
@@ -74,7 +74,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--special", o->special, "Special-token text in the prompt becomes special ids; show them in the output");
   cmd->add_flag("--ids", o->ids, "Print exactly -n generated token ids instead of text (needs no tokenizer)");
-  add_backend_option(*cmd, o->backend);
+  add_backend_options(*cmd, o->backend);
   cmd->callback([o] { run_generate(*o); });
 }
 

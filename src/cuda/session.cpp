@@ -447,18 +447,29 @@ struct CudaSession::Impl {
     }
   }
 
+  // The prompt pass for options.prompt_chunk tokens (no more than the context holds), or as many
+  // as the budget holds (halving, down to kMinPromptChunk: below that, the shortfall is the error).
+  void create_prompt_pass() {
+    const int64_t wanted = std::min(options.prompt_chunk, options.max_context);
+    for (int64_t chunk = wanted;; chunk /= 2) {
+      try {
+        prompt = std::make_unique<PromptPass>(
+            config, layers, output_norm, vram, PromptPassOptions{chunk, options.max_context, options.prompt_math, options.profile},
+            stream);
+        break;
+      } catch (const VramShortfall&) {
+        if (chunk / 2 < std::min(kMinPromptChunk, wanted)) throw;
+      }
+    }
+    check_cuda(cudaMallocHost(&pinned_rows, size_t(prompt->chunk() * config.hidden) * sizeof(float)), "pinned memory");
+  }
+
   void create_stream_and_pinned() {
     check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a stream");
     check_cuda(cudaMallocHost(&pinned_embedding, size_t(config.hidden) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_logits, size_t(config.vocab) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_position, sizeof(int64_t)), "pinned memory");
-    if (options.prompt_chunk > 1) {
-      prompt = std::make_unique<PromptPass>(
-          config, layers, output_norm, vram,
-          PromptPassOptions{options.prompt_chunk, options.max_context, options.prompt_math, options.profile}, stream);
-      check_cuda(cudaMallocHost(&pinned_rows, size_t(options.prompt_chunk * config.hidden) * sizeof(float)),
-                 "pinned memory");
-    }
+    if (options.prompt_chunk > 1) create_prompt_pass();
     device_position = static_cast<int64_t*>(allocate(sizeof(int64_t), VramUse::scratch, "position"));
   }
 
@@ -567,6 +578,7 @@ std::vector<std::pair<std::string, double>> CudaSession::prompt_profile() const 
   return impl_->prompt ? impl_->prompt->profile() : std::vector<std::pair<std::string, double>>{};
 }
 
+int64_t CudaSession::prompt_chunk() const { return impl_->prompt ? impl_->prompt->chunk() : 0; }
 int64_t CudaSession::position() const { return impl_->position; }
 int64_t CudaSession::max_context() const { return impl_->options.max_context; }
 int64_t CudaSession::vocab() const { return impl_->config.vocab; }

@@ -28,7 +28,8 @@ struct CudaSessionOptions {
   // but attributes GPU time to the kernels that spent it); see profile().
   bool profile = false;
   // Prompts of more than one token run through the model this many tokens at a time (0: token by
-  // token, through the decode step). The scratch this needs is allocated with the session.
+  // token, through the decode step). The scratch this needs is allocated with the session; when
+  // the budget cannot hold it, the chunk is halved until it can (down to kMinPromptChunk).
   int64_t prompt_chunk = 4096;
   // The precision of the prompt path's matrix products: tf32 (tensor cores) or fp32 (exact to
   // float rounding against the decode step; slower).
@@ -38,6 +39,9 @@ struct CudaSessionOptions {
   // The physical page of each logical K/V page (empty: in order); tests scramble it.
   std::vector<int32_t> kv_page_order;
 };
+
+// The smallest prompt chunk a session settles for when the VRAM budget is tight.
+constexpr int64_t kMinPromptChunk = 256;
 
 class CudaSession {
  public:
@@ -73,6 +77,8 @@ class CudaSession {
   // Likewise for the prompt pass (empty when prompts run token by token).
   std::vector<std::pair<std::string, double>> prompt_profile() const;
 
+  // Tokens per prompt pass (0: prompts run token by token).
+  int64_t prompt_chunk() const;
   int64_t position() const;
   int64_t max_context() const;
   int64_t vocab() const;

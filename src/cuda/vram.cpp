@@ -52,10 +52,11 @@ VramAccountant::~VramAccountant() {
 void* VramAccountant::allocate(size_t bytes, VramUse use, std::string_view what) {
   std::lock_guard lock(mutex_);
   if (held_ + bytes > budget_)
-    fail("VRAM budget: {} ({}) needs {:.1f} MiB but only {:.1f} MiB of the {:.1f} MiB budget are left: short by "
-         "{:.1f} MiB (holding {}; raise --vram-budget, free the GPU, or use a smaller model or context)",
-         what, to_string(use), mib(bytes), mib(budget_ - held_), mib(budget_), mib(held_ + bytes - budget_),
-         report_locked());
+    throw VramShortfall(fmt::format(
+        "VRAM budget: {} ({}) needs {:.1f} MiB but only {:.1f} MiB of the {:.1f} MiB budget are left: short by "
+        "{:.1f} MiB (holding {}; raise --vram-budget, free the GPU, or use a smaller model or context)",
+        what, to_string(use), mib(bytes), mib(budget_ - held_), mib(budget_), mib(held_ + bytes - budget_),
+        report_locked()));
   void* pointer = nullptr;
   check(cudaSetDevice(device_), "selecting the device");
   if (const cudaError_t err = cudaMalloc(&pointer, std::max<size_t>(bytes, 1)); err != cudaSuccess)

@@ -12,7 +12,16 @@
 #include <unordered_map>
 #include <utility>
 
+#include "core/error.h"
+
 namespace lode::cuda {
+
+// What VramAccountant::allocate throws when an allocation would exceed the budget (callers that
+// can make do with less, like the prompt pass's scratch, catch it and ask for less).
+class VramShortfall : public Error {
+ public:
+  using Error::Error;
+};
 
 enum class VramUse { weights, experts, kv, state, scratch };
 constexpr size_t kVramUses = 5;
@@ -27,8 +36,8 @@ class VramAccountant {
   VramAccountant(const VramAccountant&) = delete;
   VramAccountant& operator=(const VramAccountant&) = delete;
 
-  // Device memory for `what` (named in errors). Fails (lode::Error) when it would exceed the
-  // budget, saying how many MiB are short, or when the device itself is out of memory.
+  // Device memory for `what` (named in errors). Fails when it would exceed the budget
+  // (VramShortfall, saying how many MiB are short), or when the device itself is out of memory.
   void* allocate(size_t bytes, VramUse use, std::string_view what);
   void release(void* pointer);  // null: nothing
 
