@@ -310,24 +310,6 @@ TEST(Server, ApiKey) {
   EXPECT_EQ(s.post("/v1/completions", body, {{"x-api-key", "sekrit"}})->status, 200);
 }
 
-// Reads a stream until `chunks` events arrived, then hangs up.
-void stream_then_leave(const TestServer& s, const std::string& path, const json& body, int chunks,
-                       std::atomic<bool>* started = nullptr) {
-  httplib::Request req;
-  req.method = "POST";
-  req.path = path;
-  req.body = body.dump();
-  req.set_header("Content-Type", "application/json");
-  int seen = 0;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    seen += int(std::count(data, data + n, '\n')) / 2;
-    if (seen >= 1 && started) *started = true;
-    return seen < chunks;
-  };
-  auto client = s.client();
-  client.send(req);
-}
-
 TEST(Server, DisconnectMidStreamDoesNotBreakTheNextRequest) {
   // At 40 ms a token, the abandoned reply (lode-mini ends it after ~140 tokens, at most 400) would
   // hold the worker for 5 s or more unless the hang-up cancels it.
@@ -388,11 +370,7 @@ TEST(Server, AbandonedQueuedRequestFreesItsPlace) {
   while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   stream_then_leave(s, "/v1/chat/completions", body, 1);  // queued, reads its first event, leaves
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
-  httplib::Request req;
-  req.method = "POST";
-  req.path = "/v1/chat/completions";
-  req.body = body.dump();
-  req.set_header("Content-Type", "application/json");
+  httplib::Request req = json_request("/v1/chat/completions", body);
   int status = 0;
   req.response_handler = [&](const httplib::Response& r) {
     status = r.status;

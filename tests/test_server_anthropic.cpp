@@ -420,12 +420,7 @@ TEST(ServerAnthropic, MalformedRequestsGetAnthropicErrors) {
   ASSERT_GE(cases.size(), 10u);
   for (const BadMessages& c : cases) {
     SCOPED_TRACE(c.name);
-    httplib::Request req;
-    req.method = c.method;
-    req.path = "/v1/messages";
-    req.body = c.body;
-    if (!c.body.empty()) req.set_header("Content-Type", "application/json");
-    auto res = s.client().send(req);
+    auto res = s.send(c.method, "/v1/messages", c.body);
     ASSERT_TRUE(res) << httplib::to_string(res.error());
     EXPECT_EQ(res->status, c.status) << res->body;
     json body;

@@ -68,11 +68,7 @@ Plan random_plan(std::mt19937& rng) {
 }
 
 void run_plan(const TestServer& server, const Plan& plan, Outcome& outcome) {
-  httplib::Request req;
-  req.method = "POST";
-  req.path = plan.path;
-  req.body = plan.body.dump();
-  req.set_header("Content-Type", "application/json");
+  httplib::Request req = json_request(plan.path, plan.body);
   std::string received;
   if (plan.leave) {
     req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {

@@ -29,21 +29,6 @@ bool eventually(Pred pred) {
   return pred();
 }
 
-// Reads a stream until `events` events arrived, then hangs up.
-void stream_then_leave(const TestServer& s, const std::string& path, const json& body, int events) {
-  httplib::Request req;
-  req.method = "POST";
-  req.path = path;
-  req.body = body.dump();
-  req.set_header("Content-Type", "application/json");
-  int seen = 0;
-  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    for (size_t i = 0; i + 1 < n; ++i) seen += data[i] == '\n' && data[i + 1] == '\n';
-    return seen < events;
-  };
-  s.client().send(req);
-}
-
 TEST(ServerStatus, StatusFieldsAndActiveBackToZero) {
   server::ServerOptions o;
   o.worker.token_delay = std::chrono::milliseconds(30);

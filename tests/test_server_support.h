@@ -5,6 +5,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,15 @@ struct TestServer {
     EXPECT_EQ(res->status, expected_status) << res->body;
     return json::parse(res->body);
   }
+  // Any method, path and body (a JSON content type when there is a body): for malformed requests.
+  httplib::Result send(const std::string& method, const std::string& path, const std::string& body) const {
+    httplib::Request req;
+    req.method = method;
+    req.path = path;
+    req.body = body;
+    if (!body.empty()) req.set_header("Content-Type", "application/json");
+    return client().send(req);
+  }
   json get_json(const std::string& path) const {
     auto res = client().Get(path.c_str());
     EXPECT_TRUE(res) << "no response from " << path;
@@ -56,18 +66,49 @@ struct TestServer {
   int port = 0;
 };
 
-// The "data: " payloads of an SSE body, in order ("[DONE]" included as a string).
-inline std::vector<std::string> sse_payloads(const std::string& body) {
+// A POST request carrying JSON, for tests that read the response their own way.
+inline httplib::Request json_request(const std::string& path, const json& body) {
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body.dump();
+  req.set_header("Content-Type", "application/json");
+  return req;
+}
+
+// Reads a stream until `events` events arrived (setting *started at the first), then hangs up.
+inline void stream_then_leave(const TestServer& s, const std::string& path, const json& body, int events,
+                              std::atomic<bool>* started = nullptr) {
+  httplib::Request req = json_request(path, body);
+  int seen = 0;
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    for (size_t i = 0; i + 1 < n; ++i) seen += data[i] == '\n' && data[i + 1] == '\n';
+    if (seen >= 1 && started) *started = true;
+    return seen < events;
+  };
+  s.client().send(req);
+}
+
+// The events of an SSE body (each ended by a blank line), in order.
+inline std::vector<std::string> sse_events(const std::string& body) {
   std::vector<std::string> out;
   size_t pos = 0;
   while (pos < body.size()) {
     const size_t end = body.find("\n\n", pos);
     EXPECT_NE(end, std::string::npos) << "an event does not end with a blank line: " << body.substr(pos);
     if (end == std::string::npos) break;
-    const std::string event = body.substr(pos, end - pos);
+    out.push_back(body.substr(pos, end - pos));
+    pos = end + 2;
+  }
+  return out;
+}
+
+// The "data: " payloads of an SSE body, in order ("[DONE]" included as a string).
+inline std::vector<std::string> sse_payloads(const std::string& body) {
+  std::vector<std::string> out;
+  for (const std::string& event : sse_events(body)) {
     EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
     out.push_back(event.substr(6));
-    pos = end + 2;
   }
   return out;
 }
@@ -76,13 +117,7 @@ inline std::vector<std::string> sse_payloads(const std::string& body) {
 // event line names the data's own type.
 inline std::vector<json> sse_typed_events(const std::string& body) {
   std::vector<json> out;
-  size_t pos = 0;
-  while (pos < body.size()) {
-    const size_t end = body.find("\n\n", pos);
-    EXPECT_NE(end, std::string::npos) << "an event does not end with a blank line: " << body.substr(pos);
-    if (end == std::string::npos) break;
-    const std::string event = body.substr(pos, end - pos);
-    pos = end + 2;
+  for (const std::string& event : sse_events(body)) {
     const size_t newline = event.find('\n');
     EXPECT_EQ(event.rfind("event: ", 0), 0u) << event;
     EXPECT_NE(newline, std::string::npos) << event;

@@ -18,6 +18,7 @@
 #include "core/fp16.h"
 #include "core/quant/types.h"
 #include "cuda/matvec.h"
+#include "cuda/roofline.h"
 #include "cuda/vram.h"
 
 namespace {
@@ -31,28 +32,6 @@ struct Case {
   int64_t problems;  // products per call (experts per token: 8)
   bool grouped;
 };
-
-template <class F>
-float median_ms(F&& f, int warmup, int repeats) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  for (int i = 0; i < warmup; ++i) f();
-  std::vector<float> times;
-  for (int i = 0; i < repeats; ++i) {
-    cudaEventRecord(start);
-    f();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 // Random bytes, with every fp16 field a block's scale could sit in set to a small finite value.
 std::vector<uint8_t> random_weights(GgmlType type, size_t bytes, std::mt19937& rng) {
@@ -88,7 +67,8 @@ int main(int argc, char** argv) {
   lode::cuda::DeviceBuffer a(vram, copy_bytes, lode::cuda::VramUse::scratch, "copy source");
   lode::cuda::DeviceBuffer b(vram, copy_bytes, lode::cuda::VramUse::scratch, "copy target");
   cudaMemset(a.data(), 1, copy_bytes);
-  const float copy_ms = median_ms([&] { cudaMemcpy(b.data(), a.data(), copy_bytes, cudaMemcpyDeviceToDevice); }, 2, 10);
+  const double copy_ms = lode::cuda::median_event_ms(
+      [&] { cudaMemcpy(b.data(), a.data(), copy_bytes, cudaMemcpyDeviceToDevice); }, 2, 10);
   const double ceiling = 2.0 * double(copy_bytes) / (copy_ms * 1e-3) / 1e9;
   a.reset();
   b.reset();
@@ -126,7 +106,7 @@ int main(int argc, char** argv) {
     lode::cuda::DeviceBuffer dids(vram, ids.size() * 4, lode::cuda::VramUse::scratch, "ids");
     cudaMemcpy(dtable.data(), table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice);
     cudaMemcpy(dids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice);
-    const float ms = median_ms(
+    const double ms = lode::cuda::median_event_ms(
         [&] {
           if (c.grouped)
             lode::cuda::grouped_matvec(c.type, dtable.as<const void*>(), dids.as<int32_t>(), c.problems, c.rows,

@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <functional>
 #include <vector>
 
 #include "core/error.h"
@@ -12,38 +11,34 @@
 
 namespace lode::cuda {
 
-namespace {
-
-// Median milliseconds of `repeats` runs of `work` on the default stream, after one warm-up.
-double median_ms(const std::function<void()>& work, int repeats, const char* what) {
+double median_event_ms(const std::function<void()>& work, int warmups, int repeats) {
+  for (int i = 0; i < warmups; ++i) work();
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   std::vector<float> ms;
-  for (int i = 0; i <= repeats; ++i) {
+  for (int i = 0; i < repeats; ++i) {
     cudaEventRecord(start);
     work();
     cudaEventRecord(stop);
     cudaEventSynchronize(stop);
     float t = 0;
     cudaEventElapsedTime(&t, start, stop);
-    if (i > 0) ms.push_back(t);
+    ms.push_back(t);
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) fail("CUDA: {}: {}", what, cudaGetErrorString(err));
+  if (const cudaError_t err = cudaGetLastError(); err != cudaSuccess) fail("CUDA: timing: {}", cudaGetErrorString(err));
   std::sort(ms.begin(), ms.end());
   return double(ms[ms.size() / 2]);
 }
-
-}  // namespace
 
 double measure_copy_gbps(VramAccountant& vram, size_t bytes, int repeats) {
   DeviceBuffer from(vram, bytes, VramUse::scratch, "bandwidth probe (source)");
   DeviceBuffer to(vram, bytes, VramUse::scratch, "bandwidth probe (target)");
   cudaMemset(from.data(), 1, bytes);
-  const double ms = median_ms([&] { cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice); },
-                              repeats, "measuring the copy bandwidth");
+  const double ms =
+      median_event_ms([&] { cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice); }, 1, repeats);
   return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
 }
 
@@ -61,12 +56,12 @@ double measure_matmul_tflops(VramAccountant& vram, MatmulKind kind, int n, int r
   const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasComputeType_t compute = bf16 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
   cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-  const double ms = median_ms(
+  const double ms = median_event_ms(
       [&] {
         status = cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a.data(), in, n, b.data(), in, n, &zero,
                               c.data(), CUDA_R_32F, n, compute, CUBLAS_GEMM_DEFAULT);
       },
-      repeats, "measuring the matmul throughput");
+      1, repeats);
   cublasDestroy(handle);
   if (status != CUBLAS_STATUS_SUCCESS) fail("cuBLAS: the matmul probe: {}", cublasGetStatusString(status));
   return 2.0 * double(n) * double(n) * double(n) / (ms * 1e-3) / 1e12;

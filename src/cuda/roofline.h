@@ -1,10 +1,15 @@
 // The device's measured limits, for the fraction-of-ceiling figures of `lode bench`.
 #pragma once
 #include <cstddef>
+#include <functional>
 
 namespace lode::cuda {
 
 class VramAccountant;
+
+// Median milliseconds of `repeats` runs of `work` (queued on the default stream), timed with CUDA
+// events after `warmups` untimed runs; fails with the first CUDA error.
+double median_event_ms(const std::function<void()>& work, int warmups, int repeats);
 
 // Device-to-device copy bandwidth in GB/s ((read + write bytes) / time, median of `repeats` copies
 // of `bytes` after a warm-up), in scratch memory taken from `vram` and released before returning.
