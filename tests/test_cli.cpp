@@ -142,12 +142,13 @@ TEST(Cli, BenchRunsOnAGpuAndOtherwiseSaysWhyNot) {
   }
 }
 
-// lode run --backend cuda: on the GPU machine, lode-mini's greedy ids equal the CPU engine's;
-// elsewhere a clear error.
+// lode run --backend cuda: on the GPU machine, lode-mini's greedy ids equal the CPU engine's with
+// float32 products in both (--activations f32; the GPU's default rounds activations to 8 bits,
+// compared with the CPU's own rounding in test_cuda_forward.cpp); elsewhere a clear error.
 TEST(Cli, RunOnTheGpuGivesTheCpuTokens) {
   const lode::test::TempDir dir;
   const std::string run = "run -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' " +
-                          "--tokens 1,1177,201,1924,785 -n 24 --temp 0 --ids";
+                          "--tokens 1,1177,201,1924,785 -n 24 --temp 0 --ids --activations f32";
   const auto gpu = run_lode(run + " --backend cuda", dir.path());
   std::string why;
   if (!lode::test::gpu_available(&why)) return expect_no_gpu_error(gpu);
@@ -177,7 +178,8 @@ TEST(Cli, RunOnTheGpuRefusesATooSmallBudget) {
 TEST(Cli, ChatOnTheGpuHoldsTheConversation) {
   const lode::test::TempDir dir;
   std::ofstream(dir / "turns.txt") << "Hello there\n/think off\nWhat is a package?\n";
-  const std::string chat = "chat -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' -n 12 --temp 0";
+  const std::string chat =
+      "chat -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' -n 12 --temp 0 --activations f32";
   const std::string input = " < '" + (dir / "turns.txt").string() + "'";
   const auto gpu = run_lode(chat + " --backend cuda" + input, dir.path());
   std::string why;

@@ -2,6 +2,7 @@
 // products for every type with a kernel, and the VRAM accountant's budget. Skip without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -90,6 +91,57 @@ TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
       diff = std::max(diff, double(std::fabs(got[i] - want[i])));
     }
     EXPECT_LE(diff / scale, 2e-6) << "max |gpu - cpu| " << diff << " of " << scale;
+  }
+}
+
+// The integer kernels (MatvecInput::q8) against the CPU's Activations::q8 products: x rounded to 8
+// bits exactly as the CPU rounds it, then the same sums up to float order (the GPU's are integer
+// per slice, scaled once; the CPU's are float dots of the dequantized row). Rows of 512 values
+// (a group of lanes per row) and of 2048 (a warp per row), and Q8_0 rows of 160 (not whole 16-byte
+// words: the slice kernel, not the word kernel); 67 rows, so the last block is ragged.
+TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
+  LODE_REQUIRE_GPU();
+  lode::cuda::VramAccountant vram;
+  std::mt19937 rng(13);
+  const int64_t rows = 67, tokens = 3;
+  for (const int64_t cols : {int64_t(160), int64_t(512), int64_t(2048)}) {
+    const auto values = random_floats(size_t(rows * cols), rng);
+    auto x = random_floats(size_t(tokens * cols), rng);
+    x[5] = 0.0f;
+    std::fill_n(x.begin() + cols, 256, 0.0f);  // an all-zero block of the second token
+    lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
+    lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
+    for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+      if (cols % 256 != 0 && type != GgmlType::Q8_0) continue;  // K-quant rows are whole super-blocks
+      const auto& traits = lode::traits(type);
+      SCOPED_TRACE(std::string(traits.name) + ", " + std::to_string(cols) + " columns");
+      ASSERT_TRUE(lode::cuda::has_q8_matvec(type));
+      const size_t row_bytes = lode::row_bytes(type, cols);
+      std::vector<uint8_t> w(row_bytes * size_t(rows));
+      for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
+      std::vector<float> want(size_t(tokens * rows)), got(want.size());
+      lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), want.data(), tokens,
+                        {.threads = 1, .activations = lode::cpu::Activations::q8});
+      lode::cuda::DeviceBuffer dw(vram, w.size(), lode::cuda::VramUse::weights, "w");
+      lode::cuda::DeviceBuffer dy(vram, got.size() * 4, lode::cuda::VramUse::scratch, "y");
+      lode::cuda::copy_to_device(dw.data(), w.data(), w.size());
+      lode::cuda::matvec(type, dw.data(), rows, cols, row_bytes, dx.as<float>(), dy.as<float>(), tokens, nullptr,
+                         {.q8 = true});
+      lode::cuda::synchronize();
+      lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
+      double scale = 0, diff = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        scale = std::max(scale, double(std::fabs(want[i])));
+        diff = std::max(diff, double(std::fabs(got[i] - want[i])));
+      }
+      EXPECT_LE(diff / scale, 2e-6) << "max |gpu - cpu| " << diff << " of " << scale;
+      // And the rounding is real: the float32 kernel's products differ by more than float order.
+      std::vector<float> exact(want.size());
+      lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), exact.data(), tokens, {.threads = 1});
+      double moved = 0;
+      for (size_t i = 0; i < want.size(); ++i) moved = std::max(moved, double(std::fabs(got[i] - exact[i])));
+      EXPECT_GT(moved / scale, 1e-4);
+    }
   }
 }
 

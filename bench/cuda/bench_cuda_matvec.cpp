@@ -6,6 +6,7 @@
 // fp16 scales (speed does not depend on the values; correctness is tests/test_cuda_matvec.cpp).
 //
 //   build/bench_cuda_matvec [--json]
+// Each case runs with float32 x and, for the types with integer kernels, with 8-bit x (MatvecInput::q8).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -79,6 +80,8 @@ int main(int argc, char** argv) {
       {"attention q|gate (8192 x 2048)", GgmlType::Q8_0, 8192, 2048, 1, false},
       {"8 experts gate (8 x 512 x 2048)", GgmlType::Q4_K, 512, 2048, 8, true},
       {"8 experts down (8 x 2048 x 512)", GgmlType::Q5_K, 2048, 512, 8, true},
+      {"deltanet out (2048 x 4096)", GgmlType::Q8_0, 2048, 4096, 1, false},
+      {"shared down (2048 x 512)", GgmlType::Q8_0, 2048, 512, 1, false},
       {"f16 (8192 x 2048)", GgmlType::F16, 8192, 2048, 1, false},
       {"f32 (8192 x 2048)", GgmlType::F32, 8192, 2048, 1, false},
   };
@@ -106,23 +109,32 @@ int main(int argc, char** argv) {
     lode::cuda::DeviceBuffer dids(vram, ids.size() * 4, lode::cuda::VramUse::scratch, "ids");
     cudaMemcpy(dtable.data(), table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice);
     cudaMemcpy(dids.data(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice);
-    const double ms = lode::cuda::median_event_ms(
-        [&] {
-          if (c.grouped)
-            lode::cuda::grouped_matvec(c.type, dtable.as<const void*>(), dids.as<int32_t>(), c.problems, c.rows,
-                                       c.cols, row_bytes, x.as<float>(), 0, y.as<float>());
-          else
-            lode::cuda::matvec(c.type, w.data(), c.rows, c.cols, row_bytes, x.as<float>(), y.as<float>(), 1);
-        },
-        5, 50);
-    const double bytes = double(matrix_bytes) * double(c.problems);
-    const double gbps = bytes / (ms * 1e-3) / 1e9;
-    if (json)
-      std::printf("%s{\"case\": \"%s\", \"type\": \"%s\", \"MB\": %.2f, \"us\": %.1f, \"GBps\": %.1f, \"of_ceiling\": %.3f}",
-                  i ? ", " : "", c.name, lode::traits(c.type).name, bytes / 1e6, ms * 1e3, gbps, gbps / ceiling);
-    else
-      std::printf("  %-34s %-5s %8.2f MB %9.1f us %8.1f GB/s  %5.1f%% of the copy ceiling\n", c.name,
-                  lode::traits(c.type).name, bytes / 1e6, ms * 1e3, gbps, 100.0 * gbps / ceiling);
+    // Float32 activations for every type; 8-bit activations where the type has integer kernels.
+    for (const bool q8 : {false, true}) {
+      if (q8 && !lode::cuda::has_q8_matvec(c.type)) continue;
+      const lode::cuda::MatvecInput input{.q8 = q8};
+      const double ms = lode::cuda::median_event_ms(
+          [&] {
+            if (c.grouped)
+              lode::cuda::grouped_matvec(c.type, dtable.as<const void*>(), dids.as<int32_t>(), c.problems, c.rows,
+                                         c.cols, row_bytes, x.as<float>(), 0, y.as<float>(), nullptr, input);
+            else
+              lode::cuda::matvec(c.type, w.data(), c.rows, c.cols, row_bytes, x.as<float>(), y.as<float>(), 1,
+                                 nullptr, input);
+          },
+          5, 50);
+      const double bytes = double(matrix_bytes) * double(c.problems);
+      const double gbps = bytes / (ms * 1e-3) / 1e9;
+      const char* x_type = q8 ? "q8" : "f32";
+      if (json)
+        std::printf("%s{\"case\": \"%s\", \"type\": \"%s\", \"x\": \"%s\", \"MB\": %.2f, \"us\": %.1f, "
+                    "\"GBps\": %.1f, \"of_ceiling\": %.3f}",
+                    i || q8 ? ", " : "", c.name, lode::traits(c.type).name, x_type, bytes / 1e6, ms * 1e3, gbps,
+                    gbps / ceiling);
+      else
+        std::printf("  %-34s %-5s x %-3s %8.2f MB %9.1f us %8.1f GB/s  %5.1f%% of the copy ceiling\n", c.name,
+                    lode::traits(c.type).name, x_type, bytes / 1e6, ms * 1e3, gbps, 100.0 * gbps / ceiling);
+    }
   }
   if (json) std::printf("]}\n");
   return 0;

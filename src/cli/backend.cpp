@@ -26,12 +26,14 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
   add_vram_budget_option(cmd, o.vram_budget_mib);
 }
 
-std::unique_ptr<engine::SequenceModel> open_sequence(const BackendOptions& o, LoadedModel& model, int64_t ctx) {
+std::unique_ptr<engine::SequenceModel> open_sequence(const BackendOptions& o, LoadedModel& model,
+                                                     const ModelRunOptions& run) {
   if (o.backend == "cpu") return std::make_unique<engine::CpuSequence>(model.session);
 #ifdef LODE_HAVE_CUDA
   cuda::CudaSessionOptions options;
-  options.max_context = ctx > 0 ? ctx : std::min<int64_t>(model.config.context_length, 8192);
+  options.max_context = run.ctx > 0 ? run.ctx : std::min<int64_t>(model.config.context_length, 8192);
   options.vram_budget = size_t(o.vram_budget_mib) << 20;
+  options.activations = run.activations_or(cpu::Activations::q8);
   return std::make_unique<cuda::CudaSequence>(std::make_unique<cuda::CudaSession>(model.reader, model.config, options));
 #else
   fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");

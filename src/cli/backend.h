@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cli/loaded_model.h"
+#include "cli/model_options.h"
 #include "engine/generate.h"
 
 namespace CLI {
@@ -25,9 +26,11 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o);
 // Adds --vram-budget alone (lode bench, which is always on the GPU).
 void add_vram_budget_option(CLI::App& cmd, int64_t& mib);
 
-// The sequence on the chosen backend. On the GPU, K/V is kept for `ctx` positions (0: the
-// model's context, at most 8192). Fails clearly when lode was built without CUDA, there is no
-// usable GPU, or the budget is too small (saying by how many MiB).
-std::unique_ptr<engine::SequenceModel> open_sequence(const BackendOptions& o, LoadedModel& model, int64_t ctx);
+// The sequence on the chosen backend. On the GPU, K/V is kept for run.ctx positions (0: the
+// model's context, at most 8192), and decode's products follow run's --activations (default q8).
+// Fails clearly when lode was built without CUDA, there is no usable GPU, or the budget is too
+// small (saying by how many MiB).
+std::unique_ptr<engine::SequenceModel> open_sequence(const BackendOptions& o, LoadedModel& model,
+                                                     const ModelRunOptions& run);
 
 }  // namespace lode::cli

@@ -37,7 +37,7 @@ class Chat {
         sampler_(params_, model_.session.vocab()), thinking_(!o.no_think),
         tty_(isatty(fileno(stdout)) != 0) {
     model_.text();  // fail now, not at the first turn, when the model has no tokenizer
-    sequence_ = open_sequence(o.backend, model_, o.run.ctx);
+    sequence_ = open_sequence(o.backend, model_, o.run);
   }
 
   void run() {

@@ -42,7 +42,7 @@ void run_generate(const RunOptions& o) {
   engine::GenerateOptions g{.max_tokens = o.n_predict, .sampling = params, .stop_strings = o.stop,
                             .stop_at_end_of_generation = !o.ignore_eos, .render_special = o.special,
                             .chunk = o.run.chunk, .cancel = nullptr, .steer = std::nullopt};
-  const std::unique_ptr<engine::SequenceModel> sequence = open_sequence(o.backend, model, o.run.ctx);
+  const std::unique_ptr<engine::SequenceModel> sequence = open_sequence(o.backend, model, o.run);
   engine::GenerateResult result;
   if (o.ids) {
     // Exactly -n ids, no tokenizer needed: a model without one still runs.

@@ -3,7 +3,6 @@
 #include <charconv>
 #include <fstream>
 #include <iterator>
-#include <map>
 
 #include "core/error.h"
 
@@ -23,12 +22,15 @@ void add_model_run_options(CLI::App& cmd, ModelRunOptions& o, PromptInput prompt
   cmd.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--ctx", o.ctx, "Context length (default: the model's)")->check(CLI::NonNegativeNumber);
   cmd.add_option("--chunk", o.chunk, "Prompt tokens per forward chunk (default 64)")->check(CLI::PositiveNumber);
-  const std::map<std::string, cpu::Activations> activations{{"f32", cpu::Activations::f32},
-                                                            {"q8", cpu::Activations::q8}};
   cmd.add_option("--activations", o.activations,
-                 "f32 (default): float32 products; q8: round activations to 8 bits before each "
-                 "product with quantized weights, as llama.cpp's CPU backend does (for comparisons)")
-      ->transform(CLI::CheckedTransformer(activations, CLI::ignore_case));
+                 "f32: float32 products (the CPU's default); q8: round activations to 8 bits before each "
+                 "product with quantized weights, as llama.cpp does (the GPU's default: integer products)")
+      ->check(CLI::IsMember({"f32", "q8"}, CLI::ignore_case));
+}
+
+cpu::Activations ModelRunOptions::activations_or(cpu::Activations fallback) const {
+  if (activations.empty()) return fallback;
+  return activations == "q8" || activations == "Q8" ? cpu::Activations::q8 : cpu::Activations::f32;
 }
 
 std::string read_prompt_text(const ModelRunOptions& o) {

@@ -19,10 +19,12 @@ struct ModelRunOptions {
   int threads = 0;     // 0: OpenMP's default (all cores)
   int64_t ctx = 0;     // 0: the model's context length
   int64_t chunk = 64;  // prompt tokens per forward chunk
-  cpu::Activations activations = cpu::Activations::f32;
+  std::string activations;  // --activations f32|q8; empty: the backend's default
 
+  // The --activations choice, or the backend's default when none was given (CPU: f32, GPU: q8).
+  cpu::Activations activations_or(cpu::Activations fallback) const;
   cpu::SessionOptions session_options() const {
-    return {.threads = threads, .max_context = ctx, .activations = activations};
+    return {.threads = threads, .max_context = ctx, .activations = activations_or(cpu::Activations::f32)};
   }
 };
 

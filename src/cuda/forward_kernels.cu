@@ -191,27 +191,31 @@ __global__ void attention_merge_kernel(const float* qg, const float* partials, c
 
 constexpr int kMaxConvKeep = 15;
 
-// Channel c of n_tokens consecutive tokens (rows of `channels`), in order: the last kernel - 1
-// inputs ride along in registers and are written back to the state at the end.
-__global__ void conv_kernel(float* qkv, float* state, const float* w, int channels, int kernel, int n_tokens) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= channels) return;
-  const int keep = kernel - 1;
-  const float* wc = w + int64_t(c) * kernel;
-  float* sc = state + int64_t(c) * keep;
-  float window[kMaxConvKeep];
-  for (int k = 0; k < keep; ++k) window[k] = sc[k];
-  for (int t = 0; t < n_tokens; ++t) {
-    float* x = qkv + int64_t(t) * channels + c;
-    const float input = *x;
+// Decode's causal conv and L2 norms in one pass: block b takes channels [b dk, (b + 1) dk) of the
+// token's Q | K | V row (one key head of q, of k, or dk channels of v), runs each channel's conv
+// (state [channels][kernel - 1], shifted) and SiLU, and L2-normalises the q and k heads.
+__global__ void conv_l2_kernel(float* qkv, float* state, const float* w, int channels, int kernel, int hk, int dk) {
+  const int c = blockIdx.x * dk + threadIdx.x;
+  const bool inside = int(threadIdx.x) < dk && c < channels;
+  float y = 0.0f;
+  if (inside) {
+    const int keep = kernel - 1;
+    const float* wc = w + int64_t(c) * kernel;
+    float* sc = state + int64_t(c) * keep;
+    const float input = qkv[c];
     float acc = 0.0f;
-    for (int k = 0; k < keep; ++k) acc += wc[k] * window[k];
+    for (int k = 0; k < keep; ++k) acc += wc[k] * sc[k];
     acc += wc[keep] * input;
-    for (int k = 0; k + 1 < keep; ++k) window[k] = window[k + 1];
-    if (keep > 0) window[keep - 1] = input;
-    *x = siluf(acc);
+    for (int k = 0; k + 1 < keep; ++k) sc[k] = sc[k + 1];
+    if (keep > 0) sc[keep - 1] = input;
+    y = siluf(acc);
   }
-  for (int k = 0; k < keep; ++k) sc[k] = window[k];
+  if (int(blockIdx.x) < 2 * hk) {  // a q head (also scaled by 1/sqrt(dk)) or a k head
+    float scale = rsqrtf(block_sum(inside ? y * y : 0.0f) + 1e-6f);
+    if (int(blockIdx.x) < hk) scale *= rsqrtf(float(dk));
+    y *= scale;
+  }
+  if (inside) qkv[c] = y;
 }
 
 // Blocks [0, hk): q heads (also scaled by 1/sqrt(dk)); [hk, 2 hk): k heads.
@@ -224,19 +228,34 @@ __global__ void l2_norm_heads_kernel(float* qkv, int hk, int dk, int channels) {
   for (int i = threadIdx.x; i < dk; i += blockDim.x) v[i] *= scale;
 }
 
-// One block per value head s: thread (j, g) owns column j of the head's [dk][dv] state over rows
-// i = g, g + kRowGroups, ...; partial sums over the row groups are added in group order.
-constexpr int kRowGroups = 4;
+// The delta rule for one token. Block (s, column tile) owns kStepColumns columns of value head s's
+// [dk][dv] state: thread (j, g) holds column j's rows g, g + kStepRowGroups, ... in registers
+// (read once, written once; a warp's loads of one row are contiguous). Partial sums over the row
+// groups are added in group order. The head's gated RMSNorm needs all dv columns: the tiles write
+// their raw outputs, and the last tile of the head to finish (counted in arrivals[s], which it
+// resets for the next step) normalises them.
+constexpr int kStepColumns = 32, kStepRowGroups = 16, kMaxStepRows = 16;  // dk <= 256
 
-__global__ void deltanet_step_kernel(float* state, const float* qkv, const float* z, const float* b,
-                                     const float* alpha, const float* a, const float* dt_bias, const float* norm_w,
-                                     int hk, int dk, int dv, float eps, float* o) {
-  extern __shared__ float shared[];  // q [dk], k [dk], partial [kRowGroups][dv]
-  float* q = shared;
-  float* k = shared + dk;
-  float* partial = shared + 2 * dk;
-  const int s = blockIdx.x;
-  const int j = threadIdx.x % dv, g = threadIdx.x / dv;
+__device__ void gated_norm_head(float* o, const float* z, const float* norm_w, int dv, float eps) {
+  float ss = 0.0f;
+  for (int c = threadIdx.x; c < dv; c += blockDim.x) {
+    const float v = __ldcg(o + c);
+    ss += v * v;
+  }
+  const float scale = rsqrtf(block_sum(ss) / float(dv) + eps);
+  for (int c = threadIdx.x; c < dv; c += blockDim.x) o[c] = __ldcg(o + c) * scale * norm_w[c] * siluf(z[c]);
+}
+
+__global__ void __launch_bounds__(kStepColumns * kStepRowGroups)
+    deltanet_step_kernel(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
+                         const float* a, const float* dt_bias, const float* norm_w, int hk, int dk, int dv, float eps,
+                         float* o, unsigned* arrivals) {
+  __shared__ float q[kMaxStepRows * kStepRowGroups], k[kMaxStepRows * kStepRowGroups];
+  __shared__ float partial[kStepRowGroups][kStepColumns];
+  __shared__ bool last;
+  const int s = blockIdx.x, j = threadIdx.x % kStepColumns, g = threadIdx.x / kStepColumns;
+  const int c = blockIdx.y * kStepColumns + j;
+  const bool column = c < dv;
   const int key_dim = hk * dk;
   for (int i = threadIdx.x; i < dk; i += blockDim.x) {
     q[i] = qkv[(s % hk) * dk + i];
@@ -245,31 +264,47 @@ __global__ void deltanet_step_kernel(float* state, const float* qkv, const float
   __syncthreads();
   const float beta = sigmoidf(b[s]);
   const float decay = expf(a[s] * softplusf(alpha[s] + dt_bias[s]));
-  float* S = state + int64_t(s) * dk * dv + j;
-  float sk = 0.0f;
-  for (int i = g; i < dk; i += kRowGroups) {
-    const float v = S[int64_t(i) * dv] * decay;
-    S[int64_t(i) * dv] = v;
-    sk += v * k[i];
+  float* S = state + int64_t(s) * dk * dv + c;
+  float st[kMaxStepRows], sk = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kMaxStepRows; ++r) {
+    const int i = g + kStepRowGroups * r;
+    st[r] = column && i < dk ? S[int64_t(i) * dv] * decay : 0.0f;
+    if (i < dk) sk += st[r] * k[i];
   }
-  partial[g * dv + j] = sk;
+  partial[g][j] = sk;
   __syncthreads();
   sk = 0.0f;
-  for (int gg = 0; gg < kRowGroups; ++gg) sk += partial[gg * dv + j];
-  const float d = beta * (qkv[2 * key_dim + s * dv + j] - sk);
+  for (int gg = 0; gg < kStepRowGroups; ++gg) sk += partial[gg][j];
+  const float d = column ? beta * (qkv[2 * key_dim + s * dv + c] - sk) : 0.0f;
   float out = 0.0f;
-  for (int i = g; i < dk; i += kRowGroups) {
-    const float v = S[int64_t(i) * dv] + k[i] * d;
-    S[int64_t(i) * dv] = v;
-    out += v * q[i];
+#pragma unroll
+  for (int r = 0; r < kMaxStepRows; ++r) {
+    const int i = g + kStepRowGroups * r;
+    if (!column || i >= dk) continue;
+    st[r] += k[i] * d;
+    S[int64_t(i) * dv] = st[r];
+    out += st[r] * q[i];
   }
   __syncthreads();  // every thread has read partial
-  partial[g * dv + j] = out;
+  partial[g][j] = out;
   __syncthreads();
   out = 0.0f;
-  for (int gg = 0; gg < kRowGroups; ++gg) out += partial[gg * dv + j];
-  const float scale = rsqrtf(block_sum(g == 0 ? out * out : 0.0f) / float(dv) + eps);
-  if (g == 0) o[int64_t(s) * dv + j] = out * scale * norm_w[j] * siluf(z[int64_t(s) * dv + j]);
+  for (int gg = 0; gg < kStepRowGroups; ++gg) out += partial[gg][j];
+  float* oh = o + int64_t(s) * dv;
+  if (g == 0 && column) oh[c] = out;
+  if (gridDim.y > 1) {
+    __threadfence();  // this tile's outputs visible before it counts itself
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(arrivals + s, 1u) == gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x == 0) arrivals[s] = 0;
+  } else {
+    __syncthreads();
+  }
+  gated_norm_head(oh, z + int64_t(s) * dv, norm_w, dv, eps);
 }
 
 // One warp: softmax, top k by repeated arg-max (ties: lower index), renormalised weights.
@@ -333,6 +368,7 @@ __global__ void moe_combine_add_norm_kernel(const float* y, const float* weights
   float s = 0.0f;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
     float o = 0.0f;  // moe_combine_kernel's sum
+#pragma unroll 8
     for (int j = 0; j < k; ++j) o += weights[j] * y[int64_t(j) * hidden + i];
     if (shared) o += sigmoidf(*shared_logit) * shared[i];
     const float v = h[i] + o;  // add_rms_norm_kernel's arithmetic from here
@@ -387,12 +423,13 @@ const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int
 }
 
 const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel, int hk,
-                             int dk, int n_tokens, void* stream) {
+                             int dk, void* stream) {
   if (kernel - 1 > kMaxConvKeep) return "DeltaNet conv kernel longer than 16";
-  conv_kernel<<<blocks_for(channels, 128), 128, 0, as_stream(stream)>>>(qkv, conv_state, conv_w, channels, kernel,
-                                                                       n_tokens);
-  if (const char* err = launched()) return err;
-  return l2_norm_heads(qkv, hk, dk, channels, n_tokens, stream);
+  if (dk > 1024) return "DeltaNet key heads wider than 1024";
+  const int threads = (dk + kWarp - 1) / kWarp * kWarp;
+  conv_l2_kernel<<<(channels + dk - 1) / dk, threads, 0, as_stream(stream)>>>(qkv, conv_state, conv_w, channels, kernel,
+                                                                           hk, dk);
+  return launched();
 }
 
 const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens, void* stream) {
@@ -402,12 +439,11 @@ const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens
 
 const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                           const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
-                          float eps, float* o, void* stream) {
-  if ((dv * kRowGroups) % kWarp != 0 || dv * kRowGroups > 1024)
-    return "DeltaNet value heads must be a multiple of 8 wide, at most 256";
-  const size_t shared = (2 * size_t(dk) + size_t(kRowGroups) * dv) * sizeof(float);
-  deltanet_step_kernel<<<hv, dv * kRowGroups, shared, as_stream(stream)>>>(state, qkv, z, b, alpha, a, dt_bias,
-                                                                          norm_w, hk, dk, dv, eps, o);
+                          float eps, float* o, unsigned* arrivals, void* stream) {
+  if (dk > kMaxStepRows * kStepRowGroups) return "DeltaNet key heads wider than 256";
+  const dim3 grid(hv, (dv + kStepColumns - 1) / kStepColumns);
+  deltanet_step_kernel<<<grid, kStepColumns * kStepRowGroups, 0, as_stream(stream)>>>(
+      state, qkv, z, b, alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o, arrivals);
   return launched();
 }
 

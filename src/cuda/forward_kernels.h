@@ -31,20 +31,20 @@ const char* attention_prepare(float* qg, float* k, const float* v, const float* 
 const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim,
                              int n_splits, float* partials, float* out, void* stream);
 
-// Gated DeltaNet, n_tokens tokens in order. Each row of qkv [n_tokens][channels] (Q | K | V) goes
-// through the causal conv (state [channels][kernel - 1], shifted) and SiLU in place; then q and k
-// of each key head are L2-normed (q also scaled by 1/sqrt(dk)).
+// Gated DeltaNet, one token: the row qkv [channels] (Q | K | V) goes through the causal conv
+// (state [channels][kernel - 1], shifted) and SiLU in place; q and k of each key head are then
+// L2-normed (q also scaled by 1/sqrt(dk)). One launch.
 const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel,
-                             int hk, int dk, int n_tokens, void* stream);
-// deltanet_prepare's second half: q and k of each key head L2-normed (q also scaled by 1/sqrt(dk))
-// in n_tokens rows of `channels`.
+                             int hk, int dk, void* stream);
+// The prompt pass's L2 norms: q and k of each key head L2-normed (q also scaled by 1/sqrt(dk)) in
+// n_tokens rows of `channels`.
 const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens, void* stream);
 // Per value head s: beta = sigmoid(b_s), g = a_s * softplus(alpha_s + dt_bias_s), the delta-rule
 // update of state [Hv][dk][dv], o_s = S^T q, then the gated RMSNorm o_s * rsqrt(...) * norm *
-// silu(z_s). o: [Hv * dv].
+// silu(z_s). o: [Hv * dv]. arrivals: hv zeroed counters (device memory) the kernel leaves zeroed.
 const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                           const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
-                          float eps, float* o, void* stream);
+                          float eps, float* o, unsigned* arrivals, void* stream);
 
 // Router: softmax over n_experts logits, the top k (ties: lower index), weights renormalised to 1.
 // ids [2k]: the chosen experts, then each plus n_experts (their up halves in a gate|up table).

@@ -62,5 +62,10 @@ __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(
 __device__ __forceinline__ float siluf(float x) { return x * sigmoidf(x); }
 __device__ __forceinline__ float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+// Input value c of a matrix product: x[c], or silu(x[c]) * x[swiglu_up + c] for a SwiGLU's halves.
+__device__ __forceinline__ float input_value(const float* x, int64_t c, int64_t swiglu_up) {
+  return swiglu_up ? siluf(x[c]) * x[swiglu_up + c] : x[c];
+}
+
 }  // namespace
 }  // namespace lode::cuda::kernels

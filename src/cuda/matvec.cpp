@@ -9,6 +9,7 @@
 namespace lode::cuda {
 
 bool has_matvec(GgmlType type) { return matvec_kernel_exists(type); }
+bool has_q8_matvec(GgmlType type) { return matvec_q8_kernel_exists(type); }
 
 namespace {
 
@@ -36,14 +37,15 @@ void run(const MatvecLaunch& m) {
 }  // namespace
 
 void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x, float* y,
-            int64_t n_tokens, void* stream, int64_t swiglu_up) {
-  run({type, w, nullptr, nullptr, rows, cols, row_bytes, x, cols, y, n_tokens, stream, swiglu_up});
+            int64_t n_tokens, void* stream, MatvecInput input) {
+  run({type, w, nullptr, nullptr, rows, cols, row_bytes, x, cols, y, n_tokens, stream, input.swiglu_up, input.q8});
 }
 
 void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids, int64_t n_problems, int64_t rows,
                     int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, void* stream,
-                    int64_t swiglu_up) {
-  run({type, nullptr, table, ids, rows, cols, row_bytes, x, x_stride, y, n_problems, stream, swiglu_up});
+                    MatvecInput input) {
+  run({type, nullptr, table, ids, rows, cols, row_bytes, x, x_stride, y, n_problems, stream, input.swiglu_up,
+       input.q8});
 }
 
 }  // namespace lode::cuda

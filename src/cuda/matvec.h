@@ -1,8 +1,8 @@
 // Quantized matrix-vector products on the GPU, reading the weights as stored in the GGUF file (no
-// dequantized copies): y[t, r] = sum_c W[r, c] * x[t, c]. One warp per weight row; each lane
-// dequantizes 32-value units of the row in registers and dots them with x; the warp reduces.
-// This is the decode path's first, plain form (issue 7): correct for every supported type, not yet
-// tuned (no 16-byte loads, x not staged in shared memory, one token per grid row).
+// dequantized copies): y[t, r] = sum_c W[r, c] * x[t, c]. One warp (or, for short rows, a group of
+// lanes) per weight row; lanes dequantize their part of the row in registers and dot it with x.
+// Two forms: float32 x for every type (cuda/matvec_kernels.cu), and 8-bit x with integer dot
+// products for the types decode reads most (MatvecInput::q8, cuda/matvec_q8_kernels.cu).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +11,18 @@
 
 namespace lode::cuda {
 
+// How a product reads x.
+struct MatvecInput {
+  // > 0: the input is not x but silu(x[c]) * x[swiglu_up + c], a SwiGLU's gate and up halves,
+  // applied while x is read (no separate pass).
+  int64_t swiglu_up = 0;
+  // Round x to 8 bits first, as ggml's CPU path (and lode's CPU engine with Activations::q8) does
+  // for the weight's type, and multiply in integers (dp4a): Q8_0, Q4_K, Q5_K and Q6_K weights.
+  // Other types multiply float32 x either way.
+  bool q8 = false;
+};
+bool has_q8_matvec(GgmlType type);
+
 // Whether a kernel exists for weights of this type.
 bool has_matvec(GgmlType type);
 
@@ -18,11 +30,8 @@ bool has_matvec(GgmlType type);
 // y: [n_tokens, rows]; all device memory. Queued on `stream` (a cudaStream_t; null: the default
 // stream). Fails (lode::Error) for a type without a kernel. Plain float rows may have any length
 // (a slower path when it is not a multiple of 32); quantized rows are whole blocks by construction.
-//
-// swiglu_up > 0 (matvec and grouped_matvec): the product's input is not x but silu(x[c]) *
-// x[swiglu_up + c], a SwiGLU's gate and up halves, applied while x is read (no separate pass).
 void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
-            float* y, int64_t n_tokens, void* stream = nullptr, int64_t swiglu_up = 0);
+            float* y, int64_t n_tokens, void* stream = nullptr, MatvecInput input = {});
 
 // Several products in one launch, each with its own matrix from a device-side table (the MoE's
 // (layer, expert) -> weights table; an expert cache can move experts without touching kernels):
@@ -30,6 +39,6 @@ void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row
 // (x_stride 0: all problems share one x) into y + p * rows. table, ids, x and y are device memory.
 void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids, int64_t n_problems, int64_t rows,
                     int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, void* stream = nullptr,
-                    int64_t swiglu_up = 0);
+                    MatvecInput input = {});
 
 }  // namespace lode::cuda

@@ -16,13 +16,8 @@ namespace {
 
 using namespace lode::quant;
 
+using kernels::input_value;
 using kernels::kWarp;
-using kernels::siluf;
-
-// Input value c of a product: x[c], or silu(x[c]) * x[swiglu_up + c] for a SwiGLU's halves.
-__device__ __forceinline__ float input_value(const float* x, int64_t c, int64_t swiglu_up) {
-  return swiglu_up ? siluf(x[c]) * x[swiglu_up + c] : x[c];
-}
 
 __device__ __forceinline__ float half_bits(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
 
@@ -461,9 +456,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
     xs[(i / 32) * kUnitStride + i % 32] = input_value(xp, i, swiglu_up);
   __syncthreads();
   const uint8_t* matrix = table ? static_cast<const uint8_t*>(table[ids[p]]) : w;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   for (int k = 0; k < rows_per_warp; ++k) {
-    const int64_t r = (int64_t(blockIdx.x) * rows_per_warp + k) * kWarpsPerBlock + warp;
+    const int64_t r = (int64_t(blockIdx.x) * rows_per_warp + k) * warps + warp;
     if (r >= rows) return;
     const uint8_t* row = matrix + r * row_bytes;
     float sum = 0.0f;
@@ -521,11 +516,13 @@ cudaError_t launch(const MatvecLaunch& m) {
     if (err != cudaSuccess) return err;
   }
   // Two rows per warp share the staging of x; small products keep one, so there are enough blocks
-  // to fill the GPU (a few thousand rows in all).
+  // to fill the GPU (a few thousand rows in all). (Blocks of two warps for the router's few hundred
+  // rows measured slower on the H200: each block stages all of x.)
   const int rows_per_warp = m.rows * m.n_problems >= 16384 ? 2 : 1;
-  const int64_t rows_per_block = int64_t(kWarpsPerBlock) * rows_per_warp;
+  const int warps = kWarpsPerBlock;
+  const int64_t rows_per_block = int64_t(warps) * rows_per_warp;
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
-  matvec_kernel<T><<<grid, kWarpsPerBlock * kWarp, shared, static_cast<cudaStream_t>(m.stream)>>>(
+  matvec_kernel<T><<<grid, warps * kWarp, shared, static_cast<cudaStream_t>(m.stream)>>>(
       static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, units, m.row_bytes, m.x, m.x_stride, m.y,
       rows_per_warp, m.swiglu_up);
   return cudaGetLastError();
@@ -547,6 +544,10 @@ bool matvec_kernel_exists(GgmlType type) {
 
 const char* launch_matvec(const MatvecLaunch& m) {
   cudaError_t err = cudaErrorInvalidValue;
+  if (m.q8_input && matvec_q8_kernel_exists(m.type)) {
+    err = launch_matvec_q8(m);
+    return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  }
   switch (m.type) {
     case GgmlType::F32: err = launch<GgmlType::F32>(m); break;
     case GgmlType::F16: err = launch<GgmlType::F16>(m); break;

@@ -23,6 +23,7 @@ struct MatvecLaunch {
   int64_t n_problems;
   void* stream;
   int64_t swiglu_up = 0;  // > 0: x is a SwiGLU's gate, its up half this many floats further on
+  bool q8_input = false;  // round x to 8 bits and multiply in integers, where the type has such a kernel
 };
 
 bool matvec_kernel_exists(GgmlType type);
@@ -39,5 +40,11 @@ bool uses_iq_grids(GgmlType type);
 const char* upload_iq_grids(const IqGrids& grids);  // null on success
 // Queues the kernel; null on success, else the CUDA runtime's message.
 const char* launch_matvec(const MatvecLaunch& launch);
+
+// The 8-bit-activation kernels (matvec_q8_kernels.cu), which launch_matvec picks for q8_input.
+bool matvec_q8_kernel_exists(GgmlType type);
+#ifdef __CUDACC__
+cudaError_t launch_matvec_q8(const MatvecLaunch& launch);
+#endif
 
 }  // namespace lode::cuda

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/compute.h"
 #include "cuda/gemm.h"
 #include "cuda/kv_format.h"
 #include "gguf/reader.h"
@@ -34,6 +35,11 @@ struct CudaSessionOptions {
   // The precision of the prompt path's matrix products: tf32 (tensor cores) or fp32 (exact to
   // float rounding against the decode step; slower).
   PromptMath prompt_math = PromptMath::tf32;
+  // Decode's matrix products: q8 rounds each activation row to 8 bits first (per weight type, as
+  // llama.cpp does; the CPU engine's Activations::q8 gives the same products) and multiplies in
+  // integers where the weight type has such a kernel (Q8_0, Q4_K, Q5_K, Q6_K); f32 multiplies
+  // float32 activations (the CPU engine's default products). Prompts follow prompt_math.
+  cpu::Activations activations = cpu::Activations::q8;
   // How K/V cells are stored (fp32 until the CPU engine has the other formats to compare with).
   KvFormat kv_format = KvFormat::f32;
   // The physical page of each logical K/V page (empty: in order); tests scramble it.

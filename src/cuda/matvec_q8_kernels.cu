@@ -1,0 +1,397 @@
+// Matrix-vector products on 8-bit activations (MatvecLaunch::q8_input), for the types decode reads
+// most: Q8_0, Q4_K, Q5_K, Q6_K. Each block first rounds its problem's x into shared memory the way
+// ggml's CPU path rounds activations for the weight's type (cpu/activation_rounding.h: Q8_0 blocks
+// of 32 for Q8_0 weights, Q8_K blocks of 256 for the K-quants), then lanes dot weight bytes with
+// those int8 values four at a time (dp4a) and scale each integer sum once. The products are the
+// CPU engine's Activations::q8 products up to float summation order.
+//
+// Lanes work on "slices" of a row (8 values of a Q8_0 block, 32 values of a K-quant super-block)
+// laid out so that neighbouring lanes read neighbouring bytes; a row with fewer slices than a warp
+// has lanes is shared by a group of lanes, several rows per warp.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "core/quant/blocks.h"
+#include "cuda/kernel_math.cuh"
+#include "cuda/matvec_launch.h"
+
+namespace lode::cuda {
+
+namespace {
+
+using namespace lode::quant;
+
+using kernels::input_value;
+using kernels::kWarp;
+
+__device__ __forceinline__ float half_at(const uint8_t* p) {
+  return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const uint16_t*>(p))));
+}
+
+// Four bytes at a 2-byte aligned address.
+__device__ __forceinline__ int u32_at_b2(const uint8_t* p) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+  return int(uint32_t(__ldg(h)) | (uint32_t(__ldg(h + 1)) << 16));
+}
+
+enum class XRounding { q8_0, q8_k };
+
+// x of one problem rounded in shared memory: q [cols] int8; d [cols / 32]: the scale of each 32
+// values (Q8_K: its 256-block's scale repeated); sum16 [cols / 16]: the sum of each 16 q.
+struct RoundedX {
+  int8_t* q;
+  float* d;
+  int* sum16;
+};
+
+__device__ __forceinline__ int pack4(int a, int b, int c, int d) {
+  return int((uint32_t(a) & 0xff) | ((uint32_t(b) & 0xff) << 8) | ((uint32_t(c) & 0xff) << 16) | (uint32_t(d) << 24));
+}
+
+// Each warp takes 256-value chunks, lane l values 8l .. 8l + 7 of the chunk. cols is a multiple of
+// 32 (Q8_0) or of 256 (Q8_K), so a 32-value block never straddles lanes that skip. kRowLayout: q is
+// laid out like a Q8_0 row (value i at byte 34 (i / 32) + 2 + i % 32, zeros where a row keeps its
+// scales), so a weight word and the x word at the same offset pair up in one dp4a.
+template <XRounding R, bool kRowLayout = false>
+__device__ void round_x(const float* x, int64_t cols, int64_t swiglu_up, RoundedX out) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  for (int64_t chunk = warp; chunk * 256 < cols; chunk += warps) {
+    const int64_t base = chunk * 256 + 8 * lane;
+    const bool inside = base < cols;
+    float v[8], amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[j] = inside ? input_value(x, base + j, swiglu_up) : 0.0f;
+      amax = fmaxf(amax, fabsf(v[j]));
+    }
+    float d, iscale;
+    if constexpr (R == XRounding::q8_0) {  // max over the 4 lanes of a 32-value block
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+      d = __half2float(__float2half_rn(amax / 127.0f));
+      iscale = amax != 0.0f ? 127.0f / amax : 0.0f;
+    } else {  // max over the warp's 256 values; the sign of the extreme value cancels in d * q
+      amax = kernels::warp_max(amax);
+      iscale = amax != 0.0f ? -127.0f / amax : 0.0f;
+      d = amax != 0.0f ? 1.0f / iscale : 0.0f;
+    }
+    int q[8], sum = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      q[j] = min(127, __float2int_rn(iscale * v[j]));
+      sum += q[j];
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);  // lanes 2m, 2m + 1: 16 values
+    if (!inside) continue;
+    if constexpr (kRowLayout) {
+      const int64_t block = base / 32, at = block * int64_t(sizeof(BlockQ8_0)) + 2 + base % 32;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) out.q[at + j] = int8_t(q[j]);
+      if (lane % 4 == 0) out.q[at - 2] = 0, out.q[at - 1] = 0;
+    } else {
+      int* words = reinterpret_cast<int*>(out.q + base);
+      words[0] = pack4(q[0], q[1], q[2], q[3]);
+      words[1] = pack4(q[4], q[5], q[6], q[7]);
+    }
+    if (lane % 4 == 0) out.d[base / 32] = d;
+    if (lane % 2 == 0) out.sum16[base / 16] = sum;
+  }
+}
+
+// Q4_K / Q5_K sub-block j's 6-bit scale and min from the 12 packed bytes (read as 3 words).
+__device__ __forceinline__ void scale_min_k4(const uint8_t* packed, int j, int* scale, int* min) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(packed);
+  const uint32_t w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + 2);
+  const auto byte = [&](int i) { return int(((i < 4 ? w0 : i < 8 ? w1 : w2) >> (8 * (i % 4))) & 0xff); };
+  if (j < 4) {
+    *scale = byte(j) & 63;
+    *min = byte(j + 4) & 63;
+  } else {
+    *scale = (byte(j + 4) & 0x0f) | ((byte(j - 4) >> 6) << 4);
+    *min = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+  }
+}
+
+template <GgmlType T>
+struct Slice;
+
+// Q8_0: 8 values (a quarter of a block) per slice, so four neighbouring lanes read one block.
+template <>
+struct Slice<GgmlType::Q8_0> {
+  static constexpr int kValues = 8;
+  static constexpr XRounding kRounding = XRounding::q8_0;
+  __device__ static float dot(const uint8_t* row, int s, RoundedX x) {
+    const int b = s / 4, part = s % 4;
+    const uint8_t* block = row + b * int(sizeof(BlockQ8_0));
+    const uint8_t* q = block + 2 + 8 * part;
+    const int* xw = reinterpret_cast<const int*>(x.q + 32 * b + 8 * part);
+    const int sum = __dp4a(u32_at_b2(q + 4), xw[1], __dp4a(u32_at_b2(q), xw[0], 0));
+    return half_at(block) * x.d[b] * float(sum);
+  }
+};
+
+// K4/K5 slice s of a super-block: 16 bytes of qs holding values 16 (s % 2) .. + 15 of sub-blocks
+// 2 (s / 2) (low nibbles) and 2 (s / 2) + 1 (high nibbles). `high` adds Q5_K's fifth bits.
+template <bool kFifthBit>
+__device__ __forceinline__ float k45_dot(uint16_t d_bits, uint16_t dmin_bits, const uint8_t* scales, uint4 q, uint4 h,
+                                         int sb, int s, RoundedX x) {
+  const int g = s / 2, lo_base = 256 * sb + 64 * g + 16 * (s % 2), hi_base = lo_base + 32;
+  const int* xl = reinterpret_cast<const int*>(x.q + lo_base);
+  const int* xh = reinterpret_cast<const int*>(x.q + hi_base);
+  const uint32_t qw[4] = {q.x, q.y, q.z, q.w}, hw[4] = {h.x, h.y, h.z, h.w};
+  int dot_lo = 0, dot_hi = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    uint32_t lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
+    if constexpr (kFifthBit) {
+      lo |= ((hw[i] >> (2 * g)) & 0x01010101u) << 4;
+      hi |= ((hw[i] >> (2 * g + 1)) & 0x01010101u) << 4;
+    }
+    dot_lo = __dp4a(int(lo), xl[i], dot_lo);
+    dot_hi = __dp4a(int(hi), xh[i], dot_hi);
+  }
+  int sc_lo, m_lo, sc_hi, m_hi;
+  scale_min_k4(scales, 2 * g, &sc_lo, &m_lo);
+  scale_min_k4(scales, 2 * g + 1, &sc_hi, &m_hi);
+  const int scaled = sc_lo * dot_lo + sc_hi * dot_hi;
+  const int mins = m_lo * x.sum16[lo_base / 16] + m_hi * x.sum16[hi_base / 16];
+  const float d = __half2float(__ushort_as_half(d_bits)), dmin = __half2float(__ushort_as_half(dmin_bits));
+  return x.d[lo_base / 32] * (d * float(scaled) - dmin * float(mins));
+}
+
+template <>
+struct Slice<GgmlType::Q4_K> {
+  static constexpr int kValues = 32;
+  static constexpr XRounding kRounding = XRounding::q8_k;
+  __device__ static float dot(const uint8_t* row, int s, RoundedX x) {
+    const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[s / 8];
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(b.qs) + s % 8);
+    const uint32_t dd = __ldg(reinterpret_cast<const uint32_t*>(&b));
+    return k45_dot<false>(uint16_t(dd), uint16_t(dd >> 16), b.scales, q, uint4{}, s / 8, s % 8, x);
+  }
+};
+
+template <>
+struct Slice<GgmlType::Q5_K> {
+  static constexpr int kValues = 32;
+  static constexpr XRounding kRounding = XRounding::q8_k;
+  __device__ static float dot(const uint8_t* row, int s, RoundedX x) {
+    const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(row)[s / 8];
+    const uint4 q = __ldg(reinterpret_cast<const uint4*>(b.qs) + s % 8);
+    const uint4 h = __ldg(reinterpret_cast<const uint4*>(b.qh) + s % 2);
+    const uint32_t dd = __ldg(reinterpret_cast<const uint32_t*>(&b));
+    return k45_dot<true>(uint16_t(dd), uint16_t(dd >> 16), b.scales, q, h, s / 8, s % 8, x);
+  }
+};
+
+// Q6_K slice s of a block: half s / 4, positions l = 8 (s % 4) .. + 7 of its four 32-value
+// quarters (low/high nibbles of ql[l] and ql[32 + l], two bits each of qh[l]). Values are stored
+// plus 32: sum (u - 32) x = sum u x - 32 sum x.
+template <>
+struct Slice<GgmlType::Q6_K> {
+  static constexpr int kValues = 32;
+  static constexpr XRounding kRounding = XRounding::q8_k;
+  __device__ static float dot(const uint8_t* row, int s, RoundedX x) {
+    const int blk = s / 8, half = (s % 8) / 4, t = s % 4;
+    const uint8_t* block = row + blk * int(sizeof(BlockQ6_K));
+    const uint8_t* ql = block + 64 * half + 8 * t;
+    const uint8_t* qh = block + offsetof(BlockQ6_K, qh) + 32 * half + 8 * t;
+    const int8_t* scales = reinterpret_cast<const int8_t*>(block + offsetof(BlockQ6_K, scales)) + 8 * half + t / 2;
+    const int base = 256 * blk + 128 * half + 8 * t;
+    int dot[4] = {0, 0, 0, 0}, sum[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t a = uint32_t(u32_at_b2(ql + 4 * w)), b = uint32_t(u32_at_b2(ql + 32 + 4 * w));
+      const uint32_t h = uint32_t(u32_at_b2(qh + 4 * w));
+      const uint32_t u[4] = {(a & 0x0f0f0f0fu) | ((h & 0x03030303u) << 4),
+                             (b & 0x0f0f0f0fu) | (((h >> 2) & 0x03030303u) << 4),
+                             ((a >> 4) & 0x0f0f0f0fu) | (((h >> 4) & 0x03030303u) << 4),
+                             ((b >> 4) & 0x0f0f0f0fu) | (((h >> 6) & 0x03030303u) << 4)};
+#pragma unroll
+      for (int quarter = 0; quarter < 4; ++quarter) {
+        const int xw = *reinterpret_cast<const int*>(x.q + base + 32 * quarter + 4 * w);
+        dot[quarter] = __dp4a(int(u[quarter]), xw, dot[quarter]);
+        sum[quarter] = __dp4a(0x01010101, xw, sum[quarter]);
+      }
+    }
+    int total = 0;
+#pragma unroll
+    for (int quarter = 0; quarter < 4; ++quarter) total += int(__ldg(scales + 2 * quarter)) * (dot[quarter] - 32 * sum[quarter]);
+    return half_at(block + offsetof(BlockQ6_K, d)) * x.d[8 * blk] * float(total);
+  }
+};
+
+// Block: round x of problem blockIdx.y, then each warp takes kRows row groups at once (their loads
+// in flight together); a group of `lanes` lanes (a power of two up to 32) sums one row's slices.
+template <GgmlType T, int kRows>
+__global__ void __launch_bounds__(256)
+    matvec_q8_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t cols,
+                     size_t row_bytes, const float* x, int64_t x_stride, float* y, int lanes, int64_t swiglu_up) {
+  extern __shared__ int4 shared_x[];
+  RoundedX rx;
+  rx.q = reinterpret_cast<int8_t*>(shared_x);
+  rx.d = reinterpret_cast<float*>(rx.q + cols);
+  rx.sum16 = reinterpret_cast<int*>(rx.d + cols / 32);
+  const int64_t p = blockIdx.y;
+  round_x<Slice<T>::kRounding>(x + p * x_stride, cols, swiglu_up, rx);
+  __syncthreads();
+  const uint8_t* matrix = table ? static_cast<const uint8_t*>(table[ids[p]]) : w;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  const int group = lane / lanes, sub = lane % lanes, groups = kWarp / lanes;
+  const int n_slices = int(cols / Slice<T>::kValues);
+  const int64_t first = (int64_t(blockIdx.x) * warps + warp) * kRows * groups + group;  // rows first + k groups
+  const uint8_t* row[kRows];
+  float sum[kRows];
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    row[k] = matrix + min(first + int64_t(k) * groups, rows - 1) * row_bytes;  // past the end: the last row again
+    sum[k] = 0.0f;
+  }
+  for (int s = sub; s < n_slices; s += lanes) {
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) sum[k] += Slice<T>::dot(row[k], s, rx);
+  }
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    for (int offset = lanes / 2; offset > 0; offset /= 2) sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], offset);
+    const int64_t r = first + int64_t(k) * groups;
+    if (sub == 0 && r < rows) y[p * rows + r] = sum[k];
+  }
+}
+
+// Rows a warp works on at once: enough weight loads in flight per lane (about 8), while keeping at
+// least two blocks per multiprocessor of the H200 (132).
+int rows_in_flight(int64_t loads_per_lane, int64_t all_rows, int64_t rows_per_warp_step) {
+  int rows = 1;
+  while (rows < 4 && loads_per_lane * rows < 8 && all_rows / (8 * rows_per_warp_step * rows * 2) >= 132) rows *= 2;
+  return rows;
+}
+
+// Q8_0 rows whose length is a whole number of 16-byte words (cols a multiple of 256): each lane
+// loads 16-byte words of kRows rows at a time, coalesced across the warp, and dots them with x
+// staged in the row's own layout (round_x's kRowLayout), so a block's scale bytes meet zeros. A
+// 16-byte word holds quants of at most two blocks: word i of it belongs to block (16 c + 4 i) / 34.
+template <int kRows>
+__global__ void __launch_bounds__(256)
+    matvec_q8_0_words_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows,
+                             int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y,
+                             int64_t swiglu_up) {
+  extern __shared__ int4 shared_x[];
+  RoundedX rx;
+  rx.q = reinterpret_cast<int8_t*>(shared_x);
+  rx.d = reinterpret_cast<float*>(rx.q + row_bytes);
+  rx.sum16 = reinterpret_cast<int*>(rx.d + cols / 32);
+  const int64_t p = blockIdx.y;
+  round_x<XRounding::q8_0, true>(x + p * x_stride, cols, swiglu_up, rx);
+  __syncthreads();
+  const uint8_t* matrix = table ? static_cast<const uint8_t*>(table[ids[p]]) : w;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  const int64_t first = (int64_t(blockIdx.x) * warps + warp) * kRows;
+  const int n_words = int(row_bytes / 16), n_blocks = int(cols / 32);
+  float acc[kRows];
+  const uint8_t* row[kRows];
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    acc[k] = 0.0f;
+    row[k] = matrix + min(first + k, rows - 1) * row_bytes;  // a row past the end repeats the last
+  }
+  for (int c = lane; c < n_words; c += kWarp) {
+    uint4 v[kRows];
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) v[k] = __ldg(reinterpret_cast<const uint4*>(row[k]) + c);
+    const int b0 = 16 * c / int(sizeof(BlockQ8_0)), b1 = min(b0 + 1, n_blocks - 1);
+    const int4 xv = *reinterpret_cast<const int4*>(rx.q + 16 * c);
+    const int xw[4] = {xv.x, xv.y, xv.z, xv.w};
+    const float x0 = rx.d[b0], x1 = rx.d[b1];
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {
+      const int ww[4] = {int(v[k].x), int(v[k].y), int(v[k].z), int(v[k].w)};
+      int s0 = 0, s1 = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if ((16 * c + 4 * i) / int(sizeof(BlockQ8_0)) == b0) s0 = __dp4a(ww[i], xw[i], s0);
+        else s1 = __dp4a(ww[i], xw[i], s1);
+      }
+      acc[k] += half_at(row[k] + b0 * sizeof(BlockQ8_0)) * x0 * float(s0);
+      if (s1 != 0) acc[k] += half_at(row[k] + b1 * sizeof(BlockQ8_0)) * x1 * float(s1);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const float sum = kernels::warp_sum(acc[k]);
+    if (lane == 0 && first + k < rows) y[p * rows + first + k] = sum;
+  }
+}
+
+template <int kRows>
+cudaError_t launch_q8_0_words(const MatvecLaunch& m) {
+  const size_t shared = m.row_bytes + size_t(m.cols / 32) * 4 + size_t(m.cols / 16) * 4;
+  if (shared > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(matvec_q8_0_words_kernel<kRows>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+    if (err != cudaSuccess) return err;
+  }
+  const int64_t rows_per_block = int64_t(256 / kWarp) * kRows;
+  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
+  matvec_q8_0_words_kernel<kRows><<<grid, 256, shared, static_cast<cudaStream_t>(m.stream)>>>(
+      static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y,
+      m.swiglu_up);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_q8_0(const MatvecLaunch& m) {
+  switch (rows_in_flight(int64_t(m.row_bytes / 16 + kWarp - 1) / kWarp, m.rows * m.n_problems, 1)) {
+    case 1: return launch_q8_0_words<1>(m);
+    case 2: return launch_q8_0_words<2>(m);
+    default: return launch_q8_0_words<4>(m);
+  }
+}
+
+constexpr int kThreads = 256;
+
+template <GgmlType T, int kRows>
+cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes) {
+  const size_t shared = size_t(m.cols) + size_t(m.cols / 32) * 4 + size_t(m.cols / 16) * 4;
+  if (shared > 48 * 1024) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(matvec_q8_kernel<T, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+    if (err != cudaSuccess) return err;
+  }
+  const int64_t rows_per_block = int64_t(kThreads / kWarp) * kRows * (kWarp / lanes);
+  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
+  matvec_q8_kernel<T, kRows><<<grid, kThreads, shared, static_cast<cudaStream_t>(m.stream)>>>(
+      static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y, lanes,
+      m.swiglu_up);
+  return cudaGetLastError();
+}
+
+template <GgmlType T>
+cudaError_t launch_q8(const MatvecLaunch& m) {
+  const int n_slices = int(m.cols / Slice<T>::kValues);
+  int lanes = kWarp;
+  while (lanes > 1 && lanes > n_slices) lanes /= 2;
+  const int64_t slices_per_lane = (n_slices + lanes - 1) / lanes;
+  switch (rows_in_flight(slices_per_lane, m.rows * m.n_problems, kWarp / lanes)) {
+    case 1: return launch_q8_rows<T, 1>(m, lanes);
+    case 2: return launch_q8_rows<T, 2>(m, lanes);
+    default: return launch_q8_rows<T, 4>(m, lanes);
+  }
+}
+
+}  // namespace
+
+bool matvec_q8_kernel_exists(GgmlType type) {
+  return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;
+}
+
+cudaError_t launch_matvec_q8(const MatvecLaunch& m) {
+  switch (m.type) {
+    case GgmlType::Q8_0: return m.cols % 256 == 0 ? launch_q8_0(m) : launch_q8<GgmlType::Q8_0>(m);
+    case GgmlType::Q4_K: return launch_q8<GgmlType::Q4_K>(m);
+    case GgmlType::Q5_K: return launch_q8<GgmlType::Q5_K>(m);
+    case GgmlType::Q6_K: return launch_q8<GgmlType::Q6_K>(m);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace lode::cuda
