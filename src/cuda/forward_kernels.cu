@@ -307,18 +307,16 @@ __global__ void __launch_bounds__(kStepColumns * kStepRowGroups)
   gated_norm_head(oh, z + int64_t(s) * dv, norm_w, dv, eps);
 }
 
-// One warp: softmax, top k by repeated arg-max (ties: lower index), renormalised weights.
-__global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids, float* weights) {
-  extern __shared__ float p[];
-  const int lane = threadIdx.x;
-  logits += int64_t(blockIdx.x) * n, ids += int64_t(blockIdx.x) * 2 * k, weights += int64_t(blockIdx.x) * k;
+// One warp (lane: its lane): softmax, top k by repeated arg-max (ties: lower index), renormalised
+// weights; p: n floats of scratch. Logits are read through L2 (another block may have written them).
+__device__ void route_one_token(const float* logits, int n, int k, int32_t* ids, float* weights, float* p, int lane) {
   float big = -INFINITY;
-  for (int e = lane; e < n; e += kWarp) big = fmaxf(big, logits[e]);
+  for (int e = lane; e < n; e += kWarp) big = fmaxf(big, __ldcg(logits + e));
 #pragma unroll
   for (int o = kWarp / 2; o > 0; o /= 2) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
   float sum = 0.0f;
   for (int e = lane; e < n; e += kWarp) {
-    p[e] = expf(logits[e] - big);
+    p[e] = expf(__ldcg(logits + e) - big);
     sum += p[e];
   }
   sum = warp_sum(sum);
@@ -355,6 +353,46 @@ __global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids
   }
   if (lane == 0)
     for (int slot = 0; slot < k; ++slot) weights[slot] /= chosen_sum;
+}
+
+__global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids, float* weights) {
+  extern __shared__ float p[];
+  route_one_token(logits + int64_t(blockIdx.x) * n, n, k, ids + int64_t(blockIdx.x) * 2 * k,
+                  weights + int64_t(blockIdx.x) * k, p, threadIdx.x);
+}
+
+// The router's float32 product and the top k in one launch: each warp dots a row of w with x (both
+// read as float4 through the caches), and the last block to finish (counted in *arrivals, which it
+// resets) routes. Rows past n_experts (the shared expert's gate) are products only.
+constexpr int kRouterWarps = 4;
+
+__global__ void __launch_bounds__(kRouterWarps * kWarp)
+    router_topk_kernel(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
+                       int32_t* ids, float* weights, unsigned* arrivals) {
+  extern __shared__ float p[];
+  __shared__ bool last;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int r = blockIdx.x * kRouterWarps + warp;
+  if (r < rows) {
+    const float4* wr = reinterpret_cast<const float4*>(w + int64_t(r) * cols);
+    const float4* xv = reinterpret_cast<const float4*>(x);
+    float sum = 0.0f;
+#pragma unroll 8
+    for (int i = lane; i < cols / 4; i += kWarp) {
+      const float4 a = __ldg(wr + i), b = xv[i];
+      sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+    }
+    sum = warp_sum(sum);
+    if (lane == 0) logits[r] = sum;
+  }
+  __threadfence();  // this block's logits visible before it counts itself
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (warp == 0) route_one_token(logits, n_experts, k, ids, weights, p, lane);
+  if (threadIdx.x == 0) *arrivals = 0;
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t n) {
@@ -444,6 +482,14 @@ const char* deltanet_step(float* state, const float* qkv, const float* z, const 
   const dim3 grid(hv, (dv + kStepColumns - 1) / kStepColumns);
   deltanet_step_kernel<<<grid, kStepColumns * kStepRowGroups, 0, as_stream(stream)>>>(
       state, qkv, z, b, alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o, arrivals);
+  return launched();
+}
+
+const char* router_topk(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
+                        int32_t* ids, float* weights, unsigned* arrivals, void* stream) {
+  if (cols % 4 != 0 || rows < n_experts) return "router rows must be float4-aligned and hold every expert";
+  router_topk_kernel<<<(rows + kRouterWarps - 1) / kRouterWarps, kRouterWarps * kWarp, n_experts * sizeof(float),
+                       as_stream(stream)>>>(w, rows, cols, x, logits, n_experts, k, ids, weights, arrivals);
   return launched();
 }
 

@@ -51,6 +51,11 @@ const char* deltanet_step(float* state, const float* qkv, const float* z, const 
 // n_tokens rows: logits [n_tokens][n_experts], ids [n_tokens][2k], weights [n_tokens][k].
 const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, int32_t* ids, float* weights,
                       void* stream);
+// The router's float32 product (w: rows x cols floats, rows >= n_experts; logits [rows]) and
+// moe_route's top k of the first n_experts logits for one token, in one launch. arrivals: one
+// zeroed counter (device memory) the kernel leaves zeroed.
+const char* router_topk(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
+                        int32_t* ids, float* weights, unsigned* arrivals, void* stream);
 // h = silu(g) * u, n values.
 const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream);
 // h += sum_j weights[j] * y[j] (slot order) + sigmoid(*shared_logit) * shared (when shared is not

@@ -62,6 +62,14 @@ __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(
 __device__ __forceinline__ float siluf(float x) { return x * sigmoidf(x); }
 __device__ __forceinline__ float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+// Asks L2 for the 128-byte lines of [p, p + bytes), this lane taking every lanes-th line: issued
+// before a block's prologue (staging x), so the weights' DRAM latency overlaps it.
+__device__ __forceinline__ void prefetch_lines(const void* p, int64_t bytes, int lane, int lanes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t at = int64_t(lane) * 128; at < bytes; at += int64_t(lanes) * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + at));
+}
+
 // Input value c of a matrix product: x[c], or silu(x[c]) * x[swiglu_up + c] for a SwiGLU's halves.
 __device__ __forceinline__ float input_value(const float* x, int64_t c, int64_t swiglu_up) {
   return swiglu_up ? siluf(x[c]) * x[swiglu_up + c] : x[c];

@@ -452,6 +452,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
   float* xs = reinterpret_cast<float*>(shared_x);
   const int64_t p = blockIdx.y;  // the problem
   const float* xp = x + p * x_stride;
+  {  // the warp's first row on its way from memory while x is staged
+    const int64_t r = int64_t(blockIdx.x) * rows_per_warp * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+    if (r < rows)
+      kernels::prefetch_lines((table ? static_cast<const uint8_t*>(table[ids[p]]) : w) + r * row_bytes,
+                              int64_t(row_bytes), threadIdx.x % kWarp, kWarp);
+  }
   for (int64_t i = threadIdx.x; i < units * 32; i += blockDim.x)
     xs[(i / 32) * kUnitStride + i % 32] = input_value(xp, i, swiglu_up);
   __syncthreads();

@@ -69,6 +69,7 @@ struct CudaSession::Impl {
   int32_t* ids;
   int32_t* pair_ids;  // {0, 1}: the shared expert's gate and up in one grouped launch
   unsigned* deltanet_arrivals;  // per value head, for deltanet_step's last tile (kept zeroed)
+  unsigned* router_arrivals;    // for router_topk's last block (kept zeroed)
 
   void* allocate(size_t bytes, VramUse use, const std::string& what) {
     buffers.emplace_back(vram, bytes, use, what);
@@ -262,10 +263,10 @@ struct CudaSession::Impl {
     pair_ids = static_cast<int32_t*>(allocate(sizeof(pair), VramUse::scratch, "gate|up ids"));
     copy_to_device(pair_ids, pair, sizeof(pair));
     shared_out = s(c.hidden, "shared"), logits = s(c.vocab, "logits");
-    deltanet_arrivals = static_cast<unsigned*>(allocate(size_t(std::max<int64_t>(c.ssm_dt_rank, 1)) * sizeof(unsigned),
-                                                        VramUse::scratch, "DeltaNet tile counters"));
-    check_cuda(cudaMemset(deltanet_arrivals, 0, size_t(std::max<int64_t>(c.ssm_dt_rank, 1)) * sizeof(unsigned)),
-               "zeroing the DeltaNet tile counters");
+    const size_t counters = size_t(std::max<int64_t>(c.ssm_dt_rank, 1)) + 1;
+    deltanet_arrivals = static_cast<unsigned*>(allocate(counters * sizeof(unsigned), VramUse::scratch, "counters"));
+    router_arrivals = deltanet_arrivals + counters - 1;
+    check_cuda(cudaMemset(deltanet_arrivals, 0, counters * sizeof(unsigned)), "zeroing the counters");
   }
 
   void zero_states() {
@@ -363,9 +364,15 @@ struct CudaSession::Impl {
     }
     // router_logits [n_experts + 1]: the router's, then the shared expert's gate.
     const float* shared_gate_logit = router_logits + c.n_experts;
-    if (d.router_and_shared_logit.data) mv(d.router_and_shared_logit, normed, router_logits);
-    else mv(d.router, normed, router_logits);
-    check(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, stream), "router");
+    if (d.router.type == GgmlType::F32 && c.hidden % 4 == 0) {
+      const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
+      check(kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), normed, router_logits,
+                                 int(c.n_experts), int(k), ids, weights, router_arrivals, stream),
+            "router");
+    } else {
+      mv(d.router, normed, router_logits);
+      check(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, stream), "router");
+    }
     mark(Phase::router);
     if (d.gate_up.table) {
       grouped(d.gate_up, ids, 2 * k, normed, 0, g);
