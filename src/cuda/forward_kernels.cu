@@ -12,6 +12,7 @@ namespace lode::cuda::kernels {
 namespace {
 
 __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int n, float eps) {
+  begin_after_inputs();
   const float* xr = x + int64_t(blockIdx.x) * n;
   float* outr = out + int64_t(blockIdx.x) * n;
   float s = 0.0f;
@@ -22,6 +23,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int 
 
 // h += d, then out = h * rsqrt(mean(h^2) + eps) * w: a residual and the norm after it, one pass.
 __global__ void add_rms_norm_kernel(float* h, const float* d, const float* w, float* out, int n, float eps) {
+  begin_after_inputs();
   const int64_t row = int64_t(blockIdx.x) * n;
   h += row, d += row, out += row;
   float s = 0.0f;
@@ -60,6 +62,7 @@ template <KvFormat F>
 __global__ void attention_prepare_kernel(float* qg, float* k, const float* v, const float* q_norm,
                                          const float* k_norm, KvView kv, const int64_t* position, int n_heads,
                                          int head_dim, int rope_dims, double theta, float eps) {
+  begin_after_inputs();
   const int t = blockIdx.y;  // the token of a prompt chunk
   const int64_t pos = *position + t;
   const int64_t row = int64_t(gridDim.x - n_heads) * head_dim;
@@ -97,6 +100,7 @@ constexpr int kMaxDimsPerLane = 16;  // head_dim <= 512
 template <KvFormat F>
 __global__ void attention_decode_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads,
                                         int n_kv_heads, int head_dim, float* partials) {
+  begin_after_inputs();
   const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, gridDim.y);
   const int64_t begin = int64_t(blockIdx.y) * per_split, n_keys = min(n_all, begin + per_split);
   float* partial = partials + (int64_t(blockIdx.x) * gridDim.y + blockIdx.y) * (head_dim + 2);
@@ -167,6 +171,7 @@ __global__ void attention_decode_kernel(const float* qg, KvView kv, const int64_
 // sigmoid output gate.
 __global__ void attention_merge_kernel(const float* qg, const float* partials, const int64_t* position, int n_splits,
                                        int head_dim, float* out) {
+  begin_after_inputs();
   const int h = blockIdx.x;
   const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, n_splits);
   const float* first = partials + int64_t(h) * n_splits * (head_dim + 2);
@@ -195,6 +200,7 @@ constexpr int kMaxConvKeep = 15;
 // token's Q | K | V row (one key head of q, of k, or dk channels of v), runs each channel's conv
 // (state [channels][kernel - 1], shifted) and SiLU, and L2-normalises the q and k heads.
 __global__ void conv_l2_kernel(float* qkv, float* state, const float* w, int channels, int kernel, int hk, int dk) {
+  begin_after_inputs();
   const int c = blockIdx.x * dk + threadIdx.x;
   const bool inside = int(threadIdx.x) < dk && c < channels;
   float y = 0.0f;
@@ -250,6 +256,9 @@ __global__ void __launch_bounds__(kStepColumns * kStepRowGroups)
     deltanet_step_kernel(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                          const float* a, const float* dt_bias, const float* norm_w, int hk, int dk, int dv, float eps,
                          float* o, unsigned* arrivals) {
+  // The state is this layer's own (no earlier kernel of the step touches it): on its way first.
+  prefetch_lines(state + int64_t(blockIdx.x) * dk * dv, int64_t(dk) * dv * 4, threadIdx.x, blockDim.x);
+  begin_after_inputs();
   __shared__ float q[kMaxStepRows * kStepRowGroups], k[kMaxStepRows * kStepRowGroups];
   __shared__ float partial[kStepRowGroups][kStepColumns];
   __shared__ bool last;
@@ -308,57 +317,66 @@ __global__ void __launch_bounds__(kStepColumns * kStepRowGroups)
 }
 
 // One warp (lane: its lane): softmax, top k by repeated arg-max (ties: lower index), renormalised
-// weights; p: n floats of scratch. Logits are read through L2 (another block may have written them).
-__device__ void route_one_token(const float* logits, int n, int k, int32_t* ids, float* weights, float* p, int lane) {
+// weights. Each lane keeps its experts' probabilities in registers (n <= kMaxExperts); a round's
+// arg-max is two warp reductions: the largest probability (non-negative floats order as their
+// bits), then the lowest expert holding it. Logits are read through L2 (another block may have
+// written them).
+constexpr int kExpertsPerLane = 16, kMaxExperts = kExpertsPerLane * kWarp;
+
+__device__ void route_one_token(const float* logits, int n, int k, int32_t* ids, float* weights, int lane) {
+  float p[kExpertsPerLane];
   float big = -INFINITY;
-  for (int e = lane; e < n; e += kWarp) big = fmaxf(big, __ldcg(logits + e));
 #pragma unroll
-  for (int o = kWarp / 2; o > 0; o /= 2) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
+  for (int i = 0; i < kExpertsPerLane; ++i) {
+    const int e = lane + kWarp * i;
+    p[i] = e < n ? __ldcg(logits + e) : -INFINITY;
+    big = fmaxf(big, p[i]);
+  }
+  big = warp_max(big);
   float sum = 0.0f;
-  for (int e = lane; e < n; e += kWarp) {
-    p[e] = expf(__ldcg(logits + e) - big);
-    sum += p[e];
+#pragma unroll
+  for (int i = 0; i < kExpertsPerLane; ++i) {
+    if (lane + kWarp * i >= n) continue;
+    p[i] = expf(p[i] - big);
+    sum += p[i];
   }
   sum = warp_sum(sum);
-  for (int e = lane; e < n; e += kWarp) p[e] /= sum;
-  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < kExpertsPerLane; ++i) p[i] = lane + kWarp * i < n ? p[i] / sum : -2.0f;
   float chosen_sum = 0.0f;
   for (int slot = 0; slot < k; ++slot) {
     float best = -1.0f;
-    int best_e = n;
-    for (int e = lane; e < n; e += kWarp) {
-      if (p[e] > best) {  // strictly greater: the lowest index among equals stays
-        best = p[e];
-        best_e = e;
-      }
-    }
+    int best_e = -1;
 #pragma unroll
-    for (int o = kWarp / 2; o > 0; o /= 2) {
-      const float other = __shfl_xor_sync(0xffffffffu, best, o);
-      const int other_e = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (other > best || (other == best && other_e < best_e)) {
-        best = other;
-        best_e = other_e;
+    for (int i = 0; i < kExpertsPerLane; ++i) {
+      if (p[i] > best) {  // strictly greater: the lowest index among equals stays
+        best = p[i];
+        best_e = lane + kWarp * i;
       }
     }
+    const unsigned key = best_e >= 0 ? __float_as_uint(best) + 1u : 0u;  // 0: nothing left (NaN logits)
+    const unsigned top = __reduce_max_sync(0xffffffffu, key);
+    const unsigned chosen = __reduce_min_sync(0xffffffffu, key == top && top ? unsigned(best_e) : 0xffffffffu);
+    const int e = top ? int(chosen) : slot;  // NaN logits: stay inside the table
+    const float value = top ? __uint_as_float(top - 1u) : -1.0f;
+#pragma unroll
+    for (int i = 0; i < kExpertsPerLane; ++i)
+      if (top && lane + kWarp * i == e) p[i] = -2.0f;  // taken
     if (lane == 0) {
-      if (best_e >= n) best_e = slot;  // NaN logits: no expert compares greater; stay inside the table
-      ids[slot] = best_e;
-      ids[k + slot] = best_e + n;
-      weights[slot] = best;
-      chosen_sum += best;
-      p[best_e] = -2.0f;  // taken
+      ids[slot] = e;
+      ids[k + slot] = e + n;
+      weights[slot] = value;
     }
-    __syncwarp();
+    chosen_sum += value;
   }
   if (lane == 0)
     for (int slot = 0; slot < k; ++slot) weights[slot] /= chosen_sum;
 }
 
 __global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids, float* weights) {
-  extern __shared__ float p[];
+  begin_after_inputs();
   route_one_token(logits + int64_t(blockIdx.x) * n, n, k, ids + int64_t(blockIdx.x) * 2 * k,
-                  weights + int64_t(blockIdx.x) * k, p, threadIdx.x);
+                  weights + int64_t(blockIdx.x) * k, threadIdx.x);
 }
 
 // The router's float32 product and the top k in one launch: each warp dots a row of w with x (both
@@ -369,7 +387,10 @@ constexpr int kRouterWarps = 4;
 __global__ void __launch_bounds__(kRouterWarps * kWarp)
     router_topk_kernel(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
                        int32_t* ids, float* weights, unsigned* arrivals) {
-  extern __shared__ float p[];
+  if (blockIdx.x * kRouterWarps + threadIdx.x / kWarp < unsigned(rows))  // the weights: on their way first
+    prefetch_lines(w + int64_t(blockIdx.x * kRouterWarps + threadIdx.x / kWarp) * cols, int64_t(cols) * 4,
+                   threadIdx.x % kWarp, kWarp);
+  begin_after_inputs();
   __shared__ bool last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int r = blockIdx.x * kRouterWarps + warp;
@@ -391,7 +412,7 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  if (warp == 0) route_one_token(logits, n_experts, k, ids, weights, p, lane);
+  if (warp == 0) route_one_token(logits, n_experts, k, ids, weights, lane);
   if (threadIdx.x == 0) *arrivals = 0;
 }
 
@@ -403,6 +424,7 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t 
 __global__ void moe_combine_add_norm_kernel(const float* y, const float* weights, int k, const float* shared,
                                             const float* shared_logit, int hidden, float* h, const float* norm_w,
                                             float* normed, float eps) {
+  begin_after_inputs();
   float s = 0.0f;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
     float o = 0.0f;  // moe_combine_kernel's sum
@@ -421,27 +443,22 @@ __global__ void moe_combine_add_norm_kernel(const float* y, const float* weights
 }  // namespace
 
 const char* rms_norm(const float* x, const float* w, float* out, int rows, int n, float eps, void* stream) {
-  rms_norm_kernel<<<rows, 256, 0, as_stream(stream)>>>(x, w, out, n, eps);
-  return launched();
+  return error_text(launch_overlapped(rms_norm_kernel, dim3(rows), dim3(256), 0, stream, x, w, out, n, eps));
 }
 
 const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int rows, int n, float eps,
                          void* stream) {
-  add_rms_norm_kernel<<<rows, 1024, 0, as_stream(stream)>>>(h, d, w, out, n, eps);
-  return launched();
+  return error_text(launch_overlapped(add_rms_norm_kernel, dim3(rows), dim3(1024), 0, stream, h, d, w, out, n, eps));
 }
 
 const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
                               KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim, int rope_dims,
                               double rope_theta, float eps, int n_tokens, void* stream) {
   const dim3 grid(n_heads + n_kv_heads, n_tokens);
-  if (kv.format == KvFormat::f16)
-    attention_prepare_kernel<KvFormat::f16><<<grid, 128, 0, as_stream(stream)>>>(
-        qg, k, v, q_norm, k_norm, kv, pos, n_heads, head_dim, rope_dims, rope_theta, eps);
-  else
-    attention_prepare_kernel<KvFormat::f32><<<grid, 128, 0, as_stream(stream)>>>(
-        qg, k, v, q_norm, k_norm, kv, pos, n_heads, head_dim, rope_dims, rope_theta, eps);
-  return launched();
+  const auto kernel = kv.format == KvFormat::f16 ? attention_prepare_kernel<KvFormat::f16>
+                                                 : attention_prepare_kernel<KvFormat::f32>;
+  return error_text(launch_overlapped(kernel, grid, dim3(128), 0, stream, qg, k, v, q_norm, k_norm, kv, pos, n_heads,
+                                      head_dim, rope_dims, rope_theta, eps));
 }
 
 const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim,
@@ -449,15 +466,13 @@ const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int
   if (head_dim > kMaxDimsPerLane * kWarp) return "head_dim over 512";
   if (n_splits < 1 || n_splits > 65535) return "attention splits out of range";
   const dim3 grid(n_heads, n_splits);
-  if (kv.format == KvFormat::f16)
-    attention_decode_kernel<KvFormat::f16><<<grid, kAttentionWarps * kWarp, 0, as_stream(stream)>>>(
-        qg, kv, pos, n_heads, n_kv_heads, head_dim, partials);
-  else
-    attention_decode_kernel<KvFormat::f32><<<grid, kAttentionWarps * kWarp, 0, as_stream(stream)>>>(
-        qg, kv, pos, n_heads, n_kv_heads, head_dim, partials);
-  if (const char* err = launched()) return err;
-  attention_merge_kernel<<<n_heads, 128, 0, as_stream(stream)>>>(qg, partials, pos, n_splits, head_dim, out);
-  return launched();
+  const auto kernel = kv.format == KvFormat::f16 ? attention_decode_kernel<KvFormat::f16>
+                                                 : attention_decode_kernel<KvFormat::f32>;
+  if (const char* err = error_text(launch_overlapped(kernel, grid, dim3(kAttentionWarps * kWarp), 0, stream, qg, kv, pos,
+                                                     n_heads, n_kv_heads, head_dim, partials)))
+    return err;
+  return error_text(launch_overlapped(attention_merge_kernel, dim3(n_heads), dim3(128), 0, stream, qg, partials, pos,
+                                      n_splits, head_dim, out));
 }
 
 const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel, int hk,
@@ -465,9 +480,8 @@ const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w,
   if (kernel - 1 > kMaxConvKeep) return "DeltaNet conv kernel longer than 16";
   if (dk > 1024) return "DeltaNet key heads wider than 1024";
   const int threads = (dk + kWarp - 1) / kWarp * kWarp;
-  conv_l2_kernel<<<(channels + dk - 1) / dk, threads, 0, as_stream(stream)>>>(qkv, conv_state, conv_w, channels, kernel,
-                                                                           hk, dk);
-  return launched();
+  return error_text(launch_overlapped(conv_l2_kernel, dim3((channels + dk - 1) / dk), dim3(threads), 0, stream, qkv,
+                                      conv_state, conv_w, channels, kernel, hk, dk));
 }
 
 const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens, void* stream) {
@@ -480,23 +494,24 @@ const char* deltanet_step(float* state, const float* qkv, const float* z, const 
                           float eps, float* o, unsigned* arrivals, void* stream) {
   if (dk > kMaxStepRows * kStepRowGroups) return "DeltaNet key heads wider than 256";
   const dim3 grid(hv, (dv + kStepColumns - 1) / kStepColumns);
-  deltanet_step_kernel<<<grid, kStepColumns * kStepRowGroups, 0, as_stream(stream)>>>(
-      state, qkv, z, b, alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o, arrivals);
-  return launched();
+  return error_text(launch_overlapped(deltanet_step_kernel, grid, dim3(kStepColumns * kStepRowGroups), 0, stream, state,
+                                      qkv, z, b, alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o, arrivals));
 }
 
 const char* router_topk(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
                         int32_t* ids, float* weights, unsigned* arrivals, void* stream) {
   if (cols % 4 != 0 || rows < n_experts) return "router rows must be float4-aligned and hold every expert";
-  router_topk_kernel<<<(rows + kRouterWarps - 1) / kRouterWarps, kRouterWarps * kWarp, n_experts * sizeof(float),
-                       as_stream(stream)>>>(w, rows, cols, x, logits, n_experts, k, ids, weights, arrivals);
-  return launched();
+  if (n_experts > kMaxExperts) return "more than 512 experts";
+  return error_text(launch_overlapped(router_topk_kernel, dim3((rows + kRouterWarps - 1) / kRouterWarps),
+                                      dim3(kRouterWarps * kWarp), 0, stream, w, rows, cols, x, logits, n_experts, k, ids,
+                                      weights, arrivals));
 }
 
 const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, int32_t* ids, float* weights,
                       void* stream) {
-  moe_route_kernel<<<n_tokens, kWarp, n_experts * sizeof(float), as_stream(stream)>>>(logits, n_experts, k, ids, weights);
-  return launched();
+  if (n_experts > kMaxExperts) return "more than 512 experts";
+  return error_text(
+      launch_overlapped(moe_route_kernel, dim3(n_tokens), dim3(kWarp), 0, stream, logits, n_experts, k, ids, weights));
 }
 
 const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream) {
@@ -507,9 +522,8 @@ const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* st
 const char* moe_combine_add_norm(const float* y, const float* weights, int k, const float* shared,
                                  const float* shared_logit, int hidden, float* h, const float* norm_w, float* normed,
                                  float eps, void* stream) {
-  moe_combine_add_norm_kernel<<<1, 1024, 0, as_stream(stream)>>>(y, weights, k, shared, shared_logit, hidden, h, norm_w,
-                                                                 normed, eps);
-  return launched();
+  return error_text(launch_overlapped(moe_combine_add_norm_kernel, dim3(1), dim3(1024), 0, stream, y, weights, k, shared,
+                                      shared_logit, hidden, h, norm_w, normed, eps));
 }
 
 }  // namespace lode::cuda::kernels

@@ -15,7 +15,58 @@ inline const char* launched() {
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
+inline const char* error_text(cudaError_t err) { return err == cudaSuccess ? nullptr : cudaGetErrorString(err); }
 inline unsigned blocks_for(int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+// Programmatic dependent launch (sm_90 and later): a kernel queued with launch_overlapped may be
+// scheduled while the kernel before it on the stream still runs, so its launch and any weight
+// prefetches overlap that kernel's tail. Such a kernel must call wait_for_inputs() before it reads
+// anything an earlier kernel writes or writes anything an earlier kernel reads; let_next_start()
+// then lets the kernel after it be scheduled in turn. Elsewhere both are no-ops.
+__device__ __forceinline__ void wait_for_inputs() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void let_next_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+// Both, for kernels with nothing to do before their inputs are ready.
+__device__ __forceinline__ void begin_after_inputs() {
+  wait_for_inputs();
+  let_next_start();
+}
+
+inline bool device_overlaps_launches() {
+  static const bool overlaps = [] {
+    int device = 0, major = 0;
+    return cudaGetDevice(&device) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 9;
+  }();
+  return overlaps;
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...), allowed to overlap the kernel before it (see
+// wait_for_inputs) where the device supports it.
+template <class... Params, class... Args>
+cudaError_t launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, void* stream,
+                              Args... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = as_stream(stream);
+  config.attrs = &attribute;
+  config.numAttrs = device_overlaps_launches() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -452,12 +452,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
   float* xs = reinterpret_cast<float*>(shared_x);
   const int64_t p = blockIdx.y;  // the problem
   const float* xp = x + p * x_stride;
-  {  // the warp's first row on its way from memory while x is staged
+  // The warp's first row on its way from memory while x is staged (and, for a plain matrix, while
+  // the kernel before this one finishes: the expert table's ids come from that kernel).
+  const auto prefetch_first_row = [&] {
     const int64_t r = int64_t(blockIdx.x) * rows_per_warp * (blockDim.x / kWarp) + threadIdx.x / kWarp;
     if (r < rows)
       kernels::prefetch_lines((table ? static_cast<const uint8_t*>(table[ids[p]]) : w) + r * row_bytes,
                               int64_t(row_bytes), threadIdx.x % kWarp, kWarp);
-  }
+  };
+  if (!table) prefetch_first_row();
+  kernels::begin_after_inputs();
+  if (table) prefetch_first_row();
   for (int64_t i = threadIdx.x; i < units * 32; i += blockDim.x)
     xs[(i / 32) * kUnitStride + i % 32] = input_value(xp, i, swiglu_up);
   __syncthreads();
@@ -490,6 +495,7 @@ template <GgmlType T>
 __global__ void matvec_ragged_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows,
                                      int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y,
                                      int64_t swiglu_up) {
+  kernels::begin_after_inputs();
   const int lane = threadIdx.x % kWarp;
   const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   const int64_t p = blockIdx.y;
@@ -508,10 +514,9 @@ cudaError_t launch(const MatvecLaunch& m) {
   if constexpr (T == GgmlType::F32 || T == GgmlType::F16 || T == GgmlType::BF16) {
     if (m.cols % 32 != 0) {
       const dim3 grid(unsigned((m.rows + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(m.n_problems));
-      matvec_ragged_kernel<T><<<grid, kWarpsPerBlock * kWarp, 0, static_cast<cudaStream_t>(m.stream)>>>(
-          static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y,
-          m.swiglu_up);
-      return cudaGetLastError();
+      return kernels::launch_overlapped(matvec_ragged_kernel<T>, grid, dim3(kWarpsPerBlock * kWarp), 0, m.stream,
+                                        static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes,
+                                        m.x, m.x_stride, m.y, m.swiglu_up);
     }
   }
   const int64_t units = m.cols / 32;
@@ -528,10 +533,9 @@ cudaError_t launch(const MatvecLaunch& m) {
   const int warps = kWarpsPerBlock;
   const int64_t rows_per_block = int64_t(warps) * rows_per_warp;
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
-  matvec_kernel<T><<<grid, warps * kWarp, shared, static_cast<cudaStream_t>(m.stream)>>>(
-      static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, units, m.row_bytes, m.x, m.x_stride, m.y,
-      rows_per_warp, m.swiglu_up);
-  return cudaGetLastError();
+  return kernels::launch_overlapped(matvec_kernel<T>, grid, dim3(warps * kWarp), shared, m.stream,
+                                    static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, units, m.row_bytes, m.x,
+                                    m.x_stride, m.y, rows_per_warp, m.swiglu_up);
 }
 
 }  // namespace

@@ -235,7 +235,6 @@ __global__ void __launch_bounds__(256)
   rx.d = reinterpret_cast<float*>(rx.q + cols);
   rx.sum16 = reinterpret_cast<int*>(rx.d + cols / 32);
   const int64_t p = blockIdx.y;
-  const uint8_t* matrix = table ? static_cast<const uint8_t*>(table[ids[p]]) : w;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   const int group = lane / lanes, sub = lane % lanes, groups = kWarp / lanes;
   const int n_slices = int(cols / Slice<T>::kValues);
@@ -243,9 +242,21 @@ __global__ void __launch_bounds__(256)
   const auto first_of = [&](int set) {
     return ((int64_t(blockIdx.x) * warps + warp) * sets + set) * kRows * groups + group;  // rows first + k groups
   };
+  const uint8_t* matrix = w;
   const auto row_at = [&](int64_t r) { return matrix + min(r, rows - 1) * row_bytes; };  // past the end: the last row
+  // The first rows on their way while x is rounded (and, for a plain matrix, while the kernel before
+  // this one finishes: an expert table's ids come from that kernel).
+  const auto prefetch = [&] {
 #pragma unroll
-  for (int k = 0; k < kRows; ++k) kernels::prefetch_lines(row_at(first_of(0) + int64_t(k) * groups), int64_t(row_bytes), sub, lanes);
+    for (int k = 0; k < kRows; ++k)
+      kernels::prefetch_lines(row_at(first_of(0) + int64_t(k) * groups), int64_t(row_bytes), sub, lanes);
+  };
+  if (!table) prefetch();
+  kernels::begin_after_inputs();
+  if (table) {
+    matrix = static_cast<const uint8_t*>(table[ids[p]]);
+    prefetch();
+  }
   round_x<Slice<T>::kRounding>(x + p * x_stride, cols, swiglu_up, rx);
   __syncthreads();
   for (int set = 0; set < sets; ++set) {
@@ -294,18 +305,24 @@ __global__ void __launch_bounds__(256)
   rx.d = reinterpret_cast<float*>(rx.q + row_bytes);
   rx.sum16 = reinterpret_cast<int*>(rx.d + cols / 32);
   const int64_t p = blockIdx.y;
-  const uint8_t* matrix = table ? static_cast<const uint8_t*>(table[ids[p]]) : w;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   const int64_t first = (int64_t(blockIdx.x) * warps + warp) * kRows;
   const int n_words = int(row_bytes / 16), n_blocks = int(cols / 32);
   float acc[kRows];
   const uint8_t* row[kRows];
+  // Rows on their way as in matvec_q8_kernel (before the wait for inputs when no table is involved).
+  const auto locate_rows = [&](const uint8_t* matrix) {
 #pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    acc[k] = 0.0f;
-    row[k] = matrix + min(first + k, rows - 1) * row_bytes;  // a row past the end repeats the last
-    kernels::prefetch_lines(row[k], int64_t(row_bytes), lane, kWarp);
-  }
+    for (int k = 0; k < kRows; ++k) {
+      row[k] = matrix + min(first + k, rows - 1) * row_bytes;  // a row past the end repeats the last
+      kernels::prefetch_lines(row[k], int64_t(row_bytes), lane, kWarp);
+    }
+  };
+  if (!table) locate_rows(w);
+  kernels::begin_after_inputs();
+  if (table) locate_rows(static_cast<const uint8_t*>(table[ids[p]]));
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) acc[k] = 0.0f;
   round_x<XRounding::q8_0, true>(x + p * x_stride, cols, swiglu_up, rx);
   __syncthreads();
 #pragma unroll 4
@@ -347,10 +364,9 @@ cudaError_t launch_q8_0_words(const MatvecLaunch& m) {
   }
   const int64_t rows_per_block = int64_t(256 / kWarp) * kRows;
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
-  matvec_q8_0_words_kernel<kRows><<<grid, 256, shared, static_cast<cudaStream_t>(m.stream)>>>(
-      static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y,
-      m.swiglu_up);
-  return cudaGetLastError();
+  return kernels::launch_overlapped(matvec_q8_0_words_kernel<kRows>, grid, dim3(256), shared, m.stream,
+                                    static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x,
+                                    m.x_stride, m.y, m.swiglu_up);
 }
 
 cudaError_t launch_q8_0(const MatvecLaunch& m) {
@@ -373,10 +389,9 @@ cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
   }
   const int64_t rows_per_block = int64_t(kThreads / kWarp) * kRows * sets * (kWarp / lanes);
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
-  matvec_q8_kernel<T, kRows><<<grid, kThreads, shared, static_cast<cudaStream_t>(m.stream)>>>(
-      static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y, lanes,
-      sets, m.swiglu_up);
-  return cudaGetLastError();
+  return kernels::launch_overlapped(matvec_q8_kernel<T, kRows>, grid, dim3(kThreads), shared, m.stream,
+                                    static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x,
+                                    m.x_stride, m.y, lanes, sets, m.swiglu_up);
 }
 
 // Q6_K's slices need many registers: four rows at once halve the blocks a multiprocessor holds
