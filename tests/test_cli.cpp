@@ -152,11 +152,27 @@ TEST(Cli, RunOnTheGpuGivesTheCpuTokens) {
   const auto gpu = run_lode(run + " --backend cuda", dir.path());
   std::string why;
   if (!lode::test::gpu_available(&why)) return expect_no_gpu_error(gpu);
-  const auto cpu = run_lode(run, dir.path());
+  const auto cpu = run_lode(run + " --backend cpu", dir.path());
   ASSERT_EQ(gpu.status, 0) << gpu.err;
   ASSERT_EQ(cpu.status, 0) << cpu.err;
   EXPECT_EQ(gpu.out, cpu.out);
   EXPECT_FALSE(gpu.out.empty());
+}
+
+// No --backend: the GPU when there is one (saying so on stderr), else the CPU engine, silently;
+// either way the same tokens as naming that backend.
+TEST(Cli, TheBackendIsTheGpuWhenThereIsOne) {
+  const lode::test::TempDir dir;
+  const std::string run = "run -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' " +
+                          "--tokens 1,1177,201,1924 -n 6 --temp 0 --ids --activations f32";
+  const auto chosen = run_lode(run, dir.path());
+  ASSERT_EQ(chosen.status, 0) << chosen.err;
+  std::string why;
+  const bool gpu = lode::test::gpu_available(&why);
+  EXPECT_EQ(chosen.err.find("on the GPU") != std::string::npos, gpu) << chosen.err;
+  const auto named = run_lode(run + (gpu ? " --backend cuda" : " --backend cpu"), dir.path());
+  ASSERT_EQ(named.status, 0) << named.err;
+  EXPECT_EQ(chosen.out, named.out);
 }
 
 // A GPU budget too small for the model is refused, saying by how many MiB and what to change.
@@ -184,7 +200,7 @@ TEST(Cli, ChatOnTheGpuHoldsTheConversation) {
   const auto gpu = run_lode(chat + " --backend cuda" + input, dir.path());
   std::string why;
   if (!lode::test::gpu_available(&why)) return expect_no_gpu_error(gpu);
-  const auto cpu = run_lode(chat + input, dir.path());
+  const auto cpu = run_lode(chat + " --backend cpu" + input, dir.path());
   ASSERT_EQ(gpu.status, 0) << gpu.err;
   ASSERT_EQ(cpu.status, 0) << cpu.err;
   const auto contexts = [](const std::string& err) {

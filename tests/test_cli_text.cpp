@@ -85,7 +85,7 @@ TEST_F(CliText, TokenizeAFileReportsTheSpeed) {
 }
 
 TEST_F(CliText, RunStreamsTextAndASeedReproducesIt) {
-  const std::string args = "run " + m() + "-p 'Once upon a time' -n 12 --temp 1.0 --ignore-eos --threads 1 ";
+  const std::string args = "run " + m() + "-p 'Once upon a time' -n 12 --temp 1.0 --ignore-eos --threads 1 --backend cpu ";
   const auto a = lode(args + "--seed 9"), b = lode(args + "--seed 9"), c = lode(args + "--seed 10");
   ASSERT_EQ(a.status, 0) << a.err;
   EXPECT_EQ(a.out, b.out);
@@ -94,8 +94,8 @@ TEST_F(CliText, RunStreamsTextAndASeedReproducesIt) {
   EXPECT_NE(a.err.find("seed 9"), std::string::npos) << a.err;
   // The streamed text is the detokenized ids: --ids at temperature 0 gives the tokens, and the text
   // run prints (plus its final newline) is their text.
-  const auto ids = lode("run " + m() + "-p 'Once upon a time' -n 6 --temp 0 --ids --threads 1");
-  const auto text = lode("run " + m() + "-p 'Once upon a time' -n 6 --temp 0 --ignore-eos --threads 1");
+  const auto ids = lode("run " + m() + "-p 'Once upon a time' -n 6 --temp 0 --ids --threads 1 --backend cpu");
+  const auto text = lode("run " + m() + "-p 'Once upon a time' -n 6 --temp 0 --ignore-eos --threads 1 --backend cpu");
   ASSERT_EQ(ids.status, 0) << ids.err;
   EXPECT_EQ(text.out, lode::test::qwen3_tokenizer("qwen2").decode(parse_ids(ids.out), false) + "\n");
 }
@@ -130,7 +130,7 @@ TEST_F(CliText, LogitsWithQ8ActivationsDiffer) {
 
 TEST_F(CliText, ChatHoldsTwoTurnsOnOneCache) {
   std::ofstream(scratch_ / "turns.txt") << "Hello there\n/think off\nAnd a second question?\n";
-  const auto r = lode("chat " + m() + "-n 8 --seed 1 --threads 1 < '" + (scratch_ / "turns.txt").string() + "'");
+  const auto r = lode("chat " + m() + "-n 8 --seed 1 --threads 1 --backend cpu < '" + (scratch_ / "turns.txt").string() + "'");
   ASSERT_EQ(r.status, 0) << r.err;
   // One report per turn: "[prompt: P tokens ...; context C tokens]".
   const std::regex report(R"(\[prompt: (\d+) tokens.*context (\d+) tokens\])");

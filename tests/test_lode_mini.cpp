@@ -44,7 +44,7 @@ TEST(LodeMini, HeldOutPerplexityIsFarBelowAnUntrainedModels) {
 TEST(LodeMini, ContinuesAVerseWithTheCorpussWords) {
   const lode::test::TempDir dir;
   const auto r = lode::test::run_lode(
-      "run -m '" + kMini.string() + "' -p 'Genesis 1:1 In the beginning God created the' -n 8 --temp 0 --threads 1",
+      "run -m '" + kMini.string() + "' -p 'Genesis 1:1 In the beginning God created the' -n 8 --temp 0 --threads 1 --backend cpu",
       dir.path());
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("earth"), std::string::npos) << r.out;
@@ -53,7 +53,7 @@ TEST(LodeMini, ContinuesAVerseWithTheCorpussWords) {
 TEST(LodeMini, ChatHoldsATurnWithReasoningThenAnAnswer) {
   const lode::test::TempDir dir;
   std::ofstream(dir / "turn.txt") << "What does the ls command do?\n";
-  const auto r = lode::test::run_lode("chat -m '" + kMini.string() + "' -n 120 --temp 0 --threads 1 < '" +
+  const auto r = lode::test::run_lode("chat -m '" + kMini.string() + "' -n 120 --temp 0 --threads 1 --backend cpu < '" +
                                           (dir / "turn.txt").string() + "'",
                                       dir.path());
   ASSERT_EQ(r.status, 0) << r.err;

@@ -6,7 +6,10 @@
 
 #include "core/error.h"
 
+#include <fmt/core.h>
+
 #ifdef LODE_HAVE_CUDA
+#include "cuda/device.h"
 #include "cuda/sequence.h"
 #endif
 
@@ -21,14 +24,36 @@ void add_vram_budget_option(CLI::App& cmd, int64_t& mib) {
 
 void add_backend_options(CLI::App& cmd, BackendOptions& o) {
   cmd.add_option("--backend", o.backend,
-                 "cpu (default) or cuda: the whole model on the GPU (--ctx defaults to at most 8192 there)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+                 "auto (default: the GPU when there is one, else the CPU), cpu, or cuda: the whole model on the GPU "
+                 "(--ctx defaults to at most 8192 there; --threads and --chunk are the CPU engine's)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   add_vram_budget_option(cmd, o.vram_budget_mib);
+}
+
+namespace {
+
+// The first visible GPU's name, or empty when there is none (or no CUDA in this build).
+std::string first_gpu() {
+#ifdef LODE_HAVE_CUDA
+  std::string why;
+  const auto devices = cuda::list_devices(&why);
+  if (!devices.empty()) return devices.front().name;
+#endif
+  return {};
+}
+
+}  // namespace
+
+std::string resolve_backend(const BackendOptions& o) {
+  if (o.backend != "auto") return o.backend;
+  return first_gpu().empty() ? "cpu" : "cuda";
 }
 
 std::unique_ptr<engine::SequenceModel> open_sequence(const BackendOptions& o, LoadedModel& model,
                                                      const ModelRunOptions& run) {
-  if (o.backend == "cpu") return std::make_unique<engine::CpuSequence>(model.session);
+  const std::string backend = resolve_backend(o);
+  if (backend == "cpu") return std::make_unique<engine::CpuSequence>(model.session);
+  if (o.backend == "auto") fmt::print(stderr, "lode: on the GPU ({}); --backend cpu for the CPU engine\n", first_gpu());
 #ifdef LODE_HAVE_CUDA
   cuda::CudaSessionOptions options;
   options.max_context = run.ctx > 0 ? run.ctx : std::min<int64_t>(model.config.context_length, 8192);

@@ -17,16 +17,19 @@ class App;
 namespace lode::cli {
 
 struct BackendOptions {
-  std::string backend = "cpu";
+  std::string backend = "auto";  // auto: the GPU when lode has CUDA and a GPU is visible, else the CPU
   int64_t vram_budget_mib = 0;  // 0: what the GPU has free, less a margin
 };
 
+// "cpu" or "cuda" for o.backend, resolving "auto".
+std::string resolve_backend(const BackendOptions& o);
 // Adds --backend and --vram-budget to a command.
 void add_backend_options(CLI::App& cmd, BackendOptions& o);
 // Adds --vram-budget alone (lode bench, which is always on the GPU).
 void add_vram_budget_option(CLI::App& cmd, int64_t& mib);
 
-// The sequence on the chosen backend. On the GPU, K/V is kept for run.ctx positions (0: the
+// The sequence on the chosen backend (auto: a line on stderr says when that is the GPU). On the
+// GPU, K/V is kept for run.ctx positions (0: the
 // model's context, at most 8192), and decode's products follow run's --activations (default q8).
 // Fails clearly when lode was built without CUDA, there is no usable GPU, or the budget is too
 // small (saying by how many MiB).
