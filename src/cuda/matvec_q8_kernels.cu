@@ -217,7 +217,8 @@ struct Slice<GgmlType::Q6_K> {
     }
     int total = 0;
 #pragma unroll
-    for (int quarter = 0; quarter < 4; ++quarter) total += int(__ldg(scales + 2 * quarter)) * (dot[quarter] - 32 * sum[quarter]);
+    for (int quarter = 0; quarter < 4; ++quarter)
+      total += int(__ldg(scales + 2 * quarter)) * (dot[quarter] - 32 * sum[quarter]);
     return half_at(block + offsetof(BlockQ6_K, d)) * x.d[8 * blk] * float(total);
   }
 };
