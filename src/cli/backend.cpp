@@ -35,11 +35,24 @@ namespace {
 // The first visible GPU's name, or empty when there is none (or no CUDA in this build).
 std::string first_gpu() {
 #ifdef LODE_HAVE_CUDA
-  std::string why;
-  const auto devices = cuda::list_devices(&why);
-  if (!devices.empty()) return devices.front().name;
-#endif
+  return cuda::first_device_name();
+#else
   return {};
+#endif
+}
+
+std::unique_ptr<engine::SequenceModel> open_gpu_sequence(const BackendOptions& o, LoadedModel& model,
+                                                         const ModelRunOptions& run) {
+#ifdef LODE_HAVE_CUDA
+  cuda::CudaSessionOptions options;
+  options.max_context = run.ctx > 0 ? run.ctx : std::min<int64_t>(model.config.context_length, 8192);
+  options.vram_budget = size_t(o.vram_budget_mib) << 20;
+  options.activations = run.activations_or(cpu::Activations::q8);
+  return std::make_unique<cuda::CudaSequence>(std::make_unique<cuda::CudaSession>(model.reader, model.config, options));
+#else
+  (void)o, (void)model, (void)run;
+  fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
+#endif
 }
 
 }  // namespace
@@ -51,18 +64,20 @@ std::string resolve_backend(const BackendOptions& o) {
 
 std::unique_ptr<engine::SequenceModel> open_sequence(const BackendOptions& o, LoadedModel& model,
                                                      const ModelRunOptions& run) {
-  const std::string backend = resolve_backend(o);
-  if (backend == "cpu") return std::make_unique<engine::CpuSequence>(model.session);
-  if (o.backend == "auto") fmt::print(stderr, "lode: on the GPU ({}); --backend cpu for the CPU engine\n", first_gpu());
-#ifdef LODE_HAVE_CUDA
-  cuda::CudaSessionOptions options;
-  options.max_context = run.ctx > 0 ? run.ctx : std::min<int64_t>(model.config.context_length, 8192);
-  options.vram_budget = size_t(o.vram_budget_mib) << 20;
-  options.activations = run.activations_or(cpu::Activations::q8);
-  return std::make_unique<cuda::CudaSequence>(std::make_unique<cuda::CudaSession>(model.reader, model.config, options));
-#else
-  fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
-#endif
+  if (o.backend == "cpu") return std::make_unique<engine::CpuSequence>(model.session);
+  if (o.backend == "cuda") return open_gpu_sequence(o, model, run);
+  const std::string gpu = first_gpu();  // auto
+  if (gpu.empty()) return std::make_unique<engine::CpuSequence>(model.session);
+  try {
+    auto sequence = open_gpu_sequence(o, model, run);
+    fmt::print(stderr, "lode: on the GPU ({}); --backend cpu for the CPU engine\n", gpu);
+    return sequence;
+  } catch (const Error& e) {
+    // A type without GPU kernels, a model larger than the budget, a GPU this build has no code for.
+    fmt::print(stderr, "lode: the GPU ({}) cannot run this model ({}); on the CPU engine instead (--backend cuda to "
+               "insist)\n", gpu, e.what());
+    return std::make_unique<engine::CpuSequence>(model.session);
+  }
 }
 
 }  // namespace lode::cli

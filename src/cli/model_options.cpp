@@ -25,12 +25,12 @@ void add_model_run_options(CLI::App& cmd, ModelRunOptions& o, PromptInput prompt
   cmd.add_option("--activations", o.activations,
                  "f32: float32 products (the CPU's default); q8: round activations to 8 bits before each "
                  "product with quantized weights, as llama.cpp does (the GPU's default: integer products)")
-      ->check(CLI::IsMember({"f32", "q8"}, CLI::ignore_case));
+      ->transform(CLI::IsMember({"f32", "q8"}, CLI::ignore_case));  // "Q8" becomes "q8"
 }
 
 cpu::Activations ModelRunOptions::activations_or(cpu::Activations fallback) const {
   if (activations.empty()) return fallback;
-  return activations == "q8" || activations == "Q8" ? cpu::Activations::q8 : cpu::Activations::f32;
+  return activations == "q8" ? cpu::Activations::q8 : cpu::Activations::f32;
 }
 
 std::string read_prompt_text(const ModelRunOptions& o) {

@@ -27,4 +27,12 @@ std::vector<DeviceInfo> list_devices(std::string* why) {
   return devices;
 }
 
+std::string first_device_name() {
+  int count = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 || cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
+    return {};
+  return prop.name;
+}
+
 }  // namespace lode::cuda

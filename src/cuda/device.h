@@ -13,7 +13,10 @@ struct DeviceInfo {
   size_t total_bytes = 0, free_bytes = 0;
 };
 
-// Every visible device; empty when there is none, with the runtime's reason in *why.
+// Every visible device; empty when there is none, with the runtime's reason in *why. (Asking
+// each device for its free memory creates a context on it.)
 std::vector<DeviceInfo> list_devices(std::string* why);
+// The first visible device's name, or empty when there is none; creates no context.
+std::string first_device_name();
 
 }  // namespace lode::cuda

@@ -194,8 +194,6 @@ __global__ void attention_merge_kernel(const float* qg, const float* partials, c
   }
 }
 
-constexpr int kMaxConvKeep = 15;
-
 // Decode's causal conv and L2 norms in one pass: block b takes channels [b dk, (b + 1) dk) of the
 // token's Q | K | V row (one key head of q, of k, or dk channels of v), runs each channel's conv
 // (state [channels][kernel - 1], shifted) and SiLU, and L2-normalises the q and k heads.
@@ -477,7 +475,6 @@ const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int
 
 const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel, int hk,
                              int dk, void* stream) {
-  if (kernel - 1 > kMaxConvKeep) return "DeltaNet conv kernel longer than 16";
   if (dk > 1024) return "DeltaNet key heads wider than 1024";
   const int threads = (dk + kWarp - 1) / kWarp * kWarp;
   return error_text(launch_overlapped(conv_l2_kernel, dim3((channels + dk - 1) / dk), dim3(threads), 0, stream, qkv,
@@ -500,7 +497,7 @@ const char* deltanet_step(float* state, const float* qkv, const float* z, const 
 
 const char* router_topk(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
                         int32_t* ids, float* weights, unsigned* arrivals, void* stream) {
-  if (cols % 4 != 0 || rows < n_experts) return "router rows must be float4-aligned and hold every expert";
+  if (cols % 4 != 0 || rows < n_experts) return "router rows must be a multiple of 4 wide and hold every expert";
   if (n_experts > kMaxExperts) return "more than 512 experts";
   return error_text(launch_overlapped(router_topk_kernel, dim3((rows + kRouterWarps - 1) / kRouterWarps),
                                       dim3(kRouterWarps * kWarp), 0, stream, w, rows, cols, x, logits, n_experts, k, ids,

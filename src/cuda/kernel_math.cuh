@@ -50,8 +50,15 @@ inline bool device_overlaps_launches() {
   return overlaps;
 }
 
+// Whether this kernel's loaded code has wait_for_inputs' wait: code built for sm_90 or later (a
+// newer GPU running code JIT-compiled from an older architecture's PTX has the wait compiled out).
+inline bool kernel_waits_for_inputs(const void* kernel) {
+  cudaFuncAttributes attributes{};
+  return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.ptxVersion >= 90;
+}
+
 // kernel<<<grid, block, shared, stream>>>(args...), allowed to overlap the kernel before it (see
-// wait_for_inputs) where the device supports it.
+// wait_for_inputs) where the device and the kernel's code support it.
 template <class... Params, class... Args>
 cudaError_t launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, void* stream,
                               Args... args) {
@@ -64,7 +71,7 @@ cudaError_t launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, 
   config.dynamicSmemBytes = shared;
   config.stream = as_stream(stream);
   config.attrs = &attribute;
-  config.numAttrs = device_overlaps_launches() ? 1 : 0;
+  config.numAttrs = device_overlaps_launches() && kernel_waits_for_inputs(reinterpret_cast<const void*>(kernel)) ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 }
 

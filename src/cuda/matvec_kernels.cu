@@ -530,10 +530,9 @@ cudaError_t launch(const MatvecLaunch& m) {
   // to fill the GPU (a few thousand rows in all). (Blocks of two warps for the router's few hundred
   // rows measured slower on the H200: each block stages all of x.)
   const int rows_per_warp = m.rows * m.n_problems >= 16384 ? 2 : 1;
-  const int warps = kWarpsPerBlock;
-  const int64_t rows_per_block = int64_t(warps) * rows_per_warp;
+  const int64_t rows_per_block = int64_t(kWarpsPerBlock) * rows_per_warp;
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
-  return kernels::launch_overlapped(matvec_kernel<T>, grid, dim3(warps * kWarp), shared, m.stream,
+  return kernels::launch_overlapped(matvec_kernel<T>, grid, dim3(kWarpsPerBlock * kWarp), shared, m.stream,
                                     static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, units, m.row_bytes, m.x,
                                     m.x_stride, m.y, rows_per_warp, m.swiglu_up);
 }
@@ -554,10 +553,7 @@ bool matvec_kernel_exists(GgmlType type) {
 
 const char* launch_matvec(const MatvecLaunch& m) {
   cudaError_t err = cudaErrorInvalidValue;
-  if (m.q8_input && matvec_q8_kernel_exists(m.type)) {
-    err = launch_matvec_q8(m);
-    return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
-  }
+  if (m.q8_input && matvec_q8_kernel_exists(m.type)) return kernels::error_text(launch_matvec_q8(m));
   switch (m.type) {
     case GgmlType::F32: err = launch<GgmlType::F32>(m); break;
     case GgmlType::F16: err = launch<GgmlType::F16>(m); break;
@@ -580,7 +576,7 @@ const char* launch_matvec(const MatvecLaunch& m) {
     case GgmlType::IQ1_M: err = launch<GgmlType::IQ1_M>(m); break;
     default: return "no kernel for this type";
   }
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  return kernels::error_text(err);
 }
 
 bool uses_iq_grids(GgmlType type) {

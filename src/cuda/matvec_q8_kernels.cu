@@ -132,7 +132,7 @@ struct Slice<GgmlType::Q8_0> {
 };
 
 // K4/K5 slice s of a super-block: 16 bytes of qs holding values 16 (s % 2) .. + 15 of sub-blocks
-// 2 (s / 2) (low nibbles) and 2 (s / 2) + 1 (high nibbles). `high` adds Q5_K's fifth bits.
+// 2 (s / 2) (low nibbles) and 2 (s / 2) + 1 (high nibbles). kFifthBit: h holds Q5_K's fifth bits.
 template <bool kFifthBit>
 __device__ __forceinline__ float k45_dot(uint16_t d_bits, uint16_t dmin_bits, const uint8_t* scales, uint4 q, uint4 h,
                                          int sb, int s, RoundedX x) {
@@ -283,11 +283,22 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, n = 0;
+    cudaGetDevice(&device);
+    return cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && n > 0 ? n : 132;
+  }();
+  return count;
+}
+
 // Rows a warp works on at once: enough weight loads in flight per lane (about 8), while keeping at
-// least two blocks per multiprocessor of the H200 (132).
+// least two blocks of eight warps per multiprocessor.
 int rows_in_flight(int64_t loads_per_lane, int64_t all_rows, int64_t rows_per_warp_step) {
   int rows = 1;
-  while (rows < 4 && loads_per_lane * rows < 8 && all_rows / (8 * rows_per_warp_step * rows * 2) >= 132) rows *= 2;
+  while (rows < 4 && loads_per_lane * rows < 8 &&
+         all_rows / (8 * rows_per_warp_step * rows * 2) >= multiprocessors())
+    rows *= 2;
   return rows;
 }
 

@@ -370,7 +370,7 @@ struct CudaSession::Impl {
                                  int(c.n_experts), int(k), ids, weights, router_arrivals, stream),
             "router");
     } else {
-      mv(d.router, normed, router_logits);
+      mv(d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router, normed, router_logits);
       check(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, stream), "router");
     }
     mark(Phase::router);

@@ -36,9 +36,10 @@ struct CudaSessionOptions {
   // float rounding against the decode step; slower).
   PromptMath prompt_math = PromptMath::tf32;
   // Decode's matrix products: q8 rounds each activation row to 8 bits first (per weight type, as
-  // llama.cpp does; the CPU engine's Activations::q8 gives the same products) and multiplies in
-  // integers where the weight type has such a kernel (Q8_0, Q4_K, Q5_K, Q6_K); f32 multiplies
-  // float32 activations (the CPU engine's default products). Prompts follow prompt_math.
+  // llama.cpp does) and multiplies in integers for Q8_0, Q4_K, Q5_K and Q6_K weights, where the CPU
+  // engine's Activations::q8 gives the same products; other types multiply float32 activations
+  // (the CPU's q8 rounds those too). f32 multiplies float32 activations everywhere (the CPU
+  // engine's default products). Prompts follow prompt_math.
   cpu::Activations activations = cpu::Activations::q8;
   // How K/V cells are stored (fp32 until the CPU engine has the other formats to compare with).
   KvFormat kv_format = KvFormat::f32;
