@@ -145,8 +145,42 @@ TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
   }
 }
 
+// A product of 65,536 rows: the integer kernels give each warp several sets of rows one after
+// another (Q6_K: two rows at a time, two sets), as for the lm head.
+TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
+  LODE_REQUIRE_GPU();
+  lode::cuda::VramAccountant vram;
+  std::mt19937 rng(14);
+  const int64_t rows = 65536 + 37, cols = 256;
+  const GgmlType type = GgmlType::Q6_K;
+  const auto& traits = lode::traits(type);
+  const size_t row_bytes = lode::row_bytes(type, cols);
+  const auto values = random_floats(size_t(rows * cols), rng);
+  const auto x = random_floats(size_t(cols), rng);
+  std::vector<uint8_t> w(row_bytes * size_t(rows));
+  for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
+  std::vector<float> want(static_cast<size_t>(rows)), got(want.size());
+  lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), want.data(), 1,
+                    {.threads = 2, .activations = lode::cpu::Activations::q8});
+  lode::cuda::DeviceBuffer dw(vram, w.size(), lode::cuda::VramUse::weights, "w");
+  lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
+  lode::cuda::DeviceBuffer dy(vram, got.size() * 4, lode::cuda::VramUse::scratch, "y");
+  lode::cuda::copy_to_device(dw.data(), w.data(), w.size());
+  lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
+  lode::cuda::matvec(type, dw.data(), rows, cols, row_bytes, dx.as<float>(), dy.as<float>(), 1, nullptr, {.q8 = true});
+  lode::cuda::synchronize();
+  lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
+  double scale = 0, diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, double(std::fabs(want[i])));
+    diff = std::max(diff, double(std::fabs(got[i] - want[i])));
+  }
+  EXPECT_LE(diff / scale, 2e-6) << "max |gpu - cpu| " << diff << " of " << scale;
+}
+
 // The MoE's form: experts picked through a device-side table, one launch for all of them, with
-// one shared input (gate/up) or one input per expert (down).
+// one shared input (gate/up) or one input per expert (down); float32 and 8-bit x (the latter
+// against the CPU's Activations::q8 products).
 TEST(CudaMatvec, GroupedProductsReadTheirExpertsThroughTheTable) {
   LODE_REQUIRE_GPU();
   lode::cuda::VramAccountant vram;
@@ -172,20 +206,23 @@ TEST(CudaMatvec, GroupedProductsReadTheirExpertsThroughTheTable) {
   lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
   lode::cuda::DeviceBuffer dy(vram, size_t(rows) * ids.size() * 4, lode::cuda::VramUse::scratch, "y");
   lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
-  for (int64_t x_stride : {int64_t(0), cols}) {
-    SCOPED_TRACE("x_stride " + std::to_string(x_stride));
-    lode::cuda::grouped_matvec(type, dtable.as<const void*>(), dids.as<int32_t>(), int64_t(ids.size()), rows, cols,
-                               row_bytes, dx.as<float>(), x_stride, dy.as<float>());
-    lode::cuda::synchronize();
-    std::vector<float> got(size_t(rows) * ids.size());
-    lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
-    for (size_t p = 0; p < ids.size(); ++p) {
-      std::vector<float> want(static_cast<size_t>(rows));
-      const lode::cpu::MatrixView expert{&traits, experts.data() + size_t(ids[p]) * matrix_bytes, cols, rows, row_bytes};
-      lode::cpu::matmul(expert, x.data() + p * size_t(x_stride), want.data(), 1, {.threads = 1});
-      for (int64_t r = 0; r < rows; ++r)
-        EXPECT_NEAR(got[p * size_t(rows) + size_t(r)], want[size_t(r)], 1e-4f * (1 + std::fabs(want[size_t(r)])))
-            << "problem " << p << " row " << r;
+  for (const bool q8 : {false, true}) {
+    for (int64_t x_stride : {int64_t(0), cols}) {
+      SCOPED_TRACE("x_stride " + std::to_string(x_stride) + (q8 ? ", 8-bit x" : ", float32 x"));
+      lode::cuda::grouped_matvec(type, dtable.as<const void*>(), dids.as<int32_t>(), int64_t(ids.size()), rows, cols,
+                                 row_bytes, dx.as<float>(), x_stride, dy.as<float>(), nullptr, {.q8 = q8});
+      lode::cuda::synchronize();
+      std::vector<float> got(size_t(rows) * ids.size());
+      lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
+      for (size_t p = 0; p < ids.size(); ++p) {
+        std::vector<float> want(static_cast<size_t>(rows));
+        const lode::cpu::MatrixView expert{&traits, experts.data() + size_t(ids[p]) * matrix_bytes, cols, rows, row_bytes};
+        lode::cpu::matmul(expert, x.data() + p * size_t(x_stride), want.data(), 1,
+                          {.threads = 1, .activations = q8 ? lode::cpu::Activations::q8 : lode::cpu::Activations::f32});
+        for (int64_t r = 0; r < rows; ++r)
+          EXPECT_NEAR(got[p * size_t(rows) + size_t(r)], want[size_t(r)], 1e-4f * (1 + std::fabs(want[size_t(r)])))
+              << "problem " << p << " row " << r;
+      }
     }
   }
 }
