@@ -51,6 +51,32 @@ void random_blocks(GgmlType type, std::vector<uint8_t>& w, std::mt19937& rng) {
   }
 }
 
+// The product W x on the GPU: W (host bytes, rows x cols of `type`) uploaded, x already on the
+// device ([tokens][cols]); y [tokens][rows] back on the host.
+std::vector<float> gpu_product(lode::cuda::VramAccountant& vram, GgmlType type, const std::vector<uint8_t>& w,
+                               int64_t rows, int64_t cols, const float* dx, int64_t tokens,
+                               lode::cuda::MatvecInput input = {}) {
+  lode::cuda::DeviceBuffer dw(vram, w.size(), lode::cuda::VramUse::weights, "w");
+  lode::cuda::DeviceBuffer dy(vram, size_t(rows * tokens) * 4, lode::cuda::VramUse::scratch, "y");
+  lode::cuda::copy_to_device(dw.data(), w.data(), w.size());
+  lode::cuda::matvec(type, dw.data(), rows, cols, lode::row_bytes(type, cols), dx, dy.as<float>(), tokens, nullptr,
+                     input);
+  lode::cuda::synchronize();
+  std::vector<float> y(size_t(rows * tokens));
+  lode::cuda::copy_to_host(y.data(), dy.data(), y.size() * 4);
+  return y;
+}
+
+// max |got - want| as a fraction of max |want|.
+double largest_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double scale = 0, diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, double(std::fabs(want[i])));
+    diff = std::max(diff, double(std::fabs(got[i] - want[i])));
+  }
+  return diff / scale;
+}
+
 // The same product on the GPU and on the CPU (which reads every type exactly as ggml does): equal
 // up to float summation order.
 TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
@@ -76,21 +102,9 @@ TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
     } else {
       random_blocks(type, w, rng);
     }
-    std::vector<float> want(size_t(tokens * rows)), got(want.size());
+    std::vector<float> want(size_t(tokens * rows));
     lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), want.data(), tokens, {.threads = 1});
-
-    lode::cuda::DeviceBuffer dw(vram, w.size(), lode::cuda::VramUse::weights, "w");
-    lode::cuda::DeviceBuffer dy(vram, got.size() * 4, lode::cuda::VramUse::scratch, "y");
-    lode::cuda::copy_to_device(dw.data(), w.data(), w.size());
-    lode::cuda::matvec(type, dw.data(), rows, cols, row_bytes, dx.as<float>(), dy.as<float>(), tokens);
-    lode::cuda::synchronize();
-    lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
-    double scale = 0, diff = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      scale = std::max(scale, double(std::fabs(want[i])));
-      diff = std::max(diff, double(std::fabs(got[i] - want[i])));
-    }
-    EXPECT_LE(diff / scale, 2e-6) << "max |gpu - cpu| " << diff << " of " << scale;
+    EXPECT_LE(largest_error(gpu_product(vram, type, w, rows, cols, dx.as<float>(), tokens), want), 2e-6);
   }
 }
 
@@ -119,28 +133,15 @@ TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
       const size_t row_bytes = lode::row_bytes(type, cols);
       std::vector<uint8_t> w(row_bytes * size_t(rows));
       for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
-      std::vector<float> want(size_t(tokens * rows)), got(want.size());
+      std::vector<float> want(size_t(tokens * rows));
       lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), want.data(), tokens,
                         {.threads = 1, .activations = lode::cpu::Activations::q8});
-      lode::cuda::DeviceBuffer dw(vram, w.size(), lode::cuda::VramUse::weights, "w");
-      lode::cuda::DeviceBuffer dy(vram, got.size() * 4, lode::cuda::VramUse::scratch, "y");
-      lode::cuda::copy_to_device(dw.data(), w.data(), w.size());
-      lode::cuda::matvec(type, dw.data(), rows, cols, row_bytes, dx.as<float>(), dy.as<float>(), tokens, nullptr,
-                         {.q8 = true});
-      lode::cuda::synchronize();
-      lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
-      double scale = 0, diff = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        scale = std::max(scale, double(std::fabs(want[i])));
-        diff = std::max(diff, double(std::fabs(got[i] - want[i])));
-      }
-      EXPECT_LE(diff / scale, 2e-6) << "max |gpu - cpu| " << diff << " of " << scale;
-      // And the rounding is real: the float32 kernel's products differ by more than float order.
+      const auto got = gpu_product(vram, type, w, rows, cols, dx.as<float>(), tokens, {.q8 = true});
+      EXPECT_LE(largest_error(got, want), 2e-6);
+      // And the rounding is real: the float32 products differ by more than float order.
       std::vector<float> exact(want.size());
       lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), exact.data(), tokens, {.threads = 1});
-      double moved = 0;
-      for (size_t i = 0; i < want.size(); ++i) moved = std::max(moved, double(std::fabs(got[i] - exact[i])));
-      EXPECT_GT(moved / scale, 1e-4);
+      EXPECT_GT(largest_error(got, exact), 1e-4);
     }
   }
 }
@@ -159,23 +160,12 @@ TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
   const auto x = random_floats(size_t(cols), rng);
   std::vector<uint8_t> w(row_bytes * size_t(rows));
   for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
-  std::vector<float> want(static_cast<size_t>(rows)), got(want.size());
+  std::vector<float> want(static_cast<size_t>(rows));
   lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), want.data(), 1,
                     {.threads = 2, .activations = lode::cpu::Activations::q8});
-  lode::cuda::DeviceBuffer dw(vram, w.size(), lode::cuda::VramUse::weights, "w");
   lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
-  lode::cuda::DeviceBuffer dy(vram, got.size() * 4, lode::cuda::VramUse::scratch, "y");
-  lode::cuda::copy_to_device(dw.data(), w.data(), w.size());
   lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
-  lode::cuda::matvec(type, dw.data(), rows, cols, row_bytes, dx.as<float>(), dy.as<float>(), 1, nullptr, {.q8 = true});
-  lode::cuda::synchronize();
-  lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
-  double scale = 0, diff = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, double(std::fabs(want[i])));
-    diff = std::max(diff, double(std::fabs(got[i] - want[i])));
-  }
-  EXPECT_LE(diff / scale, 2e-6) << "max |gpu - cpu| " << diff << " of " << scale;
+  EXPECT_LE(largest_error(gpu_product(vram, type, w, rows, cols, dx.as<float>(), 1, {.q8 = true}), want), 2e-6);
 }
 
 // The MoE's form: experts picked through a device-side table, one launch for all of them, with

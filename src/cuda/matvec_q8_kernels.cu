@@ -45,6 +45,15 @@ struct RoundedX {
   int* sum16;
 };
 
+// A block's RoundedX in its dynamic shared memory: q_bytes of q, then d, then sum16.
+__device__ __forceinline__ RoundedX rounded_x_in(int4* shared, size_t q_bytes, int64_t cols) {
+  RoundedX rx;
+  rx.q = reinterpret_cast<int8_t*>(shared);
+  rx.d = reinterpret_cast<float*>(rx.q + q_bytes);
+  rx.sum16 = reinterpret_cast<int*>(rx.d + cols / 32);
+  return rx;
+}
+
 __device__ __forceinline__ int pack4(int a, int b, int c, int d) {
   return int((uint32_t(a) & 0xff) | ((uint32_t(b) & 0xff) << 8) | ((uint32_t(c) & 0xff) << 16) | (uint32_t(d) << 24));
 }
@@ -231,10 +240,7 @@ __global__ void __launch_bounds__(256)
                      size_t row_bytes, const float* x, int64_t x_stride, float* y, int lanes, int sets,
                      int64_t swiglu_up) {
   extern __shared__ int4 shared_x[];
-  RoundedX rx;
-  rx.q = reinterpret_cast<int8_t*>(shared_x);
-  rx.d = reinterpret_cast<float*>(rx.q + cols);
-  rx.sum16 = reinterpret_cast<int*>(rx.d + cols / 32);
+  const RoundedX rx = rounded_x_in(shared_x, size_t(cols), cols);
   const int64_t p = blockIdx.y;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   const int group = lane / lanes, sub = lane % lanes, groups = kWarp / lanes;
@@ -312,10 +318,7 @@ __global__ void __launch_bounds__(256)
                              int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y,
                              int64_t swiglu_up) {
   extern __shared__ int4 shared_x[];
-  RoundedX rx;
-  rx.q = reinterpret_cast<int8_t*>(shared_x);
-  rx.d = reinterpret_cast<float*>(rx.q + row_bytes);
-  rx.sum16 = reinterpret_cast<int*>(rx.d + cols / 32);
+  const RoundedX rx = rounded_x_in(shared_x, row_bytes, cols);
   const int64_t p = blockIdx.y;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   const int64_t first = (int64_t(blockIdx.x) * warps + warp) * kRows;
