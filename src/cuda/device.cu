@@ -4,6 +4,14 @@
 
 namespace lode::cuda {
 
+namespace {
+
+// Compiled like every other kernel: if the runtime finds no code for the device here, it finds
+// none for the others either.
+__global__ void probe_kernel() {}
+
+}  // namespace
+
 std::vector<DeviceInfo> list_devices(std::string* why) {
   std::vector<DeviceInfo> devices;
   int count = 0;
@@ -33,6 +41,18 @@ std::string first_device_name() {
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 || cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
     return {};
   return prop.name;
+}
+
+std::string kernels_missing_for(int device) {
+  cudaFuncAttributes attributes{};
+  const cudaError_t err = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(probe_kernel));
+  if (err == cudaSuccess) return {};
+  cudaGetLastError();  // not sticky: clear it
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, device);
+  return std::string("this lode's CUDA code cannot run on ") + prop.name + " (compute capability " +
+         std::to_string(prop.major) + "." + std::to_string(prop.minor) + "; CUDA runtime: " + cudaGetErrorString(err) +
+         "): rebuild with LODE_CUDA_ALL_ARCHS=ON (sm_80/86/89/90a/120), or run on the CPU engine (--backend cpu)";
 }
 
 }  // namespace lode::cuda

@@ -18,5 +18,8 @@ struct DeviceInfo {
 std::vector<DeviceInfo> list_devices(std::string* why);
 // The first visible device's name, or empty when there is none; creates no context.
 std::string first_device_name();
+// Empty when this build's kernels can run on `device`; else what is wrong and what to do (the
+// build carries code for sm_90a only unless configured with LODE_CUDA_ALL_ARCHS).
+std::string kernels_missing_for(int device);
 
 }  // namespace lode::cuda

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "cuda/device.h"
 
 namespace lode::cuda {
 
@@ -37,6 +38,7 @@ VramAccountant::VramAccountant(size_t budget_bytes, int device) : budget_(budget
          "(lode run, lode chat, lode serve)",
          err != cudaSuccess ? cudaGetErrorString(err) : fmt::format("{} device(s), asked for device {}", count, device));
   check(cudaSetDevice(device), fmt::format("selecting device {}", device));
+  if (const std::string missing = kernels_missing_for(device); !missing.empty()) fail("{}", missing);
   if (budget_ == 0) {
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "reading free device memory");
