@@ -10,15 +10,14 @@
 #include "core/fp16.h"
 #include "cpu/activation_rounding.h"
 #include "cpu/matmul.h"
+#include "support/random.h"
 
 namespace {
 
 using lode::GgmlType;
 
 std::vector<float> random_row(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
+  std::vector<float> v = lode::test::normal_floats(n, rng);
   v[5] = 9.0f;    // an outlier in the first block: its max
   v[300] = -7.5f; // a negative one in the second Q8_K block
   return v;

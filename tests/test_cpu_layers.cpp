@@ -17,6 +17,7 @@
 #include "cpu/matmul.h"
 #include "cpu/moe.h"
 #include "cpu/state.h"
+#include "support/random.h"
 
 namespace {
 
@@ -24,12 +25,7 @@ using lode::cpu::MatrixView;
 using lode::model::Qwen35MoeConfig;
 using Vec = std::vector<double>;
 
-std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale, float offset = 0) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = offset + scale * normal(rng);
-  return v;
-}
+using lode::test::normal_floats;
 
 // A float32 matrix of `rows` rows of `cols` values.
 MatrixView f32_view(const std::vector<float>& w, int64_t rows, int64_t cols) {
@@ -109,19 +105,19 @@ TEST(CpuLayers, AttentionMatchesNaiveReference) {
   const int64_t H = c.hidden, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
   std::mt19937 rng(1);
   lode::cpu::AttentionWeights w;
-  const auto wq = random_floats(size_t(2 * nh * hd * H), rng, 0.3f);
-  const auto wk = random_floats(size_t(nkv * hd * H), rng, 0.3f);
-  const auto wv = random_floats(size_t(nkv * hd * H), rng, 0.3f);
-  const auto wo = random_floats(size_t(H * nh * hd), rng, 0.3f);
+  const auto wq = normal_floats(size_t(2 * nh * hd * H), rng, 0.3f);
+  const auto wk = normal_floats(size_t(nkv * hd * H), rng, 0.3f);
+  const auto wv = normal_floats(size_t(nkv * hd * H), rng, 0.3f);
+  const auto wo = normal_floats(size_t(H * nh * hd), rng, 0.3f);
   w.q = f32_view(wq, 2 * nh * hd, H);
   w.k = f32_view(wk, nkv * hd, H);
   w.v = f32_view(wv, nkv * hd, H);
   w.output = f32_view(wo, H, nh * hd);
-  w.q_norm = random_floats(size_t(hd), rng, 0.2f, 1.0f);
-  w.k_norm = random_floats(size_t(hd), rng, 0.2f, 1.0f);
+  w.q_norm = normal_floats(size_t(hd), rng, 0.2f, 1.0f);
+  w.k_norm = normal_floats(size_t(hd), rng, 0.2f, 1.0f);
 
   const int64_t T = 8;
-  const auto x = random_floats(size_t(T * H), rng, 1.0f);
+  const auto x = normal_floats(size_t(T * H), rng, 1.0f);
   // lode: two chunks, 5 then 3 tokens.
   lode::cpu::KvCache cache;
   std::vector<float> got(size_t(T * H));
@@ -200,16 +196,16 @@ TEST(CpuLayers, DeltaNetMatchesNaiveReferenceInHfHeadOrder) {
   const int64_t C = c.conv_channels(), K = c.ssm_conv_kernel, key_dim = hk * d;
   std::mt19937 rng(2);
   HfDeltaNet hf;
-  hf.qkv = random_floats(size_t(C * H), rng, 0.3f);
-  hf.z = random_floats(size_t(hv * d * H), rng, 0.3f);
-  hf.b = random_floats(size_t(hv * H), rng, 0.3f);
-  hf.a = random_floats(size_t(hv * H), rng, 0.3f);
-  hf.out = random_floats(size_t(H * hv * d), rng, 0.3f);
-  hf.conv = random_floats(size_t(C * K), rng, 0.5f);
-  hf.dt_bias = random_floats(size_t(hv), rng, 0.5f);
-  hf.ssm_a = random_floats(size_t(hv), rng, 0.5f);
+  hf.qkv = normal_floats(size_t(C * H), rng, 0.3f);
+  hf.z = normal_floats(size_t(hv * d * H), rng, 0.3f);
+  hf.b = normal_floats(size_t(hv * H), rng, 0.3f);
+  hf.a = normal_floats(size_t(hv * H), rng, 0.3f);
+  hf.out = normal_floats(size_t(H * hv * d), rng, 0.3f);
+  hf.conv = normal_floats(size_t(C * K), rng, 0.5f);
+  hf.dt_bias = normal_floats(size_t(hv), rng, 0.5f);
+  hf.ssm_a = normal_floats(size_t(hv), rng, 0.5f);
   for (float& x : hf.ssm_a) x = -std::exp(x);
-  hf.norm = random_floats(size_t(d), rng, 0.2f, 1.0f);
+  hf.norm = normal_floats(size_t(d), rng, 0.2f, 1.0f);
 
   // The GGUF layout lode reads.
   lode::cpu::DeltaNetWeights w;
@@ -233,7 +229,7 @@ TEST(CpuLayers, DeltaNetMatchesNaiveReferenceInHfHeadOrder) {
   w.out = f32_view(out, H, hv * d);
 
   const int64_t T = 23;
-  const auto x = random_floats(size_t(T * H), rng, 1.0f);
+  const auto x = normal_floats(size_t(T * H), rng, 1.0f);
   Qwen35MoeConfig one = c;
   one.is_recurrent = {true};
   // Recurrent form: chunks of 3, 4 and 16 tokens.
@@ -314,15 +310,15 @@ TEST(CpuLayers, ChunkedDeltaRuleEqualsRecurrentOneForAnyDecay) {
   const int64_t dk = 16, dv = 8, L = 64;
   std::mt19937 rng(6);
   std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  auto q = random_floats(size_t(L * dk), rng, 0.25f);
-  auto k = random_floats(size_t(L * dk), rng, 0.25f);
-  const auto v = random_floats(size_t(L * dv), rng, 1.0f);
+  auto q = normal_floats(size_t(L * dk), rng, 0.25f);
+  auto k = normal_floats(size_t(L * dk), rng, 0.25f);
+  const auto v = normal_floats(size_t(L * dv), rng, 1.0f);
   std::vector<float> g(static_cast<size_t>(L)), beta(static_cast<size_t>(L));
   for (int64_t t = 0; t < L; ++t) {
     g[t] = t % 16 == 5 ? -60.0f : -2.0f * unit(rng) * unit(rng);
     beta[t] = unit(rng);
   }
-  const auto s0 = random_floats(size_t(dk * dv), rng, 0.5f);
+  const auto s0 = normal_floats(size_t(dk * dv), rng, 0.5f);
   std::vector<float> s_step = s0, s_chunk = s0;
   std::vector<float> o_step(size_t(L * dv)), o_chunk(size_t(L * dv));
   for (int64_t t = 0; t < L; ++t) {
@@ -342,13 +338,13 @@ TEST(CpuLayers, MoeMatchesNaiveReference) {
   const Qwen35MoeConfig c = small_config();
   const int64_t H = c.hidden, E = c.n_experts, ff = c.expert_ff, sff = c.shared_ff;
   std::mt19937 rng(3);
-  const auto router = random_floats(size_t(E * H), rng, 0.5f);
-  const auto gate = random_floats(size_t(E * ff * H), rng, 0.3f);
-  const auto up = random_floats(size_t(E * ff * H), rng, 0.3f);
-  const auto down = random_floats(size_t(E * H * ff), rng, 0.3f);
-  const auto sgate = random_floats(size_t(sff * H), rng, 0.3f);
-  const auto sup = random_floats(size_t(sff * H), rng, 0.3f);
-  const auto sdown = random_floats(size_t(H * sff), rng, 0.3f);
+  const auto router = normal_floats(size_t(E * H), rng, 0.5f);
+  const auto gate = normal_floats(size_t(E * ff * H), rng, 0.3f);
+  const auto up = normal_floats(size_t(E * ff * H), rng, 0.3f);
+  const auto down = normal_floats(size_t(E * H * ff), rng, 0.3f);
+  const auto sgate = normal_floats(size_t(sff * H), rng, 0.3f);
+  const auto sup = normal_floats(size_t(sff * H), rng, 0.3f);
+  const auto sdown = normal_floats(size_t(H * sff), rng, 0.3f);
   lode::cpu::MoeWeights w;
   w.router = f32_view(router, E, H);
   w.gate = {MatrixView{&lode::traits(lode::GgmlType::F32),
@@ -360,13 +356,13 @@ TEST(CpuLayers, MoeMatchesNaiveReference) {
   w.down = {MatrixView{&lode::traits(lode::GgmlType::F32),
                        reinterpret_cast<const uint8_t*>(down.data()), ff, H, size_t(ff) * 4},
             size_t(H * ff) * 4, E};
-  w.shared_gate_inp = random_floats(size_t(H), rng, 0.3f);
+  w.shared_gate_inp = normal_floats(size_t(H), rng, 0.3f);
   w.shared_gate = f32_view(sgate, sff, H);
   w.shared_up = f32_view(sup, sff, H);
   w.shared_down = f32_view(sdown, H, sff);
 
   const int64_t T = 5;
-  const auto x = random_floats(size_t(T * H), rng, 1.0f);
+  const auto x = normal_floats(size_t(T * H), rng, 1.0f);
   std::vector<float> got(size_t(T * H));
   lode::cpu::moe_forward(w, c, x.data(), got.data(), T, {.threads = 2});
 
@@ -415,8 +411,8 @@ TEST(CpuLayers, MoeMatchesNaiveReference) {
 TEST(CpuLayers, MatmulOnQuantizedRowsEqualsMatmulOnTheirValues) {
   std::mt19937 rng(4);
   const int64_t rows = 40, cols = 256, T = 3;
-  const auto values = random_floats(size_t(rows * cols), rng, 1.0f);
-  const auto x = random_floats(size_t(T * cols), rng, 1.0f);
+  const auto values = normal_floats(size_t(rows * cols), rng, 1.0f);
+  const auto x = normal_floats(size_t(T * cols), rng, 1.0f);
   for (lode::GgmlType type : {lode::GgmlType::Q8_0, lode::GgmlType::Q4_K, lode::GgmlType::Q6_K,
                               lode::GgmlType::F16, lode::GgmlType::BF16}) {
     const auto& traits = lode::traits(type);
@@ -449,7 +445,7 @@ TEST(CpuLayers, FastRowDecodersAreBitExact) {
       if (round % 2 == 0) {
         for (uint8_t& b : bytes) b = uint8_t(byte(rng));
       } else {
-        const auto values = random_floats(size_t(n), rng, 3.0f);
+        const auto values = normal_floats(size_t(n), rng, 3.0f);
         traits.quantize(values.data(), bytes.data(), n);
       }
       std::vector<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));

@@ -13,6 +13,7 @@
 #include "core/quant/types.h"
 #include "cpu/matmul.h"
 #include "support/gpu.h"
+#include "support/random.h"
 
 #ifdef LODE_HAVE_CUDA
 #include "cuda/matvec.h"
@@ -22,12 +23,7 @@ namespace {
 
 using lode::GgmlType;
 
-std::vector<float> random_floats(size_t n, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
+using lode::test::normal_floats;
 
 // Types lode reads but does not write (MXFP4, the grid i-quants): random codes, with every block
 // scale set to a modest finite value.
@@ -84,8 +80,8 @@ TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
   lode::cuda::VramAccountant vram;
   std::mt19937 rng(11);
   const int64_t rows = 67, cols = 512, tokens = 3;
-  const auto values = random_floats(size_t(rows * cols), rng);
-  const auto x = random_floats(size_t(tokens * cols), rng);
+  const auto values = normal_floats(size_t(rows * cols), rng);
+  const auto x = normal_floats(size_t(tokens * cols), rng);
   lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
   lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0,
@@ -119,8 +115,8 @@ TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
   std::mt19937 rng(13);
   const int64_t rows = 67, tokens = 3;
   for (const int64_t cols : {int64_t(160), int64_t(512), int64_t(2048)}) {
-    const auto values = random_floats(size_t(rows * cols), rng);
-    auto x = random_floats(size_t(tokens * cols), rng);
+    const auto values = normal_floats(size_t(rows * cols), rng);
+    auto x = normal_floats(size_t(tokens * cols), rng);
     x[5] = 0.0f;
     std::fill_n(x.begin() + cols, 256, 0.0f);  // an all-zero block of the second token
     lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
@@ -156,8 +152,8 @@ TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
   const GgmlType type = GgmlType::Q6_K;
   const auto& traits = lode::traits(type);
   const size_t row_bytes = lode::row_bytes(type, cols);
-  const auto values = random_floats(size_t(rows * cols), rng);
-  const auto x = random_floats(size_t(cols), rng);
+  const auto values = normal_floats(size_t(rows * cols), rng);
+  const auto x = normal_floats(size_t(cols), rng);
   std::vector<uint8_t> w(row_bytes * size_t(rows));
   for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
   std::vector<float> want(static_cast<size_t>(rows));
@@ -180,7 +176,7 @@ TEST(CudaMatvec, GroupedProductsReadTheirExpertsThroughTheTable) {
   const auto& traits = lode::traits(type);
   const size_t row_bytes = lode::row_bytes(type, cols), matrix_bytes = row_bytes * size_t(rows);
   std::vector<uint8_t> experts(matrix_bytes * n_experts);
-  const auto values = random_floats(size_t(rows * cols * n_experts), rng);
+  const auto values = normal_floats(size_t(rows * cols * n_experts), rng);
   for (int64_t r = 0; r < rows * n_experts; ++r)
     traits.quantize(values.data() + r * cols, experts.data() + r * row_bytes, cols);
   lode::cuda::DeviceBuffer dexperts(vram, experts.size(), lode::cuda::VramUse::experts, "experts");
@@ -192,7 +188,7 @@ TEST(CudaMatvec, GroupedProductsReadTheirExpertsThroughTheTable) {
   lode::cuda::DeviceBuffer dids(vram, ids.size() * 4, lode::cuda::VramUse::scratch, "ids");
   lode::cuda::copy_to_device(dtable.data(), table.data(), table.size() * sizeof(void*));
   lode::cuda::copy_to_device(dids.data(), ids.data(), ids.size() * 4);
-  const auto x = random_floats(size_t(cols) * ids.size(), rng);
+  const auto x = normal_floats(size_t(cols) * ids.size(), rng);
   lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
   lode::cuda::DeviceBuffer dy(vram, size_t(rows) * ids.size() * 4, lode::cuda::VramUse::scratch, "y");
   lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
