@@ -381,6 +381,27 @@ TEST(Server, AbandonedQueuedRequestFreesItsPlace) {
   EXPECT_EQ(status, 200);
 }
 
+// A model's bytes need not be UTF-8 (a stray continuation byte; a character cut off when the token
+// limit ends generation) but JSON must be: such bytes arrive as U+FFFD, streamed or not, and whole
+// characters arrive whole although the output is streamed in small pieces.
+TEST(Server, BytesThatAreNotUtf8ArriveAsReplacementCharacters) {
+  server::ServerOptions o;
+  o.worker.fake_output = "caf\xc3\xa9 \xe4\xb8\xad \x80 end\xe2\x80";
+  TestServer s(o);
+  const std::string expected = "caf\xc3\xa9 \xe4\xb8\xad \xef\xbf\xbd end\xef\xbf\xbd";
+  json body = {{"prompt", "a"}, {"max_tokens", 8}};
+  const json reply = s.post_json("/v1/completions", body);
+  EXPECT_EQ(reply["choices"][0]["text"], expected);
+  body["stream"] = true;
+  auto res = s.post("/v1/completions", body.dump());
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::string streamed;
+  for (const std::string& payload : sse_payloads(res->body))
+    if (payload != "[DONE]") streamed += json::parse(payload)["choices"][0]["text"].get<std::string>();
+  EXPECT_EQ(streamed, expected);
+}
+
 // logit_bias moves the sampled token: -100 bans the greedy choice, +100 forces another one.
 TEST(Server, LogitBiasBansAndForcesTokens) {
   TestServer s;

@@ -1,5 +1,7 @@
 #include "server/anthropic_response.h"
 
+#include "server/wire_json.h"
+
 namespace lode::server {
 namespace {
 
@@ -86,7 +88,7 @@ json message_delta_event(const char* reason, const std::optional<std::string>& s
 }
 
 std::string anthropic_sse(const json& data) {
-  return "event: " + data.value("type", std::string("message")) + "\ndata: " + data.dump() + "\n\n";
+  return "event: " + data.value("type", std::string("message")) + "\ndata: " + wire_json(data) + "\n\n";
 }
 
 }  // namespace lode::server

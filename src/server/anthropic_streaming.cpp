@@ -3,6 +3,7 @@
 #include "server/anthropic_response.h"
 #include "server/api_error.h"
 #include "server/streaming.h"
+#include "server/wire_json.h"
 
 namespace lode::server {
 namespace {
@@ -44,7 +45,7 @@ bool MessagesStreamWriter::write_delta(httplib::DataSink& sink, const chat::Pars
     if (!close_block(sink)) return false;
     // The call is complete when the parser hands it over, so its input goes out in one delta.
     json block = tool_use_block(call, tool_use_id(meta_.id, tool_uses_++));
-    const std::string input = block["input"].dump();
+    const std::string input = wire_json(block["input"]);
     block["input"] = json::object();
     const int index = next_index_++;
     if (!write(sink, {{"type", "content_block_start"}, {"index", index}, {"content_block", block}})) return false;

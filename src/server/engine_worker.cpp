@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "core/utf8.h"
 #include "server/api_error.h"
 
 namespace lode::server {
@@ -326,12 +329,14 @@ void EngineWorker::run_fake(const Queued& queued) {
   result.prompt_tokens = int64_t(queued.job.prompt.size());
   result.tokens = model_.tokenizer.encode(text, /*allow_special=*/true);
   result.finish = engine::FinishReason::end_of_generation;
-  for (size_t i = 0; i < text.size(); i += 5) {
+  // Pieces of about five bytes, cut between characters as the detokenizer would.
+  for (size_t i = 0, end = 0; i < text.size(); i = end) {
     if (queued.stream->cancelled()) {
       result.finish = engine::FinishReason::cancelled;
       break;
     }
-    queued.stream->push_text(std::string_view(text).substr(i, 5));
+    while (end < text.size() && end - i < 5) end += std::max<size_t>(1, utf8::valid_sequence_length(text, end));
+    queued.stream->push_text(std::string_view(text).substr(i, end - i));
     if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
   }
   if (on_finished_) on_finished_(result);

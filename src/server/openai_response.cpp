@@ -1,5 +1,7 @@
 #include "server/openai_response.h"
 
+#include "server/wire_json.h"
+
 namespace lode::server {
 namespace {
 
@@ -7,7 +9,7 @@ using json = nlohmann::ordered_json;
 
 json tool_call_json(const chat::ToolCall& call) {
   return {{"id", call.id}, {"type", "function"},
-          {"function", {{"name", call.name}, {"arguments", call.arguments.dump()}}}};
+          {"function", {{"name", call.name}, {"arguments", wire_json(call.arguments)}}}};
 }
 
 json reason_or_null(const char* finish_reason) {
@@ -86,7 +88,7 @@ json text_completion_chunk(const ResponseMeta& meta, const std::string& text, co
 
 std::string sse_event(const json& data) {
   // dump() escapes newlines inside strings, so one event is one line.
-  return "data: " + data.dump() + "\n\n";
+  return "data: " + wire_json(data) + "\n\n";
 }
 
 }  // namespace lode::server

@@ -19,6 +19,7 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/streaming.h"
+#include "server/wire_json.h"
 
 namespace lode::server {
 namespace {
@@ -45,7 +46,7 @@ bool anthropic_route(const std::string& path) { return path == "/v1/messages"; }
 
 void send_error(httplib::Response& res, const ApiError& e, bool anthropic) {
   res.status = e.status();
-  res.set_content((anthropic ? e.anthropic_body() : e.body()).dump(), kJson);
+  res.set_content(wire_json(anthropic ? e.anthropic_body() : e.body()), kJson);
 }
 
 void send_error(httplib::Response& res, const ApiError& e, const httplib::Request& req) {
@@ -184,14 +185,14 @@ void Server::add_routes() {
   });
 
   http.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) {
-    res.set_content(json{{"status", "ok"}}.dump(), kJson);
+    res.set_content(wire_json(json{{"status", "ok"}}), kJson);
   }));
   http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
     json model = {{"id", model_->id}, {"object", "model"}, {"created", created_}, {"owned_by", "lode"}};
-    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), kJson);
+    res.set_content(wire_json(json{{"object", "list"}, {"data", json::array({model})}}), kJson);
   }));
   http.Get("/v1/status", guarded([this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(status_json().dump(), kJson);
+    res.set_content(wire_json(status_json()), kJson);
   }));
   http.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
     res.set_content(prometheus_text(stats_.snapshot(), worker_->waiting()), "text/plain; version=0.0.4");
@@ -213,7 +214,7 @@ void Server::add_generation_routes() {
       auto [text, result] = collect(*job);
       chat::ParsedDelta reply = parser.push(text);
       merge(reply, parser.finish());
-      res.set_content(chat_completion(meta, reply, result).dump(), kJson);
+      res.set_content(wire_json(chat_completion(meta, reply, result)), kJson);
       return;
     }
     stream_events(res, std::make_shared<ChatStreamWriter>(job, std::move(meta), std::move(parser),
@@ -228,7 +229,7 @@ void Server::add_generation_routes() {
     ResponseMeta meta = response_meta("cmpl-", model_->id);
     if (!request.generation.stream) {
       auto [text, result] = collect(*job);
-      res.set_content(text_completion(meta, text, result).dump(), kJson);
+      res.set_content(wire_json(text_completion(meta, text, result)), kJson);
       return;
     }
     stream_events(res, std::make_shared<CompletionStreamWriter>(job, std::move(meta), request.generation.include_usage),
@@ -250,7 +251,7 @@ void Server::add_anthropic_route() {
       chat::ParsedDelta reply = parser.push(text);
       merge(reply, parser.finish());
       const auto stop_sequence = matched_stop_sequence(result, model_->tokenizer, request.generation.stop);
-      res.set_content(anthropic_message(meta, reply, result, stop_sequence).dump(), kJson);
+      res.set_content(wire_json(anthropic_message(meta, reply, result, stop_sequence)), kJson);
       return;
     }
     stream_events(res, std::make_shared<MessagesStreamWriter>(stream, std::move(meta), std::move(parser), input_tokens,
