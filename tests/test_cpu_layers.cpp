@@ -1,7 +1,8 @@
 // Each mixer of the CPU forward pass against a naive, independent reimplementation written here
 // from the spec (double precision, whole history recomputed per token, HF head order for DeltaNet):
-// gated attention with partial NeoX RoPE and GQA, Gated DeltaNet (conv, gates, delta rule, gated
-// norm, GGUF's tiled value-head order), MoE routing; and matmul on quantized rows.
+// Gated DeltaNet (conv, gates, delta rule, gated norm, GGUF's tiled value-head order), MoE routing;
+// and matmul on quantized rows. Gated attention is checked in test_kv_formats.cpp, in every K/V
+// cache format.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,52 +18,22 @@
 #include "cpu/matmul.h"
 #include "cpu/moe.h"
 #include "cpu/state.h"
+#include "support/naive_math.h"
 #include "support/random.h"
 
 namespace {
 
 using lode::cpu::MatrixView;
 using lode::model::Qwen35MoeConfig;
-using Vec = std::vector<double>;
+using lode::test::Vec;
 
+using lode::test::f32_view;
+using lode::test::mat_vec;
 using lode::test::normal_floats;
-
-// A float32 matrix of `rows` rows of `cols` values.
-MatrixView f32_view(const std::vector<float>& w, int64_t rows, int64_t cols) {
-  EXPECT_EQ(int64_t(w.size()), rows * cols);
-  return MatrixView{&lode::traits(lode::GgmlType::F32), reinterpret_cast<const uint8_t*>(w.data()),
-                    cols, rows, size_t(cols) * sizeof(float)};
-}
-
-Vec mat_vec(const std::vector<float>& w, int64_t rows, int64_t cols, const float* x) {
-  Vec y(size_t(rows), 0.0);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) y[r] += double(w[r * cols + c]) * x[c];
-  return y;
-}
-Vec mat_vec(const std::vector<float>& w, int64_t rows, int64_t cols, const Vec& x) {
-  std::vector<float> xf(x.begin(), x.end());
-  return mat_vec(w, rows, cols, xf.data());
-}
-
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-double silu(double x) { return x * sigmoid(x); }
-
-void rms_norm(double* x, int64_t n, const float* w, double eps) {
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
-  const double scale = 1.0 / std::sqrt(ss / double(n) + eps);
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * scale * w[i];
-}
-
-double relative_error(const std::vector<float>& got, const Vec& want) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff = std::max(diff, std::fabs(got[i] - want[i]));
-    scale = std::max(scale, std::fabs(want[i]));
-  }
-  return diff / scale;
-}
+using lode::test::relative_error;
+using lode::test::rms_norm;
+using lode::test::sigmoid;
+using lode::test::silu;
 
 Qwen35MoeConfig small_config() {
   Qwen35MoeConfig c;
@@ -86,84 +57,6 @@ Qwen35MoeConfig small_config() {
   c.vocab = 10;
   c.context_length = 64;
   return c;
-}
-
-// --- attention ---------------------------------------------------------------------------------
-
-// Rotates pairs (i, i + rot/2) of a head vector by pos * theta^(-2i/rot).
-void naive_rope(double* x, int64_t rot, int64_t pos, double theta) {
-  for (int64_t i = 0; i < rot / 2; ++i) {
-    const double angle = double(pos) / std::pow(theta, 2.0 * double(i) / double(rot));
-    const double a = x[i], b = x[i + rot / 2];
-    x[i] = a * std::cos(angle) - b * std::sin(angle);
-    x[i + rot / 2] = a * std::sin(angle) + b * std::cos(angle);
-  }
-}
-
-TEST(CpuLayers, AttentionMatchesNaiveReference) {
-  const Qwen35MoeConfig c = small_config();
-  const int64_t H = c.hidden, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
-  std::mt19937 rng(1);
-  lode::cpu::AttentionWeights w;
-  const auto wq = normal_floats(size_t(2 * nh * hd * H), rng, 0.3f);
-  const auto wk = normal_floats(size_t(nkv * hd * H), rng, 0.3f);
-  const auto wv = normal_floats(size_t(nkv * hd * H), rng, 0.3f);
-  const auto wo = normal_floats(size_t(H * nh * hd), rng, 0.3f);
-  w.q = f32_view(wq, 2 * nh * hd, H);
-  w.k = f32_view(wk, nkv * hd, H);
-  w.v = f32_view(wv, nkv * hd, H);
-  w.output = f32_view(wo, H, nh * hd);
-  w.q_norm = normal_floats(size_t(hd), rng, 0.2f, 1.0f);
-  w.k_norm = normal_floats(size_t(hd), rng, 0.2f, 1.0f);
-
-  const int64_t T = 8;
-  const auto x = normal_floats(size_t(T * H), rng, 1.0f);
-  // lode: two chunks, 5 then 3 tokens.
-  lode::cpu::KvCache cache;
-  std::vector<float> got(size_t(T * H));
-  lode::cpu::attention_forward(w, c, cache, x.data(), got.data(), 5, 0, {.threads = 2});
-  lode::cpu::attention_forward(w, c, cache, x.data() + 5 * H, got.data() + 5 * H, 3, 5, {.threads = 1});
-
-  // Naive: every token's q, k, v from scratch.
-  std::vector<Vec> q(T), k(T), v(T);
-  for (int64_t t = 0; t < T; ++t) {
-    q[t] = mat_vec(wq, 2 * nh * hd, H, x.data() + t * H);
-    k[t] = mat_vec(wk, nkv * hd, H, x.data() + t * H);
-    v[t] = mat_vec(wv, nkv * hd, H, x.data() + t * H);
-    for (int64_t h = 0; h < nh; ++h) {
-      rms_norm(&q[t][h * 2 * hd], hd, w.q_norm.data(), c.rms_eps);
-      naive_rope(&q[t][h * 2 * hd], c.rope_dims, t, c.rope_theta);
-    }
-    for (int64_t h = 0; h < nkv; ++h) {
-      rms_norm(&k[t][h * hd], hd, w.k_norm.data(), c.rms_eps);
-      naive_rope(&k[t][h * hd], c.rope_dims, t, c.rope_theta);
-    }
-  }
-  Vec want(size_t(T * H));
-  for (int64_t t = 0; t < T; ++t) {
-    Vec o(size_t(nh * hd), 0.0);
-    for (int64_t h = 0; h < nh; ++h) {
-      const int64_t g = h / (nh / nkv);
-      Vec p(size_t(t + 1));
-      for (int64_t j = 0; j <= t; ++j) {
-        double s = 0;
-        for (int64_t d = 0; d < hd; ++d) s += q[t][h * 2 * hd + d] * k[j][g * hd + d];
-        p[j] = s / std::sqrt(double(hd));
-      }
-      const double m = *std::max_element(p.begin(), p.end());
-      double sum = 0;
-      for (double& e : p) sum += (e = std::exp(e - m));
-      for (int64_t d = 0; d < hd; ++d) {
-        double acc = 0;
-        for (int64_t j = 0; j <= t; ++j) acc += p[j] / sum * v[j][g * hd + d];
-        o[h * hd + d] = acc * sigmoid(q[t][h * 2 * hd + hd + d]);
-      }
-    }
-    const Vec y = mat_vec(wo, H, nh * hd, o);
-    std::copy(y.begin(), y.end(), want.begin() + t * H);
-  }
-  EXPECT_LE(relative_error(got, want), 1e-4);
-  EXPECT_EQ(int64_t(cache.k.size()), T * nkv * hd);
 }
 
 // --- Gated DeltaNet ------------------------------------------------------------------------------
@@ -233,13 +126,13 @@ TEST(CpuLayers, DeltaNetMatchesNaiveReferenceInHfHeadOrder) {
   Qwen35MoeConfig one = c;
   one.is_recurrent = {true};
   // Recurrent form: chunks of 3, 4 and 16 tokens.
-  lode::cpu::SequenceState state(one);
+  lode::cpu::SequenceState state(one, lode::kv::Format::f32);
   std::vector<float> got(size_t(T * H));
   lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data(), got.data(), 3, {.threads = 2});
   lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data() + 3 * H, got.data() + 3 * H, 4, {.threads = 1});
   lode::cpu::deltanet_forward(w, c, state.deltanet[0], x.data() + 7 * H, got.data() + 7 * H, 16, {.threads = 2});
   // Chunked (WY) form: a 16-token chunk in WY chunks of 5, then 7 tokens in one WY chunk.
-  lode::cpu::SequenceState wy_state(one);
+  lode::cpu::SequenceState wy_state(one, lode::kv::Format::f32);
   std::vector<float> wy(size_t(T * H));
   lode::cpu::deltanet_forward(w, c, wy_state.deltanet[0], x.data(), wy.data(), 16, {.threads = 2}, 5);
   lode::cpu::deltanet_forward(w, c, wy_state.deltanet[0], x.data() + 16 * H, wy.data() + 16 * H,

@@ -134,7 +134,7 @@ TEST(ServerSoak, FiveHundredMixedRequestsEndCleanly) {
   // Memory: checkpoints within their bound (4 slots x 8), and no growth worth the name after warm-up.
   const int64_t checkpoint = status["memory"]["prefix_checkpoint_bytes"];
   const auto model = mini_model();
-  const cpu::SequenceState empty(model->config);
+  const cpu::SequenceState empty(model->config, kv::Format::f32);
   const cpu::SequenceCheckpoint one{0, empty.deltanet};
   EXPECT_LE(checkpoint, 4 * 8 * one.bytes()) << status.dump();
   const int64_t growth = rss(server) - rss_warm;

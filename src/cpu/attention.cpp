@@ -6,14 +6,15 @@
 #include <vector>
 
 #include "cpu/ops.h"
+#include "kv/codec.h"
 
 namespace lode::cpu {
 namespace {
 
-// Norms and rotates the chunk's q (in place inside qg) and k, and appends k and v to the cache.
-void prepare_qkv(const AttentionWeights& w, const model::Qwen35MoeConfig& c, KvCache& cache,
-                 std::vector<float>& qg, const std::vector<float>& k, const std::vector<float>& v,
-                 int64_t n_tokens, int64_t pos0) {
+// Norms and rotates (RoPE) the chunk's q (in place inside qg) and k; for a cache whose keys are
+// stored Hadamard-rotated, q is rotated too, so that <Hq, Hk> = <q, k>.
+void prepare_qk(const AttentionWeights& w, const model::Qwen35MoeConfig& c, bool rotate_q, std::vector<float>& qg,
+                std::vector<float>& k, int64_t n_tokens, int64_t pos0) {
   const int64_t hd = c.head_dim;
   const float eps = float(c.rms_eps);
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -21,14 +22,10 @@ void prepare_qkv(const AttentionWeights& w, const model::Qwen35MoeConfig& c, KvC
       float* q = qg.data() + (t * c.n_heads + h) * 2 * hd;  // q half of head h
       rms_norm(q, w.q_norm.data(), q, hd, eps);
       rope_neox(q, c.rope_dims, pos0 + t, c.rope_theta);
+      if (rotate_q) kv::hadamard(q, hd);
     }
-  }
-  const size_t old = cache.k.size();
-  cache.k.insert(cache.k.end(), k.begin(), k.end());
-  cache.v.insert(cache.v.end(), v.begin(), v.end());
-  for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t h = 0; h < c.n_kv_heads; ++h) {
-      float* kh = cache.k.data() + old + (t * c.n_kv_heads + h) * hd;
+      float* kh = k.data() + (t * c.n_kv_heads + h) * hd;
       rms_norm(kh, w.k_norm.data(), kh, hd, eps);
       rope_neox(kh, c.rope_dims, pos0 + t, c.rope_theta);
     }
@@ -53,30 +50,41 @@ void attend(const float* q, const float* keys, const float* values, int64_t n_ke
 
 void attention_forward(const AttentionWeights& w, const model::Qwen35MoeConfig& c, KvCache& cache,
                        const float* x, float* out, int64_t n_tokens, int64_t pos0, const Compute& compute) {
-  const int64_t hd = c.head_dim, kv_dim = c.kv_dim();
+  const int64_t hd = c.head_dim;
   std::vector<float> qg(size_t(n_tokens * 2 * c.q_dim()));
-  std::vector<float> k(size_t(n_tokens * kv_dim)), v(size_t(n_tokens * kv_dim));
+  std::vector<float> k(size_t(n_tokens * c.kv_dim())), v(size_t(n_tokens * c.kv_dim()));
   matmul(w.q, x, qg.data(), n_tokens, compute);
   matmul(w.k, x, k.data(), n_tokens, compute);
   matmul(w.v, x, v.data(), n_tokens, compute);
-  prepare_qkv(w, c, cache, qg, k, v, n_tokens, pos0);
+  const kv::Layout layout = cache.layout();
+  prepare_qk(w, c, kv::is_rotated(layout.k), qg, k, n_tokens, pos0);
+  cache.append(k.data(), v.data(), n_tokens);
 
+  // One KV head at a time: its keys and values decoded once from the cache's format, then every
+  // query head of its group attends over them.
   const int64_t group = c.n_heads / c.n_kv_heads;  // query heads per KV head
+  const int64_t n_keys = pos0 + n_tokens, n_pairs = n_tokens * group;
   std::vector<float> gated(size_t(n_tokens * c.q_dim()));
-  const int64_t n_pairs = n_tokens * c.n_heads;
+  std::vector<float> keys(size_t(n_keys * hd)), values(size_t(n_keys * hd));
+  for (int64_t kvh = 0; kvh < c.n_kv_heads; ++kvh) {
+#pragma omp parallel for num_threads(compute.resolved_threads()) if (n_keys > 64)
+    for (int64_t p = 0; p < n_keys; ++p) {
+      cache.key(p, kvh, keys.data() + p * hd);
+      cache.value(p, kvh, values.data() + p * hd);
+    }
 #pragma omp parallel num_threads(compute.resolved_threads()) if (n_pairs > 1)
-  {
-    std::vector<float> scores(size_t(pos0 + n_tokens));
+    {
+      std::vector<float> scores(static_cast<size_t>(n_keys));
 #pragma omp for schedule(dynamic)
-    for (int64_t i = 0; i < n_pairs; ++i) {
-      const int64_t t = i / c.n_heads, h = i % c.n_heads;
-      const float* q = qg.data() + (t * c.n_heads + h) * 2 * hd;
-      const float* gate = q + hd;
-      const int64_t kvh = h / group;
-      float* o = gated.data() + (t * c.n_heads + h) * hd;
-      attend(q, cache.k.data() + kvh * hd, cache.v.data() + kvh * hd, pos0 + t + 1, kv_dim, hd,
-             scores.data(), o);
-      for (int64_t d = 0; d < hd; ++d) o[d] *= sigmoid(gate[d]);
+      for (int64_t i = 0; i < n_pairs; ++i) {
+        const int64_t t = i / group, h = kvh * group + i % group;
+        const float* q = qg.data() + (t * c.n_heads + h) * 2 * hd;
+        const float* gate = q + hd;
+        float* o = gated.data() + (t * c.n_heads + h) * hd;
+        attend(q, keys.data(), values.data(), pos0 + t + 1, hd, hd, scores.data(), o);
+        if (kv::is_rotated(layout.v)) kv::hadamard(o, hd);  // the values were H·v: back to v
+        for (int64_t d = 0; d < hd; ++d) o[d] *= sigmoid(gate[d]);
+      }
     }
   }
   matmul(w.output, gated.data(), out, n_tokens, compute);

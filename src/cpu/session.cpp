@@ -15,12 +15,12 @@ Session::Session(const gguf::Reader& reader, const model::Qwen35MoeConfig& confi
     : Session(std::make_shared<const ModelWeights>(bind_weights(reader, config)), options) {}
 
 Session::Session(std::shared_ptr<const ModelWeights> weights, SessionOptions options)
-    : weights_(std::move(weights)), options_(options), state_(weights_->config) {
+    : weights_(std::move(weights)), options_(options), state_(weights_->config, options.kv_format) {
   if (options_.max_context <= 0) options_.max_context = weights_->config.context_length;
   if (options_.max_context <= 0) fail("cpu session: the model declares no context length; pass a max_context");
 }
 
-void Session::reset() { state_ = SequenceState(weights_->config); }
+void Session::reset() { state_ = SequenceState(weights_->config, options_.kv_format); }
 
 SequenceCheckpoint Session::checkpoint() const { return {state_.position, state_.deltanet}; }
 
@@ -31,13 +31,7 @@ void Session::rewind(const SequenceCheckpoint& checkpoint) {
   if (checkpoint.deltanet.size() != state_.deltanet.size())
     fail("cpu session: the checkpoint has {} layers, this model {}", checkpoint.deltanet.size(),
          state_.deltanet.size());
-  const model::Qwen35MoeConfig& c = weights_->config;
-  const auto kept = size_t(checkpoint.position * c.n_kv_heads * c.head_dim);
-  for (KvCache& cache : state_.kv) {
-    if (cache.k.size() < kept) continue;  // a DeltaNet layer: no cache
-    cache.k.resize(kept);
-    cache.v.resize(kept);
-  }
+  for (KvCache& cache : state_.kv) cache.truncate(checkpoint.position);
   state_.deltanet = checkpoint.deltanet;
   state_.position = checkpoint.position;
 }
@@ -48,15 +42,12 @@ void Session::copy_prefix(const Session& other, const SequenceCheckpoint& checkp
     fail("cpu session: cannot copy {} positions from a sequence of {}", checkpoint.position, other.state_.position);
   if (checkpoint.position > options_.max_context)
     fail("cpu session: {} positions do not fit a context of {}", checkpoint.position, options_.max_context);
-  const model::Qwen35MoeConfig& c = weights_->config;
-  const auto kept = ptrdiff_t(checkpoint.position * c.n_kv_heads * c.head_dim);
-  SequenceState copy(c);
-  for (size_t layer = 0; layer < copy.kv.size(); ++layer) {
-    const KvCache& from = other.state_.kv[layer];
-    if (ptrdiff_t(from.k.size()) < kept) continue;  // a DeltaNet layer: no cache
-    copy.kv[layer].k.assign(from.k.begin(), from.k.begin() + kept);
-    copy.kv[layer].v.assign(from.v.begin(), from.v.begin() + kept);
-  }
+  if (other.options_.kv_format != options_.kv_format)
+    fail("cpu session: cannot copy a prefix held as {} K/V into a session of {}", kv::to_string(other.options_.kv_format),
+         kv::to_string(options_.kv_format));
+  SequenceState copy(weights_->config, options_.kv_format);
+  for (size_t layer = 0; layer < copy.kv.size(); ++layer)
+    copy.kv[layer] = other.state_.kv[layer].prefix(checkpoint.position);
   copy.deltanet = checkpoint.deltanet;
   copy.position = checkpoint.position;
   state_ = std::move(copy);

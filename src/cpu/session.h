@@ -35,6 +35,9 @@ struct SessionOptions {
   int64_t deltanet_chunk = 64;
   // Activations::q8 rounds activations as llama.cpp's CPU path does (cpu/compute.h).
   Activations activations = Activations::f32;
+  // How the attention layers' K/V cache is stored (kv/format.h). fp32 is the plain float math;
+  // the commands default to fp16.
+  kv::Format kv_format = kv::Format::f32;
 };
 
 class Session;

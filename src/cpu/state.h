@@ -1,19 +1,14 @@
 // What one sequence carries from token to token: the K/V cache of every full-attention layer and
-// the conv + recurrent state of every Gated DeltaNet layer, all float32.
+// the conv + recurrent state of every Gated DeltaNet layer (float32).
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "cpu/kv_cache.h"
+#include "kv/format.h"
 #include "model/qwen35moe.h"
 
 namespace lode::cpu {
-
-// Keys and values of one attention layer: position p's keys at k[p * kv_dim, (p+1) * kv_dim)
-// (kv_heads vectors of head_dim, already normed and rotated); values likewise.
-struct KvCache {
-  std::vector<float> k;
-  std::vector<float> v;
-};
 
 // One DeltaNet layer's state.
 struct DeltaNetState {
@@ -26,8 +21,8 @@ struct SequenceState {
   std::vector<KvCache> kv;              // per layer (empty for DeltaNet layers)
   std::vector<DeltaNetState> deltanet;  // per layer (empty for attention layers)
 
-  // Fresh state for a model: zero conv and recurrent states, empty caches.
-  explicit SequenceState(const model::Qwen35MoeConfig& config);
+  // Fresh state for a model: zero conv and recurrent states, empty caches in `kv_format`.
+  SequenceState(const model::Qwen35MoeConfig& config, kv::Format kv_format);
 };
 
 // What it takes to go back to an earlier position of the same sequence. K/V caches only grow, so
