@@ -18,12 +18,12 @@ const std::string kSystem =
     "for the missing detail instead of guessing. You never invent options that a command does not have.";
 
 // The text a fresh session generates for these messages at temperature 0 (thinking on).
-std::string cold_run(const json& messages, int max_tokens) {
+std::string cold_run(const json& messages, int max_tokens, kv::Format kv_format = kv::Format::f32) {
   std::vector<chat::Message> parsed;
   for (const auto& m : messages) parsed.push_back(chat::message_from_json(nlohmann::ordered_json(m)));
   auto model = mini_model();
   const auto prompt = model->tokenizer.encode(chat::render_qwen35(parsed, nullptr, {}), true);
-  cpu::Session session(model->reader, model->config, {.threads = 1, .max_context = 512});
+  cpu::Session session(model->reader, model->config, {.threads = 1, .max_context = 512, .kv_format = kv_format});
   engine::GenerateOptions g;
   g.max_tokens = max_tokens;
   g.sampling.temperature = 0;
@@ -80,11 +80,16 @@ TEST(ServerPrefix, TheNextTurnReusesTheConversationAndMatchesAColdRun) {
 // first request copies the shared system prompt from the first one's slot into a free slot (cached
 // 64) without disturbing it; each next turn then finds its whole earlier conversation in its own
 // slot (cached >= 128, more than the two conversations share) and still returns what a cold run
-// returns.
-TEST(ServerPrefix, InterleavedConversationsEachKeepTheirCache) {
+// returns. In the plain fp32 cache and in k8v4 (int8 keys, rotated 4-bit values), whose copies and
+// cuts move encoded rows.
+class ServerPrefixFormats : public ::testing::TestWithParam<kv::Format> {};
+
+TEST_P(ServerPrefixFormats, InterleavedConversationsEachKeepTheirCache) {
   server::ServerOptions o;
   o.worker.parallel = 2;
+  o.worker.kv_format = GetParam();
   TestServer server(o);
+  EXPECT_EQ(server.get_json("/v1/status")["kv_format"], kv::to_string(GetParam()));
   const std::string question[2] = {
       "I keep a directory of shell scripts and text notes in my home folder. What does cat do with "
       "several file names, and how would I use it to join two of my notes into a third file?",
@@ -102,7 +107,7 @@ TEST(ServerPrefix, InterleavedConversationsEachKeepTheirCache) {
       if (turn == 0 && c == 0) EXPECT_EQ(cached, 0) << what;
       if (turn == 0 && c == 1) EXPECT_EQ(cached, 64) << what;  // the shared system prompt
       if (turn == 1) EXPECT_GE(cached, 128) << what;           // its own conversation
-      EXPECT_EQ(full_text(reply), parsed_text(cold_run(messages, 8))) << what;
+      EXPECT_EQ(full_text(reply), parsed_text(cold_run(messages, 8, GetParam()))) << what;
       const json& said = reply["choices"][0]["message"];
       json assistant = {{"role", "assistant"}, {"content", said["content"].is_string() ? said["content"] : json("")}};
       if (said.contains("reasoning_content")) assistant["reasoning_content"] = said["reasoning_content"];
@@ -112,6 +117,9 @@ TEST(ServerPrefix, InterleavedConversationsEachKeepTheirCache) {
   }
   EXPECT_GT(server.get_json("/v1/status")["memory"]["prefix_checkpoint_bytes"], 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(Kv, ServerPrefixFormats, ::testing::Values(kv::Format::f32, kv::Format::k8v4),
+                         [](const auto& info) { return std::string(kv::to_string(info.param)); });
 
 // Prefills `prompt` from `from` in whole chunks of 16 as the worker does, checkpointing at whole
 // intervals before the last chunk.

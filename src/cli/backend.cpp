@@ -11,6 +11,7 @@
 #ifdef LODE_HAVE_CUDA
 #include "cuda/device.h"
 #include "cuda/sequence.h"
+#include "cuda/vram.h"
 #endif
 
 namespace lode::cli {
@@ -48,7 +49,13 @@ std::unique_ptr<engine::SequenceModel> open_gpu_sequence(const BackendOptions& o
   options.max_context = run.ctx > 0 ? run.ctx : std::min<int64_t>(model.config.context_length, 8192);
   options.vram_budget = size_t(o.vram_budget_mib) << 20;
   options.activations = run.activations_or(cpu::Activations::q8);
-  return std::make_unique<cuda::CudaSequence>(std::make_unique<cuda::CudaSession>(model.reader, model.config, options));
+  options.kv_format = run.kv_format();
+  auto session = std::make_unique<cuda::CudaSession>(model.reader, model.config, options);
+  const cuda::VramAccountant& vram = session->vram();
+  fmt::print(stderr, "lode: K/V cache {} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",
+             describe_kv(model.config, options.kv_format, options.max_context),
+             double(vram.budget() - vram.held()) / double(1 << 20), double(vram.budget()) / double(1 << 20));
+  return std::make_unique<cuda::CudaSequence>(std::move(session));
 #else
   (void)o, (void)model, (void)run;
   fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
@@ -57,17 +64,32 @@ std::unique_ptr<engine::SequenceModel> open_gpu_sequence(const BackendOptions& o
 
 }  // namespace
 
+std::string describe_kv(const model::Qwen35MoeConfig& config, kv::Format format, int64_t positions) {
+  return kv::describe(format, config.n_full_attention_layers(), config.n_kv_heads, config.head_dim, positions);
+}
+
 std::string resolve_backend(const BackendOptions& o) {
   if (o.backend != "auto") return o.backend;
   return first_gpu().empty() ? "cpu" : "cuda";
 }
 
+namespace {
+
+std::unique_ptr<engine::SequenceModel> open_cpu_sequence(LoadedModel& model) {
+  const cpu::Session& s = model.session;
+  fmt::print(stderr, "lode: K/V cache {} at most (RAM, as the context fills)\n",
+             describe_kv(model.config, s.kv_format(), s.max_context()));
+  return std::make_unique<engine::CpuSequence>(model.session);
+}
+
+}  // namespace
+
 std::unique_ptr<engine::SequenceModel> open_sequence(const BackendOptions& o, LoadedModel& model,
                                                      const ModelRunOptions& run) {
-  if (o.backend == "cpu") return std::make_unique<engine::CpuSequence>(model.session);
+  if (o.backend == "cpu") return open_cpu_sequence(model);
   if (o.backend == "cuda") return open_gpu_sequence(o, model, run);
   const std::string gpu = first_gpu();  // auto
-  if (gpu.empty()) return std::make_unique<engine::CpuSequence>(model.session);
+  if (gpu.empty()) return open_cpu_sequence(model);
   try {
     auto sequence = open_gpu_sequence(o, model, run);
     fmt::print(stderr, "lode: on the GPU ({}); --backend cpu for the CPU engine\n", gpu);
@@ -76,7 +98,7 @@ std::unique_ptr<engine::SequenceModel> open_sequence(const BackendOptions& o, Lo
     // A type without GPU kernels, a model larger than the budget, a GPU this build has no code for.
     fmt::print(stderr, "lode: the GPU ({}) cannot run this model ({}); on the CPU engine instead (--backend cuda to "
                "insist)\n", gpu, e.what());
-    return std::make_unique<engine::CpuSequence>(model.session);
+    return open_cpu_sequence(model);
   }
 }
 

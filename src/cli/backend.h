@@ -21,6 +21,8 @@ struct BackendOptions {
   int64_t vram_budget_mib = 0;  // 0: what the GPU has free, less a margin
 };
 
+// The K/V cache line of the run log: format, bytes per cell, bytes for `positions`.
+std::string describe_kv(const model::Qwen35MoeConfig& config, kv::Format format, int64_t positions);
 // "cpu" or "cuda" for o.backend, resolving "auto".
 std::string resolve_backend(const BackendOptions& o);
 // Adds --backend and --vram-budget to a command.

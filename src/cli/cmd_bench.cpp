@@ -29,7 +29,7 @@ struct BenchOptions {
   int64_t generate = 128;
   int repeats = 3;
   int64_t prompt_chunk = 4096;
-  std::string kv = "fp32";
+  std::string kv;  // empty: LODE_KV, else fp16
   int64_t vram_budget_mib = 0;
   uint64_t seed = 1;
   bool json = false;
@@ -97,7 +97,7 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
   options.max_context = max_context;
   options.vram_budget = size_t(o.vram_budget_mib) << 20;
   options.prompt_chunk = o.prompt_chunk;
-  options.kv_format = cuda::parse_kv_format(o.kv);
+  options.kv_format = chosen_kv_format(o.kv);
   return options;
 }
 
@@ -172,12 +172,12 @@ void run_bench(const BenchOptions& o) {
                "\"copy_ceiling_GBps\": {:.1f}, \"bf16_ceiling_TFLOPs\": {:.1f}, \"tf32_ceiling_TFLOPs\": {:.1f}, "
                "\"peak_vram_MiB\": {:.1f}, \"weights_MiB\": {:.1f}, \"load_s\": {:.2f}, \"kv\": \"{}\", \"prompt_chunk\": {}}}\n",
                o.model, p, d, o.generate, o.repeats, copy_gbps, bf16_tflops, tf32_tflops, peak_mib,
-               double(weights_held) / double(1 << 20), load_s, o.kv, session.prompt_chunk());
+               double(weights_held) / double(1 << 20), load_s, kv::to_string(chosen_kv_format(o.kv)), session.prompt_chunk());
   } else {
     fmt::print("model: {} ({} layers, {} experts, top {}); weights on the GPU {:.1f} MiB, loaded in {:.1f} s; "
                "K/V cells {}; prompt chunks of {}\n",
                o.model, config.n_layers, config.n_experts, config.n_experts_used,
-               double(weights_held) / double(1 << 20), load_s, o.kv, session.prompt_chunk());
+               double(weights_held) / double(1 << 20), load_s, kv::to_string(chosen_kv_format(o.kv)), session.prompt_chunk());
     fmt::print("ceilings measured now: copy {:.0f} GB/s; matmul bf16 {:.0f} TFLOP/s, tf32 {:.0f} TFLOP/s\n", copy_gbps,
                bf16_tflops, tf32_tflops);
     for (const auto& r : prefills)
@@ -219,7 +219,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--prompt-chunk", o->prompt_chunk,
                   "Prompt tokens per pass through the model (default 4096; fewer when the VRAM budget is tight)")
       ->check(CLI::Range(int64_t(1), int64_t(65535)));
-  cmd->add_option("--kv", o->kv, "K/V cache cells: fp32 (default) or fp16")->check(CLI::IsMember({"fp32", "fp16"}));
+  add_kv_option(*cmd, o->kv);
   add_vram_budget_option(*cmd, o->vram_budget_mib);
   cmd->add_option("--seed", o->seed, "Seed of the random prompt (default 1)");
   cmd->add_flag("--json", o->json, "One JSON object instead of text");

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/model_options.h"
 #include "server/server.h"
 
 namespace lode::cli {
@@ -14,6 +15,7 @@ namespace {
 
 struct ServeOptions {
   std::string model;
+  std::string kv;  // --kv; empty: LODE_KV, else fp16
   server::ServerOptions server;
   int64_t max_body_bytes = 8 << 20;
 };
@@ -28,7 +30,13 @@ void serve(ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   o.server.max_body_bytes = size_t(o.max_body_bytes);
+  o.server.worker.kv_format = chosen_kv_format(o.kv);
   auto model = std::make_shared<const server::ServedModel>(o.model);
+  const int64_t context = o.server.worker.context > 0 ? o.server.worker.context : model->config.context_length;
+  fmt::print(stderr, "lode serve: K/V cache {} per sequence at most, {} sequences\n",
+             kv::describe(o.server.worker.kv_format, model->config.n_full_attention_layers(), model->config.n_kv_heads,
+                          model->config.head_dim, context),
+             o.server.worker.parallel);
   server::Server http(o.server, model);
   const int port = http.start();
   fmt::print(stderr, "lode serve: listening on http://{}:{} (model {})\n", o.server.host, port, model->id);
@@ -51,6 +59,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--threads", o->server.worker.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--parallel", o->server.worker.parallel, "Requests generated together, each keeping its conversation's prefix cached (default 4)")
       ->check(CLI::PositiveNumber);
+  add_kv_option(*cmd, o->kv);
   cmd->add_option("--max-queue", o->server.worker.max_queue, "Requests that may wait for a free slot; more get 429 (default 16)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger gets 413 (default 8 MiB)")

@@ -1,6 +1,7 @@
 #include "cli/model_options.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 
@@ -26,7 +27,20 @@ void add_model_run_options(CLI::App& cmd, ModelRunOptions& o, PromptInput prompt
                  "f32: float32 products (the CPU's default); q8: round activations to 8 bits before each "
                  "product with quantized weights, as llama.cpp does (the GPU's default: integer products)")
       ->transform(CLI::IsMember({"f32", "q8"}, CLI::ignore_case));  // "Q8" becomes "q8"
+  add_kv_option(cmd, o.kv);
 }
+
+void add_kv_option(CLI::App& cmd, std::string& kv) {
+  cmd.add_option("--kv", kv,
+                 "K/V cache format: fp16 (default), fp32, int8 (also k8v8: 8 bits, a scale per 64 values), k8v32, "
+                 "k32v8 (int8 on one side), q4 (4 bits of the Hadamard-rotated head), k8v4 (int8 K, q4 V); the "
+                 "environment's LODE_KV when not given. The GPU engine holds fp32 and fp16 so far")
+      ->type_name("FORMAT");
+}
+
+kv::Format chosen_kv_format(const std::string& flag) { return kv::choose_format(flag, std::getenv("LODE_KV")); }
+
+kv::Format ModelRunOptions::kv_format() const { return chosen_kv_format(kv); }
 
 cpu::Activations ModelRunOptions::activations_or(cpu::Activations fallback) const {
   if (activations.empty()) return fallback;

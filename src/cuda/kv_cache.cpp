@@ -8,19 +8,20 @@
 
 namespace lode::cuda {
 
-const char* to_string(KvFormat format) { return format == KvFormat::f16 ? "fp16" : "fp32"; }
-
-KvFormat parse_kv_format(std::string_view name) {
-  if (name == "fp32") return KvFormat::f32;
-  if (name == "fp16") return KvFormat::f16;
-  fail("unknown K/V cache format '{}': the CUDA backend stores fp32 or fp16 so far", name);
+void check_on_the_gpu(KvFormat format) {
+  if (format != KvFormat::f32 && format != KvFormat::f16)
+    fail("--kv {}: the GPU engine holds fp32 or fp16 K/V so far; the CPU engine holds every format "
+         "(--backend cpu)", kv::to_string(format));
 }
 
-size_t kv_value_bytes(KvFormat format) { return format == KvFormat::f16 ? 2 : 4; }
+namespace {
+size_t value_bytes(KvFormat format) { return format == KvFormat::f16 ? 2 : 4; }
+}  // namespace
 
 KvCache::KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t row_values, int64_t max_positions,
                  std::vector<int32_t> page_order)
     : format_(format), row_values_(row_values) {
+  check_on_the_gpu(format);
   const int64_t n_pages = (max_positions + kKvPagePositions - 1) / kKvPagePositions;
   if (page_order.empty()) {
     page_order.resize(size_t(n_pages));
@@ -31,11 +32,11 @@ KvCache::KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t ro
   for (int64_t p = 0; p < int64_t(sorted.size()); ++p)
     if (sorted[size_t(p)] != p || int64_t(sorted.size()) != n_pages)
       fail("K/V cache: the page order must be a permutation of the {} pages", n_pages);
-  const size_t store_bytes = size_t(n_pages * kKvPagePositions * row_values) * kv_value_bytes(format);
+  const size_t store_bytes = size_t(n_pages * kKvPagePositions * row_values) * value_bytes(format);
   for (int l = 0; l < n_layers; ++l)
     for (const char* side : {"K", "V"})
       stores_.emplace_back(vram, store_bytes, VramUse::kv,
-                           std::string(side) + " cache (" + to_string(format) + "), attention layer " + std::to_string(l));
+                           std::string(side) + " cache (" + kv::to_string(format) + "), attention layer " + std::to_string(l));
   pages_ = DeviceBuffer(vram, std::max<size_t>(page_order.size(), 1) * sizeof(int32_t), VramUse::kv, "K/V page table");
   copy_to_device(pages_.data(), page_order.data(), page_order.size() * sizeof(int32_t));
 }
@@ -45,7 +46,7 @@ KvView KvCache::layer(int index) const {
 }
 
 size_t KvCache::bytes_per_position() const {
-  return stores_.size() * size_t(row_values_) * kv_value_bytes(format_);
+  return stores_.size() * size_t(row_values_) * value_bytes(format_);
 }
 
 }  // namespace lode::cuda

@@ -1,22 +1,24 @@
 // How the full-attention layers' K/V cells are stored on the GPU (../shared/spec/kv-formats.md):
-// the value type of a cell, and pages of kKvPagePositions positions reached through a page table,
-// so a sequence's cells can be saved, copied and shared without moving them. fp32 and fp16 for
-// now; the attention kernels take the format as a compile-time parameter. No CUDA types here.
+// pages of kKvPagePositions positions reached through a page table, so a sequence's cells can be
+// saved, copied and shared without moving them. The GPU holds fp32 and fp16 so far (the formats
+// are kv::Format, shared with the CPU engine, which holds them all); the attention kernels take
+// the format as a compile-time parameter. No CUDA types here.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "kv/format.h"
+
 namespace lode::cuda {
 
-enum class KvFormat { f32, f16 };
+using KvFormat = kv::Format;
 
 // Positions per page (the server's prefix checkpoints are 64 tokens apart too).
 constexpr int64_t kKvPagePositions = 64;
 
-const char* to_string(KvFormat format);          // "fp32", "fp16"
-KvFormat parse_kv_format(std::string_view name);  // fails (lode::Error) naming the valid ones
-size_t kv_value_bytes(KvFormat format);           // bytes of one stored value
+// Fails (lode::Error) for a format the GPU does not hold yet, saying what to do instead.
+void check_on_the_gpu(KvFormat format);
 
 // One attention layer's cache: K and V stores, each [physical page][kKvPagePositions][row] values
 // of `format` (row: n_kv_heads * head_dim), and the page table (device memory) mapping a logical

@@ -592,7 +592,7 @@ CudaSession::StepBytes CudaSession::decode_bytes(int64_t depth) const {
       s.state += 2 * c.ssm_dt_rank * c.ssm_state * c.ssm_state * 4;
     } else {
       s.weights += bytes(d.q) + bytes(d.k) + bytes(d.v) + bytes(d.o);
-      s.state += 2 * (depth + 1) * c.kv_dim() * int64_t(kv_value_bytes(impl_->options.kv_format));
+      s.state += (depth + 1) * kv::cell_bytes(impl_->options.kv_format, c.n_kv_heads, c.head_dim);
     }
     s.weights += bytes(d.router) + bytes(d.shared_gate) + bytes(d.shared_up) + bytes(d.shared_down);
     s.weights += c.n_experts_used * (bytes(d.gate) + bytes(d.up) + bytes(d.down));

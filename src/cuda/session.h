@@ -41,7 +41,8 @@ struct CudaSessionOptions {
   // (the CPU's q8 rounds those too). f32 multiplies float32 activations everywhere (the CPU
   // engine's default products). Prompts follow prompt_math.
   cpu::Activations activations = cpu::Activations::q8;
-  // How K/V cells are stored (fp32 until the CPU engine has the other formats to compare with).
+  // How K/V cells are stored: fp32 (the plain float math) or fp16 so far (the commands default
+  // to fp16); other formats are refused (cuda/kv_format.h).
   KvFormat kv_format = KvFormat::f32;
   // The physical page of each logical K/V page (empty: in order); tests scramble it.
   std::vector<int32_t> kv_page_order;

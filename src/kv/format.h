@@ -38,6 +38,9 @@ int64_t row_bytes(Store store, int64_t heads, int64_t head_dim);
 // Bytes of one cell: one position of one attention layer, K and V.
 int64_t cell_bytes(Format format, int64_t heads, int64_t head_dim);
 
+// One line for logs: "fp16, 2048 bytes per cell x 10 attention layers: 160.0 MiB for 8192 positions".
+std::string describe(Format format, int64_t attention_layers, int64_t heads, int64_t head_dim, int64_t positions);
+
 // Why `format` cannot hold heads of head_dim values (int8 groups need a multiple of 64; q4 blocks
 // a multiple of 32 and the rotation a power of two), with the formats that can; empty when it can.
 std::string unsupported_reason(Format format, int64_t head_dim);

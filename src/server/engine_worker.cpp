@@ -81,7 +81,7 @@ EngineWorker::EngineWorker(const ServedModel& model, WorkerOptions options, Fini
   auto weights = std::make_shared<const cpu::ModelWeights>(cpu::bind_weights(model.reader, model.config));
   for (int i = 0; i < options_.parallel; ++i) {
     slots_.push_back(std::make_unique<Slot>(
-        Slot{cpu::Session(weights, {.threads = options_.threads, .max_context = context_}),
+        Slot{cpu::Session(weights, {.threads = options_.threads, .max_context = context_, .kv_format = options_.kv_format}),
              PrefixCache(options_.chunk, options_.checkpoints_per_slot), 0, nullptr}));
   }
   thread_ = std::thread([this] { run(); });

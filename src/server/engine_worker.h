@@ -70,6 +70,7 @@ struct WorkerOptions {
   int max_queue = 16;     // jobs that may wait for a free slot; more are refused (429)
   int64_t chunk = 64;     // prompt tokens per prefill chunk, and the prefix checkpoint interval
   size_t checkpoints_per_slot = 64;  // prefix checkpoints each slot keeps (bounds their memory)
+  kv::Format kv_format = kv::Format::f32;  // each slot's K/V cache (`lode serve` defaults to fp16)
   // Test hooks, never set by `lode serve`: fake_output replaces the model's output with this text
   // (tests of tool calls, which a small model will not make reliably); token_delay sleeps after
   // every engine step (or piece of fake text) so a test can keep the worker busy.

@@ -274,7 +274,7 @@ json Server::status_json() const {
           {"steps", {{"total", steps.steps}, {"max_batch", steps.max_batch}, {"mixed", steps.mixed_steps}}},
           {"requests", {{"total", s.responses_total}, {"active", s.active}}},
           {"memory", {{"rss_bytes", resident_bytes()}, {"prefix_checkpoint_bytes", worker_->checkpoint_bytes()}}},
-          {"kv_format", "fp32"},  // the CPU engine keeps K/V in fp32
+          {"kv_format", kv::to_string(options_.worker.kv_format)},
           {"formats", formats}};
 }
 
