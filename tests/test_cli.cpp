@@ -143,12 +143,13 @@ TEST(Cli, BenchRunsOnAGpuAndOtherwiseSaysWhyNot) {
 }
 
 // lode run --backend cuda: on the GPU machine, lode-mini's greedy ids equal the CPU engine's with
-// float32 products in both (--activations f32; the GPU's default rounds activations to 8 bits,
-// compared with the CPU's own rounding in test_cuda_forward.cpp); elsewhere a clear error.
+// float32 products and K/V in both (--activations f32 --kv fp32; the GPU's default rounds
+// activations to 8 bits, compared with the CPU's own rounding in test_cuda_forward.cpp); elsewhere
+// a clear error.
 TEST(Cli, RunOnTheGpuGivesTheCpuTokens) {
   const lode::test::TempDir dir;
   const std::string run = "run -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' " +
-                          "--tokens 1,1177,201,1924,785 -n 24 --temp 0 --ids --activations f32";
+                          "--tokens 1,1177,201,1924,785 -n 24 --temp 0 --ids --activations f32 --kv fp32";
   const auto gpu = run_lode(run + " --backend cuda", dir.path());
   std::string why;
   if (!lode::test::gpu_available(&why)) return expect_no_gpu_error(gpu);
@@ -195,7 +196,8 @@ TEST(Cli, ChatOnTheGpuHoldsTheConversation) {
   const lode::test::TempDir dir;
   std::ofstream(dir / "turns.txt") << "Hello there\n/think off\nWhat is a package?\n";
   const std::string chat =
-      "chat -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' -n 12 --temp 0 --activations f32";
+      "chat -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' -n 12 --temp 0 --activations f32 "
+      "--kv fp32";
   const std::string input = " < '" + (dir / "turns.txt").string() + "'";
   const auto gpu = run_lode(chat + " --backend cuda" + input, dir.path());
   std::string why;
@@ -215,6 +217,43 @@ TEST(Cli, ChatOnTheGpuHoldsTheConversation) {
   EXPECT_EQ(turns, contexts(cpu.err));
   EXPECT_EQ(gpu.out, cpu.out);
   EXPECT_FALSE(gpu.out.empty());
+}
+
+// --kv picks the K/V cache format, LODE_KV when the flag is absent, fp16 when neither is given; the
+// run log says which, with its bytes per cell. Unknown names are refused with the valid ones.
+TEST(Cli, KvFormatComesFromTheFlagThenTheEnvironment) {
+  const lode::test::TempDir dir;
+  const std::string run = "run -m '" + std::string(LODE_TEST_DATA) +
+                          "/../../models/lode-mini.gguf' --tokens 1,1177,201 -n 2 --temp 0 --ids --backend cpu";
+  unsetenv("LODE_KV");
+  auto r = run_lode(run, dir.path());
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("K/V cache fp16, 2048 bytes per cell x 2 attention layers"), std::string::npos) << r.err;
+  setenv("LODE_KV", "q4", 1);
+  r = run_lode(run, dir.path());
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("K/V cache q4, 576 bytes per cell"), std::string::npos) << r.err;
+  r = run_lode(run + " --kv int8", dir.path());
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("K/V cache int8, 1056 bytes per cell"), std::string::npos) << r.err;
+  setenv("LODE_KV", "bogus", 1);
+  r = run_lode(run, dir.path());
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("LODE_KV: unknown K/V cache format 'bogus'"), std::string::npos) << r.err;
+  unsetenv("LODE_KV");
+  r = run_lode(run + " --kv int4", dir.path());
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.err.find("choose one of fp32, fp16, int8, k8v32, k32v8, q4, k8v4"), std::string::npos) << r.err;
+}
+
+TEST(Cli, InspectKvShowsEveryFormatsCache) {
+  const lode::test::TempDir dir;
+  const auto r = run_lode("inspect --kv '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf'", dir.path());
+  ASSERT_EQ(r.status, 0) << r.err;
+  // lode-mini: 2 attention layers of 2 KV heads x 256.
+  for (const char* want : {"2 attention layers of 2 KV heads x head_dim 256", "fp16           2048     128.00 MiB",
+                           "q4              576      36.00 MiB     144.00 MiB     288.00 MiB", "k8v4            816"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << "missing: " << want << "\n" << r.out;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // same dequantized K/V.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -14,6 +15,8 @@
 #include "core/quant/dequant.h"
 #include "cpu/attention.h"
 #include "cpu/kv_cache.h"
+#include "cpu/session.h"
+#include "gguf/reader.h"
 #include "kv/codec.h"
 #include "kv/format.h"
 #include "support/naive_math.h"
@@ -24,6 +27,13 @@ namespace {
 
 using kv::Format;
 using kv::Store;
+
+// A format's name as gtest takes it (no '-').
+std::string test_name(Format format) {
+  std::string name = kv::to_string(format);
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
 
 // --- names, selection, sizes -------------------------------------------------------------------
 
@@ -40,6 +50,8 @@ TEST(KvFormats, NamesParseAndTheFlagWinsOverTheEnvironment) {
   for (Format f : kv::all_formats()) EXPECT_EQ(kv::parse_format(kv::to_string(f)), f);
   EXPECT_EQ(kv::parse_format("k8v8"), Format::k8v8);
   EXPECT_STREQ(kv::to_string(Format::k8v8), "int8");
+  EXPECT_EQ(kv::parse_format("q4-unrotated"), Format::q4_unrotated);  // a debug format: not offered
+  EXPECT_EQ(std::count(kv::all_formats().begin(), kv::all_formats().end(), Format::q4_unrotated), 0);
   try {
     kv::parse_format("int4");
     ADD_FAILURE() << "int4 was accepted";
@@ -322,8 +334,76 @@ TEST_P(CpuAttention, MatchesNaiveReferenceOverTheFormatsValues) {
   EXPECT_LE(relative_error(got, want), 1e-4) << kv::to_string(format);
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryFormat, CpuAttention, ::testing::ValuesIn(kv::all_formats()),
-                         [](const auto& info) { return std::string(kv::to_string(info.param)); });
+std::vector<Format> formats_and_debug_ones() {
+  std::vector<Format> formats = kv::all_formats();
+  formats.push_back(Format::q4_unrotated);
+  return formats;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryFormat, CpuAttention, ::testing::ValuesIn(formats_and_debug_ones()),
+                         [](const auto& info) { return test_name(info.param); });
+
+// --- whole sequences on lode-mini (real weights, head_dim 256) ----------------------------------
+
+struct Mini {
+  gguf::Reader reader{LODE_TEST_DATA "/../../models/lode-mini.gguf"};
+  model::Qwen35MoeConfig config = model::read_config(reader.metadata());
+  std::shared_ptr<const cpu::ModelWeights> weights =
+      std::make_shared<const cpu::ModelWeights>(cpu::bind_weights(reader, config));
+  cpu::Session session(Format format) const {
+    // deltanet_chunk 0: prompt chunks run the recurrence token by token, so chunked prefill must
+    // equal decoding bit for bit.
+    return cpu::Session(weights, {.threads = 2, .max_context = 256, .deltanet_chunk = 0, .kv_format = format});
+  }
+};
+
+std::vector<int32_t> some_tokens(int n) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) t[size_t(i)] = int32_t(1000 + 37 * i % 5000);
+  return t;
+}
+
+class CpuSessionKv : public ::testing::TestWithParam<Format> {};
+
+// The prompt path and the decode path write and read cells the same way.
+TEST_P(CpuSessionKv, PromptChunksEqualTokenByToken) {
+  static const Mini mini;
+  const auto tokens = some_tokens(40);
+  cpu::Session chunked = mini.session(GetParam()), stepped = mini.session(GetParam());
+  const std::vector<float> all = chunked.prefill(tokens, 16, true);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::vector<float> one = stepped.decode(tokens[i]);
+    ASSERT_TRUE(std::equal(one.begin(), one.end(), all.begin() + int64_t(i) * chunked.vocab())) << "position " << i;
+  }
+}
+
+// Rewinding cuts encoded rows and copying a prefix copies them: both continue exactly as a fresh
+// sequence of the same tokens does.
+TEST_P(CpuSessionKv, RewindAndCopiedPrefixesContinueLikeAFreshSequence) {
+  static const Mini mini;
+  const auto tokens = some_tokens(48);
+  const std::span<const int32_t> head = std::span(tokens).first(32);
+  cpu::Session fresh = mini.session(GetParam());
+  fresh.prefill(head, 16);
+  const std::vector<float> want = fresh.decode(7);
+
+  cpu::Session a = mini.session(GetParam());
+  a.prefill(head, 16);
+  const cpu::SequenceCheckpoint at32 = a.checkpoint();
+  a.prefill(std::span(tokens).subspan(32), 16);
+  cpu::Session b = mini.session(GetParam());
+  b.copy_prefix(a, at32);
+  EXPECT_EQ(b.decode(7), want);
+  a.rewind(at32);
+  EXPECT_EQ(a.decode(7), want);
+
+  const Format other = GetParam() == Format::f16 ? Format::f32 : Format::f16;
+  cpu::Session c = mini.session(other);
+  EXPECT_THROW(c.copy_prefix(a, at32), Error);  // cells of another format
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryFormat, CpuSessionKv, ::testing::ValuesIn(kv::all_formats()),
+                         [](const auto& info) { return test_name(info.param); });
 
 }  // namespace
 }  // namespace lode::test

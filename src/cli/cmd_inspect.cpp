@@ -1,5 +1,6 @@
 // `lode inspect FILE.gguf`: what a GGUF model holds — architecture, every metadata key with a
 // readable value, the tensor table, bytes per tensor type, totals. Split models open whole.
+// `lode inspect --kv FILE.gguf`: the K/V cache each format would take for this model instead.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 #include "cli/commands.h"
 #include "cli/human.h"
 #include "gguf/reader.h"
+#include "kv/format.h"
+#include "model/qwen35moe.h"
 
 namespace lode::cli {
 namespace {
@@ -17,6 +20,7 @@ struct InspectOptions {
   std::string path;
   bool tensors = true;
   bool one_shard = false;
+  bool kv = false;
   size_t max_items = 8;
 };
 
@@ -87,8 +91,36 @@ void print_type_histogram(const gguf::Reader& model) {
              human_bytes(file_bytes), model.files().size(), model.files().size() == 1 ? "" : "s");
 }
 
+// Bytes per cell and the cache at 32K / 128K / 262K positions (and the model's own context, when
+// it is none of those) for every K/V format.
+void print_kv_table(const gguf::Reader& model) {
+  const model::Qwen35MoeConfig c = model::read_config(model.metadata());
+  const int64_t layers = c.n_full_attention_layers();
+  std::vector<int64_t> contexts = {32768, 131072, 262144};
+  if (c.context_length > 0 && std::find(contexts.begin(), contexts.end(), c.context_length) == contexts.end())
+    contexts.push_back(c.context_length);
+  fmt::print("K/V cache: {} attention layers of {} KV heads x head_dim {}; one cell = one position of one layer\n",
+             layers, c.n_kv_heads, c.head_dim);
+  fmt::print("  {:<8} {:>10}", "--kv", "bytes/cell");
+  for (int64_t n : contexts) fmt::print(" {:>14}", fmt::format("{} ctx", n));
+  fmt::print("\n");
+  for (kv::Format f : kv::all_formats()) {
+    fmt::print("  {:<8}", kv::to_string(f));
+    if (const std::string why = kv::unsupported_reason(f, c.head_dim); !why.empty()) {
+      fmt::print(" cannot hold this model's heads ({})\n", why);
+      continue;
+    }
+    const int64_t cell = kv::cell_bytes(f, c.n_kv_heads, c.head_dim);
+    fmt::print(" {:>10}", cell);
+    for (int64_t n : contexts) fmt::print(" {:>14}", human_bytes(uint64_t(cell * layers * n)));
+    fmt::print("\n");
+  }
+  fmt::print("(per sequence; the model's context is {} positions; fp16 is the default)\n", c.context_length);
+}
+
 void run_inspect(const InspectOptions& o) {
   gguf::Reader model(o.path, gguf::ReadOptions{.follow_splits = !o.one_shard});
+  if (o.kv) return print_kv_table(model);
   print_files(model);
   print_metadata(model.metadata(), o.max_items);
   if (o.tensors) print_tensors(model);
@@ -103,6 +135,9 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("file", options->path, "GGUF file (for a split model: its first file)")->required();
   cmd->add_flag("!--no-tensors", options->tensors, "Leave out the tensor table");
   cmd->add_flag("--shard", options->one_shard, "Read only the file given, not the whole split model");
+  cmd->add_flag("--kv", options->kv,
+                "Instead of the listing: bytes per K/V cell and the K/V cache at 32K/128K/262K positions in every "
+                "--kv format");
   cmd->add_option("--max-items", options->max_items, "Array items shown per key (default 8)");
   cmd->callback([options] { run_inspect(*options); });
 }

@@ -68,6 +68,7 @@ void encode_row(Store store, const float* x, int64_t heads, int64_t head_dim, ui
       }
       return;
     }
+    case Store::q4: quant::quantize_row_q4_0(x, out, heads * head_dim); return;
   }
 }
 
@@ -88,6 +89,7 @@ void decode_head(Store store, const uint8_t* row, int64_t heads, int64_t head_di
       return;
     }
     case Store::q4r:
+    case Store::q4:
       quant::dequantize_row_q4_0(row + head * (head_dim / kQ4Values) * kQ4Bytes, out, head_dim);
       return;
   }

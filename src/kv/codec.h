@@ -9,6 +9,7 @@
 //        value order: codes stay 16-byte aligned for wide loads
 //   q4r  per head, head_dim/32 ggml q4_0 blocks (fp16 d, 16 bytes of nibbles) of H·x, the head's
 //        vector rotated by the orthonormal Walsh-Hadamard transform H
+//   q4   the same blocks of x itself (the debug format q4-unrotated)
 #pragma once
 #include <cstdint>
 

@@ -29,6 +29,9 @@ std::string store_problem(Store store, int64_t head_dim) {
     return fmt::format("q4 stores blocks of {} values of the Hadamard-rotated head, which needs head_dim to be a "
                        "power of two and a multiple of {}; head_dim is {}",
                        kQ4Block, kQ4Block, head_dim);
+  if (store == Store::q4 && head_dim % kQ4Block != 0)
+    return fmt::format("q4 stores blocks of {} values and head_dim {} is not a multiple of {}", kQ4Block, head_dim,
+                       kQ4Block);
   return {};
 }
 
@@ -43,6 +46,7 @@ Layout layout(Format format) {
     case Format::k32v8: return {Store::f32, Store::i8};
     case Format::q4: return {Store::q4r, Store::q4r};
     case Format::k8v4: return {Store::i8, Store::q4r};
+    case Format::q4_unrotated: return {Store::q4, Store::q4};
   }
   fail("kv: unknown format {}", int(format));
 }
@@ -56,6 +60,7 @@ const char* to_string(Format format) {
     case Format::k32v8: return "k32v8";
     case Format::q4: return "q4";
     case Format::k8v4: return "k8v4";
+    case Format::q4_unrotated: return "q4-unrotated";
   }
   return "?";
 }
@@ -68,6 +73,7 @@ const std::vector<Format>& all_formats() {
 
 Format parse_format(std::string_view name) {
   if (name == "k8v8") return Format::k8v8;
+  if (name == "q4-unrotated") return Format::q4_unrotated;
   for (Format f : all_formats())
     if (name == to_string(f)) return f;
   fail("unknown K/V cache format '{}': choose one of {}", name, valid_names());
@@ -91,7 +97,8 @@ int64_t row_bytes(Store store, int64_t heads, int64_t head_dim) {
     case Store::f32: return values * 4;
     case Store::f16: return values * 2;
     case Store::i8: return values + values / kInt8Group * 2;
-    case Store::q4r: return values / kQ4Block * kQ4BlockBytes;
+    case Store::q4r:
+    case Store::q4: return values / kQ4Block * kQ4BlockBytes;
   }
   return 0;
 }

@@ -15,18 +15,21 @@ enum class Store {
   f16,  // IEEE half
   i8,   // int8 codes, one fp16 scale per 64 values (the int8 group rule)
   q4r,  // ggml q4_0 blocks (32 values) of the Hadamard-rotated head vector
+  q4,   // ggml q4_0 blocks of the head vector as it is (only for showing what the rotation buys)
 };
 
-enum class Format { f32, f16, k8v8, k8v32, k32v8, q4, k8v4 };
+// q4_unrotated ("q4-unrotated") is q4 without the rotation: a debug format, accepted by name but
+// left out of all_formats() and the --kv help, to measure what the rotation buys.
+enum class Format { f32, f16, k8v8, k8v32, k32v8, q4, k8v4, q4_unrotated };
 
 struct Layout {
   Store k, v;
 };
 
 Layout layout(Format format);
-// The --kv name: fp32, fp16, int8, k8v32, k32v8, q4, k8v4 (k8v8 is int8's other name).
+// The --kv name: fp32, fp16, int8, k8v32, k32v8, q4, k8v4 (k8v8 is int8's other name), q4-unrotated.
 const char* to_string(Format format);
-const std::vector<Format>& all_formats();
+const std::vector<Format>& all_formats();  // the formats for use: all but q4_unrotated
 // Fails (lode::Error) on an unknown name, listing the valid ones.
 Format parse_format(std::string_view name);
 // The format a command runs with: its --kv when given, else the environment's LODE_KV when set,
