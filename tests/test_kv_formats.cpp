@@ -16,6 +16,7 @@
 #include "cpu/attention.h"
 #include "cpu/kv_cache.h"
 #include "cpu/session.h"
+#include "engine/kv_quality.h"
 #include "gguf/reader.h"
 #include "kv/codec.h"
 #include "kv/format.h"
@@ -400,6 +401,37 @@ TEST_P(CpuSessionKv, RewindAndCopiedPrefixesContinueLikeAFreshSequence) {
   const Format other = GetParam() == Format::f16 ? Format::f32 : Format::f16;
   cpu::Session c = mini.session(other);
   EXPECT_THROW(c.copy_prefix(a, at32), Error);  // cells of another format
+}
+
+// lode kv-quality's comparison: fp32 against itself is exact; fp16 moves the distributions a
+// little and q4 more, and every row covers the same positions.
+TEST(KvQuality, ComparesEachFormatWithTheReferenceSession) {
+  static const Mini mini;
+  engine::KvQualityOptions options;
+  options.formats = {Format::f32, Format::f16, Format::q4};
+  options.chunk = 16;
+  options.greedy_tokens = 8;
+  options.session = {.threads = 2, .max_context = 80};
+  const auto rows = engine::compare_kv_formats(mini.weights, some_tokens(64), options);
+  ASSERT_EQ(rows.size(), 4u);
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.positions, 63);
+    EXPECT_EQ(r.greedy_tokens, 8);
+  }
+  EXPECT_EQ(rows[0].format, Format::f32);
+  EXPECT_EQ(rows[1].kl_sum, 0.0);
+  EXPECT_EQ(rows[1].top1_same, 63);
+  EXPECT_EQ(rows[1].greedy_same, 8);
+  EXPECT_EQ(rows[1].nll_sum, rows[0].nll_sum);
+  EXPECT_GT(rows[2].mean_kl(), 0.0);
+  EXPECT_GT(rows[3].mean_kl(), rows[2].mean_kl());  // 4 bits move it more than 16
+  EXPECT_LT(rows[3].mean_kl(), 0.1);
+}
+
+TEST(KvQuality, KlDivergenceOfKnownDistributions) {
+  const std::vector<float> p = {0.0f, 0.0f}, q = {std::log(3.0f), 0.0f};  // (1/2, 1/2) and (3/4, 1/4)
+  EXPECT_NEAR(engine::kl_divergence(p, q), 0.5 * std::log(0.5 / 0.75) + 0.5 * std::log(0.5 / 0.25), 1e-7);
+  EXPECT_EQ(engine::kl_divergence(q, q), 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryFormat, CpuSessionKv, ::testing::ValuesIn(kv::all_formats()),

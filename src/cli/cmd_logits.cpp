@@ -2,6 +2,7 @@
 // [n_tokens, n_vocab], little-endian.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 
@@ -24,12 +25,16 @@ void run_logits(const LogitsOptions& o) {
   gguf::Reader reader(o.run.model);
   const auto config = model::read_config(reader.metadata());
   cpu::Session session(reader, config, o.run.session_options());
+  const auto start = std::chrono::steady_clock::now();
   const std::vector<float> logits = session.prefill(tokens, o.run.chunk, /*all_logits=*/true);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   write_output_file(o.output, [&](std::FILE* out) {
     if (std::fwrite(logits.data(), sizeof(float), logits.size(), out) != logits.size())
       fail("{}: write failed (disk full?)", o.output);
   });
-  fmt::print(stderr, "wrote {} ({} positions x {} logits)\n", o.output, tokens.size(), session.vocab());
+  fmt::print(stderr, "wrote {} ({} positions x {} logits; {:.3f} s, {:.1f} tokens/s; K/V {})\n", o.output,
+             tokens.size(), session.vocab(), seconds, double(tokens.size()) / seconds,
+             kv::to_string(session.kv_format()));
 }
 
 }  // namespace

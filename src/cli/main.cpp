@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   lode::cli::add_chat_command(app);
   lode::cli::add_tokenize_commands(app);
   lode::cli::add_ppl_command(app);
+  lode::cli::add_kv_quality_command(app);
+  lode::cli::add_compare_logits_command(app);
   lode::cli::add_serve_command(app);
   lode::cli::add_bench_command(app);
   try {

@@ -203,6 +203,8 @@ struct options {
   bool verbose;
   const char *tokenize_path;  // --tokenize: tokenizer mode
   bool parse_special;
+  int32_t type_k, type_v;  // K/V cache types (ggml type ids); f16 unless --cache-type-k/-v
+  bool flash_attn;         // --flash-attn (llama.cpp needs it for a quantized V cache)
 };
 
 static void usage(void) {
@@ -216,6 +218,9 @@ static void usage(void) {
         "       llama_logits MODEL.gguf --tokenize TEXT_FILE [--special]\n"
         "  --tokenize F  print llama.cpp's token ids of the file's text on one line, and on stderr the\n"
         "                time llama_tokenize took (best of 3); --special parses special-token text\n"
+        "  --cache-type-k T, --cache-type-v T  K/V cache types: f32, f16 (default), q8_0, q4_0\n"
+        "  --flash-attn  flash attention (llama.cpp needs it for a quantized V cache)\n"
+        "  The prompt's llama_decode time goes to stderr: 'prompt: N tokens in S s'.\n"
         "  --lib DIR     folder of libllama.v0.5.0.so (default: $LODE_LLAMA_LIB; tools/oracle/fetch prints it)\n",
         stderr);
   exit(2);
@@ -260,8 +265,18 @@ static void parse_tokens(const char *argument, struct options *options) {
   if (options->n_tokens == 0) die("--tokens holds no token ids");
 }
 
+// ggml's type id of a cache type name.
+static int32_t cache_type(const char *name) {
+  if (!strcmp(name, "f32")) return 0;
+  if (!strcmp(name, "f16")) return 1;
+  if (!strcmp(name, "q4_0")) return 2;
+  if (!strcmp(name, "q8_0")) return 8;
+  die("cache type must be f32, f16, q8_0 or q4_0, got '%s'", name);
+  return -1;
+}
+
 static struct options parse_options(int argc, char **argv) {
-  struct options options = {.threads = 2, .lib_dir = getenv("LODE_LLAMA_LIB")};
+  struct options options = {.threads = 2, .lib_dir = getenv("LODE_LLAMA_LIB"), .type_k = 1, .type_v = 1};
   for (int i = 1; i < argc; ++i) {
     const char *arg = argv[i];
     bool has_value = i + 1 < argc;
@@ -274,6 +289,9 @@ static struct options parse_options(int argc, char **argv) {
     else if (!strcmp(arg, "--verbose")) options.verbose = true;
     else if (!strcmp(arg, "--tokenize") && has_value) options.tokenize_path = argv[++i];
     else if (!strcmp(arg, "--special")) options.parse_special = true;
+    else if (!strcmp(arg, "--cache-type-k") && has_value) options.type_k = cache_type(argv[++i]);
+    else if (!strcmp(arg, "--cache-type-v") && has_value) options.type_v = cache_type(argv[++i]);
+    else if (!strcmp(arg, "--flash-attn")) options.flash_attn = true;
     else if (arg[0] != '-' && !options.model_path) options.model_path = arg;
     else usage();
   }
@@ -314,6 +332,9 @@ static void *create_context(void *model, const struct options *options) {
   params.n_outputs_max_per_seq = 0;  // 0 = n_batch: logits for every position, not only the last
   params.n_threads = options->threads;
   params.n_threads_batch = options->threads;
+  params.type_k = options->type_k;
+  params.type_v = options->type_v;
+  if (options->flash_attn) params.flash_attn_type = 1;  // enabled
   void *ctx = api.init_from_model(model, params);
   if (!ctx) die("llama_init_from_model failed (rerun with --verbose for its log)");
   return ctx;
@@ -460,7 +481,10 @@ int main(int argc, char **argv) {
   for (int i = 0; i < options.n_tokens; ++i)
     if (options.tokens[i] >= n_vocab) die("token %d at position %d is past the vocabulary (%d)", options.tokens[i], i, n_vocab);
   void *ctx = create_context(model, &options);
+  const double start = now_seconds();
   decode(ctx, options.tokens, options.n_tokens, 0);
+  const double seconds = now_seconds() - start;
+  fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s)\n", options.n_tokens, seconds, options.n_tokens / seconds);
   if (options.out_path) write_prompt_logits(ctx, &options, n_vocab);
   if (options.greedy > 0) greedy_decode(ctx, &options, n_vocab);
   api.free(ctx);

@@ -1,0 +1,51 @@
+// How far each K/V cache format moves a model from a reference cache, fp32 by default (`lode
+// kv-quality`, docs/KV.md): one session per format runs the same text teacher-forced, chunk by
+// chunk in lockstep, and every next-token distribution is compared with the reference session's;
+// then each session continues greedily on its own and the continuations are compared.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "cpu/session.h"
+#include "kv/format.h"
+
+namespace lode::engine {
+
+struct KvQualityOptions {
+  kv::Format reference = kv::Format::f32;  // the first row, which the others are compared with
+  std::vector<kv::Format> formats;
+  int64_t chunk = 64;               // prompt positions per forward call
+  int64_t greedy_tokens = 256;      // greedy continuation after the text
+  cpu::SessionOptions session;      // threads, context, activations; kv_format is set per row
+};
+
+struct KvQualityRow {
+  kv::Format format = kv::Format::f32;
+  int64_t positions = 0;     // next-token distributions compared (every position but the last)
+  double kl_sum = 0;         // sum over positions of KL(reference || this format), nats
+  int64_t top1_same = 0;     // positions whose most likely token is the reference's
+  double nll_sum = 0;        // -log p(the text's next token), nats
+  int64_t greedy_same = 0;   // greedy tokens equal to the reference's, up to the first that differs
+  int64_t greedy_tokens = 0;
+
+  double mean_kl() const { return positions ? kl_sum / double(positions) : 0.0; }
+  double top1_agreement() const { return positions ? double(top1_same) / double(positions) : 0.0; }
+  double perplexity() const;
+};
+
+// Called after each chunk of the text: (positions done, positions in all).
+using KvQualityProgress = std::function<void(int64_t done, int64_t total)>;
+
+// Runs `tokens` (at least 2) through a session per format; the first row is the reference against
+// itself.
+std::vector<KvQualityRow> compare_kv_formats(std::shared_ptr<const cpu::ModelWeights> weights,
+                                             std::span<const int32_t> tokens, const KvQualityOptions& options,
+                                             const KvQualityProgress& progress = {});
+
+// KL(p || q) of the distributions softmax(p_logits) and softmax(q_logits), in double precision.
+double kl_divergence(std::span<const float> p_logits, std::span<const float> q_logits);
+
+}  // namespace lode::engine
