@@ -99,8 +99,8 @@ void print_kv_table(const gguf::Reader& model) {
   std::vector<int64_t> contexts = {32768, 131072, 262144};
   if (c.context_length > 0 && std::find(contexts.begin(), contexts.end(), c.context_length) == contexts.end())
     contexts.push_back(c.context_length);
-  fmt::print("K/V cache: {} attention layers of {} KV heads x head_dim {}; one cell = one position of one layer\n",
-             layers, c.n_kv_heads, c.head_dim);
+  fmt::print("K/V cache: {} attention layer{} of {} KV heads x head_dim {}; one cell = one position of one layer\n",
+             layers, layers == 1 ? "" : "s", c.n_kv_heads, c.head_dim);
   fmt::print("  {:<8} {:>10}", "--kv", "bytes/cell");
   for (int64_t n : contexts) fmt::print(" {:>14}", fmt::format("{} ctx", n));
   fmt::print("\n");

@@ -110,8 +110,9 @@ int64_t cell_bytes(Format format, int64_t heads, int64_t head_dim) {
 
 std::string describe(Format format, int64_t attention_layers, int64_t heads, int64_t head_dim, int64_t positions) {
   const int64_t cell = cell_bytes(format, heads, head_dim);
-  return fmt::format("{}, {} bytes per cell x {} attention layers: {:.1f} MiB for {} positions", to_string(format), cell,
-                     attention_layers, double(cell * attention_layers * positions) / double(1 << 20), positions);
+  return fmt::format("{}, {} bytes per cell x {} attention layer{}: {:.1f} MiB for {} positions", to_string(format),
+                     cell, attention_layers, attention_layers == 1 ? "" : "s",
+                     double(cell * attention_layers * positions) / double(1 << 20), positions);
 }
 
 std::string unsupported_reason(Format format, int64_t head_dim) {
