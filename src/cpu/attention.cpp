@@ -60,15 +60,19 @@ void attention_forward(const AttentionWeights& w, const model::Qwen35MoeConfig& 
   prepare_qk(w, c, kv::is_rotated(layout.k), qg, k, n_tokens, pos0);
   cache.append(k.data(), v.data(), n_tokens);
 
-  // One KV head at a time: its keys and values decoded once from the cache's format, then every
-  // query head of its group attends over them.
+  // One KV head at a time: its keys and values decoded once from the cache's format (an fp32
+  // cache is read in place), then every query head of its group attends over them.
   const int64_t group = c.n_heads / c.n_kv_heads;  // query heads per KV head
   const int64_t n_keys = pos0 + n_tokens, n_pairs = n_tokens * group;
+  const bool in_place = cache.format() == kv::Format::f32;
+  const int64_t stride = in_place ? c.kv_dim() : hd;
   std::vector<float> gated(size_t(n_tokens * c.q_dim()));
-  std::vector<float> keys(size_t(n_keys * hd)), values(size_t(n_keys * hd));
+  std::vector<float> keys(in_place ? 0 : size_t(n_keys * hd)), values(keys.size());
   for (int64_t kvh = 0; kvh < c.n_kv_heads; ++kvh) {
-#pragma omp parallel for num_threads(compute.resolved_threads()) if (n_keys > 64)
-    for (int64_t p = 0; p < n_keys; ++p) {
+    const float* head_keys = in_place ? cache.fp32_keys() + kvh * hd : keys.data();
+    const float* head_values = in_place ? cache.fp32_values() + kvh * hd : values.data();
+#pragma omp parallel for num_threads(compute.resolved_threads()) if (n_keys > 64 && !in_place)
+    for (int64_t p = 0; p < (in_place ? 0 : n_keys); ++p) {
       cache.key(p, kvh, keys.data() + p * hd);
       cache.value(p, kvh, values.data() + p * hd);
     }
@@ -81,7 +85,7 @@ void attention_forward(const AttentionWeights& w, const model::Qwen35MoeConfig& 
         const float* q = qg.data() + (t * c.n_heads + h) * 2 * hd;
         const float* gate = q + hd;
         float* o = gated.data() + (t * c.n_heads + h) * hd;
-        attend(q, keys.data(), values.data(), pos0 + t + 1, hd, hd, scores.data(), o);
+        attend(q, head_keys, head_values, pos0 + t + 1, stride, hd, scores.data(), o);
         if (kv::is_rotated(layout.v)) kv::hadamard(o, hd);  // the values were H·v: back to v
         for (int64_t d = 0; d < hd; ++d) o[d] *= sigmoid(gate[d]);
       }

@@ -30,6 +30,9 @@ class KvCache {
   // rotated: see kv::decode_head).
   void key(int64_t pos, int64_t head, float* out) const;
   void value(int64_t pos, int64_t head, float* out) const;
+  // fp32 caches only: the stored rows themselves ([positions][heads * head_dim]), read in place.
+  const float* fp32_keys() const { return reinterpret_cast<const float*>(k_.data()); }
+  const float* fp32_values() const { return reinterpret_cast<const float*>(v_.data()); }
 
  private:
   kv::Format format_ = kv::Format::f32;
