@@ -11,7 +11,8 @@ lode="${LODE:-$here/../../build/lode}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-"$lode" tokenize -m "$model" -f "$text" 2>/dev/null | tr ' ' '\n' | head -n "$n" | paste -sd, > "$work/ids"
+"$lode" tokenize -m "$model" -f "$text" 2>/dev/null | tr ' ' '\n' > "$work/all_ids"
+head -n "$n" "$work/all_ids" | paste -sd, > "$work/ids"
 ids="$(cat "$work/ids")"
 echo "$(tr ',' '\n' < "$work/ids" | wc -l) tokens of $text, $threads threads"
 for kv in fp16 int8 q4; do
