@@ -544,8 +544,16 @@ struct CudaSession::Impl {
   std::unique_ptr<PromptPass> prompt;  // null: prompts run token by token
 };
 
+namespace {
+// The options, once their K/V format is one the GPU holds: refused before any weight is uploaded.
+const CudaSessionOptions& with_kv_on_the_gpu(const CudaSessionOptions& options) {
+  check_on_the_gpu(options.kv_format);
+  return options;
+}
+}  // namespace
+
 CudaSession::CudaSession(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, CudaSessionOptions options)
-    : impl_(std::make_unique<Impl>(reader, config, options)) {
+    : impl_(std::make_unique<Impl>(reader, config, with_kv_on_the_gpu(options))) {
   if (options.max_context <= 0) fail("cuda session: max_context must be positive");
   for (int64_t layer = 0; layer < config.n_layers; ++layer) impl_->bind_layer(layer);
   impl_->allocate_kv();
