@@ -46,6 +46,30 @@ void attend(const float* q, const float* keys, const float* values, int64_t n_ke
   }
 }
 
+// Where attention reads one KV head's keys and values: rows of `stride` floats.
+struct HeadRows {
+  const float* keys;
+  const float* values;
+  int64_t stride;
+};
+
+// KV head kvh of positions [0, n): an fp32 cache in place; any other format decoded once into
+// `keys` and `values` (rotated stores stay rotated).
+HeadRows head_rows(const KvCache& cache, int64_t kvh, int64_t n, int64_t hd, std::vector<float>& keys,
+                   std::vector<float>& values, int threads) {
+  if (cache.format() == kv::Format::f32) {
+    return {cache.fp32_keys() + kvh * hd, cache.fp32_values() + kvh * hd, cache.row_values()};
+  }
+  keys.resize(size_t(n * hd));
+  values.resize(size_t(n * hd));
+#pragma omp parallel for num_threads(threads) if (n > 64)
+  for (int64_t p = 0; p < n; ++p) {
+    cache.key(p, kvh, keys.data() + p * hd);
+    cache.value(p, kvh, values.data() + p * hd);
+  }
+  return {keys.data(), values.data(), hd};
+}
+
 }  // namespace
 
 void attention_forward(const AttentionWeights& w, const model::Qwen35MoeConfig& c, KvCache& cache,
@@ -60,22 +84,13 @@ void attention_forward(const AttentionWeights& w, const model::Qwen35MoeConfig& 
   prepare_qk(w, c, kv::is_rotated(layout.k), qg, k, n_tokens, pos0);
   cache.append(k.data(), v.data(), n_tokens);
 
-  // One KV head at a time: its keys and values decoded once from the cache's format (an fp32
-  // cache is read in place), then every query head of its group attends over them.
+  // One KV head at a time: its keys and values read from the cache, then every query head of its
+  // group attends over them.
   const int64_t group = c.n_heads / c.n_kv_heads;  // query heads per KV head
   const int64_t n_keys = pos0 + n_tokens, n_pairs = n_tokens * group;
-  const bool in_place = cache.format() == kv::Format::f32;
-  const int64_t stride = in_place ? c.kv_dim() : hd;
-  std::vector<float> gated(size_t(n_tokens * c.q_dim()));
-  std::vector<float> keys(in_place ? 0 : size_t(n_keys * hd)), values(keys.size());
+  std::vector<float> gated(size_t(n_tokens * c.q_dim())), keys, values;
   for (int64_t kvh = 0; kvh < c.n_kv_heads; ++kvh) {
-    const float* head_keys = in_place ? cache.fp32_keys() + kvh * hd : keys.data();
-    const float* head_values = in_place ? cache.fp32_values() + kvh * hd : values.data();
-#pragma omp parallel for num_threads(compute.resolved_threads()) if (n_keys > 64 && !in_place)
-    for (int64_t p = 0; p < (in_place ? 0 : n_keys); ++p) {
-      cache.key(p, kvh, keys.data() + p * hd);
-      cache.value(p, kvh, values.data() + p * hd);
-    }
+    const HeadRows rows = head_rows(cache, kvh, n_keys, hd, keys, values, compute.resolved_threads());
 #pragma omp parallel num_threads(compute.resolved_threads()) if (n_pairs > 1)
     {
       std::vector<float> scores(static_cast<size_t>(n_keys));
@@ -85,7 +100,7 @@ void attention_forward(const AttentionWeights& w, const model::Qwen35MoeConfig& 
         const float* q = qg.data() + (t * c.n_heads + h) * 2 * hd;
         const float* gate = q + hd;
         float* o = gated.data() + (t * c.n_heads + h) * hd;
-        attend(q, head_keys, head_values, pos0 + t + 1, stride, hd, scores.data(), o);
+        attend(q, rows.keys, rows.values, pos0 + t + 1, rows.stride, hd, scores.data(), o);
         if (kv::is_rotated(layout.v)) kv::hadamard(o, hd);  // the values were H·v: back to v
         for (int64_t d = 0; d < hd; ++d) o[d] *= sigmoid(gate[d]);
       }

@@ -18,6 +18,7 @@ class KvCache {
   kv::Layout layout() const { return kv::layout(format_); }
   int64_t positions() const { return k_row_ ? int64_t(k_.size()) / k_row_ : 0; }
   int64_t bytes() const { return int64_t(k_.size() + v_.size()); }
+  int64_t row_values() const { return heads_ * head_dim_; }  // values per position and side
 
   // Appends n positions: k and v are [n][heads * head_dim].
   void append(const float* k, const float* v, int64_t n);
