@@ -42,6 +42,7 @@ TEST(ServerStatus, StatusFieldsAndActiveBackToZero) {
   EXPECT_EQ(status["requests"]["active"], 0);
   EXPECT_EQ(status["requests"]["total"], 0);  // this request is counted once answered
   EXPECT_GT(status["memory"]["rss_bytes"].get<int64_t>(), 1 << 20);
+  EXPECT_EQ(status["memory"]["kv_bytes"], 0);
   EXPECT_EQ(status["kv_format"], "fp32");
   ASSERT_TRUE(status["formats"].is_array());
   const std::string embd_type = mini_model()->reader.tensor("token_embd.weight").type->name;
@@ -65,6 +66,11 @@ TEST(ServerStatus, StatusFieldsAndActiveBackToZero) {
   EXPECT_EQ(after["requests"]["active"], 0);
   EXPECT_GE(after["requests"]["total"].get<int64_t>(), 5);
   EXPECT_EQ(after["queue"]["waiting"], 0);
+  // The slots keep their K/V for prefix reuse: whole fp32 positions of lode-mini's 2 attention
+  // layers (4096 bytes per cell each).
+  const int64_t kv_bytes = after["memory"]["kv_bytes"];
+  EXPECT_GT(kv_bytes, 0) << after.dump();
+  EXPECT_EQ(kv_bytes % (2 * 4096), 0) << after.dump();
 }
 
 // One sample line: name, labels, value.

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/loaded_model.h"
 #include "core/error.h"
@@ -37,6 +38,7 @@ void run_ppl(const PplOptions& o) {
   const std::string text = read_prompt_text(o.run);
   LoadedModel model(o.run);
   const std::vector<int32_t> tokens = model.text().encode(text, false);
+  fmt::print(stderr, "lode: K/V cache {} (one window)\n", describe_kv(model.config, model.session.kv_format(), o.run.ctx));
   const engine::PerplexityOptions options{.ctx = o.run.ctx, .chunk = o.run.chunk,
                                           .max_windows = o.max_windows};
   engine::PerplexityResult r = engine::perplexity(

@@ -22,6 +22,12 @@ Session::Session(std::shared_ptr<const ModelWeights> weights, SessionOptions opt
 
 void Session::reset() { state_ = SequenceState(weights_->config, options_.kv_format); }
 
+int64_t Session::kv_bytes() const {
+  int64_t total = 0;
+  for (const KvCache& cache : state_.kv) total += cache.bytes();
+  return total;
+}
+
 SequenceCheckpoint Session::checkpoint() const { return {state_.position, state_.deltanet}; }
 
 void Session::rewind(const SequenceCheckpoint& checkpoint) {

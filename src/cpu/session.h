@@ -93,6 +93,7 @@ public:
   int64_t position() const { return state_.position; }
   int64_t max_context() const { return options_.max_context; }  // resolved: never 0
   kv::Format kv_format() const { return options_.kv_format; }
+  int64_t kv_bytes() const;  // what the K/V caches hold now, in their format's bytes
   int64_t vocab() const { return weights_->config.vocab; }
   const model::Qwen35MoeConfig& config() const { return weights_->config; }
   const SequenceState& state() const { return state_; }

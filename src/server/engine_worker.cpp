@@ -99,6 +99,11 @@ int EngineWorker::active() const {
   return active_;
 }
 
+int64_t EngineWorker::kv_bytes() const {
+  std::lock_guard lock(mutex_);
+  return kv_bytes_;
+}
+
 int64_t EngineWorker::checkpoint_bytes() const {
   std::lock_guard lock(mutex_);
   return checkpoint_bytes_;
@@ -311,12 +316,13 @@ void EngineWorker::finish(Slot& slot) {
   slot.last_used = ++clock_;
   result.prompt_tokens = int64_t(seq->prompt().size());
   result.cached_tokens = seq->cached;
-  int64_t bytes = 0;
-  for (const auto& s : slots_) bytes += s->prefix.bytes();
+  int64_t bytes = 0, kv = 0;
+  for (const auto& s : slots_) bytes += s->prefix.bytes(), kv += s->session.kv_bytes();
   {
     std::lock_guard lock(mutex_);
     --active_;
     checkpoint_bytes_ = bytes;
+    kv_bytes_ = kv;
   }
   if (on_finished_) on_finished_(result);
   seq->queued.stream->finish(std::move(result));

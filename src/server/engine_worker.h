@@ -109,6 +109,7 @@ class EngineWorker {
   int waiting() const;  // jobs waiting for a slot
   int active() const;   // jobs in slots
   int64_t checkpoint_bytes() const;  // memory held by the slots' prefix checkpoints
+  int64_t kv_bytes() const;          // K/V the slots' sessions hold (kept for prefix reuse)
   struct StepCounts {
     int64_t steps = 0;        // batched forward passes
     int64_t max_batch = 0;    // most sequences in one of them
@@ -154,7 +155,7 @@ class EngineWorker {
   std::condition_variable wake_;
   std::deque<Queued> queue_;
   int active_ = 0;
-  int64_t checkpoint_bytes_ = 0;
+  int64_t checkpoint_bytes_ = 0, kv_bytes_ = 0;
   StepCounts step_counts_;
   bool stopping_ = false;
   std::thread thread_;  // last: starts after everything above is ready

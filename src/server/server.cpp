@@ -273,7 +273,10 @@ json Server::status_json() const {
           {"sequences", {{"active", worker_->active()}, {"parallel", worker_->parallel()}}},
           {"steps", {{"total", steps.steps}, {"max_batch", steps.max_batch}, {"mixed", steps.mixed_steps}}},
           {"requests", {{"total", s.responses_total}, {"active", s.active}}},
-          {"memory", {{"rss_bytes", resident_bytes()}, {"prefix_checkpoint_bytes", worker_->checkpoint_bytes()}}},
+          {"memory",
+           {{"rss_bytes", resident_bytes()},
+            {"prefix_checkpoint_bytes", worker_->checkpoint_bytes()},
+            {"kv_bytes", worker_->kv_bytes()}}},
           {"kv_format", kv::to_string(options_.worker.kv_format)},
           {"formats", formats}};
 }
