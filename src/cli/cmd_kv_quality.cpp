@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -49,7 +50,9 @@ std::vector<kv::Format> parse_format_list(const std::string& list, kv::Format re
   return formats;
 }
 
-std::vector<int32_t> text_tokens(const KvQualityCliOptions& o, const gguf::Reader& reader, int64_t vocab) {
+// The text's tokens, or random ids when the model has no tokenizer (`tok` is then not used).
+std::vector<int32_t> text_tokens(const KvQualityCliOptions& o, const std::optional<tokenizer::Tokenizer>& tok,
+                                 int64_t vocab) {
   std::vector<int32_t> tokens;
   if (o.random_tokens > 0) {
     std::mt19937_64 rng(o.seed);
@@ -59,7 +62,7 @@ std::vector<int32_t> text_tokens(const KvQualityCliOptions& o, const gguf::Reade
   std::ifstream in(o.text_file, std::ios::binary);
   if (!in) fail("kv-quality: cannot read {}", o.text_file);
   const std::string text((std::istreambuf_iterator<char>(in)), {});
-  tokens = tokenizer::Tokenizer::from_metadata(reader.metadata()).encode(text, false);
+  tokens = tok->encode(text, false);
   if (o.max_tokens > 0 && int64_t(tokens.size()) > o.max_tokens) tokens.resize(size_t(o.max_tokens));
   return tokens;
 }
@@ -104,7 +107,10 @@ void run_kv_quality(const KvQualityCliOptions& o) {
   gguf::Reader reader(o.model);
   const model::Qwen35MoeConfig config = model::read_config(reader.metadata());
   auto weights = std::make_shared<const cpu::ModelWeights>(cpu::bind_weights(reader, config));
-  const std::vector<int32_t> tokens = text_tokens(o, reader, config.vocab);
+  // Read once, when the text or the needles need it (the fixtures' models have none).
+  std::optional<tokenizer::Tokenizer> tok;
+  if (!o.text_file.empty() || !o.needles_file.empty()) tok = tokenizer::Tokenizer::from_metadata(reader.metadata());
+  const std::vector<int32_t> tokens = text_tokens(o, tok, config.vocab);
   engine::KvQualityOptions options;
   options.reference = kv::parse_format(o.reference);
   options.formats = parse_format_list(o.formats, options.reference);
@@ -131,8 +137,7 @@ void run_kv_quality(const KvQualityCliOptions& o) {
     if (!needles.empty()) {
       cpu::SessionOptions s = options.session;
       s.kv_format = r.format;
-      const auto tok = tokenizer::Tokenizer::from_metadata(reader.metadata());
-      needle_cell = fmt::format(" {} / {} |", needles_found(weights, tok, needles, s), needles.size());
+      needle_cell = fmt::format(" {} / {} |", needles_found(weights, *tok, needles, s), needles.size());
     }
     fmt::print("| {} | {} | {:.3e} | {:.2f}% | {:.4f} | {} / {} |{}\n", kv::to_string(r.format),
                kv::cell_bytes(r.format, config.n_kv_heads, config.head_dim), r.mean_kl(), 100 * r.top1_agreement(),
