@@ -14,9 +14,6 @@
 #include "core/fp16.h"
 #include "core/quant/dequant.h"
 #include "cpu/attention.h"
-#ifdef LODE_HAVE_CUDA
-#include "cuda/kv_format.h"
-#endif
 #include "cpu/kv_cache.h"
 #include "cpu/session.h"
 #include "engine/kv_quality.h"
@@ -86,22 +83,6 @@ TEST(KvFormats, HeadSizesAFormatCannotHoldAreRefusedNamingTheOnesThatCan) {
   EXPECT_THROW(cpu::KvCache(Format::k32v8, 2, 96), Error);
 }
 
-#ifdef LODE_HAVE_CUDA
-// The GPU engine holds fp32 and fp16 so far; a session asked for another format is refused before
-// any weight is uploaded, naming the CPU engine (host code: no GPU needed).
-TEST(KvFormats, TheGpuRefusesTheFormatsItDoesNotHoldYet) {
-  EXPECT_NO_THROW(cuda::check_on_the_gpu(Format::f32));
-  EXPECT_NO_THROW(cuda::check_on_the_gpu(Format::f16));
-  for (Format f : {Format::k8v8, Format::k8v32, Format::k32v8, Format::q4, Format::k8v4}) {
-    try {
-      cuda::check_on_the_gpu(f);
-      ADD_FAILURE() << kv::to_string(f) << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--backend cpu"), std::string::npos) << e.what();
-    }
-  }
-}
-#endif
 
 // --- codecs ------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-// `lode bench -m MODEL [-p 512,8192] [-n 128] [--depth 0,8192,32768] [--repeats 3] [--json]`: the
+// `lode bench -m MODEL [-p 512,8192] [-n 128] [--depth 0,8192,32768] [--fill prompt|random] [--ctx N]
+// [--repeats 3] [--json]`: the
 // CUDA backend's speed on a model, each figure beside its fraction of the device's limits measured
 // in the same run (device-to-device copy bandwidth; bf16 and TF32 matrix throughput).
 #include <fmt/format.h>
@@ -30,6 +31,8 @@ struct BenchOptions {
   int repeats = 3;
   int64_t prompt_chunk = 4096;
   std::string kv;  // empty: LODE_KV, else fp16
+  std::string fill = "prompt";  // how a depth is reached: a prompt, or random cells (deep contexts)
+  int64_t ctx = 0;              // positions of K/V allocated; 0: what the runs need
   int64_t vram_budget_mib = 0;
   uint64_t seed = 1;
   bool json = false;
@@ -74,12 +77,15 @@ PrefillResult bench_prefill(cuda::CudaSession& session, const std::vector<int32_
   return {n, double(n) / s, session.prompt_flops(0, n) / s / 1e12};
 }
 
-// Decode at a context depth: the depth filled by a prompt, then `repeats` runs of `generate` greedy
-// tokens after two warm-up steps; the median run.
+// Decode at a context depth: the depth filled by a prompt (or, with random_fill, by random cells:
+// the same work per step, without a prompt's quadratic attention to get there), then `repeats` runs
+// of `generate` greedy tokens after two warm-up steps; the median run.
 DecodeResult bench_decode(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t depth,
-                          int64_t generate, int repeats) {
+                          int64_t generate, int repeats, bool random_fill) {
   session.reset();
-  std::vector<float> logits = depth > 0 ? session.prefill(std::span(tokens.data(), size_t(depth))) : session.decode(1);
+  if (random_fill) session.fill_with_random_cells(depth);
+  std::vector<float> logits = depth > 0 && !random_fill ? session.prefill(std::span(tokens.data(), size_t(depth)))
+                                                        : session.decode(1);
   for (int i = 0; i < 2; ++i) logits = session.decode(argmax(logits));
   std::vector<double> rates;
   for (int r = 0; r < repeats; ++r) {
@@ -143,8 +149,11 @@ void run_bench(const BenchOptions& o) {
   }
   const int64_t longest = std::max(*std::max_element(o.prompts.begin(), o.prompts.end()),
                                    *std::max_element(o.depths.begin(), o.depths.end()) + 2 + o.generate * o.repeats);
+  if (o.ctx > 0 && o.ctx < longest + 8)
+    fail("--ctx {}: the runs asked for need {} positions (the deepest depth, 2 warm-up steps and {} x {} decoded "
+         "tokens, or the longest prompt, plus 8)", o.ctx, longest + 8, o.repeats, o.generate);
   const auto t_load = Clock::now();
-  cuda::CudaSession session(reader, config, session_options(o, longest + 8));
+  cuda::CudaSession session(reader, config, session_options(o, o.ctx > 0 ? o.ctx : longest + 8));
   const double load_s = seconds_since(t_load);
   const size_t weights_held = session.vram().held(cuda::VramUse::weights) + session.vram().held(cuda::VramUse::experts);
 
@@ -154,7 +163,8 @@ void run_bench(const BenchOptions& o) {
   std::vector<PrefillResult> prefills;
   for (int64_t n : o.prompts) prefills.push_back(bench_prefill(session, tokens, n, o.repeats));
   std::vector<DecodeResult> decodes;
-  for (int64_t depth : o.depths) decodes.push_back(bench_decode(session, tokens, depth, o.generate, o.repeats));
+  for (int64_t depth : o.depths)
+    decodes.push_back(bench_decode(session, tokens, depth, o.generate, o.repeats, o.fill == "random"));
   const double peak_mib = double(session.vram().peak()) / double(1 << 20);
 
   if (o.json) {
@@ -170,14 +180,17 @@ void run_bench(const BenchOptions& o) {
                        d.empty() ? "" : ", ", r.depth, r.tokens_per_s, r.bytes_per_token, r.gbps, r.gbps / copy_gbps);
     fmt::print("{{\"model\": \"{}\", \"prefill\": [{}], \"decode\": [{}], \"generated_tokens\": {}, \"repeats\": {}, "
                "\"copy_ceiling_GBps\": {:.1f}, \"bf16_ceiling_TFLOPs\": {:.1f}, \"tf32_ceiling_TFLOPs\": {:.1f}, "
-               "\"peak_vram_MiB\": {:.1f}, \"weights_MiB\": {:.1f}, \"load_s\": {:.2f}, \"kv\": \"{}\", \"prompt_chunk\": {}}}\n",
+               "\"peak_vram_MiB\": {:.1f}, \"weights_MiB\": {:.1f}, \"load_s\": {:.2f}, \"kv\": \"{}\", \"prompt_chunk\": {}, "
+               "\"context\": {}, \"fill\": \"{}\"}}\n",
                o.model, p, d, o.generate, o.repeats, copy_gbps, bf16_tflops, tf32_tflops, peak_mib,
-               double(weights_held) / double(1 << 20), load_s, kv::to_string(chosen_kv_format(o.kv)), session.prompt_chunk());
+               double(weights_held) / double(1 << 20), load_s, kv::to_string(chosen_kv_format(o.kv)), session.prompt_chunk(),
+               session.max_context(), o.fill);
   } else {
     fmt::print("model: {} ({} layers, {} experts, top {}); weights on the GPU {:.1f} MiB, loaded in {:.1f} s; "
-               "K/V cells {}; prompt chunks of {}\n",
+               "K/V cells {} for {} positions; prompt chunks of {}; depths reached by {}\n",
                o.model, config.n_layers, config.n_experts, config.n_experts_used,
-               double(weights_held) / double(1 << 20), load_s, kv::to_string(chosen_kv_format(o.kv)), session.prompt_chunk());
+               double(weights_held) / double(1 << 20), load_s, kv::to_string(chosen_kv_format(o.kv)),
+               session.max_context(), session.prompt_chunk(), o.fill == "random" ? "random cells" : "a prompt");
     fmt::print("ceilings measured now: copy {:.0f} GB/s; matmul bf16 {:.0f} TFLOP/s, tf32 {:.0f} TFLOP/s\n", copy_gbps,
                bf16_tflops, tf32_tflops);
     for (const auto& r : prefills)
@@ -219,6 +232,13 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--prompt-chunk", o->prompt_chunk,
                   "Prompt tokens per pass through the model (default 4096; fewer when the VRAM budget is tight)")
       ->check(CLI::Range(int64_t(1), int64_t(65535)));
+  cmd->add_option("--fill", o->fill,
+                  "How a decode depth is reached: prompt (default: a random prompt of that many tokens) or random "
+                  "(the cells written with random rows by the format's own writer: a decode step's work depends on "
+                  "the depth, not on what the cells hold, and deep contexts are reached in seconds)")
+      ->check(CLI::IsMember({"prompt", "random"}));
+  cmd->add_option("--ctx", o->ctx, "Positions of K/V to allocate (default: what the runs need)")
+      ->check(CLI::PositiveNumber);
   add_kv_option(*cmd, o->kv);
   add_vram_budget_option(*cmd, o->vram_budget_mib);
   cmd->add_option("--seed", o->seed, "Seed of the random prompt (default 1)");

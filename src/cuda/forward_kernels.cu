@@ -56,31 +56,40 @@ __device__ void norm_and_rotate(float* v, const float* w, int head_dim, int rope
   __syncthreads();
 }
 
-// Blocks [0, n_heads): query heads; [n_heads, n_heads + n_kv_heads): key heads, normed and
-// rotated in k (scratch) and then stored with v into the token's cache row.
-template <KvFormat F>
+// Blocks [0, n_heads): query heads (rotated by H when the keys are stored rotated, so q·k needs
+// no unrotation); [n_heads, n_heads + n_kv_heads): key heads, normed and rotated in k (scratch) and
+// then written with v into the token's cache rows in their stores.
+template <Store KS, Store VS>
 __global__ void attention_prepare_kernel(float* qg, float* k, const float* v, const float* q_norm,
                                          const float* k_norm, KvView kv, const int64_t* position, int n_heads,
                                          int head_dim, int rope_dims, double theta, float eps) {
   begin_after_inputs();
   const int t = blockIdx.y;  // the token of a prompt chunk
   const int64_t pos = *position + t;
-  const int64_t row = int64_t(gridDim.x - n_heads) * head_dim;
+  const int n_kv_heads = int(gridDim.x) - n_heads;
+  const int64_t row = int64_t(n_kv_heads) * head_dim;
   qg += int64_t(t) * 2 * n_heads * head_dim;
   k += int64_t(t) * row;
   v += int64_t(t) * row;
   if (int(blockIdx.x) < n_heads) {
-    norm_and_rotate(qg + int64_t(blockIdx.x) * 2 * head_dim, q_norm, head_dim, rope_dims, pos, theta, eps);
+    float* q = qg + int64_t(blockIdx.x) * 2 * head_dim;
+    norm_and_rotate(q, q_norm, head_dim, rope_dims, pos, theta, eps);
+    if constexpr (KvSide<KS>::rotated) block_hadamard(q, head_dim);
     return;
   }
-  const int64_t h = blockIdx.x - n_heads;
-  norm_and_rotate(k + h * head_dim, k_norm, head_dim, rope_dims, pos, theta, eps);
-  auto* k_cell = kv_row<F>(kv.k, kv.pages, pos, row) + h * head_dim;
-  auto* v_cell = kv_row<F>(kv.v, kv.pages, pos, row) + h * head_dim;
-  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
-    KvCell<F>::store(k_cell + i, k[h * head_dim + i]);
-    KvCell<F>::store(v_cell + i, v[h * head_dim + i]);
-  }
+  const int h = int(blockIdx.x) - n_heads;
+  norm_and_rotate(k + int64_t(h) * head_dim, k_norm, head_dim, rope_dims, pos, theta, eps);
+  __shared__ float x[kKvMaxHeadDim];
+  store_head<KS, VS>(kv, k + int64_t(h) * head_dim, v + int64_t(h) * head_dim, pos, h, n_kv_heads, head_dim, x);
+}
+
+// Rows k and v [n_tokens][heads * head_dim] written as they are into positions first.. of the cache:
+// block (h, t) writes head h of token t.
+template <Store KS, Store VS>
+__global__ void kv_write_kernel(KvView kv, const float* k, const float* v, int64_t first, int heads, int head_dim) {
+  const int64_t t = blockIdx.y, offset = t * heads * head_dim + int64_t(blockIdx.x) * head_dim;
+  __shared__ float x[kKvMaxHeadDim];
+  store_head<KS, VS>(kv, k + offset, v + offset, first + t, int(blockIdx.x), heads, head_dim, x);
 }
 
 constexpr int kAttentionWarps = 4;
@@ -97,7 +106,7 @@ constexpr int kMaxDimsPerLane = 16;  // head_dim <= 512
 // takes every 4th key of it with an online softmax, the warps merge, and the block leaves its
 // partial (max, sum, unnormalised output) for attention_merge_kernel. Splits past the keys leave
 // an empty partial.
-template <KvFormat F>
+template <Store KS, Store VS>
 __global__ void attention_decode_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads,
                                         int n_kv_heads, int head_dim, float* partials) {
   begin_after_inputs();
@@ -122,15 +131,15 @@ __global__ void attention_decode_kernel(const float* qg, KvView kv, const int64_
   // Loops unrolled to kMaxDimsPerLane with guards, so acc and the rows stay in registers; a key's V
   // row is loaded with its K row (one wait on memory per key, not two).
   for (int64_t j = begin + warp; j < n_keys; j += kAttentionWarps) {
-    const auto* kj = kv_row<F>(kv.k, kv.pages, j, stride) + int64_t(kvh) * head_dim;
-    const auto* vj = kv_row<F>(kv.v, kv.pages, j, stride) + int64_t(kvh) * head_dim;
+    const uint8_t* kj = kv_row(kv.k, kv.pages, j, kv.k_row_bytes);
+    const uint8_t* vj = kv_row(kv.v, kv.pages, j, kv.v_row_bytes);
     float kr[kMaxDimsPerLane], vr[kMaxDimsPerLane];
 #pragma unroll
     for (int i = 0; i < kMaxDimsPerLane; ++i) {
       const int d = lane + kWarp * i;
       const bool inside = i < dims && d < head_dim;
-      kr[i] = inside ? KvCell<F>::load(kj + d) : 0.0f;
-      vr[i] = inside ? KvCell<F>::load(vj + d) : 0.0f;
+      kr[i] = inside ? KvSide<KS>::load(kj, stride, int64_t(kvh) * head_dim + d) : 0.0f;
+      vr[i] = inside ? KvSide<VS>::load(vj, stride, int64_t(kvh) * head_dim + d) : 0.0f;
     }
     float s = 0.0f;
 #pragma unroll
@@ -167,8 +176,9 @@ __global__ void attention_decode_kernel(const float* qg, KvView kv, const int64_
   }
 }
 
-// One block per query head: the splits' partials merged by their log-sum-exp weights, then the
-// sigmoid output gate.
+// One block per query head: the splits' partials merged by their log-sum-exp weights, rotated back
+// by H when the values are stored rotated, then the sigmoid output gate.
+template <bool kRotatedValues>
 __global__ void attention_merge_kernel(const float* qg, const float* partials, const int64_t* position, int n_splits,
                                        int head_dim, float* out) {
   begin_after_inputs();
@@ -184,14 +194,19 @@ __global__ void attention_merge_kernel(const float* qg, const float* partials, c
     if (m != -INFINITY) total += first[s * (head_dim + 2) + 1] * expf(m - big);
   }
   const float* gate = qg + int64_t(h) * 2 * head_dim + head_dim;
+  __shared__ float merged[kKvMaxHeadDim];
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float o = 0.0f;
     for (int s = 0; s < n_splits; ++s) {
       const float m = first[s * (head_dim + 2)];
       if (m != -INFINITY) o += first[s * (head_dim + 2) + 2 + d] * expf(m - big);
     }
-    out[int64_t(h) * head_dim + d] = o / total * sigmoidf(gate[d]);
+    merged[d] = o;
   }
+  if constexpr (kRotatedValues) block_hadamard(merged, head_dim);
+  else __syncthreads();
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
+    out[int64_t(h) * head_dim + d] = merged[d] / total * sigmoidf(gate[d]);
 }
 
 // Decode's causal conv and L2 norms in one pass: block b takes channels [b dk, (b + 1) dk) of the
@@ -452,11 +467,24 @@ const char* add_rms_norm(float* h, const float* d, const float* w, float* out, i
 const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
                               KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim, int rope_dims,
                               double rope_theta, float eps, int n_tokens, void* stream) {
+  if (head_dim > kKvMaxHeadDim) return "head_dim over 512";
   const dim3 grid(n_heads + n_kv_heads, n_tokens);
-  const auto kernel = kv.format == KvFormat::f16 ? attention_prepare_kernel<KvFormat::f16>
-                                                 : attention_prepare_kernel<KvFormat::f32>;
-  return error_text(launch_overlapped(kernel, grid, dim3(128), 0, stream, qg, k, v, q_norm, k_norm, kv, pos, n_heads,
-                                      head_dim, rope_dims, rope_theta, eps));
+  return with_stores(kv.format, [&](auto stores) {
+    using S = decltype(stores);
+    return error_text(launch_overlapped(attention_prepare_kernel<S::k, S::v>, grid, dim3(128), 0, stream, qg, k, v,
+                                        q_norm, k_norm, kv, pos, n_heads, head_dim, rope_dims, rope_theta, eps));
+  });
+}
+
+const char* kv_write(KvView kv, const float* k, const float* v, int64_t first, int n_tokens, int heads, int head_dim,
+                     void* stream) {
+  if (head_dim > kKvMaxHeadDim) return "head_dim over 512";
+  if (n_tokens <= 0) return nullptr;
+  return with_stores(kv.format, [&](auto stores) {
+    using S = decltype(stores);
+    kv_write_kernel<S::k, S::v><<<dim3(heads, n_tokens), 128, 0, as_stream(stream)>>>(kv, k, v, first, heads, head_dim);
+    return launched();
+  });
 }
 
 const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim,
@@ -464,13 +492,15 @@ const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int
   if (head_dim > kMaxDimsPerLane * kWarp) return "head_dim over 512";
   if (n_splits < 1 || n_splits > 65535) return "attention splits out of range";
   const dim3 grid(n_heads, n_splits);
-  const auto kernel = kv.format == KvFormat::f16 ? attention_decode_kernel<KvFormat::f16>
-                                                 : attention_decode_kernel<KvFormat::f32>;
-  if (const char* err = error_text(launch_overlapped(kernel, grid, dim3(kAttentionWarps * kWarp), 0, stream, qg, kv, pos,
-                                                     n_heads, n_kv_heads, head_dim, partials)))
-    return err;
-  return error_text(launch_overlapped(attention_merge_kernel, dim3(n_heads), dim3(128), 0, stream, qg, partials, pos,
-                                      n_splits, head_dim, out));
+  return with_stores(kv.format, [&](auto stores) -> const char* {
+    using S = decltype(stores);
+    if (const char* err = error_text(launch_overlapped(attention_decode_kernel<S::k, S::v>, grid,
+                                                       dim3(kAttentionWarps * kWarp), 0, stream, qg, kv, pos, n_heads,
+                                                       n_kv_heads, head_dim, partials)))
+      return err;
+    return error_text(launch_overlapped(attention_merge_kernel<KvSide<S::v>::rotated>, dim3(n_heads), dim3(128), 0,
+                                        stream, qg, partials, pos, n_splits, head_dim, out));
+  });
 }
 
 const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel, int hk,

@@ -20,14 +20,22 @@ const char* add_rms_norm(float* h, const float* d, const float* w, float* out, i
 // can be replayed at every position; qg, k and v hold one row per token): per head, q (the first
 // half of qg's 2 * head_dim) RMS-normed with q_norm and NeoX-rotated in place; per KV head, k
 // normed with k_norm and rotated (in place: k is scratch), then k and v stored into the token's
-// row of the paged cache `kv`, in its format.
+// row of the paged cache `kv`, in its format (kv/codec.h's bytes). When the format stores keys
+// rotated (q4), q is rotated by H too, so q·k is unchanged.
 const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
                               KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim, int rope_dims,
                               double rope_theta, float eps, int n_tokens, void* stream);
+// Rows k and v ([n_tokens][heads * head_dim], device memory) written as they are into positions
+// first, first + 1, ... of the paged cache: the same writers as attention_prepare's (tests compare
+// their bytes with kv/codec.h's; benchmarks fill a context with it).
+const char* kv_write(KvView kv, const float* k, const float* v, int64_t first, int n_tokens, int heads, int head_dim,
+                     void* stream);
 // out[h] = softmax(q_h K^T / sqrt(head_dim)) V over positions [0, *pos] of the paged cache, times
 // sigmoid(gate_h). Split-K: the keys are shared among n_splits blocks per head (fixed when a step is
 // captured; the share of each follows *pos), whose partials (partials: [n_heads][n_splits]
-// [head_dim + 2]) a second kernel merges by their log-sum-exp weights.
+// [head_dim + 2]) a second kernel merges by their log-sum-exp weights. For a format that stores
+// values rotated, the merged output is rotated back before the gate; q must already be in the
+// keys' domain (attention_prepare puts it there).
 const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim,
                              int n_splits, float* partials, float* out, void* stream);
 

@@ -8,20 +8,12 @@
 
 namespace lode::cuda {
 
-void check_on_the_gpu(KvFormat format) {
-  if (format != KvFormat::f32 && format != KvFormat::f16)
-    fail("--kv {}: the GPU engine holds fp32 or fp16 K/V so far; the CPU engine holds every format "
-         "(--backend cpu)", kv::to_string(format));
-}
-
-namespace {
-size_t value_bytes(KvFormat format) { return format == KvFormat::f16 ? 2 : 4; }
-}  // namespace
-
-KvCache::KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t row_values, int64_t max_positions,
-                 std::vector<int32_t> page_order)
-    : format_(format), row_values_(row_values) {
-  check_on_the_gpu(format);
+KvCache::KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t n_kv_heads, int64_t head_dim,
+                 int64_t max_positions, std::vector<int32_t> page_order)
+    : format_(format),
+      k_row_bytes_(kv::row_bytes(kv::layout(format).k, n_kv_heads, head_dim)),
+      v_row_bytes_(kv::row_bytes(kv::layout(format).v, n_kv_heads, head_dim)) {
+  kv::check_head_dim(format, head_dim);
   const int64_t n_pages = (max_positions + kKvPagePositions - 1) / kKvPagePositions;
   if (page_order.empty()) {
     page_order.resize(size_t(n_pages));
@@ -32,21 +24,22 @@ KvCache::KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t ro
   for (int64_t p = 0; p < int64_t(sorted.size()); ++p)
     if (sorted[size_t(p)] != p || int64_t(sorted.size()) != n_pages)
       fail("K/V cache: the page order must be a permutation of the {} pages", n_pages);
-  const size_t store_bytes = size_t(n_pages * kKvPagePositions * row_values) * value_bytes(format);
-  for (int l = 0; l < n_layers; ++l)
-    for (const char* side : {"K", "V"})
-      stores_.emplace_back(vram, store_bytes, VramUse::kv,
-                           std::string(side) + " cache (" + kv::to_string(format) + "), attention layer " + std::to_string(l));
+  const std::string name = kv::to_string(format);
+  for (int l = 0; l < n_layers; ++l) {
+    stores_.emplace_back(vram, size_t(n_pages * kKvPagePositions * k_row_bytes_), VramUse::kv,
+                         "K cache (" + name + "), attention layer " + std::to_string(l));
+    stores_.emplace_back(vram, size_t(n_pages * kKvPagePositions * v_row_bytes_), VramUse::kv,
+                         "V cache (" + name + "), attention layer " + std::to_string(l));
+  }
   pages_ = DeviceBuffer(vram, std::max<size_t>(page_order.size(), 1) * sizeof(int32_t), VramUse::kv, "K/V page table");
   copy_to_device(pages_.data(), page_order.data(), page_order.size() * sizeof(int32_t));
 }
 
 KvView KvCache::layer(int index) const {
-  return {format_, stores_[size_t(2 * index)].data(), stores_[size_t(2 * index + 1)].data(), pages_.as<int32_t>()};
+  return {format_, stores_[size_t(2 * index)].data(), stores_[size_t(2 * index + 1)].data(), pages_.as<int32_t>(),
+          k_row_bytes_, v_row_bytes_};
 }
 
-size_t KvCache::bytes_per_position() const {
-  return stores_.size() * size_t(row_values_) * value_bytes(format_);
-}
+size_t KvCache::bytes_per_position() const { return size_t(n_layers()) * size_t(k_row_bytes_ + v_row_bytes_); }
 
 }  // namespace lode::cuda

@@ -13,20 +13,22 @@ namespace lode::cuda {
 
 class KvCache {
  public:
-  // Room for max_positions positions (rounded up to whole pages) in n_layers layers of row_values
-  // values per position. page_order: the physical page of each logical page (empty: in order;
-  // tests scramble it to show nothing depends on the order).
-  KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t row_values, int64_t max_positions,
-          std::vector<int32_t> page_order = {});
+  // Room for max_positions positions (rounded up to whole pages) in n_layers layers of n_kv_heads
+  // heads of head_dim values, each side in its store's bytes (kv::row_bytes). Fails (lode::Error)
+  // when the format cannot hold heads of head_dim values. page_order: the physical page of each
+  // logical page (empty: in order; tests scramble it to show nothing depends on the order).
+  KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t n_kv_heads, int64_t head_dim,
+          int64_t max_positions, std::vector<int32_t> page_order = {});
 
   KvView layer(int index) const;
   KvFormat format() const { return format_; }
+  int n_layers() const { return int(stores_.size() / 2); }
   // Bytes of one position in every layer, K and V.
   size_t bytes_per_position() const;
 
  private:
   KvFormat format_;
-  int64_t row_values_;
+  int64_t k_row_bytes_, v_row_bytes_;
   std::vector<DeviceBuffer> stores_;  // K then V of each layer
   DeviceBuffer pages_;
 };

@@ -147,15 +147,24 @@ __global__ void gated_norm_kernel(float* o, const float* z, const float* norm_w,
   for (int i = threadIdx.x; i < dv; i += blockDim.x) row[i] = row[i] * scale * norm_w[i] * siluf(zr[i]);
 }
 
-template <KvFormat F>
+template <Store KS, Store VS>
 __global__ void kv_to_rows_kernel(KvView kv, int64_t row_values, float* k_out, float* v_out) {
   const int64_t pos = blockIdx.x;
-  const auto* k = kv_row<F>(kv.k, kv.pages, pos, row_values);
-  const auto* v = kv_row<F>(kv.v, kv.pages, pos, row_values);
+  const uint8_t* k = kv_row(kv.k, kv.pages, pos, kv.k_row_bytes);
+  const uint8_t* v = kv_row(kv.v, kv.pages, pos, kv.v_row_bytes);
   for (int64_t i = threadIdx.x; i < row_values; i += blockDim.x) {
-    k_out[pos * row_values + i] = KvCell<F>::load(k + i);
-    v_out[pos * row_values + i] = KvCell<F>::load(v + i);
+    k_out[pos * row_values + i] = KvSide<KS>::load(k, row_values, i);
+    v_out[pos * row_values + i] = KvSide<VS>::load(v, row_values, i);
   }
+}
+
+// x <- H·x for each vector of n values (one block per vector).
+__global__ void hadamard_rows_kernel(float* x, int n) {
+  __shared__ float row[kKvMaxHeadDim];
+  x += int64_t(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = x[i];
+  block_hadamard(row, n);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = row[i];
 }
 
 // One block per (head, query) row.
@@ -316,10 +325,17 @@ const char* gated_norm_rows(float* o, const float* z, const float* norm_w, int r
 
 const char* kv_to_rows(KvView kv, int64_t n_positions, int64_t row_values, float* k_out, float* v_out, void* stream) {
   if (n_positions <= 0) return nullptr;
-  if (kv.format == KvFormat::f16)
-    kv_to_rows_kernel<KvFormat::f16><<<unsigned(n_positions), 256, 0, as_stream(stream)>>>(kv, row_values, k_out, v_out);
-  else
-    kv_to_rows_kernel<KvFormat::f32><<<unsigned(n_positions), 256, 0, as_stream(stream)>>>(kv, row_values, k_out, v_out);
+  return with_stores(kv.format, [&](auto stores) {
+    using S = decltype(stores);
+    kv_to_rows_kernel<S::k, S::v><<<unsigned(n_positions), 256, 0, as_stream(stream)>>>(kv, row_values, k_out, v_out);
+    return launched();
+  });
+}
+
+const char* hadamard_rows(float* x, int64_t n_vectors, int n, void* stream) {
+  if (n > kKvMaxHeadDim || (n & (n - 1)) != 0) return "Hadamard rows must be a power of two, at most 512 wide";
+  if (n_vectors <= 0) return nullptr;
+  hadamard_rows_kernel<<<unsigned(n_vectors), 128, 0, as_stream(stream)>>>(x, n);
   return launched();
 }
 

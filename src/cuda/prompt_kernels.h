@@ -24,8 +24,12 @@ const char* deltanet_scan(float* state, const float* qkv, int channels, const fl
 const char* gated_norm_rows(float* o, const float* z, const float* norm_w, int rows, int dv, float eps, void* stream);
 
 // Positions [0, n_positions) of a layer's paged K/V cache as float32 rows [n_positions][row_values]
-// (the values the decode step reads), for the prompt's attention products.
+// (the values the decode step reads, in the stored domain: rotated for q4), for the prompt's
+// attention products.
 const char* kv_to_rows(KvView kv, int64_t n_positions, int64_t row_values, float* k_out, float* v_out, void* stream);
+// x <- H·x (kv::hadamard, bit for bit) for n_vectors vectors of n values: attention's output
+// rotated back when the values are stored rotated.
+const char* hadamard_rows(float* x, int64_t n_vectors, int n, void* stream);
 
 // Causal softmax of attention scores s [heads][n_queries][n_keys] (times `scale`) in place: query t
 // sees keys [0, first_query + t]; the rest become 0.

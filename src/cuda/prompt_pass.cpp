@@ -159,7 +159,8 @@ struct PromptPass::Impl {
                                      int(c.n_heads), int(c.n_kv_heads), int(dim), int(c.rope_dims), c.rope_theta,
                                      float(c.rms_eps), int(n), stream),
           "prompt attention prepare");
-    // The cache as float32 rows: what the decode step reads, whatever the format.
+    // The cache as float32 rows: what the decode step reads, whatever the format (q was rotated
+    // with the keys when they are stored rotated).
     check(kernels::kv_to_rows(d.kv, first_position + n, kv_dim, k_rows, v_rows, stream), "reading the K/V cache");
     clock.mark(elementwise);
     for (int64_t q0 = 0; q0 < n; q0 += queries_per_block) {
@@ -174,6 +175,8 @@ struct PromptPass::Impl {
         gemm.xw_batched(scores + g * group * tq * keys, keys, tq * keys, v_rows + g * dim, kv_dim, 0,
                         attn + q0 * q_dim + g * group * dim, q_dim, dim, tq, dim, keys, group);
     }
+    if (kv::layout(d.kv.format).v == kv::Store::q4r)  // the products ran in the values' rotated domain
+      check(kernels::hadamard_rows(attn, n * c.n_heads, int(dim), stream), "attention output rotation");
     check(kernels::attention_gate(attn, qg, int(n), int(c.n_heads), int(dim), stream), "attention gate");
     clock.mark(attention_core);
     project(d.o, attn, n, mixed);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <random>
 #include <string>
 
 #include "core/error.h"
@@ -235,8 +236,8 @@ struct CudaSession::Impl {
   void allocate_kv() {
     int n_attention = 0;
     for (const DeviceLayer& d : layers) n_attention += !d.recurrent;
-    kv = std::make_unique<KvCache>(vram, options.kv_format, n_attention, config.kv_dim(), options.max_context,
-                                   options.kv_page_order);
+    kv = std::make_unique<KvCache>(vram, options.kv_format, n_attention, config.n_kv_heads, config.head_dim,
+                                   options.max_context, options.kv_page_order);
     int index = 0;
     for (DeviceLayer& d : layers)
       if (!d.recurrent) d.kv = kv->layer(index++);
@@ -545,15 +546,15 @@ struct CudaSession::Impl {
 };
 
 namespace {
-// The options, once their K/V format is one the GPU holds: refused before any weight is uploaded.
-const CudaSessionOptions& with_kv_on_the_gpu(const CudaSessionOptions& options) {
-  check_on_the_gpu(options.kv_format);
+// The options, once their K/V format can hold the model's heads: refused before any weight is uploaded.
+const CudaSessionOptions& with_kv_checked(const CudaSessionOptions& options, const model::Qwen35MoeConfig& config) {
+  kv::check_head_dim(options.kv_format, config.head_dim);
   return options;
 }
 }  // namespace
 
 CudaSession::CudaSession(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, CudaSessionOptions options)
-    : impl_(std::make_unique<Impl>(reader, config, with_kv_on_the_gpu(options))) {
+    : impl_(std::make_unique<Impl>(reader, config, with_kv_checked(options, config))) {
   if (options.max_context <= 0) fail("cuda session: max_context must be positive");
   for (int64_t layer = 0; layer < config.n_layers; ++layer) impl_->bind_layer(layer);
   impl_->allocate_kv();
@@ -588,6 +589,30 @@ std::vector<float> CudaSession::decode(int32_t token) { return prefill(std::span
 void CudaSession::reset() {
   impl_->zero_states();
   synchronize();
+}
+
+void CudaSession::fill_with_random_cells(int64_t depth) {
+  Impl& s = *impl_;
+  if (depth < 0 || depth >= s.options.max_context)
+    fail("cuda session: a depth of {} does not fit the context of {} positions", depth, s.options.max_context);
+  reset();
+  // One block of random rows, written again and again: what the cells hold does not matter here.
+  const model::Qwen35MoeConfig& c = s.config;
+  const int64_t block = std::min<int64_t>(std::max<int64_t>(depth, 1), 4096), row = c.kv_dim();
+  std::vector<float> rows(size_t(2 * block * row));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : rows) x = normal(rng);
+  DeviceBuffer scratch(s.vram, rows.size() * sizeof(float), VramUse::scratch, "random K/V rows");
+  copy_to_device(scratch.data(), rows.data(), rows.size() * sizeof(float));
+  const float* k = scratch.as<float>();
+  for (int layer = 0; layer < s.kv->n_layers(); ++layer)
+    for (int64_t first = 0; first < depth; first += block)
+      check(kernels::kv_write(s.kv->layer(layer), k, k + block * row, first, int(std::min(block, depth - first)),
+                              int(c.n_kv_heads), int(c.head_dim), s.stream),
+            "writing random K/V cells");
+  synchronize();
+  s.position = depth;
 }
 
 CudaSession::StepBytes CudaSession::decode_bytes(int64_t depth) const {

@@ -2,8 +2,8 @@
 // dequantized copies) through the VRAM accountant. A decode step runs one token through the model
 // on the kernels of cuda/matvec.h and cuda/forward_kernels.h, captured once as a CUDA graph; a
 // prompt runs in chunks through cuda/prompt_pass.h (tensor-core products). The MoE reaches its
-// experts through device-side (layer, expert) pointer tables; K/V and DeltaNet states are float32
-// on the device; embeddings are looked up on the host.
+// experts through device-side (layer, expert) pointer tables; K/V cells are in the session's
+// format (kv/format.h), DeltaNet states float32 on the device; embeddings are looked up on the host.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -41,8 +41,8 @@ struct CudaSessionOptions {
   // (the CPU's q8 rounds those too). f32 multiplies float32 activations everywhere (the CPU
   // engine's default products). Prompts follow prompt_math.
   cpu::Activations activations = cpu::Activations::q8;
-  // How K/V cells are stored: fp32 (the plain float math) or fp16 so far (the commands default
-  // to fp16); other formats are refused (cuda/kv_format.h).
+  // How K/V cells are stored (kv/format.h; the commands default to fp16). fp32 is the plain float
+  // math; the other formats are written by kv/codec.h's rules, bit for bit.
   KvFormat kv_format = KvFormat::f32;
   // The physical page of each logical K/V page (empty: in order); tests scramble it.
   std::vector<int32_t> kv_page_order;
@@ -64,6 +64,11 @@ class CudaSession {
   std::vector<float> prefill(std::span<const int32_t> tokens, bool all_logits = false);
   std::vector<float> decode(int32_t token);
   void reset();  // empty sequence: K/V forgotten, DeltaNet states zeroed
+  // For benchmarks of decode at a depth that a prompt would take long to reach: the sequence
+  // becomes `depth` positions long, every attention layer's cells written by the format's own
+  // writer from random rows (DeltaNet states as after reset()). A decode step then does the work
+  // it does at that depth (it does not depend on what the cells hold); its logits mean nothing.
+  void fill_with_random_cells(int64_t depth);
 
   // Bytes one decode step reads at context depth `depth`: the weights it touches (every matrix
   // but the experts, n_experts_used experts per layer, the lm head, one embedding row) and the
