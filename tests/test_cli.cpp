@@ -207,8 +207,8 @@ TEST(Cli, ChatOnTheGpuHoldsTheConversation) {
   ASSERT_EQ(cpu.status, 0) << cpu.err;
   const auto contexts = [](const std::string& err) {
     std::vector<int> c;
-    for (size_t at = err.find("context "); at != std::string::npos; at = err.find("context ", at + 1))
-      c.push_back(std::atoi(err.c_str() + at + 8));
+    for (size_t at = err.find("; context "); at != std::string::npos; at = err.find("; context ", at + 1))
+      c.push_back(std::atoi(err.c_str() + at + 10));
     return c;
   };
   const auto turns = contexts(gpu.err);

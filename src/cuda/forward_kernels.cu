@@ -93,86 +93,140 @@ __global__ void kv_write_kernel(KvView kv, const float* k, const float* v, int64
 }
 
 constexpr int kAttentionWarps = 4;
+constexpr int kAttentionGroup = 8;      // query heads per block of decode attention (of one KV head)
+constexpr int kAttentionHeadDim = 256;  // decode attention's widest head: 8 values per lane
+constexpr int kLoadsInFlight = 8;       // 8-value loads a lane issues before it uses them
 
-// Keys per split of decode attention: the keys shared evenly among the splits, but at least 32
-// (8 per warp), so a shallow context uses few splits.
+// Keys per split of decode attention: the keys shared evenly among the splits, but at least 64
+// (two tiles of 32), so a shallow context uses few splits.
 __host__ __device__ inline int64_t keys_per_split(int64_t n_keys, int64_t n_splits) {
   const int64_t even = (n_keys + n_splits - 1) / n_splits;
-  return even > 32 ? even : 32;
+  return even > 64 ? even : 64;
 }
-constexpr int kMaxDimsPerLane = 16;  // head_dim <= 512
 
-// Split-K: block (h, split) covers one contiguous share of the keys of query head h; each warp
-// takes every 4th key of it with an online softmax, the warps merge, and the block leaves its
-// partial (max, sum, unnormalised output) for attention_merge_kernel. Splits past the keys leave
+// q_g · (8 values) for the block's query heads, q in shared memory at dims [8c, 8c + 8).
+__device__ __forceinline__ void add_scores(float (&s)[kAttentionGroup], const float (*q)[kAttentionHeadDim], int heads,
+                                           int c, const float (&x)[8]) {
+#pragma unroll
+  for (int g = 0; g < kAttentionGroup; ++g) {
+    if (g >= heads) break;
+    const float4 a = *reinterpret_cast<const float4*>(&q[g][8 * c]);
+    const float4 b = *reinterpret_cast<const float4*>(&q[g][8 * c + 4]);
+    s[g] += a.x * x[0] + a.y * x[1] + a.z * x[2] + a.w * x[3] + b.x * x[4] + b.y * x[5] + b.z * x[6] + b.w * x[7];
+  }
+}
+
+// Split-K over the keys, grouped by KV head: block (b, split) takes up to 8 query heads of one KV
+// head (so each K/V row is read once for all of them) and one contiguous share of the keys. Its
+// warps take tiles of 32 keys in turn: each lane scores one key of the tile against every query
+// head (its row read in 8-value chunks, kLoadsInFlight of them in flight), the tile updates each
+// head's online softmax, and then each lane accumulates 8 dims of the value rows, key by key (the
+// rows of kLoadsInFlight keys in flight). The warps merge, and the block leaves one partial (max,
+// sum, unnormalised output) per query head for attention_merge_kernel. Splits past the keys leave
 // an empty partial.
 template <Store KS, Store VS>
-__global__ void attention_decode_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads,
-                                        int n_kv_heads, int head_dim, float* partials) {
+__global__ void __launch_bounds__(kAttentionWarps * kWarp)
+    attention_decode_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads, int n_kv_heads,
+                            int head_dim, float* partials) {
   begin_after_inputs();
+  const int group = n_heads / n_kv_heads, blocks_per_kv = (group + kAttentionGroup - 1) / kAttentionGroup;
+  const int kvh = int(blockIdx.x) / blocks_per_kv;
+  const int h0 = kvh * group + int(blockIdx.x) % blocks_per_kv * kAttentionGroup;
+  const int heads = min(kAttentionGroup, (kvh + 1) * group - h0);
   const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, gridDim.y);
-  const int64_t begin = int64_t(blockIdx.y) * per_split, n_keys = min(n_all, begin + per_split);
-  float* partial = partials + (int64_t(blockIdx.x) * gridDim.y + blockIdx.y) * (head_dim + 2);
+  const int64_t begin = int64_t(blockIdx.y) * per_split, end = min(n_all, begin + per_split);
   if (begin >= n_all) return;  // a split past the keys: the merge does not read it
-  __shared__ float q[kMaxDimsPerLane * kWarp];
-  __shared__ float warp_m[kAttentionWarps], warp_l[kAttentionWarps];
-  __shared__ float warp_acc[kAttentionWarps][kMaxDimsPerLane * kWarp];
-  const int h = blockIdx.x, kvh = h / (n_heads / n_kv_heads);
+  __shared__ __align__(16) float q[kAttentionGroup][kAttentionHeadDim];
+  __shared__ float warp_m[kAttentionWarps][kAttentionGroup], warp_l[kAttentionWarps][kAttentionGroup];
+  __shared__ float warp_acc[kAttentionWarps][kAttentionGroup][kAttentionHeadDim];
+  for (int i = threadIdx.x; i < heads * head_dim; i += blockDim.x)
+    q[i / head_dim][i % head_dim] = qg[int64_t(h0 + i / head_dim) * 2 * head_dim + i % head_dim];
+  __syncthreads();
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const float* qh = qg + int64_t(h) * 2 * head_dim;
-  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) q[i] = qh[i];
-  __syncthreads();
-  const int64_t stride = int64_t(n_kv_heads) * head_dim;
+  const int64_t row_values = int64_t(n_kv_heads) * head_dim, first = int64_t(kvh) * head_dim;
   const float scale = rsqrtf(float(head_dim));
-  const int dims = (head_dim + kWarp - 1) / kWarp;
-  float m = -INFINITY, l = 0.0f, acc[kMaxDimsPerLane];
+  const int chunks = head_dim / 8;
+  const bool owns_dims = lane < chunks;  // values: lane's dims [8 lane, 8 lane + 8)
+  float m[kAttentionGroup], l[kAttentionGroup], acc[kAttentionGroup][8];
 #pragma unroll
-  for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] = 0.0f;
-  // Loops unrolled to kMaxDimsPerLane with guards, so acc and the rows stay in registers; a key's V
-  // row is loaded with its K row (one wait on memory per key, not two).
-  for (int64_t j = begin + warp; j < n_keys; j += kAttentionWarps) {
-    const uint8_t* kj = kv_row(kv.k, kv.pages, j, kv.k_row_bytes);
-    const uint8_t* vj = kv_row(kv.v, kv.pages, j, kv.v_row_bytes);
-    float kr[kMaxDimsPerLane], vr[kMaxDimsPerLane];
+  for (int g = 0; g < kAttentionGroup; ++g) {
+    m[g] = -INFINITY, l[g] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) {
-      const int d = lane + kWarp * i;
-      const bool inside = i < dims && d < head_dim;
-      kr[i] = inside ? KvSide<KS>::load(kj, stride, int64_t(kvh) * head_dim + d) : 0.0f;
-      vr[i] = inside ? KvSide<VS>::load(vj, stride, int64_t(kvh) * head_dim + d) : 0.0f;
+    for (int i = 0; i < 8; ++i) acc[g][i] = 0.0f;
+  }
+  for (int64_t tile = begin + int64_t(warp) * kWarp; tile < end; tile += kAttentionWarps * kWarp) {
+    const int n_tile = int(min(int64_t(kWarp), end - tile));
+    const bool valid = lane < n_tile;
+    const uint8_t* k_row = valid ? kv_row(kv.k, kv.pages, tile + lane, kv.k_row_bytes) : nullptr;
+    const uint8_t* v_row = valid ? kv_row(kv.v, kv.pages, tile + lane, kv.v_row_bytes) : nullptr;
+    float s[kAttentionGroup];
+#pragma unroll
+    for (int g = 0; g < kAttentionGroup; ++g) s[g] = 0.0f;
+    if (valid)
+      for (int c0 = 0; c0 < chunks; c0 += kLoadsInFlight) {
+        float x[kLoadsInFlight][8];
+#pragma unroll
+        for (int u = 0; u < kLoadsInFlight; ++u)
+          if (c0 + u < chunks) KvSide<KS>::load8(k_row, row_values, first + 8 * (c0 + u), x[u]);
+#pragma unroll
+        for (int u = 0; u < kLoadsInFlight; ++u)
+          if (c0 + u < chunks) add_scores(s, q, heads, c0 + u, x[u]);
+      }
+    float p[kAttentionGroup];
+#pragma unroll
+    for (int g = 0; g < kAttentionGroup; ++g) {
+      if (g >= heads) break;
+      const float sg = valid ? s[g] * scale : -INFINITY;
+      const float m_new = fmaxf(m[g], warp_max(sg));  // finite: the tile has a key
+      const float old = expf(m[g] - m_new);
+      p[g] = valid ? expf(sg - m_new) : 0.0f;
+      l[g] = l[g] * old + warp_sum(p[g]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[g][i] *= old;
+      m[g] = m_new;
     }
-    float s = 0.0f;
+    for (int k0 = 0; k0 < n_tile; k0 += kLoadsInFlight) {
+      float v[kLoadsInFlight][8];
 #pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i)
-      if (i < dims && lane + kWarp * i < head_dim) s += q[lane + kWarp * i] * kr[i];
-    s = warp_sum(s) * scale;
-    const float m_new = fmaxf(m, s);
-    const float old = expf(m - m_new), p = expf(s - m_new);
-    l = l * old + p;
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        const auto row = reinterpret_cast<const uint8_t*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(v_row), k0 + u));
+        if (k0 + u < n_tile && owns_dims) KvSide<VS>::load8(row, row_values, first + 8 * lane, v[u]);
+      }
 #pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i)
-      if (i < dims) acc[i] = acc[i] * old + p * vr[i];
-    m = m_new;
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        if (k0 + u >= n_tile) break;
+#pragma unroll
+        for (int g = 0; g < kAttentionGroup; ++g) {
+          if (g >= heads) break;
+          const float pk = __shfl_sync(0xffffffffu, p[g], k0 + u);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[g][i] += pk * v[u][i];
+        }
+      }
+    }
   }
-  if (lane == 0) {
-    warp_m[warp] = m;
-    warp_l[warp] = l;
-  }
+  if (lane == 0)
+    for (int g = 0; g < heads; ++g) warp_m[warp][g] = m[g], warp_l[warp][g] = l[g];
+  if (owns_dims)
+    for (int g = 0; g < heads; ++g)
 #pragma unroll
-  for (int i = 0; i < kMaxDimsPerLane; ++i)
-    if (i < dims) warp_acc[warp][lane + kWarp * i] = acc[i];
+      for (int i = 0; i < 8; ++i) warp_acc[warp][g][8 * lane + i] = acc[g][i];
   __syncthreads();
-  float big = -INFINITY;
-  for (int w = 0; w < kAttentionWarps; ++w) big = fmaxf(big, warp_m[w]);
-  float total = 0.0f;
-  for (int w = 0; w < kAttentionWarps; ++w) total += warp_m[w] == -INFINITY ? 0.0f : warp_l[w] * expf(warp_m[w] - big);
-  // Partial (h, split): [max, sum, out[head_dim]].
-  if (threadIdx.x == 0) partial[0] = big, partial[1] = total;
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float o = 0.0f;
+  for (int g = 0; g < heads; ++g) {
+    float big = -INFINITY, total = 0.0f;
+    for (int w = 0; w < kAttentionWarps; ++w) big = fmaxf(big, warp_m[w][g]);
     for (int w = 0; w < kAttentionWarps; ++w)
-      if (warp_m[w] != -INFINITY) o += warp_acc[w][d] * expf(warp_m[w] - big);
-    partial[2 + d] = o;
+      if (warp_m[w][g] != -INFINITY) total += warp_l[w][g] * expf(warp_m[w][g] - big);
+    // Partial (h, split): [max, sum, out[head_dim]].
+    float* partial = partials + (int64_t(h0 + g) * gridDim.y + blockIdx.y) * (head_dim + 2);
+    if (threadIdx.x == 0) partial[0] = big, partial[1] = total;
+    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+      float o = 0.0f;
+      for (int w = 0; w < kAttentionWarps; ++w)
+        if (warp_m[w][g] != -INFINITY) o += warp_acc[w][g][d] * expf(warp_m[w][g] - big);
+      partial[2 + d] = o;
+    }
   }
 }
 
@@ -489,9 +543,11 @@ const char* kv_write(KvView kv, const float* k, const float* v, int64_t first, i
 
 const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim,
                              int n_splits, float* partials, float* out, void* stream) {
-  if (head_dim > kMaxDimsPerLane * kWarp) return "head_dim over 512";
+  if (head_dim > kAttentionHeadDim || head_dim % 8 != 0) return "decode attention needs head_dim a multiple of 8, at most 256";
+  if (n_heads % n_kv_heads != 0) return "query heads must be a multiple of the KV heads";
   if (n_splits < 1 || n_splits > 65535) return "attention splits out of range";
-  const dim3 grid(n_heads, n_splits);
+  const int group = n_heads / n_kv_heads;
+  const dim3 grid(n_kv_heads * ((group + kAttentionGroup - 1) / kAttentionGroup), n_splits);
   return with_stores(kv.format, [&](auto stores) -> const char* {
     using S = decltype(stores);
     if (const char* err = error_text(launch_overlapped(attention_decode_kernel<S::k, S::v>, grid,

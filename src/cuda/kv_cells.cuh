@@ -74,7 +74,7 @@ __device__ __forceinline__ float warp_abs_max(float a) {
 }
 
 // One store's access: load(row, row_values, i) is value i of a row in the stored domain (for q4r
-// the rotated vector); encode_head writes values [first, first + head_dim) of a row from x (shared
+// the rotated vector), load8 the 8 values from i (a multiple of 8) on, the same floats; encode_head writes values [first, first + head_dim) of a row from x (shared
 // memory, head_dim values, which it may overwrite), called by every thread of the block.
 template <Store S>
 struct KvSide;
@@ -83,6 +83,10 @@ template <>
 struct KvSide<Store::f32> {
   static constexpr bool rotated = false;
   __device__ static float load(const uint8_t* row, int64_t, int64_t i) { return reinterpret_cast<const float*>(row)[i]; }
+  __device__ static void load8(const uint8_t* row, int64_t, int64_t i, float out[8]) {
+    const float4 a = reinterpret_cast<const float4*>(row)[i / 4], b = reinterpret_cast<const float4*>(row)[i / 4 + 1];
+    out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+  }
   __device__ static void encode_head(float* x, uint8_t* row, int64_t, int64_t first, int head_dim) {
     __syncthreads();
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) reinterpret_cast<float*>(row)[first + i] = x[i];
@@ -94,6 +98,15 @@ struct KvSide<Store::f16> {
   static constexpr bool rotated = false;
   __device__ static float load(const uint8_t* row, int64_t, int64_t i) {
     return __half2float(reinterpret_cast<const __half*>(row)[i]);
+  }
+  __device__ static void load8(const uint8_t* row, int64_t, int64_t i, float out[8]) {
+    const uint4 word = reinterpret_cast<const uint4*>(row)[i / 8];
+    const unsigned parts[4] = {word.x, word.y, word.z, word.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 pair = __half22float2(*reinterpret_cast<const __half2*>(&parts[k]));
+      out[2 * k] = pair.x, out[2 * k + 1] = pair.y;
+    }
   }
   __device__ static void encode_head(float* x, uint8_t* row, int64_t, int64_t first, int head_dim) {
     __syncthreads();
@@ -109,6 +122,17 @@ struct KvSide<Store::i8> {
   __device__ static float load(const uint8_t* row, int64_t row_values, int64_t i) {
     const float scale = __half2float(reinterpret_cast<const __half*>(row + row_values)[i / kKvInt8Group]);
     return float(reinterpret_cast<const int8_t*>(row)[i]) * scale;
+  }
+  // Rows are only 2-byte aligned (row bytes are values * 33 / 32), so the codes come as halfwords.
+  __device__ static void load8(const uint8_t* row, int64_t row_values, int64_t i, float out[8]) {
+    const float scale = __half2float(reinterpret_cast<const __half*>(row + row_values)[i / kKvInt8Group]);
+    const auto* codes = reinterpret_cast<const unsigned short*>(row + i);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const unsigned short pair = codes[k];
+      out[2 * k] = float(int8_t(pair & 0xff)) * scale;
+      out[2 * k + 1] = float(int8_t(pair >> 8)) * scale;
+    }
   }
   __device__ static void encode_head(float* x, uint8_t* row, int64_t row_values, int64_t first, int head_dim) {
     __syncthreads();
@@ -141,6 +165,20 @@ struct KvSide<Store::q4> {
     const uint8_t byte = block[2 + (j & 15)];
     return float((j < 16 ? byte & 15 : byte >> 4) - 8) * __half2float(*reinterpret_cast<const __half*>(block));
   }
+  // Values j0 .. j0 + 7 of a block (j0 = 0, 8, 16, 24): low nibbles of bytes j0 .. (j0 < 16), else
+  // high nibbles of bytes j0 - 16 ..; blocks are 18 bytes, so halfword loads.
+  __device__ static void load8(const uint8_t* row, int64_t, int64_t i, float out[8]) {
+    const uint8_t* block = row + i / kKvQ4Values * kKvQ4Bytes;
+    const int j0 = int(i % kKvQ4Values), shift = j0 < 16 ? 0 : 4;
+    const float d = __half2float(*reinterpret_cast<const __half*>(block));
+    const auto* qs = reinterpret_cast<const unsigned short*>(block + 2 + (j0 & 15));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const unsigned pair = qs[k] >> shift;
+      out[2 * k] = float(int(pair & 15) - 8) * d;
+      out[2 * k + 1] = float(int(pair >> 8 & 15) - 8) * d;
+    }
+  }
   __device__ static void encode_head(float* x, uint8_t* row, int64_t, int64_t first, int head_dim) {
     __syncthreads();
     const int lane = threadIdx.x % 32;
@@ -164,6 +202,9 @@ struct KvSide<Store::q4r> {
   static constexpr bool rotated = true;
   __device__ static float load(const uint8_t* row, int64_t row_values, int64_t i) {
     return KvSide<Store::q4>::load(row, row_values, i);
+  }
+  __device__ static void load8(const uint8_t* row, int64_t row_values, int64_t i, float out[8]) {
+    KvSide<Store::q4>::load8(row, row_values, i, out);
   }
   __device__ static void encode_head(float* x, uint8_t* row, int64_t row_values, int64_t first, int head_dim) {
     block_hadamard(x, head_dim);

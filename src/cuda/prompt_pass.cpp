@@ -58,7 +58,7 @@ struct PromptPass::Impl {
   Gemm gemm;
   PhaseClock clock;
   std::vector<DeviceBuffer> buffers;
-  int64_t queries_per_block = 1;
+  int64_t score_floats = 0;  // room for [heads][queries][keys] scores, sized for the longest context
 
   float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *k_rows, *v_rows, *scores, *qkv_raw, *qkv, *z, *b, *alpha, *o;
   float *router, *weights, *xs, *gu, *act, *ys, *sg, *su, *sh, *shared_out, *shared_logit, *expanded;
@@ -103,8 +103,9 @@ struct PromptPass::Impl {
     attn = floats(n * c.q_dim(), "attention");
     k_rows = floats(options.max_context * c.kv_dim(), "K rows"), v_rows = floats(options.max_context * c.kv_dim(), "V rows");
     const int64_t score_row = c.n_heads * options.max_context * 4;
-    queries_per_block = std::clamp<int64_t>(kScoreBytes / std::max<int64_t>(score_row, 1), 1, n);
-    scores = floats(c.n_heads * queries_per_block * options.max_context, "attention scores");
+    score_floats = c.n_heads * std::clamp<int64_t>(kScoreBytes / std::max<int64_t>(score_row, 1), 1, n) *
+                   options.max_context;
+    scores = floats(score_floats, "attention scores");
     qkv_raw = floats(n * c.conv_channels(), "qkv before the conv"), qkv = floats(n * c.conv_channels(), "qkv"), z = floats(n * c.ssm_value_dim(), "z");
     b = floats(n * c.ssm_dt_rank, "b"), alpha = floats(n * c.ssm_dt_rank, "alpha"), o = floats(n * c.ssm_value_dim(), "o");
     router = floats(n * c.n_experts, "router"), weights = floats(rows, "route weights");
@@ -163,6 +164,9 @@ struct PromptPass::Impl {
     // with the keys when they are stored rotated).
     check(kernels::kv_to_rows(d.kv, first_position + n, kv_dim, k_rows, v_rows, stream), "reading the K/V cache");
     clock.mark(elementwise);
+    // As many queries per block as the scores' room holds at this chunk's last key (a short
+    // context in a long allocation takes whole chunks at once).
+    const int64_t queries_per_block = std::clamp<int64_t>(score_floats / (c.n_heads * (first_position + n)), 1, n);
     for (int64_t q0 = 0; q0 < n; q0 += queries_per_block) {
       const int64_t tq = std::min(queries_per_block, n - q0), keys = first_position + q0 + tq;
       for (int64_t g = 0; g < c.n_kv_heads; ++g)

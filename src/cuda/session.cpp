@@ -226,11 +226,11 @@ struct CudaSession::Impl {
     d.shared_logit = {GgmlType::F32, both + m.router.rows * c.hidden, 1, c.hidden, row_bytes};
   }
 
-  // Decode attention shares the keys among this many blocks per head, fixed for the graph: one per
-  // 128 positions of the context, at most 128 (each warp of a block walks its keys one at a time,
-  // waiting on memory for each, so short walks matter more than the empty blocks of a shallow
-  // context, which return at once).
-  int attention_splits() const { return int(std::clamp<int64_t>(options.max_context / 128, 1, 128)); }
+  // Decode attention shares the keys among this many blocks per KV head (and group of 8 query
+  // heads), fixed for the graph: one per 256 positions of the context, at most 256 (a block's warps
+  // walk their share in tiles of 32 keys, so short walks matter more than the empty blocks of a
+  // shallow context, which return at once).
+  int attention_splits() const { return int(std::clamp<int64_t>(options.max_context / 256, 1, 256)); }
 
   // One paged cache for the attention layers, each layer its view of it.
   void allocate_kv() {
