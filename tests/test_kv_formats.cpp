@@ -405,15 +405,29 @@ TEST_P(CpuSessionKv, RewindAndCopiedPrefixesContinueLikeAFreshSequence) {
 }
 
 // lode kv-quality's comparison: fp32 against itself is exact; fp16 moves the distributions a
-// little and q4 more, and every row covers the same positions.
+// little and q4 more, and every row covers the same positions. Run in passes of one format beside
+// a fresh reference, the rows are the same.
 TEST(KvQuality, ComparesEachFormatWithTheReferenceSession) {
   static const Mini mini;
   engine::KvQualityOptions options;
   options.formats = {Format::f32, Format::f16, Format::q4};
   options.chunk = 16;
   options.greedy_tokens = 8;
-  options.session = {.threads = 2, .max_context = 80};
-  const auto rows = engine::compare_kv_formats(mini.weights, some_tokens(64), options);
+  const engine::OpenSequence open = [](Format format, int64_t context) {
+    return std::unique_ptr<engine::SequenceModel>(std::make_unique<engine::CpuSequence>(
+        std::make_unique<cpu::Session>(mini.weights, cpu::SessionOptions{.threads = 2, .max_context = context,
+                                                                         .kv_format = format})));
+  };
+  const auto rows = engine::compare_kv_formats(open, some_tokens(64), options);
+  options.formats_per_pass = 1;
+  const auto in_passes = engine::compare_kv_formats(open, some_tokens(64), options);
+  ASSERT_EQ(in_passes.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(in_passes[i].format, rows[i].format);
+    EXPECT_NEAR(in_passes[i].kl_sum, rows[i].kl_sum, 1e-12 + 1e-9 * rows[i].kl_sum);
+    EXPECT_EQ(in_passes[i].top1_same, rows[i].top1_same);
+    EXPECT_EQ(in_passes[i].greedy_same, rows[i].greedy_same);
+  }
   ASSERT_EQ(rows.size(), 4u);
   for (const auto& r : rows) {
     EXPECT_EQ(r.positions, 63);

@@ -1,6 +1,6 @@
 // `lode kv-quality -m MODEL (-f TEXT | --random-tokens N) [--reference F] [--formats LIST]
 //  [--greedy N] [--needles CASES.jsonl]`: how far each K/V cache format moves the model from the
-// reference cache (fp32 by default), on the CPU engine (engine/kv_quality.h): mean KL divergence
+// reference cache (fp32 by default), on either engine (engine/kv_quality.h): mean KL divergence
 // and top-1 agreement of the next-token distributions over the teacher-forced text, its
 // perplexity, the greedy continuation's agreement with the reference's, and optionally needle
 // retrieval (cases from tools/kv/needle_cases.py). Prints a Markdown table (docs/KV.md).
@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
@@ -23,13 +24,19 @@
 #include "gguf/reader.h"
 #include "tokenizer/tokenizer.h"
 
+#ifdef LODE_HAVE_CUDA
+#include "cuda/sequence.h"
+#include "cuda/session.h"
+#endif
+
 namespace lode::cli {
 namespace {
 
 struct KvQualityCliOptions {
   std::string model, text_file, needles_file, formats, reference = "fp32";
-  int64_t random_tokens = 0, max_tokens = 0, greedy = 256, chunk = 64, needle_cases = 0;
+  int64_t random_tokens = 0, max_tokens = 0, greedy = 256, chunk = 64, needle_cases = 0, formats_per_pass = 0;
   int threads = 0;
+  BackendOptions backend;
   uint64_t seed = 1;
 };
 
@@ -84,29 +91,53 @@ std::vector<NeedleCase> read_needles(const std::string& path, int64_t limit) {
 }
 
 // Cases whose greedy answer (as many tokens as the answer has, and one more) begins with it.
-int64_t needles_found(std::shared_ptr<const cpu::ModelWeights> weights, const tokenizer::Tokenizer& tok,
-                      const std::vector<NeedleCase>& cases, cpu::SessionOptions options) {
+int64_t needles_found(const engine::OpenSequence& open, kv::Format format, const tokenizer::Tokenizer& tok,
+                      const std::vector<NeedleCase>& cases) {
   int64_t found = 0;
   for (const NeedleCase& c : cases) {
     const auto prompt = tok.encode(c.prompt, false);
-    options.max_context = int64_t(prompt.size()) + 16;
-    cpu::Session session(weights, options);
-    std::vector<float> logits = session.prefill(prompt, 64);
+    const auto sequence = open(format, int64_t(prompt.size()) + 16);
+    std::vector<float> logits = sequence->prefill(prompt, 64);
     std::vector<int32_t> reply;
     const size_t n = tok.encode(c.answer, false).size() + 1;
     while (reply.size() < n) {
       reply.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-      logits = session.decode(reply.back());
+      logits = sequence->decode(reply.back());
     }
     found += tok.decode(reply, false).rfind(c.answer, 0) == 0;
   }
   return found;
 }
 
+// Sequences on the chosen engine: CPU sessions sharing one set of mapped weights, or CUDA sessions
+// (each with its own copy of the weights on the GPU, hence --formats-per-pass for large models).
+engine::OpenSequence sequence_opener(const KvQualityCliOptions& o, const gguf::Reader& reader,
+                                     const model::Qwen35MoeConfig& config) {
+  if (resolve_backend(o.backend) == "cuda") {
+#ifdef LODE_HAVE_CUDA
+    return [&reader, config, budget = size_t(o.backend.vram_budget_mib) << 20](kv::Format format, int64_t context) {
+      cuda::CudaSessionOptions options;
+      options.max_context = context;
+      options.vram_budget = budget;
+      options.kv_format = format;
+      return std::unique_ptr<engine::SequenceModel>(
+          std::make_unique<cuda::CudaSequence>(std::make_unique<cuda::CudaSession>(reader, config, options)));
+    };
+#else
+    fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
+#endif
+  }
+  auto weights = std::make_shared<const cpu::ModelWeights>(cpu::bind_weights(reader, config));
+  return [weights, threads = o.threads](kv::Format format, int64_t context) {
+    const cpu::SessionOptions options{.threads = threads, .max_context = context, .kv_format = format};
+    return std::unique_ptr<engine::SequenceModel>(
+        std::make_unique<engine::CpuSequence>(std::make_unique<cpu::Session>(weights, options)));
+  };
+}
+
 void run_kv_quality(const KvQualityCliOptions& o) {
   gguf::Reader reader(o.model);
   const model::Qwen35MoeConfig config = model::read_config(reader.metadata());
-  auto weights = std::make_shared<const cpu::ModelWeights>(cpu::bind_weights(reader, config));
   // Read once, when the text or the needles need it (the fixtures' models have none).
   std::optional<tokenizer::Tokenizer> tok;
   if (!o.text_file.empty() || !o.needles_file.empty()) tok = tokenizer::Tokenizer::from_metadata(reader.metadata());
@@ -117,11 +148,12 @@ void run_kv_quality(const KvQualityCliOptions& o) {
   for (kv::Format f : options.formats) kv::check_head_dim(f, config.head_dim);
   options.chunk = o.chunk;
   options.greedy_tokens = o.greedy;
-  options.session.threads = o.threads;
-  options.session.max_context = int64_t(tokens.size()) + o.greedy;
-  fmt::print(stderr, "kv-quality: {} tokens teacher-forced, then {} greedy, in {} and {} other formats\n",
-             tokens.size(), o.greedy, kv::to_string(options.reference), options.formats.size());
-  const auto rows = engine::compare_kv_formats(weights, tokens, options, [](int64_t done, int64_t total) {
+  options.formats_per_pass = o.formats_per_pass;
+  const engine::OpenSequence open = sequence_opener(o, reader, config);
+  fmt::print(stderr, "kv-quality: {} tokens teacher-forced, then {} greedy, in {} and {} other formats, on the {}\n",
+             tokens.size(), o.greedy, kv::to_string(options.reference), options.formats.size(),
+             resolve_backend(o.backend) == "cuda" ? "GPU" : "CPU");
+  const auto rows = engine::compare_kv_formats(open, tokens, options, [](int64_t done, int64_t total) {
     fmt::print(stderr, "\r  {} / {} positions", done, total);
   });
   fmt::print(stderr, "\n");
@@ -133,12 +165,8 @@ void run_kv_quality(const KvQualityCliOptions& o) {
              ref, needles.empty() ? "" : " needles found |");
   fmt::print("|---|---|---|---|---|---|{}\n", needles.empty() ? "" : "---|");
   for (const auto& r : rows) {
-    std::string needle_cell;
-    if (!needles.empty()) {
-      cpu::SessionOptions s = options.session;
-      s.kv_format = r.format;
-      needle_cell = fmt::format(" {} / {} |", needles_found(weights, *tok, needles, s), needles.size());
-    }
+    const std::string needle_cell =
+        needles.empty() ? "" : fmt::format(" {} / {} |", needles_found(open, r.format, *tok, needles), needles.size());
     fmt::print("| {} | {} | {:.3e} | {:.2f}% | {:.4f} | {} / {} |{}\n", kv::to_string(r.format),
                kv::cell_bytes(r.format, config.n_kv_heads, config.head_dim), r.mean_kl(), 100 * r.top1_agreement(),
                r.perplexity(), r.greedy_same, r.greedy_tokens, needle_cell);
@@ -201,7 +229,7 @@ void add_compare_logits_command(CLI::App& app) {
 
 void add_kv_quality_command(CLI::App& app) {
   auto o = std::make_shared<KvQualityCliOptions>();
-  auto* cmd = app.add_subcommand("kv-quality", "How far each K/V cache format moves the model from the fp32 (or another) cache (CPU)");
+  auto* cmd = app.add_subcommand("kv-quality", "How far each K/V cache format moves the model from the fp32 (or another) cache");
   cmd->add_option("-m,--model", o->model, "GGUF model")->required();
   auto* text = cmd->add_option("-f,--file", o->text_file, "Text to run teacher-forced")->check(CLI::ExistingFile);
   auto* random = cmd->add_option("--random-tokens", o->random_tokens,
@@ -219,6 +247,11 @@ void add_kv_quality_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--needle-cases", o->needle_cases, "Use at most this many needle cases (default: all)");
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  add_backend_options(*cmd, o->backend);
+  cmd->add_option("--formats-per-pass", o->formats_per_pass,
+                  "Formats run beside one reference sequence at a time (default: all at once; on the GPU each "
+                  "sequence holds its own copy of the weights, so a large model needs passes)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--chunk", o->chunk, "Prompt tokens per forward chunk (default 64)")->check(CLI::PositiveNumber);
   cmd->add_option("--seed", o->seed, "Seed of --random-tokens (default 1)");
   cmd->callback([o] {

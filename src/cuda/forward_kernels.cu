@@ -95,7 +95,8 @@ __global__ void kv_write_kernel(KvView kv, const float* k, const float* v, int64
 constexpr int kAttentionWarps = 4;
 constexpr int kAttentionGroup = 8;      // query heads per block of decode attention (of one KV head)
 constexpr int kAttentionHeadDim = 256;  // decode attention's widest head: 8 values per lane
-constexpr int kLoadsInFlight = 8;       // 8-value loads a lane issues before it uses them
+constexpr int kLoadsInFlight = 8;       // 8-value loads of a key row a lane issues before it uses them
+constexpr int kValueRowsInFlight = 4;   // value rows whose loads a lane issues before it uses them
 
 // Keys per split of decode attention: the keys shared evenly among the splits, but at least 64
 // (two tiles of 32), so a shallow context uses few splits.
@@ -121,7 +122,8 @@ __device__ __forceinline__ void add_scores(float (&s)[kAttentionGroup], const fl
 // warps take tiles of 32 keys in turn: each lane scores one key of the tile against every query
 // head (its row read in 8-value chunks, kLoadsInFlight of them in flight), the tile updates each
 // head's online softmax, and then each lane accumulates 8 dims of the value rows, key by key (the
-// rows of kLoadsInFlight keys in flight). The warps merge, and the block leaves one partial (max,
+// rows of kValueRowsInFlight keys in flight; the tile's weights and rows pass through shared
+// memory). The warps merge, and the block leaves one partial (max,
 // sum, unnormalised output) per query head for attention_merge_kernel. Splits past the keys leave
 // an empty partial.
 template <Store KS, Store VS>
@@ -139,6 +141,8 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
   __shared__ __align__(16) float q[kAttentionGroup][kAttentionHeadDim];
   __shared__ float warp_m[kAttentionWarps][kAttentionGroup], warp_l[kAttentionWarps][kAttentionGroup];
   __shared__ float warp_acc[kAttentionWarps][kAttentionGroup][kAttentionHeadDim];
+  __shared__ __align__(16) float tile_p[kAttentionWarps][kWarp][kAttentionGroup];
+  __shared__ const uint8_t* tile_v[kAttentionWarps][kWarp];
   for (int i = threadIdx.x; i < heads * head_dim; i += blockDim.x)
     q[i / head_dim][i % head_dim] = qg[int64_t(h0 + i / head_dim) * 2 * head_dim + i % head_dim];
   __syncthreads();
@@ -175,7 +179,8 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
     float p[kAttentionGroup];
 #pragma unroll
     for (int g = 0; g < kAttentionGroup; ++g) {
-      if (g >= heads) break;
+      p[g] = 0.0f;
+      if (g >= heads) continue;
       const float sg = valid ? s[g] * scale : -INFINITY;
       const float m_new = fmaxf(m[g], warp_max(sg));  // finite: the tile has a key
       const float old = expf(m[g] - m_new);
@@ -185,26 +190,33 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
       for (int i = 0; i < 8; ++i) acc[g][i] *= old;
       m[g] = m_new;
     }
-    for (int k0 = 0; k0 < n_tile; k0 += kLoadsInFlight) {
-      float v[kLoadsInFlight][8];
+    // The tile's weights and value rows, for every lane to read (broadcasts, not shuffles).
 #pragma unroll
-      for (int u = 0; u < kLoadsInFlight; ++u) {
-        const auto row = reinterpret_cast<const uint8_t*>(
-            __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(v_row), k0 + u));
-        if (k0 + u < n_tile && owns_dims) KvSide<VS>::load8(row, row_values, first + 8 * lane, v[u]);
-      }
+    for (int g = 0; g < kAttentionGroup; g += 4)
+      *reinterpret_cast<float4*>(&tile_p[warp][lane][g]) = make_float4(p[g], p[g + 1], p[g + 2], p[g + 3]);
+    tile_v[warp][lane] = v_row;
+    __syncwarp();
+    for (int k0 = 0; k0 < n_tile; k0 += kValueRowsInFlight) {
+      float v[kValueRowsInFlight][8];
 #pragma unroll
-      for (int u = 0; u < kLoadsInFlight; ++u) {
+      for (int u = 0; u < kValueRowsInFlight; ++u)
+        if (k0 + u < n_tile && owns_dims) KvSide<VS>::load8(tile_v[warp][k0 + u], row_values, first + 8 * lane, v[u]);
+#pragma unroll
+      for (int u = 0; u < kValueRowsInFlight; ++u) {
         if (k0 + u >= n_tile) break;
+        float pk[kAttentionGroup];
+#pragma unroll
+        for (int g = 0; g < kAttentionGroup; g += 4)
+          *reinterpret_cast<float4*>(&pk[g]) = *reinterpret_cast<const float4*>(&tile_p[warp][k0 + u][g]);
 #pragma unroll
         for (int g = 0; g < kAttentionGroup; ++g) {
           if (g >= heads) break;
-          const float pk = __shfl_sync(0xffffffffu, p[g], k0 + u);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[g][i] += pk * v[u][i];
+          for (int i = 0; i < 8; ++i) acc[g][i] += pk[g] * v[u][i];
         }
       }
     }
+    __syncwarp();  // the next tile rewrites tile_p and tile_v
   }
   if (lane == 0)
     for (int g = 0; g < heads; ++g) warp_m[warp][g] = m[g], warp_l[warp][g] = l[g];
@@ -230,35 +242,41 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
   }
 }
 
-// One block per query head: the splits' partials merged by their log-sum-exp weights, rotated back
-// by H when the values are stored rotated, then the sigmoid output gate.
+constexpr int kMaxAttentionSplits = 1024;
+
+// One block per query head: the splits' partials merged by their log-sum-exp weights (each split's
+// weight computed once, by its own thread; then each thread sums one dim over the splits, its loads
+// independent of each other), rotated back by H when the values are stored rotated, then the
+// sigmoid output gate.
 template <bool kRotatedValues>
 __global__ void attention_merge_kernel(const float* qg, const float* partials, const int64_t* position, int n_splits,
                                        int head_dim, float* out) {
   begin_after_inputs();
   const int h = blockIdx.x;
-  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, n_splits);
-  const float* first = partials + int64_t(h) * n_splits * (head_dim + 2);
+  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, n_splits), stride = head_dim + 2;
+  const float* first = partials + int64_t(h) * n_splits * stride;
   n_splits = int(min(int64_t(n_splits), (n_all + per_split - 1) / per_split));  // the splits that had keys
-  float big = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) big = fmaxf(big, first[s * (head_dim + 2)]);
-  float total = 0.0f;
-  for (int s = 0; s < n_splits; ++s) {
-    const float m = first[s * (head_dim + 2)];
-    if (m != -INFINITY) total += first[s * (head_dim + 2) + 1] * expf(m - big);
-  }
-  const float* gate = qg + int64_t(h) * 2 * head_dim + head_dim;
+  __shared__ float weight[kMaxAttentionSplits];
   __shared__ float merged[kKvMaxHeadDim];
+  float big = -INFINITY;
+  for (int s = threadIdx.x; s < n_splits; s += blockDim.x) big = fmaxf(big, first[s * stride]);
+  big = block_max(big);
+  float total = 0.0f;
+  for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
+    const float m = first[s * stride], w = m == -INFINITY ? 0.0f : expf(m - big);
+    weight[s] = w;
+    total += w * first[s * stride + 1];
+  }
+  total = block_sum(total);  // its barriers also publish weight[]
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float o = 0.0f;
-    for (int s = 0; s < n_splits; ++s) {
-      const float m = first[s * (head_dim + 2)];
-      if (m != -INFINITY) o += first[s * (head_dim + 2) + 2 + d] * expf(m - big);
-    }
+#pragma unroll 8
+    for (int s = 0; s < n_splits; ++s) o += first[s * stride + 2 + d] * weight[s];
     merged[d] = o;
   }
   if constexpr (kRotatedValues) block_hadamard(merged, head_dim);
   else __syncthreads();
+  const float* gate = qg + int64_t(h) * 2 * head_dim + head_dim;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
     out[int64_t(h) * head_dim + d] = merged[d] / total * sigmoidf(gate[d]);
 }
@@ -545,7 +563,7 @@ const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int
                              int n_splits, float* partials, float* out, void* stream) {
   if (head_dim > kAttentionHeadDim || head_dim % 8 != 0) return "decode attention needs head_dim a multiple of 8, at most 256";
   if (n_heads % n_kv_heads != 0) return "query heads must be a multiple of the KV heads";
-  if (n_splits < 1 || n_splits > 65535) return "attention splits out of range";
+  if (n_splits < 1 || n_splits > kMaxAttentionSplits) return "attention splits out of range";
   const int group = n_heads / n_kv_heads;
   const dim3 grid(n_kv_heads * ((group + kAttentionGroup - 1) / kAttentionGroup), n_splits);
   return with_stores(kv.format, [&](auto stores) -> const char* {
@@ -554,7 +572,7 @@ const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int
                                                        dim3(kAttentionWarps * kWarp), 0, stream, qg, kv, pos, n_heads,
                                                        n_kv_heads, head_dim, partials)))
       return err;
-    return error_text(launch_overlapped(attention_merge_kernel<KvSide<S::v>::rotated>, dim3(n_heads), dim3(128), 0,
+    return error_text(launch_overlapped(attention_merge_kernel<KvSide<S::v>::rotated>, dim3(n_heads), dim3(256), 0,
                                         stream, qg, partials, pos, n_splits, head_dim, out));
   });
 }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -66,25 +67,34 @@ class SequenceModel {
   virtual ~SequenceModel() = default;
   // Appends tokens (`chunk` at a time where the engine chunks); the last position's logits.
   virtual std::vector<float> prefill(std::span<const int32_t> tokens, int64_t chunk) = 0;
+  // The same, returning the logits of every new position, [tokens.size()][vocab()].
+  virtual std::vector<float> prefill_all(std::span<const int32_t> tokens, int64_t chunk) = 0;
   virtual std::vector<float> decode(int32_t token) = 0;
   virtual void reset() = 0;  // an empty sequence
   virtual int64_t position() const = 0;
   virtual int64_t max_context() const = 0;
+  virtual int64_t vocab() const = 0;
 };
 
-// The CPU session as a SequenceModel.
+// The CPU session as a SequenceModel: one the caller keeps, or one it owns.
 class CpuSequence final : public SequenceModel {
  public:
   explicit CpuSequence(cpu::Session& session) : session_(session) {}
+  explicit CpuSequence(std::unique_ptr<cpu::Session> owned) : owned_(std::move(owned)), session_(*owned_) {}
   std::vector<float> prefill(std::span<const int32_t> tokens, int64_t chunk) override {
     return session_.prefill(tokens, chunk);
+  }
+  std::vector<float> prefill_all(std::span<const int32_t> tokens, int64_t chunk) override {
+    return session_.prefill(tokens, chunk, true);
   }
   std::vector<float> decode(int32_t token) override { return session_.decode(token); }
   void reset() override { session_.reset(); }
   int64_t position() const override { return session_.position(); }
   int64_t max_context() const override { return session_.max_context(); }
+  int64_t vocab() const override { return session_.vocab(); }
 
  private:
+  std::unique_ptr<cpu::Session> owned_;
   cpu::Session& session_;
 };
 

@@ -23,33 +23,45 @@ int32_t argmax(std::span<const float> logits) {
   return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-// Compares one position's distributions: `row` against fp32's.
-void score_position(KvQualityRow& row, std::span<const float> reference, std::span<const float> logits,
-                    int32_t next) {
-  ++row.positions;
-  row.kl_sum += kl_divergence(reference, logits);
-  row.top1_same += argmax(reference) == argmax(logits);
-  row.nll_sum += token_nll(logits, next);
+// Scores every position of a chunk but the text's last: `row` against the reference's logits,
+// positions in parallel (each KL is a pass over the vocabulary).
+void score_chunk(KvQualityRow& row, const std::vector<float>& reference, const std::vector<float>& logits,
+                 int64_t vocab, std::span<const int32_t> next_tokens) {
+  const int64_t n = int64_t(next_tokens.size());
+  double kl = 0, nll = 0;
+  int64_t same = 0;
+#pragma omp parallel for reduction(+ : kl, nll, same) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const auto ref = std::span(reference).subspan(size_t(i * vocab), size_t(vocab));
+    const auto mine = std::span(logits).subspan(size_t(i * vocab), size_t(vocab));
+    kl += kl_divergence(ref, mine);
+    same += argmax(ref) == argmax(mine);
+    nll += token_nll(mine, next_tokens[size_t(i)]);
+  }
+  row.positions += n;
+  row.kl_sum += kl;
+  row.top1_same += same;
+  row.nll_sum += nll;
 }
 
-// Each session continues greedily from its own last logits; greedy_same counts the tokens equal
-// to the first (reference) session's before the first difference.
-void compare_greedy(std::vector<cpu::Session>& sessions, std::vector<std::vector<float>>& last,
-                    std::vector<KvQualityRow>& rows, int64_t n) {
-  std::vector<std::vector<int32_t>> chosen(sessions.size());
-  for (size_t s = 0; s < sessions.size(); ++s) {
-    for (int64_t i = 0; i < n && sessions[s].position() < sessions[s].max_context(); ++i) {
+// Each sequence continues greedily from its own last logits for n tokens (or until its context is
+// full).
+std::vector<std::vector<int32_t>> continue_greedily(std::vector<std::unique_ptr<SequenceModel>>& sequences,
+                                                    std::vector<std::vector<float>>& last, int64_t n) {
+  std::vector<std::vector<int32_t>> chosen(sequences.size());
+  for (size_t s = 0; s < sequences.size(); ++s)
+    for (int64_t i = 0; i < n && sequences[s]->position() < sequences[s]->max_context(); ++i) {
       chosen[s].push_back(argmax(last[s]));
-      if (i + 1 < n) last[s] = sessions[s].decode(chosen[s].back());
+      if (i + 1 < n) last[s] = sequences[s]->decode(chosen[s].back());
     }
-  }
-  for (size_t s = 0; s < sessions.size(); ++s) {
-    const auto& mine = chosen[s];
-    const auto& ref = chosen[0];
-    rows[s].greedy_tokens = int64_t(mine.size());
-    rows[s].greedy_same =
-        int64_t(std::mismatch(mine.begin(), mine.end(), ref.begin(), ref.end()).first - mine.begin());
-  }
+  return chosen;
+}
+
+// greedy_same: the tokens equal to the reference's before the first that differs.
+void count_greedy(KvQualityRow& row, const std::vector<int32_t>& mine, const std::vector<int32_t>& reference) {
+  row.greedy_tokens = int64_t(mine.size());
+  row.greedy_same =
+      int64_t(std::mismatch(mine.begin(), mine.end(), reference.begin(), reference.end()).first - mine.begin());
 }
 
 }  // namespace
@@ -66,40 +78,42 @@ double kl_divergence(std::span<const float> p_logits, std::span<const float> q_l
   return std::max(kl, 0.0);  // rounding can leave a tiny negative for identical distributions
 }
 
-std::vector<KvQualityRow> compare_kv_formats(std::shared_ptr<const cpu::ModelWeights> weights,
-                                             std::span<const int32_t> tokens, const KvQualityOptions& options,
-                                             const KvQualityProgress& progress) {
+std::vector<KvQualityRow> compare_kv_formats(const OpenSequence& open, std::span<const int32_t> tokens,
+                                             const KvQualityOptions& options, const KvQualityProgress& progress) {
   const int64_t n = int64_t(tokens.size());
   if (n < 2) fail("kv-quality: the text must have at least 2 tokens, it has {}", n);
   if (options.chunk < 1) fail("kv-quality: the chunk must be at least 1 token");
-  std::vector<kv::Format> formats = {options.reference};
-  formats.insert(formats.end(), options.formats.begin(), options.formats.end());
-  std::vector<cpu::Session> sessions;
-  std::vector<KvQualityRow> rows;
-  for (kv::Format f : formats) {
-    cpu::SessionOptions o = options.session;
-    o.kv_format = f;
-    sessions.emplace_back(weights, o);
-    rows.push_back({.format = f});
-  }
-  if (n + options.greedy_tokens > sessions[0].max_context())
-    fail("kv-quality: {} tokens of text and {} greedy ones exceed the context of {}; raise --ctx or shorten the text",
-         n, options.greedy_tokens, sessions[0].max_context());
-  const int64_t vocab = sessions[0].vocab();
-  std::vector<std::vector<float>> last(sessions.size());
-  for (int64_t start = 0; start < n; start += options.chunk) {
-    const auto chunk = tokens.subspan(size_t(start), size_t(std::min(options.chunk, n - start)));
-    std::vector<std::vector<float>> logits;
-    for (cpu::Session& s : sessions) logits.push_back(s.prefill(chunk, int64_t(chunk.size()), true));
-    for (int64_t i = 0; i < int64_t(chunk.size()); ++i) {
-      const auto at = [&](size_t s) { return std::span(logits[s]).subspan(size_t(i * vocab), size_t(vocab)); };
-      if (start + i + 1 < n)
-        for (size_t s = 0; s < sessions.size(); ++s) score_position(rows[s], at(0), at(s), tokens[size_t(start + i + 1)]);
+  const int64_t context = n + options.greedy_tokens;
+  std::vector<KvQualityRow> rows = {{.format = options.reference}};
+  for (kv::Format f : options.formats) rows.push_back({.format = f});
+  const int64_t others = int64_t(options.formats.size());
+  const int64_t per_pass = options.formats_per_pass > 0 ? options.formats_per_pass : std::max<int64_t>(others, 1);
+  const int64_t passes = std::max<int64_t>((others + per_pass - 1) / per_pass, 1);
+  std::vector<int32_t> reference_greedy;
+  for (int64_t pass = 0; pass < passes; ++pass) {
+    // rows[0] (the reference) and rows[first .. first + count) in this pass.
+    const int64_t first = 1 + pass * per_pass, count = std::min(per_pass, others - pass * per_pass);
+    std::vector<std::unique_ptr<SequenceModel>> sequences;
+    sequences.push_back(open(options.reference, context));
+    for (int64_t r = first; r < first + count; ++r) sequences.push_back(open(rows[size_t(r)].format, context));
+    const int64_t vocab = sequences[0]->vocab();
+    std::vector<std::vector<float>> last(sequences.size());
+    for (int64_t start = 0; start < n; start += options.chunk) {
+      const auto chunk = tokens.subspan(size_t(start), size_t(std::min(options.chunk, n - start)));
+      std::vector<std::vector<float>> logits;
+      for (auto& s : sequences) logits.push_back(s->prefill_all(chunk, int64_t(chunk.size())));
+      // The next token of every position of the chunk but the text's last.
+      const auto next = tokens.subspan(size_t(start + 1), size_t(std::min<int64_t>(int64_t(chunk.size()), n - 1 - start)));
+      if (pass == 0) score_chunk(rows[0], logits[0], logits[0], vocab, next);
+      for (int64_t r = 0; r < count; ++r) score_chunk(rows[size_t(first + r)], logits[0], logits[size_t(r + 1)], vocab, next);
+      for (size_t s = 0; s < sequences.size(); ++s) last[s].assign(logits[s].end() - vocab, logits[s].end());
+      if (progress) progress(pass * n + start + int64_t(chunk.size()), passes * n);
     }
-    for (size_t s = 0; s < sessions.size(); ++s) last[s].assign(logits[s].end() - vocab, logits[s].end());
-    if (progress) progress(start + int64_t(chunk.size()), n);
+    const auto chosen = continue_greedily(sequences, last, options.greedy_tokens);
+    if (pass == 0) reference_greedy = chosen[0];
+    if (pass == 0) count_greedy(rows[0], chosen[0], reference_greedy);
+    for (int64_t r = 0; r < count; ++r) count_greedy(rows[size_t(first + r)], chosen[size_t(r + 1)], reference_greedy);
   }
-  compare_greedy(sessions, last, rows, options.greedy_tokens);
   return rows;
 }
 

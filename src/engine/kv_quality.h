@@ -1,7 +1,9 @@
 // How far each K/V cache format moves a model from a reference cache, fp32 by default (`lode
-// kv-quality`, docs/KV.md): one session per format runs the same text teacher-forced, chunk by
-// chunk in lockstep, and every next-token distribution is compared with the reference session's;
-// then each session continues greedily on its own and the continuations are compared.
+// kv-quality`, docs/KV.md): one sequence per format (on either engine) runs the same text
+// teacher-forced, chunk by chunk in lockstep, and every next-token distribution is compared with
+// the reference sequence's; then each continues greedily on its own and the continuations are
+// compared. When not every format's sequence fits at once (a large model on the GPU), the formats
+// go in passes, each beside a fresh reference sequence.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -9,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "cpu/session.h"
+#include "engine/generate.h"
 #include "kv/format.h"
 
 namespace lode::engine {
@@ -19,8 +21,11 @@ struct KvQualityOptions {
   std::vector<kv::Format> formats;
   int64_t chunk = 64;               // prompt positions per forward call
   int64_t greedy_tokens = 256;      // greedy continuation after the text
-  cpu::SessionOptions session;      // threads, context, activations; kv_format is set per row
+  int64_t formats_per_pass = 0;     // formats run beside one reference sequence; 0: all at once
 };
+
+// Opens an empty sequence whose K/V cache is in `format`, with room for max_context positions.
+using OpenSequence = std::function<std::unique_ptr<SequenceModel>(kv::Format format, int64_t max_context)>;
 
 struct KvQualityRow {
   kv::Format format = kv::Format::f32;
@@ -39,11 +44,10 @@ struct KvQualityRow {
 // Called after each chunk of the text: (positions done, positions in all).
 using KvQualityProgress = std::function<void(int64_t done, int64_t total)>;
 
-// Runs `tokens` (at least 2) through a session per format; the first row is the reference against
-// itself.
-std::vector<KvQualityRow> compare_kv_formats(std::shared_ptr<const cpu::ModelWeights> weights,
-                                             std::span<const int32_t> tokens, const KvQualityOptions& options,
-                                             const KvQualityProgress& progress = {});
+// Runs `tokens` (at least 2) through a sequence per format; the first row is the reference against
+// itself. Progress counts positions over all passes.
+std::vector<KvQualityRow> compare_kv_formats(const OpenSequence& open, std::span<const int32_t> tokens,
+                                             const KvQualityOptions& options, const KvQualityProgress& progress = {});
 
 // KL(p || q) of the distributions softmax(p_logits) and softmax(q_logits), in double precision.
 double kl_divergence(std::span<const float> p_logits, std::span<const float> q_logits);
