@@ -148,16 +148,20 @@ TEST(Cli, BenchRunsOnAGpuAndOtherwiseSaysWhyNot) {
 // a clear error.
 TEST(Cli, RunOnTheGpuGivesTheCpuTokens) {
   const lode::test::TempDir dir;
-  const std::string run = "run -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' " +
-                          "--tokens 1,1177,201,1924,785 -n 24 --temp 0 --ids --activations f32 --kv fp32";
-  const auto gpu = run_lode(run + " --backend cuda", dir.path());
-  std::string why;
-  if (!lode::test::gpu_available(&why)) return expect_no_gpu_error(gpu);
-  const auto cpu = run_lode(run + " --backend cpu", dir.path());
-  ASSERT_EQ(gpu.status, 0) << gpu.err;
-  ASSERT_EQ(cpu.status, 0) << cpu.err;
-  EXPECT_EQ(gpu.out, cpu.out);
-  EXPECT_FALSE(gpu.out.empty());
+  for (const char* kv : {"fp32", "k8v4"}) {  // k8v4: int8 keys, rotated q4 values, on both engines
+    SCOPED_TRACE(kv);
+    const std::string run = "run -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' " +
+                            "--tokens 1,1177,201,1924,785 -n 24 --temp 0 --ids --activations f32 --kv " + kv;
+    const auto gpu = run_lode(run + " --backend cuda", dir.path());
+    std::string why;
+    if (!lode::test::gpu_available(&why)) return expect_no_gpu_error(gpu);
+    const auto cpu = run_lode(run + " --backend cpu", dir.path());
+    ASSERT_EQ(gpu.status, 0) << gpu.err;
+    ASSERT_EQ(cpu.status, 0) << cpu.err;
+    EXPECT_NE(gpu.err.find(std::string("K/V cache ") + kv), std::string::npos) << gpu.err;
+    EXPECT_EQ(gpu.out, cpu.out);
+    EXPECT_FALSE(gpu.out.empty());
+  }
 }
 
 // No --backend: the GPU when there is one (saying so on stderr), else the CPU engine, silently;

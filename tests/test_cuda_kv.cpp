@@ -1,7 +1,8 @@
 // The GPU's K/V cache formats (issue 8) against the host reference (kv/codec.h) and the CPU engine:
 // - the bytes the GPU writes (codes and scales) equal kv::encode_row's through a scrambled page
 //   table, for rows chosen to reach every rule's corners (zero groups, magnitudes beyond fp16's
-//   range and below its smallest subnormal, q4_0's sign ties);
+//   range and below its smallest subnormal, q4_0's sign ties), and what the prompt pass reads
+//   back is kv::decode_row's floats, as its output rotation is kv::hadamard's, to the bit;
 // - decode attention over cells written in each format equals a double-precision host attention
 //   over the same decoded cells (the rotation of q and of the output included);
 // - a model run in each format on the GPU (prompt chunks and token by token) against the CPU
@@ -22,6 +23,7 @@
 #include "cpu/session.h"
 #include "cuda/forward_kernels.h"
 #include "cuda/kv_cache.h"
+#include "cuda/prompt_kernels.h"
 #include "cuda/session.h"
 #include "cuda/vram.h"
 #include "gguf/reader.h"
@@ -112,6 +114,15 @@ TEST(CudaKv, WritesEqualTheHostCodecBitForBit) {
       const cuda::KvView view = device.cache.layer(0);
       write_rows(view, device.vram, k_rows, v_rows, n, int(heads), int(head_dim));
       const kv::Layout layout = kv::layout(format);
+      // What the prompt pass reads back (kv_to_rows): kv::decode_row of the host's bytes, to the bit.
+      const int64_t row_values = heads * head_dim;
+      cuda::DeviceBuffer k_back(device.vram, size_t(n * row_values) * 4, cuda::VramUse::scratch, "K rows");
+      cuda::DeviceBuffer v_back(device.vram, size_t(n * row_values) * 4, cuda::VramUse::scratch, "V rows");
+      ASSERT_EQ(cuda::kernels::kv_to_rows(view, n, row_values, k_back.as<float>(), v_back.as<float>(), nullptr), nullptr);
+      cuda::synchronize();
+      std::vector<float> k_read(size_t(n * row_values)), v_read(k_read.size());
+      cuda::copy_to_host(k_read.data(), k_back.data(), k_read.size() * 4);
+      cuda::copy_to_host(v_read.data(), v_back.data(), v_read.size() * 4);
       int mismatched = 0;
       for (int64_t p = 0; p < n && mismatched < 3; ++p)
         for (const bool is_k : {true, false}) {
@@ -126,8 +137,39 @@ TEST(CudaKv, WritesEqualTheHostCodecBitForBit) {
                           << ") differs first at byte " << at << ": GPU " << int(got[at]) << ", host " << int(want[at]);
             ++mismatched;
           }
+          std::vector<float> decoded(static_cast<size_t>(row_values));
+          kv::decode_row(store, want.data(), heads, head_dim, decoded.data());
+          const float* read = (is_k ? k_read : v_read).data() + p * row_values;
+          if (std::memcmp(decoded.data(), read, decoded.size() * 4) != 0) {
+            ADD_FAILURE() << (is_k ? "K" : "V") << " row of position " << p << " reads back other values";
+            ++mismatched;
+          }
         }
     }
+}
+
+// The rotation the prompt pass applies to attention's output for rotated values: kv::hadamard's
+// bits, for the head sizes the formats allow.
+TEST(CudaKv, HadamardRowsEqualTheHostToTheBit) {
+  LODE_REQUIRE_GPU();
+  cuda::VramAccountant vram;
+  for (const int n : {32, 64, 128, 256, 512}) {
+    std::mt19937 rng{uint32_t(n)};
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(7 * n));
+    for (float& v : x) v = normal(rng) * 100.0f;
+    cuda::DeviceBuffer device(vram, x.size() * 4, cuda::VramUse::scratch, "rows");
+    cuda::copy_to_device(device.data(), x.data(), x.size() * 4);
+    ASSERT_EQ(cuda::kernels::hadamard_rows(device.as<float>(), 7, n, nullptr), nullptr);
+    cuda::synchronize();
+    std::vector<float> got(x.size());
+    cuda::copy_to_host(got.data(), device.data(), got.size() * 4);
+    for (int r = 0; r < 7; ++r) kv::hadamard(x.data() + r * n, n);
+    EXPECT_EQ(std::memcmp(got.data(), x.data(), x.size() * 4), 0) << "n = " << n;
+  }
+  std::vector<float> unused(24);
+  cuda::DeviceBuffer device(vram, unused.size() * 4, cuda::VramUse::scratch, "rows");
+  EXPECT_NE(cuda::kernels::hadamard_rows(device.as<float>(), 1, 24, nullptr), nullptr);  // not a power of two
 }
 
 // softmax(q K^T / sqrt(d)) V per head in double over the decoded cells (the stored domain: q rotated
