@@ -428,6 +428,10 @@ TEST(KvQuality, ComparesEachFormatWithTheReferenceSession) {
     EXPECT_EQ(in_passes[i].top1_same, rows[i].top1_same);
     EXPECT_EQ(in_passes[i].greedy_same, rows[i].greedy_same);
   }
+  options.scored_positions = 20;  // the last 20 positions: 19 have a next token to score
+  const auto last_only = engine::compare_kv_formats(open, some_tokens(64), options);
+  for (const auto& r : last_only) EXPECT_EQ(r.positions, 19);
+  EXPECT_EQ(last_only[3].greedy_same, rows[3].greedy_same);  // the same context before the greedy run
   ASSERT_EQ(rows.size(), 4u);
   for (const auto& r : rows) {
     EXPECT_EQ(r.positions, 63);

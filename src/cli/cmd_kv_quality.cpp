@@ -34,7 +34,8 @@ namespace {
 
 struct KvQualityCliOptions {
   std::string model, text_file, needles_file, formats, reference = "fp32";
-  int64_t random_tokens = 0, max_tokens = 0, greedy = 256, chunk = 64, needle_cases = 0, formats_per_pass = 0;
+  int64_t random_tokens = 0, max_tokens = 0, greedy = 256, chunk = 64, needle_cases = 0, formats_per_pass = 0,
+          score_last = 0;
   int threads = 0;
   BackendOptions backend;
   uint64_t seed = 1;
@@ -149,9 +150,11 @@ void run_kv_quality(const KvQualityCliOptions& o) {
   options.chunk = o.chunk;
   options.greedy_tokens = o.greedy;
   options.formats_per_pass = o.formats_per_pass;
+  options.scored_positions = o.score_last;
   const engine::OpenSequence open = sequence_opener(o, reader, config);
-  fmt::print(stderr, "kv-quality: {} tokens teacher-forced, then {} greedy, in {} and {} other formats, on the {}\n",
-             tokens.size(), o.greedy, kv::to_string(options.reference), options.formats.size(),
+  fmt::print(stderr, "kv-quality: {} tokens teacher-forced ({} scored), then {} greedy, in {} and {} other formats, "
+             "on the {}\n", tokens.size(), o.score_last > 0 ? std::min<int64_t>(o.score_last, int64_t(tokens.size())) :
+             int64_t(tokens.size()), o.greedy, kv::to_string(options.reference), options.formats.size(),
              resolve_backend(o.backend) == "cuda" ? "GPU" : "CPU");
   const auto rows = engine::compare_kv_formats(open, tokens, options, [](int64_t done, int64_t total) {
     fmt::print(stderr, "\r  {} / {} positions", done, total);
@@ -251,6 +254,10 @@ void add_kv_quality_command(CLI::App& app) {
   cmd->add_option("--formats-per-pass", o->formats_per_pass,
                   "Formats run beside one reference sequence at a time (default: all at once; on the GPU each "
                   "sequence holds its own copy of the weights, so a large model needs passes)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--score-last", o->score_last,
+                  "Compare the distributions of the text's last N positions only (default: all); the text before "
+                  "them still runs, teacher-forced, so they see the whole context")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--chunk", o->chunk, "Prompt tokens per forward chunk (default 64)")->check(CLI::PositiveNumber);
   cmd->add_option("--seed", o->seed, "Seed of --random-tokens (default 1)");

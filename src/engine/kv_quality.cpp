@@ -98,7 +98,13 @@ std::vector<KvQualityRow> compare_kv_formats(const OpenSequence& open, std::span
     for (int64_t r = first; r < first + count; ++r) sequences.push_back(open(rows[size_t(r)].format, context));
     const int64_t vocab = sequences[0]->vocab();
     std::vector<std::vector<float>> last(sequences.size());
-    for (int64_t start = 0; start < n; start += options.chunk) {
+    const int64_t unscored = options.scored_positions > 0 ? std::max<int64_t>(n - options.scored_positions, 0) : 0;
+    for (int64_t start = 0; start < unscored; start += options.chunk) {
+      const auto chunk = tokens.subspan(size_t(start), size_t(std::min(options.chunk, unscored - start)));
+      for (auto& s : sequences) s->prefill(chunk, int64_t(chunk.size()));
+      if (progress) progress(pass * n + start + int64_t(chunk.size()), passes * n);
+    }
+    for (int64_t start = unscored; start < n; start += options.chunk) {
       const auto chunk = tokens.subspan(size_t(start), size_t(std::min(options.chunk, n - start)));
       std::vector<std::vector<float>> logits;
       for (auto& s : sequences) logits.push_back(s->prefill_all(chunk, int64_t(chunk.size())));

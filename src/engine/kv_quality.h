@@ -22,6 +22,8 @@ struct KvQualityOptions {
   int64_t chunk = 64;               // prompt positions per forward call
   int64_t greedy_tokens = 256;      // greedy continuation after the text
   int64_t formats_per_pass = 0;     // formats run beside one reference sequence; 0: all at once
+  int64_t scored_positions = 0;     // score only the text's last this many positions (0: all); the
+                                    // rest is run teacher-forced without its logits
 };
 
 // Opens an empty sequence whose K/V cache is in `format`, with room for max_context positions.
