@@ -13,7 +13,7 @@ models=${TMPDIR:-/tmp}
 build/lode synth -o "$models/m35.gguf" --preset qwen3.6-35b-a3b --recipe ud-q4_k_xl >/dev/null 2>&1 &
 synth=$!
 
-timeout 300 build/lode_tests --gtest_filter='CudaMatvec.*:CudaForward.*:CudaVram.*:GpuProbe.*:Cli*:LodeMini.*' \
+timeout 300 build/lode_tests --gtest_filter='CudaKv.*:CudaMatvec.*:CudaForward.*:CudaVram.*:GpuProbe.*:Cli*:LodeMini.*:KvQuality.*' \
   >"$out/tests.txt" 2>&1
 echo "GPU tests: exit $?"
 grep -E "^\[  (FAILED|PASSED) |Failure|Expected|Which is|actual" "$out/tests.txt" | cut -c1-200 | head -30
