@@ -6,7 +6,8 @@
 // - decode attention over cells written in each format equals a double-precision host attention
 //   over the same decoded cells (the rotation of q and of the output included);
 // - a model run in each format on the GPU (prompt chunks and token by token) against the CPU
-//   engine in the same format.
+//   engine in the same format;
+// - a saved sequence (cells in the format's bytes) continues bit for bit after a restore.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -21,6 +22,7 @@
 #include "test_gguf_helpers.h"
 
 #ifdef LODE_HAVE_CUDA
+#include "core/error.h"
 #include "cpu/session.h"
 #include "cuda/forward_kernels.h"
 #include "cuda/kv_cache.h"
@@ -313,6 +315,54 @@ TEST(CudaKv, EveryFormatMatchesTheCpuEngine) {
       EXPECT_LE(err, bar);
       EXPECT_EQ(greedy(gpu, std::vector<float>(got.end() - config.vocab, got.end())), want_greedy);
     }
+  }
+}
+
+// A sequence saved (cells in the format's bytes, DeltaNet states) continues bit for bit as it would
+// have, restored into the same session or into another one whose pages lie in another order; a
+// snapshot is refused by a cache of another format or a context too short for it.
+TEST(CudaKv, ASavedSequenceContinuesAsItWouldHave) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  lode::model::SynthOptions synth;
+  synth.preset = "tiny";
+  synth.recipe = "q8_0";
+  synth.seed = 22;
+  lode::model::write_synth(dir / "m.gguf", synth);
+  const lode::gguf::Reader reader(dir / "m.gguf");
+  const auto config = lode::model::read_config(reader.metadata());
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 70; ++i) prompt.push_back(int32_t((i * 331 + 9) % config.vocab));  // two pages
+  const std::vector<int32_t> next = {5, 77, 300, 12, 9};
+  const auto continue_with = [&](cuda::CudaSession& session) {
+    std::vector<float> all;
+    for (int32_t t : next) {
+      const auto logits = session.decode(t);
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    return all;
+  };
+  for (Format format : {Format::f16, Format::k8v4}) {
+    SCOPED_TRACE(kv::to_string(format));
+    const cuda::CudaSessionOptions options{.max_context = 128, .prompt_chunk = 16, .kv_format = format};
+    cuda::CudaSession a(reader, config, {.max_context = 128, .prompt_chunk = 16, .kv_format = format,
+                                         .kv_page_order = {1, 0}});
+    a.prefill(prompt);
+    const cuda::CudaSession::Snapshot snapshot = a.save();
+    EXPECT_EQ(snapshot.positions, 70);
+    EXPECT_EQ(int64_t(snapshot.cells.size()),
+              70 * config.n_full_attention_layers() * kv::cell_bytes(format, config.n_kv_heads, config.head_dim));
+    const auto first = continue_with(a);
+    a.restore(snapshot);
+    EXPECT_EQ(a.position(), 70);
+    EXPECT_EQ(continue_with(a), first);
+    cuda::CudaSession b(reader, config, options);  // pages in order
+    b.restore(snapshot);
+    EXPECT_EQ(continue_with(b), first);
+    cuda::CudaSession other_format(reader, config, {.max_context = 128, .kv_format = Format::f32});
+    EXPECT_THROW(other_format.restore(snapshot), lode::Error);
+    cuda::CudaSession short_context(reader, config, {.max_context = 64, .kv_format = format});
+    EXPECT_THROW(short_context.restore(snapshot), lode::Error);
   }
 }
 

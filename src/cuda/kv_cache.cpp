@@ -33,6 +33,44 @@ KvCache::KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t n_
   }
   pages_ = DeviceBuffer(vram, std::max<size_t>(page_order.size(), 1) * sizeof(int32_t), VramUse::kv, "K/V page table");
   copy_to_device(pages_.data(), page_order.data(), page_order.size() * sizeof(int32_t));
+  page_order_ = std::move(page_order);
+}
+
+void KvCache::copy_rows(int store, int64_t positions, uint8_t* to_host, const uint8_t* from_host) const {
+  const int64_t row_bytes = store % 2 == 0 ? k_row_bytes_ : v_row_bytes_;
+  auto* device = static_cast<uint8_t*>(stores_[size_t(store)].data());
+  for (int64_t first = 0; first < positions; first += kKvPagePositions) {
+    uint8_t* cells = device + int64_t(page_order_[size_t(first / kKvPagePositions)]) * kKvPagePositions * row_bytes;
+    const size_t bytes = size_t(std::min(kKvPagePositions, positions - first) * row_bytes);
+    if (to_host) copy_to_host(to_host + first * row_bytes, cells, bytes);
+    else copy_to_device(cells, from_host + first * row_bytes, bytes);
+  }
+}
+
+std::vector<uint8_t> KvCache::save(int64_t positions) const {
+  if (positions < 0 || positions > int64_t(page_order_.size()) * kKvPagePositions)
+    fail("K/V cache: cannot save {} positions of a cache of {}", positions, int64_t(page_order_.size()) * kKvPagePositions);
+  std::vector<uint8_t> rows(size_t(positions) * bytes_per_position());
+  uint8_t* at = rows.data();
+  for (int store = 0; store < int(stores_.size()); ++store) {
+    copy_rows(store, positions, at, nullptr);
+    at += positions * (store % 2 == 0 ? k_row_bytes_ : v_row_bytes_);
+  }
+  return rows;
+}
+
+void KvCache::restore(const std::vector<uint8_t>& rows, int64_t positions) {
+  if (rows.size() != size_t(positions) * bytes_per_position())
+    fail("K/V cache: {} bytes do not hold {} positions of this cache ({} bytes each)", rows.size(), positions,
+         bytes_per_position());
+  if (positions > int64_t(page_order_.size()) * kKvPagePositions)
+    fail("K/V cache: {} saved positions do not fit a cache of {}; raise max_context", positions,
+         int64_t(page_order_.size()) * kKvPagePositions);
+  const uint8_t* at = rows.data();
+  for (int store = 0; store < int(stores_.size()); ++store) {
+    copy_rows(store, positions, nullptr, at);
+    at += positions * (store % 2 == 0 ? k_row_bytes_ : v_row_bytes_);
+  }
 }
 
 KvView KvCache::layer(int index) const {

@@ -21,6 +21,11 @@ class KvCache {
           int64_t max_positions, std::vector<int32_t> page_order = {});
 
   KvView layer(int index) const;
+  // The rows of positions [0, positions) of every layer (K then V of layer 0, then layer 1, ...),
+  // in logical order and in the format's own bytes: positions * bytes_per_position() bytes.
+  std::vector<uint8_t> save(int64_t positions) const;
+  // Writes rows saved by save() (from a cache of the same format and geometry, in any page order).
+  void restore(const std::vector<uint8_t>& rows, int64_t positions);
   KvFormat format() const { return format_; }
   int n_layers() const { return int(stores_.size() / 2); }
   // Bytes of one position in every layer, K and V.
@@ -30,7 +35,12 @@ class KvCache {
   KvFormat format_;
   int64_t k_row_bytes_, v_row_bytes_;
   std::vector<DeviceBuffer> stores_;  // K then V of each layer
+  // Copies positions [0, positions) of one store, page by page, to host rows (to_host) or from
+  // them (from_host); the other is null.
+  void copy_rows(int store, int64_t positions, uint8_t* to_host, const uint8_t* from_host) const;
+
   DeviceBuffer pages_;
+  std::vector<int32_t> page_order_;  // the device table's contents
 };
 
 }  // namespace lode::cuda

@@ -615,6 +615,47 @@ void CudaSession::fill_with_random_cells(int64_t depth) {
   s.position = depth;
 }
 
+CudaSession::Snapshot CudaSession::save() const {
+  const Impl& s = *impl_;
+  Snapshot snapshot{.format = s.options.kv_format, .positions = s.position, .cells = s.kv->save(s.position)};
+  const size_t conv = size_t(s.config.conv_channels() * (s.config.ssm_conv_kernel - 1));
+  const size_t recurrent = size_t(s.config.ssm_dt_rank * s.config.ssm_state * s.config.ssm_state);
+  for (const DeviceLayer& d : s.layers) {
+    if (!d.recurrent) continue;
+    const size_t at = snapshot.states.size();
+    snapshot.states.resize(at + conv + recurrent);
+    copy_to_host(snapshot.states.data() + at, d.conv_state, conv * sizeof(float));
+    copy_to_host(snapshot.states.data() + at + conv, d.ssm_state, recurrent * sizeof(float));
+  }
+  return snapshot;
+}
+
+void CudaSession::restore(const Snapshot& snapshot) {
+  Impl& s = *impl_;
+  if (snapshot.format != s.options.kv_format)
+    fail("cuda session: a snapshot of {} K/V cells cannot continue in a {} cache", kv::to_string(snapshot.format),
+         kv::to_string(s.options.kv_format));
+  if (snapshot.positions > s.options.max_context)
+    fail("cuda session: a snapshot of {} positions does not fit the context of {}; raise max_context",
+         snapshot.positions, s.options.max_context);
+  const size_t conv = size_t(s.config.conv_channels() * (s.config.ssm_conv_kernel - 1));
+  const size_t recurrent = size_t(s.config.ssm_dt_rank * s.config.ssm_state * s.config.ssm_state);
+  size_t n_recurrent = 0;
+  for (const DeviceLayer& d : s.layers) n_recurrent += d.recurrent;
+  if (snapshot.states.size() != n_recurrent * (conv + recurrent))
+    fail("cuda session: the snapshot's DeltaNet states ({} floats) are not this model's ({})", snapshot.states.size(),
+         n_recurrent * (conv + recurrent));
+  s.kv->restore(snapshot.cells, snapshot.positions);
+  const float* at = snapshot.states.data();
+  for (const DeviceLayer& d : s.layers) {
+    if (!d.recurrent) continue;
+    copy_to_device(d.conv_state, at, conv * sizeof(float));
+    copy_to_device(d.ssm_state, at + conv, recurrent * sizeof(float));
+    at += conv + recurrent;
+  }
+  s.position = snapshot.positions;
+}
+
 CudaSession::StepBytes CudaSession::decode_bytes(int64_t depth) const {
   const model::Qwen35MoeConfig& c = impl_->config;
   const auto bytes = [](const auto& m) { return m.rows * int64_t(m.row_bytes); };

@@ -70,6 +70,20 @@ class CudaSession {
   // it does at that depth (it does not depend on what the cells hold); its logits mean nothing.
   void fill_with_random_cells(int64_t depth);
 
+  // The sequence as it stands (K/V cells in the format's own bytes, DeltaNet states, position), to
+  // continue later in this session or another one of the same model and K/V format (its pages in
+  // any order): what a server needs to keep a conversation's prefix.
+  struct Snapshot {
+    KvFormat format = KvFormat::f32;
+    int64_t positions = 0;
+    std::vector<uint8_t> cells;   // kv: positions x every attention layer's K and V rows
+    std::vector<float> states;    // every DeltaNet layer's conv state, then its recurrent state
+  };
+  Snapshot save() const;
+  // Fails (lode::Error) for another K/V format, a snapshot longer than max_context, or one of
+  // another model's size.
+  void restore(const Snapshot& snapshot);
+
   // Bytes one decode step reads at context depth `depth`: the weights it touches (every matrix
   // but the experts, n_experts_used experts per layer, the lm head, one embedding row) and the
   // state (K/V rows of the attention layers read, DeltaNet states read and written).
