@@ -14,6 +14,8 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <tuple>
 #include <random>
 #include <vector>
 
@@ -266,6 +268,28 @@ TEST(CudaKv, DecodeAttentionEqualsTheHostOverTheSameCells) {
 
 int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
 
+// A synthesized tiny model (q8_0 weights) in a temporary directory, and token ids spread over its
+// vocabulary.
+struct TinyModel {
+  explicit TinyModel(uint64_t seed) : reader(written(dir, seed)), config(lode::model::read_config(reader.metadata())) {}
+  static std::filesystem::path written(const lode::test::TempDir& dir, uint64_t seed) {
+    lode::model::SynthOptions synth;
+    synth.preset = "tiny";
+    synth.recipe = "q8_0";
+    synth.seed = seed;
+    lode::model::write_synth(dir / "m.gguf", synth);
+    return dir / "m.gguf";
+  }
+  std::vector<int32_t> tokens(int n, int step, int offset) const {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back(int32_t((int64_t(i) * step + offset) % config.vocab));
+    return ids;
+  }
+  const lode::test::TempDir dir;
+  const lode::gguf::Reader reader;
+  const lode::model::Qwen35MoeConfig config;
+};
+
 // A tiny model in every format: the GPU (prompt in chunks of 8 through the prompt pass, and token
 // by token through the decode step; float32 products; scrambled pages) against the CPU engine in
 // the same format. The engines compute k and v in different float orders, so a value on a code's
@@ -274,16 +298,9 @@ int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(),
 // continuations must be equal.
 TEST(CudaKv, EveryFormatMatchesTheCpuEngine) {
   LODE_REQUIRE_GPU();
-  const lode::test::TempDir dir;
-  lode::model::SynthOptions synth;
-  synth.preset = "tiny";
-  synth.recipe = "q8_0";
-  synth.seed = 21;
-  lode::model::write_synth(dir / "m.gguf", synth);
-  const lode::gguf::Reader reader(dir / "m.gguf");
-  const auto config = lode::model::read_config(reader.metadata());
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 100; ++i) prompt.push_back(int32_t((i * 2477 + 5) % config.vocab));
+  const TinyModel model(21);
+  const auto& [reader, config] = std::tie(model.reader, model.config);
+  const std::vector<int32_t> prompt = model.tokens(100, 2477, 5);
   const auto cpu_logits = [&](Format format) {
     lode::cpu::Session cpu(reader, config, {.threads = 2, .deltanet_chunk = 0, .kv_format = format});
     return cpu.prefill(prompt, 64, true);
@@ -323,16 +340,9 @@ TEST(CudaKv, EveryFormatMatchesTheCpuEngine) {
 // snapshot is refused by a cache of another format or a context too short for it.
 TEST(CudaKv, ASavedSequenceContinuesAsItWouldHave) {
   LODE_REQUIRE_GPU();
-  const lode::test::TempDir dir;
-  lode::model::SynthOptions synth;
-  synth.preset = "tiny";
-  synth.recipe = "q8_0";
-  synth.seed = 22;
-  lode::model::write_synth(dir / "m.gguf", synth);
-  const lode::gguf::Reader reader(dir / "m.gguf");
-  const auto config = lode::model::read_config(reader.metadata());
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < 70; ++i) prompt.push_back(int32_t((i * 331 + 9) % config.vocab));  // two pages
+  const TinyModel model(22);
+  const auto& [reader, config] = std::tie(model.reader, model.config);
+  const std::vector<int32_t> prompt = model.tokens(70, 331, 9);  // two pages
   const std::vector<int32_t> next = {5, 77, 300, 12, 9};
   const auto continue_with = [&](cuda::CudaSession& session) {
     std::vector<float> all;
