@@ -546,15 +546,19 @@ struct CudaSession::Impl {
 };
 
 namespace {
-// The options, once their K/V format can hold the model's heads: refused before any weight is uploaded.
-const CudaSessionOptions& with_kv_checked(const CudaSessionOptions& options, const model::Qwen35MoeConfig& config) {
+// The options, once the GPU's attention and their K/V format can hold the model's heads: refused
+// before any weight is uploaded.
+const CudaSessionOptions& with_heads_checked(const CudaSessionOptions& options, const model::Qwen35MoeConfig& config) {
+  if (config.head_dim > 256 || config.head_dim % 8 != 0)
+    fail("cuda session: attention heads of {} values; the GPU's attention takes a multiple of 8, at most 256 "
+         "(--backend cpu runs any)", config.head_dim);
   kv::check_head_dim(options.kv_format, config.head_dim);
   return options;
 }
 }  // namespace
 
 CudaSession::CudaSession(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, CudaSessionOptions options)
-    : impl_(std::make_unique<Impl>(reader, config, with_kv_checked(options, config))) {
+    : impl_(std::make_unique<Impl>(reader, config, with_heads_checked(options, config))) {
   if (options.max_context <= 0) fail("cuda session: max_context must be positive");
   for (int64_t layer = 0; layer < config.n_layers; ++layer) impl_->bind_layer(layer);
   impl_->allocate_kv();
