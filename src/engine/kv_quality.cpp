@@ -116,8 +116,10 @@ std::vector<KvQualityRow> compare_kv_formats(const OpenSequence& open, std::span
       if (progress) progress(pass * n + start + int64_t(chunk.size()), passes * n);
     }
     const auto chosen = continue_greedily(sequences, last, options.greedy_tokens);
-    if (pass == 0) reference_greedy = chosen[0];
-    if (pass == 0) count_greedy(rows[0], chosen[0], reference_greedy);
+    if (pass == 0) {
+      reference_greedy = chosen[0];
+      count_greedy(rows[0], chosen[0], reference_greedy);
+    }
     for (int64_t r = 0; r < count; ++r) count_greedy(rows[size_t(first + r)], chosen[size_t(r + 1)], reference_greedy);
   }
   return rows;
