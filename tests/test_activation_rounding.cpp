@@ -106,12 +106,12 @@ TEST(ActivationRounding, MatmulRoundsEachActivationRow) {
     const size_t rb = lode::row_bytes(type, cols);
     std::vector<uint8_t> q(rb * size_t(rows));
     for (int64_t r = 0; r < rows; ++r) traits.quantize(w.data() + r * cols, q.data() + r * rb, cols);
-    const lode::cpu::MatrixView view{&traits, q.data(), cols, rows, rb};
+    const lode::model::MatrixView view{&traits, q.data(), cols, rows, rb};
     std::vector<float> rounded(x.size());
     for (int64_t t = 0; t < T; ++t)
       lode::cpu::round_activations(type, x.data() + t * cols, rounded.data() + t * cols, cols);
     std::vector<float> got(size_t(T * rows)), want(got.size()), plain(got.size());
-    lode::cpu::matmul(view, x.data(), got.data(), T, {.threads = 2, .activations = lode::cpu::Activations::q8});
+    lode::cpu::matmul(view, x.data(), got.data(), T, {.threads = 2, .activations = lode::model::Activations::q8});
     lode::cpu::matmul(view, rounded.data(), want.data(), T, {.threads = 1});
     lode::cpu::matmul(view, x.data(), plain.data(), T, {.threads = 1});
     EXPECT_EQ(got, want) << traits.name;

@@ -4,6 +4,7 @@
 #include "chat/python_text.h"
 #include "chat/template.h"
 #include "core/error.h"
+#include "support/paths.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +18,7 @@ using lode::chat::Message;
 using nlohmann::ordered_json;
 
 std::string read_text(const std::string& name) {
-  const std::string path = std::string(LODE_TEST_DATA) + "/chat/" + name;
+  const std::string path = lode::test::test_data().string() + "/chat/" + name;
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open " + path);
   std::stringstream text;

@@ -8,13 +8,14 @@
 
 #include "gguf/reader.h"
 #include "support/gpu.h"
+#include "support/paths.h"
 #include "support/run_lode.h"
 #include "test_gguf_helpers.h"
 
 namespace {
 
 using lode::test::run_lode;
-const std::string kAllTypes = std::string(LODE_TEST_DATA) + "/ggml/all_types.gguf";
+const std::string kAllTypes = lode::test::test_data().string() + "/ggml/all_types.gguf";
 
 TEST(Cli, HelpListsTheSubcommands) {
   const lode::test::TempDir dir;
@@ -117,6 +118,7 @@ TEST(Cli, QuantizeSplitsByMaxSizeAndTheSplitModelReadsWhole) {
 
 // Without a usable GPU, a GPU command fails with exit status 1 and says why.
 void expect_no_gpu_error(const lode::test::RunResult& r) {
+  if (lode::test::gpu_required()) ADD_FAILURE() << "LODE_REQUIRE_GPU=1, but no GPU";
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_TRUE(r.err.find("no usable NVIDIA GPU") != std::string::npos ||
               r.err.find("built without CUDA") != std::string::npos)
@@ -127,7 +129,7 @@ void expect_no_gpu_error(const lode::test::RunResult& r) {
 // speed; elsewhere it says clearly why it cannot.
 TEST(Cli, BenchRunsOnAGpuAndOtherwiseSaysWhyNot) {
   const lode::test::TempDir dir;
-  const std::string mini = std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf";
+  const std::string mini = lode::test::mini_model_path().string();
   const auto r = run_lode("bench -m '" + mini + "' -p 4,40 -n 4 -d 0,30 -r 1", dir.path());
   std::string why;
   if (lode::test::gpu_available(&why)) {
@@ -150,7 +152,7 @@ TEST(Cli, RunOnTheGpuGivesTheCpuTokens) {
   const lode::test::TempDir dir;
   for (const char* kv : {"fp32", "k8v4"}) {  // k8v4: int8 keys, rotated q4 values, on both engines
     SCOPED_TRACE(kv);
-    const std::string run = "run -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' " +
+    const std::string run = "run -m '" + lode::test::mini_model_path().string() + "' " +
                             "--tokens 1,1177,201,1924,785 -n 24 --temp 0 --ids --activations f32 --kv " + kv;
     const auto gpu = run_lode(run + " --backend cuda", dir.path());
     std::string why;
@@ -168,7 +170,7 @@ TEST(Cli, RunOnTheGpuGivesTheCpuTokens) {
 // either way the same tokens as naming that backend.
 TEST(Cli, TheBackendIsTheGpuWhenThereIsOne) {
   const lode::test::TempDir dir;
-  const std::string run = "run -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' " +
+  const std::string run = "run -m '" + lode::test::mini_model_path().string() + "' " +
                           "--tokens 1,1177,201,1924 -n 6 --temp 0 --ids --activations f32";
   const auto chosen = run_lode(run, dir.path());
   ASSERT_EQ(chosen.status, 0) << chosen.err;
@@ -183,8 +185,8 @@ TEST(Cli, TheBackendIsTheGpuWhenThereIsOne) {
 // A GPU budget too small for the model is refused, saying by how many MiB and what to change.
 TEST(Cli, RunOnTheGpuRefusesATooSmallBudget) {
   const lode::test::TempDir dir;
-  const auto r = run_lode("run -m '" + std::string(LODE_TEST_DATA) +
-                              "/../../models/lode-mini.gguf' --tokens 1,2,3 -n 2 --ids --backend cuda --vram-budget 1",
+  const auto r = run_lode("run -m '" + lode::test::mini_model_path().string() +
+                              "' --tokens 1,2,3 -n 2 --ids --backend cuda --vram-budget 1",
                           dir.path());
   std::string why;
   if (!lode::test::gpu_available(&why)) return expect_no_gpu_error(r);
@@ -200,7 +202,7 @@ TEST(Cli, ChatOnTheGpuHoldsTheConversation) {
   const lode::test::TempDir dir;
   std::ofstream(dir / "turns.txt") << "Hello there\n/think off\nWhat is a package?\n";
   const std::string chat =
-      "chat -m '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf' -n 12 --temp 0 --activations f32 "
+      "chat -m '" + lode::test::mini_model_path().string() + "' -n 12 --temp 0 --activations f32 "
       "--kv fp32";
   const std::string input = " < '" + (dir / "turns.txt").string() + "'";
   const auto gpu = run_lode(chat + " --backend cuda" + input, dir.path());
@@ -227,8 +229,8 @@ TEST(Cli, ChatOnTheGpuHoldsTheConversation) {
 // run log says which, with its bytes per cell. Unknown names are refused with the valid ones.
 TEST(Cli, KvFormatComesFromTheFlagThenTheEnvironment) {
   const lode::test::TempDir dir;
-  const std::string run = "run -m '" + std::string(LODE_TEST_DATA) +
-                          "/../../models/lode-mini.gguf' --tokens 1,1177,201 -n 2 --temp 0 --ids --backend cpu";
+  const std::string run = "run -m '" + lode::test::mini_model_path().string() +
+                          "' --tokens 1,1177,201 -n 2 --temp 0 --ids --backend cpu";
   unsetenv("LODE_KV");
   auto r = run_lode(run, dir.path());
   ASSERT_EQ(r.status, 0) << r.err;
@@ -252,7 +254,7 @@ TEST(Cli, KvFormatComesFromTheFlagThenTheEnvironment) {
 
 TEST(Cli, InspectKvShowsEveryFormatsCache) {
   const lode::test::TempDir dir;
-  const auto r = run_lode("inspect --kv '" + std::string(LODE_TEST_DATA) + "/../../models/lode-mini.gguf'", dir.path());
+  const auto r = run_lode("inspect --kv '" + lode::test::mini_model_path().string() + "'", dir.path());
   ASSERT_EQ(r.status, 0) << r.err;
   // lode-mini: 2 attention layers of 2 KV heads x 256.
   for (const char* want : {"2 attention layers of 2 KV heads x head_dim 256", "fp16           2048     128.00 MiB",

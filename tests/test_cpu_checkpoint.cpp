@@ -6,11 +6,12 @@
 #include "cpu/session.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
+#include "support/paths.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kMini = fs::path(LODE_TEST_DATA).parent_path().parent_path() / "models/lode-mini.gguf";
+const fs::path kMini = lode::test::repo_root() / "models/lode-mini.gguf";
 
 class Checkpoint : public ::testing::Test {
  protected:

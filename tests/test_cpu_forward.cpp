@@ -208,7 +208,7 @@ TEST_F(CpuForward, ResetStartsTheSequenceAgain) {
 TEST_F(CpuForward, BatchedSequencesEqualTheirSoloRuns) {
   lode::gguf::Reader reader(path_);
   const Qwen35MoeConfig config = lode::model::read_config(reader.metadata());
-  auto weights = std::make_shared<const lode::cpu::ModelWeights>(lode::cpu::bind_weights(reader, config));
+  auto weights = std::make_shared<const lode::model::ModelWeights>(lode::model::bind_weights(reader, config));
   const auto a = prompt(9, config.vocab, 1), b = prompt(4, config.vocab, 2), c = prompt(70, config.vocab, 3);
   Session sa(weights, {.threads = 2}), sb(weights, {.threads = 2}), sc(weights, {.threads = 2});
   sb.prefill(std::span(b).first(3));

@@ -23,7 +23,7 @@
 
 namespace {
 
-using lode::cpu::MatrixView;
+using lode::model::MatrixView;
 using lode::model::Qwen35MoeConfig;
 using lode::test::Vec;
 
@@ -101,7 +101,7 @@ TEST(CpuLayers, DeltaNetMatchesNaiveReferenceInHfHeadOrder) {
   hf.norm = normal_floats(size_t(d), rng, 0.2f, 1.0f);
 
   // The GGUF layout lode reads.
-  lode::cpu::DeltaNetWeights w;
+  lode::model::DeltaNetWeights w;
   const auto qkv = reorder_rows(hf.qkv, 2 * key_dim, d, H, hk, hv);
   const auto z = reorder_rows(hf.z, 0, d, H, hk, hv);
   const auto b = reorder_rows(hf.b, 0, 1, H, hk, hv);
@@ -238,7 +238,7 @@ TEST(CpuLayers, MoeMatchesNaiveReference) {
   const auto sgate = normal_floats(size_t(sff * H), rng, 0.3f);
   const auto sup = normal_floats(size_t(sff * H), rng, 0.3f);
   const auto sdown = normal_floats(size_t(H * sff), rng, 0.3f);
-  lode::cpu::MoeWeights w;
+  lode::model::MoeWeights w;
   w.router = f32_view(router, E, H);
   w.gate = {MatrixView{&lode::traits(lode::GgmlType::F32),
                        reinterpret_cast<const uint8_t*>(gate.data()), H, ff, size_t(H) * 4},

@@ -52,7 +52,7 @@ constexpr double kTf32Bar = 2e-3;
 constexpr lode::cuda::CudaSessionOptions kExactChunks{.max_context = 256,
                                                       .prompt_chunk = 4,
                                                       .prompt_math = lode::cuda::PromptMath::fp32,
-                                                      .activations = lode::cpu::Activations::f32};
+                                                      .activations = lode::model::Activations::f32};
 
 // How compare_engines runs the two engines and what it accepts.
 struct Comparison {
@@ -153,7 +153,7 @@ TEST(CudaForward, Q8DecodeAgreesWithTheCpusQ8Rounding) {
     const auto config = lode::model::read_config(reader.metadata());
     lode::cpu::Session exact(reader, config, {.threads = cpu_threads, .deltanet_chunk = 0});
     lode::cpu::Session rounding(reader, config,
-                                {.threads = cpu_threads, .deltanet_chunk = 0, .activations = lode::cpu::Activations::q8});
+                                {.threads = cpu_threads, .deltanet_chunk = 0, .activations = lode::model::Activations::q8});
     lode::cuda::CudaSession gpu(reader, config, {.max_context = 256, .prompt_chunk = 0});
     const auto f32 = exact.prefill(prompt, 64, true);
     const auto want = rounding.prefill(prompt, 64, true);
@@ -207,7 +207,7 @@ TEST(CudaForward, PromptChunksEqualTokenByToken) {
     }
     return std::pair{logits, greedy};
   };
-  constexpr auto f32 = lode::cpu::Activations::f32;
+  constexpr auto f32 = lode::model::Activations::f32;
   const auto [stepwise, stepwise_greedy] = run({.max_context = 128, .prompt_chunk = 0, .activations = f32});
   const auto [exact, exact_greedy] =
       run({.max_context = 128, .prompt_chunk = 8, .prompt_math = lode::cuda::PromptMath::fp32, .activations = f32});
@@ -227,7 +227,7 @@ TEST(CudaForward, Tf32PromptsStayCloseToTheCpu) {
   synth_model(dir / "tiny.gguf", "tiny", "ud-q4_k_xl", 3);
   const std::vector<std::vector<int32_t>> prompts = {{17, 300, 4, 999, 512, 88, 61, 230, 1000},
                                                      {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 400}};
-  const lode::cuda::CudaSessionOptions tf32{.max_context = 256, .activations = lode::cpu::Activations::f32};
+  const lode::cuda::CudaSessionOptions tf32{.max_context = 256, .activations = lode::model::Activations::f32};
   compare_engines(dir / "tiny.gguf", prompts, "tf32 synth_tiny ud-q4_k_xl", {.gpu = tf32, .bar = kTf32Bar});
   synth_model(dir / "m.gguf", "qwen3.6-35b-a3b", "ud-q4_k_xl", 7, 4);
   compare_engines(dir / "m.gguf", {{11, 5000, 77, 123456, 9, 240000, 31, 8, 100, 2}}, "tf32 35b-a3b x4 layers",
@@ -249,7 +249,7 @@ TEST(CudaForward, PagedKvCacheInFp32AndFp16) {
   const auto logits = [&](lode::cuda::CudaSessionOptions options) {
     options.max_context = 256;
     options.prompt_math = lode::cuda::PromptMath::fp32;
-    options.activations = lode::cpu::Activations::f32;
+    options.activations = lode::model::Activations::f32;
     lode::cuda::CudaSession gpu(reader, config, options);
     std::vector<float> all = gpu.prefill(prompt, true);
     const auto next = gpu.decode(3);  // one decode step over all three pages
@@ -342,6 +342,6 @@ TEST(CudaForward, PromptChunksShrinkToFitTheBudget) {
 
 #else
 
-TEST(CudaForward, NeedsACudaBuild) { GTEST_SKIP() << "lode was built without CUDA (LODE_CUDA=OFF or no nvcc)"; }
+TEST(CudaForward, NeedsACudaBuild) { LODE_REQUIRE_GPU(); }
 
 #endif

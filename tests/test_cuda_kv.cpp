@@ -323,7 +323,7 @@ TEST(CudaKv, EveryFormatMatchesTheCpuEngine) {
     for (const int64_t chunk : {int64_t(8), int64_t(0)}) {
       cuda::CudaSession gpu(reader, config,
                             {.max_context = 128, .prompt_chunk = chunk, .prompt_math = cuda::PromptMath::fp32,
-                             .activations = lode::cpu::Activations::f32, .kv_format = format,
+                             .activations = lode::model::Activations::f32, .kv_format = format,
                              .kv_page_order = {1, 0}});
       const std::vector<float> got = gpu.prefill(prompt, true);
       const double err = lode::test::relative_l2(got, want);
@@ -379,5 +379,5 @@ TEST(CudaKv, ASavedSequenceContinuesAsItWouldHave) {
 }  // namespace
 
 #else
-TEST(CudaKv, NeedsACudaBuild) { GTEST_SKIP() << "lode was built without CUDA (LODE_CUDA=OFF or no nvcc)"; }
+TEST(CudaKv, NeedsACudaBuild) { LODE_REQUIRE_GPU(); }
 #endif

@@ -131,7 +131,7 @@ TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
       for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
       std::vector<float> want(size_t(tokens * rows));
       lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), want.data(), tokens,
-                        {.threads = 1, .activations = lode::cpu::Activations::q8});
+                        {.threads = 1, .activations = lode::model::Activations::q8});
       const auto got = gpu_product(vram, type, w, rows, cols, dx.as<float>(), tokens, {.q8 = true});
       EXPECT_LE(largest_error(got, want), 2e-6);
       // And the rounding is real: the float32 products differ by more than float order.
@@ -158,7 +158,7 @@ TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
   for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
   std::vector<float> want(static_cast<size_t>(rows));
   lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), want.data(), 1,
-                    {.threads = 2, .activations = lode::cpu::Activations::q8});
+                    {.threads = 2, .activations = lode::model::Activations::q8});
   lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
   lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
   EXPECT_LE(largest_error(gpu_product(vram, type, w, rows, cols, dx.as<float>(), 1, {.q8 = true}), want), 2e-6);
@@ -202,9 +202,9 @@ TEST(CudaMatvec, GroupedProductsReadTheirExpertsThroughTheTable) {
       lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
       for (size_t p = 0; p < ids.size(); ++p) {
         std::vector<float> want(static_cast<size_t>(rows));
-        const lode::cpu::MatrixView expert{&traits, experts.data() + size_t(ids[p]) * matrix_bytes, cols, rows, row_bytes};
+        const lode::model::MatrixView expert{&traits, experts.data() + size_t(ids[p]) * matrix_bytes, cols, rows, row_bytes};
         lode::cpu::matmul(expert, x.data() + p * size_t(x_stride), want.data(), 1,
-                          {.threads = 1, .activations = q8 ? lode::cpu::Activations::q8 : lode::cpu::Activations::f32});
+                          {.threads = 1, .activations = q8 ? lode::model::Activations::q8 : lode::model::Activations::f32});
         for (int64_t r = 0; r < rows; ++r)
           EXPECT_NEAR(got[p * size_t(rows) + size_t(r)], want[size_t(r)], 1e-4f * (1 + std::fabs(want[size_t(r)])))
               << "problem " << p << " row " << r;
@@ -250,6 +250,6 @@ TEST(CudaVram, TheBudgetIsKeptAndShortfallsAreNamed) {
 
 #else
 
-TEST(CudaMatvec, NeedsACudaBuild) { GTEST_SKIP() << "lode was built without CUDA (LODE_CUDA=OFF or no nvcc)"; }
+TEST(CudaMatvec, NeedsACudaBuild) { LODE_REQUIRE_GPU(); }
 
 #endif

@@ -21,6 +21,7 @@
 #include "kv/codec.h"
 #include "kv/format.h"
 #include "support/naive_math.h"
+#include "support/paths.h"
 #include "support/random.h"
 
 namespace lode::test {
@@ -249,7 +250,7 @@ TEST_P(CpuAttention, MatchesNaiveReferenceOverTheFormatsValues) {
   const model::Qwen35MoeConfig c = attention_config();
   const int64_t H = c.hidden, hd = c.head_dim, nh = c.n_heads, nkv = c.n_kv_heads;
   std::mt19937 rng(1);
-  cpu::AttentionWeights w;
+  model::AttentionWeights w;
   const auto wq = normal_floats(size_t(2 * nh * hd * H), rng, 0.3f);
   const auto wk = normal_floats(size_t(nkv * hd * H), rng, 0.3f);
   const auto wv = normal_floats(size_t(nkv * hd * H), rng, 0.3f);
@@ -348,10 +349,10 @@ INSTANTIATE_TEST_SUITE_P(EveryFormat, CpuAttention, ::testing::ValuesIn(formats_
 // --- whole sequences on lode-mini (real weights, head_dim 256) ----------------------------------
 
 struct Mini {
-  gguf::Reader reader{LODE_TEST_DATA "/../../models/lode-mini.gguf"};
+  gguf::Reader reader{lode::test::mini_model_path().string()};
   model::Qwen35MoeConfig config = model::read_config(reader.metadata());
-  std::shared_ptr<const cpu::ModelWeights> weights =
-      std::make_shared<const cpu::ModelWeights>(cpu::bind_weights(reader, config));
+  std::shared_ptr<const model::ModelWeights> weights =
+      std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config));
   cpu::Session session(Format format) const {
     // deltanet_chunk 0: prompt chunks run the recurrence token by token, so chunked prefill must
     // equal decoding bit for bit.

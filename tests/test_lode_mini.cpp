@@ -11,6 +11,7 @@
 #include "engine/perplexity.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
+#include "support/paths.h"
 #include "support/run_lode.h"
 #include "test_gguf_helpers.h"
 #include "tokenizer/tokenizer.h"
@@ -18,7 +19,7 @@
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kRepo = fs::path(LODE_TEST_DATA).parent_path().parent_path();
+const fs::path kRepo = lode::test::repo_root();
 const fs::path kMini = kRepo / "models/lode-mini.gguf";
 
 std::string read_text(const fs::path& p) {

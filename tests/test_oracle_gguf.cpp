@@ -19,15 +19,16 @@
 
 #include "core/error.h"
 #include "gguf/reader.h"
+#include "support/paths.h"
 #include "test_gguf_helpers.h"
 
 using namespace lode::gguf;
 
 namespace {
 
-const std::filesystem::path kGgufPath = std::filesystem::path(LODE_TEST_DATA) / "ggml" / "all_types.gguf";
+const std::filesystem::path kGgufPath = lode::test::test_data() / "ggml" / "all_types.gguf";
 const std::filesystem::path kSidecarPath =
-    std::filesystem::path(LODE_TEST_DATA) / "ggml" / "all_types.expected";
+    lode::test::test_data() / "ggml" / "all_types.expected";
 
 // --- what ggml wrote --------------------------------------------------------------------------
 
@@ -196,7 +197,7 @@ TEST(OracleGguf, DumpCommandWritesGgmlsFloats) {
     SCOPED_TRACE(want.name);
     const std::filesystem::path out = dir / (want.name + ".f32");
     const std::string command =
-        fmt::format("'{}' dump '{}' '{}' -o '{}' 2>'{}'", LODE_BINARY, kGgufPath.string(), want.name,
+        fmt::format("'{}' dump '{}' '{}' -o '{}' 2>'{}'", lode::test::lode_binary(), kGgufPath.string(), want.name,
                     out.string(), (dir / "stderr").string());
     const int status = std::system(command.c_str());
     if (status != 0) {

@@ -118,7 +118,7 @@ TEST_P(LlamaParity, QuantizedLogitsMatchLlamaCppOnTheirDequantization) {
     const lode::gguf::Reader reader(model);
     const auto config = lode::model::read_config(reader.metadata());
     lode::cpu::Session session(reader, config);
-    lode::cpu::Session rounding(reader, config, {.activations = lode::cpu::Activations::q8});
+    lode::cpu::Session rounding(reader, config, {.activations = lode::model::Activations::q8});
     for (const auto& prompt : fixture_.prompts) {
       SCOPED_TRACE(recipe + " " + prompt.logits.filename().string());
       session.reset();
@@ -192,7 +192,7 @@ TEST_P(LlamaParity, QuantizedGreedyTokens) {
     const lode::gguf::Reader reader(model);
     const auto config = lode::model::read_config(reader.metadata());
     lode::cpu::Session session(reader, config);
-    lode::cpu::Session rounding(reader, config, {.activations = lode::cpu::Activations::q8});
+    lode::cpu::Session rounding(reader, config, {.activations = lode::model::Activations::q8});
     for (const auto& prompt : fixture_.prompts) {
       const std::string what = recipe + " " + GetParam() + " " + prompt.logits.filename().string();
       SCOPED_TRACE(what);

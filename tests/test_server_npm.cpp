@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "server/server.h"
+#include "support/paths.h"
 #include "support/run_lode.h"
 #include "test_gguf_helpers.h"
 
@@ -30,7 +31,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-const fs::path kRepo = fs::path(LODE_TEST_DATA).parent_path().parent_path();
+const fs::path kRepo = lode::test::repo_root();
 const fs::path kMini = kRepo / "models/lode-mini.gguf";
 const fs::path kClients = kRepo / "tools/server";
 const std::string kApiKey = "lode-e2e-key";
@@ -50,7 +51,7 @@ public:
   ServeProcess(const fs::path& log, const std::vector<std::string>& extra_args) : log_(log) {
     // One thread: ctest runs tests side by side on small machines, where a second engine thread
     // fighting for a core made a run 10x slower.
-    std::vector<std::string> args = {LODE_BINARY, "serve", "-m", kMini.string(), "--port", "0",
+    std::vector<std::string> args = {lode::test::lode_binary(), "serve", "-m", kMini.string(), "--port", "0",
                                      "--ctx", "1024", "--threads", "1"};
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<char*> argv;
@@ -142,7 +143,7 @@ ScriptResult run_script(const std::string& script, int port, const fs::path& scr
 template <class Check>
 void with_server(const lode::test::TempDir& dir, Check check) {
   ServeProcess server(dir / "serve.log", {"--api-key", kApiKey});
-  ASSERT_TRUE(server.spawned()) << "could not start " << LODE_BINARY;
+  ASSERT_TRUE(server.spawned()) << "could not start " << lode::test::lode_binary();
   const int port = server.wait_until_ready(20s);
   ASSERT_NE(port, 0) << "lode serve did not answer GET /health within 20 s; its output:\n" << server.log();
   check(port);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "server/server.h"
+#include "support/paths.h"
 
 namespace lode::test {
 
@@ -18,7 +19,7 @@ using json = nlohmann::ordered_json;
 
 inline std::shared_ptr<const server::ServedModel> mini_model() {
   static const auto model =
-      std::make_shared<const server::ServedModel>(LODE_TEST_DATA "/../../models/lode-mini.gguf");
+      std::make_shared<const server::ServedModel>(lode::test::mini_model_path().string());
   return model;
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "support/paths.h"
 #include "support/qwen_tokenizer.h"
 
 namespace {
@@ -15,7 +16,7 @@ namespace {
 using json = nlohmann::json;
 
 json load(const char* name) {
-  std::ifstream in(std::string(LODE_TEST_DATA) + "/tokenizer/" + name);
+  std::ifstream in(lode::test::test_data().string() + "/tokenizer/" + name);
   return json::parse(in);
 }
 

@@ -48,9 +48,9 @@ std::unique_ptr<engine::SequenceModel> open_gpu_sequence(const BackendOptions& o
   cuda::CudaSessionOptions options;
   options.max_context = run.ctx > 0 ? run.ctx : std::min<int64_t>(model.config.context_length, 8192);
   options.vram_budget = size_t(o.vram_budget_mib) << 20;
-  options.activations = run.activations_or(cpu::Activations::q8);
+  options.activations = run.activations_or(model::Activations::q8);
   options.kv_format = run.kv_format();
-  auto session = std::make_unique<cuda::CudaSession>(model.reader, model.config, options);
+  auto session = std::make_unique<cuda::CudaSession>(model.reader, model.weights, options);
   const cuda::VramAccountant& vram = session->vram();
   fmt::print(stderr, "lode: K/V cache {} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",
              describe_kv(model.config, options.kv_format, options.max_context),
@@ -76,10 +76,10 @@ std::string resolve_backend(const BackendOptions& o) {
 namespace {
 
 std::unique_ptr<engine::SequenceModel> open_cpu_sequence(LoadedModel& model) {
-  const cpu::Session& s = model.session;
+  cpu::Session& s = model.cpu_session();
   fmt::print(stderr, "lode: K/V cache {} at most (RAM, as the context fills)\n",
              describe_kv(model.config, s.kv_format(), s.max_context()));
-  return std::make_unique<engine::CpuSequence>(model.session);
+  return std::make_unique<engine::CpuSequence>(s);
 }
 
 }  // namespace

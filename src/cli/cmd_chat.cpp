@@ -33,8 +33,8 @@ struct ChatOptions {
 class Chat {
  public:
   explicit Chat(const ChatOptions& o)
-      : o_(o), model_(o.run), params_(sampling_params(o.sampling, model_.session.vocab())),
-        sampler_(params_, model_.session.vocab()), thinking_(!o.no_think),
+      : o_(o), model_(o.run), params_(sampling_params(o.sampling, model_.vocab())),
+        sampler_(params_, model_.vocab()), thinking_(!o.no_think),
         tty_(isatty(fileno(stdout)) != 0) {
     model_.text();  // fail now, not at the first turn, when the model has no tokenizer
     sequence_ = open_sequence(o.backend, model_, o.run);

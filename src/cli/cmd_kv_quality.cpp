@@ -18,7 +18,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
-#include "cpu/weights.h"
+#include "model/weights.h"
 #include "engine/kv_quality.h"
 #include "engine/perplexity.h"
 #include "gguf/reader.h"
@@ -128,7 +128,7 @@ engine::OpenSequence sequence_opener(const KvQualityCliOptions& o, const gguf::R
     fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
 #endif
   }
-  auto weights = std::make_shared<const cpu::ModelWeights>(cpu::bind_weights(reader, config));
+  auto weights = std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config));
   return [weights, threads = o.threads](kv::Format format, int64_t context) {
     const cpu::SessionOptions options{.threads = threads, .max_context = context, .kv_format = format};
     return std::unique_ptr<engine::SequenceModel>(

@@ -36,8 +36,8 @@ void run_generate(const RunOptions& o) {
   LoadedModel model(o.run);
   const std::vector<int32_t> prompt =
       o.run.tokens.empty() ? model.text().encode(text, o.special) : parse_token_list(o.run.tokens);
-  const sample::SamplingParams params = sampling_params(o.sampling, model.session.vocab());
-  sample::Sampler sampler(params, model.session.vocab());
+  const sample::SamplingParams params = sampling_params(o.sampling, model.vocab());
+  sample::Sampler sampler(params, model.vocab());
 
   engine::GenerateOptions g{.max_tokens = o.n_predict, .sampling = params, .stop_strings = o.stop,
                             .stop_at_end_of_generation = !o.ignore_eos, .render_special = o.special,

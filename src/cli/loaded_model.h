@@ -1,5 +1,6 @@
-// A model opened for generation: the file, its config, its tokenizer and one CPU session, kept
-// together because the session reads the file's mapped weights.
+// A model opened for generation: the file, its config, its weights bound once (views into the
+// file's mapping, shared by whichever engine runs them) and its tokenizer; the CPU engine's session
+// is made only when a command runs on the CPU.
 #pragma once
 #include <memory>
 #include <optional>
@@ -8,6 +9,7 @@
 #include "cpu/session.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
+#include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lode::cli {
@@ -16,7 +18,8 @@ struct LoadedModel {
   explicit LoadedModel(const ModelRunOptions& o)
       : reader(o.model),
         config(model::read_config(reader.metadata())),
-        session(reader, config, o.session_options()) {}
+        weights(std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config))),
+        cpu_options_(o.session_options()) {}
 
   // The tokenizer, read on first use; fails clearly when the file has none.
   const tokenizer::Tokenizer& text() {
@@ -24,11 +27,21 @@ struct LoadedModel {
     return *tokenizer_;
   }
 
+  // The CPU engine's session on these weights, made on first use.
+  cpu::Session& cpu_session() {
+    if (!cpu_session_) cpu_session_.emplace(weights, cpu_options_);
+    return *cpu_session_;
+  }
+
+  int64_t vocab() const { return config.vocab; }
+
   gguf::Reader reader;
   model::Qwen35MoeConfig config;
-  cpu::Session session;
+  std::shared_ptr<const model::ModelWeights> weights;
 
  private:
+  cpu::SessionOptions cpu_options_;
+  std::optional<cpu::Session> cpu_session_;
   std::optional<tokenizer::Tokenizer> tokenizer_;
 };
 

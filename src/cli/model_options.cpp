@@ -42,9 +42,9 @@ kv::Format chosen_kv_format(const std::string& flag) { return kv::choose_format(
 
 kv::Format ModelRunOptions::kv_format() const { return chosen_kv_format(kv); }
 
-cpu::Activations ModelRunOptions::activations_or(cpu::Activations fallback) const {
+model::Activations ModelRunOptions::activations_or(model::Activations fallback) const {
   if (activations.empty()) return fallback;
-  return activations == "q8" ? cpu::Activations::q8 : cpu::Activations::f32;
+  return activations == "q8" ? model::Activations::q8 : model::Activations::f32;
 }
 
 std::string read_prompt_text(const ModelRunOptions& o) {

@@ -25,10 +25,10 @@ struct ModelRunOptions {
   std::string kv;           // --kv; empty: LODE_KV, else fp16
 
   // The --activations choice, or the backend's default when none was given (CPU: f32, GPU: q8).
-  cpu::Activations activations_or(cpu::Activations fallback) const;
+  model::Activations activations_or(model::Activations fallback) const;
   kv::Format kv_format() const;
   cpu::SessionOptions session_options() const {
-    return {.threads = threads, .max_context = ctx, .activations = activations_or(cpu::Activations::f32),
+    return {.threads = threads, .max_context = ctx, .activations = activations_or(model::Activations::f32),
             .kv_format = kv_format()};
   }
 };

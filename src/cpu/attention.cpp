@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu/matmul.h"
 #include "cpu/ops.h"
 #include "kv/codec.h"
 
@@ -13,7 +14,7 @@ namespace {
 
 // Norms and rotates (RoPE) the chunk's q (in place inside qg) and k; for a cache whose keys are
 // stored Hadamard-rotated, q is rotated too, so that <Hq, Hk> = <q, k>.
-void prepare_qk(const AttentionWeights& w, const model::Qwen35MoeConfig& c, bool rotate_q, std::vector<float>& qg,
+void prepare_qk(const model::AttentionWeights& w, const model::Qwen35MoeConfig& c, bool rotate_q, std::vector<float>& qg,
                 std::vector<float>& k, int64_t n_tokens, int64_t pos0) {
   const int64_t hd = c.head_dim;
   const float eps = float(c.rms_eps);
@@ -72,7 +73,7 @@ HeadRows head_rows(const KvCache& cache, int64_t kvh, int64_t n, int64_t hd, std
 
 }  // namespace
 
-void attention_forward(const AttentionWeights& w, const model::Qwen35MoeConfig& c, KvCache& cache,
+void attention_forward(const model::AttentionWeights& w, const model::Qwen35MoeConfig& c, KvCache& cache,
                        const float* x, float* out, int64_t n_tokens, int64_t pos0, const Compute& compute) {
   const int64_t hd = c.head_dim;
   std::vector<float> qg(size_t(n_tokens * 2 * c.q_dim()));

@@ -6,14 +6,14 @@
 
 #include "cpu/compute.h"
 #include "cpu/state.h"
-#include "cpu/weights.h"
+#include "model/weights.h"
 
 namespace lode::cpu {
 
 // x: [n_tokens, hidden], already RMS-normed; tokens are at positions pos0 .. pos0+n_tokens-1 and
 // the cache holds exactly positions [0, pos0). Appends the chunk's keys/values to the cache and
 // writes the mixer's output to out [n_tokens, hidden].
-void attention_forward(const AttentionWeights& w, const model::Qwen35MoeConfig& config,
+void attention_forward(const model::AttentionWeights& w, const model::Qwen35MoeConfig& config,
                        KvCache& cache, const float* x, float* out, int64_t n_tokens, int64_t pos0,
                        const Compute& compute);
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cpu/matmul.h"
 #include "cpu/ops.h"
 
 namespace lode::cpu {
@@ -59,7 +60,7 @@ struct Projections {
 
 // Conv, SiLU, L2 norms (q also scaled by 1/sqrt(dk)), beta = sigmoid(b) and the log-decay
 // g = ssm_a * softplus(a + dt_bias) of every token, in place. The conv is the only sequential part.
-void prepare_tokens(const DeltaNetWeights& w, const model::Qwen35MoeConfig& c,
+void prepare_tokens(const model::DeltaNetWeights& w, const model::Qwen35MoeConfig& c,
                     DeltaNetState& state, Projections& p, int64_t n_tokens) {
   const int64_t channels = c.conv_channels(), hk = c.ssm_groups, hv = c.ssm_dt_rank;
   const int64_t dk = c.ssm_state, key_dim = c.ssm_key_dim();
@@ -85,7 +86,7 @@ void prepare_tokens(const DeltaNetWeights& w, const model::Qwen35MoeConfig& c,
 // Value head s over the chunk: the recurrence (token by token, or wy_chunk tokens at a time in
 // the chunked form), then the gated RMSNorm (plain weight, times silu(z)). Writes its dv columns
 // of o [n_tokens, Hv * dv].
-void run_head(const DeltaNetWeights& w, const model::Qwen35MoeConfig& c, DeltaNetState& state,
+void run_head(const model::DeltaNetWeights& w, const model::Qwen35MoeConfig& c, DeltaNetState& state,
               const Projections& p, int64_t s, int64_t n_tokens, int64_t wy_chunk, float* o) {
   const int64_t channels = c.conv_channels(), hk = c.ssm_groups, hv = c.ssm_dt_rank;
   const int64_t dk = c.ssm_state, dv = c.ssm_state, key_dim = c.ssm_key_dim();
@@ -120,7 +121,7 @@ void run_head(const DeltaNetWeights& w, const model::Qwen35MoeConfig& c, DeltaNe
 
 }  // namespace
 
-void deltanet_forward(const DeltaNetWeights& w, const model::Qwen35MoeConfig& c,
+void deltanet_forward(const model::DeltaNetWeights& w, const model::Qwen35MoeConfig& c,
                       DeltaNetState& state, const float* x, float* out, int64_t n_tokens,
                       const Compute& compute, int64_t wy_chunk) {
   const int64_t hv = c.ssm_dt_rank, value_dim = c.ssm_value_dim();

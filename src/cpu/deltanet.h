@@ -12,7 +12,7 @@
 
 #include "cpu/compute.h"
 #include "cpu/state.h"
-#include "cpu/weights.h"
+#include "model/weights.h"
 
 namespace lode::cpu {
 
@@ -36,7 +36,7 @@ void deltanet_head_chunk(float* s, const float* q, const float* k, int64_t qk_st
 
 // x: [n_tokens, hidden], already RMS-normed. Updates `state` and writes out [n_tokens, hidden].
 // wy_chunk <= 1: recurrent form; otherwise the chunked form, wy_chunk tokens at a time.
-void deltanet_forward(const DeltaNetWeights& w, const model::Qwen35MoeConfig& config,
+void deltanet_forward(const model::DeltaNetWeights& w, const model::Qwen35MoeConfig& config,
                       DeltaNetState& state, const float* x, float* out, int64_t n_tokens,
                       const Compute& compute, int64_t wy_chunk = 0);
 

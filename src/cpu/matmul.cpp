@@ -24,7 +24,7 @@ float dot(const float* a, const float* b, int64_t n) {
 
 namespace {
 
-void check_readable(const MatrixView& w) {
+void check_readable(const model::MatrixView& w) {
   if (w.type == nullptr || w.data == nullptr) fail("cpu matmul: weight matrix is not bound");
   if (w.type->type != GgmlType::F32 && w.type->dequantize == nullptr) {
     fail("cpu matmul: weights of type {} cannot be read by lode; requantize the model to a "
@@ -33,7 +33,7 @@ void check_readable(const MatrixView& w) {
 }
 
 // The float values of row r: the stored row itself for F32, else decoded into `buffer`.
-const float* row_values(const MatrixView& w, DequantizeRow decode, int64_t r, float* buffer) {
+const float* row_values(const model::MatrixView& w, DequantizeRow decode, int64_t r, float* buffer) {
   if (w.type->type == GgmlType::F32) return reinterpret_cast<const float*>(w.row(r));
   decode(w.row(r), buffer, w.cols);
   return buffer;
@@ -46,9 +46,9 @@ int Compute::resolved_threads() const { return threads > 0 ? threads : omp_get_m
 namespace {
 
 // X with every row rounded for W's type (Activations::q8), or X itself.
-const float* activations_for(const MatrixView& w, const float* x, int64_t n_tokens,
+const float* activations_for(const model::MatrixView& w, const float* x, int64_t n_tokens,
                              const Compute& compute, std::vector<float>& rounded) {
-  if (compute.activations == Activations::f32 || w.type->type == GgmlType::F32) return x;
+  if (compute.activations == model::Activations::f32 || w.type->type == GgmlType::F32) return x;
   rounded.resize(size_t(n_tokens * w.cols));
   for (int64_t t = 0; t < n_tokens; ++t) {
     round_activations(w.type->type, x + t * w.cols, rounded.data() + t * w.cols, w.cols);
@@ -58,7 +58,7 @@ const float* activations_for(const MatrixView& w, const float* x, int64_t n_toke
 
 }  // namespace
 
-void matmul(const MatrixView& w, const float* x_in, float* y, int64_t n_tokens, const Compute& compute) {
+void matmul(const model::MatrixView& w, const float* x_in, float* y, int64_t n_tokens, const Compute& compute) {
   check_readable(w);
   std::vector<float> rounded;
   const float* x = activations_for(w, x_in, n_tokens, compute, rounded);
@@ -79,11 +79,5 @@ void matmul(const MatrixView& w, const float* x_in, float* y, int64_t n_tokens, 
   }
 }
 
-void dequantize_row(const MatrixView& w, int64_t r, float* out) {
-  check_readable(w);
-  if (r < 0 || r >= w.rows) fail("cpu: row {} out of range [0, {})", r, w.rows);
-  const float* values = row_values(w, row_decoder(w.type->type), r, out);
-  if (values != out) std::copy(values, values + w.cols, out);
-}
 
 }  // namespace lode::cpu

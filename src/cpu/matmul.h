@@ -9,21 +9,9 @@
 
 #include "core/quant/types.h"
 #include "cpu/compute.h"
+#include "model/matrix_view.h"
 
 namespace lode::cpu {
-
-// A 2-D weight matrix in ggml layout: `rows` rows of `cols` values each (ggml ne[0] = cols,
-// ne[1] = rows), row r at data + r * row_bytes. y = W x computes one output per row.
-struct MatrixView {
-  const TypeTraits* type = nullptr;
-  const uint8_t* data = nullptr;
-  int64_t cols = 0;
-  int64_t rows = 0;
-  size_t row_bytes = 0;
-
-  bool empty() const { return data == nullptr; }
-  const uint8_t* row(int64_t r) const { return data + size_t(r) * row_bytes; }
-};
 
 // Dot product of two float vectors with a fixed summation order (8 interleaved partial sums).
 float dot(const float* a, const float* b, int64_t n);
@@ -32,9 +20,9 @@ float dot(const float* a, const float* b, int64_t n);
 // Y is [n_tokens, W.rows] row-major. Parallel over weight rows on compute.threads OpenMP threads;
 // with Activations::q8 each row of X is first rounded as ggml's CPU path would for W's type.
 // Fails when W's type cannot be dequantized.
-void matmul(const MatrixView& w, const float* x, float* y, int64_t n_tokens, const Compute& compute);
+void matmul(const model::MatrixView& w, const float* x, float* y, int64_t n_tokens, const Compute& compute);
 
 // Row r of W as float32 into out[0, W.cols) (used for embedding lookups).
-void dequantize_row(const MatrixView& w, int64_t r, float* out);
+void dequantize_row(const model::MatrixView& w, int64_t r, float* out);
 
 }  // namespace lode::cpu

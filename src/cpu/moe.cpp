@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "cpu/matmul.h"
 #include "cpu/ops.h"
 
 namespace lode::cpu {
@@ -24,7 +25,7 @@ Route route(const float* logits, int64_t n_experts, int64_t k) {
 namespace {
 
 // y [n, hidden] = down(silu(gate(x)) * up(x)) for n rows of x [n, hidden].
-void ffn(const MatrixView& gate, const MatrixView& up, const MatrixView& down, const float* x,
+void ffn(const model::MatrixView& gate, const model::MatrixView& up, const model::MatrixView& down, const float* x,
          float* y, int64_t n, const Compute& compute) {
   const int64_t ff = gate.rows;
   std::vector<float> g(size_t(n * ff)), u(size_t(n * ff));
@@ -36,7 +37,7 @@ void ffn(const MatrixView& gate, const MatrixView& up, const MatrixView& down, c
 
 }  // namespace
 
-void moe_forward(const MoeWeights& w, const model::Qwen35MoeConfig& c, const float* x,
+void moe_forward(const model::MoeWeights& w, const model::Qwen35MoeConfig& c, const float* x,
                  float* out, int64_t n_tokens, const Compute& compute) {
   const int64_t hidden = c.hidden, k = c.n_experts_used;
   std::vector<float> logits(size_t(n_tokens * c.n_experts));

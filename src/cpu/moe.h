@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cpu/compute.h"
-#include "cpu/weights.h"
+#include "model/weights.h"
 
 namespace lode::cpu {
 
@@ -19,7 +19,7 @@ struct Route {
 Route route(const float* logits, int64_t n_experts, int64_t k);
 
 // x: [n_tokens, hidden], already RMS-normed; writes out [n_tokens, hidden].
-void moe_forward(const MoeWeights& w, const model::Qwen35MoeConfig& config, const float* x,
+void moe_forward(const model::MoeWeights& w, const model::Qwen35MoeConfig& config, const float* x,
                  float* out, int64_t n_tokens, const Compute& compute);
 
 }  // namespace lode::cpu

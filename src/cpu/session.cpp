@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "cpu/attention.h"
 #include "cpu/deltanet.h"
+#include "cpu/matmul.h"
 #include "cpu/moe.h"
 #include "cpu/ops.h"
 
@@ -12,9 +13,9 @@ namespace lode::cpu {
 
 Session::Session(const gguf::Reader& reader, const model::Qwen35MoeConfig& config,
                  SessionOptions options)
-    : Session(std::make_shared<const ModelWeights>(bind_weights(reader, config)), options) {}
+    : Session(std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config)), options) {}
 
-Session::Session(std::shared_ptr<const ModelWeights> weights, SessionOptions options)
+Session::Session(std::shared_ptr<const model::ModelWeights> weights, SessionOptions options)
     : weights_(std::move(weights)), options_(options), state_(weights_->config, options.kv_format) {
   if (options_.max_context <= 0) options_.max_context = weights_->config.context_length;
   if (options_.max_context <= 0) fail("cpu session: the model declares no context length; pass a max_context");
@@ -97,7 +98,7 @@ std::vector<float> Session::decode(int32_t token) {
 void Session::forward_batch(std::span<BatchEntry> entries) {
   if (entries.empty()) return;
   const Session& first = *entries[0].session;
-  const ModelWeights& w = *first.weights_;
+  const model::ModelWeights& w = *first.weights_;
   const model::Qwen35MoeConfig& c = w.config;
   const SessionOptions& options = first.options_;
   int64_t n = 0;  // rows of the whole batch
@@ -120,10 +121,10 @@ void Session::forward_batch(std::span<BatchEntry> entries) {
   std::vector<float> h(size_t(n * hidden)), normed(h.size()), mixed(h.size());
   int64_t row = 0;
   for (const BatchEntry& e : entries) {
-    for (int32_t token : e.tokens) dequantize_row(w.token_embd, token, h.data() + row++ * hidden);
+    for (int32_t token : e.tokens) model::dequantize_row(w.token_embd, token, h.data() + row++ * hidden);
   }
   for (int64_t layer = 0; layer < c.n_layers; ++layer) {
-    const LayerWeights& lw = w.layers[size_t(layer)];
+    const model::LayerWeights& lw = w.layers[size_t(layer)];
     for (int64_t t = 0; t < n; ++t) {
       rms_norm(h.data() + t * hidden, lw.attn_norm.data(), normed.data() + t * hidden, hidden, eps);
     }

@@ -20,7 +20,7 @@
 
 #include "cpu/compute.h"
 #include "cpu/state.h"
-#include "cpu/weights.h"
+#include "model/weights.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
 
@@ -33,8 +33,8 @@ struct SessionOptions {
   // form; 0 runs it token by token (the recurrent form decoding uses), which makes chunked prefill
   // bit-identical to decoding. The two agree up to rounding (~1e-6 relative).
   int64_t deltanet_chunk = 64;
-  // Activations::q8 rounds activations as llama.cpp's CPU path does (cpu/compute.h).
-  Activations activations = Activations::f32;
+  // Activations::q8 rounds activations as llama.cpp's CPU path does (model/activations.h).
+  model::Activations activations = model::Activations::f32;
   // How the attention layers' K/V cache is stored (kv/format.h). fp32 is the plain float math;
   // the commands default to fp16.
   kv::Format kv_format = kv::Format::f32;
@@ -57,7 +57,7 @@ public:
   Session(const gguf::Reader& reader, const model::Qwen35MoeConfig& config,
           SessionOptions options = {});
   // Shares weights bound once between several sessions.
-  Session(std::shared_ptr<const ModelWeights> weights, SessionOptions options = {});
+  Session(std::shared_ptr<const model::ModelWeights> weights, SessionOptions options = {});
 
   // Appends tokens to the sequence, `chunk` at a time (0 or more than the prompt: all at once).
   // Returns the logits of every new position [tokens.size(), vocab] row-major when all_logits,
@@ -102,7 +102,7 @@ private:
   // Fails unless `tokens` may be appended (non-empty, in the vocabulary, room left).
   void check_append(std::span<const int32_t> tokens) const;
 
-  std::shared_ptr<const ModelWeights> weights_;
+  std::shared_ptr<const model::ModelWeights> weights_;
   SessionOptions options_;
   SequenceState state_;
 };

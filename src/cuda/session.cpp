@@ -9,7 +9,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "cpu/weights.h"
 #include "cuda/device_model.h"
 #include "cuda/forward_kernels.h"
 #include "cuda/kv_cache.h"
@@ -17,6 +16,7 @@
 #include "cuda/phase_clock.h"
 #include "cuda/prompt_pass.h"
 #include "cuda/vram.h"
+#include "model/weights.h"
 
 namespace lode::cuda {
 
@@ -45,11 +45,12 @@ constexpr const char* kPhaseNames[] = {"embedding (host lookup, copy)", "norms a
                                        "lm head", "logits to the host"};
 
 struct CudaSession::Impl {
-  Impl(const gguf::Reader& r, const model::Qwen35MoeConfig& c, CudaSessionOptions o)
-      : reader(r), host(cpu::bind_weights(r, c)), config(c), options(o), vram(o.vram_budget) {}
+  Impl(const gguf::Reader& r, std::shared_ptr<const model::ModelWeights> w, CudaSessionOptions o)
+      : reader(r), bound(std::move(w)), host(*bound), config(host.config), options(o), vram(o.vram_budget) {}
 
   const gguf::Reader& reader;
-  cpu::ModelWeights host;  // views into the mapping (embeddings are looked up on the host)
+  std::shared_ptr<const model::ModelWeights> bound;
+  const model::ModelWeights& host;  // views into the mapping (embeddings are looked up on the host)
   model::Qwen35MoeConfig config;
   CudaSessionOptions options;
   VramAccountant vram;
@@ -99,13 +100,13 @@ struct CudaSession::Impl {
     fail("cuda session: a weight view points outside every tensor");
   }
 
-  static void matrix_type_check(const cpu::MatrixView& m) {
+  static void matrix_type_check(const model::MatrixView& m) {
     if (!has_matvec(m.type->type))
       fail("the CUDA backend has no kernel for {} weights yet; requantize the model (lode quantize --recipe "
            "ud-q4_k_xl) or run it on the CPU", m.type->name);
   }
 
-  DeviceMatrix matrix(const cpu::MatrixView& m, VramUse use = VramUse::weights) {
+  DeviceMatrix matrix(const model::MatrixView& m, VramUse use = VramUse::weights) {
     if (m.empty()) return {};
     matrix_type_check(m);
     return {m.type->type, device_of(m.data, use), m.rows, m.cols, m.row_bytes};
@@ -118,7 +119,7 @@ struct CudaSession::Impl {
     return device;
   }
 
-  std::vector<const void*> expert_pointers(const cpu::ExpertStack& s) {
+  std::vector<const void*> expert_pointers(const model::ExpertStack& s) {
     const DeviceMatrix first = matrix(s.first, VramUse::experts);
     std::vector<const void*> pointers;
     for (int64_t e = 0; e < s.n_experts; ++e)
@@ -126,13 +127,13 @@ struct CudaSession::Impl {
     return pointers;
   }
 
-  DeviceExperts experts(const cpu::ExpertStack& s, const std::string& what) {
+  DeviceExperts experts(const model::ExpertStack& s, const std::string& what) {
     const DeviceMatrix first = matrix(s.first, VramUse::experts);
     return {first.type, table_of(expert_pointers(s), what), first.rows, first.cols, first.row_bytes};
   }
 
   // Gate and up experts in one table (gate 0..n-1, then up 0..n-1), so one grouped launch does both.
-  DeviceExperts gate_up_experts(const cpu::MoeWeights& m, const std::string& what) {
+  DeviceExperts gate_up_experts(const model::MoeWeights& m, const std::string& what) {
     if (!same_shape(matrix(m.gate.first, VramUse::experts), matrix(m.up.first, VramUse::experts))) return {};
     std::vector<const void*> pointers = expert_pointers(m.gate);
     for (const void* up : expert_pointers(m.up)) pointers.push_back(up);
@@ -141,7 +142,7 @@ struct CudaSession::Impl {
   }
 
   void bind_layer(int64_t index) {
-    const cpu::LayerWeights& w = host.layers[size_t(index)];
+    const model::LayerWeights& w = host.layers[size_t(index)];
     const model::Qwen35MoeConfig& c = config;
     const std::string at = "blk." + std::to_string(index) + " ";
     DeviceLayer d;
@@ -149,7 +150,7 @@ struct CudaSession::Impl {
     d.attn_norm = upload(w.attn_norm, at + "attn_norm");
     d.post_norm = upload(w.post_attention_norm, at + "post_attention_norm");
     if (w.recurrent) {
-      const cpu::DeltaNetWeights& n = w.deltanet;
+      const model::DeltaNetWeights& n = w.deltanet;
       stack_mixer_inputs(d, {{&n.qkv, &d.qkv}, {&n.gate, &d.z}, {&n.beta, &d.b}, {&n.alpha, &d.alpha}}, at);
       d.out = matrix(n.out);
       d.conv = upload(n.conv, at + "conv"), d.dt_bias = upload(n.dt_bias, at + "dt_bias");
@@ -157,12 +158,12 @@ struct CudaSession::Impl {
       d.conv_state = floats(c.conv_channels() * (c.ssm_conv_kernel - 1), VramUse::state, at + "conv state");
       d.ssm_state = floats(c.ssm_dt_rank * c.ssm_state * c.ssm_state, VramUse::state, at + "DeltaNet state");
     } else {
-      const cpu::AttentionWeights& a = w.attention;
+      const model::AttentionWeights& a = w.attention;
       stack_mixer_inputs(d, {{&a.q, &d.q}, {&a.k, &d.k}, {&a.v, &d.v}}, at);
       d.o = matrix(a.output);
       d.q_norm = upload(a.q_norm, at + "q_norm"), d.k_norm = upload(a.k_norm, at + "k_norm");
     }
-    const cpu::MoeWeights& m = w.moe;
+    const model::MoeWeights& m = w.moe;
     bind_router(d, m, at);
     d.gate = experts(m.gate, at + "gate experts"), d.up = experts(m.up, at + "up experts");
     d.down = experts(m.down, at + "down experts");
@@ -178,10 +179,10 @@ struct CudaSession::Impl {
 
   // The mixer's input matrices, in order, uploaded as stored; runs of the same type and width go
   // into one buffer (d.mixer_in), so one launch multiplies them all (see DeviceLayer).
-  void stack_mixer_inputs(DeviceLayer& d, const std::vector<std::pair<const cpu::MatrixView*, DeviceMatrix*>>& parts,
+  void stack_mixer_inputs(DeviceLayer& d, const std::vector<std::pair<const model::MatrixView*, DeviceMatrix*>>& parts,
                           const std::string& at) {
     for (size_t i = 0; i < parts.size();) {
-      const cpu::MatrixView& first = *parts[i].first;
+      const model::MatrixView& first = *parts[i].first;
       size_t end = i + 1;
       int64_t rows = first.rows;
       while (end < parts.size() && parts[end].first->type == first.type && parts[end].first->cols == first.cols &&
@@ -194,7 +195,7 @@ struct CudaSession::Impl {
         auto* stacked = static_cast<uint8_t*>(allocate(size_t(rows) * first.row_bytes, VramUse::weights, at + "mixer inputs"));
         size_t offset = 0;
         for (size_t p = i; p < end; ++p) {
-          const cpu::MatrixView& m = *parts[p].first;
+          const model::MatrixView& m = *parts[p].first;
           copy_to_device(stacked + offset, m.data, size_t(m.rows) * m.row_bytes);
           *parts[p].second = {m.type->type, stacked + offset, m.rows, m.cols, m.row_bytes};
           offset += size_t(m.rows) * m.row_bytes;
@@ -207,7 +208,7 @@ struct CudaSession::Impl {
 
   // The router, and the shared expert's gate row after it in the same float32 matrix when both are
   // float32: one product gives both (router and shared_logit are views of its rows).
-  void bind_router(DeviceLayer& d, const cpu::MoeWeights& m, const std::string& at) {
+  void bind_router(DeviceLayer& d, const model::MoeWeights& m, const std::string& at) {
     const model::Qwen35MoeConfig& c = config;
     const bool shared = c.shared_ff > 0;
     if (!shared || m.router.type->type != GgmlType::F32) {
@@ -281,7 +282,7 @@ struct CudaSession::Impl {
 
   // How decode's products read their input (swiglu_up: see MatvecInput).
   MatvecInput input(int64_t swiglu_up = 0) const {
-    return {.swiglu_up = swiglu_up, .q8 = options.activations == cpu::Activations::q8};
+    return {.swiglu_up = swiglu_up, .q8 = options.activations == model::Activations::q8};
   }
 
   // Products on `on` (null: the step's stream).
@@ -440,7 +441,7 @@ struct CudaSession::Impl {
     if (position >= options.max_context)
       fail("cuda session: the context of {} positions is full; raise max_context", options.max_context);
     clock.start();
-    cpu::dequantize_row(host.token_embd, token, pinned_embedding);
+    model::dequantize_row(host.token_embd, token, pinned_embedding);
     *pinned_position = position;
     check_cuda(cudaMemcpyAsync(h, pinned_embedding, size_t(c.hidden) * sizeof(float), cudaMemcpyHostToDevice, stream),
                "embedding to the device");
@@ -469,7 +470,7 @@ struct CudaSession::Impl {
     const int64_t chunk = prompt->chunk(), hidden = c.hidden;
     for (size_t at = 0; at < tokens.size(); at += size_t(chunk)) {
       const int64_t n = std::min<int64_t>(chunk, int64_t(tokens.size() - at));
-      for (int64_t t = 0; t < n; ++t) cpu::dequantize_row(host.token_embd, tokens[at + size_t(t)], pinned_rows + t * hidden);
+      for (int64_t t = 0; t < n; ++t) model::dequantize_row(host.token_embd, tokens[at + size_t(t)], pinned_rows + t * hidden);
       *pinned_position = position;
       check_cuda(cudaMemcpyAsync(prompt->input_rows(), pinned_rows, size_t(n * hidden) * sizeof(float),
                                  cudaMemcpyHostToDevice, stream),
@@ -558,7 +559,12 @@ const CudaSessionOptions& with_heads_checked(const CudaSessionOptions& options, 
 }  // namespace
 
 CudaSession::CudaSession(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, CudaSessionOptions options)
-    : impl_(std::make_unique<Impl>(reader, config, with_heads_checked(options, config))) {
+    : CudaSession(reader, std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config)), options) {}
+
+CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model::ModelWeights> weights,
+                         CudaSessionOptions options)
+    : impl_(std::make_unique<Impl>(reader, weights, with_heads_checked(options, weights->config))) {
+  const model::Qwen35MoeConfig& config = weights->config;
   if (options.max_context <= 0) fail("cuda session: max_context must be positive");
   for (int64_t layer = 0; layer < config.n_layers; ++layer) impl_->bind_layer(layer);
   impl_->allocate_kv();

@@ -12,11 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/compute.h"
+#include "model/activations.h"
 #include "cuda/gemm.h"
 #include "cuda/kv_format.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
+#include "model/weights.h"
 
 namespace lode::cuda {
 
@@ -40,7 +41,7 @@ struct CudaSessionOptions {
   // engine's Activations::q8 gives the same products; other types multiply float32 activations
   // (the CPU's q8 rounds those too). f32 multiplies float32 activations everywhere (the CPU
   // engine's default products). Prompts follow prompt_math.
-  cpu::Activations activations = cpu::Activations::q8;
+  model::Activations activations = model::Activations::q8;
   // How K/V cells are stored (kv/format.h; the commands default to fp16). fp32 is the plain float
   // math; the other formats are written by kv/codec.h's rules, bit for bit.
   KvFormat kv_format = KvFormat::f32;
@@ -56,6 +57,9 @@ class CudaSession {
   // Binds and uploads the model's weights; fails (lode::Error) when a tensor's type has no kernel,
   // or with the MiB short when the budget is too small.
   CudaSession(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, CudaSessionOptions options = {});
+  // On weights already bound (shared with other sessions or engines); `reader` is their file.
+  CudaSession(const gguf::Reader& reader, std::shared_ptr<const model::ModelWeights> weights,
+              CudaSessionOptions options = {});
   ~CudaSession();
   CudaSession(const CudaSession&) = delete;
   CudaSession& operator=(const CudaSession&) = delete;

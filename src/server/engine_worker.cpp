@@ -78,7 +78,7 @@ EngineWorker::EngineWorker(const ServedModel& model, WorkerOptions options, Fini
       context_(options_.context > 0 ? options_.context : model.config.context_length) {
   if (options_.parallel < 1) fail("--parallel must be at least 1, got {}", options_.parallel);
   if (options_.chunk < 1) fail("the prefill chunk must be at least 1 token, got {}", options_.chunk);
-  auto weights = std::make_shared<const cpu::ModelWeights>(cpu::bind_weights(model.reader, model.config));
+  auto weights = std::make_shared<const model::ModelWeights>(model::bind_weights(model.reader, model.config));
   for (int i = 0; i < options_.parallel; ++i) {
     slots_.push_back(std::make_unique<Slot>(
         Slot{cpu::Session(weights, {.threads = options_.threads, .max_context = context_, .kv_format = options_.kv_format}),

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/convert.h"
+#include "support/paths.h"
 #include "support/run_lode.h"
 
 namespace lode::test {
@@ -31,7 +32,7 @@ struct Fixture {
 inline Fixture load_fixture(const std::string& name) {
   Fixture f;
   f.name = name;
-  f.dir = std::filesystem::path(LODE_TEST_DATA) / "fixtures" / name;
+  f.dir = lode::test::test_data() / "fixtures" / name;
   std::ifstream in(f.dir / "prompts.json");
   if (!in) throw std::runtime_error("missing " + (f.dir / "prompts.json").string());
   const auto j = nlohmann::json::parse(in);

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/quant/types.h"
+#include "support/paths.h"
 
 namespace lode::test {
 namespace {
@@ -26,7 +27,7 @@ struct Cursor {
 }  // namespace
 
 GoldenFile load_golden(const std::string& type_name) {
-  const std::string path = std::string(LODE_TEST_DATA) + "/golden/" + type_name + ".bin";
+  const std::string path = lode::test::test_data().string() + "/golden/" + type_name + ".bin";
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("{}: cannot open golden file (regenerate with tools/oracle/generate)", path);
   const std::vector<uint8_t> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -15,13 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "support/paths.h"
 #include "support/run_lode.h"
 
 namespace lode::test {
 
 namespace fs = std::filesystem;
 
-inline const fs::path kRepo = fs::path(LODE_TEST_DATA).parent_path().parent_path();
+inline const fs::path kRepo = lode::test::repo_root();
 inline const fs::path kOracleLib = kRepo / "tools/oracle/.cache/package/bins/linux-x64/libllama.v0.5.0.so";
 
 inline bool oracle_available() { return fs::exists(kOracleLib); }
@@ -53,7 +54,7 @@ inline OracleRun run_oracle(const fs::path& model, const std::vector<int>& token
   const std::string command = "'" + (kRepo / "tools/oracle/llama_run").string() + "' '" + model.string() +
                               "' --tokens " + join(tokens) + " -o '" + out.string() + "' " + extra;
   OracleRun run;
-  // run_lode runs LODE_BINARY; the oracle is a script, so the shell line is run here the same way.
+  // run_lode runs lode_binary(); the oracle is a script, so the shell line is run here the same way.
   const fs::path stdout_path = scratch / "oracle_stdout.txt", stderr_path = scratch / "oracle_stderr.txt";
   const int raw = std::system((command + " >'" + stdout_path.string() + "' 2>'" + stderr_path.string() + "'").c_str());
   run.result.status = (raw != -1 && WIFEXITED(raw)) ? WEXITSTATUS(raw) : -1;

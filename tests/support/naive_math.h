@@ -11,7 +11,7 @@
 namespace lode::test {
 
 using Vec = std::vector<double>;
-using lode::cpu::MatrixView;
+using lode::model::MatrixView;
 
 // A float32 matrix of `rows` rows of `cols` values.
 inline MatrixView f32_view(const std::vector<float>& w, int64_t rows, int64_t cols) {

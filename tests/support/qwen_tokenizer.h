@@ -8,13 +8,14 @@
 #include <memory>
 #include <string>
 
+#include "support/paths.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lode::test {
 
 inline const std::filesystem::path kQwen3TokenizerJson =
-    std::filesystem::path(LODE_TEST_DATA).parent_path().parent_path() /
+    lode::test::repo_root() /
     "tools/tokenizer/.cache/package/models/tokenizer.json";
 
 inline bool qwen3_tokenizer_available() { return std::filesystem::exists(kQwen3TokenizerJson); }

@@ -9,6 +9,8 @@
 #include <iterator>
 #include <string>
 
+#include "support/paths.h"
+
 namespace lode::test {
 
 struct RunResult {
@@ -26,7 +28,7 @@ inline std::string slurp(const std::filesystem::path& path) {
 inline RunResult run_lode(const std::string& args, const std::filesystem::path& scratch) {
   const auto out = scratch / "stdout.txt", err = scratch / "stderr.txt";
   const std::string command =
-      "'" + std::string(LODE_BINARY) + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
+      "'" + lode::test::lode_binary() + "' " + args + " >'" + out.string() + "' 2>'" + err.string() + "'";
   const int raw = std::system(command.c_str());
   RunResult r;
   r.status = (raw != -1 && WIFEXITED(raw)) ? WEXITSTATUS(raw) : -1;

@@ -1,4 +1,4 @@
-// The qwen35moe weights of a GGUF model bound for the CPU forward pass: per layer, a view of every
+// The qwen35moe weights of a GGUF model bound for an engine (the CPU forward pass, the GPU's upload): per layer, a view of every
 // matrix (type + pointer into the read-only mapping + shape) and float32 copies of the small vectors
 // (norms, conv taps, ssm_a, dt bias, shared-expert gate), which are F32 in every published file but
 // are converted here whatever their type. Shapes are checked against the config when binding.
@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "cpu/matmul.h"
 #include "gguf/reader.h"
+#include "model/matrix_view.h"
 #include "model/qwen35moe.h"
 
-namespace lode::cpu {
+namespace lode::model {
 
 // A stack of same-shape matrices, one per expert (ggml ne = [cols, rows, n_experts]); a fused
 // gate|up tensor is two stacks over the same bytes, the second starting `rows` rows later.
@@ -71,7 +71,7 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-  model::Qwen35MoeConfig config;
+  Qwen35MoeConfig config;
   MatrixView token_embd;                   // [vocab rows of hidden]
   std::vector<float> output_norm;          // [hidden], +1 folded
   MatrixView output;                       // lm head (hidden -> vocab); token_embd when absent
@@ -80,6 +80,6 @@ struct ModelWeights {
 
 // Binds every main-model tensor; fails naming the tensor when one is missing or has the wrong
 // shape or a type lode cannot read.
-ModelWeights bind_weights(const gguf::Reader& reader, const model::Qwen35MoeConfig& config);
+ModelWeights bind_weights(const gguf::Reader& reader, const Qwen35MoeConfig& config);
 
-}  // namespace lode::cpu
+}  // namespace lode::model

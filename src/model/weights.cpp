@@ -1,4 +1,4 @@
-#include "cpu/weights.h"
+#include "model/weights.h"
 
 #include <fmt/format.h>
 
@@ -6,10 +6,9 @@
 
 #include "core/error.h"
 
-namespace lode::cpu {
+namespace lode::model {
 namespace {
 
-using model::Qwen35MoeConfig;
 
 std::string block_name(int64_t block, const char* name) {
   return fmt::format("blk.{}.{}", block, name);
@@ -147,4 +146,4 @@ ModelWeights bind_weights(const gguf::Reader& reader, const Qwen35MoeConfig& con
   return w;
 }
 
-}  // namespace lode::cpu
+}  // namespace lode::model
