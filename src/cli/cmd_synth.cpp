@@ -56,6 +56,8 @@ void add_synth_command(CLI::App& app) {
                   "Zipf exponent of expert popularity (0: uniform routing)")
       ->check(CLI::Range(0.0, 16.0));
   cmd->add_option("--seed", o->synth.seed, "Random seed");
+  cmd->add_flag("--zeros", o->synth.zeros,
+                "Every weight zero: the geometry alone, sparse on disk (for lode plan; it computes nothing useful)");
   cmd->add_option("--tokenizer", o->synth.tokenizer_json,
                   "Embed this tokenizer.json (byte-level BPE) so the model speaks real text")
       ->check(CLI::ExistingFile);

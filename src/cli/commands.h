@@ -16,6 +16,7 @@ void add_tokenize_commands(CLI::App& app);
 void add_ppl_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 void add_kv_quality_command(CLI::App& app);
 void add_compare_logits_command(CLI::App& app);
 

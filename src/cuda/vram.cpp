@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "cuda/device.h"
+#include "plan/memory_plan.h"
 
 namespace lode::cuda {
 
@@ -42,8 +43,7 @@ VramAccountant::VramAccountant(size_t budget_bytes, int device) : budget_(budget
   if (budget_ == 0) {
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "reading free device memory");
-    const size_t margin = std::max<size_t>(size_t(512) << 20, total / 20);
-    budget_ = free > margin ? free - margin : 0;
+    budget_ = plan::default_budget(free, total);
   }
 }
 

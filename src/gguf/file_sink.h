@@ -1,4 +1,6 @@
-// Sequential writes to a new file, with every I/O failure a lode::Error naming the file.
+// Sequential writes to a new file, with every I/O failure a lode::Error naming the file. Whole
+// 64 KiB runs of zero bytes are skipped rather than written, so they become holes where the file
+// system keeps sparse files (a model of zero weights takes no disk; the bytes read back the same).
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -23,8 +25,12 @@ public:
 
 private:
   std::filesystem::path path_;
+  void put(const uint8_t* data, size_t n);
+  void skip(size_t n);
+
   std::FILE* file_ = nullptr;
   uint64_t position_ = 0;
+  bool ends_in_hole_ = false;  // the last bytes were skipped: the file must be extended to them
 };
 
 }  // namespace lode::gguf

@@ -363,6 +363,7 @@ std::vector<std::filesystem::path> write_synth(const std::filesystem::path& out,
   writer.set("lode.synth.recipe", gguf::Value(recipe.name));
   writer.set("lode.synth.route_skew", gguf::Value(float(o.route_skew)));
   writer.set("lode.synth.seed", gguf::Value(uint64_t(o.seed)));
+  if (o.zeros) writer.set("lode.synth.zeros", gguf::Value(true));
   if (tokenizer_json)
     tokenizer::store_hf_tokenizer(*tokenizer_json, config.vocab, writer.metadata());
   else
@@ -374,7 +375,8 @@ std::vector<std::filesystem::path> write_synth(const std::filesystem::path& out,
     const SynthTensor& t = (*plan)[i];
     writer.add_tensor(t.spec.name, t.type, t.spec.ne,
                       [plan, maker, i, &o](std::span<uint8_t> dst) {
-                        maker->fill((*plan)[i], i, dst);
+                        if (o.zeros) std::fill(dst.begin(), dst.end(), uint8_t(0));
+                        else maker->fill((*plan)[i], i, dst);
                         if (o.on_tensor) o.on_tensor(i, plan->size(), (*plan)[i].spec.name);
                       });
   }

@@ -22,6 +22,9 @@ struct SynthOptions {
   bool mtp = false;                    // add the MTP block (one extra block)
   double route_skew = 0;               // Zipf exponent of expert popularity; 0: uniform routing
   uint64_t seed = 1;
+  // Every tensor's bytes zero (valid blocks with zero scales): the geometry without weights, for
+  // planning and tests; sparse on disk, so even the 35B geometry takes next to no space.
+  bool zeros = false;
   uint64_t max_file_bytes = 0;         // split the output (0: one file)
   std::filesystem::path tokenizer_json; // a HF tokenizer.json to embed instead of the synth vocabulary
                                         // (the vocabulary grows to hold it)

@@ -1,0 +1,100 @@
+// `lode plan -m MODEL [--vram-budget MiB] [--kv F] [--ctx N] [--parallel N] [--prompt-chunk N]`:
+// how the GPU session would spend a VRAM budget on a model (plan/memory_plan.h), computed from the
+// file alone, and for each K/V format how many experts the same budget would keep in VRAM. Needs no
+// GPU when --vram-budget is given; without it, the first GPU's free memory less a margin.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "core/error.h"
+#include "gguf/reader.h"
+#include "model/qwen35moe.h"
+#include "model/weights.h"
+#include "plan/memory_plan.h"
+
+#ifdef LODE_HAVE_CUDA
+#include "cuda/device.h"
+#endif
+
+namespace lode::cli {
+namespace {
+
+struct PlanCommandOptions {
+  std::string model;
+  int64_t vram_budget_mib = 0;
+  std::string kv;
+  int64_t ctx = 0;
+  int64_t parallel = 1;
+  int64_t prompt_chunk = 4096;
+};
+
+// The budget asked for, or the first GPU's default one.
+size_t budget_bytes(int64_t mib) {
+  if (mib > 0) return size_t(mib) << 20;
+#ifdef LODE_HAVE_CUDA
+  std::string why;
+  const auto devices = cuda::list_devices(&why);
+  if (!devices.empty()) {
+    fmt::print("budget: {} has {:.1f} MiB free of {:.1f} MiB; lode's default budget keeps a margin\n",
+               devices.front().name, double(devices.front().free_bytes) / double(1 << 20),
+               double(devices.front().total_bytes) / double(1 << 20));
+    return plan::default_budget(devices.front().free_bytes, devices.front().total_bytes);
+  }
+  fail("no GPU to read a default budget from ({}): give --vram-budget MiB", why);
+#else
+  fail("this lode was built without CUDA, so there is no GPU to read a default budget from: give --vram-budget MiB");
+#endif
+}
+
+void run_plan(const PlanCommandOptions& o) {
+  const gguf::Reader reader(o.model);
+  const model::Qwen35MoeConfig config = model::read_config(reader.metadata());
+  const model::ModelWeights weights = model::bind_weights(reader, config);
+  plan::PlanOptions options;
+  options.budget = budget_bytes(o.vram_budget_mib);
+  options.kv = chosen_kv_format(o.kv);
+  options.context = o.ctx > 0 ? o.ctx : std::min<int64_t>(config.context_length, 8192);
+  options.parallel = o.parallel;
+  options.prompt_chunk = o.prompt_chunk;
+  fmt::print("model: {} ({} layers, {} experts per layer, top {})\n", o.model, config.n_layers, config.n_experts,
+             config.n_experts_used);
+  const plan::MemoryPlan chosen = plan::plan_memory(weights, options);
+  fmt::print("{}", plan::describe(chosen));
+  fmt::print("the same budget and context in each K/V format:\n");
+  for (kv::Format format : kv::all_formats()) {
+    if (!kv::unsupported_reason(format, config.head_dim).empty()) continue;
+    plan::PlanOptions other = options;
+    other.kv = format;
+    try {
+      const plan::MemoryPlan p = plan::plan_memory(weights, other);
+      fmt::print("  {:<6} K/V {:9.1f} MiB  experts in VRAM {:>6} of {} ({:5.1f}%)\n", kv::to_string(format),
+                 double(p.kv) / double(1 << 20), p.experts_resident, p.experts_total, 100.0 * p.resident_fraction());
+    } catch (const Error&) {
+      fmt::print("  {:<6} does not fit\n", kv::to_string(format));
+    }
+  }
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto o = std::make_shared<PlanCommandOptions>();
+  auto* cmd = app.add_subcommand("plan", "How a VRAM budget would be spent on a model: trunk, K/V, scratch, experts");
+  cmd->add_option("-m,--model", o->model, "GGUF model (for a split model: its first file)")->required();
+  cmd->add_option("--vram-budget", o->vram_budget_mib,
+                  "MiB of GPU memory to plan for (default: what the first GPU has free, less 5% or 512 MiB)")
+      ->check(CLI::PositiveNumber);
+  add_kv_option(*cmd, o->kv);
+  cmd->add_option("--ctx", o->ctx, "Positions of K/V per sequence (default: the model's context, at most 8192)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--parallel", o->parallel, "Sequences held at once, each with its K/V and states (default 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt-chunk", o->prompt_chunk,
+                  "Prompt tokens per pass wanted (default 4096; halved while the budget cannot hold it)")
+      ->check(CLI::Range(int64_t(1), int64_t(65535)));
+  cmd->callback([o] { run_plan(*o); });
+}
+
+}  // namespace lode::cli

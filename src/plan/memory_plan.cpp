@@ -1,0 +1,214 @@
+#include "plan/memory_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+#include "core/error.h"
+
+namespace lode::plan {
+
+namespace {
+
+double mib(size_t bytes) { return double(bytes) / double(1 << 20); }
+
+size_t matrix_bytes(const model::MatrixView& m) { return m.empty() ? 0 : size_t(m.rows) * m.row_bytes; }
+size_t vector_bytes(const std::vector<float>& v) { return std::max<size_t>(v.size(), 1) * 4; }
+size_t floats_bytes(int64_t n) { return size_t(std::max<int64_t>(n, 1)) * 4; }
+
+// Positions of K/V the cache allocates: whole pages of 64 (cuda/kv_format.h's kKvPagePositions).
+constexpr int64_t kPagePositions = 64;
+
+bool same_shape(const model::MatrixView& a, const model::MatrixView& b) {
+  return a.type == b.type && a.rows == b.rows && a.cols == b.cols && a.row_bytes == b.row_bytes;
+}
+
+// What the budget holds before any expert, at a prompt chunk.
+struct Fixed {
+  size_t trunk, kv, states, decode, prompt;
+  size_t total() const { return trunk + kv + states + decode + prompt; }
+};
+
+Fixed fixed_at(const model::ModelWeights& w, const PlanOptions& o, int64_t chunk) {
+  const model::Qwen35MoeConfig& c = w.config;
+  const int64_t sequences = std::max<int64_t>(o.parallel, 1);
+  return {trunk_bytes(w), size_t(sequences) * kv_bytes(c, o.kv, o.context), size_t(sequences) * state_bytes(c),
+          decode_scratch(c, o.context).total,
+          chunk > 0 ? prompt_scratch(w, std::min(chunk, o.context), o.context).total : 0};
+}
+
+// The smallest chunk the plan would settle for: kMinPromptChunk, or the wanted one when smaller.
+int64_t smallest_chunk(const PlanOptions& o) {
+  return o.prompt_chunk > 0 ? std::min({o.prompt_chunk, kMinPromptChunk, o.context}) : 0;
+}
+
+// What would fit when the budget cannot hold the fixed part: the longest context in this format,
+// and the formats that hold this context.
+std::string what_fits(const model::ModelWeights& w, const PlanOptions& o) {
+  std::string out;
+  PlanOptions shorter = o;
+  int64_t lo = 0, hi = o.context;  // the longest context (in whole pages) that fits
+  while (hi - lo > kPagePositions) {
+    shorter.context = (lo + hi) / 2 / kPagePositions * kPagePositions;
+    if (shorter.context <= lo) break;
+    (fixed_at(w, shorter, smallest_chunk(shorter)).total() <= o.budget ? lo : hi) = shorter.context;
+  }
+  if (lo > 0) out += fmt::format("--ctx {} would fit in {}", lo, kv::to_string(o.kv));
+  std::vector<std::string> formats;
+  for (kv::Format f : kv::all_formats()) {
+    if (f == o.kv || !kv::unsupported_reason(f, w.config.head_dim).empty()) continue;
+    PlanOptions other = o;
+    other.kv = f;
+    if (fixed_at(w, other, smallest_chunk(other)).total() <= o.budget) formats.push_back(kv::to_string(f));
+  }
+  if (!formats.empty())
+    out += fmt::format("{}--kv {} would fit at --ctx {}", out.empty() ? "" : "; ", fmt::join(formats, " or --kv "),
+                       o.context);
+  return out.empty() ? "no context or K/V format fits: raise --vram-budget or use a smaller model" : out;
+}
+
+}  // namespace
+
+size_t trunk_bytes(const model::ModelWeights& w) {
+  const model::Qwen35MoeConfig& c = w.config;
+  size_t total = vector_bytes(w.output_norm) + matrix_bytes(w.output);
+  for (const model::LayerWeights& l : w.layers) {
+    total += vector_bytes(l.attn_norm) + vector_bytes(l.post_attention_norm);
+    if (l.recurrent) {
+      const model::DeltaNetWeights& d = l.deltanet;
+      total += matrix_bytes(d.qkv) + matrix_bytes(d.gate) + matrix_bytes(d.beta) + matrix_bytes(d.alpha) +
+               matrix_bytes(d.out);
+      total += vector_bytes(d.conv) + vector_bytes(d.dt_bias) + vector_bytes(d.a) + vector_bytes(d.norm);
+    } else {
+      const model::AttentionWeights& a = l.attention;
+      total += matrix_bytes(a.q) + matrix_bytes(a.k) + matrix_bytes(a.v) + matrix_bytes(a.output);
+      total += vector_bytes(a.q_norm) + vector_bytes(a.k_norm);
+    }
+    const model::MoeWeights& m = l.moe;
+    total += matrix_bytes(m.router);
+    total += size_t(3 * c.n_experts) * sizeof(void*);  // the (expert -> gate | up | down) table
+    if (c.shared_ff > 0) {
+      total += size_t(c.hidden) * 4;  // the shared expert's gate vector
+      total += matrix_bytes(m.shared_gate) + matrix_bytes(m.shared_up) + matrix_bytes(m.shared_down);
+      if (same_shape(m.shared_gate, m.shared_up)) total += 2 * sizeof(void*);  // its gate|up pair table
+    }
+  }
+  return total;
+}
+
+size_t kv_bytes(const model::Qwen35MoeConfig& c, kv::Format format, int64_t context) {
+  const kv::Layout layout = kv::layout(format);
+  const int64_t pages = (context + kPagePositions - 1) / kPagePositions;
+  const size_t per_layer = size_t(pages * kPagePositions) * size_t(kv::row_bytes(layout.k, c.n_kv_heads, c.head_dim) +
+                                                                   kv::row_bytes(layout.v, c.n_kv_heads, c.head_dim));
+  return size_t(c.n_full_attention_layers()) * per_layer + size_t(std::max<int64_t>(pages, 1)) * 4;
+}
+
+size_t state_bytes(const model::Qwen35MoeConfig& c) {
+  const int64_t recurrent = c.n_layers - c.n_full_attention_layers();
+  return size_t(recurrent) * (floats_bytes(c.conv_channels() * (c.ssm_conv_kernel - 1)) +
+                              floats_bytes(c.ssm_dt_rank * c.ssm_state * c.ssm_state));
+}
+
+std::vector<ExpertBytes> expert_bytes(const model::ModelWeights& w) {
+  std::vector<ExpertBytes> out;
+  for (const model::LayerWeights& l : w.layers)
+    out.push_back({matrix_bytes(l.moe.gate.first), matrix_bytes(l.moe.up.first), matrix_bytes(l.moe.down.first)});
+  return out;
+}
+
+size_t default_budget(size_t free_bytes, size_t total_bytes) {
+  const size_t margin = std::max<size_t>(size_t(512) << 20, total_bytes / 20);
+  return free_bytes > margin ? free_bytes - margin : 0;
+}
+
+MemoryPlan plan_memory(const model::ModelWeights& w, const PlanOptions& o) {
+  const model::Qwen35MoeConfig& c = w.config;
+  if (o.context <= 0) fail("memory plan: the context must be positive");
+  MemoryPlan p;
+  p.options = o;
+  int64_t chunk = o.prompt_chunk > 0 ? std::min(o.prompt_chunk, o.context) : 0;
+  const int64_t smallest = smallest_chunk(o);
+  Fixed fixed = fixed_at(w, o, chunk);
+  while (fixed.total() > o.budget && chunk > smallest) {
+    chunk = std::max(chunk / 2, smallest);
+    fixed = fixed_at(w, o, chunk);
+  }
+  if (fixed.total() > o.budget)
+    fail("VRAM budget of {:.1f} MiB cannot hold the trunk ({:.1f} MiB), the K/V cache for {} positions in {} "
+         "({:.1f} MiB), the DeltaNet states ({:.1f} MiB) and the scratch for prompt chunks of {} ({:.1f} MiB): short "
+         "by {:.1f} MiB; {}",
+         mib(o.budget), mib(fixed.trunk), o.context, kv::to_string(o.kv), mib(fixed.kv), mib(fixed.states), chunk,
+         mib(fixed.decode + fixed.prompt), mib(fixed.total() - o.budget), what_fits(w, o));
+  p.trunk = fixed.trunk, p.kv = fixed.kv, p.states = fixed.states;
+  p.decode_scratch = fixed.decode, p.prompt_scratch = fixed.prompt, p.prompt_chunk = chunk;
+  p.expert_bytes = expert_bytes(w);
+  for (const ExpertBytes& e : p.expert_bytes) {
+    p.slot_bytes = std::max(p.slot_bytes, (e.total() + 255) / 256 * 256);
+    p.experts_host += e.total() * size_t(c.n_experts);
+  }
+  p.experts_total = c.n_layers * c.n_experts;
+  const int64_t room = p.slot_bytes > 0 ? int64_t((o.budget - fixed.total()) / p.slot_bytes) : 0;
+  p.experts_resident = std::min(room, p.experts_total);
+  if (o.max_resident_experts >= 0) p.experts_resident = std::min(p.experts_resident, o.max_resident_experts);
+  p.expert_slots = size_t(p.experts_resident) * p.slot_bytes;
+  p.host_pinned = p.all_resident() ? 0 : p.experts_host;
+  return p;
+}
+
+void check_host_ram(size_t bytes) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  size_t kib = 0, total = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemTotal:") total = kib << 10;
+    meminfo.ignore(64, '\n');
+  }
+  if (total == 0) return;  // not Linux: nothing to check against
+  const size_t keep = size_t(2) << 30;
+  const size_t usable = total > keep ? total - keep : 0;
+  if (bytes > usable)
+    fail("host RAM: the experts not in VRAM need {:.1f} GiB of pinned host memory, but this machine has {:.1f} GiB "
+         "(2 GiB kept for everything else): short by {:.1f} GiB; raise --vram-budget so more experts live on the GPU, "
+         "or use a smaller model",
+         double(bytes) / double(1 << 30), double(total) / double(1 << 30), double(bytes - usable) / double(1 << 30));
+}
+
+std::string summary(const MemoryPlan& p) {
+  return fmt::format(
+      "VRAM plan of {:.1f} MiB: trunk {:.1f}, K/V {:.1f} ({} x {} positions, {}), DeltaNet states {:.1f}, scratch "
+      "{:.1f} (prompt chunks of {}), experts {:.1f} MiB: {} of {} in VRAM ({:.1f}%); host RAM pinned {:.1f} MiB",
+      mib(p.options.budget), mib(p.trunk), mib(p.kv), std::max<int64_t>(p.options.parallel, 1), p.options.context,
+      kv::to_string(p.options.kv), mib(p.states), mib(p.decode_scratch + p.prompt_scratch), p.prompt_chunk,
+      mib(p.expert_slots), p.experts_resident, p.experts_total, 100.0 * p.resident_fraction(), mib(p.host_pinned));
+}
+
+std::string describe(const MemoryPlan& p) {
+  const auto row = [](const char* what, size_t bytes, const std::string& note) {
+    return fmt::format("  {:<22} {:>10.1f} MiB  {}\n", what, mib(bytes), note);
+  };
+  const PlanOptions& o = p.options;
+  std::string out = fmt::format("VRAM budget {:.1f} MiB\n", mib(o.budget));
+  out += row("trunk", p.trunk, "every tensor but the routed experts, and the expert tables");
+  out += row("K/V cache", p.kv,
+             fmt::format("{} x {} positions in {}", std::max<int64_t>(o.parallel, 1), o.context, kv::to_string(o.kv)));
+  out += row("DeltaNet states", p.states, fmt::format("{} sequence(s)", std::max<int64_t>(o.parallel, 1)));
+  out += row("decode scratch", p.decode_scratch, "");
+  out += row("prompt scratch", p.prompt_scratch,
+             p.prompt_chunk > 0 ? fmt::format("chunks of {} tokens{}", p.prompt_chunk,
+                                              p.prompt_chunk < std::min(o.prompt_chunk, o.context)
+                                                  ? fmt::format(" (shrunk from {} to fit)", o.prompt_chunk)
+                                                  : "")
+                                : std::string("prompts token by token"));
+  out += row("experts", p.expert_slots,
+             fmt::format("{} of {} in VRAM ({:.1f}%), slots of {:.2f} MiB", p.experts_resident, p.experts_total,
+                         100.0 * p.resident_fraction(), mib(p.slot_bytes)));
+  out += row("left", o.budget - p.used(), "");
+  out += fmt::format("host RAM: experts {:.1f} MiB as stored; pinned {:.1f} MiB{}\n", mib(p.experts_host),
+                     mib(p.host_pinned), p.all_resident() ? " (every expert is in VRAM)" : "");
+  return out;
+}
+
+}  // namespace lode::plan

@@ -1,0 +1,136 @@
+#include "plan/scratch.h"
+
+#include <algorithm>
+
+namespace lode::plan {
+
+namespace {
+constexpr size_t kAlign = 256;
+size_t aligned(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Attention scores of one block of prompt queries are [heads][queries][keys] floats: room for an
+// eighth of the chunk's queries over the whole context, at most 256 MiB (at least one query).
+int64_t score_bytes(const model::Qwen35MoeConfig& c, int64_t chunk, int64_t max_context) {
+  return std::min<int64_t>(int64_t(256) << 20, c.n_heads * std::max<int64_t>(chunk / 8, 1) * max_context * 4);
+}
+
+bool expanded_for_prompts(const model::MatrixView& m) {
+  return !m.empty() && m.type->type != GgmlType::F32 && m.cols % 32 == 0;
+}
+}  // namespace
+
+size_t Layout::take(size_t bytes) {
+  const size_t at = end_;
+  end_ = aligned(end_ + bytes);
+  if (in_union_) union_end_ = std::max(union_end_, end_);
+  return at;
+}
+
+void Layout::begin_union() {
+  in_union_ = true;
+  union_begin_ = union_end_ = end_;
+}
+
+void Layout::alternative() { end_ = union_begin_; }
+
+void Layout::end_union() {
+  in_union_ = false;
+  end_ = union_end_;
+}
+
+int attention_splits(int64_t max_context) { return int(std::clamp<int64_t>(max_context / 256, 1, 256)); }
+
+DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_context) {
+  const int64_t k = c.n_experts_used;
+  Layout l;
+  DecodeScratch s{};
+  s.h = l.floats(c.hidden), s.normed = l.floats(c.hidden), s.mixed = l.floats(c.hidden);
+  s.attention_partials = l.floats(c.n_heads * attention_splits(max_context) * (c.head_dim + 2));
+  s.qg = l.floats(2 * c.q_dim() + 2 * c.kv_dim());
+  s.attn = l.floats(c.q_dim());
+  s.qkv = l.floats(c.conv_channels() + c.ssm_value_dim() + 2 * c.ssm_dt_rank);
+  s.o = l.floats(c.ssm_value_dim());
+  s.router_logits = l.floats(c.n_experts + 1);
+  s.weights = l.floats(k);
+  s.ids = l.take(size_t(2 * k) * 4);
+  s.gu = l.floats(2 * k * c.expert_ff);
+  s.y = l.floats(k * c.hidden);
+  s.shared_gu = l.floats(2 * c.shared_ff);
+  s.pair_ids = l.take(2 * 4);
+  s.shared_out = l.floats(c.hidden);
+  s.logits = l.floats(c.vocab);
+  s.counters = l.take(size_t(std::max<int64_t>(c.ssm_dt_rank, 1) + 1) * 4);
+  s.position = l.take(8);
+  s.total = l.total();
+  return s;
+}
+
+namespace {
+
+// The most floats one expansion needs: a quantized dense matrix, or one group of experts.
+int64_t expansion_floats(const model::ModelWeights& w) {
+  const model::Qwen35MoeConfig& c = w.config;
+  const int64_t group = std::min(kPromptExpertGroup, c.n_experts);
+  int64_t most = 0;
+  const auto dense = [&](const model::MatrixView& m) {
+    if (expanded_for_prompts(m)) most = std::max(most, m.rows * m.cols);
+  };
+  const auto experts = [&](const model::ExpertStack& e, int64_t per_expert) {
+    if (expanded_for_prompts(e.first)) most = std::max(most, group * per_expert * e.first.rows * e.first.cols);
+  };
+  for (const model::LayerWeights& l : w.layers) {
+    const model::AttentionWeights& a = l.attention;
+    const model::DeltaNetWeights& d = l.deltanet;
+    const model::MoeWeights& m = l.moe;
+    for (const model::MatrixView* v : {&a.q, &a.k, &a.v, &a.output, &d.qkv, &d.gate, &d.beta, &d.alpha, &d.out,
+                                       &m.router, &m.shared_gate, &m.shared_up, &m.shared_down})
+      dense(*v);
+    // gate and up of an expert side by side (2 per expert) when they can share one expansion.
+    const bool together = m.gate.first.type == m.up.first.type && m.gate.first.rows == m.up.first.rows &&
+                          m.gate.first.cols == m.up.first.cols;
+    experts(m.gate, together ? 2 : 1), experts(m.up, 1), experts(m.down, 1);
+  }
+  return most;
+}
+
+}  // namespace
+
+PromptScratch prompt_scratch(const model::ModelWeights& w, int64_t chunk, int64_t max_context) {
+  const model::Qwen35MoeConfig& c = w.config;
+  const int64_t n = chunk, k = c.n_experts_used, rows = n * k;
+  Layout l;
+  PromptScratch s{};
+  s.chunk = chunk;
+  s.h = l.floats(n * c.hidden), s.normed = l.floats(n * c.hidden), s.mixed = l.floats(n * c.hidden);
+  s.expanded = l.floats(expansion_floats(w));
+  s.gate_up_order = l.take(size_t(2 * c.n_experts) * 4);
+  s.expand_ids = l.take(size_t(2 * c.n_experts) * 4);
+  l.begin_union();
+  s.qg = l.floats(n * 2 * c.q_dim()), s.kbuf = l.floats(n * c.kv_dim()), s.vbuf = l.floats(n * c.kv_dim());
+  s.attn = l.floats(n * c.q_dim());
+  s.k_rows = l.floats(max_context * c.kv_dim()), s.v_rows = l.floats(max_context * c.kv_dim());
+  const int64_t score_row = c.n_heads * max_context * 4;
+  s.score_floats =
+      c.n_heads * std::clamp<int64_t>(score_bytes(c, n, max_context) / std::max<int64_t>(score_row, 1), 1, n) * max_context;
+  s.scores = l.floats(s.score_floats);
+  l.alternative();
+  s.qkv_raw = l.floats(n * c.conv_channels()), s.qkv = l.floats(n * c.conv_channels());
+  s.z = l.floats(n * c.ssm_value_dim()), s.b = l.floats(n * c.ssm_dt_rank), s.alpha = l.floats(n * c.ssm_dt_rank);
+  s.o = l.floats(n * c.ssm_value_dim());
+  l.alternative();
+  s.router = l.floats(n * c.n_experts), s.weights = l.floats(rows);
+  s.ids = l.take(size_t(2 * rows) * 4), s.sorted = l.take(size_t(rows) * 4), s.slot_of = l.take(size_t(rows) * 4);
+  s.expert_of = l.take(size_t(rows) * 4), s.counts = l.take(size_t(c.n_experts) * 4);
+  s.first = l.take(size_t(c.n_experts) * 4), s.hist = l.take(size_t(32 * c.n_experts) * 4);
+  s.pointer_w = l.take(size_t(c.n_experts) * 8), s.pointer_x = l.take(size_t(c.n_experts) * 8);
+  s.pointer_y = l.take(size_t(c.n_experts) * 8);
+  s.xs = l.floats(rows * c.hidden), s.gu = l.floats(rows * 2 * c.expert_ff), s.act = l.floats(rows * c.expert_ff);
+  s.ys = l.floats(rows * std::max(c.hidden, 2 * c.expert_ff));
+  s.sg = l.floats(n * c.shared_ff), s.su = l.floats(n * c.shared_ff), s.sh = l.floats(n * c.shared_ff);
+  s.shared_out = l.floats(n * c.hidden), s.shared_logit = l.floats(n);
+  l.end_union();
+  s.total = l.total();
+  return s;
+}
+
+}  // namespace lode::plan

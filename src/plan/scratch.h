@@ -1,0 +1,82 @@
+// The GPU's scratch, laid out on the host: every buffer the decode step and the prompt pass use,
+// as byte offsets into one allocation each. The memory plan (plan/memory_plan.h) sums them and the
+// CUDA session carves its buffers from them, so what the plan prints is what the session holds.
+// No CUDA here: `lode plan` computes it on any machine.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "model/qwen35moe.h"
+#include "model/weights.h"
+
+namespace lode::plan {
+
+// Buffers carved one after another from one allocation, each on a 256-byte boundary. Groups of
+// buffers never live at the same time can share bytes: between begin_union() and end_union(),
+// each alternative() starts where the union began, and the union ends after the longest.
+class Layout {
+ public:
+  size_t take(size_t bytes);  // the buffer's offset
+  size_t floats(int64_t n) { return take(size_t(n > 0 ? n : 1) * 4); }  // at least one
+  void begin_union();
+  void alternative();
+  void end_union();
+  size_t total() const { return end_; }
+
+ private:
+  size_t end_ = 0, union_begin_ = 0, union_end_ = 0;
+  bool in_union_ = false;
+};
+
+// Decode attention shares a KV head's keys among this many blocks (one per 256 positions of the
+// context, 1 to 256): fixed when the step is captured.
+int attention_splits(int64_t max_context);
+
+// The decode step's scratch for one token (offsets in bytes).
+struct DecodeScratch {
+  size_t h, normed, mixed;                 // [hidden] each
+  size_t attention_partials;               // [heads][splits][head_dim + 2]
+  size_t qg;                               // q|gate [2 q_dim], then k [kv_dim], then v [kv_dim]
+  size_t attn;                             // [q_dim]
+  size_t qkv;                              // DeltaNet qkv [channels], z [Hv dv], b [Hv], alpha [Hv]
+  size_t o;                                // [Hv dv]
+  size_t router_logits;                    // [n_experts + 1]: the router's, then the shared gate's
+  size_t weights;                          // [k] route weights
+  size_t ids;                              // [2k] int32: chosen experts, then their up halves
+  size_t gu;                               // [2k ff]: gate outputs then up outputs
+  size_t y;                                // [k hidden] expert outputs
+  size_t shared_gu;                        // [2 shared_ff]
+  size_t pair_ids;                         // [2] int32 {0, 1}
+  size_t shared_out;                       // [hidden]
+  size_t logits;                           // [vocab]
+  size_t counters;                         // [Hv + 1] unsigned, kept zeroed
+  size_t position;                         // int64
+  size_t total;
+};
+DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_context);
+
+// The prompt pass expands this many experts' weights to float32 at a time (gate|up, then down):
+// a constant, so the products' grouping, and with it their rounding, never depends on the budget.
+constexpr int64_t kPromptExpertGroup = 32;
+
+// The prompt pass's scratch for `chunk` tokens (offsets in bytes). The attention layers', the
+// DeltaNet layers' and the MoE's own buffers are never live at once and share bytes.
+struct PromptScratch {
+  int64_t chunk = 0, score_floats = 0;
+  size_t h, normed, mixed;                  // [chunk][hidden]
+  size_t expanded;                          // expanded weights: the largest matrix or expert group
+  size_t gate_up_order;                     // [2 n_experts] int32: gate e, up e, ...
+  size_t expand_ids;                        // [2 n_experts] int32: the experts a group expands
+  // attention
+  size_t qg, kbuf, vbuf, attn, k_rows, v_rows, scores;
+  // DeltaNet
+  size_t qkv_raw, qkv, z, b, alpha, o;
+  // MoE
+  size_t router, weights, ids, sorted, slot_of, expert_of, counts, first, hist;
+  size_t pointer_w, pointer_x, pointer_y;
+  size_t xs, gu, act, ys, sg, su, sh, shared_out, shared_logit;
+  size_t total;
+};
+PromptScratch prompt_scratch(const model::ModelWeights& weights, int64_t chunk, int64_t max_context);
+
+}  // namespace lode::plan

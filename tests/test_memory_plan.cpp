@@ -1,0 +1,216 @@
+// The memory plan (plan/memory_plan.h) against each model's own tensor table: the trunk is every
+// tensor of the main model but the routed experts, matrices as stored and vectors as float32, plus
+// the (expert -> gate | up | down) tables; the experts are the *_exps tensors; K/V and DeltaNet
+// states follow from the geometry. Checked exactly for the Qwen3.6-35B-A3B geometry (a synth of
+// zero weights, sparse on disk) and lode-mini; then the budget's order (chunk shrinking, experts
+// in whole slots), the refusals and `lode plan`.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "gguf/reader.h"
+#include "model/qwen35moe.h"
+#include "model/synth.h"
+#include "model/weights.h"
+#include "plan/memory_plan.h"
+#include "support/paths.h"
+#include "support/run_lode.h"
+#include "test_gguf_helpers.h"
+
+namespace {
+
+using namespace lode;
+
+constexpr size_t kMiB = size_t(1) << 20;
+
+struct TableFigures {
+  size_t trunk = 0, experts = 0;
+};
+
+bool ends_with(const std::string& s, const std::string& end) {
+  return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+}
+
+// The trunk and the experts as the tensor table gives them.
+TableFigures from_tensor_table(const gguf::Reader& r, const model::Qwen35MoeConfig& c) {
+  TableFigures f;
+  const bool has_output = r.find_tensor("output.weight") != nullptr;
+  for (const gguf::TensorInfo& t : r.tensors()) {
+    int64_t block = -1;
+    if (t.name.rfind("blk.", 0) == 0) block = std::stoll(t.name.substr(4));
+    if (block >= c.n_layers) continue;  // the MTP block: not run
+    if (t.name == "token_embd.weight" && has_output) continue;  // looked up on the host
+    if (ends_with(t.name, "_exps.weight")) {
+      f.experts += t.size;
+      continue;
+    }
+    const bool float_vector = t.n_dims == 1 || ends_with(t.name, "ssm_conv1d.weight");
+    f.trunk += float_vector ? size_t(t.n_elements()) * 4 : t.size;
+  }
+  f.trunk += size_t(c.n_layers * 3 * c.n_experts) * sizeof(void*);
+  const gguf::TensorInfo* gate = r.find_tensor("blk.0.ffn_gate_shexp.weight");
+  const gguf::TensorInfo* up = r.find_tensor("blk.0.ffn_up_shexp.weight");
+  if (gate && up && gate->type == up->type && gate->ne == up->ne) f.trunk += size_t(c.n_layers) * 2 * sizeof(void*);
+  return f;
+}
+
+// Checks a plan's every figure against the tensor table and the geometry.
+void expect_plan_matches(const gguf::Reader& r, const model::ModelWeights& w, const plan::PlanOptions& o) {
+  const model::Qwen35MoeConfig& c = w.config;
+  const TableFigures table = from_tensor_table(r, c);
+  const plan::MemoryPlan p = plan::plan_memory(w, o);
+  EXPECT_EQ(p.trunk, table.trunk);
+  EXPECT_EQ(p.experts_host, table.experts);
+  const int64_t pages = (o.context + 63) / 64;
+  const int64_t cell = kv::cell_bytes(o.kv, c.n_kv_heads, c.head_dim);
+  EXPECT_EQ(p.kv, size_t(c.n_full_attention_layers() * pages * 64 * cell + pages * 4));
+  const int64_t recurrent = c.n_layers - c.n_full_attention_layers();
+  EXPECT_EQ(p.states,
+            size_t(recurrent * 4 * (c.conv_channels() * (c.ssm_conv_kernel - 1) + c.ssm_dt_rank * c.ssm_state * c.ssm_state)));
+  EXPECT_EQ(p.experts_total, c.n_layers * c.n_experts);
+  EXPECT_EQ(p.slot_bytes * size_t(p.experts_total), table.experts);  // every layer's experts alike here
+  const size_t fixed = p.trunk + p.kv + p.states + p.decode_scratch + p.prompt_scratch;
+  ASSERT_LE(fixed, o.budget);
+  EXPECT_EQ(p.experts_resident, std::min<int64_t>(int64_t((o.budget - fixed) / p.slot_bytes), p.experts_total));
+  EXPECT_EQ(p.expert_slots, size_t(p.experts_resident) * p.slot_bytes);
+  EXPECT_LE(p.used(), o.budget);
+  EXPECT_EQ(p.host_pinned, p.all_resident() ? 0 : table.experts);
+}
+
+// Whether this file system keeps sparse files (a 35B geometry of zeros would otherwise take 20 GB).
+bool holes_supported(const lode::test::TempDir& dir) {
+  model::SynthOptions o;
+  o.preset = "tiny";
+  o.zeros = true;
+  write_synth(dir / "probe.gguf", o);
+  struct stat st{};
+  return ::stat((dir / "probe.gguf").c_str(), &st) == 0 && size_t(st.st_blocks) * 512 < size_t(st.st_size) / 2;
+}
+
+TEST(MemoryPlan, TheThirtyFiveBGeometryMatchesItsTensorTable) {
+  const lode::test::TempDir dir;
+  if (!holes_supported(dir)) GTEST_SKIP() << "this file system keeps no sparse files; the 35B geometry would take 20 GB";
+  model::SynthOptions o;
+  o.preset = "qwen3.6-35b-a3b";
+  o.recipe = "ud-q4_k_xl";
+  o.mtp = true;  // its block is in the file, not in the plan
+  o.zeros = true;
+  write_synth(dir / "m35.gguf", o);
+  struct stat st{};
+  ASSERT_EQ(::stat((dir / "m35.gguf").c_str(), &st), 0);
+  EXPECT_GT(size_t(st.st_size), size_t(20) << 30);
+  EXPECT_LT(size_t(st.st_blocks) * 512, size_t(256) << 20) << "zero weights should leave the file sparse";
+
+  const gguf::Reader r(dir / "m35.gguf");
+  const model::Qwen35MoeConfig c = model::read_config(r.metadata());
+  const model::ModelWeights w = model::bind_weights(r, c);
+  // One expert: gate and up Q4_K (512 rows of 2048), down Q5_K (2048 rows of 512).
+  const plan::ExpertBytes e = plan::expert_bytes(w).front();
+  EXPECT_EQ(e.gate, size_t(512 * 1152));
+  EXPECT_EQ(e.up, size_t(512 * 1152));
+  EXPECT_EQ(e.down, size_t(2048 * 352));
+  for (const int64_t budget_mib : {4096, 8192, 12288, 16384, 24576}) {
+    for (const kv::Format f : {kv::Format::f16, kv::Format::q4}) {
+      SCOPED_TRACE(std::to_string(budget_mib) + " MiB, " + kv::to_string(f));
+      expect_plan_matches(r, w, {.budget = size_t(budget_mib) * kMiB, .kv = f, .context = 32768});
+    }
+  }
+  const plan::MemoryPlan all = plan::plan_memory(w, {.budget = size_t(24576) * kMiB, .kv = kv::Format::f16, .context = 32768});
+  EXPECT_TRUE(all.all_resident());
+  EXPECT_EQ(all.experts_total, 10240);
+  EXPECT_EQ(all.experts_host, size_t(10240) * 1900544);
+  EXPECT_NE(plan::summary(all).find("10240 of 10240 in VRAM (100.0%)"), std::string::npos) << plan::summary(all);
+
+  // The smaller the K/V cells, the more experts the same budget keeps (262,144 positions, 16 GiB).
+  int64_t previous = -1;
+  for (const kv::Format f : {kv::Format::f32, kv::Format::f16, kv::Format::k8v8, kv::Format::k8v4, kv::Format::q4}) {
+    const plan::MemoryPlan p = plan::plan_memory(w, {.budget = size_t(16384) * kMiB, .kv = f, .context = 262144});
+    EXPECT_GT(p.experts_resident, previous) << kv::to_string(f);
+    previous = p.experts_resident;
+  }
+
+  // Too small for the trunk and the K/V cache: refused with the MiB short and what would fit.
+  try {
+    plan::plan_memory(w, {.budget = size_t(2816) * kMiB, .kv = kv::Format::f16, .context = 32768});
+    ADD_FAILURE() << "a 2816 MiB budget was accepted";
+  } catch (const Error& err) {
+    const std::string what = err.what();
+    EXPECT_NE(what.find("short by"), std::string::npos) << what;
+    EXPECT_NE(what.find("--ctx "), std::string::npos) << what;
+    EXPECT_NE(what.find("--kv q4"), std::string::npos) << what;
+  }
+}
+
+TEST(MemoryPlan, LodeMiniMatchesItsTensorTable) {
+  const gguf::Reader r(lode::test::mini_model_path());
+  const model::Qwen35MoeConfig c = model::read_config(r.metadata());
+  const model::ModelWeights w = model::bind_weights(r, c);
+  for (const int64_t budget_mib : {64, 128, 1024})
+    for (const int64_t context : {512, 1000, 4096}) {
+      SCOPED_TRACE(std::to_string(budget_mib) + " MiB, context " + std::to_string(context));
+      expect_plan_matches(r, w, {.budget = size_t(budget_mib) * kMiB, .kv = kv::Format::f16, .context = context});
+    }
+}
+
+TEST(MemoryPlan, ThePromptChunkShrinksBeforeTheBudgetIsRefused) {
+  const gguf::Reader r(lode::test::mini_model_path());
+  const model::ModelWeights w = model::bind_weights(r, model::read_config(r.metadata()));
+  const plan::PlanOptions wide{.budget = size_t(4096) * kMiB, .kv = kv::Format::f16, .context = 4096};
+  const plan::MemoryPlan roomy = plan::plan_memory(w, wide);
+  EXPECT_EQ(roomy.prompt_chunk, 4096);
+  EXPECT_TRUE(roomy.all_resident());
+  // A budget just short of the full chunk's scratch: the chunk halves until it fits, no expert left.
+  plan::PlanOptions tight = wide;
+  tight.budget = roomy.fixed() - 1;
+  const plan::MemoryPlan shrunk = plan::plan_memory(w, tight);
+  EXPECT_LT(shrunk.prompt_chunk, 4096);
+  EXPECT_GE(shrunk.prompt_chunk, plan::kMinPromptChunk);
+  EXPECT_LE(shrunk.used(), tight.budget);
+  // Below the smallest chunk's needs: refused.
+  tight.budget =
+      plan::plan_memory(w, {.budget = size_t(4096) * kMiB, .kv = kv::Format::f16, .context = 4096, .prompt_chunk = 256})
+          .fixed();
+  tight.budget -= 1;
+  EXPECT_THROW(plan::plan_memory(w, tight), Error);
+  // Prompts token by token need no prompt scratch at all.
+  const plan::MemoryPlan none = plan::plan_memory(w, {.budget = size_t(4096) * kMiB, .context = 4096, .prompt_chunk = 0});
+  EXPECT_EQ(none.prompt_scratch, 0u);
+  EXPECT_EQ(none.prompt_chunk, 0);
+}
+
+TEST(MemoryPlan, ACapOnResidentExpertsIsKept) {
+  const gguf::Reader r(lode::test::mini_model_path());
+  const model::ModelWeights w = model::bind_weights(r, model::read_config(r.metadata()));
+  const plan::MemoryPlan p = plan::plan_memory(
+      w, {.budget = size_t(4096) * kMiB, .context = 1024, .max_resident_experts = 5});
+  EXPECT_EQ(p.experts_resident, 5);
+  EXPECT_EQ(p.expert_slots, 5 * p.slot_bytes);
+  EXPECT_EQ(p.host_pinned, p.experts_host);
+}
+
+TEST(MemoryPlan, HostRamTooSmallIsRefusedClearly) {
+  EXPECT_NO_THROW(plan::check_host_ram(size_t(1) << 20));
+  try {
+    plan::check_host_ram(size_t(1) << 50);  // a petabyte of experts
+    ADD_FAILURE() << "a petabyte of pinned host memory was accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("short by"), std::string::npos) << err.what();
+  }
+}
+
+TEST(MemoryPlan, TheCommandPrintsThePlanAndEachFormat) {
+  const lode::test::TempDir dir;
+  const std::string mini = lode::test::mini_model_path().string();
+  const auto r = lode::test::run_lode("plan -m '" + mini + "' --vram-budget 64 --ctx 2048", dir.path());
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* line : {"trunk", "K/V cache", "prompt scratch", "experts in VRAM", "host RAM", "q4 ", "k8v4 "})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << " in " << r.out;
+  const auto short_budget = lode::test::run_lode("plan -m '" + mini + "' --vram-budget 1 --ctx 2048", dir.path());
+  EXPECT_EQ(short_budget.status, 1);
+  EXPECT_NE(short_budget.err.find("short by"), std::string::npos) << short_budget.err;
+}
+
+}  // namespace
