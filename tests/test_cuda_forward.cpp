@@ -18,6 +18,8 @@
 #include "model/quantize.h"
 #include "model/recipe.h"
 #include "model/synth.h"
+#include "model/weights.h"
+#include "plan/memory_plan.h"
 #include "support/fixtures.h"
 #include "support/gpu.h"
 #include "test_gguf_helpers.h"
@@ -304,37 +306,33 @@ TEST(CudaForward, TheBudgetIsKeptAndReported) {
   }
 }
 
-// A budget that holds the model but not the prompt pass's scratch for 4096-token chunks gets
-// smaller chunks instead of a refusal, and computes the same logits.
+// A budget that holds the trunk and the K/V cache but not the prompt pass's scratch for
+// 4096-token chunks (even with every expert left in host RAM) gets smaller chunks instead of a
+// refusal, and computes the logits a roomy session computes with chunks of that size.
 TEST(CudaForward, PromptChunksShrinkToFitTheBudget) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
   synth_model(dir / "m.gguf", "tiny", "q8_0", 1);
   const lode::gguf::Reader reader(dir / "m.gguf");
   const auto config = lode::model::read_config(reader.metadata());
-  const auto held = [&](int64_t chunk) {
-    lode::cuda::CudaSessionOptions options;
-    options.max_context = 4096;
-    options.prompt_chunk = chunk;
-    return lode::cuda::CudaSession(reader, config, options).vram().held();
-  };
-  const size_t large = held(4096), small = held(lode::cuda::kMinPromptChunk);
-  ASSERT_GT(large, small);
+  const lode::model::ModelWeights weights = lode::model::bind_weights(reader, config);
+  const size_t full = lode::plan::plan_memory(weights, {.budget = size_t(1) << 40, .context = 4096}).fixed();
   std::vector<int32_t> prompt;
   for (int i = 0; i < 100; ++i) prompt.push_back(int32_t((i * 37 + 1) % config.vocab));
   lode::cuda::CudaSessionOptions options;
   options.max_context = 4096;
-  const size_t budget = small + (large - small) / 2;
-  options.vram_budget = budget;
+  options.vram_budget = full - 1;
   lode::cuda::CudaSession fitted(reader, config, options);
   EXPECT_LT(fitted.prompt_chunk(), 4096);
-  EXPECT_GE(fitted.prompt_chunk(), lode::cuda::kMinPromptChunk);
-  EXPECT_LE(fitted.vram().held(), budget);
+  EXPECT_GE(fitted.prompt_chunk(), lode::plan::kMinPromptChunk);
+  EXPECT_EQ(fitted.plan().experts_resident, 0);
+  EXPECT_LE(fitted.vram().held(), options.vram_budget);
   options.vram_budget = 0;
   options.prompt_chunk = fitted.prompt_chunk();
   lode::cuda::CudaSession roomy(reader, config, options);
+  EXPECT_TRUE(roomy.plan().all_resident());
   EXPECT_EQ(fitted.prefill(prompt, true), roomy.prefill(prompt, true));
-  std::printf("[ cuda ] budget %.1f MiB: prompt chunks of %lld\n", double(budget) / (1 << 20),
+  std::printf("[ cuda ] budget %.1f MiB: prompt chunks of %lld\n", double(full - 1) / (1 << 20),
               static_cast<long long>(fitted.prompt_chunk()));
 }
 

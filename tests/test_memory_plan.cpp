@@ -1,6 +1,6 @@
 // The memory plan (plan/memory_plan.h) against each model's own tensor table: the trunk is every
 // tensor of the main model but the routed experts, matrices as stored and vectors as float32, plus
-// the (expert -> gate | up | down) tables; the experts are the *_exps tensors; K/V and DeltaNet
+// the (expert -> gate | up | down) tables and residency flags; the experts are the *_exps tensors; K/V and DeltaNet
 // states follow from the geometry. Checked exactly for the Qwen3.6-35B-A3B geometry (a synth of
 // zero weights, sparse on disk) and lode-mini; then the budget's order (chunk shrinking, experts
 // in whole slots), the refusals and `lode plan`.
@@ -50,7 +50,7 @@ TableFigures from_tensor_table(const gguf::Reader& r, const model::Qwen35MoeConf
     const bool float_vector = t.n_dims == 1 || ends_with(t.name, "ssm_conv1d.weight");
     f.trunk += float_vector ? size_t(t.n_elements()) * 4 : t.size;
   }
-  f.trunk += size_t(c.n_layers * 3 * c.n_experts) * sizeof(void*);
+  f.trunk += size_t(c.n_layers * 3 * c.n_experts) * sizeof(void*) + size_t(c.n_layers * c.n_experts);  // tables, flags
   const gguf::TensorInfo* gate = r.find_tensor("blk.0.ffn_gate_shexp.weight");
   const gguf::TensorInfo* up = r.find_tensor("blk.0.ffn_up_shexp.weight");
   if (gate && up && gate->type == up->type && gate->ne == up->ne) f.trunk += size_t(c.n_layers) * 2 * sizeof(void*);

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 
+#include "cli/expert_profile.h"
 #include "core/error.h"
+#include "plan/memory_plan.h"
 
 #include <fmt/core.h>
 
@@ -29,6 +31,7 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
                  "(--ctx defaults to at most 8192 there; --threads and --chunk are the CPU engine's)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   add_vram_budget_option(cmd, o.vram_budget_mib);
+  add_expert_profile_option(cmd, o.expert_profile);
 }
 
 namespace {
@@ -50,11 +53,14 @@ std::unique_ptr<engine::SequenceModel> open_gpu_sequence(const BackendOptions& o
   options.vram_budget = size_t(o.vram_budget_mib) << 20;
   options.activations = run.activations_or(model::Activations::q8);
   options.kv_format = run.kv_format();
+  if (!o.expert_profile.empty()) options.expert_scores = expert_scores_from(o.expert_profile, *model.weights);
   auto session = std::make_unique<cuda::CudaSession>(model.reader, model.weights, options);
   const cuda::VramAccountant& vram = session->vram();
   fmt::print(stderr, "lode: K/V cache {} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",
              describe_kv(model.config, options.kv_format, options.max_context),
              double(vram.budget() - vram.held()) / double(1 << 20), double(vram.budget()) / double(1 << 20));
+  fmt::print(stderr, "lode: {}; experts in host RAM: {}\n", plan::summary(session->plan()),
+             session->expert_stats().host_tier);
   return std::make_unique<cuda::CudaSequence>(std::move(session));
 #else
   (void)o, (void)model, (void)run;

@@ -1,7 +1,8 @@
 // `lode bench -m MODEL [-p 512,8192] [-n 128] [--depth 0,8192,32768] [--fill prompt|random] [--ctx N]
-// [--repeats 3] [--json]`: the
-// CUDA backend's speed on a model, each figure beside its fraction of the device's limits measured
-// in the same run (device-to-device copy bandwidth; bf16 and TF32 matrix throughput).
+// [--repeats 3] [--vram-budget A,B,C] [--json]`: the CUDA backend's speed on a model, each figure
+// beside its fraction of the device's limits measured in the same run (device-to-device copy
+// bandwidth; bf16 and TF32 matrix throughput), and under each VRAM budget asked for, the expert
+// tier's share of experts in VRAM, hit rate and bytes read over PCIe.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -10,9 +11,12 @@
 
 #include "cli/backend.h"
 #include "cli/commands.h"
+#include "cli/expert_profile.h"
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
+#include "model/weights.h"
+#include "plan/memory_plan.h"
 
 #ifdef LODE_HAVE_CUDA
 #include "cuda/roofline.h"
@@ -33,7 +37,8 @@ struct BenchOptions {
   std::string kv;  // empty: LODE_KV, else fp16
   std::string fill = "prompt";  // how a depth is reached: a prompt, or random cells (deep contexts)
   int64_t ctx = 0;              // positions of K/V allocated; 0: what the runs need
-  int64_t vram_budget_mib = 0;
+  std::vector<int64_t> vram_budgets_mib = {0};  // 0: the default budget
+  std::string expert_profile;
   uint64_t seed = 1;
   bool json = false;
   bool profile = false;
@@ -52,14 +57,29 @@ double median(std::vector<double> v) {
 
 int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
+// What the expert tier did during a measured run (the difference of two snapshots).
+struct TierDelta {
+  double hit_rate = 1.0;
+  double pcie_bytes = 0;  // expert bytes read over PCIe
+};
+
+TierDelta tier_delta(const cuda::ExpertStats& before, const cuda::ExpertStats& after) {
+  const uint64_t routed = after.routed - before.routed, missed = after.missed - before.missed;
+  return {routed ? 1.0 - double(missed) / double(routed) : 1.0,
+          double(after.decode_miss_bytes - before.decode_miss_bytes + after.prompt_miss_bytes -
+                 before.prompt_miss_bytes)};
+}
+
 struct PrefillResult {
   int64_t tokens;
   double tokens_per_s, tflops;
+  TierDelta tier;  // over the timed runs, per run
 };
 
 struct DecodeResult {
   int64_t depth;
   double tokens_per_s, bytes_per_token, gbps;
+  TierDelta tier;  // over the timed runs, per token
 };
 
 // Every call here ends with the device idle (the logits are on the host), so wall-clock time
@@ -67,14 +87,18 @@ struct DecodeResult {
 PrefillResult bench_prefill(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t n, int repeats) {
   const std::span<const int32_t> prompt(tokens.data(), size_t(n));
   std::vector<double> seconds;
+  cuda::ExpertStats before;
   for (int r = 0; r <= repeats; ++r) {  // the first is the warm-up
     session.reset();
+    if (r == 1) before = session.expert_stats();
     const auto t0 = Clock::now();
     session.prefill(prompt);
     if (r > 0) seconds.push_back(seconds_since(t0));
   }
   const double s = median(seconds);
-  return {n, double(n) / s, session.prompt_flops(0, n) / s / 1e12};
+  TierDelta tier = tier_delta(before, session.expert_stats());
+  tier.pcie_bytes /= double(repeats);
+  return {n, double(n) / s, session.prompt_flops(0, n) / s / 1e12, tier};
 }
 
 // Decode at a context depth: the depth filled by a prompt (or, with random_fill, by random cells:
@@ -88,20 +112,25 @@ DecodeResult bench_decode(cuda::CudaSession& session, const std::vector<int32_t>
                                                         : session.decode(1);
   for (int i = 0; i < 2; ++i) logits = session.decode(argmax(logits));
   std::vector<double> rates;
+  const cuda::ExpertStats before = session.expert_stats();
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
     for (int64_t i = 0; i < generate; ++i) logits = session.decode(argmax(logits));
     rates.push_back(double(generate) / seconds_since(t0));
   }
+  TierDelta tier = tier_delta(before, session.expert_stats());
+  tier.pcie_bytes /= double(generate * repeats);
   const auto bytes = session.decode_bytes(depth + 2 + generate * repeats / 2);  // the mean depth
   const double per_token = double(bytes.weights + bytes.state), rate = median(rates);
-  return {depth, rate, per_token, per_token * rate / 1e9};
+  return {depth, rate, per_token, per_token * rate / 1e9, tier};
 }
 
-cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_context) {
+cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_context, int64_t budget_mib,
+                                         const std::vector<double>& expert_scores) {
   cuda::CudaSessionOptions options;
   options.max_context = max_context;
-  options.vram_budget = size_t(o.vram_budget_mib) << 20;
+  options.vram_budget = size_t(budget_mib) << 20;
+  options.expert_scores = expert_scores;
   options.prompt_chunk = o.prompt_chunk;
   options.kv_format = chosen_kv_format(o.kv);
   return options;
@@ -110,9 +139,9 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
 // A second session that waits for the GPU between phases: where the time of one decode step and of
 // one prompt goes.
 void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
-                   const std::vector<int32_t>& tokens) {
+                   const std::vector<int32_t>& tokens, int64_t budget_mib, const std::vector<double>& expert_scores) {
   const int64_t prompt = o.prompts.back();
-  cuda::CudaSessionOptions options = session_options(o, prompt + o.generate + 8);
+  cuda::CudaSessionOptions options = session_options(o, prompt + o.generate + 8, budget_mib, expert_scores);
   options.profile = true;
   cuda::CudaSession session(reader, config, options);
   std::vector<float> logits = session.prefill(std::span(tokens.data(), size_t(prompt)));
@@ -136,72 +165,127 @@ void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& con
     fmt::print("  {:<34} {:8.1f} ms  {:5.1f}%\n", name, 1e3 * s, 100.0 * s / std::max(prompt_total, 1e-12));
 }
 
+// The device's limits, measured once, in memory of their own (outside lode's budget).
+struct Ceilings {
+  double copy_gbps = 0, bf16_tflops = 0, tf32_tflops = 0;
+  double pcie_copy_gbps = 0, pcie_mapped_gbps = 0;  // host to device: the copy engine, kernels reading in place
+};
+
+Ceilings measure_ceilings() {
+  cuda::VramAccountant probe;
+  return {cuda::measure_copy_gbps(probe), cuda::measure_matmul_tflops(probe, cuda::MatmulKind::bf16),
+          cuda::measure_matmul_tflops(probe, cuda::MatmulKind::tf32), cuda::measure_host_to_device_gbps(probe),
+          cuda::measure_mapped_read_gbps(probe)};
+}
+
+struct BenchRun {
+  std::vector<PrefillResult> prefills;
+  std::vector<DecodeResult> decodes;
+  double load_s = 0, peak_mib = 0, weights_mib = 0;
+  int64_t prompt_chunk = 0, context = 0;
+  plan::MemoryPlan plan;
+  cuda::ExpertStats tier;
+};
+
+void print_json(const BenchOptions& o, const Ceilings& c, const BenchRun& b) {
+  std::string p, d;
+  for (const auto& r : b.prefills)
+    p += fmt::format("{}{{\"tokens\": {}, \"tokens_per_s\": {:.1f}, \"TFLOPs\": {:.2f}, \"of_tf32\": {:.4f}, "
+                     "\"of_bf16\": {:.4f}, \"hit_rate\": {:.4f}, \"pcie_bytes\": {:.0f}}}",
+                     p.empty() ? "" : ", ", r.tokens, r.tokens_per_s, r.tflops, r.tflops / c.tf32_tflops,
+                     r.tflops / c.bf16_tflops, r.tier.hit_rate, r.tier.pcie_bytes);
+  for (const auto& r : b.decodes)
+    d += fmt::format("{}{{\"depth\": {}, \"tokens_per_s\": {:.1f}, \"bytes_per_token\": {:.0f}, \"GBps\": {:.1f}, "
+                     "\"of_copy\": {:.4f}, \"hit_rate\": {:.4f}, \"pcie_bytes_per_token\": {:.0f}}}",
+                     d.empty() ? "" : ", ", r.depth, r.tokens_per_s, r.bytes_per_token, r.gbps, r.gbps / c.copy_gbps,
+                     r.tier.hit_rate, r.tier.pcie_bytes);
+  fmt::print("{{\"model\": \"{}\", \"vram_budget_MiB\": {:.1f}, \"experts_resident\": {}, \"experts_total\": {}, "
+             "\"prefill\": [{}], \"decode\": [{}], \"generated_tokens\": {}, \"repeats\": {}, "
+             "\"copy_ceiling_GBps\": {:.1f}, \"bf16_ceiling_TFLOPs\": {:.1f}, \"tf32_ceiling_TFLOPs\": {:.1f}, "
+             "\"pcie_copy_GBps\": {:.1f}, \"pcie_mapped_read_GBps\": {:.1f}, "
+             "\"peak_vram_MiB\": {:.1f}, \"weights_MiB\": {:.1f}, \"load_s\": {:.2f}, \"kv\": \"{}\", "
+             "\"prompt_chunk\": {}, \"context\": {}, \"fill\": \"{}\"}}\n",
+             o.model, double(b.plan.options.budget) / double(1 << 20), b.plan.experts_resident, b.plan.experts_total, p,
+             d, o.generate, o.repeats, c.copy_gbps, c.bf16_tflops, c.tf32_tflops, c.pcie_copy_gbps, c.pcie_mapped_gbps,
+             b.peak_mib, b.weights_mib, b.load_s, kv::to_string(chosen_kv_format(o.kv)), b.prompt_chunk, b.context,
+             o.fill);
+}
+
+void print_text(const BenchOptions& o, const Ceilings& c, const BenchRun& b) {
+  fmt::print("{}\n", plan::summary(b.plan));
+  fmt::print("experts in host RAM: {}; weights on the GPU {:.1f} MiB, loaded in {:.1f} s; K/V cells {} for {} "
+             "positions; prompt chunks of {}; depths reached by {}\n",
+             b.tier.host_tier, b.weights_mib, b.load_s, kv::to_string(chosen_kv_format(o.kv)), b.context, b.prompt_chunk,
+             o.fill == "random" ? "random cells" : "a prompt");
+  for (const auto& r : b.prefills) {
+    fmt::print("pp{:<6} {:9.1f} tokens/s  {:7.2f} TFLOP/s = {:4.1f}% of tf32, {:4.1f}% of bf16", r.tokens,
+               r.tokens_per_s, r.tflops, 100 * r.tflops / c.tf32_tflops, 100 * r.tflops / c.bf16_tflops);
+    if (!b.plan.all_resident())
+      fmt::print("; hit {:5.1f}%, {:.2f} GB over PCIe a prompt (alone {:.0f} ms at the copy engine's {:.1f} GB/s)",
+                 100 * r.tier.hit_rate, r.tier.pcie_bytes / 1e9, 1e3 * r.tier.pcie_bytes / (c.pcie_copy_gbps * 1e9),
+                 c.pcie_copy_gbps);
+    fmt::print("\n");
+  }
+  for (const auto& r : b.decodes) {
+    fmt::print("tg{} @ depth {:<6} {:7.1f} tokens/s  {:7.1f} MB/token  {:6.1f} GB/s = {:4.1f}% of copy", o.generate,
+               r.depth, r.tokens_per_s, r.bytes_per_token / 1e6, r.gbps, 100 * r.gbps / c.copy_gbps);
+    if (!b.plan.all_resident())
+      fmt::print("; hit {:5.1f}%, {:6.1f} MB/token over PCIe = {:5.1f} GB/s, {:4.1f}% of mapped reads", 100 * r.tier.hit_rate,
+                 r.tier.pcie_bytes / 1e6, r.tier.pcie_bytes * r.tokens_per_s / 1e9,
+                 100 * r.tier.pcie_bytes * r.tokens_per_s / 1e9 / c.pcie_mapped_gbps);
+    fmt::print("\n");
+  }
+  fmt::print("peak VRAM held by lode: {:.1f} MiB (median of {} runs after a warm-up each)\n", b.peak_mib, o.repeats);
+}
+
+BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
+                  const std::vector<int32_t>& tokens, int64_t context, int64_t budget_mib,
+                  const std::vector<double>& expert_scores) {
+  const auto t_load = Clock::now();
+  cuda::CudaSession session(reader, config, session_options(o, context, budget_mib, expert_scores));
+  BenchRun b;
+  b.load_s = seconds_since(t_load);
+  b.plan = session.plan();
+  b.weights_mib = double(session.vram().held(cuda::VramUse::weights) + session.vram().held(cuda::VramUse::experts)) /
+                  double(1 << 20);
+  for (int64_t n : o.prompts) b.prefills.push_back(bench_prefill(session, tokens, n, o.repeats));
+  for (int64_t depth : o.depths)
+    b.decodes.push_back(bench_decode(session, tokens, depth, o.generate, o.repeats, o.fill == "random"));
+  b.peak_mib = double(session.vram().peak()) / double(1 << 20);
+  b.prompt_chunk = session.prompt_chunk();
+  b.context = session.max_context();
+  b.tier = session.expert_stats();
+  return b;
+}
+
 void run_bench(const BenchOptions& o) {
   gguf::Reader reader(o.model);
   const auto config = model::read_config(reader.metadata());
-  // The device's limits, measured first, in memory of their own (outside lode's budget).
-  double copy_gbps = 0, bf16_tflops = 0, tf32_tflops = 0;
-  {
-    cuda::VramAccountant probe;
-    copy_gbps = cuda::measure_copy_gbps(probe);
-    bf16_tflops = cuda::measure_matmul_tflops(probe, cuda::MatmulKind::bf16);
-    tf32_tflops = cuda::measure_matmul_tflops(probe, cuda::MatmulKind::tf32);
-  }
+  const Ceilings ceilings = measure_ceilings();
   const int64_t longest = std::max(*std::max_element(o.prompts.begin(), o.prompts.end()),
                                    *std::max_element(o.depths.begin(), o.depths.end()) + 2 + o.generate * o.repeats);
   if (o.ctx > 0 && o.ctx < longest + 8)
     fail("--ctx {}: the runs asked for need {} positions (the deepest depth, 2 warm-up steps and {} x {} decoded "
          "tokens, or the longest prompt, plus 8)", o.ctx, longest + 8, o.repeats, o.generate);
-  const auto t_load = Clock::now();
-  cuda::CudaSession session(reader, config, session_options(o, o.ctx > 0 ? o.ctx : longest + 8));
-  const double load_s = seconds_since(t_load);
-  const size_t weights_held = session.vram().held(cuda::VramUse::weights) + session.vram().held(cuda::VramUse::experts);
-
+  const std::vector<double> scores = o.expert_profile.empty()
+                                         ? std::vector<double>{}
+                                         : expert_scores_from(o.expert_profile, model::bind_weights(reader, config));
   std::mt19937 rng(uint32_t(o.seed));
   std::vector<int32_t> tokens(static_cast<size_t>(longest));
   for (int32_t& t : tokens) t = int32_t(rng() % uint32_t(config.vocab));
-  std::vector<PrefillResult> prefills;
-  for (int64_t n : o.prompts) prefills.push_back(bench_prefill(session, tokens, n, o.repeats));
-  std::vector<DecodeResult> decodes;
-  for (int64_t depth : o.depths)
-    decodes.push_back(bench_decode(session, tokens, depth, o.generate, o.repeats, o.fill == "random"));
-  const double peak_mib = double(session.vram().peak()) / double(1 << 20);
-
-  if (o.json) {
-    std::string p, d;
-    for (const auto& r : prefills)
-      p += fmt::format("{}{{\"tokens\": {}, \"tokens_per_s\": {:.1f}, \"TFLOPs\": {:.2f}, \"of_tf32\": {:.4f}, "
-                       "\"of_bf16\": {:.4f}}}",
-                       p.empty() ? "" : ", ", r.tokens, r.tokens_per_s, r.tflops, r.tflops / tf32_tflops,
-                       r.tflops / bf16_tflops);
-    for (const auto& r : decodes)
-      d += fmt::format("{}{{\"depth\": {}, \"tokens_per_s\": {:.1f}, \"bytes_per_token\": {:.0f}, \"GBps\": {:.1f}, "
-                       "\"of_copy\": {:.4f}}}",
-                       d.empty() ? "" : ", ", r.depth, r.tokens_per_s, r.bytes_per_token, r.gbps, r.gbps / copy_gbps);
-    fmt::print("{{\"model\": \"{}\", \"prefill\": [{}], \"decode\": [{}], \"generated_tokens\": {}, \"repeats\": {}, "
-               "\"copy_ceiling_GBps\": {:.1f}, \"bf16_ceiling_TFLOPs\": {:.1f}, \"tf32_ceiling_TFLOPs\": {:.1f}, "
-               "\"peak_vram_MiB\": {:.1f}, \"weights_MiB\": {:.1f}, \"load_s\": {:.2f}, \"kv\": \"{}\", \"prompt_chunk\": {}, "
-               "\"context\": {}, \"fill\": \"{}\"}}\n",
-               o.model, p, d, o.generate, o.repeats, copy_gbps, bf16_tflops, tf32_tflops, peak_mib,
-               double(weights_held) / double(1 << 20), load_s, kv::to_string(chosen_kv_format(o.kv)), session.prompt_chunk(),
-               session.max_context(), o.fill);
-  } else {
-    fmt::print("model: {} ({} layers, {} experts, top {}); weights on the GPU {:.1f} MiB, loaded in {:.1f} s; "
-               "K/V cells {} for {} positions; prompt chunks of {}; depths reached by {}\n",
-               o.model, config.n_layers, config.n_experts, config.n_experts_used,
-               double(weights_held) / double(1 << 20), load_s, kv::to_string(chosen_kv_format(o.kv)),
-               session.max_context(), session.prompt_chunk(), o.fill == "random" ? "random cells" : "a prompt");
-    fmt::print("ceilings measured now: copy {:.0f} GB/s; matmul bf16 {:.0f} TFLOP/s, tf32 {:.0f} TFLOP/s\n", copy_gbps,
-               bf16_tflops, tf32_tflops);
-    for (const auto& r : prefills)
-      fmt::print("pp{:<6} {:9.1f} tokens/s  {:7.2f} TFLOP/s = {:4.1f}% of tf32, {:4.1f}% of bf16\n", r.tokens,
-                 r.tokens_per_s, r.tflops, 100 * r.tflops / tf32_tflops, 100 * r.tflops / bf16_tflops);
-    for (const auto& r : decodes)
-      fmt::print("tg{} @ depth {:<6} {:7.1f} tokens/s  {:7.1f} MB/token  {:6.1f} GB/s = {:4.1f}% of copy\n", o.generate,
-                 r.depth, r.tokens_per_s, r.bytes_per_token / 1e6, r.gbps, 100 * r.gbps / copy_gbps);
-    fmt::print("peak VRAM held by lode: {:.1f} MiB (median of {} runs after a warm-up each)\n", peak_mib, o.repeats);
+  if (!o.json) {
+    fmt::print("model: {} ({} layers, {} experts, top {})\n", o.model, config.n_layers, config.n_experts,
+               config.n_experts_used);
+    fmt::print("ceilings measured now: copy {:.0f} GB/s; matmul bf16 {:.0f} TFLOP/s, tf32 {:.0f} TFLOP/s; host to "
+               "device {:.1f} GB/s by the copy engine, {:.1f} GB/s by kernels reading pinned memory in place\n",
+               ceilings.copy_gbps, ceilings.bf16_tflops, ceilings.tf32_tflops, ceilings.pcie_copy_gbps,
+               ceilings.pcie_mapped_gbps);
   }
-  if (o.profile) print_profile(reader, config, o, tokens);
+  for (const int64_t budget : o.vram_budgets_mib) {
+    const BenchRun b = bench_at(reader, config, o, tokens, o.ctx > 0 ? o.ctx : longest + 8, budget, scores);
+    o.json ? print_json(o, ceilings, b) : print_text(o, ceilings, b);
+    if (o.profile) print_profile(reader, config, o, tokens, budget, scores);
+  }
 }
 
 #else
@@ -240,7 +324,12 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "Positions of K/V to allocate (default: what the runs need)")
       ->check(CLI::PositiveNumber);
   add_kv_option(*cmd, o->kv);
-  add_vram_budget_option(*cmd, o->vram_budget_mib);
+  cmd->add_option("--vram-budget", o->vram_budgets_mib,
+                  "MiB of GPU memory lode may use, comma-separated for one set of rows per budget (default: what is "
+                  "free, less 5% or 512 MiB)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  add_expert_profile_option(*cmd, o->expert_profile);
   cmd->add_option("--seed", o->seed, "Seed of the random prompt (default 1)");
   cmd->add_flag("--json", o->json, "One JSON object instead of text");
   cmd->add_flag("--profile", o->profile,

@@ -17,6 +17,7 @@ void add_ppl_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_profile_command(CLI::App& app);
 void add_kv_quality_command(CLI::App& app);
 void add_compare_logits_command(CLI::App& app);
 

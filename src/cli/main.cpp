@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   lode::cli::add_serve_command(app);
   lode::cli::add_bench_command(app);
   lode::cli::add_plan_command(app);
+  lode::cli::add_profile_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

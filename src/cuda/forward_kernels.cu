@@ -408,7 +408,8 @@ __global__ void __launch_bounds__(kStepColumns * kStepRowGroups)
 // written them).
 constexpr int kExpertsPerLane = 16, kMaxExperts = kExpertsPerLane * kWarp;
 
-__device__ void route_one_token(const float* logits, int n, int k, int32_t* ids, float* weights, int lane) {
+__device__ void route_one_token(const float* logits, int n, int k, int32_t* ids, float* weights, RouteTally tally,
+                                int lane) {
   float p[kExpertsPerLane];
   float big = -INFINITY;
 #pragma unroll
@@ -451,6 +452,10 @@ __device__ void route_one_token(const float* logits, int n, int k, int32_t* ids,
       ids[slot] = e;
       ids[k + slot] = e + n;
       weights[slot] = value;
+      if (tally.counts) {
+        atomicAdd(tally.counts + e, 1u);
+        if (!tally.resident[e]) atomicAdd(tally.misses, 1u);
+      }
     }
     chosen_sum += value;
   }
@@ -458,10 +463,10 @@ __device__ void route_one_token(const float* logits, int n, int k, int32_t* ids,
     for (int slot = 0; slot < k; ++slot) weights[slot] /= chosen_sum;
 }
 
-__global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids, float* weights) {
+__global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids, float* weights, RouteTally tally) {
   begin_after_inputs();
   route_one_token(logits + int64_t(blockIdx.x) * n, n, k, ids + int64_t(blockIdx.x) * 2 * k,
-                  weights + int64_t(blockIdx.x) * k, threadIdx.x);
+                  weights + int64_t(blockIdx.x) * k, tally, threadIdx.x);
 }
 
 // The router's float32 product and the top k in one launch: each warp dots a row of w with x (both
@@ -471,7 +476,7 @@ constexpr int kRouterWarps = 4;
 
 __global__ void __launch_bounds__(kRouterWarps * kWarp)
     router_topk_kernel(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
-                       int32_t* ids, float* weights, unsigned* arrivals) {
+                       int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals) {
   if (blockIdx.x * kRouterWarps + threadIdx.x / kWarp < unsigned(rows))  // the weights: on their way first
     prefetch_lines(w + int64_t(blockIdx.x * kRouterWarps + threadIdx.x / kWarp) * cols, int64_t(cols) * 4,
                    threadIdx.x % kWarp, kWarp);
@@ -497,7 +502,7 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  if (warp == 0) route_one_token(logits, n_experts, k, ids, weights, lane);
+  if (warp == 0) route_one_token(logits, n_experts, k, ids, weights, tally, lane);
   if (threadIdx.x == 0) *arrivals = 0;
 }
 
@@ -600,19 +605,19 @@ const char* deltanet_step(float* state, const float* qkv, const float* z, const 
 }
 
 const char* router_topk(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
-                        int32_t* ids, float* weights, unsigned* arrivals, void* stream) {
+                        int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, void* stream) {
   if (cols % 4 != 0 || rows < n_experts) return "router rows must be a multiple of 4 wide and hold every expert";
   if (n_experts > kMaxExperts) return "more than 512 experts";
   return error_text(launch_overlapped(router_topk_kernel, dim3((rows + kRouterWarps - 1) / kRouterWarps),
                                       dim3(kRouterWarps * kWarp), 0, stream, w, rows, cols, x, logits, n_experts, k, ids,
-                                      weights, arrivals));
+                                      weights, tally, arrivals));
 }
 
 const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, int32_t* ids, float* weights,
-                      void* stream) {
+                      RouteTally tally, void* stream) {
   if (n_experts > kMaxExperts) return "more than 512 experts";
-  return error_text(
-      launch_overlapped(moe_route_kernel, dim3(n_tokens), dim3(kWarp), 0, stream, logits, n_experts, k, ids, weights));
+  return error_text(launch_overlapped(moe_route_kernel, dim3(n_tokens), dim3(kWarp), 0, stream, logits, n_experts, k, ids,
+                                      weights, tally));
 }
 
 const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream) {

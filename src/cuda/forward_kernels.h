@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/device_model.h"
 #include "cuda/kv_format.h"
 
 namespace lode::cuda::kernels {
@@ -56,14 +57,15 @@ const char* deltanet_step(float* state, const float* qkv, const float* z, const 
 
 // Router: softmax over n_experts logits, the top k (ties: lower index), weights renormalised to 1.
 // ids [2k]: the chosen experts, then each plus n_experts (their up halves in a gate|up table).
-// n_tokens rows: logits [n_tokens][n_experts], ids [n_tokens][2k], weights [n_tokens][k].
+// n_tokens rows: logits [n_tokens][n_experts], ids [n_tokens][2k], weights [n_tokens][k]. Each
+// choice is counted in `tally` (cuda/device_model.h; not when its counts are null).
 const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, int32_t* ids, float* weights,
-                      void* stream);
+                      RouteTally tally, void* stream);
 // The router's float32 product (w: rows x cols floats, rows >= n_experts; logits [rows]) and
 // moe_route's top k of the first n_experts logits for one token, in one launch. arrivals: one
 // zeroed counter (device memory) the kernel leaves zeroed.
 const char* router_topk(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
-                        int32_t* ids, float* weights, unsigned* arrivals, void* stream);
+                        int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, void* stream);
 // h = silu(g) * u, n values.
 const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream);
 // h += sum_j weights[j] * y[j] (slot order) + sigmoid(*shared_logit) * shared (when shared is not

@@ -263,7 +263,7 @@ __global__ void grouped_pointers_kernel(const int32_t* counts, const int32_t* fi
     if (counts[e] == 0) continue;
     int slot = 0;
     for (int before = 0; before < e; ++before) slot += counts[before] > 0;
-    a[slot] = w + e * w_stride;
+    a[slot] = w + slot * w_stride;
     b[slot] = x + first[e] * ldx;
     c[slot] = y + first[e] * ldy;
   }

@@ -44,8 +44,9 @@ const char* attention_gate(float* out, const float* qg, int n_tokens, int n_head
 const char* group_by_expert(const int32_t* ids, int n_tokens, int k, int n_experts, int32_t* sorted,
                             int32_t* slot_of, int32_t* expert_of, int32_t* counts, int32_t* first, int32_t* hist,
                             void* stream);
-// For a grouped product over the experts that have rows (in expert order): a[i] = w + e * w_stride,
-// b[i] = x + first[e] * ldx, c[i] = y + first[e] * ldy for the i-th such expert e.
+// For a grouped product over the experts that have rows (in expert order): a[i] = w + i * w_stride
+// (their matrices expanded one after another), b[i] = x + first[e] * ldx, c[i] = y + first[e] * ldy
+// for the i-th such expert e.
 const char* grouped_pointers(const int32_t* counts, const int32_t* first, int n_experts, const float* x, int64_t ldx,
                              const float* w, int64_t w_stride, float* y, int64_t ldy, const float** a, const float** b,
                              float** c, void* stream);

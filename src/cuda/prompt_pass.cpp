@@ -8,11 +8,13 @@
 
 #include "core/error.h"
 #include "cuda/dequant.h"
+#include "cuda/expert_tier.h"
 #include "cuda/forward_kernels.h"
 #include "cuda/matvec.h"
 #include "cuda/phase_clock.h"
 #include "cuda/prompt_kernels.h"
 #include "cuda/vram.h"
+#include "plan/scratch.h"
 
 namespace lode::cuda {
 
@@ -25,9 +27,6 @@ void check(const char* err, const char* what) {
 void check_cuda(cudaError_t err, const char* what) {
   if (err != cudaSuccess) fail("CUDA: {}: {}", what, cudaGetErrorString(err));
 }
-
-// Attention scores of one block of queries are [heads][queries][keys] floats; this many bytes at most.
-constexpr int64_t kScoreBytes = int64_t(256) << 20;
 
 // The grid i-quants have no expansion kernel: their products go through the matrix-vector kernels
 // (one launch covers at most this many products).
@@ -44,95 +43,69 @@ const std::vector<std::string> kPhaseNames = {"expanding weights",        "dense
 }  // namespace
 
 struct PromptPass::Impl {
-  Impl(const model::Qwen35MoeConfig& c, const std::vector<DeviceLayer>& l, const float* on, VramAccountant& v,
-       PromptPassOptions o, void* s)
-      : config(c), layers(l), output_norm(on), vram(v), options(o), stream(static_cast<cudaStream_t>(s)),
-        gemm(o.math, s), clock(kPhaseNames, o.profile) {}
+  Impl(const model::ModelWeights& w, const std::vector<DeviceLayer>& l, const ExpertTier& t, const float* on,
+       VramAccountant& v, PromptPassOptions o, void* s)
+      : model_weights(w), config(w.config), layers(l), tier(t), output_norm(on), vram(v), options(o),
+        stream(static_cast<cudaStream_t>(s)), gemm(o.math, s), clock(kPhaseNames, o.profile) {}
 
+  const model::ModelWeights& model_weights;
   model::Qwen35MoeConfig config;
   const std::vector<DeviceLayer>& layers;
+  const ExpertTier& tier;
   const float* output_norm;
   VramAccountant& vram;
   PromptPassOptions options;
   cudaStream_t stream;
   Gemm gemm;
   PhaseClock clock;
-  std::vector<DeviceBuffer> buffers;
+  DeviceBuffer scratch;
   int64_t score_floats = 0;  // room for [heads][queries][keys] scores, sized for the longest context
+  uint64_t miss_bytes = 0;   // expert bytes read over PCIe so far
 
   float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *k_rows, *v_rows, *scores, *qkv_raw, *qkv, *z, *b, *alpha, *o;
   float *router, *weights, *xs, *gu, *act, *ys, *sg, *su, *sh, *shared_out, *shared_logit, *expanded;
-  int32_t *ids, *sorted, *slot_of, *expert_of, *counts, *first, *gate_up_order;
-  int32_t *host_counts = nullptr, *host_first = nullptr;
+  int32_t *ids, *sorted, *slot_of, *expert_of, *counts, *first, *gate_up_order, *expand_ids;
+  int32_t *host_counts = nullptr, *host_first = nullptr, *host_expand_ids = nullptr;
   int32_t* hist;  // group_by_expert's scratch
   const float **pointer_w, **pointer_x;
   float** pointer_y;
   bool grouped_supported = true;
 
-  void* allocate(int64_t bytes, const char* what) {
-    buffers.emplace_back(vram, size_t(std::max<int64_t>(bytes, 4)), VramUse::scratch, std::string("prompt ") + what);
-    return buffers.back().data();
-  }
-  float* floats(int64_t n, const char* what) { return static_cast<float*>(allocate(n * 4, what)); }
-  int32_t* ints(int64_t n, const char* what) { return static_cast<int32_t*>(allocate(n * 4, what)); }
-
-  // The most floats any one expansion needs: a dense matrix, or one projection of all experts.
-  int64_t expansion_floats() const {
-    int64_t most = 0;
-    const auto dense = [&](const DeviceMatrix& m) {
-      if (m.data && m.type != GgmlType::F32 && expandable(m.type, m.cols)) most = std::max(most, m.rows * m.cols);
-    };
-    const auto experts = [&](const DeviceExperts& e, int64_t n) {
-      if (e.table && expandable(e.type, e.cols)) most = std::max(most, n * e.rows * e.cols);
-    };
-    for (const DeviceLayer& d : layers) {
-      for (const DeviceMatrix* m : {&d.q, &d.k, &d.v, &d.o, &d.qkv, &d.z, &d.b, &d.alpha, &d.out, &d.router,
-                                    &d.shared_gate, &d.shared_up, &d.shared_down})
-        dense(*m);
-      experts(d.gate_up, 2 * config.n_experts);
-      experts(d.gate, config.n_experts), experts(d.up, config.n_experts), experts(d.down, config.n_experts);
-    }
-    return most;
-  }
-
+  // One allocation, carved as plan::prompt_scratch lays it out (the attention layers', DeltaNet
+  // layers' and MoE's own buffers share bytes).
   void allocate_scratch() {
     const model::Qwen35MoeConfig& c = config;
-    const int64_t n = options.chunk, k = c.n_experts_used, rows = n * k;
-    h = floats(n * c.hidden, "h"), normed = floats(n * c.hidden, "normed"), mixed = floats(n * c.hidden, "mixed");
-    qg = floats(n * 2 * c.q_dim(), "q|gate"), kbuf = floats(n * c.kv_dim(), "k"), vbuf = floats(n * c.kv_dim(), "v");
-    attn = floats(n * c.q_dim(), "attention");
-    k_rows = floats(options.max_context * c.kv_dim(), "K rows"), v_rows = floats(options.max_context * c.kv_dim(), "V rows");
-    const int64_t score_row = c.n_heads * options.max_context * 4;
-    score_floats = c.n_heads * std::clamp<int64_t>(kScoreBytes / std::max<int64_t>(score_row, 1), 1, n) *
-                   options.max_context;
-    scores = floats(score_floats, "attention scores");
-    qkv_raw = floats(n * c.conv_channels(), "qkv before the conv"), qkv = floats(n * c.conv_channels(), "qkv"), z = floats(n * c.ssm_value_dim(), "z");
-    b = floats(n * c.ssm_dt_rank, "b"), alpha = floats(n * c.ssm_dt_rank, "alpha"), o = floats(n * c.ssm_value_dim(), "o");
-    router = floats(n * c.n_experts, "router"), weights = floats(rows, "route weights");
-    ids = ints(2 * rows, "route ids"), sorted = ints(rows, "sorted"), slot_of = ints(rows, "slots");
-    expert_of = ints(rows, "experts"), counts = ints(c.n_experts, "counts"), first = ints(c.n_experts, "firsts");
-    hist = ints(32 * c.n_experts, "expert histogram");
-    pointer_w = static_cast<const float**>(allocate(c.n_experts * 8, "grouped weights"));
-    pointer_x = static_cast<const float**>(allocate(c.n_experts * 8, "grouped inputs"));
-    pointer_y = static_cast<float**>(allocate(c.n_experts * 8, "grouped outputs"));
-    xs = floats(rows * c.hidden, "expert inputs"), gu = floats(rows * 2 * c.expert_ff, "expert gate|up");
-    act = floats(rows * c.expert_ff, "expert activations");
-    ys = floats(rows * std::max(c.hidden, 2 * c.expert_ff), "expert outputs");
-    sg = floats(n * c.shared_ff, "shared gate"), su = floats(n * c.shared_ff, "shared up");
-    sh = floats(n * c.shared_ff, "shared activations"), shared_out = floats(n * c.hidden, "shared out");
-    shared_logit = floats(n, "shared logit");
-    expanded = floats(expansion_floats(), "expanded weights");
+    const plan::PromptScratch l = plan::prompt_scratch(model_weights, options.chunk, options.max_context);
+    scratch = DeviceBuffer(vram, l.total, VramUse::scratch, "prompt scratch");
+    auto* base = scratch.as<uint8_t>();
+    const auto f = [&](size_t at) { return reinterpret_cast<float*>(base + at); };
+    const auto i = [&](size_t at) { return reinterpret_cast<int32_t*>(base + at); };
+    score_floats = l.score_floats;
+    h = f(l.h), normed = f(l.normed), mixed = f(l.mixed), expanded = f(l.expanded);
+    gate_up_order = i(l.gate_up_order), expand_ids = i(l.expand_ids);
+    qg = f(l.qg), kbuf = f(l.kbuf), vbuf = f(l.vbuf), attn = f(l.attn);
+    k_rows = f(l.k_rows), v_rows = f(l.v_rows), scores = f(l.scores);
+    qkv_raw = f(l.qkv_raw), qkv = f(l.qkv), z = f(l.z), b = f(l.b), alpha = f(l.alpha), o = f(l.o);
+    router = f(l.router), weights = f(l.weights);
+    ids = i(l.ids), sorted = i(l.sorted), slot_of = i(l.slot_of), expert_of = i(l.expert_of);
+    counts = i(l.counts), first = i(l.first), hist = i(l.hist);
+    pointer_w = reinterpret_cast<const float**>(base + l.pointer_w);
+    pointer_x = reinterpret_cast<const float**>(base + l.pointer_x);
+    pointer_y = reinterpret_cast<float**>(base + l.pointer_y);
+    xs = f(l.xs), gu = f(l.gu), act = f(l.act), ys = f(l.ys);
+    sg = f(l.sg), su = f(l.su), sh = f(l.sh), shared_out = f(l.shared_out), shared_logit = f(l.shared_logit);
     std::vector<int32_t> order;  // gate e then up e: each expert's gate|up rows contiguous
     for (int64_t e = 0; e < c.n_experts; ++e) order.push_back(int32_t(e)), order.push_back(int32_t(c.n_experts + e));
-    gate_up_order = ints(int64_t(order.size()), "gate|up order");
     copy_to_device(gate_up_order, order.data(), order.size() * 4);
     check_cuda(cudaMallocHost(&host_counts, size_t(c.n_experts) * 4), "pinned memory");
     check_cuda(cudaMallocHost(&host_first, size_t(c.n_experts) * 4), "pinned memory");
+    check_cuda(cudaMallocHost(&host_expand_ids, size_t(3 * c.n_experts) * 4), "pinned memory");
   }
 
   ~Impl() {
     cudaFreeHost(host_counts);
     cudaFreeHost(host_first);
+    cudaFreeHost(host_expand_ids);
   }
 
   // y [n][m.rows] = x [n][m.cols] W^T; `exact`: in float32 whatever the session's math.
@@ -152,17 +125,18 @@ struct PromptPass::Impl {
     clock.mark(dense);
   }
 
-  void attention(const DeviceLayer& d, int64_t n, const int64_t* device_first, int64_t first_position) {
+  void attention(const DeviceLayer& d, const LayerState& st, int64_t n, const int64_t* device_first,
+                 int64_t first_position) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t dim = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), group = c.n_heads / c.n_kv_heads;
     project(d.q, normed, n, qg), project(d.k, normed, n, kbuf), project(d.v, normed, n, vbuf);
-    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, d.kv, device_first,
+    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, st.kv, device_first,
                                      int(c.n_heads), int(c.n_kv_heads), int(dim), int(c.rope_dims), c.rope_theta,
                                      float(c.rms_eps), int(n), stream),
           "prompt attention prepare");
     // The cache as float32 rows: what the decode step reads, whatever the format (q was rotated
     // with the keys when they are stored rotated).
-    check(kernels::kv_to_rows(d.kv, first_position + n, kv_dim, k_rows, v_rows, stream), "reading the K/V cache");
+    check(kernels::kv_to_rows(st.kv, first_position + n, kv_dim, k_rows, v_rows, stream), "reading the K/V cache");
     clock.mark(elementwise);
     // As many queries per block as the scores' room holds at this chunk's last key (a short
     // context in a long allocation takes whole chunks at once).
@@ -179,25 +153,25 @@ struct PromptPass::Impl {
         gemm.xw_batched(scores + g * group * tq * keys, keys, tq * keys, v_rows + g * dim, kv_dim, 0,
                         attn + q0 * q_dim + g * group * dim, q_dim, dim, tq, dim, keys, group);
     }
-    if (kv::layout(d.kv.format).v == kv::Store::q4r)  // the products ran in the values' rotated domain
+    if (kv::layout(st.kv.format).v == kv::Store::q4r)  // the products ran in the values' rotated domain
       check(kernels::hadamard_rows(attn, n * c.n_heads, int(dim), stream), "attention output rotation");
     check(kernels::attention_gate(attn, qg, int(n), int(c.n_heads), int(dim), stream), "attention gate");
     clock.mark(attention_core);
     project(d.o, attn, n, mixed);
   }
 
-  void deltanet(const DeviceLayer& d, int64_t n) {
+  void deltanet(const DeviceLayer& d, const LayerState& st, int64_t n) {
     const model::Qwen35MoeConfig& c = config;
     project(d.qkv, normed, n, qkv_raw), project(d.z, normed, n, z);
     project(d.b, normed, n, b), project(d.alpha, normed, n, alpha);
     const int channels = int(c.conv_channels());
-    check(kernels::deltanet_conv_rows(qkv_raw, qkv, d.conv_state, d.conv, channels, int(c.ssm_conv_kernel), int(n),
+    check(kernels::deltanet_conv_rows(qkv_raw, qkv, st.conv_state, d.conv, channels, int(c.ssm_conv_kernel), int(n),
                                       stream),
           "prompt DeltaNet conv");
     check(kernels::l2_norm_heads(qkv, int(c.ssm_groups), int(c.ssm_state), channels, int(n), stream),
           "prompt DeltaNet norms");
     clock.mark(deltanet_conv);
-    check(kernels::deltanet_scan(d.ssm_state, qkv, int(c.conv_channels()), b, alpha, d.a, d.dt_bias, int(c.ssm_groups),
+    check(kernels::deltanet_scan(st.ssm_state, qkv, int(c.conv_channels()), b, alpha, d.a, d.dt_bias, int(c.ssm_groups),
                                  int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), int(n), o, stream),
           "prompt DeltaNet scan");
     check(kernels::gated_norm_rows(o, z, d.norm, int(n * c.ssm_dt_rank), int(c.ssm_state), float(c.rms_eps), stream),
@@ -206,16 +180,28 @@ struct PromptPass::Impl {
     project(d.out, o, n, mixed);
   }
 
-  // Products of the experts that have tokens: y rows [first[e], first[e] + counts[e]) =
-  // x rows of the same range times expert e's matrix (expanded, `stride` floats apart) transposed.
-  // One grouped launch where cuBLAS offers it, else one product per expert.
-  void per_expert(const float* x, int64_t ldx, const float* matrices, int64_t stride, float* y, int64_t ldy,
-                  int64_t n_out, int64_t k) {
+  // The experts a chunk routes to, expanded kGroup at a time (a constant: the grouping of the
+  // products, and so their rounding, never depends on the budget).
+  static constexpr int64_t kGroup = plan::kPromptExpertGroup;
+
+  // The chunk's experts of [begin, end) (those with rows), in order.
+  std::vector<int32_t> used_in(int64_t begin, int64_t end) const {
+    std::vector<int32_t> used;
+    for (int64_t e = begin; e < end; ++e)
+      if (host_counts[e] > 0) used.push_back(int32_t(e));
+    return used;
+  }
+
+  // Products of the used experts of [begin, end): y rows [first[e], first[e] + counts[e]) = x rows
+  // of the same range times expert e's matrix transposed, the i-th used expert's matrix expanded at
+  // matrices + i * stride. One grouped launch where cuBLAS offers it, else one product per expert.
+  void per_expert(int64_t begin, int64_t end, const float* x, int64_t ldx, const float* matrices, int64_t stride,
+                  float* y, int64_t ldy, int64_t n_out, int64_t k) {
+    const std::vector<int32_t> used = used_in(begin, end);
     if (grouped_supported) {
       std::vector<int> rows;
-      for (int64_t e = 0; e < config.n_experts; ++e)
-        if (host_counts[e] > 0) rows.push_back(host_counts[e]);
-      check(kernels::grouped_pointers(counts, first, int(config.n_experts), x, ldx, matrices, stride, y, ldy,
+      for (int32_t e : used) rows.push_back(host_counts[e]);
+      check(kernels::grouped_pointers(counts + begin, first + begin, int(end - begin), x, ldx, matrices, stride, y, ldy,
                                       pointer_w, pointer_x, pointer_y, stream),
             "grouped product pointers");
       grouped_supported = gemm.xwt_grouped(rows, n_out, k, pointer_w, k, pointer_x, ldx, pointer_y, ldy);
@@ -224,9 +210,9 @@ struct PromptPass::Impl {
         return;
       }
     }
-    for (int64_t e = 0; e < config.n_experts; ++e) {
-      const int64_t count = host_counts[e], at = host_first[e];
-      if (count > 0) gemm.xwt(x + at * ldx, ldx, matrices + e * stride, k, y + at * ldy, ldy, count, n_out, k);
+    for (size_t i = 0; i < used.size(); ++i) {
+      const int64_t count = host_counts[used[i]], at = host_first[used[i]];
+      gemm.xwt(x + at * ldx, ldx, matrices + int64_t(i) * stride, k, y + at * ldy, ldy, count, n_out, k);
     }
     clock.mark(expert_products);
   }
@@ -240,39 +226,91 @@ struct PromptPass::Impl {
     }
   }
 
-  void experts_gate_up(const DeviceLayer& d, int64_t rows) {
+  // The table entries each expansion of the layer reads, written once per layer (host, then one
+  // copy): per group, gate|up as (e, n + e) pairs (or gate's e, then up's n + e, when they differ in
+  // shape), and down's e; `at` holds where each group's entries start.
+  struct ExpandIds {
+    std::vector<int64_t> gate_up_at, down_at;
+  };
+  ExpandIds write_expand_ids(bool paired) {
+    const int64_t n = config.n_experts;
+    ExpandIds where;
+    int64_t at = 0;
+    for (int64_t g = 0; g < n; g += kGroup) {
+      where.gate_up_at.push_back(at);
+      const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
+      if (paired) {
+        for (int32_t e : used) host_expand_ids[at++] = e, host_expand_ids[at++] = int32_t(n + e);
+      } else {
+        for (int32_t e : used) host_expand_ids[at++] = e;
+        for (int32_t e : used) host_expand_ids[at++] = int32_t(n + e);
+      }
+    }
+    for (int64_t g = 0; g < n; g += kGroup) {
+      where.down_at.push_back(at);
+      for (int32_t e : used_in(g, std::min(g + kGroup, n))) host_expand_ids[at++] = e;
+    }
+    check_cuda(cudaMemcpyAsync(expand_ids, host_expand_ids, size_t(at) * 4, cudaMemcpyHostToDevice, stream),
+               "expansion ids to the device");
+    return where;
+  }
+
+  void experts_gate_up(const DeviceLayer& d, int64_t rows, const ExpandIds& at) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t ff = c.expert_ff, hidden = c.hidden, n = c.n_experts;
-    if (d.gate_up.table && expandable(d.gate_up.type, hidden)) {
-      check(dequantize(d.gate_up.type, nullptr, d.gate_up.table, gate_up_order, 2 * n, ff, hidden, d.gate_up.row_bytes,
-                       expanded, stream),
-            "expanding gate|up experts");
-      clock.mark(expand);
-      per_expert(xs, hidden, expanded, 2 * ff * hidden, gu, 2 * ff, 2 * ff, hidden);
-    } else if (expandable(d.gate.type, hidden) && expandable(d.up.type, hidden)) {
-      for (const auto& [experts, half] : {std::pair{&d.gate, 0}, std::pair{&d.up, 1}}) {
-        check(dequantize(experts->type, nullptr, experts->table, nullptr, n, ff, hidden, experts->row_bytes, expanded,
-                         stream),
-              "expanding experts");
-        clock.mark(expand);
-        per_expert(xs, hidden, expanded, ff * hidden, gu + half * ff, 2 * ff, ff, hidden);
-      }
-    } else {
+    const bool paired = d.gate_up.table && expandable(d.gate_up.type, hidden);
+    if (!paired && !(expandable(d.gate.type, hidden) && expandable(d.up.type, hidden))) {
       per_row(d.gate, xs, hidden, ys, rows);
       per_row(d.up, xs, hidden, ys + rows * ff, rows);
       clock.mark(expert_products);
       check(kernels::swiglu(ys, ys + rows * ff, act, rows * ff, stream), "expert swiglu");
       return;
     }
+    for (int64_t g = 0; g < n; g += kGroup) {
+      const int64_t end = std::min(g + kGroup, n), used = int64_t(used_in(g, end).size());
+      if (used == 0) continue;
+      const int32_t* ids_at = expand_ids + at.gate_up_at[size_t(g / kGroup)];
+      if (paired) {
+        check(dequantize(d.gate_up.type, nullptr, d.gate_up.table, ids_at, 2 * used, ff, hidden, d.gate_up.row_bytes,
+                         expanded, stream),
+              "expanding gate|up experts");
+        clock.mark(expand);
+        per_expert(g, end, xs, hidden, expanded, 2 * ff * hidden, gu, 2 * ff, 2 * ff, hidden);
+        continue;
+      }
+      for (const auto& [experts, half] : {std::pair{&d.gate, 0}, std::pair{&d.up, 1}}) {
+        check(dequantize(experts->type, nullptr, d.gate.table, ids_at + half * used, used, ff, hidden,
+                         experts->row_bytes, expanded, stream),
+              "expanding experts");
+        clock.mark(expand);
+        per_expert(g, end, xs, hidden, expanded, ff * hidden, gu + half * ff, 2 * ff, ff, hidden);
+      }
+    }
     check(kernels::swiglu_rows(gu, int(rows), int(ff), act, stream), "expert swiglu");
     clock.mark(elementwise);
   }
 
-  void moe(const DeviceLayer& d, int64_t n) {
+  void experts_down(const DeviceLayer& d, int64_t rows, const ExpandIds& at) {
     const model::Qwen35MoeConfig& c = config;
-    const int64_t k = c.n_experts_used, rows = n * k, ff = c.expert_ff, hidden = c.hidden;
+    const int64_t ff = c.expert_ff, hidden = c.hidden, n = c.n_experts;
+    if (!expandable(d.down.type, ff)) return per_row(d.down, act, ff, ys, rows);
+    for (int64_t g = 0; g < n; g += kGroup) {
+      const int64_t end = std::min(g + kGroup, n), used = int64_t(used_in(g, end).size());
+      if (used == 0) continue;
+      check(dequantize(d.down.type, nullptr, d.down.table, expand_ids + at.down_at[size_t(g / kGroup)], used, hidden,
+                       ff, d.down.row_bytes, expanded, stream),
+            "expanding down experts");
+      clock.mark(expand);
+      per_expert(g, end, act, ff, expanded, hidden * ff, ys, hidden, hidden, ff);
+    }
+  }
+
+  void moe(const DeviceLayer& d, int64_t layer, int64_t n) {
+    const model::Qwen35MoeConfig& c = config;
+    const int64_t k = c.n_experts_used, rows = n * k, hidden = c.hidden;
     project(d.router, normed, n, router, true);
-    check(kernels::moe_route(router, int(c.n_experts), int(k), int(n), ids, weights, stream), "prompt router");
+    const RouteTally tally{d.tally.counts, d.tally.resident, d.tally.misses ? d.tally.misses + c.n_layers : nullptr};
+    check(kernels::moe_route(router, int(c.n_experts), int(k), int(n), ids, weights, tally, stream), "prompt router");
     check(kernels::group_by_expert(ids, int(n), int(k), int(c.n_experts), sorted, slot_of, expert_of, counts, first,
                                    hist, stream),
           "grouping by expert");
@@ -283,16 +321,11 @@ struct PromptPass::Impl {
     check(kernels::gather_rows(normed, sorted, int(k), int(rows), int(hidden), xs, stream), "gathering expert inputs");
     check_cuda(cudaStreamSynchronize(stream), "routing a prompt chunk");
     clock.mark(routing);
-    experts_gate_up(d, rows);
-    if (expandable(d.down.type, ff)) {
-      check(dequantize(d.down.type, nullptr, d.down.table, nullptr, c.n_experts, hidden, ff, d.down.row_bytes, expanded,
-                       stream),
-            "expanding down experts");
-      clock.mark(expand);
-      per_expert(act, ff, expanded, hidden * ff, ys, hidden, hidden, ff);
-    } else {
-      per_row(d.down, act, ff, ys, rows);
-    }
+    for (int32_t e : used_in(0, c.n_experts))
+      if (!tier.resident(layer, e)) miss_bytes += tier.expert_bytes(layer);
+    const ExpandIds at = write_expand_ids(d.gate_up.table && expandable(d.gate_up.type, hidden));
+    experts_gate_up(d, rows, at);
+    experts_down(d, rows, at);
     const bool shared = c.shared_ff > 0;
     if (shared) {
       project(d.shared_gate, normed, n, sg), project(d.shared_up, normed, n, su);
@@ -306,7 +339,7 @@ struct PromptPass::Impl {
     clock.mark(elementwise);
   }
 
-  void run(int64_t n, const int64_t* device_first, int64_t first_position) {
+  void run(const std::vector<LayerState>& sequence, int64_t n, const int64_t* device_first, int64_t first_position) {
     const model::Qwen35MoeConfig& c = config;
     const float eps = float(c.rms_eps);
     const int hidden = int(c.hidden);
@@ -314,9 +347,9 @@ struct PromptPass::Impl {
     check(kernels::rms_norm(h, layers.front().attn_norm, normed, int(n), hidden, eps, stream), "prompt norm");
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
-      d.recurrent ? deltanet(d, n) : attention(d, n, device_first, first_position);
+      d.recurrent ? deltanet(d, sequence[l], n) : attention(d, sequence[l], n, device_first, first_position);
       check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, int(n), hidden, eps, stream), "prompt residual");
-      moe(d, n);
+      moe(d, int64_t(l), n);
       const float* next_norm = l + 1 < layers.size() ? layers[l + 1].attn_norm : output_norm;
       check(kernels::add_rms_norm(h, mixed, next_norm, normed, int(n), hidden, eps, stream), "prompt residual");
     }
@@ -324,9 +357,10 @@ struct PromptPass::Impl {
   }
 };
 
-PromptPass::PromptPass(const model::Qwen35MoeConfig& config, const std::vector<DeviceLayer>& layers,
-                       const float* output_norm, VramAccountant& vram, PromptPassOptions options, void* stream)
-    : impl_(std::make_unique<Impl>(config, layers, output_norm, vram, options, stream)) {
+PromptPass::PromptPass(const model::ModelWeights& weights, const std::vector<DeviceLayer>& layers,
+                       const ExpertTier& tier, const float* output_norm, VramAccountant& vram,
+                       PromptPassOptions options, void* stream)
+    : impl_(std::make_unique<Impl>(weights, layers, tier, output_norm, vram, options, stream)) {
   if (options.chunk <= 0 || options.chunk > 65535)
     fail("cuda prompt pass: a chunk of {} tokens; it must hold 1 to 65535", options.chunk);
   impl_->allocate_scratch();
@@ -336,13 +370,14 @@ PromptPass::~PromptPass() = default;
 
 float* PromptPass::input_rows() { return impl_->h; }
 
-void PromptPass::run(int64_t n, const int64_t* device_first, int64_t first) {
+void PromptPass::run(const std::vector<LayerState>& sequence, int64_t n, const int64_t* device_first, int64_t first) {
   if (n <= 0 || n > impl_->options.chunk) fail("cuda prompt pass: {} tokens for a chunk of {}", n, impl_->options.chunk);
-  impl_->run(n, device_first, first);
+  impl_->run(sequence, n, device_first, first);
 }
 
 const float* PromptPass::output_rows() const { return impl_->normed; }
 int64_t PromptPass::chunk() const { return impl_->options.chunk; }
+uint64_t PromptPass::miss_bytes() const { return impl_->miss_bytes; }
 std::vector<std::pair<std::string, double>> PromptPass::profile() const { return impl_->clock.totals(); }
 
 }  // namespace lode::cuda

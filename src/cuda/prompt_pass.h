@@ -1,6 +1,8 @@
 // The prompt path of the CUDA session: a chunk of tokens goes through every layer at once, the
 // matrix products on tensor cores (cuda/gemm.h) over weights expanded to float32 per chunk
-// (cuda/dequant.h), the experts grouped by expert (one product per expert that has tokens), the
+// (cuda/dequant.h), the experts grouped by expert (one product per expert that has tokens; the
+// experts expanded plan::kPromptExpertGroup at a time, those the chunk routes to, each read from
+// its VRAM slot or in place from pinned host RAM through the expert tier's tables), the
 // DeltaNet recurrence scanned over the chunk with its state in registers, and prompt attention as
 // two batched products around a causal softmax. K/V rows and DeltaNet states end as token-by-token
 // decoding would leave them (to float rounding; exactly so for the conv states).
@@ -14,9 +16,11 @@
 #include "cuda/device_model.h"
 #include "cuda/gemm.h"
 #include "model/qwen35moe.h"
+#include "model/weights.h"
 
 namespace lode::cuda {
 
+class ExpertTier;
 class VramAccountant;
 
 struct PromptPassOptions {
@@ -28,21 +32,25 @@ struct PromptPassOptions {
 
 class PromptPass {
  public:
-  // Allocates the pass's scratch (through `vram`, as scratch) for options.chunk tokens.
-  PromptPass(const model::Qwen35MoeConfig& config, const std::vector<DeviceLayer>& layers, const float* output_norm,
-             VramAccountant& vram, PromptPassOptions options, void* stream);
+  // Allocates the pass's scratch (through `vram`, as scratch: plan::prompt_scratch) for
+  // options.chunk tokens. `layers` and `tier` must outlive the pass.
+  PromptPass(const model::ModelWeights& weights, const std::vector<DeviceLayer>& layers, const ExpertTier& tier,
+             const float* output_norm, VramAccountant& vram, PromptPassOptions options, void* stream);
   ~PromptPass();
   PromptPass(const PromptPass&) = delete;
   PromptPass& operator=(const PromptPass&) = delete;
 
   // Where the caller puts the embeddings of the chunk, [chunk][hidden] (device memory).
   float* input_rows();
-  // Runs n <= chunk tokens at positions first, first + 1, ... (*device_first == first, on the
-  // device: attention's K/V rows are written there). Afterwards output_rows() holds each token's
-  // final hidden state after the output norm, [n][hidden], ready for the lm head.
-  void run(int64_t n, const int64_t* device_first, int64_t first);
+  // Runs n <= chunk tokens of the sequence whose layers' state is `sequence` at positions first,
+  // first + 1, ... (*device_first == first, on the device: attention's K/V rows are written there).
+  // Afterwards output_rows() holds each token's final hidden state after the output norm,
+  // [n][hidden], ready for the lm head.
+  void run(const std::vector<LayerState>& sequence, int64_t n, const int64_t* device_first, int64_t first);
   const float* output_rows() const;
   int64_t chunk() const;
+  // Expert bytes the chunks so far read over PCIe (each absent expert a chunk routes to, once).
+  uint64_t miss_bytes() const;
   // With options.profile: seconds spent so far per phase ("expanding weights", ...).
   std::vector<std::pair<std::string, double>> profile() const;
 

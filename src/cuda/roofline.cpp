@@ -4,9 +4,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/error.h"
+#include "cuda/probe_kernels.h"
 #include "cuda/vram.h"
 
 namespace lode::cuda {
@@ -40,6 +42,40 @@ double measure_copy_gbps(VramAccountant& vram, size_t bytes, int repeats) {
   const double ms =
       median_event_ms([&] { cudaMemcpyAsync(to.data(), from.data(), bytes, cudaMemcpyDeviceToDevice); }, 1, repeats);
   return 2.0 * double(bytes) / (ms * 1e-3) / 1e9;
+}
+
+namespace {
+
+// Pinned host memory, mapped for the device, freed when it goes out of scope.
+struct PinnedHost {
+  explicit PinnedHost(size_t bytes) {
+    if (cudaHostAlloc(&data, bytes, cudaHostAllocMapped) != cudaSuccess)
+      fail("CUDA: {:.0f} MiB of pinned host memory for the PCIe probe", double(bytes) / double(1 << 20));
+    std::memset(data, 1, bytes);
+  }
+  ~PinnedHost() { cudaFreeHost(data); }
+  void* data = nullptr;
+};
+
+}  // namespace
+
+double measure_host_to_device_gbps(VramAccountant& vram, size_t bytes, int repeats) {
+  PinnedHost host(bytes);
+  DeviceBuffer to(vram, bytes, VramUse::scratch, "PCIe probe");
+  const double ms =
+      median_event_ms([&] { cudaMemcpyAsync(to.data(), host.data, bytes, cudaMemcpyHostToDevice); }, 1, repeats);
+  return double(bytes) / (ms * 1e-3) / 1e9;
+}
+
+double measure_mapped_read_gbps(VramAccountant& vram, size_t bytes, int repeats) {
+  PinnedHost host(bytes);
+  void* device = nullptr;
+  if (cudaHostGetDevicePointer(&device, host.data, 0) != cudaSuccess) fail("CUDA: mapping the PCIe probe");
+  DeviceBuffer sink(vram, sizeof(unsigned), VramUse::scratch, "mapped-read probe");
+  const char* err = nullptr;
+  const double ms = median_event_ms([&] { err = read_in_place(device, bytes, sink.as<unsigned>()); }, 1, repeats);
+  if (err) fail("CUDA: the mapped-read probe: {}", err);
+  return double(bytes) / (ms * 1e-3) / 1e9;
 }
 
 double measure_matmul_tflops(VramAccountant& vram, MatmulKind kind, int n, int repeats) {

@@ -15,6 +15,12 @@ double median_event_ms(const std::function<void()>& work, int warmups, int repea
 // of `bytes` after a warm-up), in scratch memory taken from `vram` and released before returning.
 double measure_copy_gbps(VramAccountant& vram, size_t bytes = size_t(1) << 30, int repeats = 10);
 
+// Host-to-device bandwidth over PCIe in GB/s, two ways: the copy engine moving `bytes` of pinned
+// host memory into VRAM, and kernels reading mapped pinned host memory in place (how the expert
+// tier reads absent experts). Median of `repeats` after a warm-up.
+double measure_host_to_device_gbps(VramAccountant& vram, size_t bytes = size_t(256) << 20, int repeats = 5);
+double measure_mapped_read_gbps(VramAccountant& vram, size_t bytes = size_t(256) << 20, int repeats = 5);
+
 // Dense matrix-multiply throughput in TFLOP/s on the tensor cores: cuBLAS multiplying square
 // matrices of `n` (median of `repeats` after a warm-up), with bf16 inputs or with float32 inputs
 // in TF32 (the prompt path's math); float32 sums either way.

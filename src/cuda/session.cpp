@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "cuda/device_model.h"
+#include "cuda/expert_tier.h"
 #include "cuda/forward_kernels.h"
 #include "cuda/kv_cache.h"
 #include "cuda/matvec.h"
@@ -17,6 +18,7 @@
 #include "cuda/prompt_pass.h"
 #include "cuda/vram.h"
 #include "model/weights.h"
+#include "plan/memory_plan.h"
 
 namespace lode::cuda {
 
@@ -56,7 +58,10 @@ struct CudaSession::Impl {
   VramAccountant vram;
   std::vector<DeviceBuffer> buffers;
   std::vector<std::pair<const gguf::TensorInfo*, const uint8_t*>> uploaded;  // tensor -> device bytes
+  plan::MemoryPlan plan;
+  std::unique_ptr<ExpertTier> tier;
   std::vector<DeviceLayer> layers;
+  std::vector<LayerState> states;  // the sequence's
   std::unique_ptr<KvCache> kv;
   const float* output_norm = nullptr;
   DeviceMatrix output;
@@ -72,6 +77,8 @@ struct CudaSession::Impl {
   int32_t* pair_ids;  // {0, 1}: the shared expert's gate and up in one grouped launch
   unsigned* deltanet_arrivals;  // per value head, for deltanet_step's last tile (kept zeroed)
   unsigned* router_arrivals;    // for router_topk's last block (kept zeroed)
+  unsigned* route_counts;       // [layer][expert]: routings so far (decode steps and prompts)
+  unsigned* route_misses;       // [2][layer]: routings to absent experts, by decode steps, then by prompts
 
   void* allocate(size_t bytes, VramUse use, const std::string& what) {
     buffers.emplace_back(vram, bytes, use, what);
@@ -119,26 +126,23 @@ struct CudaSession::Impl {
     return device;
   }
 
-  std::vector<const void*> expert_pointers(const model::ExpertStack& s) {
-    const DeviceMatrix first = matrix(s.first, VramUse::experts);
-    std::vector<const void*> pointers;
-    for (int64_t e = 0; e < s.n_experts; ++e)
-      pointers.push_back(static_cast<const uint8_t*>(first.data) + size_t(e) * s.expert_stride);
-    return pointers;
+  // The experts of one projection behind the tier's table for their layer.
+  static DeviceExperts experts_of(const model::MatrixView& first, const void* const* table) {
+    matrix_type_check(first);
+    return {first.type->type, table, first.rows, first.cols, first.row_bytes};
   }
 
-  DeviceExperts experts(const model::ExpertStack& s, const std::string& what) {
-    const DeviceMatrix first = matrix(s.first, VramUse::experts);
-    return {first.type, table_of(expert_pointers(s), what), first.rows, first.cols, first.row_bytes};
-  }
-
-  // Gate and up experts in one table (gate 0..n-1, then up 0..n-1), so one grouped launch does both.
-  DeviceExperts gate_up_experts(const model::MoeWeights& m, const std::string& what) {
-    if (!same_shape(matrix(m.gate.first, VramUse::experts), matrix(m.up.first, VramUse::experts))) return {};
-    std::vector<const void*> pointers = expert_pointers(m.gate);
-    for (const void* up : expert_pointers(m.up)) pointers.push_back(up);
-    const DeviceMatrix first = matrix(m.gate.first, VramUse::experts);
-    return {first.type, table_of(pointers, what), first.rows, first.cols, first.row_bytes};
+  // Layer `index`'s experts through the tier's table (gate e at e, up at n + e, down at 2n + e: gate
+  // and up together are one table of 2n, so one grouped launch does both when they share a shape),
+  // and where its routing is counted.
+  void bind_experts(DeviceLayer& d, int64_t index) {
+    const model::MoeWeights& m = host.layers[size_t(index)].moe;
+    const void* const* t = tier->table(index);
+    const int64_t n = config.n_experts;
+    d.gate = experts_of(m.gate.first, t), d.up = experts_of(m.up.first, t + n), d.down = experts_of(m.down.first, t + 2 * n);
+    const model::MatrixView &g = m.gate.first, &u = m.up.first;
+    if (g.type == u.type && g.rows == u.rows && g.cols == u.cols && g.row_bytes == u.row_bytes) d.gate_up = d.gate;
+    d.tally = {route_counts + index * n, tier->resident_flags(index), route_misses + index};
   }
 
   void bind_layer(int64_t index) {
@@ -155,8 +159,6 @@ struct CudaSession::Impl {
       d.out = matrix(n.out);
       d.conv = upload(n.conv, at + "conv"), d.dt_bias = upload(n.dt_bias, at + "dt_bias");
       d.a = upload(n.a, at + "ssm_a"), d.norm = upload(n.norm, at + "ssm_norm");
-      d.conv_state = floats(c.conv_channels() * (c.ssm_conv_kernel - 1), VramUse::state, at + "conv state");
-      d.ssm_state = floats(c.ssm_dt_rank * c.ssm_state * c.ssm_state, VramUse::state, at + "DeltaNet state");
     } else {
       const model::AttentionWeights& a = w.attention;
       stack_mixer_inputs(d, {{&a.q, &d.q}, {&a.k, &d.k}, {&a.v, &d.v}}, at);
@@ -165,9 +167,7 @@ struct CudaSession::Impl {
     }
     const model::MoeWeights& m = w.moe;
     bind_router(d, m, at);
-    d.gate = experts(m.gate, at + "gate experts"), d.up = experts(m.up, at + "up experts");
-    d.down = experts(m.down, at + "down experts");
-    d.gate_up = gate_up_experts(m, at + "gate|up experts");
+    bind_experts(d, index);
     if (c.shared_ff > 0) {
       d.shared_gate = matrix(m.shared_gate), d.shared_up = matrix(m.shared_up), d.shared_down = matrix(m.shared_down);
       if (same_shape(d.shared_gate, d.shared_up))
@@ -231,51 +231,62 @@ struct CudaSession::Impl {
   // heads), fixed for the graph: one per 256 positions of the context, at most 256 (a block's warps
   // walk their share in tiles of 32 keys, so short walks matter more than the empty blocks of a
   // shallow context, which return at once).
-  int attention_splits() const { return int(std::clamp<int64_t>(options.max_context / 256, 1, 256)); }
+  int attention_splits() const { return plan::attention_splits(options.max_context); }
 
-  // One paged cache for the attention layers, each layer its view of it.
-  void allocate_kv() {
+  // The sequence's state: one paged K/V cache for the attention layers (each layer its view of it)
+  // and the DeltaNet layers' states.
+  void allocate_sequence() {
     int n_attention = 0;
     for (const DeviceLayer& d : layers) n_attention += !d.recurrent;
     kv = std::make_unique<KvCache>(vram, options.kv_format, n_attention, config.n_kv_heads, config.head_dim,
                                    options.max_context, options.kv_page_order);
     int index = 0;
-    for (DeviceLayer& d : layers)
-      if (!d.recurrent) d.kv = kv->layer(index++);
+    states.resize(layers.size());
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const std::string at = "blk." + std::to_string(l) + " ";
+      if (!layers[l].recurrent) {
+        states[l].kv = kv->layer(index++);
+        continue;
+      }
+      states[l].conv_state = floats(conv_floats(), VramUse::state, at + "conv state");
+      states[l].ssm_state = floats(recurrent_floats(), VramUse::state, at + "DeltaNet state");
+    }
   }
+  int64_t conv_floats() const { return config.conv_channels() * (config.ssm_conv_kernel - 1); }
+  int64_t recurrent_floats() const { return config.ssm_dt_rank * config.ssm_state * config.ssm_state; }
 
+  // The step's scratch, carved from one allocation as plan::decode_scratch lays it out (the
+  // routing counters in it are zeroed here and only ever added to).
   void allocate_scratch() {
     const model::Qwen35MoeConfig& c = config;
-    const int64_t k = c.n_experts_used;
-    const auto s = [&](int64_t n, const char* what) { return floats(n, VramUse::scratch, what); };
-    h = s(c.hidden, "h"), normed = s(c.hidden, "normed"), mixed = s(c.hidden, "mixed");
-    attention_partials = s(c.n_heads * attention_splits() * (c.head_dim + 2), "attention partials");
+    const plan::DecodeScratch l = plan::decode_scratch(c, options.max_context);
+    auto* base = static_cast<uint8_t*>(allocate(l.total, VramUse::scratch, "decode scratch"));
+    check_cuda(cudaMemset(base, 0, l.total), "zeroing the decode scratch");
+    const auto f = [&](size_t offset) { return reinterpret_cast<float*>(base + offset); };
+    h = f(l.h), normed = f(l.normed), mixed = f(l.mixed), attention_partials = f(l.attention_partials);
     // Each mixer's inputs consecutive, as its stacked products write them.
-    qg = s(2 * c.q_dim() + 2 * c.kv_dim(), "q|gate, k, v"), kbuf = qg + 2 * c.q_dim(), vbuf = kbuf + c.kv_dim();
-    attn = s(c.q_dim(), "attention");
-    qkv = s(c.conv_channels() + c.ssm_value_dim() + 2 * c.ssm_dt_rank, "qkv, z, b, alpha");
-    z = qkv + c.conv_channels(), b = z + c.ssm_value_dim(), alpha = b + c.ssm_dt_rank;
-    o = s(c.ssm_value_dim(), "o");
-    router_logits = s(c.n_experts + 1, "router"), weights = s(k, "route weights");
-    ids = static_cast<int32_t*>(allocate(size_t(2 * k) * 4, VramUse::scratch, "route ids"));
-    g = s(2 * k * c.expert_ff, "g|u"), u = g + k * c.expert_ff;  // one grouped launch writes both
-    y = s(k * c.hidden, "y");
-    sg = s(2 * c.shared_ff, "shared g|u"), su = sg + c.shared_ff;
+    qg = f(l.qg), kbuf = qg + 2 * c.q_dim(), vbuf = kbuf + c.kv_dim(), attn = f(l.attn);
+    qkv = f(l.qkv), z = qkv + c.conv_channels(), b = z + c.ssm_value_dim(), alpha = b + c.ssm_dt_rank, o = f(l.o);
+    router_logits = f(l.router_logits), weights = f(l.weights);
+    ids = reinterpret_cast<int32_t*>(base + l.ids);
+    g = f(l.gu), u = g + c.n_experts_used * c.expert_ff;  // one grouped launch writes both
+    y = f(l.y), sg = f(l.shared_gu), su = sg + c.shared_ff;
+    pair_ids = reinterpret_cast<int32_t*>(base + l.pair_ids);
     const int32_t pair[2] = {0, 1};
-    pair_ids = static_cast<int32_t*>(allocate(sizeof(pair), VramUse::scratch, "gate|up ids"));
     copy_to_device(pair_ids, pair, sizeof(pair));
-    shared_out = s(c.hidden, "shared"), logits = s(c.vocab, "logits");
-    const size_t counters = size_t(std::max<int64_t>(c.ssm_dt_rank, 1)) + 1;
-    deltanet_arrivals = static_cast<unsigned*>(allocate(counters * sizeof(unsigned), VramUse::scratch, "counters"));
-    router_arrivals = deltanet_arrivals + counters - 1;
-    check_cuda(cudaMemset(deltanet_arrivals, 0, counters * sizeof(unsigned)), "zeroing the counters");
+    shared_out = f(l.shared_out), logits = f(l.logits);
+    deltanet_arrivals = reinterpret_cast<unsigned*>(base + l.counters);
+    router_arrivals = deltanet_arrivals + std::max<int64_t>(c.ssm_dt_rank, 1);
+    device_position = reinterpret_cast<int64_t*>(base + l.position);
+    route_counts = reinterpret_cast<unsigned*>(base + l.route_counts);
+    route_misses = reinterpret_cast<unsigned*>(base + l.route_misses);
   }
 
   void zero_states() {
-    for (const DeviceLayer& d : layers) {
-      if (!d.recurrent) continue;
-      cudaMemset(d.conv_state, 0, size_t(config.conv_channels() * (config.ssm_conv_kernel - 1)) * sizeof(float));
-      cudaMemset(d.ssm_state, 0, size_t(config.ssm_dt_rank * config.ssm_state * config.ssm_state) * sizeof(float));
+    for (const LayerState& st : states) {
+      if (!st.conv_state) continue;
+      cudaMemset(st.conv_state, 0, size_t(conv_floats()) * sizeof(float));
+      cudaMemset(st.ssm_state, 0, size_t(recurrent_floats()) * sizeof(float));
     }
     position = 0;
   }
@@ -304,15 +315,15 @@ struct CudaSession::Impl {
     }
   }
 
-  void attention(const DeviceLayer& d) {
+  void attention(const DeviceLayer& d, const LayerState& st) {
     const model::Qwen35MoeConfig& c = config;
     mixer_inputs(d, qg);  // qg, kbuf, vbuf are consecutive
     mark(Phase::attention_proj);
-    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, d.kv, device_position,
+    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, st.kv, device_position,
                                      int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims),
                                      c.rope_theta, float(c.rms_eps), 1, stream),
           "attention prepare");
-    check(kernels::attention_decode(qg, d.kv, device_position, int(c.n_heads), int(c.n_kv_heads),
+    check(kernels::attention_decode(qg, st.kv, device_position, int(c.n_heads), int(c.n_kv_heads),
                                     int(c.head_dim), attention_splits(), attention_partials, attn, stream),
           "attention");
     mark(Phase::attention_core);
@@ -320,14 +331,14 @@ struct CudaSession::Impl {
     mark(Phase::attention_proj);
   }
 
-  void deltanet(const DeviceLayer& d) {
+  void deltanet(const DeviceLayer& d, const LayerState& st) {
     const model::Qwen35MoeConfig& c = config;
     mixer_inputs(d, qkv);  // qkv, z, b, alpha are consecutive
     mark(Phase::deltanet_proj);
-    check(kernels::deltanet_prepare(qkv, d.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
+    check(kernels::deltanet_prepare(qkv, st.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
                                     int(c.ssm_groups), int(c.ssm_state), stream),
           "DeltaNet conv");
-    check(kernels::deltanet_step(d.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
+    check(kernels::deltanet_step(st.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
                                  int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o,
                                  deltanet_arrivals, stream),
           "DeltaNet step");
@@ -369,11 +380,11 @@ struct CudaSession::Impl {
     if (d.router.type == GgmlType::F32 && c.hidden % 4 == 0) {
       const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
       check(kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), normed, router_logits,
-                                 int(c.n_experts), int(k), ids, weights, router_arrivals, stream),
+                                 int(c.n_experts), int(k), ids, weights, d.tally, router_arrivals, stream),
             "router");
     } else {
       mv(d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router, normed, router_logits);
-      check(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, stream), "router");
+      check(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, d.tally, stream), "router");
     }
     mark(Phase::router);
     if (d.gate_up.table) {
@@ -408,7 +419,7 @@ struct CudaSession::Impl {
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
       mark(Phase::norms);
-      d.recurrent ? deltanet(d) : attention(d);
+      d.recurrent ? deltanet(d, states[l]) : attention(d, states[l]);
       // Each residual add is fused with the norm that reads its result.
       check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, 1, hidden, eps, stream), "residual and norm");
       mark(Phase::norms);
@@ -477,7 +488,7 @@ struct CudaSession::Impl {
                  "embeddings to the device");
       check_cuda(cudaMemcpyAsync(device_position, pinned_position, sizeof(int64_t), cudaMemcpyHostToDevice, stream),
                  "position to the device");
-      prompt->run(n, device_position, position);
+      prompt->run(states, n, device_position, position);
       const bool last_chunk = at + size_t(n) == tokens.size();
       for (int64_t t = all_logits ? 0 : n - 1; t < n && (all_logits || last_chunk); ++t) {
         mv(output, prompt->output_rows() + t * hidden, logits);
@@ -491,20 +502,11 @@ struct CudaSession::Impl {
     }
   }
 
-  // The prompt pass for options.prompt_chunk tokens (no more than the context holds), or as many
-  // as the budget holds (halving, down to kMinPromptChunk: below that, the shortfall is the error).
+  // The prompt pass for the plan's chunk (options.prompt_chunk, or less where the budget is tight).
   void create_prompt_pass() {
-    const int64_t wanted = std::min(options.prompt_chunk, options.max_context);
-    for (int64_t chunk = wanted;; chunk /= 2) {
-      try {
-        prompt = std::make_unique<PromptPass>(
-            config, layers, output_norm, vram, PromptPassOptions{chunk, options.max_context, options.prompt_math, options.profile},
-            stream);
-        break;
-      } catch (const VramShortfall&) {
-        if (chunk / 2 < std::min(kMinPromptChunk, wanted)) throw;
-      }
-    }
+    prompt = std::make_unique<PromptPass>(
+        host, layers, *tier, output_norm, vram,
+        PromptPassOptions{plan.prompt_chunk, options.max_context, options.prompt_math, options.profile}, stream);
     check_cuda(cudaMallocHost(&pinned_rows, size_t(prompt->chunk() * config.hidden) * sizeof(float)), "pinned memory");
   }
 
@@ -516,8 +518,7 @@ struct CudaSession::Impl {
     check_cuda(cudaMallocHost(&pinned_embedding, size_t(config.hidden) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_logits, size_t(config.vocab) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_position, sizeof(int64_t)), "pinned memory");
-    if (options.prompt_chunk > 1) create_prompt_pass();
-    device_position = static_cast<int64_t*>(allocate(sizeof(int64_t), VramUse::scratch, "position"));
+    if (plan.prompt_chunk > 0) create_prompt_pass();
   }
 
   ~Impl() {
@@ -566,13 +567,22 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
     : impl_(std::make_unique<Impl>(reader, weights, with_heads_checked(options, weights->config))) {
   const model::Qwen35MoeConfig& config = weights->config;
   if (options.max_context <= 0) fail("cuda session: max_context must be positive");
-  for (int64_t layer = 0; layer < config.n_layers; ++layer) impl_->bind_layer(layer);
-  impl_->allocate_kv();
-  impl_->output_norm = impl_->upload(impl_->host.output_norm, "output_norm");
-  impl_->output = impl_->matrix(impl_->host.output);
-  impl_->allocate_scratch();
-  impl_->create_stream_and_pinned();
-  impl_->zero_states();
+  Impl& s = *impl_;
+  // The plan first: nothing is uploaded for a budget it refuses.
+  s.plan = plan::plan_memory(s.host, {.budget = s.vram.budget(),
+                                      .kv = options.kv_format,
+                                      .context = options.max_context,
+                                      .parallel = 1,
+                                      .prompt_chunk = options.prompt_chunk > 1 ? options.prompt_chunk : 0,
+                                      .max_resident_experts = options.max_resident_experts});
+  s.tier = std::make_unique<ExpertTier>(s.host, s.plan, s.vram, options.expert_scores);
+  s.allocate_scratch();
+  for (int64_t layer = 0; layer < config.n_layers; ++layer) s.bind_layer(layer);
+  s.output_norm = s.upload(s.host.output_norm, "output_norm");
+  s.output = s.matrix(s.host.output);
+  s.allocate_sequence();
+  s.create_stream_and_pinned();
+  s.zero_states();
   synchronize();
 }
 
@@ -607,15 +617,19 @@ void CudaSession::fill_with_random_cells(int64_t depth) {
     fail("cuda session: a depth of {} does not fit the context of {} positions", depth, s.options.max_context);
   reset();
   // One block of random rows, written again and again: what the cells hold does not matter here.
+  // They sit in the prompt pass's input rows (free between prompts), else in scratch of their own.
   const model::Qwen35MoeConfig& c = s.config;
-  const int64_t block = std::min<int64_t>(std::max<int64_t>(depth, 1), 4096), row = c.kv_dim();
+  const int64_t row = c.kv_dim();
+  const int64_t room = s.prompt ? s.prompt->chunk() * c.hidden / (2 * row) : 4096;
+  const int64_t block = std::min<int64_t>({std::max<int64_t>(depth, 1), 4096, std::max<int64_t>(room, 1)});
   std::vector<float> rows(size_t(2 * block * row));
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (float& x : rows) x = normal(rng);
-  DeviceBuffer scratch(s.vram, rows.size() * sizeof(float), VramUse::scratch, "random K/V rows");
-  copy_to_device(scratch.data(), rows.data(), rows.size() * sizeof(float));
-  const float* k = scratch.as<float>();
+  DeviceBuffer own;
+  if (!s.prompt) own = DeviceBuffer(s.vram, rows.size() * sizeof(float), VramUse::scratch, "random K/V rows");
+  float* k = s.prompt ? s.prompt->input_rows() : own.as<float>();
+  copy_to_device(k, rows.data(), rows.size() * sizeof(float));
   for (int layer = 0; layer < s.kv->n_layers(); ++layer)
     for (int64_t first = 0; first < depth; first += block)
       check(kernels::kv_write(s.kv->layer(layer), k, k + block * row, first, int(std::min(block, depth - first)),
@@ -630,12 +644,12 @@ CudaSession::Snapshot CudaSession::save() const {
   Snapshot snapshot{.format = s.options.kv_format, .positions = s.position, .cells = s.kv->save(s.position)};
   const size_t conv = size_t(s.config.conv_channels() * (s.config.ssm_conv_kernel - 1));
   const size_t recurrent = size_t(s.config.ssm_dt_rank * s.config.ssm_state * s.config.ssm_state);
-  for (const DeviceLayer& d : s.layers) {
-    if (!d.recurrent) continue;
+  for (const LayerState& st : s.states) {
+    if (!st.conv_state) continue;
     const size_t at = snapshot.states.size();
     snapshot.states.resize(at + conv + recurrent);
-    copy_to_host(snapshot.states.data() + at, d.conv_state, conv * sizeof(float));
-    copy_to_host(snapshot.states.data() + at + conv, d.ssm_state, recurrent * sizeof(float));
+    copy_to_host(snapshot.states.data() + at, st.conv_state, conv * sizeof(float));
+    copy_to_host(snapshot.states.data() + at + conv, st.ssm_state, recurrent * sizeof(float));
   }
   return snapshot;
 }
@@ -657,10 +671,10 @@ void CudaSession::restore(const Snapshot& snapshot) {
          n_recurrent * (conv + recurrent));
   s.kv->restore(snapshot.cells, snapshot.positions);
   const float* at = snapshot.states.data();
-  for (const DeviceLayer& d : s.layers) {
-    if (!d.recurrent) continue;
-    copy_to_device(d.conv_state, at, conv * sizeof(float));
-    copy_to_device(d.ssm_state, at + conv, recurrent * sizeof(float));
+  for (const LayerState& st : s.states) {
+    if (!st.conv_state) continue;
+    copy_to_device(st.conv_state, at, conv * sizeof(float));
+    copy_to_device(st.ssm_state, at + conv, recurrent * sizeof(float));
     at += conv + recurrent;
   }
   s.position = snapshot.positions;
@@ -710,6 +724,33 @@ std::vector<std::pair<std::string, double>> CudaSession::profile() const {
 
 std::vector<std::pair<std::string, double>> CudaSession::prompt_profile() const {
   return impl_->prompt ? impl_->prompt->profile() : std::vector<std::pair<std::string, double>>{};
+}
+
+const plan::MemoryPlan& CudaSession::plan() const { return impl_->plan; }
+
+std::vector<uint64_t> CudaSession::routing_counts() const {
+  const Impl& s = *impl_;
+  std::vector<unsigned> counts(size_t(s.config.n_layers * s.config.n_experts));
+  check_cuda(cudaStreamSynchronize(s.stream), "routing counts");
+  copy_to_host(counts.data(), s.route_counts, counts.size() * sizeof(unsigned));
+  return {counts.begin(), counts.end()};
+}
+
+ExpertStats CudaSession::expert_stats() const {
+  const Impl& s = *impl_;
+  const int64_t layers = s.config.n_layers;
+  std::vector<unsigned> misses(size_t(2 * layers));
+  check_cuda(cudaStreamSynchronize(s.stream), "expert counters");
+  copy_to_host(misses.data(), s.route_misses, misses.size() * sizeof(unsigned));
+  ExpertStats stats{.resident = s.tier->resident_count(), .total = layers * s.config.n_experts,
+                    .host_tier = s.tier->host_tier()};
+  for (uint64_t c : routing_counts()) stats.routed += c;
+  for (int64_t l = 0; l < layers; ++l) {
+    stats.missed += misses[size_t(l)] + misses[size_t(layers + l)];
+    stats.decode_miss_bytes += uint64_t(misses[size_t(l)]) * s.tier->expert_bytes(l);
+  }
+  stats.prompt_miss_bytes = s.prompt ? s.prompt->miss_bytes() : 0;
+  return stats;
 }
 
 int64_t CudaSession::prompt_chunk() const { return impl_->prompt ? impl_->prompt->chunk() : 0; }

@@ -1,9 +1,12 @@
-// qwen35moe on the GPU (issue 7): every matrix the main model uses is uploaded as stored (no
-// dequantized copies) through the VRAM accountant. A decode step runs one token through the model
-// on the kernels of cuda/matvec.h and cuda/forward_kernels.h, captured once as a CUDA graph; a
-// prompt runs in chunks through cuda/prompt_pass.h (tensor-core products). The MoE reaches its
-// experts through device-side (layer, expert) pointer tables; K/V cells are in the session's
-// format (kv/format.h), DeltaNet states float32 on the device; embeddings are looked up on the host.
+// qwen35moe on the GPU under any VRAM budget. The budget is spent as plan/memory_plan.h plans it:
+// the trunk (every matrix but the routed experts, uploaded as stored, no dequantized copies), the
+// K/V cache in the session's format (kv/format.h), the DeltaNet states (float32), the scratch, and
+// as many whole experts as fit; the rest of the experts are read in place from pinned host RAM over
+// PCIe (cuda/expert_tier.h). A decode step runs one token through the model on the kernels of
+// cuda/matvec.h and cuda/forward_kernels.h, captured once as a CUDA graph; a prompt runs in chunks
+// through cuda/prompt_pass.h (tensor-core products). Products reach their experts through the
+// tier's (layer, expert) tables, so where an expert lives never changes the arithmetic: the tokens
+// are the same at every budget. Embeddings are looked up on the host.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,12 +15,13 @@
 #include <utility>
 #include <vector>
 
-#include "model/activations.h"
 #include "cuda/gemm.h"
 #include "cuda/kv_format.h"
 #include "gguf/reader.h"
+#include "model/activations.h"
 #include "model/qwen35moe.h"
 #include "model/weights.h"
+#include "plan/memory_plan.h"
 
 namespace lode::cuda {
 
@@ -26,12 +30,18 @@ class VramAccountant;
 struct CudaSessionOptions {
   int64_t max_context = 4096;  // positions of K/V kept on the device
   size_t vram_budget = 0;      // bytes; 0: the device's free memory less a margin
+  // At most this many experts in VRAM (-1: as many as the budget holds after everything else).
+  int64_t max_resident_experts = -1;
+  // Which experts go to VRAM first: a score per (layer, expert), [layer][expert] (a routing
+  // profile's counts); empty: all alike (a fixed pseudo-random spread over the layers).
+  std::vector<double> expert_scores;
   // Time each phase of a step (waiting for the GPU at every phase boundary, which slows the step
   // but attributes GPU time to the kernels that spent it); see profile().
   bool profile = false;
-  // Prompts of more than one token run through the model this many tokens at a time (0: token by
-  // token, through the decode step). The scratch this needs is allocated with the session; when
-  // the budget cannot hold it, the chunk is halved until it can (down to kMinPromptChunk).
+  // Prompts of more than one token run through the model this many tokens at a time (0 or 1: token
+  // by token, through the decode step). The scratch this needs is allocated with the session; when
+  // the budget cannot hold it, the plan halves the chunk until it can (down to plan::kMinPromptChunk).
+  // The chunk is part of the prompt's arithmetic (how its products are grouped), the budget is not.
   int64_t prompt_chunk = 4096;
   // The precision of the prompt path's matrix products: tf32 (tensor cores) or fp32 (exact to
   // float rounding against the decode step; slower).
@@ -49,8 +59,16 @@ struct CudaSessionOptions {
   std::vector<int32_t> kv_page_order;
 };
 
-// The smallest prompt chunk a session settles for when the VRAM budget is tight.
-constexpr int64_t kMinPromptChunk = 256;
+// What the expert tier has done so far (decode steps and prompts together, unless named).
+struct ExpertStats {
+  int64_t resident = 0, total = 0;   // experts in VRAM, experts in all
+  uint64_t routed = 0;               // (token, expert) routings
+  uint64_t missed = 0;               // of them, to experts not in VRAM
+  uint64_t decode_miss_bytes = 0;    // expert bytes decode steps read over PCIe
+  uint64_t prompt_miss_bytes = 0;    // expert bytes prompt chunks read over PCIe
+  std::string host_tier;             // how host RAM holds the experts (cuda/expert_tier.h)
+  double hit_rate() const { return routed ? 1.0 - double(missed) / double(routed) : 1.0; }
+};
 
 class CudaSession {
  public:
@@ -107,6 +125,12 @@ class CudaSession {
   std::vector<std::pair<std::string, double>> profile() const;
   // Likewise for the prompt pass (empty when prompts run token by token).
   std::vector<std::pair<std::string, double>> prompt_profile() const;
+
+  // How the budget is spent (plan/memory_plan.h), and the expert tier's counters (waits for the GPU).
+  const plan::MemoryPlan& plan() const;
+  ExpertStats expert_stats() const;
+  // Routings per (layer, expert) so far, [layer][expert] (waits for the GPU): a routing profile.
+  std::vector<uint64_t> routing_counts() const;
 
   // Tokens per prompt pass (0: prompts run token by token).
   int64_t prompt_chunk() const;

@@ -66,7 +66,7 @@ std::string what_fits(const model::ModelWeights& w, const PlanOptions& o) {
   if (!formats.empty())
     out += fmt::format("{}--kv {} would fit at --ctx {}", out.empty() ? "" : "; ", fmt::join(formats, " or --kv "),
                        o.context);
-  return out.empty() ? "no context or K/V format fits: raise --vram-budget or use a smaller model" : out;
+  return out.empty() ? "no context or K/V format fits this budget; use a smaller model" : out;
 }
 
 }  // namespace
@@ -88,7 +88,8 @@ size_t trunk_bytes(const model::ModelWeights& w) {
     }
     const model::MoeWeights& m = l.moe;
     total += matrix_bytes(m.router);
-    total += size_t(3 * c.n_experts) * sizeof(void*);  // the (expert -> gate | up | down) table
+    // The (expert -> gate | up | down) table and the residency flags the routing counts misses by.
+    total += size_t(3 * c.n_experts) * sizeof(void*) + size_t(c.n_experts);
     if (c.shared_ff > 0) {
       total += size_t(c.hidden) * 4;  // the shared expert's gate vector
       total += matrix_bytes(m.shared_gate) + matrix_bytes(m.shared_up) + matrix_bytes(m.shared_down);
@@ -139,7 +140,7 @@ MemoryPlan plan_memory(const model::ModelWeights& w, const PlanOptions& o) {
   if (fixed.total() > o.budget)
     fail("VRAM budget of {:.1f} MiB cannot hold the trunk ({:.1f} MiB), the K/V cache for {} positions in {} "
          "({:.1f} MiB), the DeltaNet states ({:.1f} MiB) and the scratch for prompt chunks of {} ({:.1f} MiB): short "
-         "by {:.1f} MiB; {}",
+         "by {:.1f} MiB; raise --vram-budget, or: {}",
          mib(o.budget), mib(fixed.trunk), o.context, kv::to_string(o.kv), mib(fixed.kv), mib(fixed.states), chunk,
          mib(fixed.decode + fixed.prompt), mib(fixed.total() - o.budget), what_fits(w, o));
   p.trunk = fixed.trunk, p.kv = fixed.kv, p.states = fixed.states;

@@ -61,6 +61,8 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.logits = l.floats(c.vocab);
   s.counters = l.take(size_t(std::max<int64_t>(c.ssm_dt_rank, 1) + 1) * 4);
   s.position = l.take(8);
+  s.route_counts = l.take(size_t(c.n_layers * c.n_experts) * 4);
+  s.route_misses = l.take(size_t(c.n_layers) * 4);
   s.total = l.total();
   return s;
 }
@@ -104,7 +106,7 @@ PromptScratch prompt_scratch(const model::ModelWeights& w, int64_t chunk, int64_
   s.h = l.floats(n * c.hidden), s.normed = l.floats(n * c.hidden), s.mixed = l.floats(n * c.hidden);
   s.expanded = l.floats(expansion_floats(w));
   s.gate_up_order = l.take(size_t(2 * c.n_experts) * 4);
-  s.expand_ids = l.take(size_t(2 * c.n_experts) * 4);
+  s.expand_ids = l.take(size_t(3 * c.n_experts) * 4);
   l.begin_union();
   s.qg = l.floats(n * 2 * c.q_dim()), s.kbuf = l.floats(n * c.kv_dim()), s.vbuf = l.floats(n * c.kv_dim());
   s.attn = l.floats(n * c.q_dim());

@@ -51,6 +51,8 @@ struct DecodeScratch {
   size_t logits;                           // [vocab]
   size_t counters;                         // [Hv + 1] unsigned, kept zeroed
   size_t position;                         // int64
+  size_t route_counts;                     // [layers][n_experts] unsigned: routings per expert
+  size_t route_misses;                     // [layers] unsigned: routings to experts not in VRAM
   size_t total;
 };
 DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_context);
@@ -66,7 +68,7 @@ struct PromptScratch {
   size_t h, normed, mixed;                  // [chunk][hidden]
   size_t expanded;                          // expanded weights: the largest matrix or expert group
   size_t gate_up_order;                     // [2 n_experts] int32: gate e, up e, ...
-  size_t expand_ids;                        // [2 n_experts] int32: the experts a group expands
+  size_t expand_ids;                        // [3 n_experts] int32: the table entries the expansions read
   // attention
   size_t qg, kbuf, vbuf, attn, k_rows, v_rows, scores;
   // DeltaNet

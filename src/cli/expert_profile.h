@@ -1,0 +1,20 @@
+// --expert-profile FILE: a routing profile (plan/routing_profile.h, made by `lode profile`) that
+// decides which experts the GPU session places in VRAM first.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "model/weights.h"
+
+namespace CLI {
+class App;
+}
+
+namespace lode::cli {
+
+void add_expert_profile_option(CLI::App& cmd, std::string& path);
+// The placement scores of the profile at `path` for these weights; fails clearly when the file is
+// missing, malformed or recorded on another model.
+std::vector<double> expert_scores_from(const std::string& path, const model::ModelWeights& weights);
+
+}  // namespace lode::cli

@@ -1,0 +1,70 @@
+// The expert tier (DESIGN.md "The expert tier"): every routed expert stays in host RAM as the file
+// stores it, pinned so the GPU can read it over PCIe (the file's mapping registered in place, or
+// a pinned copy where that fails); the ones the plan has room for also live in VRAM slots. The
+// kernels reach experts through one device-side table per layer: 3 n pointers (gate of expert e
+// at e, up at n + e, down at 2n + e), each at the expert's slot or at its pinned host bytes, so a
+// product reads a resident expert from VRAM and an absent one in place over PCIe, with the same
+// kernel and the same arithmetic (the tokens cannot depend on where an expert is). Residency
+// flags beside the table let the router kernels count misses. Host code; needs the CUDA runtime.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/vram.h"
+#include "model/weights.h"
+#include "plan/memory_plan.h"
+
+namespace lode::cuda {
+
+class ExpertTier {
+ public:
+  // Places plan.experts_resident experts in VRAM: the highest `scores` first ([layer][expert]; empty:
+  // all equal), ties in a fixed pseudo-random order that spreads them over the layers. Pins the host
+  // tier unless every expert is resident. Allocates the slots (experts) and the tables and flags
+  // (weights) through `vram`; fails clearly when host memory cannot be pinned.
+  ExpertTier(const model::ModelWeights& weights, const plan::MemoryPlan& plan, VramAccountant& vram,
+             const std::vector<double>& scores = {});
+  ~ExpertTier();
+  ExpertTier(const ExpertTier&) = delete;
+  ExpertTier& operator=(const ExpertTier&) = delete;
+
+  // Layer l's (expert -> gate | up | down) table and residency flags (device memory).
+  const void* const* table(int64_t layer) const;
+  const uint8_t* resident_flags(int64_t layer) const;
+  bool resident(int64_t layer, int64_t expert) const { return slot_of_[size_t(layer * n_experts_ + expert)] >= 0; }
+  int64_t resident_count() const { return resident_count_; }
+  // Bytes of one expert of layer l as stored (what a miss reads over PCIe).
+  size_t expert_bytes(int64_t layer) const { return bytes_[size_t(layer)].total(); }
+  // How the host tier is held: "registered in place", "a pinned copy", or "none (every expert is in VRAM)".
+  const std::string& host_tier() const { return host_tier_; }
+
+ private:
+  struct HostRange {
+    const uint8_t* begin;
+    size_t bytes;
+    const uint8_t* device;  // where the GPU sees it
+  };
+  // Host (and device) address of expert e's projection p (0 gate, 1 up, 2 down) of layer l.
+  const uint8_t* host_bytes(int64_t layer, int p, int64_t expert) const;
+  const uint8_t* device_view(const uint8_t* host) const;
+  void pin_host_tier();
+  void copy_host_tier();
+  void place(const std::vector<double>& scores);
+  void upload_tables();
+
+  const model::ModelWeights& weights_;
+  int64_t n_layers_, n_experts_;
+  std::vector<plan::ExpertBytes> bytes_;
+  size_t slot_bytes_;
+  std::vector<HostRange> registered_;        // pinned host memory: the mapping's ranges, or the copy
+  void* pinned_copy_ = nullptr;              // or one pinned copy of every expert
+  std::vector<size_t> copy_offset_;          // [layer][projection]: its stack's offset in the copy
+  std::string host_tier_;
+  std::vector<int64_t> slot_of_;             // [layer][expert]: its VRAM slot, or -1
+  int64_t resident_count_ = 0;
+  DeviceBuffer slots_, tables_, flags_;
+};
+
+}  // namespace lode::cuda
