@@ -22,12 +22,30 @@ synth() {  # name, extra synth flags
 synth m35 &
 [ "${SKEW:-1}" = 1 ] && synth m35-skew --route-skew 1 &
 if [ "${1:-}" = tests ]; then
-  LODE_REQUIRE_GPU=1 timeout 400 build/lode_tests \
-    --gtest_filter='CudaExperts.*:CudaForward.*:CudaKv.*:CudaMatvec.*:CudaVram.*:GpuProbe.*:Cli*:LodeMini.*' \
-    >"$out/tests.txt" 2>&1
-  echo "GPU tests: exit $? after ${SECONDS}s"
-  grep -E "^\[  (FAILED|PASSED) |Failure|Expected|Which is|actual|\[ cuda \].*(experts|VRAM|budget)" "$out/tests.txt" |
-    cut -c1-240 | head -60
+  # Each test in its own process (as ctest runs them), so one test's fault cannot fail the rest; a
+  # test that hits an illegal memory access runs again under compute-sanitizer.
+  filter=${TESTS:-'CudaExperts.*:CudaForward.*:CudaKv.*:CudaMatvec.*:CudaVram.*:GpuProbe.*:Cli*:LodeMini.*'}
+  build/lode_tests --gtest_list_tests --gtest_filter="$filter" |
+    awk '/^[^ ]/{suite=$1} /^  /{print suite $1}' >"$out/test_names.txt"
+  : >"$out/tests.txt"
+  failed=0
+  while read -r t; do
+    LODE_REQUIRE_GPU=1 timeout 300 build/lode_tests --gtest_filter="$t" >"$out/one.txt" 2>&1
+    rc=$?
+    cat "$out/one.txt" >>"$out/tests.txt"
+    if [ $rc -ne 0 ]; then
+      failed=$((failed + 1))
+      echo "FAILED $t (exit $rc)"
+      grep -E "Failure|Expected|Which is|actual|exception" "$out/one.txt" | cut -c1-300 | head -8
+      if grep -q "illegal memory access" "$out/one.txt" && [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
+        timeout 200 /usr/local/cuda/bin/compute-sanitizer --print-limit 5 build/lode_tests --gtest_filter="$t" \
+          >"$out/sanitizer.txt" 2>&1
+        grep -E "Invalid|at 0x|by thread|Address|=========     " "$out/sanitizer.txt" | head -20
+      fi
+    fi
+  done <"$out/test_names.txt"
+  echo "GPU tests: $(wc -l <"$out/test_names.txt") run, $failed failed, after ${SECONDS}s"
+  grep -E "\[ cuda \].*(experts|budget)" "$out/tests.txt" | cut -c1-240 | head -20
 fi
 wait
 nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 300 >"$out/smi.txt" 2>/dev/null &

@@ -9,14 +9,11 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "cuda/errors.h"
 
 namespace lode::cuda {
 
 namespace {
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) fail("CUDA: {}: {}", what, cudaGetErrorString(err));
-}
 
 const model::ExpertStack& stack(const model::MoeWeights& m, int p) { return p == 0 ? m.gate : p == 1 ? m.up : m.down; }
 
@@ -29,26 +26,30 @@ uint64_t tie_rank(int64_t layer, int64_t expert) {
 
 }  // namespace
 
-ExpertTier::ExpertTier(const model::ModelWeights& w, const plan::MemoryPlan& plan, VramAccountant& vram,
-                       const std::vector<double>& scores)
+ExpertTier::ExpertTier(const model::ModelWeights& w, const plan::MemoryPlan& plan, VramAccountant& vram)
     : weights_(w),
       n_layers_(w.config.n_layers),
       n_experts_(w.config.n_experts),
       bytes_(plan.expert_bytes),
       slot_bytes_(plan.slot_bytes),
-      slot_of_(size_t(n_layers_ * n_experts_), -1) {
-  if (!scores.empty() && scores.size() != slot_of_.size())
-    fail("expert placement: {} scores for {} layers of {} experts", scores.size(), n_layers_, n_experts_);
-  if (plan.all_resident()) {
-    host_tier_ = "none (every expert is in VRAM)";
-  } else {
-    plan::check_host_ram(plan.experts_host);
-    pin_host_tier();
-  }
+      slot_of_(size_t(n_layers_ * n_experts_), -1),
+      resident_count_(plan.experts_resident),
+      all_resident_(plan.all_resident()),
+      experts_host_(plan.experts_host) {
   if (plan.expert_slots > 0) slots_ = DeviceBuffer(vram, plan.expert_slots, VramUse::experts, "expert slots");
   tables_ = DeviceBuffer(vram, size_t(n_layers_ * 3 * n_experts_) * sizeof(void*), VramUse::weights, "expert tables");
   flags_ = DeviceBuffer(vram, size_t(n_layers_ * n_experts_), VramUse::weights, "expert residency flags");
-  resident_count_ = plan.experts_resident;
+}
+
+void ExpertTier::load(const std::vector<double>& scores) {
+  if (!scores.empty() && scores.size() != slot_of_.size())
+    fail("expert placement: {} scores for {} layers of {} experts", scores.size(), n_layers_, n_experts_);
+  if (all_resident_) {
+    host_tier_ = "none (every expert is in VRAM)";
+  } else {
+    plan::check_host_ram(experts_host_);
+    pin_host_tier();
+  }
   place(scores);
   upload_tables();
 }
@@ -91,7 +92,7 @@ void ExpertTier::pin_host_tier() {
       return;
     }
     void* device = nullptr;
-    check(cudaHostGetDevicePointer(&device, p, 0), "mapping pinned experts");
+    check_cuda(cudaHostGetDevicePointer(&device, p, 0), "mapping pinned experts");
     registered_.push_back({p, end - begin, static_cast<const uint8_t*>(device)});
   }
   host_tier_ = "registered in place";
@@ -115,7 +116,7 @@ void ExpertTier::copy_host_tier() {
          double(total) / double(1 << 30), cudaGetErrorString(err));
   }
   void* device = nullptr;
-  check(cudaHostGetDevicePointer(&device, pinned_copy_, 0), "mapping pinned experts");
+  check_cuda(cudaHostGetDevicePointer(&device, pinned_copy_, 0), "mapping pinned experts");
   registered_.push_back({static_cast<const uint8_t*>(pinned_copy_), total, static_cast<const uint8_t*>(device)});
   auto* out = static_cast<uint8_t*>(pinned_copy_);
   for (int64_t l = 0; l < n_layers_; ++l)
@@ -158,7 +159,7 @@ void ExpertTier::place(const std::vector<double>& scores) {
     size_t at = size_t(s) * slot_bytes_;
     for (int p = 0; p < 3; ++p) {
       const size_t n = p == 0 ? bytes_[size_t(layer)].gate : p == 1 ? bytes_[size_t(layer)].up : bytes_[size_t(layer)].down;
-      check(cudaMemcpy(slots + at, host_bytes(layer, p, expert), n, cudaMemcpyHostToDevice), "an expert to its slot");
+      check_cuda(cudaMemcpy(slots + at, host_bytes(layer, p, expert), n, cudaMemcpyHostToDevice), "an expert to its slot");
       at += n;
     }
   }

@@ -20,12 +20,15 @@ namespace lode::cuda {
 
 class ExpertTier {
  public:
-  // Places plan.experts_resident experts in VRAM: the highest `scores` first ([layer][expert]; empty:
-  // all equal), ties in a fixed pseudo-random order that spreads them over the layers. Pins the host
-  // tier unless every expert is resident. Allocates the slots (experts) and the tables and flags
-  // (weights) through `vram`; fails clearly when host memory cannot be pinned.
-  ExpertTier(const model::ModelWeights& weights, const plan::MemoryPlan& plan, VramAccountant& vram,
-             const std::vector<double>& scores = {});
+  // Allocates the slots (experts) and the tables and flags (weights) through `vram`, as the plan says.
+  ExpertTier(const model::ModelWeights& weights, const plan::MemoryPlan& plan, VramAccountant& vram);
+  // Pins the host tier (unless every expert is resident; fails clearly when host memory cannot be
+  // pinned) and places plan.experts_resident experts in VRAM: the highest `scores` first
+  // ([layer][expert]; empty: all equal), ties in a fixed pseudo-random order that spreads them over
+  // the layers; then fills the tables. Call it after the trunk is uploaded: the registered ranges are
+  // whole pages, which may reach into the neighbouring tensors of the file's mapping, and a copy
+  // that starts inside a registered range must end inside it.
+  void load(const std::vector<double>& scores = {});
   ~ExpertTier();
   ExpertTier(const ExpertTier&) = delete;
   ExpertTier& operator=(const ExpertTier&) = delete;
@@ -64,6 +67,8 @@ class ExpertTier {
   std::string host_tier_;
   std::vector<int64_t> slot_of_;             // [layer][expert]: its VRAM slot, or -1
   int64_t resident_count_ = 0;
+  bool all_resident_ = false;
+  size_t experts_host_ = 0;
   DeviceBuffer slots_, tables_, flags_;
 };
 

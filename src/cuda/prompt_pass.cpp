@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "cuda/dequant.h"
+#include "cuda/errors.h"
 #include "cuda/expert_tier.h"
 #include "cuda/forward_kernels.h"
 #include "cuda/matvec.h"
@@ -19,14 +20,6 @@
 namespace lode::cuda {
 
 namespace {
-
-void check(const char* err, const char* what) {
-  if (err) fail("CUDA: {}: {}", what, err);
-}
-
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) fail("CUDA: {}: {}", what, cudaGetErrorString(err));
-}
 
 // The grid i-quants have no expansion kernel: their products go through the matrix-vector kernels
 // (one launch covers at most this many products).

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "cuda/device_model.h"
+#include "cuda/errors.h"
 #include "cuda/expert_tier.h"
 #include "cuda/forward_kernels.h"
 #include "cuda/kv_cache.h"
@@ -26,14 +27,6 @@ namespace {
 
 bool same_shape(const DeviceMatrix& a, const DeviceMatrix& b) {
   return a.type == b.type && a.rows == b.rows && a.cols == b.cols && a.row_bytes == b.row_bytes;
-}
-
-void check(const char* err, const char* what) {
-  if (err) fail("CUDA: {}: {}", what, err);
-}
-
-void check_cuda(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) fail("CUDA: {}: {}", what, cudaGetErrorString(err));
 }
 
 }  // namespace
@@ -575,11 +568,12 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
                                       .parallel = 1,
                                       .prompt_chunk = options.prompt_chunk > 1 ? options.prompt_chunk : 0,
                                       .max_resident_experts = options.max_resident_experts});
-  s.tier = std::make_unique<ExpertTier>(s.host, s.plan, s.vram, options.expert_scores);
+  s.tier = std::make_unique<ExpertTier>(s.host, s.plan, s.vram);
   s.allocate_scratch();
   for (int64_t layer = 0; layer < config.n_layers; ++layer) s.bind_layer(layer);
   s.output_norm = s.upload(s.host.output_norm, "output_norm");
   s.output = s.matrix(s.host.output);
+  s.tier->load(options.expert_scores);  // after the trunk's uploads (see ExpertTier::load)
   s.allocate_sequence();
   s.create_stream_and_pinned();
   s.zero_states();

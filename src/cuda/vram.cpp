@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "cuda/device.h"
+#include "cuda/errors.h"
 #include "plan/memory_plan.h"
 
 namespace lode::cuda {
@@ -14,10 +15,6 @@ namespace lode::cuda {
 namespace {
 
 double mib(size_t bytes) { return double(bytes) / double(1 << 20); }
-
-void check(cudaError_t err, std::string_view what) {
-  if (err != cudaSuccess) fail("CUDA: {}: {}", what, cudaGetErrorString(err));
-}
 
 }  // namespace
 
@@ -38,11 +35,11 @@ VramAccountant::VramAccountant(size_t budget_bytes, int device) : budget_(budget
     fail("no usable NVIDIA GPU (CUDA runtime: {}): the CUDA backend needs one; the CPU engine runs without "
          "(lode run, lode chat, lode serve)",
          err != cudaSuccess ? cudaGetErrorString(err) : fmt::format("{} device(s), asked for device {}", count, device));
-  check(cudaSetDevice(device), fmt::format("selecting device {}", device));
+  check_cuda(cudaSetDevice(device), fmt::format("selecting device {}", device));
   if (const std::string missing = kernels_missing_for(device); !missing.empty()) fail("{}", missing);
   if (budget_ == 0) {
     size_t free = 0, total = 0;
-    check(cudaMemGetInfo(&free, &total), "reading free device memory");
+    check_cuda(cudaMemGetInfo(&free, &total), "reading free device memory");
     budget_ = plan::default_budget(free, total);
   }
 }
@@ -60,10 +57,12 @@ void* VramAccountant::allocate(size_t bytes, VramUse use, std::string_view what)
         what, to_string(use), mib(bytes), mib(budget_ - held_), mib(budget_), mib(held_ + bytes - budget_),
         report_locked()));
   void* pointer = nullptr;
-  check(cudaSetDevice(device_), "selecting the device");
-  if (const cudaError_t err = cudaMalloc(&pointer, std::max<size_t>(bytes, 1)); err != cudaSuccess)
+  check_cuda(cudaSetDevice(device_), "selecting the device");
+  if (const cudaError_t err = cudaMalloc(&pointer, std::max<size_t>(bytes, 1)); err != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it, or the next launch check reports it again
     fail("CUDA: allocating {:.1f} MiB for {} failed within the budget ({}): the device has less free memory "
          "than the budget assumed; lower --vram-budget", mib(bytes), what, cudaGetErrorString(err));
+  }
   blocks_[pointer] = {bytes, use};
   held_ += bytes;
   by_use_[size_t(use)] += bytes;
@@ -127,13 +126,13 @@ void DeviceBuffer::reset() {
 }
 
 void copy_to_device(void* device, const void* host, size_t bytes) {
-  check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "copy to the device");
+  check_cuda(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "copy to the device");
 }
 
 void copy_to_host(void* host, const void* device, size_t bytes) {
-  check(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "copy from the device");
+  check_cuda(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "copy from the device");
 }
 
-void synchronize() { check(cudaDeviceSynchronize(), "running kernels"); }
+void synchronize() { check_cuda(cudaDeviceSynchronize(), "running kernels"); }
 
 }  // namespace lode::cuda

@@ -14,8 +14,12 @@ int64_t score_bytes(const model::Qwen35MoeConfig& c, int64_t chunk, int64_t max_
   return std::min<int64_t>(int64_t(256) << 20, c.n_heads * std::max<int64_t>(chunk / 8, 1) * max_context * 4);
 }
 
-bool expanded_for_prompts(const model::MatrixView& m) {
-  return !m.empty() && m.type->type != GgmlType::F32 && m.cols % 32 == 0;
+// Whether the prompt pass expands a matrix to float32 before its product: quantized dense matrices
+// (float32 ones are multiplied where they are), and every expert matrix (float32 ones too: each
+// expert's rows are gathered next to each other). Matrices of a type the GPU cannot expand (the
+// grid i-quants) are counted too; their room goes unused.
+bool expanded_for_prompts(const model::MatrixView& m, bool expert) {
+  return !m.empty() && (expert || m.type->type != GgmlType::F32) && m.cols % 32 == 0;
 }
 }  // namespace
 
@@ -62,7 +66,7 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.counters = l.take(size_t(std::max<int64_t>(c.ssm_dt_rank, 1) + 1) * 4);
   s.position = l.take(8);
   s.route_counts = l.take(size_t(c.n_layers * c.n_experts) * 4);
-  s.route_misses = l.take(size_t(c.n_layers) * 4);
+  s.route_misses = l.take(size_t(2 * c.n_layers) * 4);
   s.total = l.total();
   return s;
 }
@@ -75,10 +79,10 @@ int64_t expansion_floats(const model::ModelWeights& w) {
   const int64_t group = std::min(kPromptExpertGroup, c.n_experts);
   int64_t most = 0;
   const auto dense = [&](const model::MatrixView& m) {
-    if (expanded_for_prompts(m)) most = std::max(most, m.rows * m.cols);
+    if (expanded_for_prompts(m, false)) most = std::max(most, m.rows * m.cols);
   };
   const auto experts = [&](const model::ExpertStack& e, int64_t per_expert) {
-    if (expanded_for_prompts(e.first)) most = std::max(most, group * per_expert * e.first.rows * e.first.cols);
+    if (expanded_for_prompts(e.first, true)) most = std::max(most, group * per_expert * e.first.rows * e.first.cols);
   };
   for (const model::LayerWeights& l : w.layers) {
     const model::AttentionWeights& a = l.attention;

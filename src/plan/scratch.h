@@ -52,7 +52,8 @@ struct DecodeScratch {
   size_t counters;                         // [Hv + 1] unsigned, kept zeroed
   size_t position;                         // int64
   size_t route_counts;                     // [layers][n_experts] unsigned: routings per expert
-  size_t route_misses;                     // [layers] unsigned: routings to experts not in VRAM
+  size_t route_misses;                     // [2][layers] unsigned: routings to experts not in VRAM, by decode
+                                           // steps, then by prompts
   size_t total;
 };
 DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_context);
