@@ -48,14 +48,21 @@ if [ "${1:-}" = tests ]; then
   grep -E "\[ cuda \].*(experts|budget)" "$out/tests.txt" | cut -c1-240 | head -20
 fi
 wait
-nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 300 >"$out/smi.txt" 2>/dev/null &
-smi=$!
-for m in m35 m35-skew; do
+# One bench per model and budget, each with its own nvidia-smi peak (the whole process, CUDA context
+# and cuBLAS workspaces included: what a peer's figure at "equal VRAM" is compared with).
+bench_one() {  # label, model, budget MiB, extra bench flags
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$out/smi_$1.txt" 2>/dev/null &
+  local smi=$!
+  timeout "${BENCH_TIMEOUT:-200}" build/lode bench -m "$2" --kv "${KV:-fp16}" --ctx "${CTX:-32768}" -p "${PROMPTS:-8192}" \
+    -n "${GENERATE:-128}" -r "${REPEATS:-2}" --vram-budget "$3" "${@:4}" >"$out/bench_$1.txt" 2>&1
+  local rc=$?
+  kill "$smi" 2>/dev/null
+  wait "$smi" 2>/dev/null
+  echo "== $1 (exit $rc, ${SECONDS}s, nvidia-smi peak $(sort -n "$out/smi_$1.txt" | tail -1) MiB)"
+  grep -E "^(pp|tg|VRAM plan)|error" "$out/bench_$1.txt" | cut -c1-300
+}
+models_to_run=${MODELS_TO_RUN:-m35 m35-skew}
+for m in $models_to_run; do
   [ -s "$models/$m.gguf" ] || continue
-  timeout "${BENCH_TIMEOUT:-280}" build/lode bench -m "$models/$m.gguf" --kv fp16 --ctx 32768 -p "${PROMPTS:-8192}" \
-    -n "${GENERATE:-128}" -r "${REPEATS:-2}" --vram-budget "$budgets" >"$out/bench_$m.txt" 2>&1
-  echo "== $m (exit $?, ${SECONDS}s)"
-  grep -E "^(pp|tg|peak|VRAM plan|experts in)|error" "$out/bench_$m.txt" | cut -c1-260
+  for b in ${budgets//,/ }; do bench_one "${m}_$b" "$models/$m.gguf" "$b"; done
 done
-kill "$smi" 2>/dev/null
-echo "nvidia-smi peak used MiB: $(sort -n "$out/smi.txt" | tail -1)"

@@ -32,6 +32,7 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   add_vram_budget_option(cmd, o.vram_budget_mib);
   add_expert_profile_option(cmd, o.expert_profile);
+  add_expert_swaps_option(cmd, o.expert_swaps);
 }
 
 namespace {
@@ -54,6 +55,7 @@ std::unique_ptr<engine::SequenceModel> open_gpu_sequence(const BackendOptions& o
   options.activations = run.activations_or(model::Activations::q8);
   options.kv_format = run.kv_format();
   if (!o.expert_profile.empty()) options.expert_scores = expert_scores_from(o.expert_profile, *model.weights);
+  options.swaps.enabled = o.expert_swaps == "on";
   auto session = std::make_unique<cuda::CudaSession>(model.reader, model.weights, options);
   const cuda::VramAccountant& vram = session->vram();
   fmt::print(stderr, "lode: K/V cache {} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",

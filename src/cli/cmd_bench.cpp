@@ -39,6 +39,7 @@ struct BenchOptions {
   int64_t ctx = 0;              // positions of K/V allocated; 0: what the runs need
   std::vector<int64_t> vram_budgets_mib = {0};  // 0: the default budget
   std::string expert_profile;
+  std::string expert_swaps = "on";
   uint64_t seed = 1;
   bool json = false;
   bool profile = false;
@@ -61,13 +62,15 @@ int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.
 struct TierDelta {
   double hit_rate = 1.0;
   double pcie_bytes = 0;  // expert bytes read over PCIe
+  int64_t swaps = 0;
 };
 
 TierDelta tier_delta(const cuda::ExpertStats& before, const cuda::ExpertStats& after) {
   const uint64_t routed = after.routed - before.routed, missed = after.missed - before.missed;
   return {routed ? 1.0 - double(missed) / double(routed) : 1.0,
           double(after.decode_miss_bytes - before.decode_miss_bytes + after.prompt_miss_bytes -
-                 before.prompt_miss_bytes)};
+                 before.prompt_miss_bytes),
+          after.swaps - before.swaps};
 }
 
 struct PrefillResult {
@@ -131,6 +134,7 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
   options.max_context = max_context;
   options.vram_budget = size_t(budget_mib) << 20;
   options.expert_scores = expert_scores;
+  options.swaps.enabled = o.expert_swaps == "on";
   options.prompt_chunk = o.prompt_chunk;
   options.kv_format = chosen_kv_format(o.kv);
   return options;
@@ -196,9 +200,9 @@ void print_json(const BenchOptions& o, const Ceilings& c, const BenchRun& b) {
                      r.tflops / c.bf16_tflops, r.tier.hit_rate, r.tier.pcie_bytes);
   for (const auto& r : b.decodes)
     d += fmt::format("{}{{\"depth\": {}, \"tokens_per_s\": {:.1f}, \"bytes_per_token\": {:.0f}, \"GBps\": {:.1f}, "
-                     "\"of_copy\": {:.4f}, \"hit_rate\": {:.4f}, \"pcie_bytes_per_token\": {:.0f}}}",
+                     "\"of_copy\": {:.4f}, \"hit_rate\": {:.4f}, \"pcie_bytes_per_token\": {:.0f}, \"swaps\": {}}}",
                      d.empty() ? "" : ", ", r.depth, r.tokens_per_s, r.bytes_per_token, r.gbps, r.gbps / c.copy_gbps,
-                     r.tier.hit_rate, r.tier.pcie_bytes);
+                     r.tier.hit_rate, r.tier.pcie_bytes, r.tier.swaps);
   fmt::print("{{\"model\": \"{}\", \"vram_budget_MiB\": {:.1f}, \"experts_resident\": {}, \"experts_total\": {}, "
              "\"prefill\": [{}], \"decode\": [{}], \"generated_tokens\": {}, \"repeats\": {}, "
              "\"copy_ceiling_GBps\": {:.1f}, \"bf16_ceiling_TFLOPs\": {:.1f}, \"tf32_ceiling_TFLOPs\": {:.1f}, "
@@ -230,9 +234,9 @@ void print_text(const BenchOptions& o, const Ceilings& c, const BenchRun& b) {
     fmt::print("tg{} @ depth {:<6} {:7.1f} tokens/s  {:7.1f} MB/token  {:6.1f} GB/s = {:4.1f}% of copy", o.generate,
                r.depth, r.tokens_per_s, r.bytes_per_token / 1e6, r.gbps, 100 * r.gbps / c.copy_gbps);
     if (!b.plan.all_resident())
-      fmt::print("; hit {:5.1f}%, {:6.1f} MB/token over PCIe = {:5.1f} GB/s, {:4.1f}% of mapped reads", 100 * r.tier.hit_rate,
-                 r.tier.pcie_bytes / 1e6, r.tier.pcie_bytes * r.tokens_per_s / 1e9,
-                 100 * r.tier.pcie_bytes * r.tokens_per_s / 1e9 / c.pcie_mapped_gbps);
+      fmt::print("; hit {:5.1f}%, {:6.1f} MB/token over PCIe = {:5.1f} GB/s, {:4.1f}% of mapped reads; {} swaps",
+                 100 * r.tier.hit_rate, r.tier.pcie_bytes / 1e6, r.tier.pcie_bytes * r.tokens_per_s / 1e9,
+                 100 * r.tier.pcie_bytes * r.tokens_per_s / 1e9 / c.pcie_mapped_gbps, r.tier.swaps);
     fmt::print("\n");
   }
   fmt::print("peak VRAM held by lode: {:.1f} MiB (median of {} runs after a warm-up each)\n", b.peak_mib, o.repeats);
@@ -330,6 +334,7 @@ void add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::NonNegativeNumber);
   add_expert_profile_option(*cmd, o->expert_profile);
+  add_expert_swaps_option(*cmd, o->expert_swaps);
   cmd->add_option("--seed", o->seed, "Seed of the random prompt (default 1)");
   cmd->add_flag("--json", o->json, "One JSON object instead of text");
   cmd->add_flag("--profile", o->profile,

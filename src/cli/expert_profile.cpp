@@ -12,6 +12,14 @@ void add_expert_profile_option(CLI::App& cmd, std::string& path) {
                  "spread over the layers)");
 }
 
+void add_expert_swaps_option(CLI::App& cmd, std::string& on_or_off) {
+  cmd.add_option("--expert-swaps", on_or_off,
+                 "on (default): between decode steps the most-routed experts not in VRAM replace the least-routed "
+                 "ones there; off: the placement stays as loaded (reproducible timings; the tokens are the same "
+                 "either way)")
+      ->check(CLI::IsMember({"on", "off"}));
+}
+
 std::vector<double> expert_scores_from(const std::string& path, const model::ModelWeights& weights) {
   return plan::placement_scores(plan::read_profile(path), weights);
 }

@@ -13,6 +13,8 @@ class App;
 namespace lode::cli {
 
 void add_expert_profile_option(CLI::App& cmd, std::string& path);
+// --expert-swaps on|off: adaptive placement between decode steps, or the placement frozen as loaded.
+void add_expert_swaps_option(CLI::App& cmd, std::string& on_or_off);
 // The placement scores of the profile at `path` for these weights; fails clearly when the file is
 // missing, malformed or recorded on another model.
 std::vector<double> expert_scores_from(const std::string& path, const model::ModelWeights& weights);

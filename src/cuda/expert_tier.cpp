@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "cuda/errors.h"
+#include "cuda/expert_kernels.h"
 
 namespace lode::cuda {
 
@@ -55,6 +56,13 @@ void ExpertTier::load(const std::vector<double>& scores) {
 }
 
 ExpertTier::~ExpertTier() {
+  if (copy_stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(copy_stream_));
+  for (const Pending& p : pending_) cudaEventDestroy(static_cast<cudaEvent_t>(p.copied));
+  for (void* e : spare_events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  if (evicted_) cudaEventDestroy(static_cast<cudaEvent_t>(evicted_));
+  if (counts_copied_) cudaEventDestroy(static_cast<cudaEvent_t>(counts_copied_));
+  if (copy_stream_) cudaStreamDestroy(static_cast<cudaStream_t>(copy_stream_));
+  if (host_counts_) cudaFreeHost(host_counts_);
   if (pinned_copy_) cudaFreeHost(pinned_copy_);
   else
     for (const HostRange& r : registered_) cudaHostUnregister(const_cast<uint8_t*>(r.begin));
@@ -165,23 +173,133 @@ void ExpertTier::place(const std::vector<double>& scores) {
   }
 }
 
+// Where the kernels find projection p of expert `index` ([layer][expert]): in `slot` of VRAM, or
+// (slot -1) at its pinned host bytes.
+const void* ExpertTier::pointer_of(int64_t index, int p, int64_t slot) const {
+  const int64_t l = index / n_experts_;
+  if (slot < 0) return device_view(host_bytes(l, p, index % n_experts_));
+  const plan::ExpertBytes& b = bytes_[size_t(l)];
+  return slots_.as<uint8_t>() + size_t(slot) * slot_bytes_ + (p > 0 ? b.gate : 0) + (p > 1 ? b.up : 0);
+}
+
 void ExpertTier::upload_tables() {
   std::vector<const void*> pointers(size_t(n_layers_ * 3 * n_experts_));
   std::vector<uint8_t> flags(slot_of_.size());
-  const auto* slots = slots_.as<uint8_t>();
-  for (int64_t l = 0; l < n_layers_; ++l)
-    for (int64_t e = 0; e < n_experts_; ++e) {
-      const int64_t slot = slot_of_[size_t(l * n_experts_ + e)];
-      flags[size_t(l * n_experts_ + e)] = slot >= 0;
-      size_t at = size_t(std::max<int64_t>(slot, 0)) * slot_bytes_;
-      for (int p = 0; p < 3; ++p) {
-        const void* where = slot >= 0 ? static_cast<const void*>(slots + at) : device_view(host_bytes(l, p, e));
-        pointers[size_t((l * 3 + p) * n_experts_ + e)] = where;
-        at += p == 0 ? bytes_[size_t(l)].gate : p == 1 ? bytes_[size_t(l)].up : bytes_[size_t(l)].down;
-      }
-    }
+  for (int64_t i = 0; i < int64_t(slot_of_.size()); ++i) {
+    flags[size_t(i)] = slot_of_[size_t(i)] >= 0;
+    for (int p = 0; p < 3; ++p)
+      pointers[size_t(((i / n_experts_) * 3 + p) * n_experts_ + i % n_experts_)] = pointer_of(i, p, slot_of_[size_t(i)]);
+  }
   copy_to_device(tables_.data(), pointers.data(), pointers.size() * sizeof(void*));
   copy_to_device(flags_.data(), flags.data(), flags.size());
+}
+
+void ExpertTier::enable_swaps(const plan::SwapOptions& options, const unsigned* device_counts) {
+  if (!options.enabled || all_resident_ || resident_count_ == 0) return;  // nothing could move
+  policy_ = std::make_unique<plan::SwapPolicy>(int64_t(slot_of_.size()), options);
+  device_counts_ = device_counts;
+  where_.resize(slot_of_.size());
+  for (size_t i = 0; i < slot_of_.size(); ++i)
+    where_[i] = slot_of_[i] >= 0 ? plan::Residency::resident : plan::Residency::absent;
+  check_cuda(cudaMallocHost(&host_counts_, slot_of_.size() * sizeof(unsigned)), "pinned memory");
+  cudaStream_t stream = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating the expert copy stream");
+  copy_stream_ = stream;
+  cudaEvent_t e = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating an event");
+  counts_copied_ = e;
+  check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "creating an event");
+  evicted_ = e;
+}
+
+// Newcomers whose bytes have landed in their slots: the tables point there from the next step on.
+void ExpertTier::land_copies(void* step_stream) {
+  kernels::ExpertEntries entries;
+  const auto flush = [&] {
+    check(kernels::set_experts(tables_.as<const void*>(), flags_.as<uint8_t>(), n_experts_, entries, step_stream),
+          "pointing the tables at swapped-in experts");
+    entries.count = 0;
+  };
+  for (size_t i = 0; i < pending_.size();) {
+    const Pending p = pending_[i];
+    if (cudaEventQuery(static_cast<cudaEvent_t>(p.copied)) != cudaSuccess) {
+      cudaGetLastError();  // cudaErrorNotReady is no error here
+      ++i;
+      continue;
+    }
+    entries.at[entries.count++] = {p.newcomer, pointer_of(p.newcomer, 0, p.slot), pointer_of(p.newcomer, 1, p.slot),
+                                   pointer_of(p.newcomer, 2, p.slot), 1};
+    slot_of_[size_t(p.newcomer)] = p.slot;
+    where_[size_t(p.newcomer)] = plan::Residency::resident;
+    spare_events_.push_back(p.copied);
+    pending_.erase(pending_.begin() + ptrdiff_t(i));
+    ++swaps_;
+    if (entries.count == kernels::kMaxExpertEntries) flush();
+  }
+  flush();
+}
+
+// Each victim's entries back to its host bytes (on the step stream), then, once the step stream has
+// passed that point (no kernel can still read the victim's slot), the newcomer copied into it.
+void ExpertTier::start_swaps(const std::vector<std::pair<int64_t, int64_t>>& pairs, void* step_stream) {
+  if (pairs.empty()) return;
+  for (size_t first = 0; first < pairs.size(); first += kernels::kMaxExpertEntries) {
+    kernels::ExpertEntries evictions;
+    for (size_t i = first; i < std::min(pairs.size(), first + kernels::kMaxExpertEntries); ++i) {
+      const int64_t victim = pairs[i].second;
+      evictions.at[evictions.count++] = {victim, pointer_of(victim, 0, -1), pointer_of(victim, 1, -1),
+                                         pointer_of(victim, 2, -1), 0};
+    }
+    check(kernels::set_experts(tables_.as<const void*>(), flags_.as<uint8_t>(), n_experts_, evictions, step_stream),
+          "pointing the tables at evicted experts' host bytes");
+  }
+  const auto copy = static_cast<cudaStream_t>(copy_stream_);
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(evicted_), static_cast<cudaStream_t>(step_stream)), "a swap");
+  check_cuda(cudaStreamWaitEvent(copy, static_cast<cudaEvent_t>(evicted_)), "a swap");
+  for (const auto& [newcomer, victim] : pairs) {
+    const int64_t slot = slot_of_[size_t(victim)], layer = newcomer / n_experts_;
+    slot_of_[size_t(victim)] = -1;
+    where_[size_t(victim)] = plan::Residency::absent;
+    where_[size_t(newcomer)] = plan::Residency::busy;
+    uint8_t* at = slots_.as<uint8_t>() + size_t(slot) * slot_bytes_;
+    for (int p = 0; p < 3; ++p) {
+      const plan::ExpertBytes& b = bytes_[size_t(layer)];
+      const size_t n = p == 0 ? b.gate : p == 1 ? b.up : b.down;
+      check_cuda(cudaMemcpyAsync(at, host_bytes(layer, p, newcomer % n_experts_), n, cudaMemcpyHostToDevice, copy),
+                 "an expert into its slot");
+      at += n;
+    }
+    cudaEvent_t done = nullptr;
+    if (!spare_events_.empty()) {
+      done = static_cast<cudaEvent_t>(spare_events_.back());
+      spare_events_.pop_back();
+    } else {
+      check_cuda(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "creating an event");
+    }
+    check_cuda(cudaEventRecord(done, copy), "a swap");
+    pending_.push_back({newcomer, slot, done});
+  }
+}
+
+void ExpertTier::between_steps(void* step_stream) {
+  if (!policy_) return;
+  land_copies(step_stream);
+  if (++steps_ % policy_->options().every != 0) return;
+  const auto counts_event = static_cast<cudaEvent_t>(counts_copied_);
+  if (counts_in_flight_) {
+    if (cudaEventQuery(counts_event) != cudaSuccess) {
+      cudaGetLastError();
+      return;  // next round
+    }
+    policy_->observe(std::vector<uint64_t>(host_counts_, host_counts_ + slot_of_.size()));
+    counts_in_flight_ = false;
+    if (int64_t(pending_.size()) < policy_->options().per_round) start_swaps(policy_->choose(where_), step_stream);
+  }
+  check_cuda(cudaMemcpyAsync(host_counts_, device_counts_, slot_of_.size() * sizeof(unsigned), cudaMemcpyDeviceToHost,
+                             static_cast<cudaStream_t>(step_stream)),
+             "routing counts for the swaps");
+  check_cuda(cudaEventRecord(counts_event, static_cast<cudaStream_t>(step_stream)), "routing counts for the swaps");
+  counts_in_flight_ = true;
 }
 
 const void* const* ExpertTier::table(int64_t layer) const {

@@ -9,12 +9,14 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cuda/vram.h"
 #include "model/weights.h"
 #include "plan/memory_plan.h"
+#include "plan/swap_policy.h"
 
 namespace lode::cuda {
 
@@ -43,6 +45,18 @@ class ExpertTier {
   // How the host tier is held: "registered in place", "a pinned copy", or "none (every expert is in VRAM)".
   const std::string& host_tier() const { return host_tier_; }
 
+  // Adaptive placement (plan/swap_policy.h) from the routing counts at `device_counts`
+  // ([layer][expert], device memory, only ever added to). Call between_steps() after each decode
+  // step, with the step's stream (a cudaStream_t) idle: every options.every steps it reads the
+  // counts copied after the previous round, starts the swaps the policy chooses (each victim's
+  // table entries back to its host bytes on the step's stream, then its slot filled with the
+  // newcomer on the tier's own copy stream once every step that might still read the victim there
+  // has finished), and points the tables at the newcomers whose copies have landed. It never waits
+  // for the GPU.
+  void enable_swaps(const plan::SwapOptions& options, const unsigned* device_counts);
+  void between_steps(void* step_stream);
+  int64_t swaps() const { return swaps_; }
+
  private:
   struct HostRange {
     const uint8_t* begin;
@@ -56,6 +70,13 @@ class ExpertTier {
   void copy_host_tier();
   void place(const std::vector<double>& scores);
   void upload_tables();
+  struct Pending {
+    int64_t newcomer, slot;
+    void* copied;  // a cudaEvent_t on the copy stream
+  };
+  void land_copies(void* step_stream);
+  void start_swaps(const std::vector<std::pair<int64_t, int64_t>>& pairs, void* step_stream);
+  const void* pointer_of(int64_t index, int p, int64_t slot) const;
 
   const model::ModelWeights& weights_;
   int64_t n_layers_, n_experts_;
@@ -70,6 +91,18 @@ class ExpertTier {
   bool all_resident_ = false;
   size_t experts_host_ = 0;
   DeviceBuffer slots_, tables_, flags_;
+  // Adaptive placement.
+  std::unique_ptr<plan::SwapPolicy> policy_;
+  std::vector<plan::Residency> where_;
+  const unsigned* device_counts_ = nullptr;
+  unsigned* host_counts_ = nullptr;          // pinned: the counts copied after the last round
+  void* counts_copied_ = nullptr;            // cudaEvent_t
+  bool counts_in_flight_ = false;
+  void* copy_stream_ = nullptr;              // cudaStream_t
+  void* evicted_ = nullptr;                  // cudaEvent_t: the step stream past a round's evictions
+  std::vector<Pending> pending_;
+  std::vector<void*> spare_events_;
+  int64_t steps_ = 0, swaps_ = 0;
 };
 
 }  // namespace lode::cuda

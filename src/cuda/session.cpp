@@ -460,6 +460,7 @@ struct CudaSession::Impl {
     mark(Phase::logits_copy);
     if (logits_out) std::copy_n(pinned_logits, c.vocab, logits_out);
     ++position;
+    tier->between_steps(stream);
   }
 
   // A prompt of several tokens, chunk by chunk through the prompt pass; logits of every position
@@ -574,6 +575,7 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
   s.output_norm = s.upload(s.host.output_norm, "output_norm");
   s.output = s.matrix(s.host.output);
   s.tier->load(options.expert_scores);  // after the trunk's uploads (see ExpertTier::load)
+  s.tier->enable_swaps(options.swaps, s.route_counts);
   s.allocate_sequence();
   s.create_stream_and_pinned();
   s.zero_states();
@@ -737,7 +739,7 @@ ExpertStats CudaSession::expert_stats() const {
   check_cuda(cudaStreamSynchronize(s.stream), "expert counters");
   copy_to_host(misses.data(), s.route_misses, misses.size() * sizeof(unsigned));
   ExpertStats stats{.resident = s.tier->resident_count(), .total = layers * s.config.n_experts,
-                    .host_tier = s.tier->host_tier()};
+                    .swaps = s.tier->swaps(), .host_tier = s.tier->host_tier()};
   for (uint64_t c : routing_counts()) stats.routed += c;
   for (int64_t l = 0; l < layers; ++l) {
     stats.missed += misses[size_t(l)] + misses[size_t(layers + l)];

@@ -22,6 +22,7 @@
 #include "model/qwen35moe.h"
 #include "model/weights.h"
 #include "plan/memory_plan.h"
+#include "plan/swap_policy.h"
 
 namespace lode::cuda {
 
@@ -35,6 +36,8 @@ struct CudaSessionOptions {
   // Which experts go to VRAM first: a score per (layer, expert), [layer][expert] (a routing
   // profile's counts); empty: all alike (a fixed pseudo-random spread over the layers).
   std::vector<double> expert_scores;
+  // Adaptive placement between decode steps (plan/swap_policy.h); enabled = false freezes it.
+  plan::SwapOptions swaps;
   // Time each phase of a step (waiting for the GPU at every phase boundary, which slows the step
   // but attributes GPU time to the kernels that spent it); see profile().
   bool profile = false;
@@ -66,6 +69,7 @@ struct ExpertStats {
   uint64_t missed = 0;               // of them, to experts not in VRAM
   uint64_t decode_miss_bytes = 0;    // expert bytes decode steps read over PCIe
   uint64_t prompt_miss_bytes = 0;    // expert bytes prompt chunks read over PCIe
+  int64_t swaps = 0;                 // experts swapped into VRAM by the adaptive placement
   std::string host_tier;             // how host RAM holds the experts (cuda/expert_tier.h)
   double hit_rate() const { return routed ? 1.0 - double(missed) / double(routed) : 1.0; }
 };
