@@ -56,8 +56,7 @@ struct PromptPass::Impl {
   uint64_t miss_bytes = 0;   // expert bytes read over PCIe so far
 
   float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *k_rows, *v_rows, *scores, *qkv_raw, *qkv, *z, *b, *alpha, *o;
-  float *router, *weights, *xs, *gu, *act, *ys, *sg, *su, *sh, *shared_out, *shared_logit;
-  float* expanded[2];  // dense matrices expand into the first; expert groups into both in turn
+  float *router, *weights, *xs, *gu, *act, *ys, *sg, *su, *sh, *shared_out, *shared_logit, *expanded;
   int32_t *ids, *sorted, *slot_of, *expert_of, *counts, *first, *gate_up_order, *expand_ids;
   int32_t *host_counts = nullptr, *host_first = nullptr, *host_expand_ids = nullptr;
   int32_t* hist;  // group_by_expert's scratch
@@ -75,7 +74,7 @@ struct PromptPass::Impl {
     const auto f = [&](size_t at) { return reinterpret_cast<float*>(base + at); };
     const auto i = [&](size_t at) { return reinterpret_cast<int32_t*>(base + at); };
     score_floats = l.score_floats;
-    h = f(l.h), normed = f(l.normed), mixed = f(l.mixed), expanded[0] = f(l.expanded[0]), expanded[1] = f(l.expanded[1]);
+    h = f(l.h), normed = f(l.normed), mixed = f(l.mixed), expanded = f(l.expanded);
     gate_up_order = i(l.gate_up_order), expand_ids = i(l.expand_ids);
     qg = f(l.qg), kbuf = f(l.kbuf), vbuf = f(l.vbuf), attn = f(l.attn);
     k_rows = f(l.k_rows), v_rows = f(l.v_rows), scores = f(l.scores);
@@ -96,22 +95,10 @@ struct PromptPass::Impl {
     check_cuda(cudaMallocHost(&host_expand_ids, size_t(3 * c.n_experts) * 4), "pinned memory");
   }
 
-  cudaStream_t expand_stream = nullptr;
-  cudaEvent_t inputs_ready = nullptr, buffer_ready[2] = {}, buffer_free[2] = {};
-
-  void create_expand_stream() {
-    check_cuda(cudaStreamCreateWithFlags(&expand_stream, cudaStreamNonBlocking), "creating a stream");
-    for (cudaEvent_t* e : {&inputs_ready, &buffer_ready[0], &buffer_ready[1], &buffer_free[0], &buffer_free[1]})
-      check_cuda(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "creating an event");
-  }
-
   ~Impl() {
     cudaFreeHost(host_counts);
     cudaFreeHost(host_first);
     cudaFreeHost(host_expand_ids);
-    for (cudaEvent_t e : {inputs_ready, buffer_ready[0], buffer_ready[1], buffer_free[0], buffer_free[1]})
-      if (e) cudaEventDestroy(e);
-    if (expand_stream) cudaStreamDestroy(expand_stream);
   }
 
   // y [n][m.rows] = x [n][m.cols] W^T; `exact`: in float32 whatever the session's math.
@@ -121,10 +108,10 @@ struct PromptPass::Impl {
       gemm.xwt(x, m.cols, static_cast<const float*>(m.data), int64_t(m.row_bytes / 4), y, m.rows, n, m.rows, m.cols,
                exact);
     } else if (expandable(m.type, m.cols)) {
-      check(dequantize(m.type, m.data, nullptr, nullptr, 1, m.rows, m.cols, m.row_bytes, expanded[0], stream),
+      check(dequantize(m.type, m.data, nullptr, nullptr, 1, m.rows, m.cols, m.row_bytes, expanded, stream),
             "expanding a weight matrix");
       clock.mark(expand);
-      gemm.xwt(x, m.cols, expanded[0], m.cols, y, m.rows, n, m.rows, m.cols, exact);
+      gemm.xwt(x, m.cols, expanded, m.cols, y, m.rows, n, m.rows, m.cols, exact);
     } else {
       matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, x, y, n, stream);
     }
@@ -261,36 +248,6 @@ struct PromptPass::Impl {
     return where;
   }
 
-  // Expert groups expand on a stream of their own into the two buffers in turn, so a group's
-  // expansion (a read of its stored bytes: from VRAM, or over PCIe for experts not in it) runs
-  // while the group before it multiplies. Turn i expands into expanded[i % 2] once turn i - 2's
-  // products are done, and its products wait for it. (When profiling, everything runs on the main
-  // stream, so each phase's time is its own.)
-  int turn = 0;
-  void begin_expansions() {
-    turn = 0;
-    if (options.profile) return;
-    check_cuda(cudaEventRecord(inputs_ready, stream), "ordering the expansions");  // expansion ids, buffer 0
-    check_cuda(cudaStreamWaitEvent(expand_stream, inputs_ready), "ordering the expansions");
-  }
-  template <class Expansion>
-  float* expand_group(const Expansion& expansion) {
-    const int b = turn++ % 2;
-    if (options.profile) {
-      expansion(expanded[b], stream);
-      clock.mark(expand);
-      return expanded[b];
-    }
-    check_cuda(cudaStreamWaitEvent(expand_stream, buffer_free[b]), "ordering the expansions");
-    expansion(expanded[b], expand_stream);
-    check_cuda(cudaEventRecord(buffer_ready[b], expand_stream), "ordering the expansions");
-    check_cuda(cudaStreamWaitEvent(stream, buffer_ready[b]), "ordering the expansions");
-    return expanded[b];
-  }
-  void done_with(const float* buffer) {
-    if (!options.profile) check_cuda(cudaEventRecord(buffer_free[buffer == expanded[0] ? 0 : 1], stream), "ordering the expansions");
-  }
-
   void experts_gate_up(const DeviceLayer& d, int64_t rows, const ExpandIds& at) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t ff = c.expert_ff, hidden = c.hidden, n = c.n_experts;
@@ -307,23 +264,19 @@ struct PromptPass::Impl {
       if (used == 0) continue;
       const int32_t* ids_at = expand_ids + at.gate_up_at[size_t(g / kGroup)];
       if (paired) {
-        const float* w = expand_group([&](float* out, cudaStream_t on) {
-          check(dequantize(d.gate_up.type, nullptr, d.gate_up.table, ids_at, 2 * used, ff, hidden, d.gate_up.row_bytes,
-                           out, on),
-                "expanding gate|up experts");
-        });
-        per_expert(g, end, xs, hidden, w, 2 * ff * hidden, gu, 2 * ff, 2 * ff, hidden);
-        done_with(w);
+        check(dequantize(d.gate_up.type, nullptr, d.gate_up.table, ids_at, 2 * used, ff, hidden, d.gate_up.row_bytes,
+                         expanded, stream),
+              "expanding gate|up experts");
+        clock.mark(expand);
+        per_expert(g, end, xs, hidden, expanded, 2 * ff * hidden, gu, 2 * ff, 2 * ff, hidden);
         continue;
       }
       for (const auto& [experts, half] : {std::pair{&d.gate, 0}, std::pair{&d.up, 1}}) {
-        const float* w = expand_group([&](float* out, cudaStream_t on) {
-          check(dequantize(experts->type, nullptr, d.gate.table, ids_at + half * used, used, ff, hidden,
-                           experts->row_bytes, out, on),
-                "expanding experts");
-        });
-        per_expert(g, end, xs, hidden, w, ff * hidden, gu + half * ff, 2 * ff, ff, hidden);
-        done_with(w);
+        check(dequantize(experts->type, nullptr, d.gate.table, ids_at + half * used, used, ff, hidden,
+                         experts->row_bytes, expanded, stream),
+              "expanding experts");
+        clock.mark(expand);
+        per_expert(g, end, xs, hidden, expanded, ff * hidden, gu + half * ff, 2 * ff, ff, hidden);
       }
     }
     check(kernels::swiglu_rows(gu, int(rows), int(ff), act, stream), "expert swiglu");
@@ -337,13 +290,11 @@ struct PromptPass::Impl {
     for (int64_t g = 0; g < n; g += kGroup) {
       const int64_t end = std::min(g + kGroup, n), used = int64_t(used_in(g, end).size());
       if (used == 0) continue;
-      const int32_t* ids_at = expand_ids + at.down_at[size_t(g / kGroup)];
-      const float* w = expand_group([&](float* out, cudaStream_t on) {
-        check(dequantize(d.down.type, nullptr, d.down.table, ids_at, used, hidden, ff, d.down.row_bytes, out, on),
-              "expanding down experts");
-      });
-      per_expert(g, end, act, ff, w, hidden * ff, ys, hidden, hidden, ff);
-      done_with(w);
+      check(dequantize(d.down.type, nullptr, d.down.table, expand_ids + at.down_at[size_t(g / kGroup)], used, hidden,
+                       ff, d.down.row_bytes, expanded, stream),
+            "expanding down experts");
+      clock.mark(expand);
+      per_expert(g, end, act, ff, expanded, hidden * ff, ys, hidden, hidden, ff);
     }
   }
 
@@ -366,7 +317,6 @@ struct PromptPass::Impl {
     for (int32_t e : used_in(0, c.n_experts))
       if (!tier.resident(layer, e)) miss_bytes += tier.expert_bytes(layer);
     const ExpandIds at = write_expand_ids(d.gate_up.table && expandable(d.gate_up.type, hidden));
-    begin_expansions();
     experts_gate_up(d, rows, at);
     experts_down(d, rows, at);
     const bool shared = c.shared_ff > 0;
@@ -407,7 +357,6 @@ PromptPass::PromptPass(const model::ModelWeights& weights, const std::vector<Dev
   if (options.chunk <= 0 || options.chunk > 65535)
     fail("cuda prompt pass: a chunk of {} tokens; it must hold 1 to 65535", options.chunk);
   impl_->allocate_scratch();
-  impl_->create_expand_stream();
 }
 
 PromptPass::~PromptPass() = default;

@@ -108,7 +108,7 @@ PromptScratch prompt_scratch(const model::ModelWeights& w, int64_t chunk, int64_
   PromptScratch s{};
   s.chunk = chunk;
   s.h = l.floats(n * c.hidden), s.normed = l.floats(n * c.hidden), s.mixed = l.floats(n * c.hidden);
-  s.expanded[0] = l.floats(expansion_floats(w)), s.expanded[1] = l.floats(expansion_floats(w));
+  s.expanded = l.floats(expansion_floats(w));
   s.gate_up_order = l.take(size_t(2 * c.n_experts) * 4);
   s.expand_ids = l.take(size_t(3 * c.n_experts) * 4);
   l.begin_union();

@@ -67,8 +67,7 @@ constexpr int64_t kPromptExpertGroup = 32;
 struct PromptScratch {
   int64_t chunk = 0, score_floats = 0;
   size_t h, normed, mixed;                  // [chunk][hidden]
-  size_t expanded[2];                       // expanded weights, each the largest matrix or expert group (two
-                                            // buffers: one group expands while the one before multiplies)
+  size_t expanded;                          // expanded weights: the largest matrix or expert group
   size_t gate_up_order;                     // [2 n_experts] int32: gate e, up e, ...
   size_t expand_ids;                        // [3 n_experts] int32: the table entries the expansions read
   // attention
