@@ -60,6 +60,7 @@ void run_generate(const RunOptions& o) {
   std::fflush(stdout);
   fmt::print(stderr, "{}; stopped by {}; seed {}\n", engine::speed_report(result),
              engine::to_string(result.finish), params.seed);
+  if (const std::string activity = sequence->activity(); !activity.empty()) fmt::print(stderr, "lode: {}\n", activity);
 }
 
 }  // namespace

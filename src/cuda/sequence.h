@@ -2,6 +2,7 @@
 // the CPU one. It owns the session.
 #pragma once
 #include <memory>
+#include <string>
 
 #include "cuda/session.h"
 #include "engine/generate.h"
@@ -21,6 +22,8 @@ class CudaSequence final : public engine::SequenceModel {
   int64_t position() const override { return session_->position(); }
   int64_t max_context() const override { return session_->max_context(); }
   int64_t vocab() const override { return session_->vocab(); }
+  // "experts: 4719 of 10240 in VRAM, hit rate 54.9%, 1.2 GB over PCIe (decode 0.9, prompts 0.3), 1008 swaps".
+  std::string activity() const override;
 
  private:
   std::unique_ptr<CudaSession> session_;

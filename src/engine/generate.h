@@ -74,6 +74,9 @@ class SequenceModel {
   virtual int64_t position() const = 0;
   virtual int64_t max_context() const = 0;
   virtual int64_t vocab() const = 0;
+  // A line for the run log about what the engine did beyond the tokens (the GPU's expert tier:
+  // hit rate, bytes over PCIe, swaps); empty when there is nothing to say.
+  virtual std::string activity() const { return {}; }
 };
 
 // The CPU session as a SequenceModel: one the caller keeps, or one it owns.

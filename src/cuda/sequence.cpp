@@ -1,0 +1,16 @@
+#include "cuda/sequence.h"
+
+#include <fmt/format.h>
+
+namespace lode::cuda {
+
+std::string CudaSequence::activity() const {
+  const ExpertStats s = session_->expert_stats();
+  if (s.resident == s.total) return fmt::format("experts: all {} in VRAM", s.total);
+  return fmt::format("experts: {} of {} in VRAM, hit rate {:.1f}%, {:.2f} GB over PCIe (decode {:.2f}, prompts {:.2f}), "
+                     "{} swaps",
+                     s.resident, s.total, 100.0 * s.hit_rate(), double(s.decode_miss_bytes + s.prompt_miss_bytes) / 1e9,
+                     double(s.decode_miss_bytes) / 1e9, double(s.prompt_miss_bytes) / 1e9, s.swaps);
+}
+
+}  // namespace lode::cuda
