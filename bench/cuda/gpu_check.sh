@@ -13,7 +13,8 @@ models=${TMPDIR:-/tmp}
 build/lode synth -o "$models/m35.gguf" --preset qwen3.6-35b-a3b --recipe ud-q4_k_xl >/dev/null 2>&1 &
 synth=$!
 
-timeout 300 build/lode_tests --gtest_filter='CudaKv.*:CudaMatvec.*:CudaForward.*:CudaVram.*:GpuProbe.*:Cli*:LodeMini.*:KvQuality.*' \
+LODE_REQUIRE_GPU=1 timeout 300 build/lode_tests \
+  --gtest_filter='CudaExperts.*:CudaKv.*:CudaMatvec.*:CudaForward.*:CudaVram.*:GpuProbe.*:Cli*:LodeMini.*:KvQuality.*' \
   >"$out/tests.txt" 2>&1
 echo "GPU tests: exit $?"
 grep -E "^\[  (FAILED|PASSED) |Failure|Expected|Which is|actual" "$out/tests.txt" | cut -c1-200 | head -30

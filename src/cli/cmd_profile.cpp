@@ -4,6 +4,7 @@
 // concentrated the routing was: the share of routings that the most-chosen quarter of each
 // layer's experts took.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <functional>
@@ -58,13 +59,14 @@ void run_profile(const ProfileOptions& o) {
   options.max_context = o.ctx;
   options.vram_budget = size_t(o.vram_budget_mib) << 20;
   cuda::CudaSession session(reader, weights, options);
+  const bool tty = isatty(fileno(stderr));
   for (size_t at = 0; at < tokens.size(); at += size_t(o.ctx)) {
     const size_t n = std::min(tokens.size() - at, size_t(o.ctx));
     session.reset();
     session.prefill(std::span(tokens.data() + at, n));
-    fmt::print(stderr, "\r[{}/{} tokens]", at + n, tokens.size());
+    if (tty) fmt::print(stderr, "\r[{}/{} tokens]", at + n, tokens.size());
   }
-  fmt::print(stderr, "\n");
+  if (tty) fmt::print(stderr, "\n");
   plan::RoutingProfile p;
   p.model_name = reader.metadata().get_string_or("general.name", o.model);
   p.fingerprint = plan::routing_fingerprint(*weights);
