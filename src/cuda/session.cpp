@@ -133,8 +133,7 @@ struct CudaSession::Impl {
     const void* const* t = tier->table(index);
     const int64_t n = config.n_experts;
     d.gate = experts_of(m.gate.first, t), d.up = experts_of(m.up.first, t + n), d.down = experts_of(m.down.first, t + 2 * n);
-    const model::MatrixView &g = m.gate.first, &u = m.up.first;
-    if (g.type == u.type && g.rows == u.rows && g.cols == u.cols && g.row_bytes == u.row_bytes) d.gate_up = d.gate;
+    if (model::same_shape(m.gate.first, m.up.first)) d.gate_up = d.gate;
     d.tally = {route_counts + index * n, tier->resident_flags(index), route_misses + index};
   }
 
@@ -638,8 +637,7 @@ void CudaSession::fill_with_random_cells(int64_t depth) {
 CudaSession::Snapshot CudaSession::save() const {
   const Impl& s = *impl_;
   Snapshot snapshot{.format = s.options.kv_format, .positions = s.position, .cells = s.kv->save(s.position)};
-  const size_t conv = size_t(s.config.conv_channels() * (s.config.ssm_conv_kernel - 1));
-  const size_t recurrent = size_t(s.config.ssm_dt_rank * s.config.ssm_state * s.config.ssm_state);
+  const size_t conv = size_t(s.conv_floats()), recurrent = size_t(s.recurrent_floats());
   for (const LayerState& st : s.states) {
     if (!st.conv_state) continue;
     const size_t at = snapshot.states.size();
@@ -658,8 +656,7 @@ void CudaSession::restore(const Snapshot& snapshot) {
   if (snapshot.positions > s.options.max_context)
     fail("cuda session: a snapshot of {} positions does not fit the context of {}; raise max_context",
          snapshot.positions, s.options.max_context);
-  const size_t conv = size_t(s.config.conv_channels() * (s.config.ssm_conv_kernel - 1));
-  const size_t recurrent = size_t(s.config.ssm_dt_rank * s.config.ssm_state * s.config.ssm_state);
+  const size_t conv = size_t(s.conv_floats()), recurrent = size_t(s.recurrent_floats());
   size_t n_recurrent = 0;
   for (const DeviceLayer& d : s.layers) n_recurrent += d.recurrent;
   if (snapshot.states.size() != n_recurrent * (conv + recurrent))

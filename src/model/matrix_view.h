@@ -21,6 +21,11 @@ struct MatrixView {
   const uint8_t* row(int64_t r) const { return data + size_t(r) * row_bytes; }
 };
 
+// Whether two matrices have one type and one shape (a product can take both in one launch).
+inline bool same_shape(const MatrixView& a, const MatrixView& b) {
+  return a.type == b.type && a.rows == b.rows && a.cols == b.cols && a.row_bytes == b.row_bytes;
+}
+
 // Row r of W as float32 into out[0, W.cols), by the type's reference decoder (core/quant), e.g. an
 // embedding lookup. Fails when the type cannot be read or r is out of range.
 void dequantize_row(const MatrixView& w, int64_t r, float* out);

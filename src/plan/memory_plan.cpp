@@ -21,10 +21,6 @@ size_t floats_bytes(int64_t n) { return size_t(std::max<int64_t>(n, 1)) * 4; }
 // Positions of K/V the cache allocates: whole pages of 64 (cuda/kv_format.h's kKvPagePositions).
 constexpr int64_t kPagePositions = 64;
 
-bool same_shape(const model::MatrixView& a, const model::MatrixView& b) {
-  return a.type == b.type && a.rows == b.rows && a.cols == b.cols && a.row_bytes == b.row_bytes;
-}
-
 // What the budget holds before any expert, at a prompt chunk.
 struct Fixed {
   size_t trunk, kv, states, decode, prompt;
@@ -93,7 +89,7 @@ size_t trunk_bytes(const model::ModelWeights& w) {
     if (c.shared_ff > 0) {
       total += size_t(c.hidden) * 4;  // the shared expert's gate vector
       total += matrix_bytes(m.shared_gate) + matrix_bytes(m.shared_up) + matrix_bytes(m.shared_down);
-      if (same_shape(m.shared_gate, m.shared_up)) total += 2 * sizeof(void*);  // its gate|up pair table
+      if (model::same_shape(m.shared_gate, m.shared_up)) total += 2 * sizeof(void*);  // its gate|up pair table
     }
   }
   return total;

@@ -92,8 +92,7 @@ int64_t expansion_floats(const model::ModelWeights& w) {
                                        &m.router, &m.shared_gate, &m.shared_up, &m.shared_down})
       dense(*v);
     // gate and up of an expert side by side (2 per expert) when they can share one expansion.
-    const bool together = m.gate.first.type == m.up.first.type && m.gate.first.rows == m.up.first.rows &&
-                          m.gate.first.cols == m.up.first.cols;
+    const bool together = model::same_shape(m.gate.first, m.up.first);
     experts(m.gate, together ? 2 : 1), experts(m.up, 1), experts(m.down, 1);
   }
   return most;
