@@ -1,9 +1,9 @@
 // The expert tier on the GPU (cuda/expert_tier.h): the session holds exactly what the memory plan
 // says, and the tokens never depend on the budget. On lode-mini and on the 35B-A3B geometry with
 // four layers, every expert resident, half of them, and none (read in place from pinned host RAM
-// over PCIe), with another placement too: the prompt's logits at every position and the greedy
-// decode's logits are bit for bit the same, and the counters say where each routing went. Skips
-// without a GPU.
+// over PCIe, or computed by the CPU miss path, or split between both), with another placement and
+// with swaps too: the prompt's logits at every position and the greedy decode's logits are bit for
+// bit the same, and the counters say where each routing went. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,6 +32,7 @@ namespace fs = std::filesystem;
 using lode::cuda::CudaSession;
 using lode::cuda::CudaSessionOptions;
 using lode::cuda::VramUse;
+using lode::plan::MissPath;
 
 int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
 
@@ -77,19 +78,25 @@ void expect_same_at_every_budget(const fs::path& model, const std::string& what,
   struct Case {
     const char* name;
     int64_t resident;
+    MissPath miss;
     std::vector<double> scores;
     bool swapping = false;
   };
-  const std::vector<Case> cases = {{"all", -1, {}},
-                                   {"half", total / 2, {}},
-                                   {"half, other placement", total / 2, reversed},
-                                   {"half, swapping after every step", total / 2, {}, true},
-                                   {"none", 0, {}}};
+  const std::vector<Case> cases = {{"all", -1, MissPath::automatic, {}},
+                                   {"half, misses on the GPU", total / 2, MissPath::gpu, {}},
+                                   {"half, misses on the CPU", total / 2, MissPath::cpu, {}},
+                                   {"half, misses split, other placement", total / 2, MissPath::automatic, reversed},
+                                   {"half, swapping after every step, misses on the CPU", total / 2, MissPath::cpu, {}, true},
+                                   {"half, swapping after every step, misses on the GPU", total / 2, MissPath::gpu, {}, true},
+                                   {"none, misses on the GPU", 0, MissPath::gpu, {}},
+                                   {"none, misses on the CPU", 0, MissPath::cpu, {}},
+                                   {"none, misses split", 0, MissPath::automatic, {}}};
   std::vector<float> reference;
   for (const Case& c : cases) {
     SCOPED_TRACE(what + ", experts in VRAM: " + c.name);
     CudaSessionOptions options{.max_context = 1024, .max_resident_experts = c.resident, .expert_scores = c.scores};
     options.prompt_chunk = chunk;
+    options.miss_path = c.miss;
     // Frozen placement, or swaps whenever an expert was chosen more than one in VRAM since the start.
     options.swaps = c.swapping ? lode::plan::SwapOptions{.every = 1, .per_round = 16, .ratio = 1.0, .floor = 0.5}
                                : lode::plan::SwapOptions{.enabled = false};
@@ -97,10 +104,12 @@ void expect_same_at_every_budget(const fs::path& model, const std::string& what,
     expect_holds_the_plan(gpu);
     const auto got = run(gpu, prompt, steps);
     const lode::cuda::ExpertStats stats = gpu.expert_stats();
-    std::printf("[ cuda ] %s, %s: %lld of %lld experts in VRAM (%s), hit rate %.3f, %.1f MiB over PCIe\n", what.c_str(),
-                c.name, static_cast<long long>(stats.resident), static_cast<long long>(stats.total),
+    std::printf("[ cuda ] %s, %s: %lld of %lld experts in VRAM (%s), hit rate %.3f, %.1f MiB over PCIe, %llu decode "
+                "misses on the CPU; %s\n",
+                what.c_str(), c.name, static_cast<long long>(stats.resident), static_cast<long long>(stats.total),
                 stats.host_tier.c_str(), stats.hit_rate(),
-                double(stats.decode_miss_bytes + stats.prompt_miss_bytes) / double(1 << 20));
+                double(stats.decode_miss_bytes + stats.prompt_miss_bytes) / double(1 << 20),
+                static_cast<unsigned long long>(stats.cpu_experts), stats.miss_path.c_str());
     const uint64_t routings = uint64_t((prompt_tokens + steps) * config.n_layers * config.n_experts_used);
     EXPECT_EQ(stats.routed, routings);
     EXPECT_EQ(stats.resident, c.resident < 0 ? total : c.resident);
@@ -118,6 +127,14 @@ void expect_same_at_every_budget(const fs::path& model, const std::string& what,
       EXPECT_LT(stats.missed, routings);
     }
     EXPECT_EQ(stats.swaps > 0, c.swapping) << stats.swaps << " swaps";
+    // Who computed the decode steps' misses.
+    if (c.miss == MissPath::gpu || c.resident < 0) EXPECT_EQ(stats.cpu_experts, 0u);
+    if (c.miss == MissPath::cpu && c.resident >= 0) {
+      EXPECT_GT(stats.cpu_experts, 0u);
+      EXPECT_EQ(stats.decode_miss_bytes, 0u) << "decode misses read over PCIe with --miss-path cpu";
+    }
+    if (c.miss == MissPath::cpu && c.resident == 0)
+      EXPECT_EQ(stats.cpu_experts, uint64_t(steps * config.n_layers * config.n_experts_used));
     if (c.swapping) std::printf("[ cuda ] %s: %lld swaps\n", what.c_str(), static_cast<long long>(stats.swaps));
     if (reference.empty()) {
       reference = got;
@@ -162,6 +179,26 @@ TEST(CudaExperts, ABudgetBelowTheMinimumIsRefused) {
     EXPECT_NE(what.find("short by"), std::string::npos) << what;
     EXPECT_NE(what.find("MiB"), std::string::npos) << what;
   }
+}
+
+// The CPU miss path reproduces the GPU's 8-bit products; asked for with float32 activations it is
+// refused, saying why, and automatic falls back to the GPU.
+TEST(CudaExperts, TheCpuMissPathNeedsEightBitActivations) {
+  LODE_REQUIRE_GPU();
+  const lode::gguf::Reader reader(lode::test::mini_model_path());
+  const auto config = lode::model::read_config(reader.metadata());
+  CudaSessionOptions options{.max_context = 256, .max_resident_experts = 0};
+  options.activations = lode::model::Activations::f32;
+  options.miss_path = MissPath::cpu;
+  try {
+    CudaSession gpu(reader, config, options);
+    FAIL() << "--miss-path cpu ran with float32 activations";
+  } catch (const lode::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--activations q8"), std::string::npos) << e.what();
+  }
+  options.miss_path = MissPath::automatic;
+  CudaSession gpu(reader, config, options);
+  EXPECT_NE(gpu.expert_stats().miss_path.find("gpu"), std::string::npos) << gpu.expert_stats().miss_path;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #   bench/cuda/experts_check.sh tests                    # GPU tests, then the budgets below
 #   BUDGETS=24576,12288,4096 bench/cuda/experts_check.sh  # just these budgets (MiB)
 #   SKEW=0 bench/cuda/experts_check.sh                   # uniform routing only
+#   MISS_PATHS="gpu cpu auto" bench/cuda/experts_check.sh # each budget with each --miss-path (default auto)
 set -uo pipefail
 out=${OUT:-experts-check}
 mkdir -p "$out"
@@ -59,10 +60,12 @@ bench_one() {  # label, model, budget MiB, extra bench flags
   kill "$smi" 2>/dev/null
   wait "$smi" 2>/dev/null
   echo "== $1 (exit $rc, ${SECONDS}s, nvidia-smi peak $(sort -n "$out/smi_$1.txt" | tail -1) MiB)"
-  grep -E "^(pp|tg|VRAM plan)|error" "$out/bench_$1.txt" | cut -c1-300
+  grep -E "^(pp|tg|VRAM plan|decode misses)|error" "$out/bench_$1.txt" | cut -c1-400
 }
 models_to_run=${MODELS_TO_RUN:-m35 m35-skew}
 for m in $models_to_run; do
   [ -s "$models/$m.gguf" ] || continue
-  for b in ${budgets//,/ }; do bench_one "${m}_$b" "$models/$m.gguf" "$b"; done
+  for b in ${budgets//,/ }; do
+    for p in ${MISS_PATHS:-auto}; do bench_one "${m}_${b}_$p" "$models/$m.gguf" "$b" --miss-path "$p"; done
+  done
 done

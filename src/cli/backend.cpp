@@ -33,6 +33,7 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
   add_vram_budget_option(cmd, o.vram_budget_mib);
   add_expert_profile_option(cmd, o.expert_profile);
   add_expert_swaps_option(cmd, o.expert_swaps);
+  add_miss_path_option(cmd, o.miss_path);
 }
 
 namespace {
@@ -56,13 +57,15 @@ std::unique_ptr<engine::SequenceModel> open_gpu_sequence(const BackendOptions& o
   options.kv_format = run.kv_format();
   if (!o.expert_profile.empty()) options.expert_scores = expert_scores_from(o.expert_profile, *model.weights);
   options.swaps.enabled = o.expert_swaps == "on";
+  options.miss_path = miss_path_from(o.miss_path);
   auto session = std::make_unique<cuda::CudaSession>(model.reader, model.weights, options);
   const cuda::VramAccountant& vram = session->vram();
   fmt::print(stderr, "lode: K/V cache {} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",
              describe_kv(model.config, options.kv_format, options.max_context),
              double(vram.budget() - vram.held()) / double(1 << 20), double(vram.budget()) / double(1 << 20));
-  fmt::print(stderr, "lode: {}; experts in host RAM: {}\n", plan::summary(session->plan()),
-             session->expert_stats().host_tier);
+  const cuda::ExpertStats stats = session->expert_stats();
+  fmt::print(stderr, "lode: {}; experts in host RAM: {}\n", plan::summary(session->plan()), stats.host_tier);
+  if (!session->plan().all_resident()) fmt::print(stderr, "lode: decode misses: {}\n", stats.miss_path);
   return std::make_unique<cuda::CudaSequence>(std::move(session));
 #else
   (void)o, (void)model, (void)run;

@@ -21,13 +21,14 @@ struct BackendOptions {
   int64_t vram_budget_mib = 0;  // 0: what the GPU has free, less a margin
   std::string expert_profile;   // a routing profile placing experts in VRAM (empty: an even spread)
   std::string expert_swaps = "on";  // on: adaptive placement between decode steps; off: frozen
+  std::string miss_path = "auto";   // who computes decode misses (--miss-path)
 };
 
 // The K/V cache line of the run log: format, bytes per cell, bytes for `positions`.
 std::string describe_kv(const model::Qwen35MoeConfig& config, kv::Format format, int64_t positions);
 // "cpu" or "cuda" for o.backend, resolving "auto".
 std::string resolve_backend(const BackendOptions& o);
-// Adds --backend, --vram-budget, --expert-profile and --expert-swaps to a command.
+// Adds --backend, --vram-budget, --expert-profile, --expert-swaps and --miss-path to a command.
 void add_backend_options(CLI::App& cmd, BackendOptions& o);
 // Adds --vram-budget alone (lode bench, which is always on the GPU).
 void add_vram_budget_option(CLI::App& cmd, int64_t& mib);

@@ -40,6 +40,7 @@ struct BenchOptions {
   std::vector<int64_t> vram_budgets_mib = {0};  // 0: the default budget
   std::string expert_profile;
   std::string expert_swaps = "on";
+  std::string miss_path = "auto";
   uint64_t seed = 1;
   bool json = false;
   bool profile = false;
@@ -62,6 +63,7 @@ int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.
 struct TierDelta {
   double hit_rate = 1.0;
   double pcie_bytes = 0;  // expert bytes read over PCIe
+  double cpu_experts = 0, cpu_bytes = 0, cpu_seconds = 0;  // decode misses the CPU computed, their bytes, its time
   int64_t swaps = 0;
 };
 
@@ -70,7 +72,16 @@ TierDelta tier_delta(const cuda::ExpertStats& before, const cuda::ExpertStats& a
   return {routed ? 1.0 - double(missed) / double(routed) : 1.0,
           double(after.decode_miss_bytes - before.decode_miss_bytes + after.prompt_miss_bytes -
                  before.prompt_miss_bytes),
+          double(after.cpu_experts - before.cpu_experts),
+          double(after.cpu_expert_bytes - before.cpu_expert_bytes),
+          after.cpu_seconds - before.cpu_seconds,
           after.swaps - before.swaps};
+}
+
+// Per token (or per run) instead of in all.
+TierDelta per(TierDelta t, double n) {
+  t.pcie_bytes /= n, t.cpu_experts /= n, t.cpu_bytes /= n, t.cpu_seconds /= n;
+  return t;
 }
 
 struct PrefillResult {
@@ -99,8 +110,7 @@ PrefillResult bench_prefill(cuda::CudaSession& session, const std::vector<int32_
     if (r > 0) seconds.push_back(seconds_since(t0));
   }
   const double s = median(seconds);
-  TierDelta tier = tier_delta(before, session.expert_stats());
-  tier.pcie_bytes /= double(repeats);
+  const TierDelta tier = per(tier_delta(before, session.expert_stats()), double(repeats));
   return {n, double(n) / s, session.prompt_flops(0, n) / s / 1e12, tier};
 }
 
@@ -121,8 +131,7 @@ DecodeResult bench_decode(cuda::CudaSession& session, const std::vector<int32_t>
     for (int64_t i = 0; i < generate; ++i) logits = session.decode(argmax(logits));
     rates.push_back(double(generate) / seconds_since(t0));
   }
-  TierDelta tier = tier_delta(before, session.expert_stats());
-  tier.pcie_bytes /= double(generate * repeats);
+  const TierDelta tier = per(tier_delta(before, session.expert_stats()), double(generate * repeats));
   const auto bytes = session.decode_bytes(depth + 2 + generate * repeats / 2);  // the mean depth
   const double per_token = double(bytes.weights + bytes.state), rate = median(rates);
   return {depth, rate, per_token, per_token * rate / 1e9, tier};
@@ -135,6 +144,7 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
   options.vram_budget = size_t(budget_mib) << 20;
   options.expert_scores = expert_scores;
   options.swaps.enabled = o.expert_swaps == "on";
+  options.miss_path = miss_path_from(o.miss_path);
   options.prompt_chunk = o.prompt_chunk;
   options.kv_format = chosen_kv_format(o.kv);
   return options;
@@ -200,19 +210,22 @@ void print_json(const BenchOptions& o, const Ceilings& c, const BenchRun& b) {
                      r.tflops / c.bf16_tflops, r.tier.hit_rate, r.tier.pcie_bytes);
   for (const auto& r : b.decodes)
     d += fmt::format("{}{{\"depth\": {}, \"tokens_per_s\": {:.1f}, \"bytes_per_token\": {:.0f}, \"GBps\": {:.1f}, "
-                     "\"of_copy\": {:.4f}, \"hit_rate\": {:.4f}, \"pcie_bytes_per_token\": {:.0f}, \"swaps\": {}}}",
+                     "\"of_copy\": {:.4f}, \"hit_rate\": {:.4f}, \"pcie_bytes_per_token\": {:.0f}, "
+                     "\"cpu_experts_per_token\": {:.2f}, \"cpu_bytes_per_token\": {:.0f}, \"cpu_us_per_token\": {:.1f}, "
+                     "\"swaps\": {}}}",
                      d.empty() ? "" : ", ", r.depth, r.tokens_per_s, r.bytes_per_token, r.gbps, r.gbps / c.copy_gbps,
-                     r.tier.hit_rate, r.tier.pcie_bytes, r.tier.swaps);
+                     r.tier.hit_rate, r.tier.pcie_bytes, r.tier.cpu_experts, r.tier.cpu_bytes, 1e6 * r.tier.cpu_seconds,
+                     r.tier.swaps);
   fmt::print("{{\"model\": \"{}\", \"vram_budget_MiB\": {:.1f}, \"experts_resident\": {}, \"experts_total\": {}, "
              "\"prefill\": [{}], \"decode\": [{}], \"generated_tokens\": {}, \"repeats\": {}, "
              "\"copy_ceiling_GBps\": {:.1f}, \"bf16_ceiling_TFLOPs\": {:.1f}, \"tf32_ceiling_TFLOPs\": {:.1f}, "
              "\"pcie_copy_GBps\": {:.1f}, \"pcie_mapped_read_GBps\": {:.1f}, "
              "\"peak_vram_MiB\": {:.1f}, \"weights_MiB\": {:.1f}, \"load_s\": {:.2f}, \"kv\": \"{}\", "
-             "\"prompt_chunk\": {}, \"context\": {}, \"fill\": \"{}\"}}\n",
+             "\"prompt_chunk\": {}, \"context\": {}, \"fill\": \"{}\", \"miss_path\": \"{}\"}}\n",
              o.model, double(b.plan.options.budget) / double(1 << 20), b.plan.experts_resident, b.plan.experts_total, p,
              d, o.generate, o.repeats, c.copy_gbps, c.bf16_tflops, c.tf32_tflops, c.pcie_copy_gbps, c.pcie_mapped_gbps,
              b.peak_mib, b.weights_mib, b.load_s, kv::to_string(chosen_kv_format(o.kv)), b.prompt_chunk, b.context,
-             o.fill);
+             o.fill, b.tier.miss_path);
 }
 
 void print_text(const BenchOptions& o, const Ceilings& c, const BenchRun& b) {
@@ -221,6 +234,7 @@ void print_text(const BenchOptions& o, const Ceilings& c, const BenchRun& b) {
              "positions; prompt chunks of {}; depths reached by {}\n",
              b.tier.host_tier, b.weights_mib, b.load_s, kv::to_string(chosen_kv_format(o.kv)), b.context, b.prompt_chunk,
              o.fill == "random" ? "random cells" : "a prompt");
+  if (!b.plan.all_resident()) fmt::print("decode misses: {}\n", b.tier.miss_path);
   for (const auto& r : b.prefills) {
     fmt::print("pp{:<6} {:9.1f} tokens/s  {:7.2f} TFLOP/s = {:4.1f}% of tf32, {:4.1f}% of bf16", r.tokens,
                r.tokens_per_s, r.tflops, 100 * r.tflops / c.tf32_tflops, 100 * r.tflops / c.bf16_tflops);
@@ -237,6 +251,10 @@ void print_text(const BenchOptions& o, const Ceilings& c, const BenchRun& b) {
       fmt::print("; hit {:5.1f}%, {:6.1f} MB/token over PCIe = {:5.1f} GB/s, {:4.1f}% of mapped reads; {} swaps",
                  100 * r.tier.hit_rate, r.tier.pcie_bytes / 1e6, r.tier.pcie_bytes * r.tokens_per_s / 1e9,
                  100 * r.tier.pcie_bytes * r.tokens_per_s / 1e9 / c.pcie_mapped_gbps, r.tier.swaps);
+    if (r.tier.cpu_experts > 0)
+      fmt::print("; CPU {:.1f} experts/token ({:.1f} MB/token from host RAM = {:.1f} GB/s), {:.0f} us/token",
+                 r.tier.cpu_experts, r.tier.cpu_bytes / 1e6, r.tier.cpu_bytes * r.tokens_per_s / 1e9,
+                 1e6 * r.tier.cpu_seconds);
     fmt::print("\n");
   }
   fmt::print("peak VRAM held by lode: {:.1f} MiB (median of {} runs after a warm-up each)\n", b.peak_mib, o.repeats);
@@ -335,6 +353,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   add_expert_profile_option(*cmd, o->expert_profile);
   add_expert_swaps_option(*cmd, o->expert_swaps);
+  add_miss_path_option(*cmd, o->miss_path);
   cmd->add_option("--seed", o->seed, "Seed of the random prompt (default 1)");
   cmd->add_flag("--json", o->json, "One JSON object instead of text");
   cmd->add_flag("--profile", o->profile,

@@ -18,7 +18,93 @@ __global__ void set_experts_kernel(const void** tables, uint8_t* flags, int64_t 
   flags[e.index] = e.resident;
 }
 
+constexpr int kMissThreads = 256;
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void __launch_bounds__(kMissThreads)
+    miss_dispatch_kernel(MissLink link, int32_t* ids, int k, const uint8_t* resident, int layer, const float* x) {
+  __shared__ int count;
+  if (threadIdx.x < 32) {  // warp 0 chooses; k <= 32
+    const int lane = threadIdx.x;
+    const int32_t expert = lane < k ? ids[lane] : 0;
+    const bool absent = lane < k && !resident[expert];
+    const unsigned absent_mask = __ballot_sync(0xffffffffu, absent), below = (1u << lane) - 1;
+    const int cpu_count = link.share[__popc(absent_mask)];
+    const bool cpu = absent && __popc(absent_mask & below) < cpu_count;
+    const unsigned cpu_mask = __ballot_sync(0xffffffffu, cpu);
+    if (cpu) {
+      const int i = __popc(cpu_mask & below);
+      link.box->expert[i] = expert;
+      link.pending[1 + i] = lane;
+      ids[lane] = -1;
+      ids[k + lane] = -1;
+    }
+    if (lane == 0) {
+      count = __popc(cpu_mask);
+      link.pending[0] = count;
+      link.box->layer = layer;
+      link.box->count = count;
+    }
+  }
+  __syncthreads();
+  if (count == 0) return;
+  for (int c = threadIdx.x; c < link.hidden; c += blockDim.x) link.x[c] = x[c];
+  __threadfence_system();  // the request's contents reach the host before its number
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t number = *link.sequence + 1;
+    *link.sequence = number;
+    *reinterpret_cast<volatile uint32_t*>(&link.box->request) = number;
+  }
+}
+
+__global__ void __launch_bounds__(kMissThreads) miss_gather_kernel(MissLink link, float* y, uint64_t timeout_ns) {
+  __shared__ int count;
+  if (threadIdx.x == 0) {
+    count = link.pending[0];
+    if (count > 0) {
+      const uint32_t number = *link.sequence;
+      const volatile uint32_t* done = &link.box->done;
+      const uint64_t start = global_ns();
+      while (*done != number) {
+        if (global_ns() - start > timeout_ns) {
+          *reinterpret_cast<volatile uint32_t*>(&link.box->timed_out) = 1;
+          count = 0;
+          break;
+        }
+        __nanosleep(200);
+      }
+      __threadfence_system();
+    }
+  }
+  __syncthreads();
+  for (int i = 0; i < count; ++i) {
+    const int position = link.pending[1 + i];
+    for (int c = threadIdx.x; c < link.hidden; c += blockDim.x)
+      y[int64_t(position) * link.hidden + c] = __ldcv(link.y + int64_t(i) * link.hidden + c);
+  }
+}
+
 }  // namespace
+
+const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8_t* resident, int layer,
+                          const float* x, void* stream) {
+  if (k > 32) return "the CPU miss path routes at most 32 experts per token";
+  miss_dispatch_kernel<<<1, kMissThreads, 0, static_cast<cudaStream_t>(stream)>>>(link, ids, k, resident, layer, x);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+const char* miss_gather(const MissLink& link, float* y, uint64_t timeout_ns, void* stream) {
+  miss_gather_kernel<<<1, kMissThreads, 0, static_cast<cudaStream_t>(stream)>>>(link, y, timeout_ns);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
 
 const char* set_experts(const void** tables, uint8_t* flags, int64_t n_experts, const ExpertEntries& entries,
                         void* stream) {

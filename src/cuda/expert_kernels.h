@@ -1,6 +1,7 @@
-// The expert tier's one kernel: new entries for the (layer, expert) tables and residency flags,
-// queued on the step's stream between steps, so a swap takes effect for the kernels after it and
-// for none before. No CUDA types here.
+// The expert tier's kernels. set_experts: new entries for the (layer, expert) tables and residency
+// flags, queued on the step's stream between steps, so a swap takes effect for the kernels after
+// it and for none before. miss_dispatch / miss_gather: the CPU miss path's two ends inside a decode
+// step (cuda/miss_path.h). No CUDA types here.
 #pragma once
 #include <cstdint>
 
@@ -22,5 +23,37 @@ struct ExpertEntries {  // passed by value: the launch keeps its own copy
 // tables: [layer][gate | up | down][n_experts] pointers; flags: [layer][n_experts].
 const char* set_experts(const void** tables, uint8_t* flags, int64_t n_experts, const ExpertEntries& entries,
                         void* stream);
+
+// The CPU miss path's mailbox, in pinned host memory mapped into the device: a decode step's
+// dispatch kernel writes a request (the layer, the experts the CPU computes, the MoE input) and
+// its sequence number; the host answers with the experts' outputs and the same number in `done`.
+constexpr int kMaxMissExperts = 32;
+struct MissMailbox {
+  uint32_t request = 0, done = 0;  // sequence numbers (accessed as volatile / atomic)
+  uint32_t timed_out = 0;          // set by the gather kernel when the host did not answer
+  int32_t layer = 0, count = 0;
+  int32_t expert[kMaxMissExperts] = {};
+};
+
+// What the kernels need: the mailbox and its x [hidden] and y [kMaxMissExperts][hidden] (device
+// addresses of the mapped memory), and device memory of their own.
+struct MissLink {
+  MissMailbox* box = nullptr;
+  float* x = nullptr;
+  const float* y = nullptr;
+  uint32_t* sequence = nullptr;  // the last request's number
+  int32_t* pending = nullptr;    // [1 + kMaxMissExperts]: this layer's CPU experts, then their positions
+  const int32_t* share = nullptr;  // [k + 1]: of m absent experts, how many the CPU computes
+  int hidden = 0;
+};
+
+// After the router of `layer`: of the k chosen experts (ids [2k]: gate ids, then up ids) those
+// absent from VRAM (resident [n_experts] flags) go to the CPU as link.share says; their ids become
+// -1 (the expert products skip them), x [hidden] goes to the mailbox, and the request is posted.
+const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8_t* resident, int layer,
+                          const float* x, void* stream);
+// Before the expert sum: waits for the host's answer (at most `timeout_ns`, then marks the mailbox
+// timed out) and copies its outputs into y [k][hidden] at their positions.
+const char* miss_gather(const MissLink& link, float* y, uint64_t timeout_ns, void* stream);
 
 }  // namespace lode::cuda::kernels

@@ -42,6 +42,18 @@ class ExpertTier {
   int64_t resident_count() const { return resident_count_; }
   // Bytes of one expert of layer l as stored (what a miss reads over PCIe).
   size_t expert_bytes(int64_t layer) const { return bytes_[size_t(layer)].total(); }
+  // Projection p (0 gate, 1 up, 2 down) of expert e of layer l: where the kernels read it now (its
+  // slot, or its pinned host bytes as the device sees them); its host bytes (pinned: a copy
+  // engine's source); its size.
+  const void* device_pointer(int64_t layer, int p, int64_t expert) const {
+    const int64_t index = layer * n_experts_ + expert;
+    return pointer_of(index, p, slot_of_[size_t(index)]);
+  }
+  const uint8_t* host_pointer(int64_t layer, int p, int64_t expert) const { return host_bytes(layer, p, expert); }
+  size_t projection_bytes(int64_t layer, int p) const {
+    const plan::ExpertBytes& b = bytes_[size_t(layer)];
+    return p == 0 ? b.gate : p == 1 ? b.up : b.down;
+  }
   // How the host tier is held: "registered in place", "a pinned copy", or "none (every expert is in VRAM)".
   const std::string& host_tier() const { return host_tier_; }
 

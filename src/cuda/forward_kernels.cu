@@ -508,7 +508,7 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp)
 
 __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) h[i] = siluf(g[i]) * u[i];
+  if (i < n) h[i] = exact::swiglu(g[i], u[i]);
 }
 
 __global__ void moe_combine_add_norm_kernel(const float* y, const float* weights, int k, const float* shared,

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/exact_math.h"
+
 namespace lode::cuda::kernels {
 namespace {
 
@@ -128,9 +130,10 @@ __device__ __forceinline__ void prefetch_lines(const void* p, int64_t bytes, int
     asm volatile("prefetch.global.L2 [%0];" ::"l"(c + at));
 }
 
-// Input value c of a matrix product: x[c], or silu(x[c]) * x[swiglu_up + c] for a SwiGLU's halves.
+// Input value c of a matrix product: x[c], or silu(x[c]) * x[swiglu_up + c] for a SwiGLU's halves
+// (exact::swiglu, which the CPU miss path reproduces bit for bit).
 __device__ __forceinline__ float input_value(const float* x, int64_t c, int64_t swiglu_up) {
-  return swiglu_up ? siluf(x[c]) * x[swiglu_up + c] : x[c];
+  return swiglu_up ? exact::swiglu(x[c], x[swiglu_up + c]) : x[c];
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ struct MatvecInput {
   // applied while x is read (no separate pass).
   int64_t swiglu_up = 0;
   // Round x to 8 bits first, as ggml's CPU path (and lode's CPU engine with Activations::q8) does
-  // for the weight's type, and multiply in integers (dp4a): Q8_0, Q4_K, Q5_K and Q6_K weights.
+  // for the weight's type, and multiply in integers (dp4a): Q8_0, Q5_0, Q4_K, Q5_K and Q6_K weights.
   // Other types multiply float32 x either way.
   bool q8 = false;
 };

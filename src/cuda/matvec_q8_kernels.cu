@@ -1,13 +1,17 @@
 // Matrix-vector products on 8-bit activations (MatvecLaunch::q8_input), for the types decode reads
-// most: Q8_0, Q4_K, Q5_K, Q6_K. Each block first rounds its problem's x into shared memory the way
+// most: Q8_0, Q5_0, Q4_K, Q5_K, Q6_K. Each block first rounds its problem's x into shared memory the way
 // ggml's CPU path rounds activations for the weight's type (cpu/activation_rounding.h: Q8_0 blocks
 // of 32 for Q8_0 weights, Q8_K blocks of 256 for the K-quants), then lanes dot weight bytes with
 // those int8 values four at a time (dp4a) and scale each integer sum once. The products are the
 // CPU engine's Activations::q8 products up to float summation order.
 //
-// Lanes work on "slices" of a row (8 values of a Q8_0 block, 32 values of a K-quant super-block)
-// laid out so that neighbouring lanes read neighbouring bytes; a row with fewer slices than a warp
-// has lanes is shared by a group of lanes, several rows per warp.
+// Lanes work on "slices" of a row (8 values of a Q8_0 or Q5_0 block, 32 values of a K-quant
+// super-block) laid out so that neighbouring lanes read neighbouring bytes; a row with fewer slices
+// than a warp has lanes is shared by a group of lanes, several rows per warp.
+//
+// Every float step is rounded on its own (core/exact_math.h): the CPU miss path
+// (cpu/q8_products.h) computes an expert's products on the host with this arithmetic, in this
+// order, and must get the same bits.
 #include <cuda_fp16.h>
 #include <algorithm>
 #include <cuda_runtime.h>
@@ -136,7 +140,32 @@ struct Slice<GgmlType::Q8_0> {
     const uint8_t* q = block + 2 + 8 * part;
     const int* xw = reinterpret_cast<const int*>(x.q + 32 * b + 8 * part);
     const int sum = __dp4a(u32_at_b2(q + 4), xw[1], __dp4a(u32_at_b2(q), xw[0], 0));
-    return half_at(block) * x.d[b] * float(sum);
+    return exact::mul(exact::mul(half_at(block), x.d[b]), float(sum));
+  }
+};
+
+// Q5_0: 8 values per slice as for Q8_0. Part t = s % 4 of a block holds values 8 t .. 8 t + 7: the
+// low (t < 2) or high nibbles of qs[8 (t % 2) .. + 7], each with its fifth bit (bit 8 t + j of qh),
+// all minus 16: sum (u - 16) x = sum u x - 16 sum x.
+template <>
+struct Slice<GgmlType::Q5_0> {
+  static constexpr int kValues = 8;
+  static constexpr XRounding kRounding = XRounding::q8_0;
+  __device__ static float dot(const uint8_t* row, int s, RoundedX x) {
+    const int b = s / 4, part = s % 4;
+    const uint8_t* block = row + b * int(sizeof(BlockQ5_0));
+    const uint32_t qh = uint32_t(u32_at_b2(block + 2)) >> (8 * part);
+    const uint8_t* qs = block + 6 + 8 * (part % 2);
+    const int* xw = reinterpret_cast<const int*>(x.q + 32 * b + 8 * part);
+    int dot = 0, sum = 0;
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t bytes = uint32_t(u32_at_b2(qs + 4 * w)), nibbles = (part < 2 ? bytes : bytes >> 4) & 0x0f0f0f0fu;
+      const uint32_t fifth = ((((qh >> (4 * w)) & 0x0fu) * 0x00204081u) & 0x01010101u) << 4;  // bit j to byte j
+      dot = __dp4a(int(nibbles | fifth), xw[w], dot);
+      sum = __dp4a(0x01010101, xw[w], sum);
+    }
+    return exact::mul(exact::mul(half_at(block), x.d[b]), float(dot - 16 * sum));
   }
 };
 
@@ -166,7 +195,7 @@ __device__ __forceinline__ float k45_dot(uint16_t d_bits, uint16_t dmin_bits, co
   const int scaled = sc_lo * dot_lo + sc_hi * dot_hi;
   const int mins = m_lo * x.sum16[lo_base / 16] + m_hi * x.sum16[hi_base / 16];
   const float d = __half2float(__ushort_as_half(d_bits)), dmin = __half2float(__ushort_as_half(dmin_bits));
-  return x.d[lo_base / 32] * (d * float(scaled) - dmin * float(mins));
+  return exact::mul(x.d[lo_base / 32], exact::sub(exact::mul(d, float(scaled)), exact::mul(dmin, float(mins))));
 }
 
 template <>
@@ -228,12 +257,15 @@ struct Slice<GgmlType::Q6_K> {
 #pragma unroll
     for (int quarter = 0; quarter < 4; ++quarter)
       total += int(__ldg(scales + 2 * quarter)) * (dot[quarter] - 32 * sum[quarter]);
-    return half_at(block + offsetof(BlockQ6_K, d)) * x.d[8 * blk] * float(total);
+    return exact::mul(exact::mul(half_at(block + offsetof(BlockQ6_K, d)), x.d[8 * blk]), float(total));
   }
 };
 
 // Block: round x of problem blockIdx.y, then each warp takes kRows row groups at once (their loads
-// in flight together); a group of `lanes` lanes (a power of two up to 32) sums one row's slices.
+// in flight together); a group of `lanes` lanes (a power of two up to 32) sums one row's slices:
+// lane i of the group adds slices i, i + lanes, ... in order, then the group's sums meet in a
+// butterfly (offsets lanes / 2 .. 1). A problem whose id is negative is skipped (its expert is
+// computed elsewhere: the CPU miss path).
 template <GgmlType T, int kRows>
 __global__ void __launch_bounds__(256)
     matvec_q8_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t cols,
@@ -261,7 +293,9 @@ __global__ void __launch_bounds__(256)
   if (!table) prefetch();
   kernels::begin_after_inputs();
   if (table) {
-    matrix = static_cast<const uint8_t*>(table[ids[p]]);
+    const int32_t id = ids[p];
+    if (id < 0) return;
+    matrix = static_cast<const uint8_t*>(table[id]);
     prefetch();
   }
   round_x<Slice<T>::kRounding>(x + p * x_stride, cols, swiglu_up, rx);
@@ -278,11 +312,12 @@ __global__ void __launch_bounds__(256)
 #pragma unroll 2
     for (int s = sub; s < n_slices; s += lanes) {
 #pragma unroll
-      for (int k = 0; k < kRows; ++k) sum[k] += Slice<T>::dot(row[k], s, rx);
+      for (int k = 0; k < kRows; ++k) sum[k] = exact::add(sum[k], Slice<T>::dot(row[k], s, rx));
     }
 #pragma unroll
     for (int k = 0; k < kRows; ++k) {
-      for (int offset = lanes / 2; offset > 0; offset /= 2) sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], offset);
+      for (int offset = lanes / 2; offset > 0; offset /= 2)
+        sum[k] = exact::add(sum[k], __shfl_xor_sync(0xffffffffu, sum[k], offset));
       const int64_t r = first + int64_t(k) * groups;
       if (sub == 0 && r < rows) y[p * rows + r] = sum[k];
     }
@@ -335,7 +370,10 @@ __global__ void __launch_bounds__(256)
   };
   if (!table) locate_rows(w);
   kernels::begin_after_inputs();
-  if (table) locate_rows(static_cast<const uint8_t*>(table[ids[p]]));
+  if (table) {
+    if (ids[p] < 0) return;  // computed elsewhere, as in matvec_q8_kernel
+    locate_rows(static_cast<const uint8_t*>(table[ids[p]]));
+  }
 #pragma unroll
   for (int k = 0; k < kRows; ++k) acc[k] = 0.0f;
   round_x<XRounding::q8_0, true>(x + p * x_stride, cols, swiglu_up, rx);
@@ -358,8 +396,9 @@ __global__ void __launch_bounds__(256)
         if ((16 * c + 4 * i) / int(sizeof(BlockQ8_0)) == b0) s0 = __dp4a(ww[i], xw[i], s0);
         else s1 = __dp4a(ww[i], xw[i], s1);
       }
-      acc[k] += half_at(row[k] + b0 * sizeof(BlockQ8_0)) * x0 * float(s0);
-      if (s1 != 0) acc[k] += half_at(row[k] + b1 * sizeof(BlockQ8_0)) * x1 * float(s1);
+      acc[k] = exact::add(acc[k], exact::mul(exact::mul(half_at(row[k] + b0 * sizeof(BlockQ8_0)), x0), float(s0)));
+      if (s1 != 0)
+        acc[k] = exact::add(acc[k], exact::mul(exact::mul(half_at(row[k] + b1 * sizeof(BlockQ8_0)), x1), float(s1)));
     }
   }
 #pragma unroll
@@ -434,12 +473,14 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
 }  // namespace
 
 bool matvec_q8_kernel_exists(GgmlType type) {
-  return type == GgmlType::Q8_0 || type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;
+  return type == GgmlType::Q8_0 || type == GgmlType::Q5_0 || type == GgmlType::Q4_K || type == GgmlType::Q5_K ||
+         type == GgmlType::Q6_K;
 }
 
 cudaError_t launch_matvec_q8(const MatvecLaunch& m) {
   switch (m.type) {
     case GgmlType::Q8_0: return m.cols % 256 == 0 ? launch_q8_0(m) : launch_q8<GgmlType::Q8_0>(m);
+    case GgmlType::Q5_0: return launch_q8<GgmlType::Q5_0>(m);
     case GgmlType::Q4_K: return launch_q8<GgmlType::Q4_K>(m);
     case GgmlType::Q5_K: return launch_q8<GgmlType::Q5_K>(m);
     case GgmlType::Q6_K: return launch_q8<GgmlType::Q6_K>(m);

@@ -280,7 +280,7 @@ __global__ void swiglu_rows_kernel(const float* gu, int64_t total, int ff, float
   if (i >= total) return;
   const float* row = gu + (i / ff) * 2 * ff;
   const int64_t c = i % ff;
-  out[i] = siluf(row[c]) * row[ff + c];
+  out[i] = exact::swiglu(row[c], row[ff + c]);
 }
 
 __global__ void moe_combine_rows_kernel(const float* y, const int32_t* slot_of, const float* weights, int k,

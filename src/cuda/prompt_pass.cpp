@@ -57,8 +57,14 @@ struct PromptPass::Impl {
 
   float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *k_rows, *v_rows, *scores, *qkv_raw, *qkv, *z, *b, *alpha, *o;
   float *router, *weights, *xs, *gu, *act, *ys, *sg, *su, *sh, *shared_out, *shared_logit, *expanded;
-  int32_t *ids, *sorted, *slot_of, *expert_of, *counts, *first, *gate_up_order, *expand_ids;
-  int32_t *host_counts = nullptr, *host_first = nullptr, *host_expand_ids = nullptr;
+  int32_t *ids, *sorted, *slot_of, *expert_of, *counts, *first, *gate_up_order;
+  int32_t *host_counts = nullptr, *host_first = nullptr;
+  const void** expand_pointers = nullptr;        // device: the matrices a layer's expansions read
+  const void** host_expand_pointers = nullptr;   // pinned: their staging on the host
+  uint8_t* staging[2] = {nullptr, nullptr};      // a group's absent experts, copied in by the copy engine
+  cudaStream_t copy_stream = nullptr;
+  cudaEvent_t staged[2] = {nullptr, nullptr}, freed[2] = {nullptr, nullptr};
+  int64_t staged_groups = 0;                     // groups staged so far: group i uses buffer i % 2
   int32_t* hist;  // group_by_expert's scratch
   const float **pointer_w, **pointer_x;
   float** pointer_y;
@@ -75,7 +81,9 @@ struct PromptPass::Impl {
     const auto i = [&](size_t at) { return reinterpret_cast<int32_t*>(base + at); };
     score_floats = l.score_floats;
     h = f(l.h), normed = f(l.normed), mixed = f(l.mixed), expanded = f(l.expanded);
-    gate_up_order = i(l.gate_up_order), expand_ids = i(l.expand_ids);
+    gate_up_order = i(l.gate_up_order);
+    expand_pointers = reinterpret_cast<const void**>(base + l.expand_pointers);
+    staging[0] = base + l.staging, staging[1] = base + l.staging + l.staging_bytes;
     qg = f(l.qg), kbuf = f(l.kbuf), vbuf = f(l.vbuf), attn = f(l.attn);
     k_rows = f(l.k_rows), v_rows = f(l.v_rows), scores = f(l.scores);
     qkv_raw = f(l.qkv_raw), qkv = f(l.qkv), z = f(l.z), b = f(l.b), alpha = f(l.alpha), o = f(l.o);
@@ -92,13 +100,23 @@ struct PromptPass::Impl {
     copy_to_device(gate_up_order, order.data(), order.size() * 4);
     check_cuda(cudaMallocHost(&host_counts, size_t(c.n_experts) * 4), "pinned memory");
     check_cuda(cudaMallocHost(&host_first, size_t(c.n_experts) * 4), "pinned memory");
-    check_cuda(cudaMallocHost(&host_expand_ids, size_t(3 * c.n_experts) * 4), "pinned memory");
+    check_cuda(cudaMallocHost(&host_expand_pointers, size_t(3 * c.n_experts) * sizeof(void*)), "pinned memory");
+    check_cuda(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "creating the staging stream");
+    for (int b = 0; b < 2; ++b) {
+      check_cuda(cudaEventCreateWithFlags(&staged[b], cudaEventDisableTiming), "creating an event");
+      check_cuda(cudaEventCreateWithFlags(&freed[b], cudaEventDisableTiming), "creating an event");
+    }
   }
 
   ~Impl() {
     cudaFreeHost(host_counts);
     cudaFreeHost(host_first);
-    cudaFreeHost(host_expand_ids);
+    cudaFreeHost(host_expand_pointers);
+    for (int b = 0; b < 2; ++b) {
+      if (staged[b]) cudaEventDestroy(staged[b]);
+      if (freed[b]) cudaEventDestroy(freed[b]);
+    }
+    if (copy_stream) cudaStreamDestroy(copy_stream);
   }
 
   // y [n][m.rows] = x [n][m.cols] W^T; `exact`: in float32 whatever the session's math.
@@ -219,36 +237,92 @@ struct PromptPass::Impl {
     }
   }
 
-  // The table entries each expansion of the layer reads, written once per layer (host, then one
-  // copy): per group, gate|up as (e, n + e) pairs (or gate's e, then up's n + e, when they differ in
-  // shape), and down's e; `at` holds where each group's entries start.
-  struct ExpandIds {
-    std::vector<int64_t> gate_up_at, down_at;
+  // A layer's expansions read their matrices through expand_pointers, written once
+  // per layer (host, then one copy): per group, gate|up as (e, n + e) pairs (or gate's, then up's,
+  // when they differ in shape), and down's; `at` holds where each group's entries start. A resident
+  // expert's entries point at its VRAM slot; an absent one's at its place in a staging buffer, into
+  // which the copy engine moves it (one batch per group, on its own stream) while the previous group
+  // expands and multiplies: the expansions then read VRAM, and the PCIe transfer leaves the GPU's
+  // cores free. (Staging sits in the MoE's share of the prompt scratch: its copies start after the
+  // routing's host sync, when the layer's attention or DeltaNet is done with those bytes, and end
+  // before the layer's last expansion.)
+  struct Staged {
+    int buffer = -1;  // -1: every expert of the group is resident
+    std::vector<void*> dst;
+    std::vector<const void*> src;
+    std::vector<size_t> size;
   };
-  ExpandIds write_expand_ids(bool paired) {
-    const int64_t n = config.n_experts;
-    ExpandIds where;
-    int64_t at = 0;
-    for (int64_t g = 0; g < n; g += kGroup) {
-      where.gate_up_at.push_back(at);
-      const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
-      if (paired) {
-        for (int32_t e : used) host_expand_ids[at++] = e, host_expand_ids[at++] = int32_t(n + e);
-      } else {
-        for (int32_t e : used) host_expand_ids[at++] = e;
-        for (int32_t e : used) host_expand_ids[at++] = int32_t(n + e);
-      }
-    }
-    for (int64_t g = 0; g < n; g += kGroup) {
-      where.down_at.push_back(at);
-      for (int32_t e : used_in(g, std::min(g + kGroup, n))) host_expand_ids[at++] = e;
-    }
-    check_cuda(cudaMemcpyAsync(expand_ids, host_expand_ids, size_t(at) * 4, cudaMemcpyHostToDevice, stream),
-               "expansion ids to the device");
-    return where;
+  struct Expansions {
+    std::vector<int64_t> gate_up_at, down_at;
+    std::vector<Staged> gate_up, down;
+  };
+  static size_t aligned(size_t n) { return (n + 255) / 256 * 256; }
+
+  // The entry for projection p of expert e, the i-th of its group, `offset` into its staging place.
+  const void* entry(Staged& st, int64_t layer, int p, int32_t e, size_t i, size_t piece, size_t offset) {
+    if (tier.resident(layer, e)) return tier.device_pointer(layer, p, e);
+    if (st.buffer < 0) st.buffer = int(staged_groups++ % 2);
+    uint8_t* dst = staging[st.buffer] + i * piece + offset;
+    st.dst.push_back(dst);
+    st.src.push_back(tier.host_pointer(layer, p, e));
+    st.size.push_back(tier.projection_bytes(layer, p));
+    return dst;
   }
 
-  void experts_gate_up(const DeviceLayer& d, int64_t rows, const ExpandIds& at) {
+  Expansions plan_expansions(int64_t layer, bool paired) {
+    const int64_t n = config.n_experts;
+    const size_t gate = aligned(tier.projection_bytes(layer, 0)), gate_up = gate + aligned(tier.projection_bytes(layer, 1));
+    const size_t down = aligned(tier.projection_bytes(layer, 2));
+    Expansions x;
+    int64_t at = 0;
+    for (int64_t g = 0; g < n; g += kGroup) {
+      x.gate_up_at.push_back(at);
+      Staged& st = x.gate_up.emplace_back();
+      const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
+      for (size_t i = 0; i < used.size(); ++i) {
+        host_expand_pointers[at++] = entry(st, layer, 0, used[i], i, gate_up, 0);
+        if (paired) host_expand_pointers[at++] = entry(st, layer, 1, used[i], i, gate_up, gate);
+      }
+      if (!paired)
+        for (size_t i = 0; i < used.size(); ++i) host_expand_pointers[at++] = entry(st, layer, 1, used[i], i, gate_up, gate);
+    }
+    for (int64_t g = 0; g < n; g += kGroup) {
+      x.down_at.push_back(at);
+      Staged& st = x.down.emplace_back();
+      const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
+      for (size_t i = 0; i < used.size(); ++i) host_expand_pointers[at++] = entry(st, layer, 2, used[i], i, down, 0);
+    }
+    check_cuda(cudaMemcpyAsync(expand_pointers, host_expand_pointers, size_t(at) * sizeof(void*), cudaMemcpyHostToDevice,
+                               stream),
+               "expansion pointers to the device");
+    return x;
+  }
+
+  // Before a group's expansions: its absent experts copied into its staging buffer once the group
+  // two before is done with it, and the step's stream waiting for them.
+  void stage(const Staged& st) {
+    if (st.buffer < 0) return;
+    const int b = st.buffer;
+    check_cuda(cudaStreamWaitEvent(copy_stream, freed[b]), "staging experts");
+    cudaMemcpyAttributes attributes{};
+    attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attributes.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    size_t first_index = 0;
+    if (cudaMemcpyBatchAsync(st.dst.data(), st.src.data(), st.size.data(), st.dst.size(), &attributes, &first_index, 1,
+                             copy_stream) != cudaSuccess) {
+      cudaGetLastError();  // no batches here: one copy each
+      for (size_t i = 0; i < st.dst.size(); ++i)
+        check_cuda(cudaMemcpyAsync(st.dst[i], st.src[i], st.size[i], cudaMemcpyHostToDevice, copy_stream), "staging experts");
+    }
+    check_cuda(cudaEventRecord(staged[b], copy_stream), "staging experts");
+    check_cuda(cudaStreamWaitEvent(stream, staged[b]), "staging experts");
+  }
+  // After a group's last expansion: its buffer may take the group after next.
+  void release(const Staged& st) {
+    if (st.buffer >= 0) check_cuda(cudaEventRecord(freed[st.buffer], stream), "staging experts");
+  }
+
+  void experts_gate_up(const DeviceLayer& d, int64_t rows, const Expansions& at) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t ff = c.expert_ff, hidden = c.hidden, n = c.n_experts;
     const bool paired = d.gate_up.table && expandable(d.gate_up.type, hidden);
@@ -262,19 +336,23 @@ struct PromptPass::Impl {
     for (int64_t g = 0; g < n; g += kGroup) {
       const int64_t end = std::min(g + kGroup, n), used = int64_t(used_in(g, end).size());
       if (used == 0) continue;
-      const int32_t* ids_at = expand_ids + at.gate_up_at[size_t(g / kGroup)];
+      const Staged& st = at.gate_up[size_t(g / kGroup)];
+      const void* const* table = expand_pointers + at.gate_up_at[size_t(g / kGroup)];
+      stage(st);
       if (paired) {
-        check(dequantize(d.gate_up.type, nullptr, d.gate_up.table, ids_at, 2 * used, ff, hidden, d.gate_up.row_bytes,
+        check(dequantize(d.gate_up.type, nullptr, table, nullptr, 2 * used, ff, hidden, d.gate_up.row_bytes,
                          expanded, stream),
               "expanding gate|up experts");
+        release(st);
         clock.mark(expand);
         per_expert(g, end, xs, hidden, expanded, 2 * ff * hidden, gu, 2 * ff, 2 * ff, hidden);
         continue;
       }
       for (const auto& [experts, half] : {std::pair{&d.gate, 0}, std::pair{&d.up, 1}}) {
-        check(dequantize(experts->type, nullptr, d.gate.table, ids_at + half * used, used, ff, hidden,
-                         experts->row_bytes, expanded, stream),
+        check(dequantize(experts->type, nullptr, table + half * used, nullptr, used, ff, hidden, experts->row_bytes,
+                         expanded, stream),
               "expanding experts");
+        if (half == 1) release(st);
         clock.mark(expand);
         per_expert(g, end, xs, hidden, expanded, ff * hidden, gu + half * ff, 2 * ff, ff, hidden);
       }
@@ -283,16 +361,19 @@ struct PromptPass::Impl {
     clock.mark(elementwise);
   }
 
-  void experts_down(const DeviceLayer& d, int64_t rows, const ExpandIds& at) {
+  void experts_down(const DeviceLayer& d, int64_t rows, const Expansions& at) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t ff = c.expert_ff, hidden = c.hidden, n = c.n_experts;
     if (!expandable(d.down.type, ff)) return per_row(d.down, act, ff, ys, rows);
     for (int64_t g = 0; g < n; g += kGroup) {
       const int64_t end = std::min(g + kGroup, n), used = int64_t(used_in(g, end).size());
       if (used == 0) continue;
-      check(dequantize(d.down.type, nullptr, d.down.table, expand_ids + at.down_at[size_t(g / kGroup)], used, hidden,
+      const Staged& st = at.down[size_t(g / kGroup)];
+      stage(st);
+      check(dequantize(d.down.type, nullptr, expand_pointers + at.down_at[size_t(g / kGroup)], nullptr, used, hidden,
                        ff, d.down.row_bytes, expanded, stream),
             "expanding down experts");
+      release(st);
       clock.mark(expand);
       per_expert(g, end, act, ff, expanded, hidden * ff, ys, hidden, hidden, ff);
     }
@@ -316,7 +397,7 @@ struct PromptPass::Impl {
     clock.mark(routing);
     for (int32_t e : used_in(0, c.n_experts))
       if (!tier.resident(layer, e)) miss_bytes += tier.expert_bytes(layer);
-    const ExpandIds at = write_expand_ids(d.gate_up.table && expandable(d.gate_up.type, hidden));
+    const Expansions at = plan_expansions(layer, d.gate_up.table && expandable(d.gate_up.type, hidden));
     experts_gate_up(d, rows, at);
     experts_down(d, rows, at);
     const bool shared = c.shared_ff > 0;

@@ -68,12 +68,16 @@ double measure_host_to_device_gbps(VramAccountant& vram, size_t bytes, int repea
 }
 
 double measure_mapped_read_gbps(VramAccountant& vram, size_t bytes, int repeats) {
+  DeviceBuffer sink(vram, sizeof(unsigned), VramUse::scratch, "mapped-read probe");
+  return measure_mapped_read_gbps(sink.as<unsigned>(), bytes, repeats);
+}
+
+double measure_mapped_read_gbps(unsigned* sink, size_t bytes, int repeats) {
   PinnedHost host(bytes);
   void* device = nullptr;
   if (cudaHostGetDevicePointer(&device, host.data, 0) != cudaSuccess) fail("CUDA: mapping the PCIe probe");
-  DeviceBuffer sink(vram, sizeof(unsigned), VramUse::scratch, "mapped-read probe");
   const char* err = nullptr;
-  const double ms = median_event_ms([&] { err = read_in_place(device, bytes, sink.as<unsigned>()); }, 1, repeats);
+  const double ms = median_event_ms([&] { err = read_in_place(device, bytes, sink); }, 1, repeats);
   if (err) fail("CUDA: the mapped-read probe: {}", err);
   return double(bytes) / (ms * 1e-3) / 1e9;
 }

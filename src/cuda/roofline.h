@@ -20,6 +20,8 @@ double measure_copy_gbps(VramAccountant& vram, size_t bytes = size_t(1) << 30, i
 // tier reads absent experts). Median of `repeats` after a warm-up.
 double measure_host_to_device_gbps(VramAccountant& vram, size_t bytes = size_t(256) << 20, int repeats = 5);
 double measure_mapped_read_gbps(VramAccountant& vram, size_t bytes = size_t(256) << 20, int repeats = 5);
+// The same with a device word of the caller's as the probe's sink (no VRAM taken).
+double measure_mapped_read_gbps(unsigned* sink, size_t bytes, int repeats);
 
 // Dense matrix-multiply throughput in TFLOP/s on the tensor cores: cuBLAS multiplying square
 // matrices of `n` (median of `repeats` after a warm-up), with bf16 inputs or with float32 inputs

@@ -10,7 +10,10 @@ std::string CudaSequence::activity() const {
   return fmt::format("experts: {} of {} in VRAM, hit rate {:.1f}%, {:.2f} GB over PCIe (decode {:.2f}, prompts {:.2f}), "
                      "{} swaps",
                      s.resident, s.total, 100.0 * s.hit_rate(), double(s.decode_miss_bytes + s.prompt_miss_bytes) / 1e9,
-                     double(s.decode_miss_bytes) / 1e9, double(s.prompt_miss_bytes) / 1e9, s.swaps);
+                     double(s.decode_miss_bytes) / 1e9, double(s.prompt_miss_bytes) / 1e9, s.swaps) +
+         (s.cpu_experts ? fmt::format("; the CPU computed {} decode misses ({:.2f} GB from host RAM) in {:.2f} s",
+                                      s.cpu_experts, double(s.cpu_expert_bytes) / 1e9, s.cpu_seconds)
+                        : std::string());
 }
 
 }  // namespace lode::cuda

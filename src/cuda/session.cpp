@@ -9,12 +9,14 @@
 #include <string>
 
 #include "core/error.h"
+#include "cpu/host_experts.h"
 #include "cuda/device_model.h"
 #include "cuda/errors.h"
 #include "cuda/expert_tier.h"
 #include "cuda/forward_kernels.h"
 #include "cuda/kv_cache.h"
 #include "cuda/matvec.h"
+#include "cuda/miss_path.h"
 #include "cuda/phase_clock.h"
 #include "cuda/prompt_pass.h"
 #include "cuda/vram.h"
@@ -272,6 +274,7 @@ struct CudaSession::Impl {
     device_position = reinterpret_cast<int64_t*>(base + l.position);
     route_counts = reinterpret_cast<unsigned*>(base + l.route_counts);
     route_misses = reinterpret_cast<unsigned*>(base + l.route_misses);
+    miss_words = base + l.miss_path;
   }
 
   void zero_states() {
@@ -352,7 +355,7 @@ struct CudaSession::Impl {
     if (!d.router_and_shared_logit.data) mv(d.shared_logit, normed, router_logits + c.n_experts, 0, on);
   }
 
-  void moe(const DeviceLayer& d, const float* next_norm) {
+  void moe(const DeviceLayer& d, int64_t layer, const float* next_norm) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t k = c.n_experts_used, ff = c.expert_ff;
     const bool shared = c.shared_ff > 0;
@@ -378,6 +381,10 @@ struct CudaSession::Impl {
       mv(d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router, normed, router_logits);
       check(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, d.tally, stream), "router");
     }
+    // Some absent experts go to the CPU (their ids become -1, which the products skip).
+    if (miss)
+      check(kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, stream),
+            "the CPU miss path's dispatch");
     mark(Phase::router);
     if (d.gate_up.table) {
       grouped(d.gate_up, ids, 2 * k, normed, 0, g);
@@ -387,6 +394,7 @@ struct CudaSession::Impl {
     }
     // The down projection applies the SwiGLU to the gate (g) and up (u = g + k ff) outputs as it reads them.
     grouped(d.down, ids, k, g, ff, y, k * ff);
+    if (miss) check(kernels::miss_gather(miss->link(), y, MissPath::kTimeoutNs, stream), "the CPU miss path's gather");
     mark(Phase::experts);
     if (beside) {
       check_cuda(cudaStreamWaitEvent(stream, join), "joining the shared expert");
@@ -415,7 +423,7 @@ struct CudaSession::Impl {
       // Each residual add is fused with the norm that reads its result.
       check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, 1, hidden, eps, stream), "residual and norm");
       mark(Phase::norms);
-      moe(d, l + 1 < layers.size() ? layers[l + 1].attn_norm : with_logits ? output_norm : nullptr);
+      moe(d, int64_t(l), l + 1 < layers.size() ? layers[l + 1].attn_norm : with_logits ? output_norm : nullptr);
     }
     if (!with_logits) return;
     mv(output, normed, logits);
@@ -444,6 +452,7 @@ struct CudaSession::Impl {
     if (position >= options.max_context)
       fail("cuda session: the context of {} positions is full; raise max_context", options.max_context);
     clock.start();
+    const auto started = std::chrono::steady_clock::now();
     model::dequantize_row(host.token_embd, token, pinned_embedding);
     *pinned_position = position;
     check_cuda(cudaMemcpyAsync(h, pinned_embedding, size_t(c.hidden) * sizeof(float), cudaMemcpyHostToDevice, stream),
@@ -459,7 +468,25 @@ struct CudaSession::Impl {
     mark(Phase::logits_copy);
     if (logits_out) std::copy_n(pinned_logits, c.vocab, logits_out);
     ++position;
+    if (miss) miss->after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), stream);
     tier->between_steps(stream);
+  }
+
+  // The CPU miss path, where decode steps can miss and options.miss_path allows it.
+  void create_miss_path() {
+    const plan::MissPath path = options.miss_path;
+    if (path == plan::MissPath::gpu) return void(miss_summary = "gpu (absent experts read over PCIe)");
+    if (plan.experts_resident == config.n_layers * config.n_experts)
+      return void(miss_summary = "none (every expert is in VRAM)");
+    const std::string why = options.activations != model::Activations::q8
+                                ? "it reproduces the GPU's 8-bit products (--activations q8)"
+                                : cpu::HostExperts::unsupported(host);
+    if (!why.empty()) {
+      if (path == plan::MissPath::cpu) fail("--miss-path cpu cannot run this model: {}", why);
+      return void(miss_summary = fmt::format("gpu (the CPU cannot take misses: {})", why));
+    }
+    miss = std::make_unique<MissPath>(host, path, miss_words, stream);
+    miss_summary = fmt::format("{}; {}", plan::to_string(path), miss->describe());
   }
 
   // A prompt of several tokens, chunk by chunk through the prompt pass; logits of every position
@@ -538,6 +565,9 @@ struct CudaSession::Impl {
   int64_t* device_position = nullptr;
   float* pinned_rows = nullptr;         // a prompt chunk's embeddings
   std::unique_ptr<PromptPass> prompt;  // null: prompts run token by token
+  void* miss_words = nullptr;          // the CPU miss path's device words, in the decode scratch
+  std::unique_ptr<MissPath> miss;      // null: decode misses are read over PCIe
+  std::string miss_summary;
 };
 
 namespace {
@@ -577,6 +607,7 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
   s.tier->enable_swaps(options.swaps, s.route_counts);
   s.allocate_sequence();
   s.create_stream_and_pinned();
+  s.create_miss_path();
   s.zero_states();
   synchronize();
 }
@@ -743,6 +774,12 @@ ExpertStats CudaSession::expert_stats() const {
     stats.decode_miss_bytes += uint64_t(misses[size_t(l)]) * s.tier->expert_bytes(l);
   }
   stats.prompt_miss_bytes = s.prompt ? s.prompt->miss_bytes() : 0;
+  stats.miss_path = s.miss_summary;
+  if (s.miss) {
+    const MissStats m = s.miss->stats();
+    stats.cpu_experts = m.experts, stats.cpu_expert_bytes = m.expert_bytes, stats.cpu_seconds = m.cpu_seconds;
+    stats.decode_miss_bytes -= std::min(stats.decode_miss_bytes, m.expert_bytes);
+  }
   return stats;
 }
 

@@ -22,6 +22,7 @@
 #include "model/qwen35moe.h"
 #include "model/weights.h"
 #include "plan/memory_plan.h"
+#include "plan/miss_split.h"
 #include "plan/swap_policy.h"
 
 namespace lode::cuda {
@@ -38,6 +39,11 @@ struct CudaSessionOptions {
   std::vector<double> expert_scores;
   // Adaptive placement between decode steps (plan/swap_policy.h); enabled = false freezes it.
   plan::SwapOptions swaps;
+  // Who computes a decode step's absent experts (plan/miss_split.h, cuda/miss_path.h): gpu reads
+  // them over PCIe; cpu computes them on the host; automatic splits them between both by measured
+  // costs. Either way the products are bit-identical. Needs q8 activations and expert types the
+  // host twin covers; automatic falls back to gpu otherwise, cpu refuses.
+  plan::MissPath miss_path = plan::MissPath::automatic;
   // Time each phase of a step (waiting for the GPU at every phase boundary, which slows the step
   // but attributes GPU time to the kernels that spent it); see profile().
   bool profile = false;
@@ -50,7 +56,7 @@ struct CudaSessionOptions {
   // float rounding against the decode step; slower).
   PromptMath prompt_math = PromptMath::tf32;
   // Decode's matrix products: q8 rounds each activation row to 8 bits first (per weight type, as
-  // llama.cpp does) and multiplies in integers for Q8_0, Q4_K, Q5_K and Q6_K weights, where the CPU
+  // llama.cpp does) and multiplies in integers for Q8_0, Q5_0, Q4_K, Q5_K and Q6_K weights, where the CPU
   // engine's Activations::q8 gives the same products; other types multiply float32 activations
   // (the CPU's q8 rounds those too). f32 multiplies float32 activations everywhere (the CPU
   // engine's default products). Prompts follow prompt_math.
@@ -68,9 +74,13 @@ struct ExpertStats {
   uint64_t routed = 0;               // (token, expert) routings
   uint64_t missed = 0;               // of them, to experts not in VRAM
   uint64_t decode_miss_bytes = 0;    // expert bytes decode steps read over PCIe
+  uint64_t cpu_experts = 0;          // decode misses the CPU computed instead
+  uint64_t cpu_expert_bytes = 0;     // their bytes, read from host RAM by the CPU
+  double cpu_seconds = 0;            // the CPU's time computing them
   uint64_t prompt_miss_bytes = 0;    // expert bytes prompt chunks read over PCIe
   int64_t swaps = 0;                 // experts swapped into VRAM by the adaptive placement
   std::string host_tier;             // how host RAM holds the experts (cuda/expert_tier.h)
+  std::string miss_path;             // who computes decode misses, and the measured split
   double hit_rate() const { return routed ? 1.0 - double(missed) / double(routed) : 1.0; }
 };
 

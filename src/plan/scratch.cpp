@@ -67,6 +67,7 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.position = l.take(8);
   s.route_counts = l.take(size_t(c.n_layers * c.n_experts) * 4);
   s.route_misses = l.take(size_t(2 * c.n_layers) * 4);
+  s.miss_path = l.take(kMissPathScratch);
   s.total = l.total();
   return s;
 }
@@ -98,6 +99,15 @@ int64_t expansion_floats(const model::ModelWeights& w) {
   return most;
 }
 
+// One staging buffer: a group of experts' gate and up (each on a 256-byte boundary), or their down.
+size_t staging_bytes(const model::ModelWeights& w) {
+  const auto bytes = [](const model::ExpertStack& s) { return (size_t(s.first.rows) * s.first.row_bytes + 255) / 256 * 256; };
+  size_t most = 0;
+  for (const model::LayerWeights& l : w.layers)
+    most = std::max({most, bytes(l.moe.gate) + bytes(l.moe.up), bytes(l.moe.down)});
+  return size_t(std::min(kPromptExpertGroup, w.config.n_experts)) * most;
+}
+
 }  // namespace
 
 PromptScratch prompt_scratch(const model::ModelWeights& w, int64_t chunk, int64_t max_context) {
@@ -109,7 +119,7 @@ PromptScratch prompt_scratch(const model::ModelWeights& w, int64_t chunk, int64_
   s.h = l.floats(n * c.hidden), s.normed = l.floats(n * c.hidden), s.mixed = l.floats(n * c.hidden);
   s.expanded = l.floats(expansion_floats(w));
   s.gate_up_order = l.take(size_t(2 * c.n_experts) * 4);
-  s.expand_ids = l.take(size_t(3 * c.n_experts) * 4);
+  s.expand_pointers = l.take(size_t(3 * c.n_experts) * 8);
   l.begin_union();
   s.qg = l.floats(n * 2 * c.q_dim()), s.kbuf = l.floats(n * c.kv_dim()), s.vbuf = l.floats(n * c.kv_dim());
   s.attn = l.floats(n * c.q_dim());
@@ -133,6 +143,8 @@ PromptScratch prompt_scratch(const model::ModelWeights& w, int64_t chunk, int64_
   s.ys = l.floats(rows * std::max(c.hidden, 2 * c.expert_ff));
   s.sg = l.floats(n * c.shared_ff), s.su = l.floats(n * c.shared_ff), s.sh = l.floats(n * c.shared_ff);
   s.shared_out = l.floats(n * c.hidden), s.shared_logit = l.floats(n);
+  s.staging_bytes = staging_bytes(w);
+  s.staging = l.take(2 * s.staging_bytes);
   l.end_union();
   s.total = l.total();
   return s;

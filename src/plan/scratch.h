@@ -54,8 +54,12 @@ struct DecodeScratch {
   size_t route_counts;                     // [layers][n_experts] unsigned: routings per expert
   size_t route_misses;                     // [2][layers] unsigned: routings to experts not in VRAM, by decode
                                            // steps, then by prompts
+  size_t miss_path;                        // kMissPathScratch bytes: the CPU miss path's device words
   size_t total;
 };
+// The CPU miss path's device words (cuda/miss_path.h): its request number, a layer's CPU experts
+// and their positions, the split table.
+constexpr size_t kMissPathScratch = 512;
 DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_context);
 
 // The prompt pass expands this many experts' weights to float32 at a time (gate|up, then down):
@@ -69,7 +73,7 @@ struct PromptScratch {
   size_t h, normed, mixed;                  // [chunk][hidden]
   size_t expanded;                          // expanded weights: the largest matrix or expert group
   size_t gate_up_order;                     // [2 n_experts] int32: gate e, up e, ...
-  size_t expand_ids;                        // [3 n_experts] int32: the table entries the expansions read
+  size_t expand_pointers;                   // [3 n_experts] pointers: the matrices a layer's expansions read
   // attention
   size_t qg, kbuf, vbuf, attn, k_rows, v_rows, scores;
   // DeltaNet
@@ -78,6 +82,9 @@ struct PromptScratch {
   size_t router, weights, ids, sorted, slot_of, expert_of, counts, first, hist;
   size_t pointer_w, pointer_x, pointer_y;
   size_t xs, gu, act, ys, sg, su, sh, shared_out, shared_logit;
+  // Two staging buffers of staging_bytes each: a group's absent experts (gate|up, or down), copied
+  // in by the copy engine while the previous group multiplies.
+  size_t staging, staging_bytes;
   size_t total;
 };
 PromptScratch prompt_scratch(const model::ModelWeights& weights, int64_t chunk, int64_t max_context);

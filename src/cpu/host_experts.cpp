@@ -1,0 +1,85 @@
+#include "cpu/host_experts.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "cpu/q8_twin.h"
+
+namespace lode::cpu {
+
+namespace {
+
+// Rows per task: small enough that 16 threads share a layer's few experts evenly, large enough
+// that claiming a task costs nothing next to it (64 Q4_K rows of 2048 values are 72 KiB).
+constexpr int64_t kRowsPerTask = 64;
+
+int64_t tasks_for(int64_t rows) { return (rows + kRowsPerTask - 1) / kRowsPerTask; }
+
+size_t aligned64(size_t n) { return (n + 63) / 64 * 64; }
+
+}  // namespace
+
+std::string HostExperts::unsupported(const model::ModelWeights& weights) {
+  for (const model::LayerWeights& layer : weights.layers) {
+    const model::MoeWeights& m = layer.moe;
+    for (const model::ExpertStack* s : {&m.gate, &m.up, &m.down})
+      if (!q8twin::has_twin(s->first.type->type))
+        return fmt::format("its experts are {} (the CPU miss path computes Q8_0, Q5_0, Q4_K, Q5_K and Q6_K)",
+                           s->first.type->name);
+  }
+  return "";
+}
+
+HostExperts::HostExperts(const model::ModelWeights& weights, int threads)
+    : weights_(weights),
+      hidden_(weights.config.hidden),
+      ff_(weights.config.expert_ff),
+      max_experts_(weights.config.n_experts_used),
+      pool_(std::max(threads, 1)) {
+  if (const std::string why = unsupported(weights); !why.empty()) fail("the CPU miss path cannot run this model: {}", why);
+  const size_t x_bytes = aligned64(q8twin::rounded_bytes(hidden_));
+  down_x_stride_ = aligned64(q8twin::rounded_bytes(ff_));
+  gate_x_ = 0, up_x_ = x_bytes, down_x_ = 2 * x_bytes;
+  const size_t gu_at = down_x_ + size_t(max_experts_) * down_x_stride_;
+  memory_.resize(gu_at + size_t(max_experts_ * 2 * ff_) * sizeof(float) + 64);
+  const size_t skew = (64 - reinterpret_cast<uintptr_t>(memory_.data()) % 64) % 64;
+  gate_x_ += skew, up_x_ += skew, down_x_ += skew;
+  gu_ = reinterpret_cast<float*>(memory_.data() + skew + gu_at);
+}
+
+void HostExperts::compute(int64_t layer, const int32_t* experts, int n, const float* x, float* y) {
+  if (n <= 0) return;
+  if (n > max_experts_) fail("host experts: {} experts for one token; at most {}", n, max_experts_);
+  const model::MoeWeights& m = weights_.layers[size_t(layer)].moe;
+  const GgmlType gate_type = m.gate.first.type->type, up_type = m.up.first.type->type;
+  const GgmlType down_type = m.down.first.type->type;
+  const q8twin::RoundedX gate_x = q8twin::rounded_in(memory_.data() + gate_x_, hidden_);
+  const q8twin::RoundedX up_x = up_type == gate_type ? gate_x : q8twin::rounded_in(memory_.data() + up_x_, hidden_);
+  q8twin::round(gate_type, x, nullptr, hidden_, gate_x);
+  if (up_type != gate_type) q8twin::round(up_type, x, nullptr, hidden_, up_x);
+  const auto down_x = [&](int i) { return q8twin::rounded_in(memory_.data() + down_x_ + size_t(i) * down_x_stride_, ff_); };
+
+  // The gate and up products: per expert, tasks of rows of the gate then of the up matrix.
+  const int64_t ff_tasks = tasks_for(ff_);
+  pool_.run(int64_t(n) * 2 * ff_tasks, [&](int64_t t) {
+    const int i = int(t / (2 * ff_tasks)), which = int(t / ff_tasks % 2);
+    const int64_t first = t % ff_tasks * kRowsPerTask, rows = std::min(kRowsPerTask, ff_ - first);
+    const model::MatrixView w = (which ? m.up : m.gate).expert(experts[i]);
+    q8twin::rows(w.type->type, w.row(first), w.row_bytes, rows, w.cols, which ? up_x : gate_x,
+                 gu_ + (int64_t(i) * 2 + which) * ff_ + first);
+  });
+  // Each expert's SwiGLU, rounded for the down weights.
+  pool_.run(n, [&](int64_t i) {
+    const float* g = gu_ + i * 2 * ff_;
+    q8twin::round(down_type, g, g + ff_, ff_, down_x(int(i)));
+  });
+  const int64_t hidden_tasks = tasks_for(hidden_);
+  pool_.run(int64_t(n) * hidden_tasks, [&](int64_t t) {
+    const int i = int(t / hidden_tasks);
+    const int64_t first = t % hidden_tasks * kRowsPerTask, rows = std::min(kRowsPerTask, hidden_ - first);
+    const model::MatrixView w = m.down.expert(experts[i]);
+    q8twin::rows(w.type->type, w.row(first), w.row_bytes, rows, w.cols, down_x(i), y + int64_t(i) * hidden_ + first);
+  });
+}
+
+}  // namespace lode::cpu

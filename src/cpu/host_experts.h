@@ -1,0 +1,38 @@
+// Routed experts computed on the host with the GPU's arithmetic (cpu/q8_twin.h): the CPU miss
+// path's work for a decode step's absent experts (cuda/miss_path.h). For one token: x rounded for
+// the gate (and up) weights, the gate and up products, their SwiGLU rounded for the down weights,
+// the down product; each float bit-identical to what the CUDA decode step computes for the same
+// expert. Buffers are allocated once; compute() allocates nothing.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cpu/spin_pool.h"
+#include "model/weights.h"
+
+namespace lode::cpu {
+
+class HostExperts {
+ public:
+  // Why the model's experts cannot be computed this way ("" when they can): a type without a
+  // twin of its GPU kernel.
+  static std::string unsupported(const model::ModelWeights& weights);
+
+  // `threads` in all, the calling thread included.
+  HostExperts(const model::ModelWeights& weights, int threads);
+
+  // y [n][hidden] = experts[0, n) of `layer` applied to x [hidden]; n <= n_experts_used.
+  void compute(int64_t layer, const int32_t* experts, int n, const float* x, float* y);
+  int threads() const { return pool_.threads(); }
+
+ private:
+  const model::ModelWeights& weights_;
+  int64_t hidden_, ff_, max_experts_;
+  SpinPool pool_;
+  std::vector<uint8_t> memory_;       // the rounded inputs (64-byte aligned) and the gate/up outputs
+  size_t gate_x_, up_x_, down_x_, down_x_stride_;
+  float* gu_ = nullptr;               // [n][gate ff | up ff]
+};
+
+}  // namespace lode::cpu

@@ -1,0 +1,172 @@
+#include "cuda/miss_path.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include <immintrin.h>
+
+#include "core/error.h"
+#include "cuda/errors.h"
+#include "cuda/roofline.h"
+#include "plan/scratch.h"
+
+namespace lode::cuda {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The device words' layout inside the decode scratch's kMissPathScratch bytes.
+constexpr size_t kSequenceAt = 0, kPendingAt = 16, kSharesAt = 16 + 4 * (1 + kernels::kMaxMissExperts),
+                 kProbeSinkAt = kSharesAt + 4 * (1 + kernels::kMaxMissExperts);
+static_assert(kProbeSinkAt + 4 <= plan::kMissPathScratch);
+
+// The server spins while requests come (a decode step sends one per layer); after this long
+// without one it naps between looks, costing a nap's length on the next step's first request.
+constexpr auto kSpinBeforeNapping = std::chrono::milliseconds(50);
+constexpr auto kNap = std::chrono::microseconds(50);
+
+int server_threads() {
+  // All cores but two: one drives the GPU (its launches and its waits), one is left to the system, so
+  // that a pool thread the scheduler takes away (the pool waits for all of them) is rare.
+  const unsigned cores = std::thread::hardware_concurrency();
+  return cores > 2 ? int(cores) - 2 : 1;
+}
+
+size_t aligned(size_t n) { return (n + 255) / 256 * 256; }
+
+size_t expert_bytes(const model::MoeWeights& m) {
+  const auto bytes = [](const model::ExpertStack& s) { return size_t(s.first.rows) * s.first.row_bytes; };
+  return bytes(m.gate) + bytes(m.up) + bytes(m.down);
+}
+
+}  // namespace
+
+MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void* device_words, void* stream)
+    : weights_(weights), host_(weights, server_threads()) {
+  const model::Qwen35MoeConfig& c = weights.config;
+  if (c.n_experts_used > kernels::kMaxMissExperts)
+    fail("the CPU miss path routes at most {} experts per token; this model routes {} (use --miss-path gpu)",
+         kernels::kMaxMissExperts, c.n_experts_used);
+  const size_t x_at = aligned(sizeof(kernels::MissMailbox)), y_at = x_at + aligned(size_t(c.hidden) * 4);
+  const size_t bytes = y_at + size_t(kernels::kMaxMissExperts * c.hidden) * 4;
+  void* mailbox = nullptr;
+  check_cuda(cudaHostAlloc(&mailbox, bytes, cudaHostAllocMapped), "the CPU miss path's mailbox (pinned memory)");
+  std::memset(mailbox, 0, bytes);
+  box_ = new (mailbox) kernels::MissMailbox();
+  x_ = reinterpret_cast<float*>(static_cast<uint8_t*>(mailbox) + x_at);
+  y_ = reinterpret_cast<float*>(static_cast<uint8_t*>(mailbox) + y_at);
+  check_cuda(cudaMallocHost(&pinned_shares_, size_t(1 + kernels::kMaxMissExperts) * 4), "pinned memory");
+  void* device_box = nullptr;
+  check_cuda(cudaHostGetDevicePointer(&device_box, mailbox, 0), "mapping the CPU miss path's mailbox");
+  auto* words = static_cast<uint8_t*>(device_words);
+  link_.box = static_cast<kernels::MissMailbox*>(device_box);
+  link_.x = reinterpret_cast<float*>(static_cast<uint8_t*>(device_box) + x_at);
+  link_.y = reinterpret_cast<const float*>(static_cast<uint8_t*>(device_box) + y_at);
+  link_.sequence = reinterpret_cast<uint32_t*>(words + kSequenceAt);
+  link_.pending = reinterpret_cast<int32_t*>(words + kPendingAt);
+  link_.share = reinterpret_cast<const int32_t*>(words + kSharesAt);
+  link_.hidden = int(c.hidden);
+  measure_costs();
+  probe_gbps_ = measure_mapped_read_gbps(reinterpret_cast<unsigned*>(words + kProbeSinkAt), size_t(64) << 20, 3);
+  size_t all_bytes = 0;
+  for (const model::LayerWeights& layer : weights.layers) all_bytes += expert_bytes(layer.moe);
+  costs_.gpu_expert_us = double(all_bytes) / double(weights.layers.size()) / (probe_gbps_ * 1e3);
+  split_ = std::make_unique<plan::MissSplit>(path, int(c.n_experts_used), costs_);
+  upload_shares(stream);
+  check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "the CPU miss path's split");
+  server_ = std::thread([this] { serve(); });
+}
+
+MissPath::~MissPath() {
+  stop_.store(true);
+  if (server_.joinable()) server_.join();
+  cudaFreeHost(pinned_shares_);
+  cudaFreeHost(box_);
+}
+
+// The CPU's cost on the model's own experts: one and k experts at a time, each try on experts not
+// touched before (as a step's misses are not in the caches), the best of five (a pool thread the
+// scheduler takes away for a time slice makes a try milliseconds slower: seen on the H200 host).
+void MissPath::measure_costs() {
+  const model::Qwen35MoeConfig& c = weights_.config;
+  const int k = int(c.n_experts_used);
+  const std::vector<float> x(static_cast<size_t>(c.hidden), 0.01f);
+  std::vector<int32_t> experts(static_cast<size_t>(k));
+  int64_t next = 0;
+  const auto time_us = [&](int n) {
+    const int64_t layer = next / c.n_experts % c.n_layers;
+    for (int i = 0; i < n; ++i) experts[size_t(i)] = int32_t(next++ % c.n_experts);
+    const auto start = Clock::now();
+    host_.compute(layer, experts.data(), n, x.data(), y_);
+    return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  };
+  time_us(k), time_us(k);  // wakes the pool
+  double t1 = 1e30, tk = 1e30;
+  for (int i = 0; i < 5; ++i) t1 = std::min(t1, time_us(1)), tk = std::min(tk, time_us(k));
+  costs_.cpu_expert_us = k > 1 ? std::max(tk - t1, 0.0) / (k - 1) : t1;
+  costs_.cpu_request_us = std::max(t1 - costs_.cpu_expert_us, 0.0);
+}
+
+void MissPath::upload_shares(void* stream) {
+  const std::vector<int32_t>& shares = split_->shares();
+  std::copy(shares.begin(), shares.end(), pinned_shares_);
+  check_cuda(cudaMemcpyAsync(const_cast<int32_t*>(link_.share), pinned_shares_, shares.size() * 4,
+                             cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)),
+             "the CPU miss path's split");
+}
+
+void MissPath::serve() {
+  std::atomic_ref<uint32_t> request(box_->request), done(box_->done);
+  uint32_t seen = 0;
+  int32_t experts[kernels::kMaxMissExperts];
+  auto idle_since = Clock::now();
+  for (int spins = 0; !stop_.load(std::memory_order_relaxed); ++spins) {
+    const uint32_t number = request.load(std::memory_order_acquire);
+    if (number == seen) {
+      _mm_pause();
+      if (spins % 1024 == 1023 && Clock::now() - idle_since > kSpinBeforeNapping) std::this_thread::sleep_for(kNap);
+      continue;
+    }
+    seen = number;
+    const int64_t layer = std::atomic_ref<int32_t>(box_->layer).load(std::memory_order_acquire);
+    const int n = std::min(std::atomic_ref<int32_t>(box_->count).load(std::memory_order_acquire),
+                           int32_t(kernels::kMaxMissExperts));
+    std::copy_n(box_->expert, n, experts);
+    const auto start = Clock::now();
+    host_.compute(layer, experts, n, x_, y_);
+    idle_since = Clock::now();
+    done.store(number, std::memory_order_release);
+    cpu_ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(idle_since - start).count());
+    requests_ += 1, experts_ += uint64_t(n);
+    expert_bytes_ += uint64_t(n) * expert_bytes(weights_.layers[size_t(layer)].moe);
+  }
+}
+
+void MissPath::after_step(double step_seconds, void* stream) {
+  if (std::atomic_ref<uint32_t>(box_->timed_out).load())
+    fail("the CPU miss path did not answer layer {}'s request within {} s (a stalled host?); run with "
+         "--miss-path gpu to read absent experts over PCIe only",
+         box_->layer, kTimeoutNs / 1'000'000'000);
+  if (split_->observe_step(step_seconds)) upload_shares(stream);
+}
+
+MissStats MissPath::stats() const {
+  return {.requests = requests_.load(), .experts = experts_.load(), .expert_bytes = expert_bytes_.load(),
+          .cpu_seconds = double(cpu_ns_.load()) * 1e-9};
+}
+
+std::string MissPath::describe() const {
+  std::string shares;
+  for (int32_t s : split_->shares()) shares += fmt::format("{}{}", shares.empty() ? "" : " ", s);
+  return fmt::format("CPU miss path: {} threads; a request {:.0f} us + {:.0f} us per expert on the CPU, {:.0f} us per "
+                     "expert over PCIe ({:.1f} GB/s mapped reads); of 0..{} absent experts the CPU takes {}",
+                     host_.threads(), costs_.cpu_request_us, costs_.cpu_expert_us, costs_.gpu_expert_us, probe_gbps_,
+                     split_->shares().size() - 1, shares);
+}
+
+}  // namespace lode::cuda

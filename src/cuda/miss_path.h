@@ -1,0 +1,68 @@
+// The CPU miss path (DESIGN.md "The expert tier"): inside a decode step, once a layer's router has
+// chosen, the dispatch kernel hands some of the absent experts to the host (plan/miss_split.h says
+// how many) through a mailbox in mapped pinned memory, the GPU's kernels skip them and compute the
+// rest (absent ones read over PCIe), and before the expert sum a gather kernel waits for the host's
+// outputs and puts them in place. On the host a server thread answers each request with a pool of
+// spinning threads (cpu/host_experts.h), whose products are the GPU's bit for bit, so the tokens
+// do not depend on which side computed an expert. One host round trip per layer, and the step stays
+// one CUDA graph. Host code; needs the CUDA runtime.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "cpu/host_experts.h"
+#include "cuda/expert_kernels.h"
+#include "model/weights.h"
+#include "plan/miss_split.h"
+
+namespace lode::cuda {
+
+struct MissStats {
+  uint64_t requests = 0;      // layers that sent the CPU work
+  uint64_t experts = 0;       // experts the CPU computed
+  uint64_t expert_bytes = 0;  // their bytes (not read over PCIe)
+  double cpu_seconds = 0;     // the server's time computing them
+};
+
+class MissPath {
+ public:
+  // The decode scratch's kMissPathScratch bytes at `device_words` hold the kernels' device state.
+  // Measures the costs (plan/miss_split.h) before it returns: the CPU on the model's own experts,
+  // the GPU by the mapped-read probe.
+  MissPath(const model::ModelWeights& weights, plan::MissPath path, void* device_words, void* stream);
+  ~MissPath();
+  MissPath(const MissPath&) = delete;
+  MissPath& operator=(const MissPath&) = delete;
+
+  const kernels::MissLink& link() const { return link_; }
+  // After each decode step, its stream idle: fails clearly when the host did not answer a request
+  // in time; feeds the step's time to the split and uploads a changed table on `stream`.
+  void after_step(double step_seconds, void* stream);
+  MissStats stats() const;
+  // One line for the run log: threads, measured costs, the split.
+  std::string describe() const;
+  static constexpr uint64_t kTimeoutNs = 20'000'000'000;  // a request unanswered this long fails the step
+
+ private:
+  void measure_costs();
+  void serve();
+  void upload_shares(void* stream);
+
+  const model::ModelWeights& weights_;
+  cpu::HostExperts host_;
+  plan::MissCosts costs_;
+  std::unique_ptr<plan::MissSplit> split_;
+  double probe_gbps_ = 0;
+  kernels::MissMailbox* box_ = nullptr;  // pinned, mapped
+  float *x_ = nullptr, *y_ = nullptr;    // host addresses of the mailbox's x and y
+  int32_t* pinned_shares_ = nullptr;
+  kernels::MissLink link_;
+  std::thread server_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> requests_{0}, experts_{0}, expert_bytes_{0}, cpu_ns_{0};
+};
+
+}  // namespace lode::cuda

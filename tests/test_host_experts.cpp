@@ -1,0 +1,140 @@
+// The CPU miss path's host side, without a GPU: HostExperts (cpu/host_experts.h) computes an
+// expert as down(swiglu(gate x, up x)) with the twin's products, split over a spinning pool in
+// any number of threads with the same bits; SpinPool runs every task once; MissSplit's table.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/exact_math.h"
+#include "cpu/host_experts.h"
+#include "cpu/q8_twin.h"
+#include "cpu/spin_pool.h"
+#include "gguf/reader.h"
+#include "model/matrix_view.h"
+#include "model/weights.h"
+#include "plan/miss_split.h"
+#include "support/paths.h"
+
+namespace {
+
+namespace twin = lode::cpu::q8twin;
+
+struct Aligned {
+  std::vector<uint8_t> bytes;
+  twin::RoundedX x;
+  explicit Aligned(int64_t cols) : bytes(twin::rounded_bytes(cols) + 64) {
+    const auto at = reinterpret_cast<uintptr_t>(bytes.data());
+    x = twin::rounded_in(reinterpret_cast<void*>((at + 63) / 64 * 64), cols);
+  }
+};
+
+// One expert by the twin's row_dot, row after row, in one thread.
+std::vector<float> expert_by_row_dot(const lode::model::MoeWeights& m, int32_t e, const std::vector<float>& x) {
+  const lode::model::MatrixView gate = m.gate.expert(e), up = m.up.expert(e), down = m.down.expert(e);
+  Aligned gx(gate.cols), ux(up.cols), dx(down.cols);
+  twin::round(gate.type->type, x.data(), nullptr, gate.cols, gx.x);
+  twin::round(up.type->type, x.data(), nullptr, up.cols, ux.x);
+  std::vector<float> g(static_cast<size_t>(gate.rows)), u(static_cast<size_t>(up.rows));
+  for (int64_t r = 0; r < gate.rows; ++r) g[size_t(r)] = twin::row_dot(gate.type->type, gate.row(r), gate.cols, gx.x);
+  for (int64_t r = 0; r < up.rows; ++r) u[size_t(r)] = twin::row_dot(up.type->type, up.row(r), up.cols, ux.x);
+  twin::round(down.type->type, g.data(), u.data(), down.cols, dx.x);
+  std::vector<float> y(static_cast<size_t>(down.rows));
+  for (int64_t r = 0; r < down.rows; ++r) y[size_t(r)] = twin::row_dot(down.type->type, down.row(r), down.cols, dx.x);
+  return y;
+}
+
+// The same expert in double precision from the dequantized weights (no rounding of x).
+std::vector<double> expert_in_double(const lode::model::MoeWeights& m, int32_t e, const std::vector<float>& x) {
+  const auto product = [](const lode::model::MatrixView& w, const std::vector<double>& in) {
+    std::vector<double> out(static_cast<size_t>(w.rows));
+    std::vector<float> row(static_cast<size_t>(w.cols));
+    for (int64_t r = 0; r < w.rows; ++r) {
+      lode::model::dequantize_row(w, r, row.data());
+      for (int64_t c = 0; c < w.cols; ++c) out[size_t(r)] += double(row[size_t(c)]) * in[size_t(c)];
+    }
+    return out;
+  };
+  const std::vector<double> xd(x.begin(), x.end());
+  const std::vector<double> g = product(m.gate.expert(e), xd), u = product(m.up.expert(e), xd);
+  std::vector<double> h(g.size());
+  for (size_t i = 0; i < g.size(); ++i) h[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+  return product(m.down.expert(e), h);
+}
+
+TEST(HostExperts, AreTheTwinsProductsInAnyNumberOfThreads) {
+  const lode::gguf::Reader reader(lode::test::mini_model_path());
+  const lode::model::ModelWeights weights = lode::model::bind_weights(reader, lode::model::read_config(reader.metadata()));
+  ASSERT_EQ(lode::cpu::HostExperts::unsupported(weights), "");
+  const auto& c = weights.config;
+  std::vector<float> x(static_cast<size_t>(c.hidden));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * float(i)) * 0.8f;
+  const std::vector<int32_t> experts = {3, 0, int32_t(c.n_experts - 1), 7};
+  for (int threads : {1, 3}) {
+    lode::cpu::HostExperts host(weights, threads);
+    for (int64_t layer : {int64_t(0), c.n_layers - 1}) {
+      std::vector<float> y(experts.size() * size_t(c.hidden), -1.0f);
+      host.compute(layer, experts.data(), int(experts.size()), x.data(), y.data());
+      const lode::model::MoeWeights& m = weights.layers[size_t(layer)].moe;
+      for (size_t i = 0; i < experts.size(); ++i) {
+        const std::vector<float> want = expert_by_row_dot(m, experts[i], x);
+        ASSERT_EQ(std::memcmp(want.data(), y.data() + i * size_t(c.hidden), want.size() * 4), 0)
+            << threads << " threads, layer " << layer << ", expert " << experts[i];
+        // And it is the expert's function: within the 8-bit rounding of the inputs.
+        const std::vector<double> exact = expert_in_double(m, experts[i], x);
+        double err = 0, norm = 0;
+        for (size_t r = 0; r < exact.size(); ++r) {
+          err += std::pow(double(want[r]) - exact[r], 2);
+          norm += exact[r] * exact[r];
+        }
+        EXPECT_LT(std::sqrt(err / norm), 0.03) << "layer " << layer << ", expert " << experts[i];
+      }
+    }
+  }
+}
+
+TEST(SpinPool, RunsEveryTaskOnceAndAgain) {
+  lode::cpu::SpinPool pool(4);
+  std::vector<std::atomic<int>> hits(1000);
+  for (int round = 0; round < 200; ++round) {
+    const int64_t tasks = 1 + round * 5 % 1000;
+    pool.run(tasks, [&](int64_t i) { hits[size_t(i)].fetch_add(1); });
+    for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(hits[size_t(i)].exchange(0), i < tasks ? 1 : 0) << round << " " << i;
+  }
+}
+
+TEST(MissSplit, TheTableFollowsTheCostsAndThePath) {
+  using lode::plan::MissPath;
+  using lode::plan::MissSplit;
+  const lode::plan::MissCosts costs{.cpu_request_us = 10, .cpu_expert_us = 40, .gpu_expert_us = 40};
+  const MissSplit cpu(MissPath::cpu, 8, costs), gpu(MissPath::gpu, 8, costs), split(MissPath::automatic, 8, costs);
+  for (int m = 0; m <= 8; ++m) {
+    EXPECT_EQ(cpu.shares()[size_t(m)], m);
+    EXPECT_EQ(gpu.shares()[size_t(m)], 0);
+    const int s = split.shares()[size_t(m)];
+    // Even costs: about half, never more than the GPU's side would take.
+    EXPECT_LE(s, m / 2 + 1) << m;
+    EXPECT_GE(s, (m - 1) / 2) << m;
+  }
+  // A CPU four times as fast takes most of them.
+  const MissSplit fast(MissPath::automatic, 8, {.cpu_request_us = 0, .cpu_expert_us = 10, .gpu_expert_us = 40});
+  EXPECT_GE(fast.shares()[8], 6);
+}
+
+TEST(MissSplit, TuningKeepsWhatDecodesFaster) {
+  using lode::plan::MissSplit;
+  MissSplit split(lode::plan::MissPath::automatic, 8, {.cpu_request_us = 10, .cpu_expert_us = 40, .gpu_expert_us = 40});
+  // Steps get faster the more the CPU takes: the tuning should lower the CPU's weight over time.
+  const auto step_time = [&] { return 1.0 - 0.01 * split.shares()[8]; };
+  const int before = split.shares()[8];
+  for (int i = 0; i < 40 * MissSplit::kWindow; ++i) split.observe_step(step_time());
+  EXPECT_GT(split.shares()[8], before);
+  EXPECT_LT(split.cpu_weight(), 1.0);
+  // Never changes for a fixed path.
+  MissSplit fixed(lode::plan::MissPath::cpu, 8, {});
+  for (int i = 0; i < 4 * MissSplit::kWindow; ++i) EXPECT_FALSE(fixed.observe_step(1.0));
+}
+
+}  // namespace
