@@ -153,7 +153,8 @@ TEST(Q8TwinFast, SameBitsAsTheReference) {
       const size_t stride = lode::row_bytes(type, cols) + (cols % 512 == 0 ? 0 : 18);
       for (Weights wk : {Weights::quantized, Weights::random_bytes, Weights::all_ones, Weights::all_zero}) {
         const std::vector<uint8_t> w = make_rows(type, wk, rows, cols, stride, rng);
-        for (Input xk : {Input::normal, Input::zero, Input::outliers, Input::enormous, Input::constant, Input::swiglu}) {
+        for (Input xk :
+             {Input::normal, Input::zero, Input::outliers, Input::enormous, Input::constant, Input::swiglu}) {
           Rounded r(cols);
           make_x(type, xk, cols, rng, r);
           EXPECT_EQ(mismatches(type, w, stride, rows, cols, r.x), "")

@@ -4,6 +4,7 @@
 // the down product; each float bit-identical to what the CUDA decode step computes for the same
 // expert. Buffers are allocated once; compute() allocates nothing.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@ class HostExperts {
   std::vector<uint8_t> memory_;       // the rounded inputs (64-byte aligned) and the gate/up outputs
   size_t gate_x_, up_x_, down_x_, down_x_stride_;
   float* gu_ = nullptr;               // [n][gate ff | up ff]
+  std::vector<std::atomic<int>> gate_up_left_, down_ready_;  // per expert of a compute()
 };
 
 }  // namespace lode::cpu

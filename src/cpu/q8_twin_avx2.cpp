@@ -1,18 +1,18 @@
-// AVX2 kernels for q8twin::rows (cpu/q8_twin_fast.h): row_dot's bits, several times faster.
+// AVX2 kernels for q8twin::rows (cpu/q8_twin_fast.h): row_dot's bits, an order of magnitude faster.
 //
-// Why the bits agree: the integer parts of a slice (its dot products, scaled sums and mins) are
-// exact in any order, so they use whatever SIMD sums are quickest (maddubs of unsigned weights with
-// signed x, madd to int32, reductions that leave the slices permuted). The float parts are row_dot's operations in row_dot's
-// order, only eight at a time: a vector holds 8 consecutive slices, and since lanes is a multiple
-// of 8 (or the shape falls back to row_dot), the GPU's lane i is position i % 8 of accumulator
-// i / 8. Each accumulator position adds its slices in row order starting from 0.0f, and the
-// butterfly runs first across accumulators (offsets lanes / 2 .. 8), then inside accumulator 0
-// (offsets 4, 2, 1). No FMA: the target is avx2 and f16c only, and the build passes
-// -ffp-contract=off, so every multiply and add rounds on its own. F16C's half-to-float conversion is
-// exact, as is lode::fp16_to_fp32.
+// Why the bits agree. The integer parts of a slice (its dot products, scaled sums and mins) are
+// exact in any order, so they use whatever SIMD sums are quickest: maddubs of unsigned weights with
+// signed x, madd to int32 (with the 6-bit scales as the multipliers), hadd trees. The float parts
+// are row_dot's operations in row_dot's order, eight slices at a time: since lanes is a multiple of
+// 8 (shapes where it is not fall back to row_dot), the GPU's lane i is position i % 8 of
+// accumulator i / 8; each position adds its slices in row order starting from 0.0f, and the
+// butterfly runs across accumulators (offsets lanes / 2 .. 8), then inside accumulator 0 (offsets
+// 4, 2, 1). No FMA: the target is avx2 and f16c only and the build passes -ffp-contract=off, so
+// every multiply and add rounds on its own. F16C's half-to-float conversion is exact, like
+// lode::fp16_to_fp32.
 //
-// x may be assumed to hold q in [-127, 127] (round() never makes -128): the Q8_0 kernels' sign
-// trick, |w| * (x signed by w), relies on it.
+// The Q8_0 kernels' sign trick, |w| * (x signed by w), needs x.q in [-127, 127]; round() never
+// makes -128 (its scale maps the largest |value| to 127).
 #include "cpu/q8_twin_fast.h"
 
 #include <immintrin.h>
@@ -75,32 +75,28 @@ LODE_AVX2_INLINE __m256i madd(__m256i a, __m256i b) { return _mm256_madd_epi16(a
 
 // ---- Slice sums and lane sums ------------------------------------------------------------------
 //
-// The integer reductions leave a super-block's 8 slices in a vector out of order; every per-slice
-// vector (x's scales and sums, the weights' mins) is laid out in the same order, so the float steps
-// still pair up, and each row's accumulators are put back in slice order once, before the butterfly.
-// The reductions use shifts and blends, not hadd: Intel runs those off its one shuffle port, which
-// the kernels need for other things.
+// The integer reductions (hadd trees) leave a super-block's 8 slices in a vector out of order;
+// every per-slice vector (x's scales and sums, the weights' mins) is laid out in the same order, so
+// the float steps still pair up, and each row's accumulators are put back in slice order once,
+// before the butterfly.
 
-// Where a reduction leaves the slices: position p holds slice slice_at[p]; slice i is at position_of[i].
+// Where a reduction leaves the slices: position p holds slice slice_at[p], slice i sits at
+// position_of[i].
 struct SliceOrder {
   int slice_at[8];
   int position_of[8];
 };
 constexpr SliceOrder kQuadOrder{{0, 2, 4, 6, 1, 3, 5, 7}, {0, 4, 1, 5, 2, 6, 3, 7}};  // slice_sums
-constexpr SliceOrder kPairOrder{{0, 4, 1, 5, 2, 6, 3, 7}, {0, 2, 4, 6, 1, 3, 5, 7}};  // pair_sums
+constexpr SliceOrder kPairOrder{{0, 1, 4, 5, 2, 3, 6, 7}, {0, 1, 4, 5, 2, 3, 6, 7}};  // pair_sums
 
-// [a0 + a1, b0 + b1, a2 + a3, b2 + b3] in each 128-bit half.
-LODE_AVX2_INLINE __m256i pair_sums(__m256i a, __m256i b) {
-  const __m256i even = _mm256_blend_epi32(a, _mm256_slli_epi64(b, 32), 0xaa);
-  const __m256i odd = _mm256_blend_epi32(_mm256_srli_epi64(a, 32), b, 0xaa);
-  return _mm256_add_epi32(even, odd);
-}
+// Four slices' int32 sums each from a and b, whose int32 2t, 2t + 1 are slice t's halves (slices
+// 0-3 in a, 4-7 in b): in kPairOrder.
+LODE_AVX2_INLINE __m256i pair_sums(__m256i a, __m256i b) { return _mm256_hadd_epi32(a, b); }
 
 // Eight slices' int32 sums in kQuadOrder, from four registers that each hold slice 2g's four
 // partial sums in their low 128 bits and slice 2g + 1's in their high 128 bits.
 LODE_AVX2_INLINE __m256i slice_sums(const __m256i* by_pair) {
-  const __m256i t01 = pair_sums(by_pair[0], by_pair[1]), t23 = pair_sums(by_pair[2], by_pair[3]);
-  return _mm256_add_epi32(_mm256_unpacklo_epi64(t01, t23), _mm256_unpackhi_epi64(t01, t23));
+  return _mm256_hadd_epi32(_mm256_hadd_epi32(by_pair[0], by_pair[1]), _mm256_hadd_epi32(by_pair[2], by_pair[3]));
 }
 
 // Lane 0 after the GPU's butterfly over the 8 * kAcc lanes in acc (positions in `order`):
@@ -111,7 +107,8 @@ LODE_AVX2_INLINE float butterfly(__m256* acc, const SliceOrder& order) {
   for (int half = kAcc / 2; half > 0; half /= 2)
 #pragma GCC unroll 2
     for (int i = 0; i < half; ++i) acc[i] = _mm256_add_ps(acc[i], acc[i + half]);
-  const __m256 lanes = _mm256_permutevar8x32_ps(acc[0], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(order.position_of)));
+  const __m256i in_slice_order = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(order.position_of));
+  const __m256 lanes = _mm256_permutevar8x32_ps(acc[0], in_slice_order);
   __m128 v = _mm_add_ps(_mm256_castps256_ps128(lanes), _mm256_extractf128_ps(lanes, 1));  // o = 4
   v = _mm_add_ps(v, _mm_movehl_ps(v, v));                                                  // o = 2
   v = _mm_add_ss(v, _mm_movehdup_ps(v));                                                   // o = 1
@@ -122,7 +119,8 @@ LODE_AVX2_INLINE float butterfly(__m256* acc, const SliceOrder& order) {
 // so little per byte that the hardware prefetcher alone leaves them waiting on memory.
 constexpr size_t kPrefetchBytes = 2048;
 
-LODE_AVX2_INLINE void prefetch_row_ahead(const uint8_t* w, size_t row_bytes, int64_t r, int64_t rows, size_t used_bytes) {
+LODE_AVX2_INLINE void prefetch_row_ahead(const uint8_t* w, size_t row_bytes, int64_t r, int64_t rows,
+                                        size_t used_bytes) {
   const int64_t ahead = int64_t((kPrefetchBytes + used_bytes - 1) / used_bytes);
   if (r + ahead >= rows) return;
   const uint8_t* p = w + size_t(r + ahead) * row_bytes;
@@ -179,7 +177,8 @@ LODE_AVX2_INLINE __m256 k45_slices(const uint8_t* block, const int8_t* xq, __m25
   const __m128i scales_mins = k45_scales_mins(block + offsetof(BlockQ4_K, scales));
   alignas(32) int32_t scale_words[8];  // scale j in both int16 of word j
   const __m256i scales = _mm256_cvtepu8_epi32(scales_mins);
-  _mm256_store_si256(reinterpret_cast<__m256i*>(scale_words), _mm256_or_si256(scales, _mm256_slli_epi32(scales, 16)));
+  const __m256i doubled = _mm256_or_si256(scales, _mm256_slli_epi32(scales, 16));
+  _mm256_store_si256(reinterpret_cast<__m256i*>(scale_words), doubled);
   asm("" : "+m"(scale_words));  // else GCC forwards the store as shuffles, which is what we avoid
   const __m256i low4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
   __m256i fifth = kFifthBit ? loadu(block + offsetof(BlockQ5_K, qh)) : _mm256_setzero_si256();
@@ -241,7 +240,7 @@ LODE_AVX2 void prepare_q6k_x(const RoundedX& x, int64_t cols, __m256i* offset) {
 template <int kQuarter>
 LODE_AVX2_INLINE __m256i q6k_values(__m256i ql_a, __m256i ql_b, __m256i qh) {
   const __m256i low = kQuarter % 2 ? ql_b : ql_a, low4 = _mm256_set1_epi8(0x0f), bits45 = _mm256_set1_epi8(0x30);
-  const __m256i nibbles = kQuarter < 2 ? _mm256_and_si256(low, low4) : _mm256_and_si256(_mm256_srli_epi16(low, 4), low4);
+  const __m256i nibbles = _mm256_and_si256(kQuarter < 2 ? low : _mm256_srli_epi16(low, 4), low4);
   __m256i high;
   if constexpr (kQuarter == 0) high = _mm256_slli_epi16(qh, 4);
   if constexpr (kQuarter == 1) high = _mm256_slli_epi16(qh, 2);
@@ -354,7 +353,8 @@ LODE_AVX2_INLINE __m256i q8_0_block_parts(const uint8_t* quants, const int8_t* x
   return madd(pairs, _mm256_set1_epi16(1));
 }
 
-// Slices 4b .. 4b + 7 (blocks b and b + 1), in kPairOrder: even positions block b's, odd b + 1's.
+// Slices 4b .. 4b + 7 (blocks b and b + 1), in kPairOrder: positions 0, 1, 4, 5 block b's, the
+// others b + 1's.
 LODE_AVX2_INLINE __m256 q8_0_block_pair(const uint8_t* row, int64_t b, const RoundedX& x) {
   const uint8_t* block = row + size_t(b) * sizeof(BlockQ8_0);
   const __m256i sums = pair_sums(q8_0_block_parts(block + 2, x.q + 32 * b),
@@ -362,11 +362,12 @@ LODE_AVX2_INLINE __m256 q8_0_block_pair(const uint8_t* row, int64_t b, const Rou
   const int halves = int(u16_at(block)) | int(u16_at(block + sizeof(BlockQ8_0))) << 16;
   const __m128 x_d = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.d + b)));
   const __m128 scales = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(halves)), x_d);
-  const __m256 scale = _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(scales)));
+  const __m256 scale =
+      _mm256_permutevar8x32_ps(_mm256_castps128_ps256(scales), _mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1));
   return _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sums));
 }
 
-// Slices 4b .. 4b + 3 of a row's last, unpaired block, at the even positions of kPairOrder.
+// Slices 4b .. 4b + 3 of a row's last, unpaired block, at their positions in kPairOrder (0, 1, 4, 5).
 LODE_AVX2_INLINE __m256 q8_0_last_block(const uint8_t* row, int64_t b, const RoundedX& x) {
   const uint8_t* block = row + size_t(b) * sizeof(BlockQ8_0);
   const __m256i parts = q8_0_block_parts(block + 2, x.q + 32 * b);
@@ -397,7 +398,7 @@ LODE_AVX2 void q8_0_slice_rows(const uint8_t* w, size_t row_bytes, int64_t rows,
         acc[i] = _mm256_add_ps(acc[i], q8_0_block_pair(row, 2 * (p + i), x));
       } else if (p + i == n_pairs && n_blocks % 2) {
         const __m256 added = _mm256_add_ps(acc[i], q8_0_last_block(row, n_blocks - 1, x));
-        acc[i] = _mm256_blend_ps(acc[i], added, 0x55);
+        acc[i] = _mm256_blend_ps(acc[i], added, 0x33);
       }
     }
     y[r] = butterfly<kAcc>(acc, kPairOrder);
@@ -446,9 +447,10 @@ LODE_AVX2_INLINE void q8_0_block_scales(const uint8_t* row, int64_t n_blocks, co
   constexpr size_t kB = sizeof(BlockQ8_0);
   for (int64_t b = 0; b < n_blocks; b += 8) {
     const uint8_t* p = row + size_t(b) * kB;
-    const __m128i halves = _mm_setr_epi16(short(u16_at(p)), short(u16_at(p + kB)), short(u16_at(p + 2 * kB)),
-                                          short(u16_at(p + 3 * kB)), short(u16_at(p + 4 * kB)), short(u16_at(p + 5 * kB)),
-                                          short(u16_at(p + 6 * kB)), short(u16_at(p + 7 * kB)));
+    const __m128i halves =
+        _mm_setr_epi16(short(u16_at(p)), short(u16_at(p + kB)), short(u16_at(p + 2 * kB)), short(u16_at(p + 3 * kB)),
+                       short(u16_at(p + 4 * kB)), short(u16_at(p + 5 * kB)), short(u16_at(p + 6 * kB)),
+                       short(u16_at(p + 7 * kB)));
     _mm256_storeu_ps(out + b, _mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_loadu_ps(x_d + b)));
   }
 }

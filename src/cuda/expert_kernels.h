@@ -53,7 +53,7 @@ struct MissLink {
 const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8_t* resident, int layer,
                           const float* x, void* stream);
 // Before the expert sum: waits for the host's answer (at most `timeout_ns`, then marks the mailbox
-// timed out) and copies its outputs into y [k][hidden] at their positions.
-const char* miss_gather(const MissLink& link, float* y, uint64_t timeout_ns, void* stream);
+// timed out) and copies its outputs into y [k][hidden] at their positions (hidden a multiple of 4).
+const char* miss_gather(const MissLink& link, float* y, int k, uint64_t timeout_ns, void* stream);
 
 }  // namespace lode::cuda::kernels

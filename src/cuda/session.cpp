@@ -394,7 +394,7 @@ struct CudaSession::Impl {
     }
     // The down projection applies the SwiGLU to the gate (g) and up (u = g + k ff) outputs as it reads them.
     grouped(d.down, ids, k, g, ff, y, k * ff);
-    if (miss) check(kernels::miss_gather(miss->link(), y, MissPath::kTimeoutNs, stream), "the CPU miss path's gather");
+    if (miss) check(kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream), "the CPU miss path's gather");
     mark(Phase::experts);
     if (beside) {
       check_cuda(cudaStreamWaitEvent(stream, join), "joining the shared expert");
@@ -480,7 +480,8 @@ struct CudaSession::Impl {
       return void(miss_summary = "none (every expert is in VRAM)");
     const std::string why = options.activations != model::Activations::q8
                                 ? "it reproduces the GPU's 8-bit products (--activations q8)"
-                                : cpu::HostExperts::unsupported(host);
+                            : config.hidden % 4 != 0 ? "its hidden size is not a multiple of 4"
+                                                     : cpu::HostExperts::unsupported(host);
     if (!why.empty()) {
       if (path == plan::MissPath::cpu) fail("--miss-path cpu cannot run this model: {}", why);
       return void(miss_summary = fmt::format("gpu (the CPU cannot take misses: {})", why));
