@@ -15,6 +15,7 @@
 // makes -128 (its scale maps the largest |value| to 127).
 #include "cpu/q8_twin_fast.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstddef>
@@ -523,8 +524,13 @@ LODE_AVX2 void q8_0_word_rows(const uint8_t* w, size_t row_bytes, int64_t rows, 
 
 // ---- Choosing a kernel -------------------------------------------------------------------------
 
+// AVX2 (which also says the OS saves the registers) and F16C, which every AVX2 processor has but
+// which is asked of cpuid directly: not every compiler's __builtin_cpu_supports knows "f16c".
 bool host_has_avx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+  }();
   return has;
 }
 

@@ -28,15 +28,23 @@ SpinPool::~SpinPool() {
   for (std::thread& t : workers_) t.join();
 }
 
-void SpinPool::work() {
-  for (int64_t i; (i = next_.fetch_add(1, std::memory_order_relaxed)) < tasks_;) {
-    call_(context_, i);
+void SpinPool::work(uint32_t generation) {
+  for (;;) {
+    uint64_t claim = claim_.load(std::memory_order_acquire);
+    if (uint32_t(claim >> 32) != generation) return;
+    // Read before the claim; used only if the claim succeeds, which means they are this generation's.
+    const Call call = call_.load(std::memory_order_relaxed);
+    void* const context = context_.load(std::memory_order_relaxed);
+    const int64_t i = int64_t(claim & 0xffffffffu);
+    if (i >= tasks_.load(std::memory_order_relaxed)) return;
+    if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) continue;
+    call(context, i);
     done_.fetch_add(1, std::memory_order_release);
   }
 }
 
 void SpinPool::worker_loop() {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
     auto idle_since = std::chrono::steady_clock::now();
     for (int spins = 0; generation_.load(std::memory_order_acquire) == seen; ++spins) {
@@ -48,24 +56,21 @@ void SpinPool::worker_loop() {
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    work();
-    finished_.fetch_add(1, std::memory_order_acq_rel);
+    work(seen);
   }
 }
 
 void SpinPool::run_job(int64_t tasks, Call call, void* context) {
-  call_ = call, context_ = context, tasks_ = tasks;
-  next_.store(0, std::memory_order_relaxed);
+  const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  call_.store(call, std::memory_order_relaxed);
+  context_.store(context, std::memory_order_relaxed);
+  tasks_.store(tasks, std::memory_order_relaxed);
   done_.store(0, std::memory_order_relaxed);
-  finished_.store(0, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
+  claim_.store(uint64_t(generation) << 32, std::memory_order_release);
+  generation_.store(generation, std::memory_order_release);
   generation_.notify_all();
-  work();
-  // Every task done, and every worker out of work() (each takes part in every generation), so the
-  // next run may reset the counters and the job.
-  while (done_.load(std::memory_order_acquire) < tasks ||
-         finished_.load(std::memory_order_acquire) < int(workers_.size()))
-    LODE_PAUSE();
+  work(generation);
+  while (done_.load(std::memory_order_acquire) < tasks) LODE_PAUSE();
 }
 
 }  // namespace lode::cpu

@@ -1,7 +1,9 @@
 // A pool of threads that spin while they wait, for work measured in microseconds: the CPU miss
-// path runs three short parallel loops per MoE layer inside a decode step, where waking sleeping
-// threads (tens of microseconds) would cost more than the work. Threads that find nothing to do
-// for a while fall asleep (std::atomic wait) and cost nothing between generations.
+// path runs a short parallel loop per MoE layer inside a decode step, where waking sleeping threads
+// (tens of microseconds) would cost more than the work. Threads that find nothing to do for a
+// while fall asleep (std::atomic wait) and cost nothing between generations. A run waits only for
+// its tasks, never for a thread that has not joined in: on a virtual machine a thread's core can be
+// taken away for milliseconds, and a pool that waited for every thread would stall with it.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -29,15 +31,18 @@ class SpinPool {
  private:
   using Call = void (*)(void*, int64_t);
   void run_job(int64_t tasks, Call call, void* context);
-  void work();
+  void work(uint32_t generation);
   void worker_loop();
 
-  Call call_ = nullptr;
-  void* context_ = nullptr;
-  int64_t tasks_ = 0;
-  std::atomic<int64_t> next_{0}, done_{0};
-  std::atomic<int> finished_{0};      // workers done with this generation: run() returns once all are
-  std::atomic<uint64_t> generation_{0};
+  // The job of the current generation. A thread claims task i by moving `claim_` from
+  // (generation, i) to (generation, i + 1); a thread late from an older generation fails to, so it
+  // never runs a task with another generation's job.
+  std::atomic<Call> call_{nullptr};
+  std::atomic<void*> context_{nullptr};
+  std::atomic<int64_t> tasks_{0};
+  std::atomic<uint64_t> claim_{0};   // generation << 32 | the next task
+  std::atomic<int64_t> done_{0};
+  std::atomic<uint32_t> generation_{0};
   std::atomic<bool> stop_{false};
   std::vector<std::thread> workers_;
 };

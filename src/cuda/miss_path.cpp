@@ -90,7 +90,7 @@ MissPath::~MissPath() {
 }
 
 // The CPU's cost on the model's own experts: one and k experts at a time, each try on experts not
-// touched before (as a step's misses are not in the caches), the best of five (a pool thread the
+// touched before (as a step's misses are not in the caches), the best of seven (a pool thread the
 // scheduler takes away for a time slice makes a try milliseconds slower: seen on the H200 host).
 void MissPath::measure_costs() {
   const model::Qwen35MoeConfig& c = weights_.config;
@@ -107,7 +107,7 @@ void MissPath::measure_costs() {
   };
   time_us(k), time_us(k);  // wakes the pool
   double t1 = 1e30, tk = 1e30;
-  for (int i = 0; i < 5; ++i) t1 = std::min(t1, time_us(1)), tk = std::min(tk, time_us(k));
+  for (int i = 0; i < 7; ++i) t1 = std::min(t1, time_us(1)), tk = std::min(tk, time_us(k));
   costs_.cpu_expert_us = k > 1 ? std::max(tk - t1, 0.0) / (k - 1) : t1;
   costs_.cpu_request_us = std::max(t1 - costs_.cpu_expert_us, 0.0);
 }
