@@ -22,27 +22,18 @@ namespace {
 
 namespace twin = lode::cpu::q8twin;
 
-struct Aligned {
-  std::vector<uint8_t> bytes;
-  twin::RoundedX x;
-  explicit Aligned(int64_t cols) : bytes(twin::rounded_bytes(cols) + 64) {
-    const auto at = reinterpret_cast<uintptr_t>(bytes.data());
-    x = twin::rounded_in(reinterpret_cast<void*>((at + 63) / 64 * 64), cols);
-  }
-};
-
 // One expert by the twin's row_dot, row after row, in one thread.
 std::vector<float> expert_by_row_dot(const lode::model::MoeWeights& m, int32_t e, const std::vector<float>& x) {
   const lode::model::MatrixView gate = m.gate.expert(e), up = m.up.expert(e), down = m.down.expert(e);
-  Aligned gx(gate.cols), ux(up.cols), dx(down.cols);
-  twin::round(gate.type->type, x.data(), nullptr, gate.cols, gx.x);
-  twin::round(up.type->type, x.data(), nullptr, up.cols, ux.x);
+  twin::RoundedBuffer gx(gate.cols), ux(up.cols), dx(down.cols);
+  twin::round(gate.type->type, x.data(), nullptr, gate.cols, gx.x());
+  twin::round(up.type->type, x.data(), nullptr, up.cols, ux.x());
   std::vector<float> g(static_cast<size_t>(gate.rows)), u(static_cast<size_t>(up.rows));
-  for (int64_t r = 0; r < gate.rows; ++r) g[size_t(r)] = twin::row_dot(gate.type->type, gate.row(r), gate.cols, gx.x);
-  for (int64_t r = 0; r < up.rows; ++r) u[size_t(r)] = twin::row_dot(up.type->type, up.row(r), up.cols, ux.x);
-  twin::round(down.type->type, g.data(), u.data(), down.cols, dx.x);
+  for (int64_t r = 0; r < gate.rows; ++r) g[size_t(r)] = twin::row_dot(gate.type->type, gate.row(r), gate.cols, gx.x());
+  for (int64_t r = 0; r < up.rows; ++r) u[size_t(r)] = twin::row_dot(up.type->type, up.row(r), up.cols, ux.x());
+  twin::round(down.type->type, g.data(), u.data(), down.cols, dx.x());
   std::vector<float> y(static_cast<size_t>(down.rows));
-  for (int64_t r = 0; r < down.rows; ++r) y[size_t(r)] = twin::row_dot(down.type->type, down.row(r), down.cols, dx.x);
+  for (int64_t r = 0; r < down.rows; ++r) y[size_t(r)] = twin::row_dot(down.type->type, down.row(r), down.cols, dx.x());
   return y;
 }
 

@@ -21,20 +21,12 @@ namespace twin = lode::cpu::q8twin;
 
 constexpr GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
-struct Rounded {
-  std::vector<uint8_t> memory;
-  twin::RoundedX x;
-  Rounded(int64_t cols) : memory(twin::rounded_bytes(cols) + 64) {
-    auto at = reinterpret_cast<uintptr_t>(memory.data());
-    x = twin::rounded_in(reinterpret_cast<void*>((at + 63) / 64 * 64), cols);
-  }
-  // The rounded values as floats: d * q.
-  std::vector<float> values(int64_t cols) const {
-    std::vector<float> v(static_cast<size_t>(cols));
-    for (int64_t c = 0; c < cols; ++c) v[size_t(c)] = x.d[c / 32] * float(x.q[c]);
-    return v;
-  }
-};
+// The rounded values as floats: d * q.
+std::vector<float> values(const twin::RoundedX& x, int64_t cols) {
+  std::vector<float> v(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) v[size_t(c)] = x.d[c / 32] * float(x.q[c]);
+  return v;
+}
 
 std::vector<uint8_t> quantized_rows(GgmlType type, int64_t rows, int64_t cols, std::mt19937& rng) {
   const size_t row_bytes = lode::row_bytes(type, cols);
@@ -51,17 +43,17 @@ TEST(Q8Twin, RoundingIsTheCpuEnginesActivationRounding) {
   for (GgmlType type : kTypes) {
     for (int64_t cols : {256, 512, 2048}) {
       const std::vector<float> x = lode::test::normal_floats(size_t(cols), rng, 2.0f);
-      Rounded r(cols);
-      twin::round(type, x.data(), nullptr, cols, r.x);
+      twin::RoundedBuffer r(cols);
+      twin::round(type, x.data(), nullptr, cols, r.x());
       std::vector<float> engine(static_cast<size_t>(cols));
       lode::cpu::round_activations(type, x.data(), engine.data(), cols);
-      const std::vector<float> mine = r.values(cols);
+      const std::vector<float> mine = values(r.x(), cols);
       for (int64_t c = 0; c < cols; ++c)
         ASSERT_EQ(mine[size_t(c)], engine[size_t(c)]) << lode::traits(type).name << " cols " << cols << " at " << c;
       for (int64_t s = 0; s < cols / 16; ++s) {
         int sum = 0;
-        for (int i = 0; i < 16; ++i) sum += r.x.q[16 * s + i];
-        ASSERT_EQ(r.x.sum16[s], sum);
+        for (int i = 0; i < 16; ++i) sum += r.x().q[16 * s + i];
+        ASSERT_EQ(r.x().sum16[s], sum);
       }
     }
   }
@@ -78,10 +70,10 @@ TEST(Q8Twin, SwigluInputRoundsTheSwigluValues) {
     const double silu = double(g[size_t(c)]) / (1.0 + std::exp(-double(g[size_t(c)])));
     ASSERT_NEAR(h[size_t(c)], silu * u[size_t(c)], 1e-6 * (1.0 + std::fabs(silu * u[size_t(c)])));
   }
-  Rounded a(cols), b(cols);
-  twin::round(GgmlType::Q5_K, g.data(), u.data(), cols, a.x);
-  twin::round(GgmlType::Q5_K, h.data(), nullptr, cols, b.x);
-  EXPECT_EQ(a.values(cols), b.values(cols));
+  twin::RoundedBuffer a(cols), b(cols);
+  twin::round(GgmlType::Q5_K, g.data(), u.data(), cols, a.x());
+  twin::round(GgmlType::Q5_K, h.data(), nullptr, cols, b.x());
+  EXPECT_EQ(values(a.x(), cols), values(b.x(), cols));
 }
 
 TEST(Q8Twin, ExpForSigmoidIsCloseToExp) {
@@ -105,11 +97,11 @@ TEST(Q8Twin, ProductsAreDotProductsOfTheRoundedValues) {
       const std::vector<uint8_t> w = quantized_rows(type, rows, cols, rng);
       const size_t row_bytes = lode::row_bytes(type, cols);
       const std::vector<float> x = lode::test::normal_floats(size_t(cols), rng);
-      Rounded r(cols);
-      twin::round(type, x.data(), nullptr, cols, r.x);
-      const std::vector<float> xv = r.values(cols);
+      twin::RoundedBuffer r(cols);
+      twin::round(type, x.data(), nullptr, cols, r.x());
+      const std::vector<float> xv = values(r.x(), cols);
       std::vector<float> y(static_cast<size_t>(rows)), row(static_cast<size_t>(cols));
-      twin::rows(type, w.data(), row_bytes, rows, cols, r.x, y.data());
+      twin::rows(type, w.data(), row_bytes, rows, cols, r.x(), y.data());
       for (int64_t i = 0; i < rows; ++i) {
         lode::traits(type).dequantize(w.data() + size_t(i) * row_bytes, row.data(), cols);
         double want = 0.0, scale = 0.0;
@@ -118,7 +110,7 @@ TEST(Q8Twin, ProductsAreDotProductsOfTheRoundedValues) {
           scale += std::fabs(double(row[size_t(c)]) * double(xv[size_t(c)]));
         }
         ASSERT_NEAR(y[size_t(i)], want, 1e-5 * scale + 1e-7) << lode::traits(type).name << " cols " << cols << " row " << i;
-        ASSERT_EQ(y[size_t(i)], twin::row_dot(type, w.data() + size_t(i) * row_bytes, cols, r.x));
+        ASSERT_EQ(y[size_t(i)], twin::row_dot(type, w.data() + size_t(i) * row_bytes, cols, r.x()));
       }
     }
   }

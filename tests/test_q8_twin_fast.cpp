@@ -36,15 +36,6 @@ std::vector<int64_t> cols_for(GgmlType type) {
   return {256, 512, 768, 1280, 1792, 2048, 4096};
 }
 
-struct Rounded {
-  std::vector<uint8_t> memory;
-  twin::RoundedX x;
-  explicit Rounded(int64_t cols) : memory(twin::rounded_bytes(cols) + 64) {
-    auto at = reinterpret_cast<uintptr_t>(memory.data());
-    x = twin::rounded_in(reinterpret_cast<void*>((at + 63) / 64 * 64), cols);
-  }
-};
-
 // Byte offsets of a block's fp16 scales.
 std::vector<size_t> half_offsets(GgmlType type) {
   switch (type) {
@@ -101,11 +92,11 @@ std::vector<uint8_t> make_rows(GgmlType type, Weights kind, int64_t rows, int64_
 // Kinds of x.
 enum class Input { normal, zero, outliers, enormous, constant, swiglu };
 
-void make_x(GgmlType type, Input kind, int64_t cols, std::mt19937& rng, Rounded& out) {
+void make_x(GgmlType type, Input kind, int64_t cols, std::mt19937& rng, const twin::RoundedBuffer& out) {
   std::vector<float> x = lode::test::normal_floats(size_t(cols), rng, 1.5f);
   if (kind == Input::swiglu) {
     const std::vector<float> up = lode::test::normal_floats(size_t(cols), rng, 1.0f);
-    twin::round(type, x.data(), up.data(), cols, out.x);
+    twin::round(type, x.data(), up.data(), cols, out.x());
     return;
   }
   for (int64_t c = 0; c < cols; ++c) {
@@ -115,7 +106,7 @@ void make_x(GgmlType type, Input kind, int64_t cols, std::mt19937& rng, Rounded&
     if (kind == Input::outliers && c % 97 == 5) v = c % 2 ? 1e30f : -3e29f;       // the rest round to 0
     if (kind == Input::enormous && c % 41 == 7) v = c % 2 ? 3e38f : -2e38f;       // d * x.d overflows
   }
-  twin::round(type, x.data(), nullptr, cols, out.x);
+  twin::round(type, x.data(), nullptr, cols, out.x());
 }
 
 // The rows whose fast product differs from row_dot's in any bit, described for the failure message.
@@ -160,9 +151,9 @@ TEST(Q8TwinFast, SameBitsAsTheReference) {
         const std::vector<uint8_t> w = make_rows(type, wk, rows, cols, stride, rng);
         for (Input xk :
              {Input::normal, Input::zero, Input::outliers, Input::enormous, Input::constant, Input::swiglu}) {
-          Rounded r(cols);
+          twin::RoundedBuffer r(cols);
           make_x(type, xk, cols, rng, r);
-          EXPECT_EQ(mismatches(type, w, stride, rows, cols, r.x), "")
+          EXPECT_EQ(mismatches(type, w, stride, rows, cols, r.x()), "")
               << lode::traits(type).name << " cols " << cols << " weights " << int(wk) << " x " << int(xk);
         }
       }
@@ -180,9 +171,9 @@ TEST(Q8TwinFast, SameBitsOnManyRandomRows) {
       const size_t stride = lode::row_bytes(type, cols);
       for (Weights wk : {Weights::quantized, Weights::random_bytes}) {
         const std::vector<uint8_t> w = make_rows(type, wk, rows, cols, stride, rng);
-        Rounded r(cols);
+        twin::RoundedBuffer r(cols);
         make_x(type, Input::swiglu, cols, rng, r);
-        EXPECT_EQ(mismatches(type, w, stride, rows, cols, r.x), "") << lode::traits(type).name << " cols " << cols;
+        EXPECT_EQ(mismatches(type, w, stride, rows, cols, r.x()), "") << lode::traits(type).name << " cols " << cols;
       }
     }
   }
@@ -201,9 +192,9 @@ TEST(Q8TwinFast, SameBitsWhereSummationOrderMatters) {
       for (int64_t c = 0; c < cols; c += 256) v[size_t(c + r % 256)] = (c / 256) % 2 ? 40.0f : -40.0f;
       lode::traits(type).quantize(v.data(), w.data() + size_t(r) * stride, cols);
     }
-    Rounded x(cols);
+    twin::RoundedBuffer x(cols);
     make_x(type, Input::normal, cols, rng, x);
-    EXPECT_EQ(mismatches(type, w, stride, rows, cols, x.x), "") << lode::traits(type).name;
+    EXPECT_EQ(mismatches(type, w, stride, rows, cols, x.x()), "") << lode::traits(type).name;
   }
 }
 

@@ -19,8 +19,6 @@ constexpr int64_t kRowsPerTask = 64;
 
 int64_t tasks_for(int64_t rows) { return (rows + kRowsPerTask - 1) / kRowsPerTask; }
 
-size_t aligned64(size_t n) { return (n + 63) / 64 * 64; }
-
 void spin_pause() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -46,17 +44,13 @@ HostExperts::HostExperts(const model::ModelWeights& weights, int threads)
       ff_(weights.config.expert_ff),
       max_experts_(weights.config.n_experts_used),
       pool_(std::max(threads, 1)),
+      gate_x_(hidden_),
+      up_x_(hidden_),
+      gu_(size_t(max_experts_ * 2 * ff_)),
       gate_up_left_(size_t(max_experts_)),
       down_ready_(size_t(max_experts_)) {
   if (const std::string why = unsupported(weights); !why.empty()) fail("the CPU miss path cannot run this model: {}", why);
-  const size_t x_bytes = aligned64(q8twin::rounded_bytes(hidden_));
-  down_x_stride_ = aligned64(q8twin::rounded_bytes(ff_));
-  gate_x_ = 0, up_x_ = x_bytes, down_x_ = 2 * x_bytes;
-  const size_t gu_at = down_x_ + size_t(max_experts_) * down_x_stride_;
-  memory_.resize(gu_at + size_t(max_experts_ * 2 * ff_) * sizeof(float) + 64);
-  const size_t skew = (64 - reinterpret_cast<uintptr_t>(memory_.data()) % 64) % 64;
-  gate_x_ += skew, up_x_ += skew, down_x_ += skew;
-  gu_ = reinterpret_cast<float*>(memory_.data() + skew + gu_at);
+  for (int64_t i = 0; i < max_experts_; ++i) down_x_.emplace_back(ff_);
 }
 
 void HostExperts::compute(int64_t layer, const int32_t* experts, int n, const float* x, float* y) {
@@ -65,11 +59,10 @@ void HostExperts::compute(int64_t layer, const int32_t* experts, int n, const fl
   const model::MoeWeights& m = weights_.layers[size_t(layer)].moe;
   const GgmlType gate_type = m.gate.first.type->type, up_type = m.up.first.type->type;
   const GgmlType down_type = m.down.first.type->type;
-  const q8twin::RoundedX gate_x = q8twin::rounded_in(memory_.data() + gate_x_, hidden_);
-  const q8twin::RoundedX up_x = up_type == gate_type ? gate_x : q8twin::rounded_in(memory_.data() + up_x_, hidden_);
+  const q8twin::RoundedX& gate_x = gate_x_.x();
+  const q8twin::RoundedX& up_x = up_type == gate_type ? gate_x : up_x_.x();
   q8twin::round(gate_type, x, nullptr, hidden_, gate_x);
   if (up_type != gate_type) q8twin::round(up_type, x, nullptr, hidden_, up_x);
-  const auto down_x = [&](int i) { return q8twin::rounded_in(memory_.data() + down_x_ + size_t(i) * down_x_stride_, ff_); };
 
   // One parallel loop: the gate and up products (per expert, tasks of rows of the gate then of the
   // up matrix), then the down products. Whoever finishes an expert's last gate/up task rounds its
@@ -86,10 +79,10 @@ void HostExperts::compute(int64_t layer, const int32_t* experts, int n, const fl
       const int i = int(t / (2 * ff_tasks)), which = int(t / ff_tasks % 2);
       const int64_t first = t % ff_tasks * kRowsPerTask, rows = std::min(kRowsPerTask, ff_ - first);
       const model::MatrixView w = (which ? m.up : m.gate).expert(experts[i]);
-      float* g = gu_ + int64_t(i) * 2 * ff_;
+      float* g = gu_.data() + int64_t(i) * 2 * ff_;
       q8twin::rows(w.type->type, w.row(first), w.row_bytes, rows, w.cols, which ? up_x : gate_x, g + which * ff_ + first);
       if (gate_up_left_[size_t(i)].fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        q8twin::round(down_type, g, g + ff_, ff_, down_x(i));
+        q8twin::round(down_type, g, g + ff_, ff_, down_x_[size_t(i)].x());
         down_ready_[size_t(i)].store(1, std::memory_order_release);
       }
       return;
@@ -99,7 +92,7 @@ void HostExperts::compute(int64_t layer, const int32_t* experts, int n, const fl
     const int64_t first = d % hidden_tasks * kRowsPerTask, rows = std::min(kRowsPerTask, hidden_ - first);
     while (!down_ready_[size_t(i)].load(std::memory_order_acquire)) spin_pause();
     const model::MatrixView w = m.down.expert(experts[i]);
-    q8twin::rows(w.type->type, w.row(first), w.row_bytes, rows, w.cols, down_x(i), y + int64_t(i) * hidden_ + first);
+    q8twin::rows(w.type->type, w.row(first), w.row_bytes, rows, w.cols, down_x_[size_t(i)].x(), y + int64_t(i) * hidden_ + first);
   });
 }
 

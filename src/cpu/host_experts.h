@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/q8_twin.h"
 #include "cpu/spin_pool.h"
 #include "model/weights.h"
 
@@ -31,9 +32,9 @@ class HostExperts {
   const model::ModelWeights& weights_;
   int64_t hidden_, ff_, max_experts_;
   SpinPool pool_;
-  std::vector<uint8_t> memory_;       // the rounded inputs (64-byte aligned) and the gate/up outputs
-  size_t gate_x_, up_x_, down_x_, down_x_stride_;
-  float* gu_ = nullptr;               // [n][gate ff | up ff]
+  q8twin::RoundedBuffer gate_x_, up_x_;   // x rounded for the gate (and up, when its type differs)
+  std::vector<q8twin::RoundedBuffer> down_x_;  // per expert: its SwiGLU rounded for the down weights
+  std::vector<float> gu_;                 // [n][gate ff | up ff]
   std::vector<std::atomic<int>> gate_up_left_, down_ready_;  // per expert of a compute()
 };
 

@@ -183,17 +183,13 @@ float row_dot_q8_0_words(const uint8_t* row, int64_t cols, const RoundedX& x) {
 
 }  // namespace
 
-size_t rounded_bytes(int64_t cols) {
-  return aligned64(size_t(cols)) + aligned64(size_t(cols / 32) * 4) + aligned64(size_t(cols / 16) * 4);
-}
-
-RoundedX rounded_in(void* memory, int64_t cols) {
-  auto* base = static_cast<uint8_t*>(memory);
-  RoundedX x;
-  x.q = reinterpret_cast<int8_t*>(base);
-  x.d = reinterpret_cast<float*>(base + aligned64(size_t(cols)));
-  x.sum16 = reinterpret_cast<int32_t*>(base + aligned64(size_t(cols)) + aligned64(size_t(cols / 32) * 4));
-  return x;
+RoundedBuffer::RoundedBuffer(int64_t cols) {
+  const size_t q = aligned64(size_t(cols)), d = aligned64(size_t(cols / 32) * 4), sums = aligned64(size_t(cols / 16) * 4);
+  memory_.resize(q + d + sums + 64);
+  uint8_t* base = memory_.data() + (64 - reinterpret_cast<uintptr_t>(memory_.data()) % 64) % 64;
+  x_.q = reinterpret_cast<int8_t*>(base);
+  x_.d = reinterpret_cast<float*>(base + q);
+  x_.sum16 = reinterpret_cast<int32_t*>(base + q + d);
 }
 
 void round(GgmlType type, const float* x, const float* up, int64_t cols, RoundedX out) {

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/quant/types.h"
 
@@ -19,19 +20,29 @@ namespace lode::cpu::q8twin {
 // Whether the GPU has a q8 kernel for `type`, and so the twin: Q8_0, Q5_0, Q4_K, Q5_K, Q6_K.
 bool has_twin(GgmlType type);
 
-// x rounded as the GPU rounds it for weights of one type, in caller-owned memory: q [cols] int8;
-// d [cols / 32] the scale of each 32 values (a Q8_K block's scale repeated 8 times); sum16
-// [cols / 16] the sum of each 16 q.
+// x rounded as the GPU rounds it for weights of one type: q [cols] int8; d [cols / 32] the scale
+// of each 32 values (a Q8_K block's scale repeated 8 times); sum16 [cols / 16] the sum of each 16 q.
 struct RoundedX {
   int8_t* q = nullptr;
   float* d = nullptr;
   int32_t* sum16 = nullptr;
 };
 
-// Bytes of memory round() needs for `cols` values (q, d and sum16, each 64-byte aligned).
-size_t rounded_bytes(int64_t cols);
-// Carves a RoundedX for `cols` values out of `memory` (rounded_bytes(cols), 64-byte aligned).
-RoundedX rounded_in(void* memory, int64_t cols);
+// Memory for a RoundedX of `cols` values (each array 64-byte aligned), allocated once. Moves keep
+// the memory (and so x()); copies would not, and are deleted.
+class RoundedBuffer {
+ public:
+  explicit RoundedBuffer(int64_t cols);
+  RoundedBuffer(const RoundedBuffer&) = delete;
+  RoundedBuffer& operator=(const RoundedBuffer&) = delete;
+  RoundedBuffer(RoundedBuffer&&) noexcept = default;
+  RoundedBuffer& operator=(RoundedBuffer&&) noexcept = default;
+  const RoundedX& x() const { return x_; }
+
+ private:
+  std::vector<uint8_t> memory_;
+  RoundedX x_;
+};
 
 // Rounds x [cols] for weights of `type` (Q8_0 and Q5_0: blocks of 32, fp16 scale; the K-quants:
 // blocks of 256, float scale). up non-null: the values are exact::swiglu(x[c], up[c]) instead.

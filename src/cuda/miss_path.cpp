@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "cuda/errors.h"
 #include "cuda/roofline.h"
+#include "plan/memory_plan.h"
 #include "plan/scratch.h"
 
 namespace lode::cuda {
@@ -39,15 +40,10 @@ int server_threads() {
 
 size_t aligned(size_t n) { return (n + 255) / 256 * 256; }
 
-size_t expert_bytes(const model::MoeWeights& m) {
-  const auto bytes = [](const model::ExpertStack& s) { return size_t(s.first.rows) * s.first.row_bytes; };
-  return bytes(m.gate) + bytes(m.up) + bytes(m.down);
-}
-
 }  // namespace
 
 MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void* device_words, void* stream)
-    : weights_(weights), host_(weights, server_threads()) {
+    : weights_(weights), bytes_(plan::expert_bytes(weights)), host_(weights, server_threads()) {
   const model::Qwen35MoeConfig& c = weights.config;
   if (c.n_experts_used > kernels::kMaxMissExperts)
     fail("the CPU miss path routes at most {} experts per token; this model routes {} (use --miss-path gpu)",
@@ -74,7 +70,7 @@ MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void
   measure_costs();
   probe_gbps_ = measure_mapped_read_gbps(reinterpret_cast<unsigned*>(words + kProbeSinkAt), size_t(64) << 20, 3);
   size_t all_bytes = 0;
-  for (const model::LayerWeights& layer : weights.layers) all_bytes += expert_bytes(layer.moe);
+  for (const plan::ExpertBytes& b : bytes_) all_bytes += b.total();
   costs_.gpu_expert_us = double(all_bytes) / double(weights.layers.size()) / (probe_gbps_ * 1e3);
   split_ = std::make_unique<plan::MissSplit>(path, int(c.n_experts_used), costs_);
   upload_shares(stream);
@@ -143,7 +139,7 @@ void MissPath::serve() {
     done.store(number, std::memory_order_release);
     cpu_ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(idle_since - start).count());
     requests_ += 1, experts_ += uint64_t(n);
-    expert_bytes_ += uint64_t(n) * expert_bytes(weights_.layers[size_t(layer)].moe);
+    expert_bytes_ += uint64_t(n) * bytes_[size_t(layer)].total();
   }
 }
 

@@ -12,10 +12,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cpu/host_experts.h"
 #include "cuda/expert_kernels.h"
 #include "model/weights.h"
+#include "plan/memory_plan.h"
 #include "plan/miss_split.h"
 
 namespace lode::cuda {
@@ -52,6 +54,7 @@ class MissPath {
   void upload_shares(void* stream);
 
   const model::ModelWeights& weights_;
+  std::vector<plan::ExpertBytes> bytes_;  // per layer
   cpu::HostExperts host_;
   plan::MissCosts costs_;
   std::unique_ptr<plan::MissSplit> split_;

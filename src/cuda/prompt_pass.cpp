@@ -256,8 +256,6 @@ struct PromptPass::Impl {
     std::vector<int64_t> gate_up_at, down_at;
     std::vector<Staged> gate_up, down;
   };
-  static size_t aligned(size_t n) { return (n + 255) / 256 * 256; }
-
   // The entry for projection p of expert e, the i-th of its group, `offset` into its staging place.
   const void* entry(Staged& st, int64_t layer, int p, int32_t e, size_t i, size_t piece, size_t offset) {
     if (tier.resident(layer, e)) return tier.device_pointer(layer, p, e);
@@ -271,8 +269,7 @@ struct PromptPass::Impl {
 
   Expansions plan_expansions(int64_t layer, bool paired) {
     const int64_t n = config.n_experts;
-    const size_t gate = aligned(tier.projection_bytes(layer, 0)), gate_up = gate + aligned(tier.projection_bytes(layer, 1));
-    const size_t down = aligned(tier.projection_bytes(layer, 2));
+    const plan::StagingPieces piece = plan::staging_pieces(model_weights.layers[size_t(layer)].moe);
     Expansions x;
     int64_t at = 0;
     for (int64_t g = 0; g < n; g += kGroup) {
@@ -280,17 +277,18 @@ struct PromptPass::Impl {
       Staged& st = x.gate_up.emplace_back();
       const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
       for (size_t i = 0; i < used.size(); ++i) {
-        host_expand_pointers[at++] = entry(st, layer, 0, used[i], i, gate_up, 0);
-        if (paired) host_expand_pointers[at++] = entry(st, layer, 1, used[i], i, gate_up, gate);
+        host_expand_pointers[at++] = entry(st, layer, 0, used[i], i, piece.gate_up, 0);
+        if (paired) host_expand_pointers[at++] = entry(st, layer, 1, used[i], i, piece.gate_up, piece.up_at);
       }
       if (!paired)
-        for (size_t i = 0; i < used.size(); ++i) host_expand_pointers[at++] = entry(st, layer, 1, used[i], i, gate_up, gate);
+        for (size_t i = 0; i < used.size(); ++i)
+          host_expand_pointers[at++] = entry(st, layer, 1, used[i], i, piece.gate_up, piece.up_at);
     }
     for (int64_t g = 0; g < n; g += kGroup) {
       x.down_at.push_back(at);
       Staged& st = x.down.emplace_back();
       const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
-      for (size_t i = 0; i < used.size(); ++i) host_expand_pointers[at++] = entry(st, layer, 2, used[i], i, down, 0);
+      for (size_t i = 0; i < used.size(); ++i) host_expand_pointers[at++] = entry(st, layer, 2, used[i], i, piece.down, 0);
     }
     check_cuda(cudaMemcpyAsync(expand_pointers, host_expand_pointers, size_t(at) * sizeof(void*), cudaMemcpyHostToDevice,
                                stream),

@@ -99,16 +99,22 @@ int64_t expansion_floats(const model::ModelWeights& w) {
   return most;
 }
 
-// One staging buffer: a group of experts' gate and up (each on a 256-byte boundary), or their down.
+// One staging buffer: a group of experts' gate and up, or their down, in the largest layer's pieces.
 size_t staging_bytes(const model::ModelWeights& w) {
-  const auto bytes = [](const model::ExpertStack& s) { return (size_t(s.first.rows) * s.first.row_bytes + 255) / 256 * 256; };
   size_t most = 0;
-  for (const model::LayerWeights& l : w.layers)
-    most = std::max({most, bytes(l.moe.gate) + bytes(l.moe.up), bytes(l.moe.down)});
+  for (const model::LayerWeights& l : w.layers) {
+    const StagingPieces p = staging_pieces(l.moe);
+    most = std::max({most, p.gate_up, p.down});
+  }
   return size_t(std::min(kPromptExpertGroup, w.config.n_experts)) * most;
 }
 
 }  // namespace
+
+StagingPieces staging_pieces(const model::MoeWeights& m) {
+  const auto bytes = [](const model::ExpertStack& s) { return (size_t(s.first.rows) * s.first.row_bytes + 255) / 256 * 256; };
+  return {.up_at = bytes(m.gate), .gate_up = bytes(m.gate) + bytes(m.up), .down = bytes(m.down)};
+}
 
 PromptScratch prompt_scratch(const model::ModelWeights& w, int64_t chunk, int64_t max_context) {
   const model::Qwen35MoeConfig& c = w.config;

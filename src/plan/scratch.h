@@ -89,4 +89,12 @@ struct PromptScratch {
 };
 PromptScratch prompt_scratch(const model::ModelWeights& weights, int64_t chunk, int64_t max_context);
 
+// Where a layer's staged experts sit in a staging buffer, each part on a 256-byte boundary: the
+// i-th expert of a group at i * gate_up (its gate, then its up at up_at) in the gate|up pass, at
+// i * down in the down pass.
+struct StagingPieces {
+  size_t up_at = 0, gate_up = 0, down = 0;
+};
+StagingPieces staging_pieces(const model::MoeWeights& layer);
+
 }  // namespace lode::plan
