@@ -133,8 +133,12 @@ void expect_same_at_every_budget(const fs::path& model, const std::string& what,
       EXPECT_GT(stats.cpu_experts, 0u);
       EXPECT_EQ(stats.decode_miss_bytes, 0u) << "decode misses read over PCIe with --miss-path cpu";
     }
-    if (c.miss == MissPath::cpu && c.resident == 0)
+    if (c.miss == MissPath::cpu && c.resident == 0) {
       EXPECT_EQ(stats.cpu_experts, uint64_t(steps * config.n_layers * config.n_experts_used));
+      // The hints (routed from each layer's input before its mixer) named some of them.
+      EXPECT_GT(stats.cpu_hinted_experts, 0u);
+      EXPECT_LT(stats.cpu_hinted_experts, stats.cpu_experts);
+    }
     if (c.swapping) std::printf("[ cuda ] %s: %lld swaps\n", what.c_str(), static_cast<long long>(stats.swaps));
     if (reference.empty()) {
       reference = got;

@@ -86,6 +86,33 @@ TEST(HostExperts, AreTheTwinsProductsInAnyNumberOfThreads) {
   }
 }
 
+// A prefetch asks stop() once per piece of the experts' bytes (64 KiB pieces of each matrix), takes
+// none once it says stop, and changes nothing compute() gives.
+TEST(HostExperts, PrefetchVisitsEveryPieceOnceAndChangesNothing) {
+  const lode::gguf::Reader reader(lode::test::mini_model_path());
+  const lode::model::ModelWeights weights = lode::model::bind_weights(reader, lode::model::read_config(reader.metadata()));
+  const auto& c = weights.config;
+  std::vector<float> x(static_cast<size_t>(c.hidden));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.21f * float(i)) * 0.6f;
+  const std::vector<int32_t> experts = {5, 1, 2};
+  const int64_t layer = c.n_layers / 2;
+  const lode::model::MoeWeights& m = weights.layers[size_t(layer)].moe;
+  int64_t pieces = 0;
+  for (const lode::model::ExpertStack* s : {&m.gate, &m.up, &m.down})
+    pieces += (s->first.rows * int64_t(s->first.row_bytes) + (64 << 10) - 1) / (64 << 10);
+  lode::cpu::HostExperts host(weights, 3);
+  std::vector<float> before(experts.size() * size_t(c.hidden)), after(before.size());
+  host.compute(layer, experts.data(), int(experts.size()), x.data(), before.data());
+  std::atomic<int64_t> asked{0};
+  host.prefetch(layer, experts.data(), int(experts.size()), [&] { return asked.fetch_add(1) < 0; });
+  EXPECT_EQ(asked.load(), pieces * int64_t(experts.size()));
+  host.compute(layer, experts.data(), int(experts.size()), x.data(), after.data());
+  EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * 4), 0);
+  asked = 0;
+  host.prefetch(layer, experts.data(), 0, [&] { return ++asked, false; });
+  EXPECT_EQ(asked.load(), 0);
+}
+
 TEST(SpinPool, RunsEveryTaskOnceAndAgain) {
   lode::cpu::SpinPool pool(4);
   std::vector<std::atomic<int>> hits(1000);

@@ -9,6 +9,7 @@
 #   BUDGETS=24576,12288,4096 bench/cuda/experts_check.sh  # just these budgets (MiB)
 #   SKEW=0 bench/cuda/experts_check.sh                   # uniform routing only
 #   MISS_PATHS="gpu cpu auto" bench/cuda/experts_check.sh # each budget with each --miss-path (default auto)
+#   LODE=other/lode LABEL=other bench/cuda/experts_check.sh  # bench another build (rows labelled LABEL_...)
 set -uo pipefail
 out=${OUT:-experts-check}
 mkdir -p "$out"
@@ -55,7 +56,7 @@ wait
 bench_one() {  # label, model, budget MiB, extra bench flags
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$out/smi_$1.txt" 2>/dev/null &
   local smi=$!
-  timeout "${BENCH_TIMEOUT:-200}" build/lode bench -m "$2" --kv "${KV:-fp16}" --ctx "${CTX:-32768}" -p "${PROMPTS:-8192}" \
+  timeout "${BENCH_TIMEOUT:-200}" "${LODE:-build/lode}" bench -m "$2" --kv "${KV:-fp16}" --ctx "${CTX:-32768}" -p "${PROMPTS:-8192}" \
     -n "${GENERATE:-128}" -r "${REPEATS:-2}" --vram-budget "$3" "${@:4}" >"$out/bench_$1.txt" 2>&1
   local rc=$?
   kill "$smi" 2>/dev/null
@@ -67,6 +68,6 @@ models_to_run=${MODELS_TO_RUN:-m35 m35-skew}
 for m in $models_to_run; do
   [ -s "$models/$m.gguf" ] || continue
   for b in ${budgets//,/ }; do
-    for p in ${MISS_PATHS:-auto}; do bench_one "${m}_${b}_$p" "$models/$m.gguf" "$b" --miss-path "$p"; done
+    for p in ${MISS_PATHS:-auto}; do bench_one "${LABEL:+${LABEL}_}${m}_${b}_$p" "$models/$m.gguf" "$b" --miss-path "$p"; done
   done
 done

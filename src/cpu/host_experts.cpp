@@ -19,6 +19,19 @@ constexpr int64_t kRowsPerTask = 64;
 
 int64_t tasks_for(int64_t rows) { return (rows + kRowsPerTask - 1) / kRowsPerTask; }
 
+// Bytes per prefetch piece: a few pieces per thread for one expert (Q4_K gate and up of 512 x 2048
+// are 576 KiB each), so that a piece is never the last one for long when the request comes.
+constexpr int64_t kPrefetchPiece = 64 << 10;
+
+int64_t pieces_of(const model::MatrixView& w) { return (w.rows * int64_t(w.row_bytes) + kPrefetchPiece - 1) / kPrefetchPiece; }
+
+// One load per cache line brings the line in (the hardware prefetchers run ahead of a stream of
+// them); volatile, so that the compiler keeps loads whose values nobody uses.
+void touch(const uint8_t* p, int64_t bytes) {
+  for (int64_t at = 0; at < bytes; at += 64) (void)*reinterpret_cast<const volatile uint8_t*>(p + at);
+  (void)*reinterpret_cast<const volatile uint8_t*>(p + bytes - 1);
+}
+
 void spin_pause() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
@@ -94,6 +107,29 @@ void HostExperts::compute(int64_t layer, const int32_t* experts, int n, const fl
     const model::MatrixView w = m.down.expert(experts[i]);
     q8twin::rows(w.type->type, w.row(first), w.row_bytes, rows, w.cols, down_x_[size_t(i)].x(), y + int64_t(i) * hidden_ + first);
   });
+}
+
+HostExperts::PrefetchLayout HostExperts::prefetch_layout(int64_t layer, int n) const {
+  const model::MoeWeights& m = weights_.layers[size_t(layer)].moe;
+  PrefetchLayout l{.layer = layer, .gate_pieces = pieces_of(m.gate.first), .up_pieces = pieces_of(m.up.first),
+                   .down_pieces = pieces_of(m.down.first)};
+  l.pieces = int64_t(std::max(n, 0)) * (l.gate_pieces + l.up_pieces + l.down_pieces);
+  return l;
+}
+
+void HostExperts::prefetch_piece(const PrefetchLayout& l, const int32_t* experts, int64_t piece) const {
+  const model::MoeWeights& m = weights_.layers[size_t(l.layer)].moe;
+  const int64_t per_expert = l.gate_pieces + l.up_pieces + l.down_pieces;
+  const int32_t expert = experts[piece / per_expert];
+  int64_t p = piece % per_expert;
+  const model::ExpertStack* stack = &m.gate;
+  if (p >= l.gate_pieces) {
+    p -= l.gate_pieces, stack = &m.up;
+    if (p >= l.up_pieces) p -= l.up_pieces, stack = &m.down;
+  }
+  const model::MatrixView w = stack->expert(expert);
+  const int64_t bytes = w.rows * int64_t(w.row_bytes), first = p * kPrefetchPiece;
+  touch(w.data + first, std::min(kPrefetchPiece, bytes - first));
 }
 
 }  // namespace lode::cpu

@@ -26,9 +26,25 @@ class HostExperts {
 
   // y [n][hidden] = experts[0, n) of `layer` applied to x [hidden]; n <= n_experts_used.
   void compute(int64_t layer, const int32_t* experts, int n, const float* x, float* y);
+
+  // Reads the bytes of experts[0, n) of `layer` (gate, up and down) into the caches, in pieces
+  // spread over the pool, so that a compute() of them soon after reads the caches instead of RAM.
+  // Stops taking pieces once stop() is true (what is left is read by compute() itself).
+  template <class Stop>
+  void prefetch(int64_t layer, const int32_t* experts, int n, Stop&& stop) {
+    const PrefetchLayout layout = prefetch_layout(layer, n);
+    pool_.run(layout.pieces, [&](int64_t t) {
+      if (!stop()) prefetch_piece(layout, experts, t);
+    });
+  }
   int threads() const { return pool_.threads(); }
 
  private:
+  struct PrefetchLayout {
+    int64_t layer = 0, gate_pieces = 0, up_pieces = 0, down_pieces = 0, pieces = 0;
+  };
+  PrefetchLayout prefetch_layout(int64_t layer, int n) const;
+  void prefetch_piece(const PrefetchLayout& layout, const int32_t* experts, int64_t piece) const;
   const model::ModelWeights& weights_;
   int64_t hidden_, ff_, max_experts_;
   SpinPool pool_;

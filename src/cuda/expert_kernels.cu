@@ -26,6 +26,29 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
+__global__ void miss_hint_kernel(MissLink link, const int32_t* predicted, int k, const uint8_t* resident, int layer) {
+  const int lane = threadIdx.x;  // one warp; k <= 32
+  const int32_t expert = lane < k ? predicted[lane] : 0;
+  const bool absent = lane < k && !resident[expert];
+  const unsigned absent_mask = __ballot_sync(0xffffffffu, absent), below = (1u << lane) - 1;
+  const int count = link.share[__popc(absent_mask)];
+  const bool hinted = absent && __popc(absent_mask & below) < count;
+  if (hinted) {
+    const int i = __popc(absent_mask & below);
+    link.hinted[1 + i] = expert;
+    link.box->hint_expert[i] = expert;
+  }
+  if (lane != 0) return;
+  link.hinted[0] = count;
+  if (count == 0) return;
+  link.box->hint_layer = layer;
+  link.box->hint_count = count;
+  __threadfence_system();  // the hint's contents reach the host before its number
+  const uint32_t number = *link.hint_sequence + 1;
+  *link.hint_sequence = number;
+  *reinterpret_cast<volatile uint32_t*>(&link.box->hint) = number;
+}
+
 __global__ void __launch_bounds__(kMissThreads)
     miss_dispatch_kernel(MissLink link, int32_t* ids, int k, const uint8_t* resident, int layer, const float* x) {
   __shared__ int count;
@@ -33,22 +56,29 @@ __global__ void __launch_bounds__(kMissThreads)
     const int lane = threadIdx.x;
     const int32_t expert = lane < k ? ids[lane] : 0;
     const bool absent = lane < k && !resident[expert];
-    const unsigned absent_mask = __ballot_sync(0xffffffffu, absent), below = (1u << lane) - 1;
-    const int cpu_count = link.share[__popc(absent_mask)];
-    const bool cpu = absent && __popc(absent_mask & below) < cpu_count;
-    const unsigned cpu_mask = __ballot_sync(0xffffffffu, cpu);
+    bool in_hint = false;
+    for (int j = 0, n = link.hinted[0]; j < n; ++j) in_hint |= link.hinted[1 + j] == expert;
+    // The CPU takes its share of the absent experts, those it was told of first (it has read
+    // their bytes already), then the others in routing order.
+    const unsigned hinted_mask = __ballot_sync(0xffffffffu, absent && in_hint);
+    const unsigned other_mask = __ballot_sync(0xffffffffu, absent && !in_hint), below = (1u << lane) - 1;
+    const int cpu_count = link.share[__popc(hinted_mask | other_mask)];
+    const int hinted = min(__popc(hinted_mask), cpu_count);
+    const int rank = in_hint ? __popc(hinted_mask & below) : __popc(hinted_mask) + __popc(other_mask & below);
+    const bool cpu = absent && rank < cpu_count;
     if (cpu) {
-      const int i = __popc(cpu_mask & below);
+      const int i = in_hint ? rank : hinted + __popc(other_mask & below);
       link.box->expert[i] = expert;
       link.pending[1 + i] = lane;
       ids[lane] = -1;
       ids[k + lane] = -1;
     }
     if (lane == 0) {
-      count = __popc(cpu_mask);
+      count = min(cpu_count, __popc(hinted_mask | other_mask));
       link.pending[0] = count;
       link.box->layer = layer;
       link.box->count = count;
+      link.box->hinted = hinted;
     }
   }
   __syncthreads();
@@ -99,6 +129,14 @@ const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8
                           const float* x, void* stream) {
   if (k > 32) return "the CPU miss path routes at most 32 experts per token";
   miss_dispatch_kernel<<<1, kMissThreads, 0, static_cast<cudaStream_t>(stream)>>>(link, ids, k, resident, layer, x);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
+const char* miss_hint(const MissLink& link, const int32_t* predicted, int k, const uint8_t* resident, int layer,
+                      void* stream) {
+  if (k > 32) return "the CPU miss path routes at most 32 experts per token";
+  miss_hint_kernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(link, predicted, k, resident, layer);
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }

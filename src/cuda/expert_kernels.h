@@ -27,12 +27,19 @@ const char* set_experts(const void** tables, uint8_t* flags, int64_t n_experts, 
 // The CPU miss path's mailbox, in pinned host memory mapped into the device: a decode step's
 // dispatch kernel writes a request (the layer, the experts the CPU computes, the MoE input) and
 // its sequence number; the host answers with the experts' outputs and the same number in `done`.
+// Before that, at the start of each layer, the hint kernel posts the experts the CPU will likely
+// compute (routed from the layer's input, before its mixer), so that the host can read their bytes
+// into its caches while the GPU runs the mixer.
 constexpr int kMaxMissExperts = 32;
 struct MissMailbox {
   uint32_t request = 0, done = 0;  // sequence numbers (accessed as volatile / atomic)
   uint32_t timed_out = 0;          // set by the gather kernel when the host did not answer
   int32_t layer = 0, count = 0;
+  int32_t hinted = 0;              // of the request's experts, how many were hinted (they lead)
   int32_t expert[kMaxMissExperts] = {};
+  uint32_t hint = 0;               // the hint's sequence number
+  int32_t hint_layer = 0, hint_count = 0;
+  int32_t hint_expert[kMaxMissExperts] = {};
 };
 
 // What the kernels need: the mailbox and its x [hidden] and y [kMaxMissExperts][hidden] (device
@@ -44,12 +51,21 @@ struct MissLink {
   uint32_t* sequence = nullptr;  // the last request's number
   int32_t* pending = nullptr;    // [1 + kMaxMissExperts]: this layer's CPU experts, then their positions
   const int32_t* share = nullptr;  // [k + 1]: of m absent experts, how many the CPU computes
+  uint32_t* hint_sequence = nullptr;  // the last hint's number
+  int32_t* hinted = nullptr;          // [1 + kMaxMissExperts]: this layer's hint: its count, its experts
   int hidden = 0;
 };
 
+// At the start of `layer`, from the k experts routed from its input (predicted ids [k], as
+// router_topk writes them): those absent from VRAM, as many as link.share gives the CPU of that
+// many, become the layer's hint (device words, and a posted message for the host).
+const char* miss_hint(const MissLink& link, const int32_t* predicted, int k, const uint8_t* resident, int layer,
+                      void* stream);
+
 // After the router of `layer`: of the k chosen experts (ids [2k]: gate ids, then up ids) those
-// absent from VRAM (resident [n_experts] flags) go to the CPU as link.share says; their ids become
-// -1 (the expert products skip them), x [hidden] goes to the mailbox, and the request is posted.
+// absent from VRAM (resident [n_experts] flags) go to the CPU as link.share says, the hinted ones
+// first; their ids become -1 (the expert products skip them), x [hidden] goes to the mailbox, and
+// the request is posted.
 const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8_t* resident, int layer,
                           const float* x, void* stream);
 // Before the expert sum: waits for the host's answer (at most `timeout_ns`, then marks the mailbox

@@ -22,8 +22,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The device words' layout inside the decode scratch's kMissPathScratch bytes.
-constexpr size_t kSequenceAt = 0, kPendingAt = 16, kSharesAt = 16 + 4 * (1 + kernels::kMaxMissExperts),
-                 kProbeSinkAt = kSharesAt + 4 * (1 + kernels::kMaxMissExperts);
+constexpr size_t kSequenceAt = 0, kHintSequenceAt = 4, kPendingAt = 16,
+                 kSharesAt = kPendingAt + 4 * (1 + kernels::kMaxMissExperts),
+                 kHintedAt = kSharesAt + 4 * (1 + kernels::kMaxMissExperts),
+                 kProbeSinkAt = kHintedAt + 4 * (1 + kernels::kMaxMissExperts);
 static_assert(kProbeSinkAt + 4 <= plan::kMissPathScratch);
 
 // The server spins while requests come (a decode step sends one per layer); after this long
@@ -66,6 +68,8 @@ MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void
   link_.sequence = reinterpret_cast<uint32_t*>(words + kSequenceAt);
   link_.pending = reinterpret_cast<int32_t*>(words + kPendingAt);
   link_.share = reinterpret_cast<const int32_t*>(words + kSharesAt);
+  link_.hint_sequence = reinterpret_cast<uint32_t*>(words + kHintSequenceAt);
+  link_.hinted = reinterpret_cast<int32_t*>(words + kHintedAt);
   link_.hidden = int(c.hidden);
   measure_costs();
   probe_gbps_ = measure_mapped_read_gbps(reinterpret_cast<unsigned*>(words + kProbeSinkAt), size_t(64) << 20, 3);
@@ -116,31 +120,56 @@ void MissPath::upload_shares(void* stream) {
              "the CPU miss path's split");
 }
 
+// Answers each request; between them reads ahead the experts a hint names, until the request
+// comes.
 void MissPath::serve() {
-  std::atomic_ref<uint32_t> request(box_->request), done(box_->done);
-  uint32_t seen = 0;
+  std::atomic_ref<uint32_t> request(box_->request), hint(box_->hint);
+  uint32_t seen = 0, seen_hint = 0;
   int32_t experts[kernels::kMaxMissExperts];
   auto idle_since = Clock::now();
   for (int spins = 0; !stop_.load(std::memory_order_relaxed); ++spins) {
     const uint32_t number = request.load(std::memory_order_acquire);
-    if (number == seen) {
-      _mm_pause();
-      if (spins % 1024 == 1023 && Clock::now() - idle_since > kSpinBeforeNapping) std::this_thread::sleep_for(kNap);
+    if (number != seen) {
+      seen = number;
+      answer(number, experts);
+      idle_since = Clock::now();
       continue;
     }
-    seen = number;
-    const int64_t layer = std::atomic_ref<int32_t>(box_->layer).load(std::memory_order_acquire);
-    const int n = std::min(std::atomic_ref<int32_t>(box_->count).load(std::memory_order_acquire),
-                           int32_t(kernels::kMaxMissExperts));
-    std::copy_n(box_->expert, n, experts);
-    const auto start = Clock::now();
-    host_.compute(layer, experts, n, x_, y_);
-    idle_since = Clock::now();
-    done.store(number, std::memory_order_release);
-    cpu_ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(idle_since - start).count());
-    requests_ += 1, experts_ += uint64_t(n);
-    expert_bytes_ += uint64_t(n) * bytes_[size_t(layer)].total();
+    const uint32_t hint_number = hint.load(std::memory_order_acquire);
+    if (hint_number != seen_hint) {
+      seen_hint = hint_number;
+      read_ahead(experts, [&] { return request.load(std::memory_order_relaxed) != seen; });
+      idle_since = Clock::now();
+      continue;
+    }
+    _mm_pause();
+    if (spins % 1024 == 1023 && Clock::now() - idle_since > kSpinBeforeNapping) std::this_thread::sleep_for(kNap);
   }
+}
+
+void MissPath::answer(uint32_t number, int32_t* experts) {
+  const int64_t layer = std::atomic_ref<int32_t>(box_->layer).load(std::memory_order_acquire);
+  const int n = std::clamp(std::atomic_ref<int32_t>(box_->count).load(std::memory_order_acquire), 0,
+                           int32_t(kernels::kMaxMissExperts));
+  const int hinted = std::clamp(std::atomic_ref<int32_t>(box_->hinted).load(std::memory_order_acquire), 0, n);
+  std::copy_n(box_->expert, n, experts);
+  const auto start = Clock::now();
+  host_.compute(layer, experts, n, x_, y_);
+  std::atomic_ref<uint32_t>(box_->done).store(number, std::memory_order_release);
+  cpu_ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+  requests_ += 1, experts_ += uint64_t(n), hinted_experts_ += uint64_t(hinted);
+  expert_bytes_ += uint64_t(n) * bytes_[size_t(layer)].total();
+}
+
+template <class Stop>
+void MissPath::read_ahead(int32_t* experts, Stop&& stop) {
+  const int64_t layer = std::atomic_ref<int32_t>(box_->hint_layer).load(std::memory_order_acquire);
+  const int n = std::clamp(std::atomic_ref<int32_t>(box_->hint_count).load(std::memory_order_acquire), 0,
+                           int32_t(kernels::kMaxMissExperts));
+  if (layer < 0 || layer >= int64_t(bytes_.size())) return;
+  std::copy_n(box_->hint_expert, n, experts);
+  host_.prefetch(layer, experts, n, stop);
+  hints_ += 1;
 }
 
 void MissPath::after_step(double step_seconds, void* stream) {
@@ -152,8 +181,8 @@ void MissPath::after_step(double step_seconds, void* stream) {
 }
 
 MissStats MissPath::stats() const {
-  return {.requests = requests_.load(), .experts = experts_.load(), .expert_bytes = expert_bytes_.load(),
-          .cpu_seconds = double(cpu_ns_.load()) * 1e-9};
+  return {.requests = requests_.load(), .experts = experts_.load(), .hinted_experts = hinted_experts_.load(),
+          .expert_bytes = expert_bytes_.load(), .cpu_seconds = double(cpu_ns_.load()) * 1e-9};
 }
 
 std::string MissPath::describe() const {

@@ -11,8 +11,10 @@ std::string CudaSequence::activity() const {
                      "{} swaps",
                      s.resident, s.total, 100.0 * s.hit_rate(), double(s.decode_miss_bytes + s.prompt_miss_bytes) / 1e9,
                      double(s.decode_miss_bytes) / 1e9, double(s.prompt_miss_bytes) / 1e9, s.swaps) +
-         (s.cpu_experts ? fmt::format("; the CPU computed {} decode misses ({:.2f} GB from host RAM) in {:.2f} s",
-                                      s.cpu_experts, double(s.cpu_expert_bytes) / 1e9, s.cpu_seconds)
+         (s.cpu_experts ? fmt::format("; the CPU computed {} decode misses ({:.2f} GB from host RAM, {:.0f}% of them "
+                                      "read ahead on a hint) in {:.2f} s",
+                                      s.cpu_experts, double(s.cpu_expert_bytes) / 1e9,
+                                      100.0 * double(s.cpu_hinted_experts) / double(s.cpu_experts), s.cpu_seconds)
                         : std::string());
 }
 

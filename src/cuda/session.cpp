@@ -74,6 +74,9 @@ struct CudaSession::Impl {
   unsigned* router_arrivals;    // for router_topk's last block (kept zeroed)
   unsigned* route_counts;       // [layer][expert]: routings so far (decode steps and prompts)
   unsigned* route_misses;       // [2][layer]: routings to absent experts, by decode steps, then by prompts
+  float *hint_normed, *hint_logits, *hint_weights;  // the CPU miss path's hint (plan::DecodeScratch)
+  int32_t* hint_ids;
+  unsigned* hint_arrivals;
 
   void* allocate(size_t bytes, VramUse use, const std::string& what) {
     buffers.emplace_back(vram, bytes, use, what);
@@ -275,6 +278,9 @@ struct CudaSession::Impl {
     route_counts = reinterpret_cast<unsigned*>(base + l.route_counts);
     route_misses = reinterpret_cast<unsigned*>(base + l.route_misses);
     miss_words = base + l.miss_path;
+    hint_normed = f(l.hint_normed), hint_logits = f(l.hint_logits), hint_weights = f(l.hint_weights);
+    hint_ids = reinterpret_cast<int32_t*>(base + l.hint_ids);
+    hint_arrivals = reinterpret_cast<unsigned*>(base + l.hint_arrivals);
   }
 
   void zero_states() {
@@ -355,6 +361,33 @@ struct CudaSession::Impl {
     if (!d.router_and_shared_logit.data) mv(d.shared_logit, normed, router_logits + c.n_experts, 0, on);
   }
 
+  // Whether decode steps hint the CPU miss path (cuda/miss_path.h) which experts it will compute:
+  // where it takes misses and the router is the float32 one router_topk computes.
+  bool hints() const { return miss && !layers.empty() && layers.front().router.type == GgmlType::F32 && config.hidden % 4 == 0; }
+
+  // At the start of a layer, on a branch beside its mixer: the layer's input normed for the MoE and
+  // routed (counted nowhere), and the absent experts of that routing the CPU would take posted to
+  // the host, which reads their bytes while the mixer runs. Profiling runs it in line.
+  void hint_misses(const DeviceLayer& d, int64_t layer) {
+    const model::Qwen35MoeConfig& c = config;
+    const bool beside = !clock.enabled();
+    cudaStream_t on = beside ? side_stream : stream;
+    if (beside) {
+      check_cuda(cudaEventRecord(hint_fork, stream), "forking the miss hint");
+      check_cuda(cudaStreamWaitEvent(side_stream, hint_fork), "forking the miss hint");
+    }
+    check(kernels::rms_norm(h, d.post_norm, hint_normed, 1, int(c.hidden), float(c.rms_eps), on), "the miss hint's norm");
+    const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
+    check(kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), hint_normed, hint_logits,
+                               int(c.n_experts), int(c.n_experts_used), hint_ids, hint_weights, RouteTally{},
+                               hint_arrivals, on),
+          "the miss hint's router");
+    check(kernels::miss_hint(miss->link(), hint_ids, int(c.n_experts_used), d.tally.resident, int(layer), on),
+          "the miss hint");
+    if (beside) check_cuda(cudaEventRecord(hint_join, side_stream), "joining the miss hint");
+    mark(Phase::router);
+  }
+
   void moe(const DeviceLayer& d, int64_t layer, const float* next_norm) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t k = c.n_experts_used, ff = c.expert_ff;
@@ -381,7 +414,7 @@ struct CudaSession::Impl {
       mv(d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router, normed, router_logits);
       check(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, d.tally, stream), "router");
     }
-    // Some absent experts go to the CPU (their ids become -1, which the products skip).
+    // Some absent experts go to the CPU (their ids become -1, which the products skip); the hinted first.
     if (miss)
       check(kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, stream),
             "the CPU miss path's dispatch");
@@ -419,7 +452,10 @@ struct CudaSession::Impl {
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
       mark(Phase::norms);
+      if (hints()) hint_misses(d, int64_t(l));
       d.recurrent ? deltanet(d, states[l]) : attention(d, states[l]);
+      // The hint has read h (and long finished) before the residual add writes it.
+      if (hints() && !clock.enabled()) check_cuda(cudaStreamWaitEvent(stream, hint_join), "joining the miss hint");
       // Each residual add is fused with the norm that reads its result.
       check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, 1, hidden, eps, stream), "residual and norm");
       mark(Phase::norms);
@@ -536,6 +572,8 @@ struct CudaSession::Impl {
     check_cuda(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking), "creating a stream");
     check_cuda(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "creating an event");
     check_cuda(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "creating an event");
+    check_cuda(cudaEventCreateWithFlags(&hint_fork, cudaEventDisableTiming), "creating an event");
+    check_cuda(cudaEventCreateWithFlags(&hint_join, cudaEventDisableTiming), "creating an event");
     check_cuda(cudaMallocHost(&pinned_embedding, size_t(config.hidden) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_logits, size_t(config.vocab) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_position, sizeof(int64_t)), "pinned memory");
@@ -552,6 +590,8 @@ struct CudaSession::Impl {
     prompt.reset();
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
+    if (hint_fork) cudaEventDestroy(hint_fork);
+    if (hint_join) cudaEventDestroy(hint_join);
     if (side_stream) cudaStreamDestroy(side_stream);
     if (stream) cudaStreamDestroy(stream);
   }
@@ -559,6 +599,7 @@ struct CudaSession::Impl {
   cudaStream_t stream = nullptr;
   cudaStream_t side_stream = nullptr;  // the shared expert's branch of a step
   cudaEvent_t fork = nullptr, join = nullptr;
+  cudaEvent_t hint_fork = nullptr, hint_join = nullptr;  // the miss hint's branch
   cudaGraphExec_t graph_with_logits = nullptr, graph_without_logits = nullptr;
   float* pinned_embedding = nullptr;
   float* pinned_logits = nullptr;
@@ -778,7 +819,7 @@ ExpertStats CudaSession::expert_stats() const {
   stats.miss_path = s.miss_summary;
   if (s.miss) {
     const MissStats m = s.miss->stats();
-    stats.cpu_experts = m.experts, stats.cpu_expert_bytes = m.expert_bytes, stats.cpu_seconds = m.cpu_seconds;
+    stats.cpu_experts = m.experts, stats.cpu_hinted_experts = m.hinted_experts, stats.cpu_expert_bytes = m.expert_bytes, stats.cpu_seconds = m.cpu_seconds;
     stats.decode_miss_bytes -= std::min(stats.decode_miss_bytes, m.expert_bytes);
   }
   return stats;

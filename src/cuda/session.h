@@ -75,6 +75,7 @@ struct ExpertStats {
   uint64_t missed = 0;               // of them, to experts not in VRAM
   uint64_t decode_miss_bytes = 0;    // expert bytes decode steps read over PCIe
   uint64_t cpu_experts = 0;          // decode misses the CPU computed instead
+  uint64_t cpu_hinted_experts = 0;   // of them, those it had read ahead on a hint (cuda/miss_path.h)
   uint64_t cpu_expert_bytes = 0;     // their bytes, read from host RAM by the CPU
   double cpu_seconds = 0;            // the CPU's time computing them
   uint64_t prompt_miss_bytes = 0;    // expert bytes prompt chunks read over PCIe

@@ -55,6 +55,9 @@ struct DecodeScratch {
   size_t route_misses;                     // [2][layers] unsigned: routings to experts not in VRAM, by decode
                                            // steps, then by prompts
   size_t miss_path;                        // kMissPathScratch bytes: the CPU miss path's device words
+  // The CPU miss path's hint: the layer's input normed for the MoE, the router's logits, weights,
+  // ids and block counter (kept zeroed) for it.
+  size_t hint_normed, hint_logits, hint_weights, hint_ids, hint_arrivals;
   size_t total;
 };
 // The CPU miss path's device words (cuda/miss_path.h): its request number, a layer's CPU experts
