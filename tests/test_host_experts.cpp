@@ -97,15 +97,20 @@ TEST(HostExperts, PrefetchVisitsEveryPieceOnceAndChangesNothing) {
   const std::vector<int32_t> experts = {5, 1, 2};
   const int64_t layer = c.n_layers / 2;
   const lode::model::MoeWeights& m = weights.layers[size_t(layer)].moe;
-  int64_t pieces = 0;
-  for (const lode::model::ExpertStack* s : {&m.gate, &m.up, &m.down})
+  int64_t pieces = 0, bytes = 0;
+  for (const lode::model::ExpertStack* s : {&m.gate, &m.up, &m.down}) {
     pieces += (s->first.rows * int64_t(s->first.row_bytes) + (64 << 10) - 1) / (64 << 10);
+    bytes += s->first.rows * int64_t(s->first.row_bytes);
+  }
   lode::cpu::HostExperts host(weights, 3);
   std::vector<float> before(experts.size() * size_t(c.hidden)), after(before.size());
   host.compute(layer, experts.data(), int(experts.size()), x.data(), before.data());
   std::atomic<int64_t> asked{0};
-  host.prefetch(layer, experts.data(), int(experts.size()), [&] { return asked.fetch_add(1) < 0; });
+  const int64_t read = host.prefetch(layer, experts.data(), int(experts.size()), [&] { return asked.fetch_add(1) < 0; });
   EXPECT_EQ(asked.load(), pieces * int64_t(experts.size()));
+  EXPECT_EQ(read, bytes * int64_t(experts.size()));
+  // Told to stop at once, it reads nothing.
+  EXPECT_EQ(host.prefetch(layer, experts.data(), int(experts.size()), [] { return true; }), 0);
   host.compute(layer, experts.data(), int(experts.size()), x.data(), after.data());
   EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * 4), 0);
   asked = 0;

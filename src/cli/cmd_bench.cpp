@@ -64,7 +64,8 @@ struct TierDelta {
   double hit_rate = 1.0;
   double pcie_bytes = 0;  // expert bytes read over PCIe
   double cpu_experts = 0, cpu_bytes = 0, cpu_seconds = 0;  // decode misses the CPU computed, their bytes, its time
-  double cpu_hinted = 0;  // of cpu_experts, those read ahead on a hint
+  double cpu_hinted = 0, cpu_read_ahead = 0;  // of cpu_experts, those hinted; the bytes read ahead on hints
+  double gpu_share_seconds = 0, host_wait_seconds = 0;  // per CPU request: the GPU's own share, then its wait
   int64_t swaps = 0;
 };
 
@@ -77,12 +78,16 @@ TierDelta tier_delta(const cuda::ExpertStats& before, const cuda::ExpertStats& a
           double(after.cpu_expert_bytes - before.cpu_expert_bytes),
           after.cpu_seconds - before.cpu_seconds,
           double(after.cpu_hinted_experts - before.cpu_hinted_experts),
+          double(after.cpu_read_ahead_bytes - before.cpu_read_ahead_bytes),
+          after.gpu_share_seconds - before.gpu_share_seconds,
+          after.host_wait_seconds - before.host_wait_seconds,
           after.swaps - before.swaps};
 }
 
 // Per token (or per run) instead of in all.
 TierDelta per(TierDelta t, double n) {
-  t.pcie_bytes /= n, t.cpu_experts /= n, t.cpu_bytes /= n, t.cpu_seconds /= n, t.cpu_hinted /= n;
+  t.pcie_bytes /= n, t.cpu_experts /= n, t.cpu_bytes /= n, t.cpu_seconds /= n, t.cpu_hinted /= n, t.cpu_read_ahead /= n;
+  t.gpu_share_seconds /= n, t.host_wait_seconds /= n;
   return t;
 }
 
@@ -214,9 +219,11 @@ void print_json(const BenchOptions& o, const Ceilings& c, const BenchRun& b) {
     d += fmt::format("{}{{\"depth\": {}, \"tokens_per_s\": {:.1f}, \"bytes_per_token\": {:.0f}, \"GBps\": {:.1f}, "
                      "\"of_copy\": {:.4f}, \"hit_rate\": {:.4f}, \"pcie_bytes_per_token\": {:.0f}, "
                      "\"cpu_experts_per_token\": {:.2f}, \"cpu_hinted_per_token\": {:.2f}, \"cpu_bytes_per_token\": {:.0f}, "
-                     "\"cpu_us_per_token\": {:.1f}, \"swaps\": {}}}",
+                     "\"cpu_read_ahead_bytes_per_token\": {:.0f}, \"cpu_us_per_token\": {:.1f}, \"gpu_share_us_per_token\": {:.1f}, "
+                     "\"cpu_wait_us_per_token\": {:.1f}, \"swaps\": {}}}",
                      d.empty() ? "" : ", ", r.depth, r.tokens_per_s, r.bytes_per_token, r.gbps, r.gbps / c.copy_gbps,
-                     r.tier.hit_rate, r.tier.pcie_bytes, r.tier.cpu_experts, r.tier.cpu_hinted, r.tier.cpu_bytes, 1e6 * r.tier.cpu_seconds,
+                     r.tier.hit_rate, r.tier.pcie_bytes, r.tier.cpu_experts, r.tier.cpu_hinted, r.tier.cpu_bytes, r.tier.cpu_read_ahead,
+                     1e6 * r.tier.cpu_seconds, 1e6 * r.tier.gpu_share_seconds, 1e6 * r.tier.host_wait_seconds,
                      r.tier.swaps);
   fmt::print("{{\"model\": \"{}\", \"vram_budget_MiB\": {:.1f}, \"experts_resident\": {}, \"experts_total\": {}, "
              "\"prefill\": [{}], \"decode\": [{}], \"generated_tokens\": {}, \"repeats\": {}, "
@@ -254,10 +261,13 @@ void print_text(const BenchOptions& o, const Ceilings& c, const BenchRun& b) {
                  100 * r.tier.hit_rate, r.tier.pcie_bytes / 1e6, r.tier.pcie_bytes * r.tokens_per_s / 1e9,
                  100 * r.tier.pcie_bytes * r.tokens_per_s / 1e9 / c.pcie_mapped_gbps, r.tier.swaps);
     if (r.tier.cpu_experts > 0)
-      fmt::print("; CPU {:.1f} experts/token ({:.1f} read ahead; {:.1f} MB/token from host RAM = {:.1f} GB/s), "
-                 "{:.0f} us/token",
-                 r.tier.cpu_experts, r.tier.cpu_hinted, r.tier.cpu_bytes / 1e6, r.tier.cpu_bytes * r.tokens_per_s / 1e9,
-                 1e6 * r.tier.cpu_seconds);
+      fmt::print("; CPU {:.1f} experts/token ({:.1f} hinted, {:.1f} MB read ahead; {:.1f} MB/token from host RAM = "
+                 "{:.1f} GB/s), {:.0f} us/token",
+                 r.tier.cpu_experts, r.tier.cpu_hinted, r.tier.cpu_read_ahead / 1e6, r.tier.cpu_bytes / 1e6,
+                 r.tier.cpu_bytes * r.tokens_per_s / 1e9, 1e6 * r.tier.cpu_seconds);
+    if (r.tier.cpu_experts > 0)
+      fmt::print("; the GPU's share {:.0f} us/token, then waiting for the CPU {:.0f} us/token",
+                 1e6 * r.tier.gpu_share_seconds, 1e6 * r.tier.host_wait_seconds);
     fmt::print("\n");
   }
   fmt::print("peak VRAM held by lode: {:.1f} MiB (median of {} runs after a warm-up each)\n", b.peak_mib, o.repeats);

@@ -117,7 +117,7 @@ HostExperts::PrefetchLayout HostExperts::prefetch_layout(int64_t layer, int n) c
   return l;
 }
 
-void HostExperts::prefetch_piece(const PrefetchLayout& l, const int32_t* experts, int64_t piece) const {
+int64_t HostExperts::prefetch_piece(const PrefetchLayout& l, const int32_t* experts, int64_t piece) const {
   const model::MoeWeights& m = weights_.layers[size_t(l.layer)].moe;
   const int64_t per_expert = l.gate_pieces + l.up_pieces + l.down_pieces;
   const int32_t expert = experts[piece / per_expert];
@@ -129,7 +129,9 @@ void HostExperts::prefetch_piece(const PrefetchLayout& l, const int32_t* experts
   }
   const model::MatrixView w = stack->expert(expert);
   const int64_t bytes = w.rows * int64_t(w.row_bytes), first = p * kPrefetchPiece;
-  touch(w.data + first, std::min(kPrefetchPiece, bytes - first));
+  const int64_t piece_bytes = std::min(kPrefetchPiece, bytes - first);
+  touch(w.data + first, piece_bytes);
+  return piece_bytes;
 }
 
 }  // namespace lode::cpu

@@ -29,13 +29,16 @@ class HostExperts {
 
   // Reads the bytes of experts[0, n) of `layer` (gate, up and down) into the caches, in pieces
   // spread over the pool, so that a compute() of them soon after reads the caches instead of RAM.
-  // Stops taking pieces once stop() is true (what is left is read by compute() itself).
+  // Stops taking pieces once stop() is true (what is left is read by compute() itself). Returns
+  // the bytes it read.
   template <class Stop>
-  void prefetch(int64_t layer, const int32_t* experts, int n, Stop&& stop) {
+  int64_t prefetch(int64_t layer, const int32_t* experts, int n, Stop&& stop) {
     const PrefetchLayout layout = prefetch_layout(layer, n);
+    std::atomic<int64_t> bytes{0};
     pool_.run(layout.pieces, [&](int64_t t) {
-      if (!stop()) prefetch_piece(layout, experts, t);
+      if (!stop()) bytes.fetch_add(prefetch_piece(layout, experts, t), std::memory_order_relaxed);
     });
+    return bytes.load();
   }
   int threads() const { return pool_.threads(); }
 
@@ -44,7 +47,7 @@ class HostExperts {
     int64_t layer = 0, gate_pieces = 0, up_pieces = 0, down_pieces = 0, pieces = 0;
   };
   PrefetchLayout prefetch_layout(int64_t layer, int n) const;
-  void prefetch_piece(const PrefetchLayout& layout, const int32_t* experts, int64_t piece) const;
+  int64_t prefetch_piece(const PrefetchLayout& layout, const int32_t* experts, int64_t piece) const;  // its bytes
   const model::ModelWeights& weights_;
   int64_t hidden_, ff_, max_experts_;
   SpinPool pool_;

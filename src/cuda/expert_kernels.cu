@@ -33,13 +33,14 @@ __global__ void miss_hint_kernel(MissLink link, const int32_t* predicted, int k,
   const unsigned absent_mask = __ballot_sync(0xffffffffu, absent), below = (1u << lane) - 1;
   const int count = link.share[__popc(absent_mask)];
   const bool hinted = absent && __popc(absent_mask & below) < count;
+  int32_t* words = link.hinted + (layer % 2) * (1 + kMaxMissExperts);
   if (hinted) {
     const int i = __popc(absent_mask & below);
-    link.hinted[1 + i] = expert;
+    words[1 + i] = expert;
     link.box->hint_expert[i] = expert;
   }
   if (lane != 0) return;
-  link.hinted[0] = count;
+  words[0] = count;
   if (count == 0) return;
   link.box->hint_layer = layer;
   link.box->hint_count = count;
@@ -49,15 +50,27 @@ __global__ void miss_hint_kernel(MissLink link, const int32_t* predicted, int k,
   *reinterpret_cast<volatile uint32_t*>(&link.box->hint) = number;
 }
 
+// The stage's entries for the j-th chosen expert (miss_dispatch's, without the CPU's).
+__device__ void stage_entry(const MissStage& s, int j, int k, int32_t expert, bool resident, bool cpu,
+                            const void* const* table, int n_experts) {
+  s.ids[j] = cpu ? -1 : j;
+  s.ids[k + j] = cpu ? -1 : k + j;
+  s.table[j] = resident ? table[expert] : s.gate_up + j * s.gate_up_stride;
+  s.table[k + j] = resident ? table[n_experts + expert] : s.gate_up + j * s.gate_up_stride + s.up_at;
+  s.table[2 * k + j] = resident ? table[2 * n_experts + expert] : s.down + j * s.down_stride;
+}
+
 __global__ void __launch_bounds__(kMissThreads)
-    miss_dispatch_kernel(MissLink link, int32_t* ids, int k, const uint8_t* resident, int layer, const float* x) {
+    miss_dispatch_kernel(MissLink link, int32_t* ids, int k, const uint8_t* resident, int layer, const float* x,
+                         const void* const* table, int n_experts, MissStage stage) {
   __shared__ int count;
   if (threadIdx.x < 32) {  // warp 0 chooses; k <= 32
     const int lane = threadIdx.x;
     const int32_t expert = lane < k ? ids[lane] : 0;
     const bool absent = lane < k && !resident[expert];
     bool in_hint = false;
-    for (int j = 0, n = link.hinted[0]; j < n; ++j) in_hint |= link.hinted[1 + j] == expert;
+    const int32_t* hint = link.hinted + (layer % 2) * (1 + kMaxMissExperts);
+    for (int j = 0, n = hint[0]; j < n; ++j) in_hint |= hint[1 + j] == expert;
     // The CPU takes its share of the absent experts, those it was told of first (it has read
     // their bytes already), then the others in routing order.
     const unsigned hinted_mask = __ballot_sync(0xffffffffu, absent && in_hint);
@@ -66,6 +79,13 @@ __global__ void __launch_bounds__(kMissThreads)
     const int hinted = min(__popc(hinted_mask), cpu_count);
     const int rank = in_hint ? __popc(hinted_mask & below) : __popc(hinted_mask) + __popc(other_mask & below);
     const bool cpu = absent && rank < cpu_count;
+    const bool staged = absent && !cpu;  // the GPU computes it from the stage
+    const unsigned staged_mask = __ballot_sync(0xffffffffu, staged);
+    if (stage.table) {
+      if (lane < k) stage_entry(stage, lane, k, expert, !absent, cpu, table, n_experts);
+      if (staged) stage.copies[1 + __popc(staged_mask & below)] = lane;
+      if (lane == 0) stage.copies[0] = __popc(staged_mask);
+    }
     if (cpu) {
       const int i = in_hint ? rank : hinted + __popc(other_mask & below);
       link.box->expert[i] = expert;
@@ -89,6 +109,7 @@ __global__ void __launch_bounds__(kMissThreads)
   if (threadIdx.x == 0) {
     const uint32_t number = *link.sequence + 1;
     *link.sequence = number;
+    link.clock[0] = global_ns();
     *reinterpret_cast<volatile uint32_t*>(&link.box->request) = number;
   }
 }
@@ -114,6 +135,7 @@ __global__ void __launch_bounds__(kMissThreads) miss_gather_kernel(MissLink link
       __nanosleep(100);
     }
     __threadfence_system();
+    if (blockIdx.x == 0) link.clock[1] += start - link.clock[0], link.clock[2] += global_ns() - start;
   }
   __syncthreads();
   const int64_t i = first + threadIdx.x;
@@ -123,12 +145,55 @@ __global__ void __launch_bounds__(kMissThreads) miss_gather_kernel(MissLink link
   reinterpret_cast<float4*>(y + int64_t(position) * link.hidden)[at] = v;
 }
 
+// Blocks (b, c): the c-th listed expert's gate, up and down, one after another, strided over the
+// blocks of c; four 16-byte loads in flight per thread (host memory answers in microseconds).
+constexpr int kStageBlocks = 48;
+__global__ void __launch_bounds__(kMissThreads)
+    miss_stage_kernel(MissStage s, const int32_t* ids, int k, const void* const* table, int n_experts) {
+  const int c = blockIdx.y;
+  if (c >= s.copies[0]) return;
+  const int j = s.copies[1 + c];
+  const int32_t expert = ids[j];
+  const uint8_t* src[3] = {static_cast<const uint8_t*>(table[expert]), static_cast<const uint8_t*>(table[n_experts + expert]),
+                           static_cast<const uint8_t*>(table[2 * n_experts + expert])};
+  uint8_t* dst[3] = {s.gate_up + j * s.gate_up_stride, s.gate_up + j * s.gate_up_stride + s.up_at,
+                     s.down + j * s.down_stride};
+  const size_t bytes[3] = {s.gate_bytes, s.up_bytes, s.down_bytes};
+  for (int m = 0; m < 3; ++m) {
+    if ((reinterpret_cast<uintptr_t>(src[m]) | reinterpret_cast<uintptr_t>(dst[m]) | bytes[m]) % 16 != 0) {
+      for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < bytes[m]; i += size_t(gridDim.x) * blockDim.x)
+        dst[m][i] = src[m][i];
+      continue;
+    }
+    const uint4* from = reinterpret_cast<const uint4*>(src[m]);
+    uint4* to = reinterpret_cast<uint4*>(dst[m]);
+    const size_t words = bytes[m] / 16, stride = size_t(gridDim.x) * blockDim.x;
+    size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+    for (; i + 3 * stride < words; i += 4 * stride) {
+      const uint4 a = __ldcs(from + i), b = __ldcs(from + i + stride), d = __ldcs(from + i + 2 * stride),
+                  e = __ldcs(from + i + 3 * stride);
+      to[i] = a, to[i + stride] = b, to[i + 2 * stride] = d, to[i + 3 * stride] = e;
+    }
+    for (; i < words; i += stride) to[i] = __ldcs(from + i);
+  }
+}
+
 }  // namespace
 
+const char* miss_stage(const MissStage& stage, const int32_t* ids, int k, const void* const* table, int n_experts,
+                       void* stream) {
+  miss_stage_kernel<<<dim3(kStageBlocks, k), kMissThreads, 0, static_cast<cudaStream_t>(stream)>>>(stage, ids, k, table,
+                                                                                                    n_experts);
+  const cudaError_t err = cudaGetLastError();
+  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+}
+
 const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8_t* resident, int layer,
-                          const float* x, void* stream) {
+                          const float* x, const void* const* table, int n_experts, const MissStage& stage,
+                          void* stream) {
   if (k > 32) return "the CPU miss path routes at most 32 experts per token";
-  miss_dispatch_kernel<<<1, kMissThreads, 0, static_cast<cudaStream_t>(stream)>>>(link, ids, k, resident, layer, x);
+  miss_dispatch_kernel<<<1, kMissThreads, 0, static_cast<cudaStream_t>(stream)>>>(link, ids, k, resident, layer, x,
+                                                                                  table, n_experts, stage);
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }

@@ -52,22 +52,47 @@ struct MissLink {
   int32_t* pending = nullptr;    // [1 + kMaxMissExperts]: this layer's CPU experts, then their positions
   const int32_t* share = nullptr;  // [k + 1]: of m absent experts, how many the CPU computes
   uint32_t* hint_sequence = nullptr;  // the last hint's number
-  int32_t* hinted = nullptr;          // [1 + kMaxMissExperts]: this layer's hint: its count, its experts
+  int32_t* hinted = nullptr;  // [2][1 + kMaxMissExperts]: by the layer's parity, its hint's count and experts
+  // [3] ns: the last request's time; the sums over requests of the time from each request to its
+  // gather (the GPU's own share) and of the gather's wait for the host's answer.
+  uint64_t* clock = nullptr;
   int hidden = 0;
 };
 
-// At the start of `layer`, from the k experts routed from its input (predicted ids [k], as
+// Before `layer`'s router, from k experts routed for it from an earlier h (predicted ids [k], as
 // router_topk writes them): those absent from VRAM, as many as link.share gives the CPU of that
-// many, become the layer's hint (device words, and a posted message for the host).
+// many, become the layer's hint (device words by the layer's parity, so that the next layer's hint
+// can be written while this layer's dispatch reads; and a posted message for the host).
 const char* miss_hint(const MissLink& link, const int32_t* predicted, int k, const uint8_t* resident, int layer,
                       void* stream);
+
+// Where a decode step stages the absent experts the GPU computes itself (buffers idle during
+// decode steps: the prompt pass's staging), and the table of the k chosen experts the step's
+// expert products then read: one copy kernel moves all of a layer's staged bytes with every load
+// in flight, where products reading host memory in place would wait on PCIe twice (gate and up,
+// then down) with few loads in flight.
+struct MissStage {
+  uint8_t* gate_up = nullptr;  // the j-th chosen expert's gate at j * gate_up_stride, its up at + up_at
+  uint8_t* down = nullptr;     // its down at j * down_stride
+  size_t gate_up_stride = 0, up_at = 0, down_stride = 0;
+  size_t gate_bytes = 0, up_bytes = 0, down_bytes = 0;  // one expert's matrices
+  const void** table = nullptr;  // [3k]: the chosen experts' gate at j, up at k + j, down at 2k + j
+  int32_t* ids = nullptr;        // [2k]: j, then k + j; -1 where the CPU computes the expert
+  int32_t* copies = nullptr;     // [1 + k]: how many chosen experts to stage, then which (j)
+};
 
 // After the router of `layer`: of the k chosen experts (ids [2k]: gate ids, then up ids) those
 // absent from VRAM (resident [n_experts] flags) go to the CPU as link.share says, the hinted ones
 // first; their ids become -1 (the expert products skip them), x [hidden] goes to the mailbox, and
-// the request is posted.
+// the request is posted. With a stage (stage.table not null): the stage's table and ids for the
+// step's products, each chosen expert through its VRAM slot (table: the layer's [3 n_experts]
+// pointers) or its place in the stage, and the list of those to stage (miss_stage copies them).
 const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8_t* resident, int layer,
-                          const float* x, void* stream);
+                          const float* x, const void* const* table, int n_experts, const MissStage& stage,
+                          void* stream);
+// Copies the experts miss_dispatch listed from their host bytes (table) into the stage.
+const char* miss_stage(const MissStage& stage, const int32_t* ids, int k, const void* const* table, int n_experts,
+                       void* stream);
 // Before the expert sum: waits for the host's answer (at most `timeout_ns`, then marks the mailbox
 // timed out) and copies its outputs into y [k][hidden] at their positions (hidden a multiple of 4).
 const char* miss_gather(const MissLink& link, float* y, int k, uint64_t timeout_ns, void* stream);

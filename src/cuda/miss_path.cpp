@@ -25,8 +25,8 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kSequenceAt = 0, kHintSequenceAt = 4, kPendingAt = 16,
                  kSharesAt = kPendingAt + 4 * (1 + kernels::kMaxMissExperts),
                  kHintedAt = kSharesAt + 4 * (1 + kernels::kMaxMissExperts),
-                 kProbeSinkAt = kHintedAt + 4 * (1 + kernels::kMaxMissExperts);
-static_assert(kProbeSinkAt + 4 <= plan::kMissPathScratch);
+                 kProbeSinkAt = kHintedAt + 2 * 4 * (1 + kernels::kMaxMissExperts), kClockAt = kProbeSinkAt + 8;
+static_assert(kClockAt + 3 * 8 <= plan::kMissPathScratch && kClockAt % 8 == 0);
 
 // The server spins while requests come (a decode step sends one per layer); after this long
 // without one it naps between looks, costing a nap's length on the next step's first request.
@@ -70,6 +70,7 @@ MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void
   link_.share = reinterpret_cast<const int32_t*>(words + kSharesAt);
   link_.hint_sequence = reinterpret_cast<uint32_t*>(words + kHintSequenceAt);
   link_.hinted = reinterpret_cast<int32_t*>(words + kHintedAt);
+  link_.clock = reinterpret_cast<uint64_t*>(words + kClockAt);
   link_.hidden = int(c.hidden);
   measure_costs();
   probe_gbps_ = measure_mapped_read_gbps(reinterpret_cast<unsigned*>(words + kProbeSinkAt), size_t(64) << 20, 3);
@@ -97,17 +98,34 @@ void MissPath::measure_costs() {
   const int k = int(c.n_experts_used);
   const std::vector<float> x(static_cast<size_t>(c.hidden), 0.01f);
   std::vector<int32_t> experts(static_cast<size_t>(k));
-  int64_t next = 0;
+  int64_t next = 0, layer = 0;
   const auto time_us = [&](int n) {
-    const int64_t layer = next / c.n_experts % c.n_layers;
+    layer = next / c.n_experts % c.n_layers;
     for (int i = 0; i < n; ++i) experts[size_t(i)] = int32_t(next++ % c.n_experts);
     const auto start = Clock::now();
     host_.compute(layer, experts.data(), n, x.data(), y_);
     return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   };
   time_us(k), time_us(k);  // wakes the pool
-  double t1 = 1e30, tk = 1e30;
-  for (int i = 0; i < 7; ++i) t1 = std::min(t1, time_us(1)), tk = std::min(tk, time_us(k));
+  double t1 = 1e30, tk = 1e30, cached = 1e30, read_ahead = 1e30, after_read_ahead = 1e30;
+  for (int i = 0; i < 7; ++i) {
+    t1 = std::min(t1, time_us(1)), tk = std::min(tk, time_us(k));
+    // The same k again, their bytes in the caches now: how much a hint can save at most.
+    const auto start = Clock::now();
+    host_.compute(layer, experts.data(), k, x.data(), y_);
+    cached = std::min(cached, std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+    // Reading k new experts ahead, as a hint has the host do.
+    layer = next / c.n_experts % c.n_layers;
+    for (int e = 0; e < k; ++e) experts[size_t(e)] = int32_t(next++ % c.n_experts);
+    const auto read_start = Clock::now();
+    host_.prefetch(layer, experts.data(), k, [] { return false; });
+    const auto compute_start = Clock::now();
+    read_ahead = std::min(read_ahead, std::chrono::duration<double, std::micro>(compute_start - read_start).count());
+    host_.compute(layer, experts.data(), k, x.data(), y_);
+    after_read_ahead =
+        std::min(after_read_ahead, std::chrono::duration<double, std::micro>(Clock::now() - compute_start).count());
+  }
+  cached_us_ = cached, read_ahead_us_ = read_ahead, after_read_ahead_us_ = after_read_ahead;
   costs_.cpu_expert_us = k > 1 ? std::max(tk - t1, 0.0) / (k - 1) : t1;
   costs_.cpu_request_us = std::max(t1 - costs_.cpu_expert_us, 0.0);
 }
@@ -153,6 +171,7 @@ void MissPath::answer(uint32_t number, int32_t* experts) {
                            int32_t(kernels::kMaxMissExperts));
   const int hinted = std::clamp(std::atomic_ref<int32_t>(box_->hinted).load(std::memory_order_acquire), 0, n);
   std::copy_n(box_->expert, n, experts);
+  answered_layer_ = layer;
   const auto start = Clock::now();
   host_.compute(layer, experts, n, x_, y_);
   std::atomic_ref<uint32_t>(box_->done).store(number, std::memory_order_release);
@@ -166,10 +185,10 @@ void MissPath::read_ahead(int32_t* experts, Stop&& stop) {
   const int64_t layer = std::atomic_ref<int32_t>(box_->hint_layer).load(std::memory_order_acquire);
   const int n = std::clamp(std::atomic_ref<int32_t>(box_->hint_count).load(std::memory_order_acquire), 0,
                            int32_t(kernels::kMaxMissExperts));
-  if (layer < 0 || layer >= int64_t(bytes_.size())) return;
+  // A hint for the layer just answered came too late to help (the host was behind).
+  if (layer < 0 || layer >= int64_t(bytes_.size()) || layer == answered_layer_) return;
   std::copy_n(box_->hint_expert, n, experts);
-  host_.prefetch(layer, experts, n, stop);
-  hints_ += 1;
+  read_ahead_bytes_ += uint64_t(host_.prefetch(layer, experts, n, stop));
 }
 
 void MissPath::after_step(double step_seconds, void* stream) {
@@ -181,17 +200,22 @@ void MissPath::after_step(double step_seconds, void* stream) {
 }
 
 MissStats MissPath::stats() const {
-  return {.requests = requests_.load(), .experts = experts_.load(), .hinted_experts = hinted_experts_.load(),
-          .expert_bytes = expert_bytes_.load(), .cpu_seconds = double(cpu_ns_.load()) * 1e-9};
+  uint64_t clock[3] = {};
+  check_cuda(cudaMemcpy(clock, link_.clock, sizeof(clock), cudaMemcpyDeviceToHost), "the CPU miss path's clocks");
+  return {.gpu_share_seconds = double(clock[1]) * 1e-9, .host_wait_seconds = double(clock[2]) * 1e-9,.requests = requests_.load(), .experts = experts_.load(), .hinted_experts = hinted_experts_.load(),
+          .expert_bytes = expert_bytes_.load(), .read_ahead_bytes = read_ahead_bytes_.load(),
+          .cpu_seconds = double(cpu_ns_.load()) * 1e-9};
 }
 
 std::string MissPath::describe() const {
   std::string shares;
   for (int32_t s : split_->shares()) shares += fmt::format("{}{}", shares.empty() ? "" : " ", s);
-  return fmt::format("CPU miss path: {} threads; a request {:.0f} us + {:.0f} us per expert on the CPU, {:.0f} us per "
-                     "expert over PCIe ({:.1f} GB/s mapped reads); of 0..{} absent experts the CPU takes {}",
-                     host_.threads(), costs_.cpu_request_us, costs_.cpu_expert_us, costs_.gpu_expert_us, probe_gbps_,
-                     split_->shares().size() - 1, shares);
+  const size_t k = split_->shares().size() - 1;
+  return fmt::format("CPU miss path: {} threads; a request {:.0f} us + {:.0f} us per expert on the CPU ({} again {:.0f} "
+                     "us; read ahead in {:.0f} us, then {:.0f} us), {:.0f} us per expert over PCIe ({:.1f} GB/s mapped "
+                     "reads); of 0..{} absent experts the CPU takes {}",
+                     host_.threads(), costs_.cpu_request_us, costs_.cpu_expert_us, k, cached_us_, read_ahead_us_,
+                     after_read_ahead_us_, costs_.gpu_expert_us, probe_gbps_, k, shares);
 }
 
 }  // namespace lode::cuda

@@ -7,13 +7,14 @@
 // do not depend on which side computed an expert. One host round trip per layer, and the step stays
 // one CUDA graph.
 //
-// The host would sit idle while the GPU runs each layer's mixer, and its RAM with it. So at the
-// start of each layer, a branch of the step routes the layer's input as it is before the mixer
-// (its router after the MoE's norm: on the 35B-A3B synth 91% of the experts it picks are the
-// layer's, on lode-mini 84%) and hints the absent ones the CPU would take; the host reads their
-// bytes into its caches meanwhile, and the dispatch gives the CPU the hinted experts first. A hint
-// changes where the host's reads come from, never what is computed. Host code; needs the CUDA
-// runtime.
+// The host would sit idle while the GPU runs each layer's mixer, and its RAM with it. So as a
+// layer's request goes out, a branch of the step routes h (after this layer's mixer) with the
+// next layer's norm and router (on the 35B-A3B synth 89% of the experts it picks are the next
+// layer's, on lode-mini 80%; the first layer's hint comes from the embedding) and hints the absent
+// ones the CPU would take. Once it has answered, the host reads their bytes into its caches while
+// the GPU finishes the layer and runs the next mixer, and the dispatch gives the CPU the hinted
+// experts first. A hint changes where the host's reads come from, never what is computed. Host
+// code; needs the CUDA runtime.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -31,10 +32,13 @@
 namespace lode::cuda {
 
 struct MissStats {
+  double gpu_share_seconds = 0;  // the GPU's time from each request to its gather (its own share)
+  double host_wait_seconds = 0;  // the gathers' wait for the host's answers after that
   uint64_t requests = 0;      // layers that sent the CPU work
   uint64_t experts = 0;       // experts the CPU computed
   uint64_t hinted_experts = 0;  // of them, those a hint had named (read ahead while the mixer ran)
   uint64_t expert_bytes = 0;  // their bytes (not read over PCIe)
+  uint64_t read_ahead_bytes = 0;  // expert bytes read into the caches on hints
   double cpu_seconds = 0;     // the server's time computing them
 };
 
@@ -71,13 +75,16 @@ class MissPath {
   plan::MissCosts costs_;
   std::unique_ptr<plan::MissSplit> split_;
   double probe_gbps_ = 0;
+  // k experts computed again (from the caches); k read ahead, then computed
+  double cached_us_ = 0, read_ahead_us_ = 0, after_read_ahead_us_ = 0;
   kernels::MissMailbox* box_ = nullptr;  // pinned, mapped
   float *x_ = nullptr, *y_ = nullptr;    // host addresses of the mailbox's x and y
   int32_t* pinned_shares_ = nullptr;
   kernels::MissLink link_;
   std::thread server_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> requests_{0}, experts_{0}, hinted_experts_{0}, hints_{0}, expert_bytes_{0}, cpu_ns_{0};
+  std::atomic<uint64_t> requests_{0}, experts_{0}, hinted_experts_{0}, expert_bytes_{0}, read_ahead_bytes_{0}, cpu_ns_{0};
+  int64_t answered_layer_ = -1;  // the server's last request's layer
 };
 
 }  // namespace lode::cuda

@@ -62,6 +62,7 @@ struct PromptPass::Impl {
   const void** expand_pointers = nullptr;        // device: the matrices a layer's expansions read
   const void** host_expand_pointers = nullptr;   // pinned: their staging on the host
   uint8_t* staging[2] = {nullptr, nullptr};      // a group's absent experts, copied in by the copy engine
+  size_t staging_bytes = 0;                       // each
   cudaStream_t copy_stream = nullptr;
   cudaEvent_t staged[2] = {nullptr, nullptr}, freed[2] = {nullptr, nullptr};
   int64_t staged_groups = 0;                     // groups staged so far: group i uses buffer i % 2
@@ -83,7 +84,7 @@ struct PromptPass::Impl {
     h = f(l.h), normed = f(l.normed), mixed = f(l.mixed), expanded = f(l.expanded);
     gate_up_order = i(l.gate_up_order);
     expand_pointers = reinterpret_cast<const void**>(base + l.expand_pointers);
-    staging[0] = base + l.staging, staging[1] = base + l.staging + l.staging_bytes;
+    staging[0] = base + l.staging, staging[1] = base + l.staging + l.staging_bytes, staging_bytes = l.staging_bytes;
     qg = f(l.qg), kbuf = f(l.kbuf), vbuf = f(l.vbuf), attn = f(l.attn);
     k_rows = f(l.k_rows), v_rows = f(l.v_rows), scores = f(l.scores);
     qkv_raw = f(l.qkv_raw), qkv = f(l.qkv), z = f(l.z), b = f(l.b), alpha = f(l.alpha), o = f(l.o);
@@ -450,6 +451,8 @@ void PromptPass::run(const std::vector<LayerState>& sequence, int64_t n, const i
 const float* PromptPass::output_rows() const { return impl_->normed; }
 int64_t PromptPass::chunk() const { return impl_->options.chunk; }
 uint64_t PromptPass::miss_bytes() const { return impl_->miss_bytes; }
+uint8_t* PromptPass::staging(int buffer) const { return impl_->staging[buffer]; }
+size_t PromptPass::staging_bytes() const { return impl_->staging_bytes; }
 std::vector<std::pair<std::string, double>> PromptPass::profile() const { return impl_->clock.totals(); }
 
 }  // namespace lode::cuda

@@ -49,6 +49,10 @@ class PromptPass {
   // [n][hidden], ready for the lm head.
   void run(const std::vector<LayerState>& sequence, int64_t n, const int64_t* device_first, int64_t first);
   const float* output_rows() const;
+  // The two staging buffers of staging_bytes() each (plan::PromptScratch), idle between chunks:
+  // decode steps stage their GPU-computed misses there (kernels::MissStage).
+  uint8_t* staging(int buffer) const;
+  size_t staging_bytes() const;
   int64_t chunk() const;
   // Expert bytes the chunks so far read over PCIe (each absent expert a chunk routes to, once).
   uint64_t miss_bytes() const;

@@ -77,6 +77,8 @@ struct CudaSession::Impl {
   float *hint_normed, *hint_logits, *hint_weights;  // the CPU miss path's hint (plan::DecodeScratch)
   int32_t* hint_ids;
   unsigned* hint_arrivals;
+  const void** stage_table;        // the CPU miss path's stage (kernels::MissStage): [3k] pointers,
+  int32_t *stage_ids, *stage_copies;  // [2k] ids, [1 + k] copies
 
   void* allocate(size_t bytes, VramUse use, const std::string& what) {
     buffers.emplace_back(vram, bytes, use, what);
@@ -281,6 +283,8 @@ struct CudaSession::Impl {
     hint_normed = f(l.hint_normed), hint_logits = f(l.hint_logits), hint_weights = f(l.hint_weights);
     hint_ids = reinterpret_cast<int32_t*>(base + l.hint_ids);
     hint_arrivals = reinterpret_cast<unsigned*>(base + l.hint_arrivals);
+    stage_table = reinterpret_cast<const void**>(base + l.stage_table);
+    stage_ids = reinterpret_cast<int32_t*>(base + l.stage_ids), stage_copies = reinterpret_cast<int32_t*>(base + l.stage_copies);
   }
 
   void zero_states() {
@@ -361,20 +365,36 @@ struct CudaSession::Impl {
     if (!d.router_and_shared_logit.data) mv(d.shared_logit, normed, router_logits + c.n_experts, 0, on);
   }
 
+  // Layer `layer`'s stage for the CPU miss path's dispatch (kernels::MissStage): the prompt pass's
+  // staging buffers, when they hold k of its experts (none: the products read absent experts in
+  // place over PCIe).
+  kernels::MissStage miss_stage_of(int64_t layer) const {
+    const model::MoeWeights& m = host.layers[size_t(layer)].moe;
+    const plan::StagingPieces piece = plan::staging_pieces(m);
+    const size_t k = size_t(config.n_experts_used);
+    if (!prompt || k * piece.gate_up > prompt->staging_bytes() || k * piece.down > prompt->staging_bytes()) return {};
+    const auto bytes = [](const model::MatrixView& w) { return size_t(w.rows) * w.row_bytes; };
+    return {.gate_up = prompt->staging(0), .down = prompt->staging(1), .gate_up_stride = piece.gate_up,
+            .up_at = piece.up_at, .down_stride = piece.down, .gate_bytes = bytes(m.gate.first),
+            .up_bytes = bytes(m.up.first), .down_bytes = bytes(m.down.first),
+            .table = stage_table, .ids = stage_ids, .copies = stage_copies};
+  }
+
   // Whether decode steps hint the CPU miss path (cuda/miss_path.h) which experts it will compute:
   // where it takes misses and the router is the float32 one router_topk computes.
   bool hints() const { return miss && !layers.empty() && layers.front().router.type == GgmlType::F32 && config.hidden % 4 == 0; }
 
-  // At the start of a layer, on a branch beside its mixer: the layer's input normed for the MoE and
-  // routed (counted nowhere), and the absent experts of that routing the CPU would take posted to
-  // the host, which reads their bytes while the mixer runs. Profiling runs it in line.
+  // The hint for `layer` (cuda/miss_path.h), on a branch of the step: h as it is now normed for the
+  // layer's MoE and routed by its router (counted nowhere), and the absent experts of that routing
+  // the CPU would take posted to the host. The branch joins before h is next written
+  // (join_hint). Profiling runs it in line.
   void hint_misses(const DeviceLayer& d, int64_t layer) {
     const model::Qwen35MoeConfig& c = config;
     const bool beside = !clock.enabled();
-    cudaStream_t on = beside ? side_stream : stream;
+    cudaStream_t on = beside ? hint_stream : stream;
     if (beside) {
       check_cuda(cudaEventRecord(hint_fork, stream), "forking the miss hint");
-      check_cuda(cudaStreamWaitEvent(side_stream, hint_fork), "forking the miss hint");
+      check_cuda(cudaStreamWaitEvent(hint_stream, hint_fork), "forking the miss hint");
     }
     check(kernels::rms_norm(h, d.post_norm, hint_normed, 1, int(c.hidden), float(c.rms_eps), on), "the miss hint's norm");
     const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
@@ -384,8 +404,13 @@ struct CudaSession::Impl {
           "the miss hint's router");
     check(kernels::miss_hint(miss->link(), hint_ids, int(c.n_experts_used), d.tally.resident, int(layer), on),
           "the miss hint");
-    if (beside) check_cuda(cudaEventRecord(hint_join, side_stream), "joining the miss hint");
+    if (beside) check_cuda(cudaEventRecord(hint_join, hint_stream), "joining the miss hint");
+    hint_pending = beside;
     mark(Phase::router);
+  }
+  void join_hint() {
+    if (hint_pending) check_cuda(cudaStreamWaitEvent(stream, hint_join), "joining the miss hint");
+    hint_pending = false;
   }
 
   void moe(const DeviceLayer& d, int64_t layer, const float* next_norm) {
@@ -414,19 +439,33 @@ struct CudaSession::Impl {
       mv(d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router, normed, router_logits);
       check(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, d.tally, stream), "router");
     }
-    // Some absent experts go to the CPU (their ids become -1, which the products skip); the hinted first.
+    // Some absent experts go to the CPU (their ids become -1, which the products skip); the hinted
+    // first. The GPU's own absent ones are staged into VRAM, and the products read the chosen
+    // experts through the stage's table.
+    const kernels::MissStage stage = miss ? miss_stage_of(layer) : kernels::MissStage{};
+    const void* const* table = tier->table(layer);
     if (miss)
-      check(kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, stream),
+      check(kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, table,
+                                   int(c.n_experts), stage, stream),
             "the CPU miss path's dispatch");
+    // The next layer's hint, from h after this layer's mixer, while the host computes this layer's
+    // request and the GPU its share: the host reads ahead once it has answered.
+    if (hints() && layer + 1 < int64_t(layers.size())) hint_misses(layers[size_t(layer + 1)], layer + 1);
+    if (stage.table)
+      check(kernels::miss_stage(stage, ids, int(k), table, int(c.n_experts), stream), "staging the GPU's misses");
     mark(Phase::router);
+    const auto through_stage = [&](const DeviceExperts& e, int64_t at) {
+      return stage.table ? DeviceExperts{e.type, stage.table + at, e.rows, e.cols, e.row_bytes} : e;
+    };
+    const int32_t* which = stage.table ? stage.ids : ids;
     if (d.gate_up.table) {
-      grouped(d.gate_up, ids, 2 * k, normed, 0, g);
+      grouped(through_stage(d.gate_up, 0), which, 2 * k, normed, 0, g);
     } else {
-      grouped(d.gate, ids, k, normed, 0, g);
-      grouped(d.up, ids, k, normed, 0, u);
+      grouped(through_stage(d.gate, 0), which, k, normed, 0, g);
+      grouped(through_stage(d.up, k), which, k, normed, 0, u);
     }
     // The down projection applies the SwiGLU to the gate (g) and up (u = g + k ff) outputs as it reads them.
-    grouped(d.down, ids, k, g, ff, y, k * ff);
+    grouped(through_stage(d.down, 2 * k), which, k, g, ff, y, k * ff);
     if (miss) check(kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream), "the CPU miss path's gather");
     mark(Phase::experts);
     if (beside) {
@@ -437,6 +476,7 @@ struct CudaSession::Impl {
     }
     // The expert sum goes straight into the residual, followed by the next norm (none: after the
     // last layer of a step without logits).
+    join_hint();
     check(kernels::moe_combine_add_norm(y, weights, int(k), shared ? shared_out : nullptr, shared_gate_logit,
                                         int(c.hidden), h, next_norm, normed, float(c.rms_eps), stream),
           "expert sum, residual and norm");
@@ -452,10 +492,10 @@ struct CudaSession::Impl {
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
       mark(Phase::norms);
-      if (hints()) hint_misses(d, int64_t(l));
+      // The first layer's hint from the embedding, beside the mixer (later layers': in moe()).
+      if (l == 0 && hints()) hint_misses(d, 0);
       d.recurrent ? deltanet(d, states[l]) : attention(d, states[l]);
-      // The hint has read h (and long finished) before the residual add writes it.
-      if (hints() && !clock.enabled()) check_cuda(cudaStreamWaitEvent(stream, hint_join), "joining the miss hint");
+      join_hint();
       // Each residual add is fused with the norm that reads its result.
       check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, 1, hidden, eps, stream), "residual and norm");
       mark(Phase::norms);
@@ -570,6 +610,7 @@ struct CudaSession::Impl {
   void create_stream_and_pinned() {
     check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a stream");
     check_cuda(cudaStreamCreateWithFlags(&side_stream, cudaStreamNonBlocking), "creating a stream");
+    check_cuda(cudaStreamCreateWithFlags(&hint_stream, cudaStreamNonBlocking), "creating a stream");
     check_cuda(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "creating an event");
     check_cuda(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "creating an event");
     check_cuda(cudaEventCreateWithFlags(&hint_fork, cudaEventDisableTiming), "creating an event");
@@ -593,13 +634,16 @@ struct CudaSession::Impl {
     if (hint_fork) cudaEventDestroy(hint_fork);
     if (hint_join) cudaEventDestroy(hint_join);
     if (side_stream) cudaStreamDestroy(side_stream);
+    if (hint_stream) cudaStreamDestroy(hint_stream);
     if (stream) cudaStreamDestroy(stream);
   }
 
   cudaStream_t stream = nullptr;
   cudaStream_t side_stream = nullptr;  // the shared expert's branch of a step
+  cudaStream_t hint_stream = nullptr;  // the miss hint's branch
   cudaEvent_t fork = nullptr, join = nullptr;
   cudaEvent_t hint_fork = nullptr, hint_join = nullptr;  // the miss hint's branch
+  bool hint_pending = false;                              // forked, not yet joined (while capturing)
   cudaGraphExec_t graph_with_logits = nullptr, graph_without_logits = nullptr;
   float* pinned_embedding = nullptr;
   float* pinned_logits = nullptr;
@@ -819,7 +863,9 @@ ExpertStats CudaSession::expert_stats() const {
   stats.miss_path = s.miss_summary;
   if (s.miss) {
     const MissStats m = s.miss->stats();
-    stats.cpu_experts = m.experts, stats.cpu_hinted_experts = m.hinted_experts, stats.cpu_expert_bytes = m.expert_bytes, stats.cpu_seconds = m.cpu_seconds;
+    stats.cpu_experts = m.experts, stats.cpu_hinted_experts = m.hinted_experts, stats.cpu_expert_bytes = m.expert_bytes,
+    stats.cpu_read_ahead_bytes = m.read_ahead_bytes, stats.cpu_seconds = m.cpu_seconds;
+    stats.gpu_share_seconds = m.gpu_share_seconds, stats.host_wait_seconds = m.host_wait_seconds;
     stats.decode_miss_bytes -= std::min(stats.decode_miss_bytes, m.expert_bytes);
   }
   return stats;

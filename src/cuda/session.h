@@ -77,7 +77,10 @@ struct ExpertStats {
   uint64_t cpu_experts = 0;          // decode misses the CPU computed instead
   uint64_t cpu_hinted_experts = 0;   // of them, those it had read ahead on a hint (cuda/miss_path.h)
   uint64_t cpu_expert_bytes = 0;     // their bytes, read from host RAM by the CPU
+  uint64_t cpu_read_ahead_bytes = 0;  // expert bytes the CPU read ahead on hints
   double cpu_seconds = 0;            // the CPU's time computing them
+  double gpu_share_seconds = 0;      // the GPU's time from each CPU request to its gather (its own share)
+  double host_wait_seconds = 0;      // the gathers' wait for the CPU's answers after that
   uint64_t prompt_miss_bytes = 0;    // expert bytes prompt chunks read over PCIe
   int64_t swaps = 0;                 // experts swapped into VRAM by the adaptive placement
   std::string host_tier;             // how host RAM holds the experts (cuda/expert_tier.h)

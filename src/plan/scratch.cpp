@@ -70,6 +70,8 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.miss_path = l.take(kMissPathScratch);
   s.hint_normed = l.floats(c.hidden), s.hint_logits = l.floats(c.n_experts + 1), s.hint_weights = l.floats(k);
   s.hint_ids = l.take(size_t(2 * k) * 4), s.hint_arrivals = l.take(4);
+  s.stage_table = l.take(size_t(3 * k) * 8), s.stage_ids = l.take(size_t(2 * k) * 4);
+  s.stage_copies = l.take(size_t(1 + k) * 4);
   s.total = l.total();
   return s;
 }

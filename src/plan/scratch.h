@@ -58,11 +58,13 @@ struct DecodeScratch {
   // The CPU miss path's hint: the layer's input normed for the MoE, the router's logits, weights,
   // ids and block counter (kept zeroed) for it.
   size_t hint_normed, hint_logits, hint_weights, hint_ids, hint_arrivals;
+  // Its stage's table of the chosen experts [3k] pointers, ids [2k], copies [1 + k] (int32).
+  size_t stage_table, stage_ids, stage_copies;
   size_t total;
 };
 // The CPU miss path's device words (cuda/miss_path.h): its request number, a layer's CPU experts
 // and their positions, the split table.
-constexpr size_t kMissPathScratch = 512;
+constexpr size_t kMissPathScratch = 1024;
 DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_context);
 
 // The prompt pass expands this many experts' weights to float32 at a time (gate|up, then down):
