@@ -166,7 +166,9 @@ TEST(CudaExperts, TheFullGeometryGivesTheSameLogitsAtEveryBudget) {
   synth.seed = 5;
   synth.route_skew = 1.0;
   lode::model::write_synth(dir / "m.gguf", synth);
-  expect_same_at_every_budget(dir / "m.gguf", "35b-a3b x4 layers", 300, 12, 128);
+  // Chunks of 512 tokens route to nearly every expert: the prompt pass copies a layer's first groups
+  // during its mixer (and, under skewed routing, sometimes has to copy again).
+  expect_same_at_every_budget(dir / "m.gguf", "35b-a3b x4 layers", 600, 12, 512);
 }
 
 // A budget below the trunk, the K/V cache and the smallest scratch is refused before any upload,

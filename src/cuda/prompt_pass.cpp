@@ -63,8 +63,9 @@ struct PromptPass::Impl {
   const void** host_expand_pointers = nullptr;   // pinned: their staging on the host
   uint8_t* staging[2] = {nullptr, nullptr};      // a group's absent experts, copied in by the copy engine
   size_t staging_bytes = 0;                       // each
+  bool staging_apart = false;                     // no mixer buffer shares the staging's bytes
   cudaStream_t copy_stream = nullptr;
-  cudaEvent_t staged[2] = {nullptr, nullptr}, freed[2] = {nullptr, nullptr};
+  cudaEvent_t staged[2] = {nullptr, nullptr}, freed[2] = {nullptr, nullptr}, copies_done = nullptr;
   int64_t staged_groups = 0;                     // groups staged so far: group i uses buffer i % 2
   int32_t* hist;  // group_by_expert's scratch
   const float **pointer_w, **pointer_x;
@@ -85,6 +86,7 @@ struct PromptPass::Impl {
     gate_up_order = i(l.gate_up_order);
     expand_pointers = reinterpret_cast<const void**>(base + l.expand_pointers);
     staging[0] = base + l.staging, staging[1] = base + l.staging + l.staging_bytes, staging_bytes = l.staging_bytes;
+    staging_apart = l.staging_apart;
     qg = f(l.qg), kbuf = f(l.kbuf), vbuf = f(l.vbuf), attn = f(l.attn);
     k_rows = f(l.k_rows), v_rows = f(l.v_rows), scores = f(l.scores);
     qkv_raw = f(l.qkv_raw), qkv = f(l.qkv), z = f(l.z), b = f(l.b), alpha = f(l.alpha), o = f(l.o);
@@ -107,6 +109,7 @@ struct PromptPass::Impl {
       check_cuda(cudaEventCreateWithFlags(&staged[b], cudaEventDisableTiming), "creating an event");
       check_cuda(cudaEventCreateWithFlags(&freed[b], cudaEventDisableTiming), "creating an event");
     }
+    check_cuda(cudaEventCreateWithFlags(&copies_done, cudaEventDisableTiming), "creating an event");
   }
 
   ~Impl() {
@@ -117,6 +120,7 @@ struct PromptPass::Impl {
       if (staged[b]) cudaEventDestroy(staged[b]);
       if (freed[b]) cudaEventDestroy(freed[b]);
     }
+    if (copies_done) cudaEventDestroy(copies_done);
     if (copy_stream) cudaStreamDestroy(copy_stream);
   }
 
@@ -244,28 +248,74 @@ struct PromptPass::Impl {
   // expert's entries point at its VRAM slot; an absent one's at its place in a staging buffer, into
   // which the copy engine moves it (one batch per group, on its own stream) while the previous group
   // expands and multiplies: the expansions then read VRAM, and the PCIe transfer leaves the GPU's
-  // cores free. (Staging sits in the MoE's share of the prompt scratch: its copies start after the
-  // routing's host sync, when the layer's attention or DeltaNet is done with those bytes, and end
-  // before the layer's last expansion.)
+  // cores free. (Staging sits in the MoE's share of the prompt scratch. Where no attention or
+  // DeltaNet buffer shares its bytes, a layer's first two groups are copied during its mixer
+  // (speculate); otherwise copies start after the routing's host sync. They end before the layer's
+  // last expansion.)
   struct Staged {
     int buffer = -1;  // -1: every expert of the group is resident
     std::vector<void*> dst;
     std::vector<const void*> src;
     std::vector<size_t> size;
+    bool copied = false;  // already copied in by speculate()
+    bool same_copies(const Staged& o) const { return buffer == o.buffer && dst == o.dst && src == o.src && size == o.size; }
   };
   struct Expansions {
     std::vector<int64_t> gate_up_at, down_at;
     std::vector<Staged> gate_up, down;
   };
-  // The entry for projection p of expert e, the i-th of its group, `offset` into its staging place.
-  const void* entry(Staged& st, int64_t layer, int p, int32_t e, size_t i, size_t piece, size_t offset) {
+  // The entry for projection p of expert e, the i-th of its group, `offset` into its staging place
+  // (`groups`: the groups given a buffer so far).
+  const void* entry(Staged& st, int64_t layer, int p, int32_t e, size_t i, size_t piece, size_t offset,
+                    int64_t& groups) {
     if (tier.resident(layer, e)) return tier.device_pointer(layer, p, e);
-    if (st.buffer < 0) st.buffer = int(staged_groups++ % 2);
+    if (st.buffer < 0) st.buffer = int(groups++ % 2);
     uint8_t* dst = staging[st.buffer] + i * piece + offset;
     st.dst.push_back(dst);
     st.src.push_back(tier.host_pointer(layer, p, e));
     st.size.push_back(tier.projection_bytes(layer, p));
     return dst;
+  }
+
+  // A gate|up group's entries for its `used` experts (written at `pointers`, when not null) and
+  // its staging.
+  Staged gate_up_group(int64_t layer, const std::vector<int32_t>& used, bool paired, int64_t& groups,
+                       const void** pointers) {
+    const plan::StagingPieces piece = plan::staging_pieces(model_weights.layers[size_t(layer)].moe);
+    Staged st;
+    int64_t at = 0;
+    const auto put = [&](const void* p) {
+      if (pointers) pointers[at] = p;
+      ++at;
+    };
+    for (size_t i = 0; i < used.size(); ++i) {
+      put(entry(st, layer, 0, used[i], i, piece.gate_up, 0, groups));
+      if (paired) put(entry(st, layer, 1, used[i], i, piece.gate_up, piece.up_at, groups));
+    }
+    if (!paired)
+      for (size_t i = 0; i < used.size(); ++i) put(entry(st, layer, 1, used[i], i, piece.gate_up, piece.up_at, groups));
+    return st;
+  }
+
+  // Before a layer's mixer: its first two gate|up groups with absent experts copied in as if the
+  // chunk routed to every expert of them (one of thousands of tokens nearly always does), so that
+  // the copy engine works through the mixer and the routing instead of waiting for them;
+  // plan_expansions keeps the copies its plan matches and copies again where it does not. Only
+  // where no mixer buffer shares the staging's bytes.
+  std::vector<Staged> speculated;
+  void speculate(int64_t layer, bool paired, int64_t tokens) {
+    speculated.clear();
+    const int64_t n = config.n_experts;
+    if (!staging_apart || tokens * config.n_experts_used < 16 * n) return;
+    int64_t groups = staged_groups;
+    for (int64_t g = 0; g < n && speculated.size() < 2; g += kGroup) {
+      std::vector<int32_t> all;
+      for (int64_t e = g; e < std::min(g + kGroup, n); ++e) all.push_back(int32_t(e));
+      Staged st = gate_up_group(layer, all, paired, groups, nullptr);
+      if (st.buffer < 0) continue;
+      copy_in(st);
+      speculated.push_back(std::move(st));
+    }
   }
 
   Expansions plan_expansions(int64_t layer, bool paired) {
@@ -275,21 +325,18 @@ struct PromptPass::Impl {
     int64_t at = 0;
     for (int64_t g = 0; g < n; g += kGroup) {
       x.gate_up_at.push_back(at);
-      Staged& st = x.gate_up.emplace_back();
       const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
-      for (size_t i = 0; i < used.size(); ++i) {
-        host_expand_pointers[at++] = entry(st, layer, 0, used[i], i, piece.gate_up, 0);
-        if (paired) host_expand_pointers[at++] = entry(st, layer, 1, used[i], i, piece.gate_up, piece.up_at);
-      }
-      if (!paired)
-        for (size_t i = 0; i < used.size(); ++i)
-          host_expand_pointers[at++] = entry(st, layer, 1, used[i], i, piece.gate_up, piece.up_at);
+      Staged& st = x.gate_up.emplace_back(gate_up_group(layer, used, paired, staged_groups, host_expand_pointers + at));
+      at += int64_t(used.size()) * 2;
+      for (const Staged& s : speculated) st.copied |= st.buffer >= 0 && st.same_copies(s);
     }
+    speculated.clear();
     for (int64_t g = 0; g < n; g += kGroup) {
       x.down_at.push_back(at);
       Staged& st = x.down.emplace_back();
       const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
-      for (size_t i = 0; i < used.size(); ++i) host_expand_pointers[at++] = entry(st, layer, 2, used[i], i, piece.down, 0);
+      for (size_t i = 0; i < used.size(); ++i)
+        host_expand_pointers[at++] = entry(st, layer, 2, used[i], i, piece.down, 0, staged_groups);
     }
     check_cuda(cudaMemcpyAsync(expand_pointers, host_expand_pointers, size_t(at) * sizeof(void*), cudaMemcpyHostToDevice,
                                stream),
@@ -298,9 +345,13 @@ struct PromptPass::Impl {
   }
 
   // Before a group's expansions: its absent experts copied into its staging buffer once the group
-  // two before is done with it, and the step's stream waiting for them.
+  // two before is done with it (unless speculate() did), and the step's stream waiting for them.
   void stage(const Staged& st) {
     if (st.buffer < 0) return;
+    if (!st.copied) copy_in(st);
+    check_cuda(cudaStreamWaitEvent(stream, staged[st.buffer]), "staging experts");
+  }
+  void copy_in(const Staged& st) {
     const int b = st.buffer;
     check_cuda(cudaStreamWaitEvent(copy_stream, freed[b]), "staging experts");
     cudaMemcpyAttributes attributes{};
@@ -314,7 +365,6 @@ struct PromptPass::Impl {
         check_cuda(cudaMemcpyAsync(st.dst[i], st.src[i], st.size[i], cudaMemcpyHostToDevice, copy_stream), "staging experts");
     }
     check_cuda(cudaEventRecord(staged[b], copy_stream), "staging experts");
-    check_cuda(cudaStreamWaitEvent(stream, staged[b]), "staging experts");
   }
   // After a group's last expansion: its buffer may take the group after next.
   void release(const Staged& st) {
@@ -420,12 +470,16 @@ struct PromptPass::Impl {
     check(kernels::rms_norm(h, layers.front().attn_norm, normed, int(n), hidden, eps, stream), "prompt norm");
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
+      speculate(int64_t(l), d.gate_up.table && expandable(d.gate_up.type, hidden), n);
       d.recurrent ? deltanet(d, sequence[l], n) : attention(d, sequence[l], n, device_first, first_position);
       check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, int(n), hidden, eps, stream), "prompt residual");
       moe(d, int64_t(l), n);
       const float* next_norm = l + 1 < layers.size() ? layers[l + 1].attn_norm : output_norm;
       check(kernels::add_rms_norm(h, mixed, next_norm, normed, int(n), hidden, eps, stream), "prompt residual");
     }
+    // Every copy in before the chunk ends (a speculated one the plan did not keep has no waiter).
+    check_cuda(cudaEventRecord(copies_done, copy_stream), "staging experts");
+    check_cuda(cudaStreamWaitEvent(stream, copies_done), "staging experts");
     clock.mark(elementwise);
   }
 };

@@ -142,6 +142,7 @@ PromptScratch prompt_scratch(const model::ModelWeights& w, int64_t chunk, int64_
   s.qkv_raw = l.floats(n * c.conv_channels()), s.qkv = l.floats(n * c.conv_channels());
   s.z = l.floats(n * c.ssm_value_dim()), s.b = l.floats(n * c.ssm_dt_rank), s.alpha = l.floats(n * c.ssm_dt_rank);
   s.o = l.floats(n * c.ssm_value_dim());
+  const size_t mixers_end = l.union_end();
   l.alternative();
   s.router = l.floats(n * c.n_experts), s.weights = l.floats(rows);
   s.ids = l.take(size_t(2 * rows) * 4), s.sorted = l.take(size_t(rows) * 4), s.slot_of = l.take(size_t(rows) * 4);
@@ -155,6 +156,7 @@ PromptScratch prompt_scratch(const model::ModelWeights& w, int64_t chunk, int64_
   s.shared_out = l.floats(n * c.hidden), s.shared_logit = l.floats(n);
   s.staging_bytes = staging_bytes(w);
   s.staging = l.take(2 * s.staging_bytes);
+  s.staging_apart = s.staging >= mixers_end;
   l.end_union();
   s.total = l.total();
   return s;

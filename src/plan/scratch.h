@@ -22,6 +22,7 @@ class Layout {
   void alternative();
   void end_union();
   size_t total() const { return end_; }
+  size_t union_end() const { return union_end_; }  // the end of the longest alternative so far
 
  private:
   size_t end_ = 0, union_begin_ = 0, union_end_ = 0;
@@ -88,8 +89,10 @@ struct PromptScratch {
   size_t pointer_w, pointer_x, pointer_y;
   size_t xs, gu, act, ys, sg, su, sh, shared_out, shared_logit;
   // Two staging buffers of staging_bytes each: a group's absent experts (gate|up, or down), copied
-  // in by the copy engine while the previous group multiplies.
+  // in by the copy engine while the previous group multiplies. staging_apart: no attention or
+  // DeltaNet buffer shares their bytes (so a layer's first groups can be copied during its mixer).
   size_t staging, staging_bytes;
+  bool staging_apart = false;
   size_t total;
 };
 PromptScratch prompt_scratch(const model::ModelWeights& weights, int64_t chunk, int64_t max_context);
