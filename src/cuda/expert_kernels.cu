@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/kernel_math.cuh"
+
 namespace lode::cuda::kernels {
 
 namespace {
@@ -182,44 +184,38 @@ __global__ void __launch_bounds__(kMissThreads)
 
 const char* miss_stage(const MissStage& stage, const int32_t* ids, int k, const void* const* table, int n_experts,
                        void* stream) {
-  miss_stage_kernel<<<dim3(kStageBlocks, k), kMissThreads, 0, static_cast<cudaStream_t>(stream)>>>(stage, ids, k, table,
-                                                                                                    n_experts);
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  miss_stage_kernel<<<dim3(kStageBlocks, k), kMissThreads, 0, as_stream(stream)>>>(stage, ids, k, table, n_experts);
+  return launched();
 }
 
 const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8_t* resident, int layer,
                           const float* x, const void* const* table, int n_experts, const MissStage& stage,
                           void* stream) {
   if (k > 32) return "the CPU miss path routes at most 32 experts per token";
-  miss_dispatch_kernel<<<1, kMissThreads, 0, static_cast<cudaStream_t>(stream)>>>(link, ids, k, resident, layer, x,
-                                                                                  table, n_experts, stage);
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  miss_dispatch_kernel<<<1, kMissThreads, 0, as_stream(stream)>>>(link, ids, k, resident, layer, x, table, n_experts,
+                                                                  stage);
+  return launched();
 }
 
 const char* miss_hint(const MissLink& link, const int32_t* predicted, int k, const uint8_t* resident, int layer,
                       void* stream) {
   if (k > 32) return "the CPU miss path routes at most 32 experts per token";
-  miss_hint_kernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(link, predicted, k, resident, layer);
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  miss_hint_kernel<<<1, 32, 0, as_stream(stream)>>>(link, predicted, k, resident, layer);
+  return launched();
 }
 
 const char* miss_gather(const MissLink& link, float* y, int k, uint64_t timeout_ns, void* stream) {
   if (link.hidden % 4 != 0) return "the CPU miss path moves hidden states of a multiple of 4 values";
-  const unsigned blocks = unsigned((int64_t(k) * link.hidden / 4 + kMissThreads - 1) / kMissThreads);
-  miss_gather_kernel<<<blocks, kMissThreads, 0, static_cast<cudaStream_t>(stream)>>>(link, y, timeout_ns);
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  const unsigned blocks = blocks_for(int64_t(k) * link.hidden / 4, kMissThreads);
+  miss_gather_kernel<<<blocks, kMissThreads, 0, as_stream(stream)>>>(link, y, timeout_ns);
+  return launched();
 }
 
 const char* set_experts(const void** tables, uint8_t* flags, int64_t n_experts, const ExpertEntries& entries,
                         void* stream) {
   if (entries.count <= 0) return nullptr;
-  set_experts_kernel<<<1, kMaxExpertEntries, 0, static_cast<cudaStream_t>(stream)>>>(tables, flags, n_experts, entries);
-  const cudaError_t err = cudaGetLastError();
-  return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
+  set_experts_kernel<<<1, kMaxExpertEntries, 0, as_stream(stream)>>>(tables, flags, n_experts, entries);
+  return launched();
 }
 
 }  // namespace lode::cuda::kernels

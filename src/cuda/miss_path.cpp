@@ -99,31 +99,27 @@ void MissPath::measure_costs() {
   const std::vector<float> x(static_cast<size_t>(c.hidden), 0.01f);
   std::vector<int32_t> experts(static_cast<size_t>(k));
   int64_t next = 0, layer = 0;
-  const auto time_us = [&](int n) {
+  const auto take_new = [&](int n) {  // n experts not touched before, in one layer
     layer = next / c.n_experts % c.n_layers;
     for (int i = 0; i < n; ++i) experts[size_t(i)] = int32_t(next++ % c.n_experts);
+  };
+  const auto us = [](auto&& work) {
     const auto start = Clock::now();
-    host_.compute(layer, experts.data(), n, x.data(), y_);
+    work();
     return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   };
-  time_us(k), time_us(k);  // wakes the pool
+  const auto compute = [&](int n) { host_.compute(layer, experts.data(), n, x.data(), y_); };
+  const auto cold_us = [&](int n) { return take_new(n), us([&] { compute(n); }); };
+  cold_us(k), cold_us(k);  // wakes the pool
   double t1 = 1e30, tk = 1e30, cached = 1e30, read_ahead = 1e30, after_read_ahead = 1e30;
   for (int i = 0; i < 7; ++i) {
-    t1 = std::min(t1, time_us(1)), tk = std::min(tk, time_us(k));
+    t1 = std::min(t1, cold_us(1)), tk = std::min(tk, cold_us(k));
     // The same k again, their bytes in the caches now: how much a hint can save at most.
-    const auto start = Clock::now();
-    host_.compute(layer, experts.data(), k, x.data(), y_);
-    cached = std::min(cached, std::chrono::duration<double, std::micro>(Clock::now() - start).count());
-    // Reading k new experts ahead, as a hint has the host do.
-    layer = next / c.n_experts % c.n_layers;
-    for (int e = 0; e < k; ++e) experts[size_t(e)] = int32_t(next++ % c.n_experts);
-    const auto read_start = Clock::now();
-    host_.prefetch(layer, experts.data(), k, [] { return false; });
-    const auto compute_start = Clock::now();
-    read_ahead = std::min(read_ahead, std::chrono::duration<double, std::micro>(compute_start - read_start).count());
-    host_.compute(layer, experts.data(), k, x.data(), y_);
-    after_read_ahead =
-        std::min(after_read_ahead, std::chrono::duration<double, std::micro>(Clock::now() - compute_start).count());
+    cached = std::min(cached, us([&] { compute(k); }));
+    // k new experts read ahead, as a hint has the host do, then computed.
+    take_new(k);
+    read_ahead = std::min(read_ahead, us([&] { host_.prefetch(layer, experts.data(), k, [] { return false; }); }));
+    after_read_ahead = std::min(after_read_ahead, us([&] { compute(k); }));
   }
   cached_us_ = cached, read_ahead_us_ = read_ahead, after_read_ahead_us_ = after_read_ahead;
   costs_.cpu_expert_us = k > 1 ? std::max(tk - t1, 0.0) / (k - 1) : t1;
@@ -202,8 +198,13 @@ void MissPath::after_step(double step_seconds, void* stream) {
 MissStats MissPath::stats() const {
   uint64_t clock[3] = {};
   check_cuda(cudaMemcpy(clock, link_.clock, sizeof(clock), cudaMemcpyDeviceToHost), "the CPU miss path's clocks");
-  return {.gpu_share_seconds = double(clock[1]) * 1e-9, .host_wait_seconds = double(clock[2]) * 1e-9,.requests = requests_.load(), .experts = experts_.load(), .hinted_experts = hinted_experts_.load(),
-          .expert_bytes = expert_bytes_.load(), .read_ahead_bytes = read_ahead_bytes_.load(),
+  return {.gpu_share_seconds = double(clock[1]) * 1e-9,
+          .host_wait_seconds = double(clock[2]) * 1e-9,
+          .requests = requests_.load(),
+          .experts = experts_.load(),
+          .hinted_experts = hinted_experts_.load(),
+          .expert_bytes = expert_bytes_.load(),
+          .read_ahead_bytes = read_ahead_bytes_.load(),
           .cpu_seconds = double(cpu_ns_.load()) * 1e-9};
 }
 

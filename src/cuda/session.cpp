@@ -365,19 +365,22 @@ struct CudaSession::Impl {
     if (!d.router_and_shared_logit.data) mv(d.shared_logit, normed, router_logits + c.n_experts, 0, on);
   }
 
-  // Layer `layer`'s stage for the CPU miss path's dispatch (kernels::MissStage): the prompt pass's
-  // staging buffers, when they hold k of its experts (none: the products read absent experts in
-  // place over PCIe).
-  kernels::MissStage miss_stage_of(int64_t layer) const {
-    const model::MoeWeights& m = host.layers[size_t(layer)].moe;
-    const plan::StagingPieces piece = plan::staging_pieces(m);
+  // Each layer's stage for the CPU miss path's dispatch (kernels::MissStage): the prompt pass's
+  // staging buffers, where they hold k of its experts (elsewhere none: the products read absent
+  // experts in place over PCIe).
+  std::vector<kernels::MissStage> miss_stages() const {
+    const std::vector<plan::ExpertBytes> sizes = plan::expert_bytes(host);
     const size_t k = size_t(config.n_experts_used);
-    if (!prompt || k * piece.gate_up > prompt->staging_bytes() || k * piece.down > prompt->staging_bytes()) return {};
-    const auto bytes = [](const model::MatrixView& w) { return size_t(w.rows) * w.row_bytes; };
-    return {.gate_up = prompt->staging(0), .down = prompt->staging(1), .gate_up_stride = piece.gate_up,
-            .up_at = piece.up_at, .down_stride = piece.down, .gate_bytes = bytes(m.gate.first),
-            .up_bytes = bytes(m.up.first), .down_bytes = bytes(m.down.first),
-            .table = stage_table, .ids = stage_ids, .copies = stage_copies};
+    std::vector<kernels::MissStage> stages(sizes.size());
+    for (size_t l = 0; l < sizes.size() && prompt; ++l) {
+      const plan::StagingPieces piece = plan::staging_pieces(host.layers[l].moe);
+      if (k * piece.gate_up > prompt->staging_bytes() || k * piece.down > prompt->staging_bytes()) continue;
+      stages[l] = {.gate_up = prompt->staging(0), .down = prompt->staging(1), .gate_up_stride = piece.gate_up,
+                   .up_at = piece.up_at, .down_stride = piece.down, .gate_bytes = sizes[l].gate,
+                   .up_bytes = sizes[l].up, .down_bytes = sizes[l].down,
+                   .table = stage_table, .ids = stage_ids, .copies = stage_copies};
+    }
+    return stages;
   }
 
   // Whether decode steps hint the CPU miss path (cuda/miss_path.h) which experts it will compute:
@@ -442,7 +445,7 @@ struct CudaSession::Impl {
     // Some absent experts go to the CPU (their ids become -1, which the products skip); the hinted
     // first. The GPU's own absent ones are staged into VRAM, and the products read the chosen
     // experts through the stage's table.
-    const kernels::MissStage stage = miss ? miss_stage_of(layer) : kernels::MissStage{};
+    const kernels::MissStage stage = miss ? stages[size_t(layer)] : kernels::MissStage{};
     const void* const* table = tier->table(layer);
     if (miss)
       check(kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, table,
@@ -563,6 +566,7 @@ struct CudaSession::Impl {
       return void(miss_summary = fmt::format("gpu (the CPU cannot take misses: {})", why));
     }
     miss = std::make_unique<MissPath>(host, path, miss_words, stream);
+    stages = miss_stages();
     miss_summary = fmt::format("{}; {}", plan::to_string(path), miss->describe());
   }
 
@@ -653,6 +657,7 @@ struct CudaSession::Impl {
   std::unique_ptr<PromptPass> prompt;  // null: prompts run token by token
   void* miss_words = nullptr;          // the CPU miss path's device words, in the decode scratch
   std::unique_ptr<MissPath> miss;      // null: decode misses are read over PCIe
+  std::vector<kernels::MissStage> stages;  // per layer, with `miss`
   std::string miss_summary;
 };
 
