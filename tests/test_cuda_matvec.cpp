@@ -16,6 +16,7 @@
 #include "support/random.h"
 
 #ifdef LODE_HAVE_CUDA
+#include "cuda/expert_products.h"
 #include "cuda/matvec.h"
 #include "cuda/vram.h"
 
@@ -211,6 +212,110 @@ TEST(CudaMatvec, GroupedProductsReadTheirExpertsThroughTheTable) {
       }
     }
   }
+}
+
+// The prompt's expert products on tensor cores, read from the stored bytes through a table of
+// matrices, against float64 sums of the CPU's dequantized values, x rounded to tf32 beforehand (as
+// the prompt pass gives it): within tf32's rounding of the weights (2^-11) of the sum of |x w|. Experts with no rows, one, a full tile, a tile and one,
+// several tiles. Every type as (gate, up) pairs of 72 rows (144 output columns: a partial second
+// tile of 128) of 512 values (two stages of a k-quant's blocks; Q6_K's and the 32-value blocks'
+// stages start off 16-byte boundaries); and the 35B-A3B's shapes, Q4_K gate|up of 2 x 512 rows of
+// 2048 values, Q5_K down of 2048 rows of 512. A tile's values do not depend on the launch: the
+// tiles in two launches give the same bits as in one.
+// v rounded to tf32 as cvt.rna does (to nearest, ties away from zero): how the prompt pass hands
+// x to the expert products.
+float tf32_rounded(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  bits = (bits + 0x1000u) & ~0x1fffu;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+struct ExpertShape {
+  GgmlType type;
+  int64_t parts, part_rows, cols;
+};
+
+void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& shape, std::mt19937& rng) {
+  const auto& traits = lode::traits(shape.type);
+  const int64_t parts = shape.parts, part_rows = shape.part_rows, cols = shape.cols, n = parts * part_rows;
+  const int64_t ldy = n + 8;
+  SCOPED_TRACE(std::string(traits.name) + " " + std::to_string(n) + " x " + std::to_string(cols));
+  ASSERT_TRUE(lode::cuda::has_expert_products(shape.type, cols));
+  const std::vector<int32_t> counts = {0, 1, 64, 65, 150};
+  std::vector<lode::cuda::ExpertTile> tiles;
+  int32_t total = 0, used = 0;
+  for (int32_t c : counts) {
+    for (int32_t r = 0; r < c; r += int32_t(lode::cuda::kExpertTileRows))
+      tiles.push_back({used, total + r, std::min(int32_t(lode::cuda::kExpertTileRows), c - r), 0});
+    total += c, used += c > 0;
+  }
+  const size_t row_bytes = lode::row_bytes(shape.type, cols), matrix_bytes = row_bytes * size_t(part_rows);
+  const int64_t matrices = parts * used;
+  std::vector<uint8_t> w(matrix_bytes * size_t(matrices));
+  if (traits.quantize) {
+    const auto values = normal_floats(size_t(matrices * part_rows * cols), rng);
+    for (int64_t r = 0; r < matrices * part_rows; ++r)
+      traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
+  } else {
+    random_blocks(shape.type, w, rng);
+  }
+  std::vector<float> values(size_t(matrices * part_rows * cols));
+  for (int64_t r = 0; r < matrices * part_rows; ++r)
+    traits.dequantize(w.data() + r * row_bytes, values.data() + r * cols, cols);
+  std::vector<float> x = normal_floats(size_t(total * cols), rng);
+  for (float& v : x) v = tf32_rounded(v);
+  lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
+  lode::cuda::DeviceBuffer dy(vram, size_t(total * ldy) * 4, lode::cuda::VramUse::scratch, "y");
+  lode::cuda::DeviceBuffer dtiles(vram, tiles.size() * sizeof(tiles[0]), lode::cuda::VramUse::scratch, "tiles");
+  lode::cuda::DeviceBuffer dw(vram, w.size(), lode::cuda::VramUse::experts, "experts");
+  std::vector<const void*> table;  // matrix parts * j + p: part p of expert j
+  for (int64_t m = 0; m < matrices; ++m) table.push_back(dw.as<uint8_t>() + m * matrix_bytes);
+  lode::cuda::DeviceBuffer dtable(vram, table.size() * sizeof(void*), lode::cuda::VramUse::scratch, "table");
+  lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
+  lode::cuda::copy_to_device(dtiles.data(), tiles.data(), tiles.size() * sizeof(tiles[0]));
+  lode::cuda::copy_to_device(dw.data(), w.data(), w.size());
+  lode::cuda::copy_to_device(dtable.data(), table.data(), table.size() * sizeof(void*));
+  const auto run = [&](std::vector<size_t> splits) {
+    splits.insert(splits.begin(), 0), splits.push_back(tiles.size());
+    for (size_t s = 0; s + 1 < splits.size(); ++s) {
+      const char* err = lode::cuda::expert_products(
+          shape.type, dtiles.as<lode::cuda::ExpertTile>() + splits[s], int64_t(splits[s + 1] - splits[s]),
+          dtable.as<const void*>(), parts, part_rows, cols, row_bytes, dx.as<float>(), cols, dy.as<float>(), ldy, nullptr);
+      EXPECT_EQ(err, nullptr) << err;
+    }
+    lode::cuda::synchronize();
+    std::vector<float> y(size_t(total * ldy));
+    lode::cuda::copy_to_host(y.data(), dy.data(), y.size() * 4);
+    return y;
+  };
+  const std::vector<float> y = run({});
+  int64_t row = 0, j = 0;
+  for (int32_t c : counts) {
+    for (int32_t r = 0; r < c; ++r, ++row)
+      for (int64_t col = 0; col < n; ++col) {
+        const float* wr = values.data() + ((parts * j + col / part_rows) * part_rows + col % part_rows) * cols;
+        const float* xr = x.data() + row * cols;
+        double want = 0, magnitude = 0;
+        for (int64_t i = 0; i < cols; ++i) want += double(xr[i]) * wr[i], magnitude += std::fabs(double(xr[i]) * wr[i]);
+        ASSERT_NEAR(y[size_t(row * ldy + col)], want, 6e-4 * magnitude + 1e-6) << "row " << row << " column " << col;
+      }
+    j += c > 0;
+  }
+  EXPECT_EQ(run({1, 3}), y);
+}
+
+TEST(CudaMatvec, ExpertProductsOnTensorCoresMatchTheCpu) {
+  LODE_REQUIRE_GPU();
+  lode::cuda::VramAccountant vram;
+  std::mt19937 rng(13);
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0,
+                        GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                        GgmlType::MXFP4})
+    check_expert_products(vram, {type, 2, 72, 512}, rng);
+  check_expert_products(vram, {GgmlType::Q4_K, 2, 512, 2048}, rng);
+  check_expert_products(vram, {GgmlType::Q5_K, 1, 2048, 512}, rng);
 }
 
 TEST(CudaMatvec, TypesWithoutAKernelAreRefusedClearly) {

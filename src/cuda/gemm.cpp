@@ -45,24 +45,6 @@ void Gemm::xwt(const float* x, int64_t ldx, const float* w, int64_t ldw, float* 
         "a matrix product");
 }
 
-bool Gemm::xwt_grouped(const std::vector<int>& rows, int64_t n, int64_t k, const float* const* w, int64_t ldw,
-                       const float* const* x, int64_t ldx, float* const* y, int64_t ldy) const {
-  if (rows.empty()) return true;
-  const size_t groups = rows.size();
-  const std::vector<cublasOperation_t> op_w(groups, CUBLAS_OP_T), op_x(groups, CUBLAS_OP_N);
-  const std::vector<int> ms(groups, int(n)), ks(groups, int(k)), lda(groups, int(ldw)), ldb(groups, int(ldx)),
-      ldc(groups, int(ldy)), sizes(groups, 1);
-  const std::vector<float> alpha(groups, 1.0f), beta(groups, 0.0f);
-  const cublasStatus_t status = cublasGemmGroupedBatchedEx(
-      as_handle(handle_), op_w.data(), op_x.data(), ms.data(), rows.data(), ks.data(), alpha.data(),
-      reinterpret_cast<const void* const*>(w), CUDA_R_32F, lda.data(), reinterpret_cast<const void* const*>(x),
-      CUDA_R_32F, ldb.data(), beta.data(), reinterpret_cast<void* const*>(y), CUDA_R_32F, ldc.data(), int(groups),
-      sizes.data(), compute(math_));
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) return false;
-  check(status, "a grouped matrix product");
-  return true;
-}
-
 void Gemm::xwt_batched(const float* x, int64_t ldx, int64_t x_stride, const float* w, int64_t ldw, int64_t w_stride,
                        float* y, int64_t ldy, int64_t y_stride, int64_t rows, int64_t n, int64_t k,
                        int64_t batch) const {

@@ -23,12 +23,6 @@ class Gemm {
   void xwt(const float* x, int64_t ldx, const float* w, int64_t ldw, float* y, int64_t ldy, int64_t rows, int64_t n,
            int64_t k, bool exact = false) const;
 
-  // One launch for many products Y_i[rows[i], n] = X_i[rows[i], k] * W_i[n, k]^T (rows: host; the
-  // pointer arrays w, x and y: device memory, one entry per product). False when cuBLAS does not
-  // offer it for this math; the caller then runs the products one by one.
-  bool xwt_grouped(const std::vector<int>& rows, int64_t n, int64_t k, const float* const* w, int64_t ldw,
-                   const float* const* x, int64_t ldx, float* const* y, int64_t ldy) const;
-
   // `batch` products Y_b[rows, n] = X_b[rows, k] * W_b[n, k]^T with X_b = x + b * x_stride etc.
   void xwt_batched(const float* x, int64_t ldx, int64_t x_stride, const float* w, int64_t ldw, int64_t w_stride,
                    float* y, int64_t ldy, int64_t y_stride, int64_t rows, int64_t n, int64_t k, int64_t batch) const;

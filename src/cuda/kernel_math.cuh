@@ -118,6 +118,14 @@ __device__ float block_max(float v) {
   return block_reduce(v, [](float x) { return warp_max(x); }, -INFINITY);
 }
 
+// v rounded to tf32 (10 stored mantissa bits, to nearest, ties away): what the tensor cores then
+// read exactly (given a float they would drop the low bits instead).
+__device__ __forceinline__ float tf32_rounded(float v) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
+  return __uint_as_float(r);
+}
+
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float siluf(float x) { return x * sigmoidf(x); }
 __device__ __forceinline__ float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }

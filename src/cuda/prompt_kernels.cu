@@ -254,33 +254,19 @@ __global__ void __launch_bounds__(kGroupWarps * kWarp)
   });
 }
 
-// One thread per expert: the pointers of the grouped product of the experts that have rows, in
-// expert order (the order the host lists their row counts in).
-__global__ void grouped_pointers_kernel(const int32_t* counts, const int32_t* first, int n_experts, const float* x,
-                                        int64_t ldx, const float* w, int64_t w_stride, float* y, int64_t ldy,
-                                        const float** a, const float** b, float** c) {
-  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
-    if (counts[e] == 0) continue;
-    int slot = 0;
-    for (int before = 0; before < e; ++before) slot += counts[before] > 0;
-    a[slot] = w + slot * w_stride;
-    b[slot] = x + first[e] * ldx;
-    c[slot] = y + first[e] * ldy;
-  }
-}
-
-__global__ void gather_rows_kernel(const float* x, const int32_t* sorted, int k, int n, float* out) {
+__global__ void gather_rows_kernel(const float* x, const int32_t* sorted, int k, int n, bool tf32, float* out) {
   const float* src = x + int64_t(sorted[blockIdx.x] / k) * n;
   float* dst = out + int64_t(blockIdx.x) * n;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = tf32 ? tf32_rounded(src[i]) : src[i];
 }
 
-__global__ void swiglu_rows_kernel(const float* gu, int64_t total, int ff, float* out) {
+__global__ void swiglu_rows_kernel(const float* gate, const float* up, int64_t ld, int64_t total, int ff, bool tf32,
+                                   float* out) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
-  const float* row = gu + (i / ff) * 2 * ff;
-  const int64_t c = i % ff;
-  out[i] = exact::swiglu(row[c], row[ff + c]);
+  const int64_t at = (i / ff) * ld + i % ff;
+  const float v = exact::swiglu(gate[at], up[at]);
+  out[i] = tf32 ? tf32_rounded(v) : v;
 }
 
 __global__ void moe_combine_rows_kernel(const float* y, const int32_t* slot_of, const float* weights, int k,
@@ -359,23 +345,17 @@ const char* group_by_expert(const int32_t* ids, int n_tokens, int k, int n_exper
   return launched();
 }
 
-const char* grouped_pointers(const int32_t* counts, const int32_t* first, int n_experts, const float* x, int64_t ldx,
-                             const float* w, int64_t w_stride, float* y, int64_t ldy, const float** a, const float** b,
-                             float** c, void* stream) {
-  grouped_pointers_kernel<<<1, 256, 0, as_stream(stream)>>>(counts, first, n_experts, x, ldx, w, w_stride, y, ldy, a,
-                                                           b, c);
-  return launched();
-}
-
-const char* gather_rows(const float* x, const int32_t* sorted, int k, int rows, int n, float* out, void* stream) {
+const char* gather_rows(const float* x, const int32_t* sorted, int k, int rows, int n, bool tf32, float* out,
+                        void* stream) {
   if (rows == 0) return nullptr;
-  gather_rows_kernel<<<rows, 256, 0, as_stream(stream)>>>(x, sorted, k, n, out);
+  gather_rows_kernel<<<rows, 256, 0, as_stream(stream)>>>(x, sorted, k, n, tf32, out);
   return launched();
 }
 
-const char* swiglu_rows(const float* gu, int rows, int ff, float* out, void* stream) {
+const char* swiglu_rows(const float* gate, const float* up, int64_t ld, int rows, int ff, bool tf32, float* out,
+                        void* stream) {
   const int64_t total = int64_t(rows) * ff;
-  swiglu_rows_kernel<<<blocks_for(total, 256), 256, 0, as_stream(stream)>>>(gu, total, ff, out);
+  swiglu_rows_kernel<<<blocks_for(total, 256), 256, 0, as_stream(stream)>>>(gate, up, ld, total, ff, tf32, out);
   return launched();
 }
 

@@ -44,16 +44,14 @@ const char* attention_gate(float* out, const float* qg, int n_tokens, int n_head
 const char* group_by_expert(const int32_t* ids, int n_tokens, int k, int n_experts, int32_t* sorted,
                             int32_t* slot_of, int32_t* expert_of, int32_t* counts, int32_t* first, int32_t* hist,
                             void* stream);
-// For a grouped product over the experts that have rows (in expert order): a[i] = w + i * w_stride
-// (their matrices expanded one after another), b[i] = x + first[e] * ldx, c[i] = y + first[e] * ldy
-// for the i-th such expert e.
-const char* grouped_pointers(const int32_t* counts, const int32_t* first, int n_experts, const float* x, int64_t ldx,
-                             const float* w, int64_t w_stride, float* y, int64_t ldy, const float** a, const float** b,
-                             float** c, void* stream);
-// out[r] = x[sorted[r] / k], rows of n.
-const char* gather_rows(const float* x, const int32_t* sorted, int k, int rows, int n, float* out, void* stream);
-// out[r][i] = silu(gu[r][i]) * gu[r][ff + i].
-const char* swiglu_rows(const float* gu, int rows, int ff, float* out, void* stream);
+// out[r] = x[sorted[r] / k], rows of n; `tf32`: rounded to tf32 (the tensor cores' expert products
+// read them so: cuda/expert_products.h).
+const char* gather_rows(const float* x, const int32_t* sorted, int k, int rows, int n, bool tf32, float* out,
+                        void* stream);
+// out[r][i] = silu(gate[r * ld + i]) * up[r * ld + i] for i < ff; `tf32`: rounded to tf32, as
+// gather_rows.
+const char* swiglu_rows(const float* gate, const float* up, int64_t ld, int rows, int ff, bool tf32, float* out,
+                        void* stream);
 // out[t] = sum_j weights[t][j] * y[slot_of[t * k + j]] (slot order) + sigmoid(shared_logit[t]) *
 // shared[t] when shared is not null; rows of hidden.
 const char* moe_combine_rows(const float* y, const int32_t* slot_of, const float* weights, int k, const float* shared,

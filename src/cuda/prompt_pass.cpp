@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "cuda/dequant.h"
 #include "cuda/errors.h"
+#include "cuda/expert_products.h"
 #include "cuda/expert_tier.h"
 #include "cuda/forward_kernels.h"
 #include "cuda/matvec.h"
@@ -27,11 +28,14 @@ constexpr int64_t kMaxMatvecProblems = 65535;
 
 bool expandable(GgmlType type, int64_t cols) { return has_dequantize(type) && cols % 32 == 0; }
 
-enum Phase : size_t { expand, dense, attention_core, deltanet_conv, deltanet_core, routing, expert_products, elementwise };
+static_assert(plan::kPromptExpertTileRows == kExpertTileRows && sizeof(ExpertTile) == 16,
+              "plan::prompt_scratch sizes the expert tiles");
+
+enum Phase : size_t { expand, dense, attention_core, deltanet_conv, deltanet_core, routing, expert_phase, elementwise };
 const std::vector<std::string> kPhaseNames = {"expanding weights",        "dense products (cuBLAS)",
                                               "attention core",           "DeltaNet conv and L2 norms",
                                               "DeltaNet scan and norm",   "routing (with a host sync)",
-                                              "expert products (cuBLAS)", "norms, swiglu, sums"};
+                                              "expert products",          "norms, swiglu, sums"};
 
 }  // namespace
 
@@ -57,10 +61,12 @@ struct PromptPass::Impl {
 
   float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *k_rows, *v_rows, *scores, *qkv_raw, *qkv, *z, *b, *alpha, *o;
   float *router, *weights, *xs, *gu, *act, *ys, *sg, *su, *sh, *shared_out, *shared_logit, *expanded;
-  int32_t *ids, *sorted, *slot_of, *expert_of, *counts, *first, *gate_up_order;
+  int32_t *ids, *sorted, *slot_of, *expert_of, *counts, *first;
   int32_t *host_counts = nullptr, *host_first = nullptr;
-  const void** expand_pointers = nullptr;        // device: the matrices a layer's expansions read
+  const void** expand_pointers = nullptr;        // device: the matrices a layer's expert products read
   const void** host_expand_pointers = nullptr;   // pinned: their staging on the host
+  ExpertTile* expert_tiles = nullptr;            // device: a layer's tiles of rows routed to one expert
+  ExpertTile* host_tiles = nullptr;              // pinned: their staging on the host
   uint8_t* staging[2] = {nullptr, nullptr};      // a group's absent experts, copied in by the copy engine
   size_t staging_bytes = 0;                       // each
   bool staging_apart = false;                     // no mixer buffer shares the staging's bytes
@@ -68,9 +74,6 @@ struct PromptPass::Impl {
   cudaEvent_t staged[2] = {nullptr, nullptr}, freed[2] = {nullptr, nullptr}, copies_done = nullptr;
   int64_t staged_groups = 0;                     // groups staged so far: group i uses buffer i % 2
   int32_t* hist;  // group_by_expert's scratch
-  const float **pointer_w, **pointer_x;
-  float** pointer_y;
-  bool grouped_supported = true;
 
   // One allocation, carved as plan::prompt_scratch lays it out (the attention layers', DeltaNet
   // layers' and MoE's own buffers share bytes).
@@ -83,8 +86,8 @@ struct PromptPass::Impl {
     const auto i = [&](size_t at) { return reinterpret_cast<int32_t*>(base + at); };
     score_floats = l.score_floats;
     h = f(l.h), normed = f(l.normed), mixed = f(l.mixed), expanded = f(l.expanded);
-    gate_up_order = i(l.gate_up_order);
     expand_pointers = reinterpret_cast<const void**>(base + l.expand_pointers);
+    expert_tiles = reinterpret_cast<ExpertTile*>(base + l.expert_tiles);
     staging[0] = base + l.staging, staging[1] = base + l.staging + l.staging_bytes, staging_bytes = l.staging_bytes;
     staging_apart = l.staging_apart;
     qg = f(l.qg), kbuf = f(l.kbuf), vbuf = f(l.vbuf), attn = f(l.attn);
@@ -93,17 +96,12 @@ struct PromptPass::Impl {
     router = f(l.router), weights = f(l.weights);
     ids = i(l.ids), sorted = i(l.sorted), slot_of = i(l.slot_of), expert_of = i(l.expert_of);
     counts = i(l.counts), first = i(l.first), hist = i(l.hist);
-    pointer_w = reinterpret_cast<const float**>(base + l.pointer_w);
-    pointer_x = reinterpret_cast<const float**>(base + l.pointer_x);
-    pointer_y = reinterpret_cast<float**>(base + l.pointer_y);
     xs = f(l.xs), gu = f(l.gu), act = f(l.act), ys = f(l.ys);
     sg = f(l.sg), su = f(l.su), sh = f(l.sh), shared_out = f(l.shared_out), shared_logit = f(l.shared_logit);
-    std::vector<int32_t> order;  // gate e then up e: each expert's gate|up rows contiguous
-    for (int64_t e = 0; e < c.n_experts; ++e) order.push_back(int32_t(e)), order.push_back(int32_t(c.n_experts + e));
-    copy_to_device(gate_up_order, order.data(), order.size() * 4);
     check_cuda(cudaMallocHost(&host_counts, size_t(c.n_experts) * 4), "pinned memory");
     check_cuda(cudaMallocHost(&host_first, size_t(c.n_experts) * 4), "pinned memory");
     check_cuda(cudaMallocHost(&host_expand_pointers, size_t(3 * c.n_experts) * sizeof(void*)), "pinned memory");
+    check_cuda(cudaMallocHost(&host_tiles, l.expert_tiles_count * sizeof(ExpertTile)), "pinned memory");
     check_cuda(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "creating the staging stream");
     for (int b = 0; b < 2; ++b) {
       check_cuda(cudaEventCreateWithFlags(&staged[b], cudaEventDisableTiming), "creating an event");
@@ -116,6 +114,7 @@ struct PromptPass::Impl {
     cudaFreeHost(host_counts);
     cudaFreeHost(host_first);
     cudaFreeHost(host_expand_pointers);
+    cudaFreeHost(host_tiles);
     for (int b = 0; b < 2; ++b) {
       if (staged[b]) cudaEventDestroy(staged[b]);
       if (freed[b]) cudaEventDestroy(freed[b]);
@@ -196,8 +195,15 @@ struct PromptPass::Impl {
     project(d.out, o, n, mixed);
   }
 
-  // The experts a chunk routes to, expanded kGroup at a time (a constant: the grouping of the
-  // products, and so their rounding, never depends on the budget).
+  // A layer's experts are multiplied from their stored bytes on tensor cores (expert_products), in
+  // tiles of at most kExpertTileRows of the rows routed to one expert; in float32 math, or for a
+  // type without an expansion unit, by one matrix-vector product per sorted row instead.
+  bool on_tensor_cores(const DeviceExperts& e) const {
+    return options.math == PromptMath::tf32 && has_expert_products(e.type, e.cols);
+  }
+
+  // Absent experts are staged kGroup at a time: the copy engine fills one staging buffer while the
+  // products read the other.
   static constexpr int64_t kGroup = plan::kPromptExpertGroup;
 
   // The chunk's experts of [begin, end) (those with rows), in order.
@@ -208,32 +214,7 @@ struct PromptPass::Impl {
     return used;
   }
 
-  // Products of the used experts of [begin, end): y rows [first[e], first[e] + counts[e]) = x rows
-  // of the same range times expert e's matrix transposed, the i-th used expert's matrix expanded at
-  // matrices + i * stride. One grouped launch where cuBLAS offers it, else one product per expert.
-  void per_expert(int64_t begin, int64_t end, const float* x, int64_t ldx, const float* matrices, int64_t stride,
-                  float* y, int64_t ldy, int64_t n_out, int64_t k) {
-    const std::vector<int32_t> used = used_in(begin, end);
-    if (grouped_supported) {
-      std::vector<int> rows;
-      for (int32_t e : used) rows.push_back(host_counts[e]);
-      check(kernels::grouped_pointers(counts + begin, first + begin, int(end - begin), x, ldx, matrices, stride, y, ldy,
-                                      pointer_w, pointer_x, pointer_y, stream),
-            "grouped product pointers");
-      grouped_supported = gemm.xwt_grouped(rows, n_out, k, pointer_w, k, pointer_x, ldx, pointer_y, ldy);
-      if (grouped_supported) {
-        clock.mark(expert_products);
-        return;
-      }
-    }
-    for (size_t i = 0; i < used.size(); ++i) {
-      const int64_t count = host_counts[used[i]], at = host_first[used[i]];
-      gemm.xwt(x + at * ldx, ldx, matrices + int64_t(i) * stride, k, y + at * ldy, ldy, count, n_out, k);
-    }
-    clock.mark(expert_products);
-  }
-
-  // Products without an expansion kernel: one matrix-vector product per sorted row.
+  // Products without an expansion unit: one matrix-vector product per sorted row.
   void per_row(const DeviceExperts& e, const float* x, int64_t ldx, float* y, int64_t rows) {
     for (int64_t p = 0; p < rows; p += kMaxMatvecProblems) {
       const int64_t count = std::min(kMaxMatvecProblems, rows - p);
@@ -242,16 +223,16 @@ struct PromptPass::Impl {
     }
   }
 
-  // A layer's expansions read their matrices through expand_pointers, written once
-  // per layer (host, then one copy): per group, gate|up as (e, n + e) pairs (or gate's, then up's,
-  // when they differ in shape), and down's; `at` holds where each group's entries start. A resident
-  // expert's entries point at its VRAM slot; an absent one's at its place in a staging buffer, into
-  // which the copy engine moves it (one batch per group, on its own stream) while the previous group
-  // expands and multiplies: the expansions then read VRAM, and the PCIe transfer leaves the GPU's
-  // cores free. (Staging sits in the MoE's share of the prompt scratch. Where no attention or
-  // DeltaNet buffer shares its bytes, a layer's first two groups are copied during its mixer
-  // (speculate); otherwise copies start after the routing's host sync. They end before the layer's
-  // last expansion.)
+  // The products read a layer's matrices through expand_pointers, written once per layer (host,
+  // then one copy) with the layer's tiles: for the j-th expert the chunk routes to, gate|up as the
+  // pair (2j, 2j + 1) when one table holds both (else gate's at j, up's at used + j), down's at
+  // 2 used + j. A resident expert's entries point at its VRAM slot; an absent one's at its place in
+  // a staging buffer, into which the copy engine moves it (one batch per group of kGroup experts,
+  // on its own stream) while the previous group multiplies: the products then read VRAM, and the
+  // PCIe transfer leaves the GPU's cores free. (Staging sits in the MoE's share of the prompt
+  // scratch. Where no attention or DeltaNet buffer shares its bytes, a layer's first two groups
+  // are copied during its mixer (speculate); otherwise copies start after the routing's host sync.
+  // They end before the layer's last product.)
   struct Staged {
     int buffer = -1;  // -1: every expert of the group is resident
     std::vector<void*> dst;
@@ -260,9 +241,16 @@ struct PromptPass::Impl {
     bool copied = false;  // already copied in by speculate()
     bool same_copies(const Staged& o) const { return buffer == o.buffer && dst == o.dst && src == o.src && size == o.size; }
   };
-  struct Expansions {
-    std::vector<int64_t> gate_up_at, down_at;
+  struct LayerPlan {
+    int64_t used = 0;            // experts the chunk routes to
+    std::vector<int64_t> tiles;  // group g's tiles are [tiles[g], tiles[g + 1]) (tiles[0] = 0)
     std::vector<Staged> gate_up, down;
+  };
+  // Where a pass's pointer entries go: entry (i, p) of the group's i-th expert at at[i * stride +
+  // p * second] (not written when `at` is null).
+  struct Entries {
+    const void** at = nullptr;
+    int64_t stride = 1, second = 0;
   };
   // The entry for projection p of expert e, the i-th of its group, `offset` into its staging place
   // (`groups`: the groups given a buffer so far).
@@ -277,74 +265,92 @@ struct PromptPass::Impl {
     return dst;
   }
 
-  // A gate|up group's entries for its `used` experts (written at `pointers`, when not null) and
-  // its staging.
-  Staged gate_up_group(int64_t layer, const std::vector<int32_t>& used, bool paired, int64_t& groups,
-                       const void** pointers) {
+  // A gate|up group's entries for its `used` experts, and its staging.
+  Staged gate_up_group(int64_t layer, const std::vector<int32_t>& used, int64_t& groups, Entries to) {
     const plan::StagingPieces piece = plan::staging_pieces(model_weights.layers[size_t(layer)].moe);
     Staged st;
-    int64_t at = 0;
-    const auto put = [&](const void* p) {
-      if (pointers) pointers[at] = p;
-      ++at;
-    };
     for (size_t i = 0; i < used.size(); ++i) {
-      put(entry(st, layer, 0, used[i], i, piece.gate_up, 0, groups));
-      if (paired) put(entry(st, layer, 1, used[i], i, piece.gate_up, piece.up_at, groups));
+      const void* gate = entry(st, layer, 0, used[i], i, piece.gate_up, 0, groups);
+      const void* up = entry(st, layer, 1, used[i], i, piece.gate_up, piece.up_at, groups);
+      if (to.at) to.at[int64_t(i) * to.stride] = gate, to.at[int64_t(i) * to.stride + to.second] = up;
     }
-    if (!paired)
-      for (size_t i = 0; i < used.size(); ++i) put(entry(st, layer, 1, used[i], i, piece.gate_up, piece.up_at, groups));
     return st;
   }
 
   // Before a layer's mixer: its first two gate|up groups with absent experts copied in as if the
   // chunk routed to every expert of them (one of thousands of tokens nearly always does), so that
   // the copy engine works through the mixer and the routing instead of waiting for them;
-  // plan_expansions keeps the copies its plan matches and copies again where it does not. Only
-  // where no mixer buffer shares the staging's bytes.
+  // plan_layer keeps the copies its plan matches and copies again where it does not. Only where no
+  // mixer buffer shares the staging's bytes.
   std::vector<Staged> speculated;
-  void speculate(int64_t layer, bool paired, int64_t tokens) {
+  void speculate(const DeviceLayer& d, int64_t layer, int64_t tokens) {
     speculated.clear();
     const int64_t n = config.n_experts;
-    if (!staging_apart || tokens * config.n_experts_used < 16 * n) return;
+    if (!staging_apart || !on_tensor_cores(d.gate) || !on_tensor_cores(d.up) ||
+        tokens * config.n_experts_used < 16 * n)
+      return;
     int64_t groups = staged_groups;
     for (int64_t g = 0; g < n && speculated.size() < 2; g += kGroup) {
       std::vector<int32_t> all;
       for (int64_t e = g; e < std::min(g + kGroup, n); ++e) all.push_back(int32_t(e));
-      Staged st = gate_up_group(layer, all, paired, groups, nullptr);
+      Staged st = gate_up_group(layer, all, groups, {});
       if (st.buffer < 0) continue;
       copy_in(st);
       speculated.push_back(std::move(st));
     }
   }
 
-  Expansions plan_expansions(int64_t layer, bool paired) {
-    const int64_t n = config.n_experts;
-    const plan::StagingPieces piece = plan::staging_pieces(model_weights.layers[size_t(layer)].moe);
-    Expansions x;
-    int64_t at = 0;
-    for (int64_t g = 0; g < n; g += kGroup) {
-      x.gate_up_at.push_back(at);
-      const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
-      Staged& st = x.gate_up.emplace_back(gate_up_group(layer, used, paired, staged_groups, host_expand_pointers + at));
-      at += int64_t(used.size()) * 2;
-      for (const Staged& s : speculated) st.copied |= st.buffer >= 0 && st.same_copies(s);
-    }
-    speculated.clear();
-    for (int64_t g = 0; g < n; g += kGroup) {
-      x.down_at.push_back(at);
-      Staged& st = x.down.emplace_back();
-      const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
-      for (size_t i = 0; i < used.size(); ++i)
-        host_expand_pointers[at++] = entry(st, layer, 2, used[i], i, piece.down, 0, staged_groups);
-    }
-    check_cuda(cudaMemcpyAsync(expand_pointers, host_expand_pointers, size_t(at) * sizeof(void*), cudaMemcpyHostToDevice,
-                               stream),
-               "expansion pointers to the device");
-    return x;
+  // Entry (i, p) of the layer's pointer table for the pass that starts at `base`.
+  static Entries entries_at(const void** base, int64_t j, bool pairs, int64_t used) {
+    return pairs ? Entries{base + 2 * j, 2, 1} : Entries{base + j, 1, used};
   }
 
-  // Before a group's expansions: its absent experts copied into its staging buffer once the group
+  // The layer's tiles, pointer entries and staging; passes off the tensor cores stage nothing.
+  LayerPlan plan_layer(const DeviceLayer& d, int64_t layer) {
+    const int64_t n = config.n_experts;
+    const plan::StagingPieces piece = plan::staging_pieces(model_weights.layers[size_t(layer)].moe);
+    LayerPlan x;
+    x.used = int64_t(used_in(0, n).size());
+    const bool gate_up = on_tensor_cores(d.gate) && on_tensor_cores(d.up), down = on_tensor_cores(d.down);
+    // The groups take staging buffers in the order their products run: every gate|up group, then
+    // every down group.
+    int64_t j = 0, n_tiles = 0;
+    x.tiles = {0};
+    for (int64_t g = 0; g < n; g += kGroup, x.tiles.push_back(n_tiles)) {
+      const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
+      for (size_t i = 0; i < used.size(); ++i)
+        for (int32_t r = 0; r < host_counts[used[i]]; r += int32_t(kExpertTileRows))
+          host_tiles[n_tiles++] = {int32_t(j + int64_t(i)), host_first[used[i]] + r,
+                                   std::min(int32_t(kExpertTileRows), host_counts[used[i]] - r), 0};
+      Staged& st = x.gate_up.emplace_back();
+      if (gate_up) {
+        st = gate_up_group(layer, used, staged_groups, entries_at(host_expand_pointers, j, pairs(d), x.used));
+        for (const Staged& s : speculated) st.copied |= st.buffer >= 0 && st.same_copies(s);
+      }
+      j += int64_t(used.size());
+    }
+    speculated.clear();
+    j = 0;
+    for (int64_t g = 0; g < n; g += kGroup) {
+      const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
+      Staged& st = x.down.emplace_back();
+      if (down)
+        for (size_t i = 0; i < used.size(); ++i)
+          host_expand_pointers[2 * x.used + j + int64_t(i)] = entry(st, layer, 2, used[i], i, piece.down, 0, staged_groups);
+      j += int64_t(used.size());
+    }
+    check_cuda(cudaMemcpyAsync(expand_pointers, host_expand_pointers, size_t(3 * x.used) * sizeof(void*),
+                               cudaMemcpyHostToDevice, stream),
+               "expert pointers to the device");
+    check_cuda(cudaMemcpyAsync(expert_tiles, host_tiles, size_t(n_tiles) * sizeof(ExpertTile), cudaMemcpyHostToDevice,
+                               stream),
+               "expert tiles to the device");
+    return x;
+  }
+  // Whether gate and up share one table: each expert's gate|up rows are then one matrix of 2 ff rows.
+  static bool pairs(const DeviceLayer& d) { return d.gate_up.table != nullptr; }
+
+  // Before a group's products: its absent experts copied into its staging buffer once the group
   // two before is done with it (unless speculate() did), and the step's stream waiting for them.
   void stage(const Staged& st) {
     if (st.buffer < 0) return;
@@ -366,66 +372,65 @@ struct PromptPass::Impl {
     }
     check_cuda(cudaEventRecord(staged[b], copy_stream), "staging experts");
   }
-  // After a group's last expansion: its buffer may take the group after next.
+  // After a group's last product: its buffer may take the group after next.
   void release(const Staged& st) {
     if (st.buffer >= 0) check_cuda(cudaEventRecord(freed[st.buffer], stream), "staging experts");
   }
 
-  void experts_gate_up(const DeviceLayer& d, int64_t rows, const Expansions& at) {
-    const model::Qwen35MoeConfig& c = config;
-    const int64_t ff = c.expert_ff, hidden = c.hidden, n = c.n_experts;
-    const bool paired = d.gate_up.table && expandable(d.gate_up.type, hidden);
-    if (!paired && !(expandable(d.gate.type, hidden) && expandable(d.up.type, hidden))) {
+  // launch(first tile, end tile) over the layer's groups: each run of groups without staged experts
+  // in one launch; a group with staged experts alone, after its copies, releasing its buffer after.
+  template <class Launch>
+  void over_groups(const LayerPlan& x, const std::vector<Staged>& staging_of, Launch launch) {
+    const auto run = [&](int64_t begin, int64_t end) {
+      if (end > begin) launch(begin, end);
+    };
+    size_t pending = 0;  // the first group not yet launched
+    for (size_t g = 0; g + 1 < x.tiles.size(); ++g) {
+      if (staging_of[g].buffer < 0) continue;
+      run(x.tiles[pending], x.tiles[g]);
+      stage(staging_of[g]);
+      run(x.tiles[g], x.tiles[g + 1]);
+      release(staging_of[g]);
+      pending = g + 1;
+    }
+    run(x.tiles[pending], x.tiles.back());
+    clock.mark(expert_phase);
+  }
+
+  // y = x W^T over tiles [begin, end), W the pass's matrices through `table` (parts of part_rows).
+  void products(const DeviceExperts& e, int64_t begin, int64_t end, const void* const* table, int64_t parts,
+                const float* x, int64_t ldx, float* y, int64_t ldy) {
+    check(expert_products(e.type, expert_tiles + begin, end - begin, table, parts, e.rows, e.cols, e.row_bytes, x,
+                          ldx, y, ldy, stream),
+          "expert products");
+  }
+
+  void experts_gate_up(const DeviceLayer& d, int64_t rows, const LayerPlan& x) {
+    const int64_t ff = config.expert_ff, hidden = config.hidden;
+    if (!on_tensor_cores(d.gate) || !on_tensor_cores(d.up)) {
       per_row(d.gate, xs, hidden, ys, rows);
       per_row(d.up, xs, hidden, ys + rows * ff, rows);
-      clock.mark(expert_products);
-      check(kernels::swiglu(ys, ys + rows * ff, act, rows * ff, stream), "expert swiglu");
+      clock.mark(expert_phase);
+      check(kernels::swiglu_rows(ys, ys + rows * ff, ff, int(rows), int(ff), on_tensor_cores(d.down), act, stream),
+            "expert swiglu");
       return;
     }
-    for (int64_t g = 0; g < n; g += kGroup) {
-      const int64_t end = std::min(g + kGroup, n), used = int64_t(used_in(g, end).size());
-      if (used == 0) continue;
-      const Staged& st = at.gate_up[size_t(g / kGroup)];
-      const void* const* table = expand_pointers + at.gate_up_at[size_t(g / kGroup)];
-      stage(st);
-      if (paired) {
-        check(dequantize(d.gate_up.type, nullptr, table, nullptr, 2 * used, ff, hidden, d.gate_up.row_bytes,
-                         expanded, stream),
-              "expanding gate|up experts");
-        release(st);
-        clock.mark(expand);
-        per_expert(g, end, xs, hidden, expanded, 2 * ff * hidden, gu, 2 * ff, 2 * ff, hidden);
-        continue;
-      }
-      for (const auto& [experts, half] : {std::pair{&d.gate, 0}, std::pair{&d.up, 1}}) {
-        check(dequantize(experts->type, nullptr, table + half * used, nullptr, used, ff, hidden, experts->row_bytes,
-                         expanded, stream),
-              "expanding experts");
-        if (half == 1) release(st);
-        clock.mark(expand);
-        per_expert(g, end, xs, hidden, expanded, ff * hidden, gu + half * ff, 2 * ff, ff, hidden);
-      }
-    }
-    check(kernels::swiglu_rows(gu, int(rows), int(ff), act, stream), "expert swiglu");
+    over_groups(x, x.gate_up, [&](int64_t begin, int64_t end) {
+      if (pairs(d)) return products(d.gate, begin, end, expand_pointers, 2, xs, hidden, gu, 2 * ff);
+      products(d.gate, begin, end, expand_pointers, 1, xs, hidden, gu, 2 * ff);
+      products(d.up, begin, end, expand_pointers + x.used, 1, xs, hidden, gu + ff, 2 * ff);
+    });
+    check(kernels::swiglu_rows(gu, gu + ff, 2 * ff, int(rows), int(ff), on_tensor_cores(d.down), act, stream),
+          "expert swiglu");
     clock.mark(elementwise);
   }
 
-  void experts_down(const DeviceLayer& d, int64_t rows, const Expansions& at) {
-    const model::Qwen35MoeConfig& c = config;
-    const int64_t ff = c.expert_ff, hidden = c.hidden, n = c.n_experts;
-    if (!expandable(d.down.type, ff)) return per_row(d.down, act, ff, ys, rows);
-    for (int64_t g = 0; g < n; g += kGroup) {
-      const int64_t end = std::min(g + kGroup, n), used = int64_t(used_in(g, end).size());
-      if (used == 0) continue;
-      const Staged& st = at.down[size_t(g / kGroup)];
-      stage(st);
-      check(dequantize(d.down.type, nullptr, expand_pointers + at.down_at[size_t(g / kGroup)], nullptr, used, hidden,
-                       ff, d.down.row_bytes, expanded, stream),
-            "expanding down experts");
-      release(st);
-      clock.mark(expand);
-      per_expert(g, end, act, ff, expanded, hidden * ff, ys, hidden, hidden, ff);
-    }
+  void experts_down(const DeviceLayer& d, int64_t rows, const LayerPlan& x) {
+    const int64_t ff = config.expert_ff, hidden = config.hidden;
+    if (!on_tensor_cores(d.down)) return per_row(d.down, act, ff, ys, rows);
+    over_groups(x, x.down, [&](int64_t begin, int64_t end) {
+      products(d.down, begin, end, expand_pointers + 2 * x.used, 1, act, ff, ys, hidden);
+    });
   }
 
   void moe(const DeviceLayer& d, int64_t layer, int64_t n) {
@@ -441,14 +446,16 @@ struct PromptPass::Impl {
                "expert counts to the host");
     check_cuda(cudaMemcpyAsync(host_first, first, size_t(c.n_experts) * 4, cudaMemcpyDeviceToHost, stream),
                "expert offsets to the host");
-    check(kernels::gather_rows(normed, sorted, int(k), int(rows), int(hidden), xs, stream), "gathering expert inputs");
+    check(kernels::gather_rows(normed, sorted, int(k), int(rows), int(hidden),
+                               on_tensor_cores(d.gate) && on_tensor_cores(d.up), xs, stream),
+          "gathering expert inputs");
     check_cuda(cudaStreamSynchronize(stream), "routing a prompt chunk");
     clock.mark(routing);
     for (int32_t e : used_in(0, c.n_experts))
       if (!tier.resident(layer, e)) miss_bytes += tier.expert_bytes(layer);
-    const Expansions at = plan_expansions(layer, d.gate_up.table && expandable(d.gate_up.type, hidden));
-    experts_gate_up(d, rows, at);
-    experts_down(d, rows, at);
+    const LayerPlan plan = plan_layer(d, layer);
+    experts_gate_up(d, rows, plan);
+    experts_down(d, rows, plan);
     const bool shared = c.shared_ff > 0;
     if (shared) {
       project(d.shared_gate, normed, n, sg), project(d.shared_up, normed, n, su);
@@ -470,7 +477,7 @@ struct PromptPass::Impl {
     check(kernels::rms_norm(h, layers.front().attn_norm, normed, int(n), hidden, eps, stream), "prompt norm");
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
-      speculate(int64_t(l), d.gate_up.table && expandable(d.gate_up.type, hidden), n);
+      speculate(d, int64_t(l), n);
       d.recurrent ? deltanet(d, sequence[l], n) : attention(d, sequence[l], n, device_first, first_position);
       check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, int(n), hidden, eps, stream), "prompt residual");
       moe(d, int64_t(l), n);

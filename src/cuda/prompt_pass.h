@@ -1,9 +1,9 @@
 // The prompt path of the CUDA session: a chunk of tokens goes through every layer at once, the
-// matrix products on tensor cores (cuda/gemm.h) over weights expanded to float32 per chunk
-// (cuda/dequant.h), the experts grouped by expert (one product per expert that has tokens; the
-// experts expanded plan::kPromptExpertGroup at a time, those the chunk routes to, each read from
-// its VRAM slot or, when absent, from a staging buffer the copy engine fills from pinned host RAM
-// while the previous group multiplies), the
+// dense matrix products on tensor cores (cuda/gemm.h) over weights expanded to float32 per chunk
+// (cuda/dequant.h), the experts' rows grouped by expert and multiplied on tensor cores straight
+// from the experts' stored bytes (cuda/expert_products.h), each expert read from its VRAM slot or,
+// when absent, from a staging buffer the copy engine fills from pinned host RAM while the previous
+// group of plan::kPromptExpertGroup multiplies, the
 // DeltaNet recurrence scanned over the chunk with its state in registers, and prompt attention as
 // two batched products around a causal softmax. K/V rows and DeltaNet states end as token-by-token
 // decoding would leave them (to float rounding; exactly so for the conv states).

@@ -14,12 +14,11 @@ int64_t score_bytes(const model::Qwen35MoeConfig& c, int64_t chunk, int64_t max_
   return std::min<int64_t>(int64_t(256) << 20, c.n_heads * std::max<int64_t>(chunk / 8, 1) * max_context * 4);
 }
 
-// Whether the prompt pass expands a matrix to float32 before its product: quantized dense matrices
-// (float32 ones are multiplied where they are), and every expert matrix (float32 ones too: each
-// expert's rows are gathered next to each other). Matrices of a type the GPU cannot expand (the
-// grid i-quants) are counted too; their room goes unused.
-bool expanded_for_prompts(const model::MatrixView& m, bool expert) {
-  return !m.empty() && (expert || m.type->type != GgmlType::F32) && m.cols % 32 == 0;
+// Whether the prompt pass expands a dense matrix to float32 before its product: quantized ones
+// (float32 ones are multiplied where they are; experts are read from their stored bytes). Matrices
+// of a type the GPU cannot expand (the grid i-quants) are counted too; their room goes unused.
+bool expanded_for_prompts(const model::MatrixView& m) {
+  return !m.empty() && m.type->type != GgmlType::F32 && m.cols % 32 == 0;
 }
 }  // namespace
 
@@ -78,16 +77,11 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
 
 namespace {
 
-// The most floats one expansion needs: a quantized dense matrix, or one group of experts.
+// The most floats one expansion needs: the largest quantized dense matrix.
 int64_t expansion_floats(const model::ModelWeights& w) {
-  const model::Qwen35MoeConfig& c = w.config;
-  const int64_t group = std::min(kPromptExpertGroup, c.n_experts);
   int64_t most = 0;
   const auto dense = [&](const model::MatrixView& m) {
-    if (expanded_for_prompts(m, false)) most = std::max(most, m.rows * m.cols);
-  };
-  const auto experts = [&](const model::ExpertStack& e, int64_t per_expert) {
-    if (expanded_for_prompts(e.first, true)) most = std::max(most, group * per_expert * e.first.rows * e.first.cols);
+    if (expanded_for_prompts(m)) most = std::max(most, m.rows * m.cols);
   };
   for (const model::LayerWeights& l : w.layers) {
     const model::AttentionWeights& a = l.attention;
@@ -96,9 +90,6 @@ int64_t expansion_floats(const model::ModelWeights& w) {
     for (const model::MatrixView* v : {&a.q, &a.k, &a.v, &a.output, &d.qkv, &d.gate, &d.beta, &d.alpha, &d.out,
                                        &m.router, &m.shared_gate, &m.shared_up, &m.shared_down})
       dense(*v);
-    // gate and up of an expert side by side (2 per expert) when they can share one expansion.
-    const bool together = model::same_shape(m.gate.first, m.up.first);
-    experts(m.gate, together ? 2 : 1), experts(m.up, 1), experts(m.down, 1);
   }
   return most;
 }
@@ -128,7 +119,6 @@ PromptScratch prompt_scratch(const model::ModelWeights& w, int64_t chunk, int64_
   s.chunk = chunk;
   s.h = l.floats(n * c.hidden), s.normed = l.floats(n * c.hidden), s.mixed = l.floats(n * c.hidden);
   s.expanded = l.floats(expansion_floats(w));
-  s.gate_up_order = l.take(size_t(2 * c.n_experts) * 4);
   s.expand_pointers = l.take(size_t(3 * c.n_experts) * 8);
   l.begin_union();
   s.qg = l.floats(n * 2 * c.q_dim()), s.kbuf = l.floats(n * c.kv_dim()), s.vbuf = l.floats(n * c.kv_dim());
@@ -148,8 +138,8 @@ PromptScratch prompt_scratch(const model::ModelWeights& w, int64_t chunk, int64_
   s.ids = l.take(size_t(2 * rows) * 4), s.sorted = l.take(size_t(rows) * 4), s.slot_of = l.take(size_t(rows) * 4);
   s.expert_of = l.take(size_t(rows) * 4), s.counts = l.take(size_t(c.n_experts) * 4);
   s.first = l.take(size_t(c.n_experts) * 4), s.hist = l.take(size_t(32 * c.n_experts) * 4);
-  s.pointer_w = l.take(size_t(c.n_experts) * 8), s.pointer_x = l.take(size_t(c.n_experts) * 8);
-  s.pointer_y = l.take(size_t(c.n_experts) * 8);
+  s.expert_tiles_count = size_t(rows / kPromptExpertTileRows + c.n_experts);
+  s.expert_tiles = l.take(s.expert_tiles_count * 16);
   s.xs = l.floats(rows * c.hidden), s.gu = l.floats(rows * 2 * c.expert_ff), s.act = l.floats(rows * c.expert_ff);
   s.ys = l.floats(rows * std::max(c.hidden, 2 * c.expert_ff));
   s.sg = l.floats(n * c.shared_ff), s.su = l.floats(n * c.shared_ff), s.sh = l.floats(n * c.shared_ff);

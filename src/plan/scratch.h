@@ -68,25 +68,29 @@ struct DecodeScratch {
 constexpr size_t kMissPathScratch = 1024;
 DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_context);
 
-// The prompt pass expands this many experts' weights to float32 at a time (gate|up, then down):
-// a constant, so the products' grouping, and with it their rounding, never depends on the budget.
+// The prompt pass stages a layer's absent experts this many at a time (gate|up, then down), one
+// group into each of two staging buffers.
 constexpr int64_t kPromptExpertGroup = 32;
+// Its expert products work on tiles of at most this many rows routed to one expert
+// (cuda/expert_products.h).
+constexpr int64_t kPromptExpertTileRows = 64;
 
 // The prompt pass's scratch for `chunk` tokens (offsets in bytes). The attention layers', the
 // DeltaNet layers' and the MoE's own buffers are never live at once and share bytes.
 struct PromptScratch {
   int64_t chunk = 0, score_floats = 0;
   size_t h, normed, mixed;                  // [chunk][hidden]
-  size_t expanded;                          // expanded weights: the largest matrix or expert group
-  size_t gate_up_order;                     // [2 n_experts] int32: gate e, up e, ...
-  size_t expand_pointers;                   // [3 n_experts] pointers: the matrices a layer's expansions read
+  size_t expanded;                          // the largest quantized dense matrix, expanded to float32
+  size_t expand_pointers;                   // [3 n_experts] pointers: the matrices a layer's expert products read
   // attention
   size_t qg, kbuf, vbuf, attn, k_rows, v_rows, scores;
   // DeltaNet
   size_t qkv_raw, qkv, z, b, alpha, o;
   // MoE
   size_t router, weights, ids, sorted, slot_of, expert_of, counts, first, hist;
-  size_t pointer_w, pointer_x, pointer_y;
+  // A layer's tiles of rows routed to one expert, [expert_tiles_count] of 16 bytes: at most one
+  // partial tile per expert besides the full ones.
+  size_t expert_tiles, expert_tiles_count;
   size_t xs, gu, act, ys, sg, su, sh, shared_out, shared_logit;
   // Two staging buffers of staging_bytes each: a group's absent experts (gate|up, or down), copied
   // in by the copy engine while the previous group multiplies. staging_apart: no attention or

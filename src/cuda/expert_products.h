@@ -1,0 +1,40 @@
+// The experts' matrix products of a prompt chunk on tensor cores (tf32 operands, float32 sums),
+// read straight from the experts' stored bytes: each block expands its tile of weights into shared
+// memory as it goes, so no expert is ever written out in float32. The rows routed to one expert
+// are cut into tiles of at most kExpertTileRows; a tile's values depend only on its rows and its
+// matrix, never on the other tiles of the launch, so how the experts are grouped into launches
+// (by the staging of absent ones, which follows the VRAM budget) cannot change the rounding.
+// No CUDA types here, so host C++ compiled by g++ can call it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/quant/types.h"
+
+namespace lode::cuda {
+
+constexpr int64_t kExpertTileRows = 64;
+
+// Rows [first_row, first_row + rows) of x times the launch's matrix number `matrix` (rows <=
+// kExpertTileRows).
+struct ExpertTile {
+  int32_t matrix = 0, first_row = 0, rows = 0, unused = 0;
+};
+
+// Whether expert_products multiplies matrices of this type with `cols` columns (types with an
+// expansion unit, cols a multiple of 64).
+bool has_expert_products(GgmlType type, int64_t cols);
+
+// For each of the n_tiles tiles (device memory): y rows [first_row, first_row + rows), columns
+// [0, n) = the same x rows times W^T, where W stacks `parts` matrices of part_rows rows each (n =
+// parts * part_rows, a multiple of 8): the p-th is at table[matrix * parts + p], its rows row_bytes
+// apart, `cols` values each; where a type's blocks are whole 16-byte pieces (Q4_K, Q5_K, the float
+// types), its matrices start on 16-byte boundaries (VRAM slots and staging pieces do). x rows are
+// ldx floats apart (a multiple of 4), already rounded to tf32 (kernels::gather_rows does; given
+// other floats the tensor cores drop their low bits), y rows ldy. Returns null when queued, else
+// what was wrong.
+const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_tiles, const void* const* table,
+                            int64_t parts, int64_t part_rows, int64_t cols, size_t row_bytes, const float* x,
+                            int64_t ldx, float* y, int64_t ldy, void* stream);
+
+}  // namespace lode::cuda
