@@ -26,10 +26,14 @@ static __constant__ int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -
 template <GgmlType T>
 struct Expand;
 
+template <class Block, int Values>
+struct Blocks {
+  static constexpr int kValues = Values;
+  static constexpr size_t kBytes = sizeof(Block);
+};
+
 template <>
-struct Expand<GgmlType::F32> {
-  static constexpr int kValues = 32;
-  static constexpr size_t kBytes = 32 * sizeof(float);
+struct Expand<GgmlType::F32> : Blocks<float[32], 32> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const float* w = reinterpret_cast<const float*>(row) + 32 * u;
     for (int j = 0; j < 32; ++j) v[j] = w[j];
@@ -37,9 +41,7 @@ struct Expand<GgmlType::F32> {
 };
 
 template <>
-struct Expand<GgmlType::F16> {
-  static constexpr int kValues = 32;
-  static constexpr size_t kBytes = 32 * sizeof(uint16_t);
+struct Expand<GgmlType::F16> : Blocks<uint16_t[32], 32> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const uint16_t* w = reinterpret_cast<const uint16_t*>(row) + 32 * u;
     for (int j = 0; j < 32; ++j) v[j] = half_value(w[j]);
@@ -47,9 +49,7 @@ struct Expand<GgmlType::F16> {
 };
 
 template <>
-struct Expand<GgmlType::BF16> {
-  static constexpr int kValues = 32;
-  static constexpr size_t kBytes = 32 * sizeof(uint16_t);
+struct Expand<GgmlType::BF16> : Blocks<uint16_t[32], 32> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const uint16_t* w = reinterpret_cast<const uint16_t*>(row) + 32 * u;
     for (int j = 0; j < 32; ++j) v[j] = __uint_as_float(uint32_t(w[j]) << 16);
@@ -57,9 +57,7 @@ struct Expand<GgmlType::BF16> {
 };
 
 template <>
-struct Expand<GgmlType::Q8_0> {
-  static constexpr int kValues = 32;
-  static constexpr size_t kBytes = sizeof(BlockQ8_0);
+struct Expand<GgmlType::Q8_0> : Blocks<BlockQ8_0, 32> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[u];
     const float d = half_value(b.d);
@@ -68,9 +66,7 @@ struct Expand<GgmlType::Q8_0> {
 };
 
 template <>
-struct Expand<GgmlType::Q4_0> {
-  static constexpr int kValues = 32;
-  static constexpr size_t kBytes = sizeof(BlockQ4_0);
+struct Expand<GgmlType::Q4_0> : Blocks<BlockQ4_0, 32> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const BlockQ4_0& b = reinterpret_cast<const BlockQ4_0*>(row)[u];
     const float d = half_value(b.d);
@@ -82,9 +78,7 @@ struct Expand<GgmlType::Q4_0> {
 };
 
 template <>
-struct Expand<GgmlType::Q5_0> {
-  static constexpr int kValues = 32;
-  static constexpr size_t kBytes = sizeof(BlockQ5_0);
+struct Expand<GgmlType::Q5_0> : Blocks<BlockQ5_0, 32> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const BlockQ5_0& b = reinterpret_cast<const BlockQ5_0*>(row)[u];
     const float d = half_value(b.d);
@@ -105,9 +99,7 @@ __device__ __forceinline__ void table_group(const uint8_t* q, const int8_t* tabl
 }
 
 template <>
-struct Expand<GgmlType::IQ4_NL> {
-  static constexpr int kValues = 32;
-  static constexpr size_t kBytes = sizeof(BlockIQ4_NL);
+struct Expand<GgmlType::IQ4_NL> : Blocks<BlockIQ4_NL, 32> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const BlockIQ4_NL& b = reinterpret_cast<const BlockIQ4_NL*>(row)[u];
     table_group(b.qs, kIq4Values, half_value(b.d), v);
@@ -115,9 +107,7 @@ struct Expand<GgmlType::IQ4_NL> {
 };
 
 template <>
-struct Expand<GgmlType::IQ4_XS> {
-  static constexpr int kValues = 256;
-  static constexpr size_t kBytes = sizeof(BlockIQ4_XS);
+struct Expand<GgmlType::IQ4_XS> : Blocks<BlockIQ4_XS, 256> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const BlockIQ4_XS& b = reinterpret_cast<const BlockIQ4_XS*>(row)[u / 8];
     const int ib = int(u % 8);
@@ -127,9 +117,7 @@ struct Expand<GgmlType::IQ4_XS> {
 };
 
 template <>
-struct Expand<GgmlType::MXFP4> {
-  static constexpr int kValues = 32;
-  static constexpr size_t kBytes = sizeof(BlockMXFP4);
+struct Expand<GgmlType::MXFP4> : Blocks<BlockMXFP4, 32> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const BlockMXFP4& b = reinterpret_cast<const BlockMXFP4*>(row)[u];
     // 2^(e - 128): the table is doubled; subnormal for e < 2.
@@ -165,9 +153,7 @@ __device__ __forceinline__ void k4_sub_block(uint16_t d_bits, uint16_t dmin_bits
 }
 
 template <>
-struct Expand<GgmlType::Q4_K> {
-  static constexpr int kValues = 256;
-  static constexpr size_t kBytes = sizeof(BlockQ4_K);
+struct Expand<GgmlType::Q4_K> : Blocks<BlockQ4_K, 256> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[u / 8];
     k4_sub_block(b.d, b.dmin, b.scales, b.qs, nullptr, int(u % 8), v);
@@ -175,9 +161,7 @@ struct Expand<GgmlType::Q4_K> {
 };
 
 template <>
-struct Expand<GgmlType::Q5_K> {
-  static constexpr int kValues = 256;
-  static constexpr size_t kBytes = sizeof(BlockQ5_K);
+struct Expand<GgmlType::Q5_K> : Blocks<BlockQ5_K, 256> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(row)[u / 8];
     k4_sub_block(b.d, b.dmin, b.scales, b.qs, b.qh, int(u % 8), v);
@@ -185,9 +169,7 @@ struct Expand<GgmlType::Q5_K> {
 };
 
 template <>
-struct Expand<GgmlType::Q6_K> {
-  static constexpr int kValues = 256;
-  static constexpr size_t kBytes = sizeof(BlockQ6_K);
+struct Expand<GgmlType::Q6_K> : Blocks<BlockQ6_K, 256> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const BlockQ6_K& b = reinterpret_cast<const BlockQ6_K*>(row)[u / 8];
     const int unit = int(u % 8), half = unit / 4, quarter = unit % 4;
