@@ -214,14 +214,6 @@ TEST(CudaMatvec, GroupedProductsReadTheirExpertsThroughTheTable) {
   }
 }
 
-// The prompt's expert products on tensor cores, read from the stored bytes through a table of
-// matrices, against float64 sums of the CPU's dequantized values, x rounded to tf32 beforehand (as
-// the prompt pass gives it): within tf32's rounding of the weights (2^-11) of the sum of |x w|. Experts with no rows, one, a full tile, a tile and one,
-// several tiles. Every type as (gate, up) pairs of 72 rows (144 output columns: a partial second
-// tile of 128) of 512 values (two stages of a k-quant's blocks; Q6_K's and the 32-value blocks'
-// stages start off 16-byte boundaries); and the 35B-A3B's shapes, Q4_K gate|up of 2 x 512 rows of
-// 2048 values, Q5_K down of 2048 rows of 512. A tile's values do not depend on the launch: the
-// tiles in two launches give the same bits as in one.
 // v rounded to tf32 as cvt.rna does (to nearest, ties away from zero): how the prompt pass hands
 // x to the expert products.
 float tf32_rounded(float v) {
@@ -282,7 +274,8 @@ void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& 
     for (size_t s = 0; s + 1 < splits.size(); ++s) {
       const char* err = lode::cuda::expert_products(
           shape.type, dtiles.as<lode::cuda::ExpertTile>() + splits[s], int64_t(splits[s + 1] - splits[s]),
-          dtable.as<const void*>(), parts, part_rows, cols, row_bytes, dx.as<float>(), cols, dy.as<float>(), ldy, nullptr);
+          dtable.as<const void*>(), parts, part_rows, cols, row_bytes, dx.as<float>(), cols, dy.as<float>(), ldy,
+          nullptr);
       EXPECT_EQ(err, nullptr) << err;
     }
     lode::cuda::synchronize();
@@ -306,6 +299,15 @@ void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& 
   EXPECT_EQ(run({1, 3}), y);
 }
 
+// The prompt's expert products on tensor cores, read from the stored bytes through a table of
+// matrices, against float64 sums of the CPU's dequantized values, x rounded to tf32 beforehand (as
+// the prompt pass gives it): within tf32's rounding of the weights (2^-11) of the sum of |x w|.
+// Experts with no rows, one, a full tile, a tile and one, several tiles. Every type as (gate, up)
+// pairs of 72 rows (144 output columns: a partial second tile of 128) of 512 values (two stages of
+// a k-quant's blocks; Q6_K's and the 32-value blocks' stages start off 16-byte boundaries); and
+// the 35B-A3B's shapes, Q4_K gate|up of 2 x 512 rows of 2048 values, Q5_K down of 2048 rows of
+// 512. A tile's values do not depend on the launch: the tiles in two launches give the same bits
+// as in one.
 TEST(CudaMatvec, ExpertProductsOnTensorCoresMatchTheCpu) {
   LODE_REQUIRE_GPU();
   lode::cuda::VramAccountant vram;

@@ -118,11 +118,7 @@ struct Sixteen<GgmlType::Q5_K> {
   }
 };
 
-__device__ __forceinline__ uint32_t to_tf32(float v) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(v));
-  return r;
-}
+__device__ __forceinline__ uint32_t to_tf32(float v) { return __float_as_uint(kernels::tf32_rounded(v)); }
 
 // c += a b for one m16n8k8 tile (the PTX ISA's fragment layouts).
 __device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, const uint32_t* b) {
@@ -148,6 +144,79 @@ __device__ __forceinline__ const uint8_t* line_start(const uint8_t* p) {
   return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));
 }
 
+// Step `step`'s x slice of the tile's rows (zeros past `rows`): each row's pieces 0 and 2 in four
+// 16-byte copies, 1 and 3 in eight 8-byte ones. `any` is a valid address for the zero copies.
+__device__ __forceinline__ void load_x(float* to, const float* x_rows, int64_t ldx, int rows, int step,
+                                       const float* any, int tid) {
+  constexpr int kCopiesPerRow = 24;
+  for (int i = tid; i < kRows * kCopiesPerRow; i += kThreads) {
+    const int r = i / kCopiesPerRow, c = i % kCopiesPerRow, piece = c < 4 ? 0 : c < 12 ? 1 : c < 16 ? 2 : 3;
+    const bool wide = piece % 2 == 0, valid = r < rows;
+    const int within = wide ? 4 * (c - (piece == 0 ? 0 : 12)) : 2 * (c - (piece == 1 ? 4 : 16));
+    float* dst = to + r * kXPitch + x_piece(piece) + within;
+    const float* src = valid ? x_rows + int64_t(r) * ldx + step * kStep + 16 * piece + within : any;
+    wide ? copy_16(dst, src, valid) : copy_8(dst, src, valid);
+  }
+}
+
+// Raw stage `stage` of the block's weight rows (none for rows past n).
+template <GgmlType T>
+__device__ __forceinline__ void load_raw(uint8_t* to, const uint8_t* const* row_at, int stage, int tid) {
+  using R = Raw<T>;
+  for (int i = tid; i < kCols * R::kPieces; i += kThreads) {
+    const int r = i / R::kPieces, piece = i % R::kPieces;
+    if (!row_at[r]) continue;
+    const uint8_t* begin = row_at[r] + size_t(stage) * R::kBytes;
+    if (R::kBytes % 16 == 0 && begin != line_start(begin)) __trap();  // no room for a misaligned stage
+    const uint8_t* from = line_start(begin) + 16 * piece;
+    if (from < begin + R::kBytes) copy_16(to + r * R::kPitchBytes + 16 * piece, from, true);
+  }
+}
+
+// Lane (g, t) of warp w's A fragments for step s: weight rows 32 w + 16 mt + 8 h + g (m-tile mt,
+// half h), values [16 t, 16 t + 16) of the step, as tf32; zeros for rows past n.
+template <GgmlType T>
+__device__ __forceinline__ void weight_fragments(const uint8_t* raw, const uint8_t* const* row_at, int s, int warp,
+                                                 int g, int t, uint32_t (&a)[2][2][16]) {
+  using R = Raw<T>;
+  const int stage = s / R::kSteps;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 32 * warp + 16 * mt + 8 * h + g;
+      float v[16];
+      if (const uint8_t* row = row_at[r]) {
+        const uint8_t* begin = row + size_t(stage) * R::kBytes;
+        Sixteen<T>::values(raw + (size_t(stage % 2) * kCols + r) * R::kPitchBytes + (begin - line_start(begin)),
+                           (s % R::kSteps) * kStep + 16 * t, v);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) v[i] = 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) a[mt][h][i] = to_tf32(v[i]);
+    }
+}
+
+// One step's products: substeps outermost, so that sixteen independent sums separate two updates
+// of one. x_step: this lane's x row g, piece t, of the step's slice.
+__device__ __forceinline__ void step_products(const float* x_step, const uint32_t (&a)[2][2][16],
+                                              float (&acc)[2][8][4]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const float2 two = *reinterpret_cast<const float2*>(x_step + 8 * nt * kXPitch + 2 * j);
+      const uint32_t b[2] = {__float_as_uint(two.x), __float_as_uint(two.y)};
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint32_t frag[4] = {a[mt][0][2 * j], a[mt][1][2 * j], a[mt][0][2 * j + 1], a[mt][1][2 * j + 1]};
+        mma_tf32(acc[mt][nt], frag, b);
+      }
+    }
+}
+
 template <GgmlType T>
 __global__ void __launch_bounds__(kThreads, 3)
     expert_products_kernel(const ExpertTile* tiles, const void* const* table, int parts, int part_rows, int n,
@@ -167,82 +236,29 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
   __syncthreads();
   const float* x_rows = x + int64_t(tile.first_row) * ldx;
+  const auto x_slice = [&](int step) { return xs + (step % 2) * kRows * kXPitch; };
+  const auto raw_stage = [&](int stage) { return raw + size_t(stage % 2) * kCols * R::kPitchBytes; };
 
-  // A row's copies: pieces 0 and 2 in four 16-byte copies each, 1 and 3 in eight 8-byte ones.
-  constexpr int kCopiesPerRow = 24;
-  const auto load_x = [&](int step) {
-    float* to = xs + (step % 2) * kRows * kXPitch;
-    for (int i = tid; i < kRows * kCopiesPerRow; i += kThreads) {
-      const int r = i / kCopiesPerRow, c = i % kCopiesPerRow, piece = c < 4 ? 0 : c < 12 ? 1 : c < 16 ? 2 : 3;
-      const bool wide = piece % 2 == 0, valid = r < tile.rows;
-      const int within = wide ? 4 * (c - (piece == 0 ? 0 : 12)) : 2 * (c - (piece == 1 ? 4 : 16));
-      float* dst = to + r * kXPitch + x_piece(piece) + within;
-      const float* src = valid ? x_rows + int64_t(r) * ldx + step * kStep + 16 * piece + within : x;
-      wide ? copy_16(dst, src, valid) : copy_8(dst, src, valid);
-    }
-  };
-  const auto load_raw = [&](int stage) {
-    uint8_t* to = raw + size_t(stage % 2) * kCols * R::kPitchBytes;
-    for (int i = tid; i < kCols * R::kPieces; i += kThreads) {
-      const int r = i / R::kPieces, piece = i % R::kPieces;
-      if (!row_at[r]) continue;
-      const uint8_t* begin = row_at[r] + size_t(stage) * R::kBytes;
-      if (R::kBytes % 16 == 0 && begin != line_start(begin)) __trap();  // no room for a misaligned stage
-      const uint8_t* from = line_start(begin) + 16 * piece;
-      if (from < begin + R::kBytes) copy_16(to + r * R::kPitchBytes + 16 * piece, from, true);
-    }
-  };
-
-  // Lane (g, t) of warp w: weight rows 32 w + 16 mt + 8 h + g (m-tile mt, half h), values
-  // [16 t, 16 t + 16) of each step; x rows 8 nt + g.
   const int g = lane / 4, t = lane % 4;
   float acc[2][8][4] = {};
   const int steps = cols / kStep;
-  load_raw(0);
-  load_x(0);
+  load_raw<T>(raw_stage(0), row_at, 0, tid);
+  load_x(x_slice(0), x_rows, ldx, tile.rows, 0, x, tid);
   copies_sent();
   for (int s = 0; s < steps; ++s) {
     copies_arrived();
     __syncthreads();  // step s's bytes are in; every warp is done with step s - 1
     if (s + 1 < steps) {
-      load_x(s + 1);
-      if ((s + 1) % R::kSteps == 0) load_raw((s + 1) / R::kSteps);
+      load_x(x_slice(s + 1), x_rows, ldx, tile.rows, s + 1, x, tid);
+      if ((s + 1) % R::kSteps == 0) load_raw<T>(raw_stage((s + 1) / R::kSteps), row_at, (s + 1) / R::kSteps, tid);
       copies_sent();
     }
-    const int stage = s / R::kSteps;
     uint32_t a[2][2][16];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 32 * warp + 16 * mt + 8 * h + g;
-        float v[16];
-        if (const uint8_t* row = row_at[r]) {
-          const uint8_t* begin = row + size_t(stage) * R::kBytes;
-          Sixteen<T>::values(raw + (size_t(stage % 2) * kCols + r) * R::kPitchBytes + (begin - line_start(begin)),
-                             (s % R::kSteps) * kStep + 16 * t, v);
-        } else {
-#pragma unroll
-          for (int i = 0; i < 16; ++i) v[i] = 0.0f;
-        }
-#pragma unroll
-        for (int i = 0; i < 16; ++i) a[mt][h][i] = to_tf32(v[i]);
-      }
-    const float* x_step = xs + (s % 2) * kRows * kXPitch + g * kXPitch + x_piece(t);
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const float2 two = *reinterpret_cast<const float2*>(x_step + 8 * nt * kXPitch + 2 * j);
-        const uint32_t b[2] = {__float_as_uint(two.x), __float_as_uint(two.y)};
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          const uint32_t frag[4] = {a[mt][0][2 * j], a[mt][1][2 * j], a[mt][0][2 * j + 1], a[mt][1][2 * j + 1]};
-          mma_tf32(acc[mt][nt], frag, b);
-        }
-      }
+    weight_fragments<T>(raw, row_at, s, warp, g, t, a);
+    step_products(x_slice(s) + g * kXPitch + x_piece(t), a, acc);
   }
 
+  // Lane (g, t)'s sums: weight row (output column) 32 w + 16 mt + 8 (c / 2) + g, x row 8 nt + 2 t + c % 2.
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -256,6 +272,18 @@ __global__ void __launch_bounds__(kThreads, 3)
 
 }  // namespace
 
+size_t expert_products_shared_bytes(GgmlType type) {
+  size_t bytes = 0;
+  expand::for_expandable_type(type, [&](auto t) { bytes = Raw<decltype(t)::value>::kShared + kCols * sizeof(void*); });
+  return bytes;
+}
+
+bool expert_products_aligned(GgmlType type, size_t offset, size_t row_bytes) {
+  bool whole_pieces = false;
+  expand::for_expandable_type(type, [&](auto t) { whole_pieces = Raw<decltype(t)::value>::kBytes % 16 == 0; });
+  return !whole_pieces || (offset % 16 == 0 && row_bytes % 16 == 0);
+}
+
 bool has_expert_products(GgmlType type, int64_t cols) {
   return cols % kStep == 0 && expand::for_expandable_type(type, [](auto) {});
 }
@@ -265,7 +293,8 @@ const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_ti
                             int64_t ldx, float* y, int64_t ldy, void* stream) {
   const int64_t n = parts * part_rows;
   if (!has_expert_products(type, cols)) return "no tensor-core expert product for this type and row length";
-  if (n % 8 != 0 || ldx % 4 != 0 || ldy % 2 != 0) return "expert products need n % 8, ldx % 4 and ldy % 2 == 0";
+  if (ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    return "expert products read x in 16-byte pieces: x on a 16-byte boundary, ldx a multiple of 4";
   if (n_tiles == 0 || n == 0) return nullptr;
   const dim3 grid(unsigned(n_tiles), blocks_for(n, kCols));
   cudaError_t err = cudaSuccess;

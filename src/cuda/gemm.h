@@ -4,7 +4,6 @@
 // rounding of the decode path; tests compare the two paths with it).
 #pragma once
 #include <cstdint>
-#include <vector>
 
 namespace lode::cuda {
 

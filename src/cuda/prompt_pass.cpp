@@ -31,7 +31,7 @@ bool expandable(GgmlType type, int64_t cols) { return has_dequantize(type) && co
 static_assert(plan::kPromptExpertTileRows == kExpertTileRows && sizeof(ExpertTile) == 16,
               "plan::prompt_scratch sizes the expert tiles");
 
-enum Phase : size_t { expand, dense, attention_core, deltanet_conv, deltanet_core, routing, expert_phase, elementwise };
+enum Phase : size_t { expand, dense, attention_core, deltanet_conv, deltanet_core, routing, experts, elementwise };
 const std::vector<std::string> kPhaseNames = {"expanding weights",        "dense products (cuBLAS)",
                                               "attention core",           "DeltaNet conv and L2 norms",
                                               "DeltaNet scan and norm",   "routing (with a host sync)",
@@ -63,8 +63,8 @@ struct PromptPass::Impl {
   float *router, *weights, *xs, *gu, *act, *ys, *sg, *su, *sh, *shared_out, *shared_logit, *expanded;
   int32_t *ids, *sorted, *slot_of, *expert_of, *counts, *first;
   int32_t *host_counts = nullptr, *host_first = nullptr;
-  const void** expand_pointers = nullptr;        // device: the matrices a layer's expert products read
-  const void** host_expand_pointers = nullptr;   // pinned: their staging on the host
+  const void** expert_pointers = nullptr;        // device: the matrices a layer's expert products read
+  const void** host_expert_pointers = nullptr;   // pinned: their staging on the host
   ExpertTile* expert_tiles = nullptr;            // device: a layer's tiles of rows routed to one expert
   ExpertTile* host_tiles = nullptr;              // pinned: their staging on the host
   uint8_t* staging[2] = {nullptr, nullptr};      // a group's absent experts, copied in by the copy engine
@@ -86,7 +86,7 @@ struct PromptPass::Impl {
     const auto i = [&](size_t at) { return reinterpret_cast<int32_t*>(base + at); };
     score_floats = l.score_floats;
     h = f(l.h), normed = f(l.normed), mixed = f(l.mixed), expanded = f(l.expanded);
-    expand_pointers = reinterpret_cast<const void**>(base + l.expand_pointers);
+    expert_pointers = reinterpret_cast<const void**>(base + l.expert_pointers);
     expert_tiles = reinterpret_cast<ExpertTile*>(base + l.expert_tiles);
     staging[0] = base + l.staging, staging[1] = base + l.staging + l.staging_bytes, staging_bytes = l.staging_bytes;
     staging_apart = l.staging_apart;
@@ -100,7 +100,7 @@ struct PromptPass::Impl {
     sg = f(l.sg), su = f(l.su), sh = f(l.sh), shared_out = f(l.shared_out), shared_logit = f(l.shared_logit);
     check_cuda(cudaMallocHost(&host_counts, size_t(c.n_experts) * 4), "pinned memory");
     check_cuda(cudaMallocHost(&host_first, size_t(c.n_experts) * 4), "pinned memory");
-    check_cuda(cudaMallocHost(&host_expand_pointers, size_t(3 * c.n_experts) * sizeof(void*)), "pinned memory");
+    check_cuda(cudaMallocHost(&host_expert_pointers, size_t(3 * c.n_experts) * sizeof(void*)), "pinned memory");
     check_cuda(cudaMallocHost(&host_tiles, l.expert_tiles_count * sizeof(ExpertTile)), "pinned memory");
     check_cuda(cudaStreamCreateWithFlags(&copy_stream, cudaStreamNonBlocking), "creating the staging stream");
     for (int b = 0; b < 2; ++b) {
@@ -113,7 +113,7 @@ struct PromptPass::Impl {
   ~Impl() {
     cudaFreeHost(host_counts);
     cudaFreeHost(host_first);
-    cudaFreeHost(host_expand_pointers);
+    cudaFreeHost(host_expert_pointers);
     cudaFreeHost(host_tiles);
     for (int b = 0; b < 2; ++b) {
       if (staged[b]) cudaEventDestroy(staged[b]);
@@ -196,10 +196,34 @@ struct PromptPass::Impl {
   }
 
   // A layer's experts are multiplied from their stored bytes on tensor cores (expert_products), in
-  // tiles of at most kExpertTileRows of the rows routed to one expert; in float32 math, or for a
-  // type without an expansion unit, by one matrix-vector product per sorted row instead.
-  bool on_tensor_cores(const DeviceExperts& e) const {
-    return options.math == PromptMath::tf32 && has_expert_products(e.type, e.cols);
+  // tiles of at most kExpertTileRows of the rows routed to one expert; in float32 math, for a type
+  // without an expansion unit, or where the kernel cannot take the matrices, by one matrix-vector
+  // product per sorted row instead. Decided per layer from the file and the device, never from
+  // the budget (the two ways round differently).
+  struct ExpertPaths {
+    bool gate_up = false, down = false;  // on the tensor cores
+  };
+  std::vector<ExpertPaths> paths;  // per layer
+
+  // The kernel copies a matrix's blocks in 16-byte pieces, so where the type needs it a matrix must
+  // start on a 16-byte boundary in its VRAM slot (whose projections follow each other unpadded;
+  // slots start on 256, as staging pieces do); and its shared memory must fit the device.
+  bool on_tensor_cores(const DeviceExperts& e, size_t offset_in_slot, int shared_limit) const {
+    return options.math == PromptMath::tf32 && has_expert_products(e.type, e.cols) &&
+           expert_products_aligned(e.type, offset_in_slot, e.row_bytes) &&
+           expert_products_shared_bytes(e.type) <= size_t(shared_limit);
+  }
+  void choose_paths() {
+    int device = 0, shared_limit = 0;
+    check_cuda(cudaGetDevice(&device), "the current device");
+    check_cuda(cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+               "the device's shared memory");
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const DeviceLayer& d = layers[l];
+      const size_t gate = tier.projection_bytes(int64_t(l), 0), up = tier.projection_bytes(int64_t(l), 1);
+      paths.push_back({on_tensor_cores(d.gate, 0, shared_limit) && on_tensor_cores(d.up, gate, shared_limit),
+                       on_tensor_cores(d.down, gate + up, shared_limit)});
+    }
   }
 
   // Absent experts are staged kGroup at a time: the copy engine fills one staging buffer while the
@@ -214,7 +238,7 @@ struct PromptPass::Impl {
     return used;
   }
 
-  // Products without an expansion unit: one matrix-vector product per sorted row.
+  // Products off the tensor cores: one matrix-vector product per sorted row.
   void per_row(const DeviceExperts& e, const float* x, int64_t ldx, float* y, int64_t rows) {
     for (int64_t p = 0; p < rows; p += kMaxMatvecProblems) {
       const int64_t count = std::min(kMaxMatvecProblems, rows - p);
@@ -223,7 +247,7 @@ struct PromptPass::Impl {
     }
   }
 
-  // The products read a layer's matrices through expand_pointers, written once per layer (host,
+  // The products read a layer's matrices through expert_pointers, written once per layer (host,
   // then one copy) with the layer's tiles: for the j-th expert the chunk routes to, gate|up as the
   // pair (2j, 2j + 1) when one table holds both (else gate's at j, up's at used + j), down's at
   // 2 used + j. A resident expert's entries point at its VRAM slot; an absent one's at its place in
@@ -242,6 +266,7 @@ struct PromptPass::Impl {
     bool same_copies(const Staged& o) const { return buffer == o.buffer && dst == o.dst && src == o.src && size == o.size; }
   };
   struct LayerPlan {
+    ExpertPaths paths;
     int64_t used = 0;            // experts the chunk routes to
     std::vector<int64_t> tiles;  // group g's tiles are [tiles[g], tiles[g + 1]) (tiles[0] = 0)
     std::vector<Staged> gate_up, down;
@@ -286,8 +311,7 @@ struct PromptPass::Impl {
   void speculate(const DeviceLayer& d, int64_t layer, int64_t tokens) {
     speculated.clear();
     const int64_t n = config.n_experts;
-    if (!staging_apart || !on_tensor_cores(d.gate) || !on_tensor_cores(d.up) ||
-        tokens * config.n_experts_used < 16 * n)
+    if (!staging_apart || !paths[size_t(layer)].gate_up || tokens * config.n_experts_used < 16 * n)
       return;
     int64_t groups = staged_groups;
     for (int64_t g = 0; g < n && speculated.size() < 2; g += kGroup) {
@@ -309,22 +333,23 @@ struct PromptPass::Impl {
   LayerPlan plan_layer(const DeviceLayer& d, int64_t layer) {
     const int64_t n = config.n_experts;
     const plan::StagingPieces piece = plan::staging_pieces(model_weights.layers[size_t(layer)].moe);
-    LayerPlan x;
-    x.used = int64_t(used_in(0, n).size());
-    const bool gate_up = on_tensor_cores(d.gate) && on_tensor_cores(d.up), down = on_tensor_cores(d.down);
+    LayerPlan plan;
+    plan.used = int64_t(used_in(0, n).size());
+    plan.paths = paths[size_t(layer)];
     // The groups take staging buffers in the order their products run: every gate|up group, then
     // every down group.
     int64_t j = 0, n_tiles = 0;
-    x.tiles = {0};
-    for (int64_t g = 0; g < n; g += kGroup, x.tiles.push_back(n_tiles)) {
+    plan.tiles = {0};
+    for (int64_t g = 0; g < n; g += kGroup) {
       const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
       for (size_t i = 0; i < used.size(); ++i)
         for (int32_t r = 0; r < host_counts[used[i]]; r += int32_t(kExpertTileRows))
           host_tiles[n_tiles++] = {int32_t(j + int64_t(i)), host_first[used[i]] + r,
                                    std::min(int32_t(kExpertTileRows), host_counts[used[i]] - r), 0};
-      Staged& st = x.gate_up.emplace_back();
-      if (gate_up) {
-        st = gate_up_group(layer, used, staged_groups, entries_at(host_expand_pointers, j, pairs(d), x.used));
+      plan.tiles.push_back(n_tiles);
+      Staged& st = plan.gate_up.emplace_back();
+      if (plan.paths.gate_up) {
+        st = gate_up_group(layer, used, staged_groups, entries_at(host_expert_pointers, j, pairs(d), plan.used));
         for (const Staged& s : speculated) st.copied |= st.buffer >= 0 && st.same_copies(s);
       }
       j += int64_t(used.size());
@@ -333,19 +358,20 @@ struct PromptPass::Impl {
     j = 0;
     for (int64_t g = 0; g < n; g += kGroup) {
       const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
-      Staged& st = x.down.emplace_back();
-      if (down)
+      Staged& st = plan.down.emplace_back();
+      if (plan.paths.down)
         for (size_t i = 0; i < used.size(); ++i)
-          host_expand_pointers[2 * x.used + j + int64_t(i)] = entry(st, layer, 2, used[i], i, piece.down, 0, staged_groups);
+          host_expert_pointers[2 * plan.used + j + int64_t(i)] =
+              entry(st, layer, 2, used[i], i, piece.down, 0, staged_groups);
       j += int64_t(used.size());
     }
-    check_cuda(cudaMemcpyAsync(expand_pointers, host_expand_pointers, size_t(3 * x.used) * sizeof(void*),
+    check_cuda(cudaMemcpyAsync(expert_pointers, host_expert_pointers, size_t(3 * plan.used) * sizeof(void*),
                                cudaMemcpyHostToDevice, stream),
                "expert pointers to the device");
     check_cuda(cudaMemcpyAsync(expert_tiles, host_tiles, size_t(n_tiles) * sizeof(ExpertTile), cudaMemcpyHostToDevice,
                                stream),
                "expert tiles to the device");
-    return x;
+    return plan;
   }
   // Whether gate and up share one table: each expert's gate|up rows are then one matrix of 2 ff rows.
   static bool pairs(const DeviceLayer& d) { return d.gate_up.table != nullptr; }
@@ -380,21 +406,21 @@ struct PromptPass::Impl {
   // launch(first tile, end tile) over the layer's groups: each run of groups without staged experts
   // in one launch; a group with staged experts alone, after its copies, releasing its buffer after.
   template <class Launch>
-  void over_groups(const LayerPlan& x, const std::vector<Staged>& staging_of, Launch launch) {
+  void over_groups(const LayerPlan& plan, const std::vector<Staged>& staging_of, Launch launch) {
     const auto run = [&](int64_t begin, int64_t end) {
       if (end > begin) launch(begin, end);
     };
     size_t pending = 0;  // the first group not yet launched
-    for (size_t g = 0; g + 1 < x.tiles.size(); ++g) {
+    for (size_t g = 0; g + 1 < plan.tiles.size(); ++g) {
       if (staging_of[g].buffer < 0) continue;
-      run(x.tiles[pending], x.tiles[g]);
+      run(plan.tiles[pending], plan.tiles[g]);
       stage(staging_of[g]);
-      run(x.tiles[g], x.tiles[g + 1]);
+      run(plan.tiles[g], plan.tiles[g + 1]);
       release(staging_of[g]);
       pending = g + 1;
     }
-    run(x.tiles[pending], x.tiles.back());
-    clock.mark(expert_phase);
+    run(plan.tiles[pending], plan.tiles.back());
+    clock.mark(experts);
   }
 
   // y = x W^T over tiles [begin, end), W the pass's matrices through `table` (parts of part_rows).
@@ -405,31 +431,31 @@ struct PromptPass::Impl {
           "expert products");
   }
 
-  void experts_gate_up(const DeviceLayer& d, int64_t rows, const LayerPlan& x) {
+  void experts_gate_up(const DeviceLayer& d, int64_t rows, const LayerPlan& plan) {
     const int64_t ff = config.expert_ff, hidden = config.hidden;
-    if (!on_tensor_cores(d.gate) || !on_tensor_cores(d.up)) {
+    if (!plan.paths.gate_up) {
       per_row(d.gate, xs, hidden, ys, rows);
       per_row(d.up, xs, hidden, ys + rows * ff, rows);
-      clock.mark(expert_phase);
-      check(kernels::swiglu_rows(ys, ys + rows * ff, ff, int(rows), int(ff), on_tensor_cores(d.down), act, stream),
+      clock.mark(experts);
+      check(kernels::swiglu_rows(ys, ys + rows * ff, ff, int(rows), int(ff), plan.paths.down, act, stream),
             "expert swiglu");
       return;
     }
-    over_groups(x, x.gate_up, [&](int64_t begin, int64_t end) {
-      if (pairs(d)) return products(d.gate, begin, end, expand_pointers, 2, xs, hidden, gu, 2 * ff);
-      products(d.gate, begin, end, expand_pointers, 1, xs, hidden, gu, 2 * ff);
-      products(d.up, begin, end, expand_pointers + x.used, 1, xs, hidden, gu + ff, 2 * ff);
+    over_groups(plan, plan.gate_up, [&](int64_t begin, int64_t end) {
+      if (pairs(d)) return products(d.gate, begin, end, expert_pointers, 2, xs, hidden, gu, 2 * ff);
+      products(d.gate, begin, end, expert_pointers, 1, xs, hidden, gu, 2 * ff);
+      products(d.up, begin, end, expert_pointers + plan.used, 1, xs, hidden, gu + ff, 2 * ff);
     });
-    check(kernels::swiglu_rows(gu, gu + ff, 2 * ff, int(rows), int(ff), on_tensor_cores(d.down), act, stream),
+    check(kernels::swiglu_rows(gu, gu + ff, 2 * ff, int(rows), int(ff), plan.paths.down, act, stream),
           "expert swiglu");
     clock.mark(elementwise);
   }
 
-  void experts_down(const DeviceLayer& d, int64_t rows, const LayerPlan& x) {
+  void experts_down(const DeviceLayer& d, int64_t rows, const LayerPlan& plan) {
     const int64_t ff = config.expert_ff, hidden = config.hidden;
-    if (!on_tensor_cores(d.down)) return per_row(d.down, act, ff, ys, rows);
-    over_groups(x, x.down, [&](int64_t begin, int64_t end) {
-      products(d.down, begin, end, expand_pointers + 2 * x.used, 1, act, ff, ys, hidden);
+    if (!plan.paths.down) return per_row(d.down, act, ff, ys, rows);
+    over_groups(plan, plan.down, [&](int64_t begin, int64_t end) {
+      products(d.down, begin, end, expert_pointers + 2 * plan.used, 1, act, ff, ys, hidden);
     });
   }
 
@@ -447,7 +473,7 @@ struct PromptPass::Impl {
     check_cuda(cudaMemcpyAsync(host_first, first, size_t(c.n_experts) * 4, cudaMemcpyDeviceToHost, stream),
                "expert offsets to the host");
     check(kernels::gather_rows(normed, sorted, int(k), int(rows), int(hidden),
-                               on_tensor_cores(d.gate) && on_tensor_cores(d.up), xs, stream),
+                               paths[size_t(layer)].gate_up, xs, stream),
           "gathering expert inputs");
     check_cuda(cudaStreamSynchronize(stream), "routing a prompt chunk");
     clock.mark(routing);
@@ -498,6 +524,7 @@ PromptPass::PromptPass(const model::ModelWeights& weights, const std::vector<Dev
   if (options.chunk <= 0 || options.chunk > 65535)
     fail("cuda prompt pass: a chunk of {} tokens; it must hold 1 to 65535", options.chunk);
   impl_->allocate_scratch();
+  impl_->choose_paths();
 }
 
 PromptPass::~PromptPass() = default;

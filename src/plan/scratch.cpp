@@ -119,7 +119,7 @@ PromptScratch prompt_scratch(const model::ModelWeights& w, int64_t chunk, int64_
   s.chunk = chunk;
   s.h = l.floats(n * c.hidden), s.normed = l.floats(n * c.hidden), s.mixed = l.floats(n * c.hidden);
   s.expanded = l.floats(expansion_floats(w));
-  s.expand_pointers = l.take(size_t(3 * c.n_experts) * 8);
+  s.expert_pointers = l.take(size_t(3 * c.n_experts) * 8);
   l.begin_union();
   s.qg = l.floats(n * 2 * c.q_dim()), s.kbuf = l.floats(n * c.kv_dim()), s.vbuf = l.floats(n * c.kv_dim());
   s.attn = l.floats(n * c.q_dim());

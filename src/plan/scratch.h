@@ -81,7 +81,7 @@ struct PromptScratch {
   int64_t chunk = 0, score_floats = 0;
   size_t h, normed, mixed;                  // [chunk][hidden]
   size_t expanded;                          // the largest quantized dense matrix, expanded to float32
-  size_t expand_pointers;                   // [3 n_experts] pointers: the matrices a layer's expert products read
+  size_t expert_pointers;                   // [3 n_experts] pointers: the matrices a layer's expert products read
   // attention
   size_t qg, kbuf, vbuf, attn, k_rows, v_rows, scores;
   // DeltaNet
