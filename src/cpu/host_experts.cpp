@@ -2,10 +2,6 @@
 
 #include <algorithm>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
 #include "core/error.h"
 #include "cpu/q8_twin.h"
 
@@ -30,12 +26,6 @@ int64_t pieces_of(const model::MatrixView& w) { return (w.rows * int64_t(w.row_b
 void touch(const uint8_t* p, int64_t bytes) {
   for (int64_t at = 0; at < bytes; at += 64) (void)*reinterpret_cast<const volatile uint8_t*>(p + at);
   (void)*reinterpret_cast<const volatile uint8_t*>(p + bytes - 1);
-}
-
-void spin_pause() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#endif
 }
 
 }  // namespace

@@ -2,13 +2,6 @@
 
 #include <chrono>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define LODE_PAUSE() _mm_pause()
-#else
-#define LODE_PAUSE() ((void)0)
-#endif
-
 namespace lode::cpu {
 
 namespace {
@@ -48,7 +41,7 @@ void SpinPool::worker_loop() {
   for (;;) {
     auto idle_since = std::chrono::steady_clock::now();
     for (int spins = 0; generation_.load(std::memory_order_acquire) == seen; ++spins) {
-      LODE_PAUSE();
+      spin_pause();
       if (spins % 1024 == 1023 && std::chrono::steady_clock::now() - idle_since > kSpinBeforeSleep) {
         generation_.wait(seen, std::memory_order_acquire);
         idle_since = std::chrono::steady_clock::now();
@@ -70,7 +63,7 @@ void SpinPool::run_job(int64_t tasks, Call call, void* context) {
   generation_.store(generation, std::memory_order_release);
   generation_.notify_all();
   work(generation);
-  while (done_.load(std::memory_order_acquire) < tasks) LODE_PAUSE();
+  while (done_.load(std::memory_order_acquire) < tasks) spin_pause();
 }
 
 }  // namespace lode::cpu

@@ -10,7 +10,18 @@
 #include <thread>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace lode::cpu {
+
+// One beat of a spin-wait: tells the core this thread is waiting (x86's pause; nothing elsewhere).
+inline void spin_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
 
 class SpinPool {
  public:

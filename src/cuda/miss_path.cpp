@@ -7,8 +7,6 @@
 #include <cstring>
 #include <vector>
 
-#include <immintrin.h>
-
 #include "core/error.h"
 #include "cuda/errors.h"
 #include "cuda/roofline.h"
@@ -156,7 +154,7 @@ void MissPath::serve() {
       idle_since = Clock::now();
       continue;
     }
-    _mm_pause();
+    cpu::spin_pause();
     if (spins % 1024 == 1023 && Clock::now() - idle_since > kSpinBeforeNapping) std::this_thread::sleep_for(kNap);
   }
 }

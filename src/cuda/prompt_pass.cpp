@@ -308,7 +308,7 @@ struct PromptPass::Impl {
   // plan_layer keeps the copies its plan matches and copies again where it does not. Only where no
   // mixer buffer shares the staging's bytes.
   std::vector<Staged> speculated;
-  void speculate(const DeviceLayer& d, int64_t layer, int64_t tokens) {
+  void speculate(int64_t layer, int64_t tokens) {
     speculated.clear();
     const int64_t n = config.n_experts;
     if (!staging_apart || !paths[size_t(layer)].gate_up || tokens * config.n_experts_used < 16 * n)
@@ -334,14 +334,17 @@ struct PromptPass::Impl {
     const int64_t n = config.n_experts;
     const plan::StagingPieces piece = plan::staging_pieces(model_weights.layers[size_t(layer)].moe);
     LayerPlan plan;
-    plan.used = int64_t(used_in(0, n).size());
     plan.paths = paths[size_t(layer)];
+    std::vector<std::vector<int32_t>> groups;  // each group's experts with rows
+    for (int64_t g = 0; g < n; g += kGroup) {
+      groups.push_back(used_in(g, std::min(g + kGroup, n)));
+      plan.used += int64_t(groups.back().size());
+    }
     // The groups take staging buffers in the order their products run: every gate|up group, then
     // every down group.
     int64_t j = 0, n_tiles = 0;
     plan.tiles = {0};
-    for (int64_t g = 0; g < n; g += kGroup) {
-      const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
+    for (const std::vector<int32_t>& used : groups) {
       for (size_t i = 0; i < used.size(); ++i)
         for (int32_t r = 0; r < host_counts[used[i]]; r += int32_t(kExpertTileRows))
           host_tiles[n_tiles++] = {int32_t(j + int64_t(i)), host_first[used[i]] + r,
@@ -356,8 +359,7 @@ struct PromptPass::Impl {
     }
     speculated.clear();
     j = 0;
-    for (int64_t g = 0; g < n; g += kGroup) {
-      const std::vector<int32_t> used = used_in(g, std::min(g + kGroup, n));
+    for (const std::vector<int32_t>& used : groups) {
       Staged& st = plan.down.emplace_back();
       if (plan.paths.down)
         for (size_t i = 0; i < used.size(); ++i)
@@ -503,7 +505,7 @@ struct PromptPass::Impl {
     check(kernels::rms_norm(h, layers.front().attn_norm, normed, int(n), hidden, eps, stream), "prompt norm");
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
-      speculate(d, int64_t(l), n);
+      speculate(int64_t(l), n);
       d.recurrent ? deltanet(d, sequence[l], n) : attention(d, sequence[l], n, device_first, first_position);
       check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, int(n), hidden, eps, stream), "prompt residual");
       moe(d, int64_t(l), n);

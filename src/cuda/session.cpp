@@ -385,7 +385,7 @@ struct CudaSession::Impl {
 
   // Whether decode steps hint the CPU miss path (cuda/miss_path.h) which experts it will compute:
   // where it takes misses and the router is the float32 one router_topk computes.
-  bool hints() const { return miss && !layers.empty() && layers.front().router.type == GgmlType::F32 && config.hidden % 4 == 0; }
+  bool hints() const { return miss && !layers.empty() && layers.front().router.type == GgmlType::F32; }
 
   // The hint for `layer` (cuda/miss_path.h), on a branch of the step: h as it is now normed for the
   // layer's MoE and routed by its router (counted nowhere), and the absent experts of that routing
