@@ -14,6 +14,7 @@
 #include "cli/expert_profile.h"
 #include "core/error.h"
 #include "gguf/reader.h"
+#include "measure/bench_report.h"
 #include "model/qwen35moe.h"
 #include "model/weights.h"
 #include "plan/memory_plan.h"
@@ -59,17 +60,13 @@ double median(std::vector<double> v) {
 
 int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
-// What the expert tier did during a measured run (the difference of two snapshots).
-struct TierDelta {
-  double hit_rate = 1.0;
-  double pcie_bytes = 0;  // expert bytes read over PCIe
-  double cpu_experts = 0, cpu_bytes = 0, cpu_seconds = 0;  // decode misses the CPU computed, their bytes, its time
-  double cpu_hinted = 0, cpu_read_ahead = 0;  // of cpu_experts, those hinted; the bytes read ahead on hints
-  double gpu_share_seconds = 0, host_wait_seconds = 0;  // per CPU request: the GPU's own share, then its wait
-  int64_t swaps = 0;
-};
+using measure::Ceilings;
+using measure::DecodeFigures;
+using measure::PrefillFigures;
+using measure::TierFigures;
 
-TierDelta tier_delta(const cuda::ExpertStats& before, const cuda::ExpertStats& after) {
+// What the expert tier did between two snapshots.
+TierFigures tier_delta(const cuda::ExpertStats& before, const cuda::ExpertStats& after) {
   const uint64_t routed = after.routed - before.routed, missed = after.missed - before.missed;
   return {routed ? 1.0 - double(missed) / double(routed) : 1.0,
           double(after.decode_miss_bytes - before.decode_miss_bytes + after.prompt_miss_bytes -
@@ -85,27 +82,15 @@ TierDelta tier_delta(const cuda::ExpertStats& before, const cuda::ExpertStats& a
 }
 
 // Per token (or per run) instead of in all.
-TierDelta per(TierDelta t, double n) {
+TierFigures per(TierFigures t, double n) {
   t.pcie_bytes /= n, t.cpu_experts /= n, t.cpu_bytes /= n, t.cpu_seconds /= n, t.cpu_hinted /= n, t.cpu_read_ahead /= n;
   t.gpu_share_seconds /= n, t.host_wait_seconds /= n;
   return t;
 }
 
-struct PrefillResult {
-  int64_t tokens;
-  double tokens_per_s, tflops;
-  TierDelta tier;  // over the timed runs, per run
-};
-
-struct DecodeResult {
-  int64_t depth;
-  double tokens_per_s, bytes_per_token, gbps;
-  TierDelta tier;  // over the timed runs, per token
-};
-
 // Every call here ends with the device idle (the logits are on the host), so wall-clock time
 // around a call is the GPU's time for it.
-PrefillResult bench_prefill(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t n, int repeats) {
+PrefillFigures bench_prefill(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t n, int repeats) {
   const std::span<const int32_t> prompt(tokens.data(), size_t(n));
   std::vector<double> seconds;
   cuda::ExpertStats before;
@@ -117,14 +102,14 @@ PrefillResult bench_prefill(cuda::CudaSession& session, const std::vector<int32_
     if (r > 0) seconds.push_back(seconds_since(t0));
   }
   const double s = median(seconds);
-  const TierDelta tier = per(tier_delta(before, session.expert_stats()), double(repeats));
+  const TierFigures tier = per(tier_delta(before, session.expert_stats()), double(repeats));
   return {n, double(n) / s, session.prompt_flops(0, n) / s / 1e12, tier};
 }
 
 // Decode at a context depth: the depth filled by a prompt (or, with random_fill, by random cells:
 // the same work per step, without a prompt's quadratic attention to get there), then `repeats` runs
 // of `generate` greedy tokens after two warm-up steps; the median run.
-DecodeResult bench_decode(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t depth,
+DecodeFigures bench_decode(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t depth,
                           int64_t generate, int repeats, bool random_fill) {
   session.reset();
   if (random_fill) session.fill_with_random_cells(depth);
@@ -138,7 +123,7 @@ DecodeResult bench_decode(cuda::CudaSession& session, const std::vector<int32_t>
     for (int64_t i = 0; i < generate; ++i) logits = session.decode(argmax(logits));
     rates.push_back(double(generate) / seconds_since(t0));
   }
-  const TierDelta tier = per(tier_delta(before, session.expert_stats()), double(generate * repeats));
+  const TierFigures tier = per(tier_delta(before, session.expert_stats()), double(generate * repeats));
   const auto bytes = session.decode_bytes(depth + 2 + generate * repeats / 2);  // the mean depth
   const double per_token = double(bytes.weights + bytes.state), rate = median(rates);
   return {depth, rate, per_token, per_token * rate / 1e9, tier};
@@ -186,12 +171,6 @@ void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& con
     fmt::print("  {:<34} {:8.1f} ms  {:5.1f}%\n", name, 1e3 * s, 100.0 * s / std::max(prompt_total, 1e-12));
 }
 
-// The device's limits, measured once, in memory of their own (outside lode's budget).
-struct Ceilings {
-  double copy_gbps = 0, bf16_tflops = 0, tf32_tflops = 0;
-  double pcie_copy_gbps = 0, pcie_mapped_gbps = 0;  // host to device: the copy engine, kernels reading in place
-};
-
 Ceilings measure_ceilings() {
   cuda::VramAccountant probe;
   return {cuda::measure_copy_gbps(probe), cuda::measure_matmul_tflops(probe, cuda::MatmulKind::bf16),
@@ -199,86 +178,14 @@ Ceilings measure_ceilings() {
           cuda::measure_mapped_read_gbps(probe)};
 }
 
-struct BenchRun {
-  std::vector<PrefillResult> prefills;
-  std::vector<DecodeResult> decodes;
-  double load_s = 0, peak_mib = 0, weights_mib = 0;
-  int64_t prompt_chunk = 0, context = 0;
-  plan::MemoryPlan plan;
-  cuda::ExpertStats tier;
-};
-
-void print_json(const BenchOptions& o, const Ceilings& c, const BenchRun& b) {
-  std::string p, d;
-  for (const auto& r : b.prefills)
-    p += fmt::format("{}{{\"tokens\": {}, \"tokens_per_s\": {:.1f}, \"TFLOPs\": {:.2f}, \"of_tf32\": {:.4f}, "
-                     "\"of_bf16\": {:.4f}, \"hit_rate\": {:.4f}, \"pcie_bytes\": {:.0f}}}",
-                     p.empty() ? "" : ", ", r.tokens, r.tokens_per_s, r.tflops, r.tflops / c.tf32_tflops,
-                     r.tflops / c.bf16_tflops, r.tier.hit_rate, r.tier.pcie_bytes);
-  for (const auto& r : b.decodes)
-    d += fmt::format("{}{{\"depth\": {}, \"tokens_per_s\": {:.1f}, \"bytes_per_token\": {:.0f}, \"GBps\": {:.1f}, "
-                     "\"of_copy\": {:.4f}, \"hit_rate\": {:.4f}, \"pcie_bytes_per_token\": {:.0f}, "
-                     "\"cpu_experts_per_token\": {:.2f}, \"cpu_hinted_per_token\": {:.2f}, \"cpu_bytes_per_token\": {:.0f}, "
-                     "\"cpu_read_ahead_bytes_per_token\": {:.0f}, \"cpu_us_per_token\": {:.1f}, \"gpu_share_us_per_token\": {:.1f}, "
-                     "\"cpu_wait_us_per_token\": {:.1f}, \"swaps\": {}}}",
-                     d.empty() ? "" : ", ", r.depth, r.tokens_per_s, r.bytes_per_token, r.gbps, r.gbps / c.copy_gbps,
-                     r.tier.hit_rate, r.tier.pcie_bytes, r.tier.cpu_experts, r.tier.cpu_hinted, r.tier.cpu_bytes, r.tier.cpu_read_ahead,
-                     1e6 * r.tier.cpu_seconds, 1e6 * r.tier.gpu_share_seconds, 1e6 * r.tier.host_wait_seconds,
-                     r.tier.swaps);
-  fmt::print("{{\"model\": \"{}\", \"vram_budget_MiB\": {:.1f}, \"experts_resident\": {}, \"experts_total\": {}, "
-             "\"prefill\": [{}], \"decode\": [{}], \"generated_tokens\": {}, \"repeats\": {}, "
-             "\"copy_ceiling_GBps\": {:.1f}, \"bf16_ceiling_TFLOPs\": {:.1f}, \"tf32_ceiling_TFLOPs\": {:.1f}, "
-             "\"pcie_copy_GBps\": {:.1f}, \"pcie_mapped_read_GBps\": {:.1f}, "
-             "\"peak_vram_MiB\": {:.1f}, \"weights_MiB\": {:.1f}, \"load_s\": {:.2f}, \"kv\": \"{}\", "
-             "\"prompt_chunk\": {}, \"context\": {}, \"fill\": \"{}\", \"miss_path\": \"{}\"}}\n",
-             o.model, double(b.plan.options.budget) / double(1 << 20), b.plan.experts_resident, b.plan.experts_total, p,
-             d, o.generate, o.repeats, c.copy_gbps, c.bf16_tflops, c.tf32_tflops, c.pcie_copy_gbps, c.pcie_mapped_gbps,
-             b.peak_mib, b.weights_mib, b.load_s, kv::to_string(chosen_kv_format(o.kv)), b.prompt_chunk, b.context,
-             o.fill, b.tier.miss_path);
-}
-
-void print_text(const BenchOptions& o, const Ceilings& c, const BenchRun& b) {
-  fmt::print("{}\n", plan::summary(b.plan));
-  fmt::print("experts in host RAM: {}; weights on the GPU {:.1f} MiB, loaded in {:.1f} s; K/V cells {} for {} "
-             "positions; prompt chunks of {}; depths reached by {}\n",
-             b.tier.host_tier, b.weights_mib, b.load_s, kv::to_string(chosen_kv_format(o.kv)), b.context, b.prompt_chunk,
-             o.fill == "random" ? "random cells" : "a prompt");
-  if (!b.plan.all_resident()) fmt::print("decode misses: {}\n", b.tier.miss_path);
-  for (const auto& r : b.prefills) {
-    fmt::print("pp{:<6} {:9.1f} tokens/s  {:7.2f} TFLOP/s = {:4.1f}% of tf32, {:4.1f}% of bf16", r.tokens,
-               r.tokens_per_s, r.tflops, 100 * r.tflops / c.tf32_tflops, 100 * r.tflops / c.bf16_tflops);
-    if (!b.plan.all_resident())
-      fmt::print("; hit {:5.1f}%, {:.2f} GB over PCIe a prompt (alone {:.0f} ms at the copy engine's {:.1f} GB/s)",
-                 100 * r.tier.hit_rate, r.tier.pcie_bytes / 1e9, 1e3 * r.tier.pcie_bytes / (c.pcie_copy_gbps * 1e9),
-                 c.pcie_copy_gbps);
-    fmt::print("\n");
-  }
-  for (const auto& r : b.decodes) {
-    fmt::print("tg{} @ depth {:<6} {:7.1f} tokens/s  {:7.1f} MB/token  {:6.1f} GB/s = {:4.1f}% of copy", o.generate,
-               r.depth, r.tokens_per_s, r.bytes_per_token / 1e6, r.gbps, 100 * r.gbps / c.copy_gbps);
-    if (!b.plan.all_resident())
-      fmt::print("; hit {:5.1f}%, {:6.1f} MB/token over PCIe = {:5.1f} GB/s, {:4.1f}% of mapped reads; {} swaps",
-                 100 * r.tier.hit_rate, r.tier.pcie_bytes / 1e6, r.tier.pcie_bytes * r.tokens_per_s / 1e9,
-                 100 * r.tier.pcie_bytes * r.tokens_per_s / 1e9 / c.pcie_mapped_gbps, r.tier.swaps);
-    if (r.tier.cpu_experts > 0)
-      fmt::print("; CPU {:.1f} experts/token ({:.1f} hinted, {:.1f} MB read ahead; {:.1f} MB/token from host RAM = "
-                 "{:.1f} GB/s), {:.0f} us/token",
-                 r.tier.cpu_experts, r.tier.cpu_hinted, r.tier.cpu_read_ahead / 1e6, r.tier.cpu_bytes / 1e6,
-                 r.tier.cpu_bytes * r.tokens_per_s / 1e9, 1e6 * r.tier.cpu_seconds);
-    if (r.tier.cpu_experts > 0)
-      fmt::print("; the GPU's share {:.0f} us/token, then waiting for the CPU {:.0f} us/token",
-                 1e6 * r.tier.gpu_share_seconds, 1e6 * r.tier.host_wait_seconds);
-    fmt::print("\n");
-  }
-  fmt::print("peak VRAM held by lode: {:.1f} MiB (median of {} runs after a warm-up each)\n", b.peak_mib, o.repeats);
-}
-
-BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
+measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
                   const std::vector<int32_t>& tokens, int64_t context, int64_t budget_mib,
                   const std::vector<double>& expert_scores) {
   const auto t_load = Clock::now();
   cuda::CudaSession session(reader, config, session_options(o, context, budget_mib, expert_scores));
-  BenchRun b;
+  measure::BenchRun b;
+  b.model = o.model, b.kv = kv::to_string(chosen_kv_format(o.kv)), b.fill = o.fill;
+  b.generated = o.generate, b.repeats = o.repeats;
   b.load_s = seconds_since(t_load);
   b.plan = session.plan();
   b.weights_mib = double(session.vram().held(cuda::VramUse::weights) + session.vram().held(cuda::VramUse::experts)) /
@@ -289,7 +196,8 @@ BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeConfig& conf
   b.peak_mib = double(session.vram().peak()) / double(1 << 20);
   b.prompt_chunk = session.prompt_chunk();
   b.context = session.max_context();
-  b.tier = session.expert_stats();
+  const cuda::ExpertStats tier = session.expert_stats();
+  b.host_tier = tier.host_tier, b.miss_path = tier.miss_path;
   return b;
 }
 
@@ -311,14 +219,11 @@ void run_bench(const BenchOptions& o) {
   if (!o.json) {
     fmt::print("model: {} ({} layers, {} experts, top {})\n", o.model, config.n_layers, config.n_experts,
                config.n_experts_used);
-    fmt::print("ceilings measured now: copy {:.0f} GB/s; matmul bf16 {:.0f} TFLOP/s, tf32 {:.0f} TFLOP/s; host to "
-               "device {:.1f} GB/s by the copy engine, {:.1f} GB/s by kernels reading pinned memory in place\n",
-               ceilings.copy_gbps, ceilings.bf16_tflops, ceilings.tf32_tflops, ceilings.pcie_copy_gbps,
-               ceilings.pcie_mapped_gbps);
+    fmt::print("{}", measure::ceilings_text(ceilings));
   }
   for (const int64_t budget : o.vram_budgets_mib) {
-    const BenchRun b = bench_at(reader, config, o, tokens, o.ctx > 0 ? o.ctx : longest + 8, budget, scores);
-    o.json ? print_json(o, ceilings, b) : print_text(o, ceilings, b);
+    const measure::BenchRun b = bench_at(reader, config, o, tokens, o.ctx > 0 ? o.ctx : longest + 8, budget, scores);
+    fmt::print("{}", o.json ? measure::to_json(ceilings, b).dump() + "\n" : measure::to_text(ceilings, b));
     if (o.profile) print_profile(reader, config, o, tokens, budget, scores);
   }
 }

@@ -1,0 +1,125 @@
+#include "measure/bench_report.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace lode::measure {
+namespace {
+
+// Figures rounded to what the measurement can tell (the runs vary by a percent or more).
+double rounded(double v, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(v * scale) / scale;
+}
+
+nlohmann::json prefill_json(const Ceilings& c, const PrefillFigures& r) {
+  return {{"tokens", r.tokens},
+          {"tokens_per_s", rounded(r.tokens_per_s, 1)},
+          {"TFLOPs", rounded(r.tflops, 2)},
+          {"of_tf32", rounded(r.tflops / c.tf32_tflops, 4)},
+          {"of_bf16", rounded(r.tflops / c.bf16_tflops, 4)},
+          {"hit_rate", rounded(r.tier.hit_rate, 4)},
+          {"pcie_bytes", rounded(r.tier.pcie_bytes, 0)}};
+}
+
+nlohmann::json decode_json(const Ceilings& c, const DecodeFigures& r) {
+  const TierFigures& t = r.tier;
+  return {{"depth", r.depth},
+          {"tokens_per_s", rounded(r.tokens_per_s, 1)},
+          {"bytes_per_token", rounded(r.bytes_per_token, 0)},
+          {"GBps", rounded(r.gbps, 1)},
+          {"of_copy", rounded(r.gbps / c.copy_gbps, 4)},
+          {"hit_rate", rounded(t.hit_rate, 4)},
+          {"pcie_bytes_per_token", rounded(t.pcie_bytes, 0)},
+          {"cpu_experts_per_token", rounded(t.cpu_experts, 2)},
+          {"cpu_hinted_per_token", rounded(t.cpu_hinted, 2)},
+          {"cpu_bytes_per_token", rounded(t.cpu_bytes, 0)},
+          {"cpu_read_ahead_bytes_per_token", rounded(t.cpu_read_ahead, 0)},
+          {"cpu_us_per_token", rounded(1e6 * t.cpu_seconds, 1)},
+          {"gpu_share_us_per_token", rounded(1e6 * t.gpu_share_seconds, 1)},
+          {"cpu_wait_us_per_token", rounded(1e6 * t.host_wait_seconds, 1)},
+          {"swaps", t.swaps}};
+}
+
+std::string prefill_line(const Ceilings& c, const BenchRun& b, const PrefillFigures& r) {
+  std::string line = fmt::format("pp{:<6} {:9.1f} tokens/s  {:7.2f} TFLOP/s = {:4.1f}% of tf32, {:4.1f}% of bf16",
+                                 r.tokens, r.tokens_per_s, r.tflops, 100 * r.tflops / c.tf32_tflops,
+                                 100 * r.tflops / c.bf16_tflops);
+  if (!b.plan.all_resident())
+    line += fmt::format("; hit {:5.1f}%, {:.2f} GB over PCIe a prompt (alone {:.0f} ms at the copy engine's {:.1f} GB/s)",
+                        100 * r.tier.hit_rate, r.tier.pcie_bytes / 1e9,
+                        1e3 * r.tier.pcie_bytes / (c.pcie_copy_gbps * 1e9), c.pcie_copy_gbps);
+  return line + "\n";
+}
+
+std::string decode_line(const Ceilings& c, const BenchRun& b, const DecodeFigures& r) {
+  const TierFigures& t = r.tier;
+  std::string line = fmt::format("tg{} @ depth {:<6} {:7.1f} tokens/s  {:7.1f} MB/token  {:6.1f} GB/s = {:4.1f}% of copy",
+                                 b.generated, r.depth, r.tokens_per_s, r.bytes_per_token / 1e6, r.gbps,
+                                 100 * r.gbps / c.copy_gbps);
+  if (!b.plan.all_resident())
+    line += fmt::format("; hit {:5.1f}%, {:6.1f} MB/token over PCIe = {:5.1f} GB/s, {:4.1f}% of mapped reads; {} swaps",
+                        100 * t.hit_rate, t.pcie_bytes / 1e6, t.pcie_bytes * r.tokens_per_s / 1e9,
+                        100 * t.pcie_bytes * r.tokens_per_s / 1e9 / c.pcie_mapped_gbps, t.swaps);
+  if (t.cpu_experts > 0)
+    line += fmt::format("; CPU {:.1f} experts/token ({:.1f} hinted, {:.1f} MB read ahead; {:.1f} MB/token from host "
+                        "RAM = {:.1f} GB/s), {:.0f} us/token; the GPU's share {:.0f} us/token, then waiting for the "
+                        "CPU {:.0f} us/token",
+                        t.cpu_experts, t.cpu_hinted, t.cpu_read_ahead / 1e6, t.cpu_bytes / 1e6,
+                        t.cpu_bytes * r.tokens_per_s / 1e9, 1e6 * t.cpu_seconds, 1e6 * t.gpu_share_seconds,
+                        1e6 * t.host_wait_seconds);
+  return line + "\n";
+}
+
+}  // namespace
+
+nlohmann::json to_json(const Ceilings& c, const BenchRun& b) {
+  nlohmann::json prefill = nlohmann::json::array(), decode = nlohmann::json::array();
+  for (const auto& r : b.prefills) prefill.push_back(prefill_json(c, r));
+  for (const auto& r : b.decodes) decode.push_back(decode_json(c, r));
+  return {{"model", b.model},
+          {"vram_budget_MiB", rounded(double(b.plan.options.budget) / double(1 << 20), 1)},
+          {"experts_resident", b.plan.experts_resident},
+          {"experts_total", b.plan.experts_total},
+          {"prefill", prefill},
+          {"decode", decode},
+          {"generated_tokens", b.generated},
+          {"repeats", b.repeats},
+          {"copy_ceiling_GBps", rounded(c.copy_gbps, 1)},
+          {"bf16_ceiling_TFLOPs", rounded(c.bf16_tflops, 1)},
+          {"tf32_ceiling_TFLOPs", rounded(c.tf32_tflops, 1)},
+          {"pcie_copy_GBps", rounded(c.pcie_copy_gbps, 1)},
+          {"pcie_mapped_read_GBps", rounded(c.pcie_mapped_gbps, 1)},
+          {"peak_vram_MiB", rounded(b.peak_mib, 1)},
+          {"weights_MiB", rounded(b.weights_mib, 1)},
+          {"load_s", rounded(b.load_s, 2)},
+          {"kv", b.kv},
+          {"prompt_chunk", b.prompt_chunk},
+          {"context", b.context},
+          {"fill", b.fill},
+          {"host_tier", b.host_tier},
+          {"miss_path", b.miss_path}};
+}
+
+std::string to_text(const Ceilings& c, const BenchRun& b) {
+  std::string text = plan::summary(b.plan) + "\n";
+  text += fmt::format("experts in host RAM: {}; weights on the GPU {:.1f} MiB, loaded in {:.1f} s; K/V cells {} for {} "
+                      "positions; prompt chunks of {}; depths reached by {}\n",
+                      b.host_tier, b.weights_mib, b.load_s, b.kv, b.context, b.prompt_chunk,
+                      b.fill == "random" ? "random cells" : "a prompt");
+  if (!b.plan.all_resident()) text += fmt::format("decode misses: {}\n", b.miss_path);
+  for (const auto& r : b.prefills) text += prefill_line(c, b, r);
+  for (const auto& r : b.decodes) text += decode_line(c, b, r);
+  text += fmt::format("peak VRAM held by lode: {:.1f} MiB (median of {} runs after a warm-up each)\n", b.peak_mib,
+                      b.repeats);
+  return text;
+}
+
+std::string ceilings_text(const Ceilings& c) {
+  return fmt::format("ceilings measured now: copy {:.0f} GB/s; matmul bf16 {:.0f} TFLOP/s, tf32 {:.0f} TFLOP/s; host "
+                     "to device {:.1f} GB/s by the copy engine, {:.1f} GB/s by kernels reading pinned memory in place\n",
+                     c.copy_gbps, c.bf16_tflops, c.tf32_tflops, c.pcie_copy_gbps, c.pcie_mapped_gbps);
+}
+
+}  // namespace lode::measure

@@ -1,0 +1,63 @@
+// What `lode bench` measured and how it is written: the figures of one VRAM budget's runs beside
+// the device's limits measured in the same process, as text for people or as one JSON object per
+// budget for scripts. No CUDA here, so the report is tested on any machine.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "plan/memory_plan.h"
+
+namespace lode::measure {
+
+// What the expert tier did during a measured run, per token (decode) or per prompt (prefill).
+struct TierFigures {
+  double hit_rate = 1.0;
+  double pcie_bytes = 0;  // expert bytes read over PCIe
+  double cpu_experts = 0, cpu_bytes = 0, cpu_seconds = 0;  // decode misses the CPU computed, their bytes, its time
+  double cpu_hinted = 0, cpu_read_ahead = 0;  // of cpu_experts, those hinted; the bytes read ahead on hints
+  double gpu_share_seconds = 0, host_wait_seconds = 0;  // per CPU request: the GPU's own share, then its wait
+  int64_t swaps = 0;
+};
+
+struct PrefillFigures {
+  int64_t tokens = 0;
+  double tokens_per_s = 0, tflops = 0;
+  TierFigures tier;  // per prompt
+};
+
+struct DecodeFigures {
+  int64_t depth = 0;
+  double tokens_per_s = 0, bytes_per_token = 0, gbps = 0;
+  TierFigures tier;  // per token
+};
+
+// The device's limits, measured once per process, in memory of their own (outside lode's budget).
+struct Ceilings {
+  double copy_gbps = 0, bf16_tflops = 0, tf32_tflops = 0;
+  double pcie_copy_gbps = 0, pcie_mapped_gbps = 0;  // host to device: the copy engine, kernels reading in place
+};
+
+// One VRAM budget's runs and what they ran on.
+struct BenchRun {
+  std::string model;     // the path as given
+  std::string kv;        // the K/V format's name
+  std::string fill;      // how decode depths were reached: "prompt" or "random"
+  int64_t generated = 0;  // tokens decoded per timed run
+  int repeats = 0;        // timed runs per figure
+  std::vector<PrefillFigures> prefills;
+  std::vector<DecodeFigures> decodes;
+  double load_s = 0, peak_mib = 0, weights_mib = 0;
+  int64_t prompt_chunk = 0, context = 0;
+  plan::MemoryPlan plan;
+  std::string host_tier;  // how host RAM holds the experts
+  std::string miss_path;  // who computes decode misses
+};
+
+nlohmann::json to_json(const Ceilings& c, const BenchRun& b);
+std::string to_text(const Ceilings& c, const BenchRun& b);
+std::string ceilings_text(const Ceilings& c);
+
+}  // namespace lode::measure

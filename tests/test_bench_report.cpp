@@ -1,0 +1,62 @@
+// `lode bench`'s report (measure/bench_report.h): the JSON is built by the JSON library, so any
+// model path comes back intact, and each fraction is its figure over the ceiling measured with it;
+// the text shows the expert tier's figures only where experts live in host RAM.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "measure/bench_report.h"
+
+namespace {
+
+using namespace lode;
+
+measure::Ceilings h200_like() {
+  return {.copy_gbps = 4200, .bf16_tflops = 700, .tf32_tflops = 350, .pcie_copy_gbps = 55, .pcie_mapped_gbps = 51};
+}
+
+measure::BenchRun a_run(const std::string& model, int64_t resident) {
+  measure::BenchRun b;
+  b.model = model, b.kv = "fp16", b.fill = "prompt", b.generated = 128, b.repeats = 2;
+  b.prefills.push_back({.tokens = 8192, .tokens_per_s = 9601.04, .tflops = 35.0, .tier = {.hit_rate = 0.5}});
+  b.decodes.push_back({.depth = 0, .tokens_per_s = 138.8, .bytes_per_token = 2.7e9, .gbps = 2100,
+                       .tier = {.hit_rate = 0.75, .pcie_bytes = 1.5e8, .cpu_experts = 3.25, .swaps = 7}});
+  b.plan.options.budget = size_t(12288) << 20;
+  b.plan.experts_total = 10240, b.plan.experts_resident = resident;
+  b.host_tier = "pinned (registered in place)", b.miss_path = "gpu";
+  return b;
+}
+
+TEST(BenchReport, JsonKeepsAnyModelPathAndRelatesEachFigureToItsCeiling) {
+  const std::string path = "/models/a \"quoted\" name\\with\tescapes.gguf";
+  const auto parsed = nlohmann::json::parse(measure::to_json(h200_like(), a_run(path, 4785)).dump());
+  EXPECT_EQ(parsed.at("model"), path);
+  EXPECT_EQ(parsed.at("vram_budget_MiB"), 12288.0);
+  EXPECT_EQ(parsed.at("experts_resident"), 4785);
+  ASSERT_EQ(parsed.at("prefill").size(), 1u);
+  EXPECT_EQ(parsed["prefill"][0].at("tokens_per_s"), 9601.0);
+  EXPECT_DOUBLE_EQ(parsed["prefill"][0].at("of_tf32").get<double>(), 0.1);
+  EXPECT_DOUBLE_EQ(parsed["prefill"][0].at("of_bf16").get<double>(), 0.05);
+  ASSERT_EQ(parsed.at("decode").size(), 1u);
+  const auto& d = parsed["decode"][0];
+  EXPECT_DOUBLE_EQ(d.at("of_copy").get<double>(), 0.5);
+  EXPECT_EQ(d.at("cpu_experts_per_token"), 3.25);
+  EXPECT_EQ(d.at("swaps"), 7);
+  EXPECT_EQ(parsed.at("miss_path"), "gpu");
+  EXPECT_EQ(parsed.at("copy_ceiling_GBps"), 4200.0);
+}
+
+TEST(BenchReport, TextShowsTheTiersFiguresOnlyWhenExpertsLiveInHostRam) {
+  const std::string partial = measure::to_text(h200_like(), a_run("m.gguf", 4785));
+  EXPECT_NE(partial.find("pp8192"), std::string::npos) << partial;
+  EXPECT_NE(partial.find("50.0% of copy"), std::string::npos) << partial;
+  EXPECT_NE(partial.find("hit  75.0%"), std::string::npos) << partial;
+  EXPECT_NE(partial.find("decode misses: gpu"), std::string::npos) << partial;
+  EXPECT_NE(partial.find("CPU 3.2 experts/token"), std::string::npos) << partial;
+
+  const std::string all = measure::to_text(h200_like(), a_run("m.gguf", 10240));
+  EXPECT_EQ(all.find("hit "), std::string::npos) << all;
+  EXPECT_EQ(all.find("decode misses"), std::string::npos) << all;
+}
+
+}  // namespace
