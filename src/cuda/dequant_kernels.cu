@@ -55,14 +55,14 @@ cudaError_t launch(const void* w, const void* const* table, const int32_t* ids, 
 }  // namespace
 
 bool has_dequantize(GgmlType type) {
-  return expand::for_expandable_type(type, [](auto) {});
+  return read_by(type, WeightKernel::expand);
 }
 
 const char* dequantize(GgmlType type, const void* w, const void* const* table, const int32_t* ids, int64_t n_matrices,
                        int64_t rows, int64_t cols, size_t row_bytes, float* out, void* stream) {
   if (cols % 32 != 0) return "rows must be a multiple of 32 values";
   cudaError_t err = cudaSuccess;
-  const bool known = expand::for_expandable_type(type, [&](auto t) {
+  const bool known = for_weight_type<WeightKernel::expand>(type, [&](auto t) {
     err = launch<decltype(t)::value>(w, table, ids, n_matrices, rows, cols, row_bytes, out, static_cast<cudaStream_t>(stream));
   });
   if (!known) return "no dequantization kernel for this type";

@@ -11,15 +11,14 @@
 
 #include "core/quant/blocks.h"
 #include "core/quant/types.h"
+#include "cuda/codebooks.cuh"
+#include "cuda/weight_types.h"
 
 namespace lode::cuda::expand {
 
 using namespace lode::quant;
 
 __device__ __forceinline__ float half_value(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
-
-static __constant__ int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-static __constant__ int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // Expand<T>::unit(row, u, v): the 32 values of unit u of `row` into v. kValues and kBytes: a
 // block's values and bytes (32 plain values for float types); unit u lies in block u * 32 / kValues.
@@ -102,7 +101,7 @@ template <>
 struct Expand<GgmlType::IQ4_NL> : Blocks<BlockIQ4_NL, 32> {
   __device__ static void unit(const uint8_t* row, int64_t u, float* v) {
     const BlockIQ4_NL& b = reinterpret_cast<const BlockIQ4_NL*>(row)[u];
-    table_group(b.qs, kIq4Values, half_value(b.d), v);
+    table_group(b.qs, kIq4Codebook.values, half_value(b.d), v);
   }
 };
 
@@ -112,7 +111,7 @@ struct Expand<GgmlType::IQ4_XS> : Blocks<BlockIQ4_XS, 256> {
     const BlockIQ4_XS& b = reinterpret_cast<const BlockIQ4_XS*>(row)[u / 8];
     const int ib = int(u % 8);
     const int multiplier = (((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) | (((b.scales_h >> (2 * ib)) & 3) << 4)) - 32;
-    table_group(b.qs + 16 * ib, kIq4Values, half_value(b.d) * float(multiplier), v);
+    table_group(b.qs + 16 * ib, kIq4Codebook.values, half_value(b.d) * float(multiplier), v);
   }
 };
 
@@ -122,7 +121,7 @@ struct Expand<GgmlType::MXFP4> : Blocks<BlockMXFP4, 32> {
     const BlockMXFP4& b = reinterpret_cast<const BlockMXFP4*>(row)[u];
     // 2^(e - 128): the table is doubled; subnormal for e < 2.
     const float scale = __uint_as_float(b.e < 2 ? 0x00200000u << b.e : uint32_t(b.e - 1) << 23);
-    table_group(b.qs, kMxfp4Values, scale, v);
+    table_group(b.qs, kMxfp4Codebook.values, scale, v);
   }
 };
 
@@ -184,20 +183,5 @@ struct Expand<GgmlType::Q6_K> : Blocks<BlockQ6_K, 256> {
     }
   }
 };
-
-// f(std::integral_constant<GgmlType, type>{}) where `type` has an expansion unit (then true); false
-// for any other type.
-template <class F>
-bool for_expandable_type(GgmlType type, F&& f) {
-  switch (type) {
-#define LODE_EXPAND_CASE(T) \
-  case GgmlType::T: f(std::integral_constant<GgmlType, GgmlType::T>{}); return true;
-    LODE_EXPAND_CASE(F32) LODE_EXPAND_CASE(F16) LODE_EXPAND_CASE(BF16) LODE_EXPAND_CASE(Q8_0)
-    LODE_EXPAND_CASE(Q4_0) LODE_EXPAND_CASE(Q5_0) LODE_EXPAND_CASE(Q4_K) LODE_EXPAND_CASE(Q5_K)
-    LODE_EXPAND_CASE(Q6_K) LODE_EXPAND_CASE(IQ4_NL) LODE_EXPAND_CASE(IQ4_XS) LODE_EXPAND_CASE(MXFP4)
-#undef LODE_EXPAND_CASE
-    default: return false;
-  }
-}
 
 }  // namespace lode::cuda::expand

@@ -274,18 +274,18 @@ __global__ void __launch_bounds__(kThreads, 3)
 
 size_t expert_products_shared_bytes(GgmlType type) {
   size_t bytes = 0;
-  expand::for_expandable_type(type, [&](auto t) { bytes = Raw<decltype(t)::value>::kShared + kCols * sizeof(void*); });
+  for_weight_type<WeightKernel::expand>(type, [&](auto t) { bytes = Raw<decltype(t)::value>::kShared + kCols * sizeof(void*); });
   return bytes;
 }
 
 bool expert_products_aligned(GgmlType type, size_t offset, size_t row_bytes) {
   bool whole_pieces = false;
-  expand::for_expandable_type(type, [&](auto t) { whole_pieces = Raw<decltype(t)::value>::kBytes % 16 == 0; });
+  for_weight_type<WeightKernel::expand>(type, [&](auto t) { whole_pieces = Raw<decltype(t)::value>::kBytes % 16 == 0; });
   return !whole_pieces || (offset % 16 == 0 && row_bytes % 16 == 0);
 }
 
 bool has_expert_products(GgmlType type, int64_t cols) {
-  return cols % kStep == 0 && expand::for_expandable_type(type, [](auto) {});
+  return cols % kStep == 0 && read_by(type, WeightKernel::expand);
 }
 
 const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_tiles, const void* const* table,
@@ -298,7 +298,7 @@ const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_ti
   if (n_tiles == 0 || n == 0) return nullptr;
   const dim3 grid(unsigned(n_tiles), blocks_for(n, kCols));
   cudaError_t err = cudaSuccess;
-  expand::for_expandable_type(type, [&](auto t) {
+  for_weight_type<WeightKernel::expand>(type, [&](auto t) {
     const auto kernel = expert_products_kernel<decltype(t)::value>;
     constexpr size_t shared = Raw<decltype(t)::value>::kShared;
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));

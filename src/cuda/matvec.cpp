@@ -5,11 +5,12 @@
 #include "core/error.h"
 #include "core/quant/iq_grids.h"
 #include "cuda/matvec_launch.h"
+#include "cuda/weight_types.h"
 
 namespace lode::cuda {
 
-bool has_matvec(GgmlType type) { return matvec_kernel_exists(type); }
-bool has_q8_matvec(GgmlType type) { return matvec_q8_kernel_exists(type); }
+bool has_matvec(GgmlType type) { return read_by(type, WeightKernel::dot); }
+bool has_q8_matvec(GgmlType type) { return read_by(type, WeightKernel::q8); }
 
 namespace {
 
@@ -17,11 +18,10 @@ void run(const MatvecLaunch& m) {
   if (!has_matvec(m.type))
     fail("the CUDA backend has no kernel for {} weights yet; requantize the model (lode quantize --recipe "
          "ud-q4_k_xl) or run it on the CPU", traits(m.type).name);
-  const bool plain = m.type == GgmlType::F32 || m.type == GgmlType::F16 || m.type == GgmlType::BF16;
-  if (!plain && m.cols % 32 != 0) fail("cuda matvec: {} rows of {} values are not whole blocks", traits(m.type).name, m.cols);
+  if (!cuda_weight_type(m.type)->plain && m.cols % 32 != 0) fail("cuda matvec: {} rows of {} values are not whole blocks", traits(m.type).name, m.cols);
   if (m.rows <= 0 || m.n_problems <= 0) return;
   if (m.n_problems > 65535) fail("cuda matvec: {} products in one launch; at most 65535", m.n_problems);
-  if (uses_iq_grids(m.type)) {
+  if (cuda_weight_type(m.type)->grids) {
     static std::once_flag uploaded;
     static const char* upload_error = nullptr;
     std::call_once(uploaded, [] {

@@ -7,8 +7,10 @@
 #include <utility>
 
 #include "core/quant/blocks.h"
+#include "cuda/codebooks.cuh"
 #include "cuda/kernel_math.cuh"
 #include "cuda/matvec_launch.h"
+#include "cuda/weight_types.h"
 
 namespace lode::cuda {
 
@@ -157,10 +159,8 @@ struct Unit<GgmlType::Q5_0> {
   }
 };
 
-// The lookup-table 4-bit formats (the value tables are the formats' own, as in iq4_table.h): byte j
-// of a 16-byte group holds value j (low nibble) and value j + 16 (high nibble) as table indices.
-__constant__ int8_t kIq4Table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-__constant__ int8_t kMxfp4Table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// The lookup-table 4-bit formats (their value tables from codebooks.cuh): byte j of a 16-byte group
+// holds value j (low nibble) and value j + 16 (high nibble) as table indices.
 
 // byte(k) gives byte k of the group (0..15).
 template <class Byte>
@@ -180,7 +180,7 @@ struct Unit<GgmlType::IQ4_NL> {
   __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
     const uint8_t* block = row + u * sizeof(BlockIQ4_NL);
     const uint16_t* q = reinterpret_cast<const uint16_t*>(block + 2);
-    const float s = table_group_dot([&](int k) { return uint8_t(__ldg(q + k / 2) >> (8 * (k % 2))); }, kIq4Table, xs);
+    const float s = table_group_dot([&](int k) { return uint8_t(__ldg(q + k / 2) >> (8 * (k % 2))); }, kIq4Codebook.values, xs);
     return half_bits(__ldg(reinterpret_cast<const uint16_t*>(block))) * s;
   }
 };
@@ -192,7 +192,7 @@ struct Unit<GgmlType::IQ4_XS> {
     const int ib = int(u % 8);
     const int multiplier = (((b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xf) | (((b.scales_h >> (2 * ib)) & 3) << 4)) - 32;
     const uint16_t* q = reinterpret_cast<const uint16_t*>(b.qs + 16 * ib);
-    const float s = table_group_dot([&](int k) { return uint8_t(__ldg(q + k / 2) >> (8 * (k % 2))); }, kIq4Table, xs);
+    const float s = table_group_dot([&](int k) { return uint8_t(__ldg(q + k / 2) >> (8 * (k % 2))); }, kIq4Codebook.values, xs);
     return (half_bits(b.d) * float(multiplier)) * s;
   }
 };
@@ -201,7 +201,7 @@ template <>
 struct Unit<GgmlType::MXFP4> {
   __device__ static float dot(const uint8_t* row, int64_t u, const float4* xs) {
     const uint8_t* block = row + u * sizeof(BlockMXFP4);  // 17-byte blocks: byte loads only
-    const float s = table_group_dot([&](int k) { return __ldg(block + 1 + k); }, kMxfp4Table, xs);
+    const float s = table_group_dot([&](int k) { return __ldg(block + 1 + k); }, kMxfp4Codebook.values, xs);
     const uint8_t e = block[0];
     // 2^(e - 128): the table is doubled; subnormal for e < 2.
     const float scale = __uint_as_float(e < 2 ? 0x00200000u << e : uint32_t(e - 1) << 23);
@@ -511,7 +511,7 @@ __global__ void matvec_ragged_kernel(const uint8_t* w, const void* const* table,
 
 template <GgmlType T>
 cudaError_t launch(const MatvecLaunch& m) {
-  if constexpr (T == GgmlType::F32 || T == GgmlType::F16 || T == GgmlType::BF16) {
+  if constexpr (cuda_weight_type(T)->plain) {
     if (m.cols % 32 != 0) {
       const dim3 grid(unsigned((m.rows + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(m.n_problems));
       return kernels::launch_overlapped(matvec_ragged_kernel<T>, grid, dim3(kWarpsPerBlock * kWarp), 0, m.stream,
@@ -539,54 +539,12 @@ cudaError_t launch(const MatvecLaunch& m) {
 
 }  // namespace
 
-bool matvec_kernel_exists(GgmlType type) {
-  switch (type) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: case GgmlType::Q4_0:
-    case GgmlType::Q5_0: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_NL:
-    case GgmlType::IQ4_XS: case GgmlType::MXFP4: case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S:
-    case GgmlType::IQ3_XXS: case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M:
-      return true;
-    default:
-      return false;
-  }
-}
-
 const char* launch_matvec(const MatvecLaunch& m) {
-  cudaError_t err = cudaErrorInvalidValue;
-  if (m.q8_input && matvec_q8_kernel_exists(m.type)) return kernels::error_text(launch_matvec_q8(m));
-  switch (m.type) {
-    case GgmlType::F32: err = launch<GgmlType::F32>(m); break;
-    case GgmlType::F16: err = launch<GgmlType::F16>(m); break;
-    case GgmlType::BF16: err = launch<GgmlType::BF16>(m); break;
-    case GgmlType::Q8_0: err = launch<GgmlType::Q8_0>(m); break;
-    case GgmlType::Q4_0: err = launch<GgmlType::Q4_0>(m); break;
-    case GgmlType::Q5_0: err = launch<GgmlType::Q5_0>(m); break;
-    case GgmlType::Q4_K: err = launch<GgmlType::Q4_K>(m); break;
-    case GgmlType::Q5_K: err = launch<GgmlType::Q5_K>(m); break;
-    case GgmlType::Q6_K: err = launch<GgmlType::Q6_K>(m); break;
-    case GgmlType::IQ4_NL: err = launch<GgmlType::IQ4_NL>(m); break;
-    case GgmlType::IQ4_XS: err = launch<GgmlType::IQ4_XS>(m); break;
-    case GgmlType::MXFP4: err = launch<GgmlType::MXFP4>(m); break;
-    case GgmlType::IQ2_XXS: err = launch<GgmlType::IQ2_XXS>(m); break;
-    case GgmlType::IQ2_XS: err = launch<GgmlType::IQ2_XS>(m); break;
-    case GgmlType::IQ2_S: err = launch<GgmlType::IQ2_S>(m); break;
-    case GgmlType::IQ3_XXS: err = launch<GgmlType::IQ3_XXS>(m); break;
-    case GgmlType::IQ3_S: err = launch<GgmlType::IQ3_S>(m); break;
-    case GgmlType::IQ1_S: err = launch<GgmlType::IQ1_S>(m); break;
-    case GgmlType::IQ1_M: err = launch<GgmlType::IQ1_M>(m); break;
-    default: return "no kernel for this type";
-  }
+  if (m.q8_input && read_by(m.type, WeightKernel::q8)) return kernels::error_text(launch_matvec_q8(m));
+  cudaError_t err = cudaSuccess;
+  if (!for_weight_type<WeightKernel::dot>(m.type, [&](auto t) { err = launch<decltype(t)::value>(m); }))
+    return "no kernel for this type";
   return kernels::error_text(err);
-}
-
-bool uses_iq_grids(GgmlType type) {
-  switch (type) {
-    case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS:
-    case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M:
-      return true;
-    default:
-      return false;
-  }
 }
 
 const char* upload_iq_grids(const IqGrids& grids) {

@@ -26,8 +26,6 @@ struct MatvecLaunch {
   bool q8_input = false;  // round x to 8 bits and multiply in integers, where the type has such a kernel
 };
 
-bool matvec_kernel_exists(GgmlType type);
-
 // The grid i-quants' codebooks, which their kernels read from device memory: uploaded once per
 // process (the host tables live in core/quant/iq_grids.h; the kernels library does not link them).
 struct IqGrids {
@@ -36,13 +34,11 @@ struct IqGrids {
   const uint64_t* iq1s;
   const uint8_t* ksigns;
 };
-bool uses_iq_grids(GgmlType type);
 const char* upload_iq_grids(const IqGrids& grids);  // null on success
 // Queues the kernel; null on success, else the CUDA runtime's message.
 const char* launch_matvec(const MatvecLaunch& launch);
 
 // The 8-bit-activation kernels (matvec_q8_kernels.cu), which launch_matvec picks for q8_input.
-bool matvec_q8_kernel_exists(GgmlType type);
 #ifdef __CUDACC__
 cudaError_t launch_matvec_q8(const MatvecLaunch& launch);
 #endif

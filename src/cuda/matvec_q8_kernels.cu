@@ -19,6 +19,7 @@
 #include "core/quant/blocks.h"
 #include "cuda/kernel_math.cuh"
 #include "cuda/matvec_launch.h"
+#include "cuda/weight_types.h"
 
 namespace lode::cuda {
 
@@ -472,20 +473,11 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
 
 }  // namespace
 
-bool matvec_q8_kernel_exists(GgmlType type) {
-  return type == GgmlType::Q8_0 || type == GgmlType::Q5_0 || type == GgmlType::Q4_K || type == GgmlType::Q5_K ||
-         type == GgmlType::Q6_K;
-}
-
 cudaError_t launch_matvec_q8(const MatvecLaunch& m) {
-  switch (m.type) {
-    case GgmlType::Q8_0: return m.cols % 256 == 0 ? launch_q8_0(m) : launch_q8<GgmlType::Q8_0>(m);
-    case GgmlType::Q5_0: return launch_q8<GgmlType::Q5_0>(m);
-    case GgmlType::Q4_K: return launch_q8<GgmlType::Q4_K>(m);
-    case GgmlType::Q5_K: return launch_q8<GgmlType::Q5_K>(m);
-    case GgmlType::Q6_K: return launch_q8<GgmlType::Q6_K>(m);
-    default: return cudaErrorInvalidValue;
-  }
+  if (m.type == GgmlType::Q8_0 && m.cols % 256 == 0) return launch_q8_0(m);
+  cudaError_t err = cudaErrorInvalidValue;
+  for_weight_type<WeightKernel::q8>(m.type, [&](auto t) { err = launch_q8<decltype(t)::value>(m); });
+  return err;
 }
 
 }  // namespace lode::cuda

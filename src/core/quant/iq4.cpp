@@ -19,9 +19,6 @@
 namespace lode::quant {
 namespace {
 
-// MXFP4's FP4 E2M1 values, doubled to integers (the IQ4 table is in iq4_table.h).
-constexpr std::array<int8_t, 16> kMxfp4Values = {0, 1,  2,  3,  4,  6,  8,  12,
-                                                 0, -1, -2, -3, -4, -6, -8, -12};
 constexpr int kGroup = kIq4Group;
 
 // E8M0 exponent e means 2^(e-127); ggml folds in the 1/2 that undoes the doubled table and builds
