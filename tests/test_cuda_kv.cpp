@@ -26,6 +26,7 @@
 #ifdef LODE_HAVE_CUDA
 #include "core/error.h"
 #include "cpu/session.h"
+#include "cuda/engine.h"
 #include "cuda/forward_kernels.h"
 #include "cuda/kv_cache.h"
 #include "cuda/prompt_kernels.h"
@@ -42,6 +43,7 @@ using lode::kv::Format;
 using lode::kv::Store;
 namespace cuda = lode::cuda;
 namespace kv = lode::kv;
+namespace engine = lode::engine;
 
 std::vector<Format> every_format() {
   std::vector<Format> all = kv::all_formats();
@@ -374,6 +376,32 @@ TEST(CudaKv, ASavedSequenceContinuesAsItWouldHave) {
     cuda::CudaSession short_context(reader, config, {.max_context = 64, .kv_format = format});
     EXPECT_THROW(short_context.restore(snapshot), lode::Error);
   }
+}
+
+// The CUDA engine behind engine/engine.h: its one sequence, its checkpoints (the session's
+// snapshots) rewinding bit for bit, its K/V bytes, and clear refusals of what it cannot do yet.
+TEST(CudaKv, TheEngineInterfaceRewindsThroughSnapshots) {
+  LODE_REQUIRE_GPU();
+  const TinyModel model(23);
+  const std::vector<int32_t> prompt = model.tokens(40, 331, 9);
+  auto gpu = std::make_shared<cuda::CudaModel>(std::make_unique<cuda::CudaSession>(
+      model.reader, model.config, cuda::CudaSessionOptions{.max_context = 128, .prompt_chunk = 16,
+                                                           .kv_format = Format::k8v4}));
+  const auto sequence = gpu->open_sequence();
+  EXPECT_THROW(gpu->open_sequence(), lode::Error);
+  engine::prefill(*sequence, prompt, 0);
+  EXPECT_EQ(sequence->kv_bytes(), 40 * model.config.n_full_attention_layers() *
+                                      kv::cell_bytes(Format::k8v4, model.config.n_kv_heads, model.config.head_dim));
+  const auto checkpoint = sequence->checkpoint();
+  const std::vector<float> first = engine::decode(*sequence, 77);
+  engine::decode(*sequence, 5);
+  sequence->rewind(*checkpoint);
+  EXPECT_EQ(sequence->position(), 40);
+  EXPECT_EQ(engine::decode(*sequence, 77), first);
+  const int32_t token = 3;
+  engine::StepRow two[] = {{sequence.get(), std::span(&token, 1), 1, {}}, {sequence.get(), std::span(&token, 1), 1, {}}};
+  EXPECT_THROW(gpu->step(two), lode::Error);
+  EXPECT_EQ(gpu->info().backend, "cuda");
 }
 
 }  // namespace

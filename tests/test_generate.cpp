@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "core/error.h"
-#include "cpu/session.h"
+#include "cpu/engine.h"
 #include "engine/generate.h"
 #include "model/synth.h"
 #include "test_gguf_helpers.h"
@@ -44,7 +44,7 @@ class Generate : public ::testing::Test {
     cpu::Session s = session();
     sample::Sampler sampler(g.sampling, s.vocab());
     const auto prompt = tokenizer_->encode("The weather today", false);
-    return engine::generate(s, *tokenizer_, sampler, prompt, g, [&](std::string_view piece) { *text += piece; });
+    return engine::generate(*cpu::borrow_sequence(s), *tokenizer_, sampler, prompt, g, [&](std::string_view piece) { *text += piece; });
   }
 
   static inline test::TempDir* dir_ = nullptr;
@@ -104,12 +104,12 @@ TEST_F(Generate, AFullContextEndsGenerationAndATooLongPromptIsRefused) {
   auto g = greedy(20);
   g.stop_at_end_of_generation = false;
   sample::Sampler sampler(g.sampling, s.vocab());
-  const auto r = engine::generate(s, *tokenizer_, sampler, prompt, g, [](std::string_view) {});
+  const auto r = engine::generate(*cpu::borrow_sequence(s), *tokenizer_, sampler, prompt, g, [](std::string_view) {});
   EXPECT_EQ(r.finish, engine::FinishReason::context_full);
   EXPECT_EQ(r.tokens.size(), 6u);  // 5 decoded into the context, the 6th sampled and pending
   EXPECT_EQ(s.position(), s.max_context());
   try {
-    engine::generate(s, *tokenizer_, sampler, prompt, g, [](std::string_view) {});
+    engine::generate(*cpu::borrow_sequence(s), *tokenizer_, sampler, prompt, g, [](std::string_view) {});
     FAIL() << "a prompt that does not fit was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("only 0 of the context"), std::string::npos) << e.what();

@@ -15,6 +15,7 @@
 #include "core/quant/dequant.h"
 #include "cpu/attention.h"
 #include "cpu/kv_cache.h"
+#include "cpu/engine.h"
 #include "cpu/session.h"
 #include "engine/kv_quality.h"
 #include "gguf/reader.h"
@@ -415,9 +416,7 @@ TEST(KvQuality, ComparesEachFormatWithTheReferenceSession) {
   options.chunk = 16;
   options.greedy_tokens = 8;
   const engine::OpenSequence open = [](Format format, int64_t context) {
-    return std::unique_ptr<engine::SequenceModel>(std::make_unique<engine::CpuSequence>(
-        std::make_unique<cpu::Session>(mini.weights, cpu::SessionOptions{.threads = 2, .max_context = context,
-                                                                         .kv_format = format})));
+    return cpu::open_sequence(mini.weights, {.threads = 2, .max_context = context, .kv_format = format});
   };
   const auto rows = engine::compare_kv_formats(open, some_tokens(64), options);
   options.formats_per_pass = 1;

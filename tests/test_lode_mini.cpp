@@ -7,7 +7,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "cpu/session.h"
+#include "cpu/engine.h"
 #include "engine/perplexity.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
@@ -35,7 +35,7 @@ TEST(LodeMini, HeldOutPerplexityIsFarBelowAnUntrainedModels) {
   EXPECT_EQ(tok.pre_name(), "qwen35");
   const auto ids = tok.encode(read_text(kRepo / "tests/data/mini/heldout_sample.txt"), false);
   lode::cpu::Session session(reader, config, {.threads = 1});
-  const auto r = lode::engine::perplexity(session, ids, {.ctx = 512, .chunk = 64, .max_windows = 4});
+  const auto r = lode::engine::perplexity(*lode::cpu::borrow_sequence(session), ids, {.ctx = 512, .chunk = 64, .max_windows = 4});
   // Uniform guessing over the 8,192 tokens is a perplexity of 8192 and the training corpus's
   // unigram distribution scores about 1,260 (docs/MINI.md); lode-mini scores 18.1 on these four 512-token windows.
   EXPECT_LT(r.perplexity(), 40.0);

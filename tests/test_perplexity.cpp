@@ -9,7 +9,7 @@
 #include <random>
 #include <regex>
 
-#include "cpu/session.h"
+#include "cpu/engine.h"
 #include "engine/perplexity.h"
 #include "model/synth.h"
 #include "support/run_lode.h"
@@ -67,7 +67,7 @@ class Perplexity : public ::testing::Test {
   static engine::PerplexityResult run(std::span<const int32_t> tokens, engine::PerplexityOptions o,
                                       int64_t deltanet_chunk = 0) {
     cpu::Session s = session(deltanet_chunk);
-    return engine::perplexity(s, tokens, o);
+    return engine::perplexity(*cpu::borrow_sequence(s), tokens, o);
   }
 
   static inline test::TempDir* dir_ = nullptr;
@@ -111,7 +111,7 @@ TEST_F(Perplexity, WindowsAreIndependentAndCombineBySum) {
   // A session that already holds a sequence is reset before the first window.
   cpu::Session s = session();
   s.prefill(random_tokens(9, 3));
-  const auto after_other = engine::perplexity(s, tokens, {.ctx = 16, .chunk = 16});
+  const auto after_other = engine::perplexity(*cpu::borrow_sequence(s), tokens, {.ctx = 16, .chunk = 16});
   EXPECT_LT(relative(after_other.nll_sum, both.nll_sum), 1e-12);
   EXPECT_EQ(s.position(), 16);
 }
@@ -149,7 +149,7 @@ TEST_F(Perplexity, MaxWindowsLimitsTheWorkAndTheSinkSeesEachWindow) {
   std::vector<std::pair<int64_t, int64_t>> calls;
   std::vector<double> nll_so_far;
   cpu::Session s = session();
-  const auto r = engine::perplexity(s, tokens, {.ctx = 12, .chunk = 4, .max_windows = 2},
+  const auto r = engine::perplexity(*cpu::borrow_sequence(s), tokens, {.ctx = 12, .chunk = 4, .max_windows = 2},
                                     [&](int64_t w, int64_t n, const engine::PerplexityResult& so_far) {
                                       calls.emplace_back(w, n);
                                       nll_so_far.push_back(so_far.nll_sum);
@@ -168,13 +168,13 @@ TEST_F(Perplexity, MaxWindowsLimitsTheWorkAndTheSinkSeesEachWindow) {
 TEST_F(Perplexity, BadInputFailsClearly) {
   cpu::Session s = session();
   const auto tokens = random_tokens(20, 7);
-  EXPECT_TRUE(test::fails_with([&] { engine::perplexity(s, tokens, {.ctx = 1}); }, {"--ctx 1", "at least 2"}));
+  EXPECT_TRUE(test::fails_with([&] { engine::perplexity(*cpu::borrow_sequence(s), tokens, {.ctx = 1}); }, {"--ctx 1", "at least 2"}));
   const std::vector<int32_t> one{42};
-  EXPECT_TRUE(test::fails_with([&] { engine::perplexity(s, one, {.ctx = 16}); }, {"1 token", "at least 2"}));
-  EXPECT_TRUE(test::fails_with([&] { engine::perplexity(s, {}, {.ctx = 16}); }, {"0 token"}));
-  EXPECT_TRUE(test::fails_with([&] { engine::perplexity(s, tokens, {.ctx = 4097}); },
+  EXPECT_TRUE(test::fails_with([&] { engine::perplexity(*cpu::borrow_sequence(s), one, {.ctx = 16}); }, {"1 token", "at least 2"}));
+  EXPECT_TRUE(test::fails_with([&] { engine::perplexity(*cpu::borrow_sequence(s), {}, {.ctx = 16}); }, {"0 token"}));
+  EXPECT_TRUE(test::fails_with([&] { engine::perplexity(*cpu::borrow_sequence(s), tokens, {.ctx = 4097}); },
                                {"--ctx 4097", "context length of 4096"}));
-  EXPECT_TRUE(test::fails_with([&] { engine::perplexity(s, tokens, {.ctx = 8, .chunk = 0}); }, {"--chunk 0"}));
+  EXPECT_TRUE(test::fails_with([&] { engine::perplexity(*cpu::borrow_sequence(s), tokens, {.ctx = 8, .chunk = 0}); }, {"--chunk 0"}));
 }
 
 TEST(PerplexityMath, TokenNllIsTheNegativeLogSoftmax) {
@@ -206,7 +206,7 @@ TEST_F(Perplexity, CliPrintsTheLibrarysNumbers) {
   const auto tok = tokenizer::Tokenizer::from_metadata(reader_->metadata());
   const auto tokens = tok.encode(text, false);
   cpu::Session s(*reader_, model::read_config(reader_->metadata()), {.threads = 1});
-  const auto lib = engine::perplexity(s, tokens, {.ctx = 32, .chunk = 64});
+  const auto lib = engine::perplexity(*cpu::borrow_sequence(s), tokens, {.ctx = 32, .chunk = 64});
   ASSERT_GE(lib.windows, 3);
 
   const auto r = test::run_lode("ppl -m '" + model_path().string() + "' -f '" + (scratch / "in.txt").string() +

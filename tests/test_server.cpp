@@ -6,7 +6,7 @@
 
 #include "chat/output_parser.h"
 #include "chat/template.h"
-#include "cpu/session.h"
+#include "cpu/engine.h"
 #include "engine/generate.h"
 #include "test_server_support.h"
 
@@ -29,7 +29,8 @@ Reference reference(const std::vector<int32_t>& prompt, int64_t max_tokens, std:
   g.stop_strings = std::move(stop);
   sample::Sampler sampler(g.sampling, session.vocab());
   Reference r{prompt, {}, {}};
-  r.result = engine::generate(session, model->tokenizer, sampler, prompt, g, [&](std::string_view t) { r.text += t; });
+  r.result = engine::generate(*cpu::borrow_sequence(session), model->tokenizer, sampler, prompt, g,
+                              [&](std::string_view t) { r.text += t; });
   return r;
 }
 
@@ -104,6 +105,29 @@ TEST(Server, HealthAndModels) {
   EXPECT_EQ(list["data"][0]["id"], mini_model()->reader.metadata().get_string("general.name"));
   EXPECT_EQ(list["data"][0]["object"], "model");
   EXPECT_EQ(list["data"][0]["owned_by"], "lode");
+}
+
+// --alias: requests may name the model by an alias on every route, the reply carries the name asked
+// for, /v1/models lists the aliases after the id, and any other name is still 404.
+TEST(Server, AliasesAreAnsweredAndOtherNamesAreNot) {
+  server::ServerOptions o;
+  o.aliases = {"gpt-4o", "claude-sonnet-4"};
+  TestServer s(o);
+  const json list = s.get_json("/v1/models");
+  ASSERT_EQ(list["data"].size(), 3u);
+  EXPECT_EQ(list["data"][0]["id"], mini_model()->id);
+  EXPECT_EQ(list["data"][1]["id"], "gpt-4o");
+  EXPECT_EQ(list["data"][2]["id"], "claude-sonnet-4");
+  const json chat = s.post_json("/v1/chat/completions", {{"model", "gpt-4o"}, {"max_tokens", 2},
+                                                          {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  EXPECT_EQ(chat["model"], "gpt-4o");
+  const json completion = s.post_json("/v1/completions", {{"prompt", "a"}, {"max_tokens", 1}});
+  EXPECT_EQ(completion["model"], mini_model()->id);  // no name given: the id
+  const json message = s.post_json("/v1/messages", {{"model", "claude-sonnet-4"}, {"max_tokens", 2},
+                                                    {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  EXPECT_EQ(message["model"], "claude-sonnet-4");
+  const json unknown = s.post_json("/v1/completions", {{"prompt", "a"}, {"model", "gpt-5"}}, 404);
+  EXPECT_EQ(unknown["error"]["code"], "model_not_found");
 }
 
 TEST(Server, ChatEqualsGenerateAndStreamEqualsPlain) {

@@ -4,7 +4,7 @@
 // tool_result conversations, API keys, and malformed requests answered with Anthropic error bodies.
 #include "chat/output_parser.h"
 #include "chat/template.h"
-#include "cpu/session.h"
+#include "cpu/engine.h"
 #include "engine/generate.h"
 #include "server/anthropic_request.h"
 #include "test_server_support.h"
@@ -30,7 +30,7 @@ Reference reference(const std::vector<chat::Message>& messages, bool thinking, i
   g.sampling.temperature = 0;
   sample::Sampler sampler(g.sampling, session.vocab());
   std::string out;
-  r.result = engine::generate(session, model->tokenizer, sampler, r.prompt, g, [&](std::string_view t) { out += t; });
+  r.result = engine::generate(*cpu::borrow_sequence(session), model->tokenizer, sampler, r.prompt, g, [&](std::string_view t) { out += t; });
   chat::OutputParser parser(thinking, nullptr);
   r.parsed = parser.push(out);
   chat::ParsedDelta rest = parser.finish();
@@ -307,7 +307,7 @@ std::vector<chat::Message> tool_round_trip_messages() {
 }
 
 TEST(ServerAnthropic, ToolResultRoundTripMapsToChatMessages) {
-  const server::ChatRequest request = server::parse_messages_request(tool_round_trip_body(), "lode-mini", 7);
+  const server::ChatRequest request = server::parse_messages_request(tool_round_trip_body(), server::ModelNames("lode-mini"), 7);
   const std::vector<chat::Message> expected = tool_round_trip_messages();
   ASSERT_EQ(request.messages.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/engine.h"
+#include "model/weights.h"
 #include "server/server.h"
 #include "support/paths.h"
 #include "support/run_lode.h"
@@ -193,11 +195,11 @@ TEST(ServerNpm, ToolCallsThroughBothClients) {
   lode::server::ServerOptions o;
   o.port = 0;
   o.api_key = kApiKey;
-  o.worker.threads = 1;
-  o.worker.context = 1024;
   o.worker.fake_output = "The user wants the weather.\n</think>\n\n<tool_call>\n<function=get_weather>\n"
                          "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
-  lode::server::Server server(o, std::make_shared<const lode::server::ServedModel>(kMini.string()));
+  auto model = std::make_shared<const lode::server::ServedModel>(kMini.string());
+  auto weights = std::make_shared<const lode::model::ModelWeights>(lode::model::bind_weights(model->reader, model->config));
+  lode::server::Server server(o, model, lode::cpu::CpuModel::make(weights, {.threads = 1, .max_context = 1024}));
   const int port = server.start();
   const ScriptResult r = run_script("e2e_tools.mjs", port, dir.path());
   EXPECT_EQ(r.status, 0) << "e2e_tools.mjs failed\nstdout: " << r.out << "\nstderr: " << r.err;

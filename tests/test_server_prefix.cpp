@@ -3,7 +3,7 @@
 // an unrelated request reuses nothing.
 #include "chat/output_parser.h"
 #include "chat/template.h"
-#include "cpu/session.h"
+#include "cpu/engine.h"
 #include "engine/generate.h"
 #include "server/prefix_cache.h"
 #include "test_server_support.h"
@@ -29,7 +29,8 @@ std::string cold_run(const json& messages, int max_tokens, kv::Format kv_format 
   g.sampling.temperature = 0;
   sample::Sampler sampler(g.sampling, session.vocab());
   std::string text;
-  engine::generate(session, model->tokenizer, sampler, prompt, g, [&](std::string_view t) { text += t; });
+  engine::generate(*cpu::borrow_sequence(session), model->tokenizer, sampler, prompt, g,
+                   [&](std::string_view t) { text += t; });
   return text;
 }
 
@@ -87,8 +88,7 @@ class ServerPrefixFormats : public ::testing::TestWithParam<kv::Format> {};
 TEST_P(ServerPrefixFormats, InterleavedConversationsEachKeepTheirCache) {
   server::ServerOptions o;
   o.worker.parallel = 2;
-  o.worker.kv_format = GetParam();
-  TestServer server(o);
+  TestServer server(o, {.kv_format = GetParam()});
   EXPECT_EQ(server.get_json("/v1/status")["kv_format"], kv::to_string(GetParam()));
   const std::string question[2] = {
       "I keep a directory of shell scripts and text notes in my home folder. What does cat do with "
@@ -123,17 +123,17 @@ INSTANTIATE_TEST_SUITE_P(Kv, ServerPrefixFormats, ::testing::Values(kv::Format::
 
 // Prefills `prompt` from `from` in whole chunks of 16 as the worker does, checkpointing at whole
 // intervals before the last chunk.
-void prefill_from(cpu::Session& session, server::PrefixCache& cache, std::span<const int32_t> prompt, int64_t from) {
+void prefill_from(engine::Sequence& session, server::PrefixCache& cache, std::span<const int32_t> prompt, int64_t from) {
   for (int64_t at = from; at < int64_t(prompt.size()); at += 16) {
     const auto chunk = prompt.subspan(size_t(at), std::min<size_t>(16, prompt.size() - size_t(at)));
-    session.prefill(chunk, 16);
+    engine::prefill(session, chunk, 16);
     cache.after_chunk(session, chunk, at + 16 < int64_t(prompt.size()));
   }
 }
 
 TEST(ServerPrefix, CheckpointsAreBoundedAndSitAtWholeIntervals) {
-  auto model = mini_model();
-  cpu::Session session(model->reader, model->config, {.threads = 1, .max_context = 512});
+  const auto sequence = mini_engine()->open_sequence();
+  engine::Sequence& session = *sequence;
   server::PrefixCache cache(16, 3);
   std::vector<int32_t> prompt(100);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(100 + i);
@@ -149,7 +149,7 @@ TEST(ServerPrefix, CheckpointsAreBoundedAndSitAtWholeIntervals) {
   EXPECT_EQ(cache.resume(session, prompt), 64);
   EXPECT_EQ(session.position(), 64);
   // A session that someone else moved on is not trusted.
-  session.prefill(std::span(prompt).first(3));
+  engine::prefill(session, std::span(prompt).first(3), 16);
   EXPECT_EQ(cache.reusable(session, prompt), 0);
 }
 

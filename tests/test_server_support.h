@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "cpu/engine.h"
+#include "model/weights.h"
 #include "server/server.h"
 #include "support/paths.h"
 
@@ -23,13 +25,20 @@ inline std::shared_ptr<const server::ServedModel> mini_model() {
   return model;
 }
 
+// The CPU engine on lode-mini's weights (bound once): one thread, 512 positions unless asked.
+inline std::shared_ptr<engine::Model> mini_engine(cpu::SessionOptions options = {}) {
+  static const auto weights = std::make_shared<const model::ModelWeights>(
+      model::bind_weights(mini_model()->reader, mini_model()->config));
+  options.threads = 1;
+  if (options.max_context == 0) options.max_context = 512;
+  return cpu::CpuModel::make(weights, options);
+}
+
 // A server on a free loopback port, stopped when it goes out of scope.
 struct TestServer {
-  explicit TestServer(server::ServerOptions options = {}) {
+  explicit TestServer(server::ServerOptions options = {}, cpu::SessionOptions engine = {}) {
     options.port = 0;
-    options.worker.threads = 1;
-    if (options.worker.context == 0) options.worker.context = 512;
-    server = std::make_unique<server::Server>(options, mini_model());
+    server = std::make_unique<server::Server>(options, mini_model(), mini_engine(engine));
     port = server->start();
   }
   httplib::Client client() const {

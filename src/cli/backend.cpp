@@ -12,7 +12,7 @@
 
 #ifdef LODE_HAVE_CUDA
 #include "cuda/device.h"
-#include "cuda/sequence.h"
+#include "cuda/engine.h"
 #include "cuda/vram.h"
 #endif
 
@@ -47,8 +47,8 @@ std::string first_gpu() {
 #endif
 }
 
-std::unique_ptr<engine::SequenceModel> open_gpu_sequence(const BackendOptions& o, LoadedModel& model,
-                                                         const ModelRunOptions& run) {
+std::unique_ptr<engine::Sequence> open_gpu_sequence(const BackendOptions& o, LoadedModel& model,
+                                                    const ModelRunOptions& run) {
 #ifdef LODE_HAVE_CUDA
   cuda::CudaSessionOptions options;
   options.max_context = run.ctx > 0 ? run.ctx : std::min<int64_t>(model.config.context_length, 8192);
@@ -66,7 +66,7 @@ std::unique_ptr<engine::SequenceModel> open_gpu_sequence(const BackendOptions& o
   const cuda::ExpertStats stats = session->expert_stats();
   fmt::print(stderr, "lode: {}; experts in host RAM: {}\n", plan::summary(session->plan()), stats.host_tier);
   if (!session->plan().all_resident()) fmt::print(stderr, "lode: decode misses: {}\n", stats.miss_path);
-  return std::make_unique<cuda::CudaSequence>(std::move(session));
+  return std::make_shared<cuda::CudaModel>(std::move(session))->open_sequence();
 #else
   (void)o, (void)model, (void)run;
   fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
@@ -86,17 +86,17 @@ std::string resolve_backend(const BackendOptions& o) {
 
 namespace {
 
-std::unique_ptr<engine::SequenceModel> open_cpu_sequence(LoadedModel& model) {
-  cpu::Session& s = model.cpu_session();
+std::unique_ptr<engine::Sequence> open_cpu_sequence(LoadedModel& model) {
+  std::unique_ptr<engine::Sequence> sequence = model.cpu_model()->open_sequence();
   fmt::print(stderr, "lode: K/V cache {} at most (RAM, as the context fills)\n",
-             describe_kv(model.config, s.kv_format(), s.max_context()));
-  return std::make_unique<engine::CpuSequence>(s);
+             describe_kv(model.config, model.cpu_options().kv_format, sequence->max_context()));
+  return sequence;
 }
 
 }  // namespace
 
-std::unique_ptr<engine::SequenceModel> open_sequence(const BackendOptions& o, LoadedModel& model,
-                                                     const ModelRunOptions& run) {
+std::unique_ptr<engine::Sequence> open_sequence(const BackendOptions& o, LoadedModel& model,
+                                                const ModelRunOptions& run) {
   if (o.backend == "cpu") return open_cpu_sequence(model);
   if (o.backend == "cuda") return open_gpu_sequence(o, model, run);
   const std::string gpu = first_gpu();  // auto

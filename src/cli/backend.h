@@ -1,6 +1,6 @@
-// The engine a command runs a sequence on: the CPU session of a loaded model, or a CUDA session on
-// its weights (`--backend cpu|cuda`, `--vram-budget MiB`), behind engine::SequenceModel so that
-// generation drives both alike. Used by `lode run` and `lode chat`.
+// The engine a command runs on, the one place that names a backend: the CPU engine on a loaded
+// model's weights, or the CUDA engine (`--backend cpu|cuda`, `--vram-budget MiB`), both behind
+// engine/engine.h so that generation drives them alike. Used by `lode run`, `lode chat`, `lode ppl`.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -8,7 +8,7 @@
 
 #include "cli/loaded_model.h"
 #include "cli/model_options.h"
-#include "engine/generate.h"
+#include "engine/engine.h"
 
 namespace CLI {
 class App;
@@ -38,7 +38,7 @@ void add_vram_budget_option(CLI::App& cmd, int64_t& mib);
 // model's context, at most 8192), and decode's products follow run's --activations (default q8).
 // Fails clearly when lode was built without CUDA, there is no usable GPU, or the budget is too
 // small (saying by how many MiB).
-std::unique_ptr<engine::SequenceModel> open_sequence(const BackendOptions& o, LoadedModel& model,
-                                                     const ModelRunOptions& run);
+std::unique_ptr<engine::Sequence> open_sequence(const BackendOptions& o, LoadedModel& model,
+                                                const ModelRunOptions& run);
 
 }  // namespace lode::cli

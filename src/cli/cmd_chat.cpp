@@ -142,7 +142,7 @@ class Chat {
 
   const ChatOptions& o_;
   LoadedModel model_;
-  std::unique_ptr<engine::SequenceModel> sequence_;  // on the CPU session of model_, or the GPU
+  std::unique_ptr<engine::Sequence> sequence_;  // on the CPU engine of model_, or the GPU
   sample::SamplingParams params_;
   sample::Sampler sampler_;
   bool thinking_;

@@ -18,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
+#include "cpu/engine.h"
 #include "model/weights.h"
 #include "engine/kv_quality.h"
 #include "engine/perplexity.h"
@@ -25,7 +26,7 @@
 #include "tokenizer/tokenizer.h"
 
 #ifdef LODE_HAVE_CUDA
-#include "cuda/sequence.h"
+#include "cuda/engine.h"
 #include "cuda/session.h"
 #endif
 
@@ -98,12 +99,12 @@ int64_t needles_found(const engine::OpenSequence& open, kv::Format format, const
   for (const NeedleCase& c : cases) {
     const auto prompt = tok.encode(c.prompt, false);
     const auto sequence = open(format, int64_t(prompt.size()) + 16);
-    std::vector<float> logits = sequence->prefill(prompt, 64);
+    std::vector<float> logits = engine::prefill(*sequence, prompt, 64);
     std::vector<int32_t> reply;
     const size_t n = tok.encode(c.answer, false).size() + 1;
     while (reply.size() < n) {
       reply.push_back(int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
-      logits = sequence->decode(reply.back());
+      logits = engine::decode(*sequence, reply.back());
     }
     found += tok.decode(reply, false).rfind(c.answer, 0) == 0;
   }
@@ -121,8 +122,8 @@ engine::OpenSequence sequence_opener(const KvQualityCliOptions& o, const gguf::R
       options.max_context = context;
       options.vram_budget = budget;
       options.kv_format = format;
-      return std::unique_ptr<engine::SequenceModel>(
-          std::make_unique<cuda::CudaSequence>(std::make_unique<cuda::CudaSession>(reader, config, options)));
+      return std::make_shared<cuda::CudaModel>(std::make_unique<cuda::CudaSession>(reader, config, options))
+          ->open_sequence();
     };
 #else
     fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
@@ -131,8 +132,7 @@ engine::OpenSequence sequence_opener(const KvQualityCliOptions& o, const gguf::R
   auto weights = std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config));
   return [weights, threads = o.threads](kv::Format format, int64_t context) {
     const cpu::SessionOptions options{.threads = threads, .max_context = context, .kv_format = format};
-    return std::unique_ptr<engine::SequenceModel>(
-        std::make_unique<engine::CpuSequence>(std::make_unique<cpu::Session>(weights, options)));
+    return cpu::open_sequence(weights, options);
   };
 }
 

@@ -38,11 +38,12 @@ void run_ppl(const PplOptions& o) {
   const std::string text = read_prompt_text(o.run);
   LoadedModel model(o.run);
   const std::vector<int32_t> tokens = model.text().encode(text, false);
-  fmt::print(stderr, "lode: K/V cache {} (one window)\n", describe_kv(model.config, model.cpu_session().kv_format(), o.run.ctx));
+  fmt::print(stderr, "lode: K/V cache {} (one window)\n", describe_kv(model.config, model.cpu_options().kv_format, o.run.ctx));
+  const std::unique_ptr<engine::Sequence> sequence = model.cpu_model()->open_sequence();
   const engine::PerplexityOptions options{.ctx = o.run.ctx, .chunk = o.run.chunk,
                                           .max_windows = o.max_windows};
   engine::PerplexityResult r = engine::perplexity(
-      model.cpu_session(), tokens, options, [](int64_t w, int64_t windows, const engine::PerplexityResult& so_far) {
+      *sequence, tokens, options, [](int64_t w, int64_t windows, const engine::PerplexityResult& so_far) {
         fmt::print(stderr, "[{}/{}] ppl so far {:.4f}\n", w, windows, so_far.perplexity());
       });
   r.text_bytes = covered_bytes(model.text(), tokens, text, r, o.run.ctx);

@@ -42,7 +42,7 @@ void run_generate(const RunOptions& o) {
   engine::GenerateOptions g{.max_tokens = o.n_predict, .sampling = params, .stop_strings = o.stop,
                             .stop_at_end_of_generation = !o.ignore_eos, .render_special = o.special,
                             .chunk = o.run.chunk, .cancel = nullptr, .steer = std::nullopt};
-  const std::unique_ptr<engine::SequenceModel> sequence = open_sequence(o.backend, model, o.run);
+  const std::unique_ptr<engine::Sequence> sequence = open_sequence(o.backend, model, o.run);
   engine::GenerateResult result;
   if (o.ids) {
     // Exactly -n ids, no tokenizer needed: a model without one still runs.
@@ -60,7 +60,7 @@ void run_generate(const RunOptions& o) {
   std::fflush(stdout);
   fmt::print(stderr, "{}; stopped by {}; seed {}\n", engine::speed_report(result),
              engine::to_string(result.finish), params.seed);
-  if (const std::string activity = sequence->activity(); !activity.empty()) fmt::print(stderr, "lode: {}\n", activity);
+  if (const std::string activity = sequence->model().activity(); !activity.empty()) fmt::print(stderr, "lode: {}\n", activity);
 }
 
 }  // namespace

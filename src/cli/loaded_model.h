@@ -1,12 +1,12 @@
 // A model opened for generation: the file, its config, its weights bound once (views into the
-// file's mapping, shared by whichever engine runs them) and its tokenizer; the CPU engine's session
+// file's mapping, shared by whichever engine runs them) and its tokenizer; the CPU engine's model
 // is made only when a command runs on the CPU.
 #pragma once
 #include <memory>
 #include <optional>
 
 #include "cli/model_options.h"
-#include "cpu/session.h"
+#include "cpu/engine.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
 #include "model/weights.h"
@@ -27,11 +27,12 @@ struct LoadedModel {
     return *tokenizer_;
   }
 
-  // The CPU engine's session on these weights, made on first use.
-  cpu::Session& cpu_session() {
-    if (!cpu_session_) cpu_session_.emplace(weights, cpu_options_);
-    return *cpu_session_;
+  // The CPU engine on these weights with the command's options, made on first use.
+  const std::shared_ptr<cpu::CpuModel>& cpu_model() {
+    if (!cpu_model_) cpu_model_ = cpu::CpuModel::make(weights, cpu_options_);
+    return cpu_model_;
   }
+  const cpu::SessionOptions& cpu_options() const { return cpu_options_; }
 
   int64_t vocab() const { return config.vocab; }
 
@@ -41,7 +42,7 @@ struct LoadedModel {
 
  private:
   cpu::SessionOptions cpu_options_;
-  std::optional<cpu::Session> cpu_session_;
+  std::shared_ptr<cpu::CpuModel> cpu_model_;
   std::optional<tokenizer::Tokenizer> tokenizer_;
 };
 

@@ -97,6 +97,8 @@ public:
   int64_t vocab() const { return weights_->config.vocab; }
   const model::Qwen35MoeConfig& config() const { return weights_->config; }
   const SequenceState& state() const { return state_; }
+  const std::shared_ptr<const model::ModelWeights>& weights() const { return weights_; }
+  const SessionOptions& options() const { return options_; }  // max_context resolved
 
 private:
   // Fails unless `tokens` may be appended (non-empty, in the vocabulary, room left).

@@ -880,6 +880,12 @@ int64_t CudaSession::prompt_chunk() const { return impl_->prompt ? impl_->prompt
 int64_t CudaSession::position() const { return impl_->position; }
 int64_t CudaSession::max_context() const { return impl_->options.max_context; }
 int64_t CudaSession::vocab() const { return impl_->config.vocab; }
+const model::Qwen35MoeConfig& CudaSession::config() const { return impl_->config; }
+KvFormat CudaSession::kv_format() const { return impl_->options.kv_format; }
+int64_t CudaSession::kv_bytes() const {
+  const model::Qwen35MoeConfig& c = impl_->config;
+  return position() * c.n_full_attention_layers() * kv::cell_bytes(impl_->options.kv_format, c.n_kv_heads, c.head_dim);
+}
 const VramAccountant& CudaSession::vram() const { return impl_->vram; }
 VramAccountant& CudaSession::vram() { return impl_->vram; }
 

@@ -155,6 +155,9 @@ class CudaSession {
   int64_t position() const;
   int64_t max_context() const;
   int64_t vocab() const;
+  const model::Qwen35MoeConfig& config() const;
+  int64_t kv_bytes() const;  // the K/V cells the sequence holds, in its format's bytes
+  KvFormat kv_format() const;
   const VramAccountant& vram() const;
   VramAccountant& vram();
 

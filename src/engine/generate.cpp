@@ -33,41 +33,29 @@ void check_room(int64_t position, int64_t max_context, std::span<const int32_t> 
 
 }  // namespace
 
-void check_prompt_fits(const cpu::Session& session, std::span<const int32_t> prompt) {
-  check_room(session.position(), session.max_context(), prompt);
+void check_prompt_fits(const Sequence& sequence, std::span<const int32_t> prompt) {
+  check_room(sequence.position(), sequence.max_context(), prompt);
 }
 
-void check_prompt_fits(const SequenceModel& session, std::span<const int32_t> prompt) {
-  check_room(session.position(), session.max_context(), prompt);
-}
-
-GenerateResult generate_tokens(cpu::Session& session, sample::Sampler& sampler,
-                               std::span<const int32_t> prompt, int64_t max_tokens, int64_t chunk,
-                               const TokenSink& on_token) {
-  CpuSequence sequence(session);
-  return generate_tokens(sequence, sampler, prompt, max_tokens, chunk, on_token);
-}
-
-GenerateResult generate_tokens(SequenceModel& session, sample::Sampler& sampler,
-                               std::span<const int32_t> prompt, int64_t max_tokens, int64_t chunk,
-                               const TokenSink& on_token) {
-  check_prompt_fits(session, prompt);
+GenerateResult generate_tokens(Sequence& sequence, sample::Sampler& sampler, std::span<const int32_t> prompt,
+                               int64_t max_tokens, int64_t chunk, const TokenSink& on_token) {
+  check_prompt_fits(sequence, prompt);
   using clock = std::chrono::steady_clock;
   GenerateResult result;
   result.prompt_tokens = int64_t(prompt.size());
   for (int32_t t : prompt) sampler.accept(t);
 
   const auto t0 = clock::now();
-  std::vector<float> logits = session.prefill(prompt, chunk);
+  std::vector<float> logits = engine::prefill(sequence, prompt, chunk);
   const auto t1 = clock::now();
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   for (int64_t i = 0; i < max_tokens; ++i) {
     if (i > 0) {
-      if (session.position() >= session.max_context()) {
+      if (sequence.position() >= sequence.max_context()) {
         result.finish = FinishReason::context_full;
         break;
       }
-      logits = session.decode(result.tokens.back());
+      logits = engine::decode(sequence, result.tokens.back());
     }
     const int32_t token = sampler.sample(logits);
     sampler.accept(token);
@@ -82,26 +70,18 @@ GenerateResult generate_tokens(SequenceModel& session, sample::Sampler& sampler,
   return result;
 }
 
-GenerateResult generate(cpu::Session& session, const tokenizer::Tokenizer& tokenizer,
-                        sample::Sampler& sampler, std::span<const int32_t> prompt,
-                        const GenerateOptions& options, const TextSink& on_text) {
-  CpuSequence sequence(session);
-  return generate(sequence, tokenizer, sampler, prompt, options, on_text);
-}
-
-GenerateResult generate(SequenceModel& session, const tokenizer::Tokenizer& tokenizer,
-                        sample::Sampler& sampler, std::span<const int32_t> prompt,
-                        const GenerateOptions& options, const TextSink& on_text) {
-  check_prompt_fits(session, prompt);
+GenerateResult generate(Sequence& sequence, const tokenizer::Tokenizer& tokenizer, sample::Sampler& sampler,
+                        std::span<const int32_t> prompt, const GenerateOptions& options, const TextSink& on_text) {
+  check_prompt_fits(sequence, prompt);
   for (int32_t t : prompt) sampler.accept(t);
   Generation generation(tokenizer, sampler, options, on_text, int64_t(prompt.size()));
-  std::vector<float> logits = session.prefill(prompt, options.chunk);
+  std::vector<float> logits = engine::prefill(sequence, prompt, options.chunk);
   while (const std::optional<int32_t> next = generation.step(logits)) {
-    if (session.position() >= session.max_context()) {
+    if (sequence.position() >= sequence.max_context()) {
       generation.stop(FinishReason::context_full);
       break;
     }
-    logits = session.decode(*next);
+    logits = engine::decode(sequence, *next);
   }
   return generation.result();
 }

@@ -46,13 +46,13 @@ void score_chunk(KvQualityRow& row, const std::vector<float>& reference, const s
 
 // Each sequence continues greedily from its own last logits for n tokens (or until its context is
 // full).
-std::vector<std::vector<int32_t>> continue_greedily(std::vector<std::unique_ptr<SequenceModel>>& sequences,
+std::vector<std::vector<int32_t>> continue_greedily(std::vector<std::unique_ptr<Sequence>>& sequences,
                                                     std::vector<std::vector<float>>& last, int64_t n) {
   std::vector<std::vector<int32_t>> chosen(sequences.size());
   for (size_t s = 0; s < sequences.size(); ++s)
     for (int64_t i = 0; i < n && sequences[s]->position() < sequences[s]->max_context(); ++i) {
       chosen[s].push_back(argmax(last[s]));
-      if (i + 1 < n) last[s] = sequences[s]->decode(chosen[s].back());
+      if (i + 1 < n) last[s] = decode(*sequences[s], chosen[s].back());
     }
   return chosen;
 }
@@ -93,21 +93,21 @@ std::vector<KvQualityRow> compare_kv_formats(const OpenSequence& open, std::span
   for (int64_t pass = 0; pass < passes; ++pass) {
     // rows[0] (the reference) and rows[first .. first + count) in this pass.
     const int64_t first = 1 + pass * per_pass, count = std::min(per_pass, others - pass * per_pass);
-    std::vector<std::unique_ptr<SequenceModel>> sequences;
+    std::vector<std::unique_ptr<Sequence>> sequences;
     sequences.push_back(open(options.reference, context));
     for (int64_t r = first; r < first + count; ++r) sequences.push_back(open(rows[size_t(r)].format, context));
-    const int64_t vocab = sequences[0]->vocab();
+    const int64_t vocab = sequences[0]->model().vocab();
     std::vector<std::vector<float>> last(sequences.size());
     const int64_t unscored = options.scored_positions > 0 ? std::max<int64_t>(n - options.scored_positions, 0) : 0;
     for (int64_t start = 0; start < unscored; start += options.chunk) {
       const auto chunk = tokens.subspan(size_t(start), size_t(std::min(options.chunk, unscored - start)));
-      for (auto& s : sequences) s->prefill(chunk, int64_t(chunk.size()));
+      for (auto& s : sequences) prefill(*s, chunk, int64_t(chunk.size()));
       if (progress) progress(pass * n + start + int64_t(chunk.size()), passes * n);
     }
     for (int64_t start = unscored; start < n; start += options.chunk) {
       const auto chunk = tokens.subspan(size_t(start), size_t(std::min(options.chunk, n - start)));
       std::vector<std::vector<float>> logits;
-      for (auto& s : sequences) logits.push_back(s->prefill_all(chunk, int64_t(chunk.size())));
+      for (auto& s : sequences) logits.push_back(prefill(*s, chunk, int64_t(chunk.size()), true));
       // The next token of every position of the chunk but the text's last.
       const auto next = tokens.subspan(size_t(start + 1), size_t(std::min<int64_t>(int64_t(chunk.size()), n - 1 - start)));
       if (pass == 0) score_chunk(rows[0], logits[0], logits[0], vocab, next);

@@ -27,7 +27,7 @@ struct KvQualityOptions {
 };
 
 // Opens an empty sequence whose K/V cache is in `format`, with room for max_context positions.
-using OpenSequence = std::function<std::unique_ptr<SequenceModel>(kv::Format format, int64_t max_context)>;
+using OpenSequence = std::function<std::unique_ptr<Sequence>(kv::Format format, int64_t max_context)>;
 
 struct KvQualityRow {
   kv::Format format = kv::Format::f32;

@@ -10,11 +10,11 @@
 namespace lode::engine {
 namespace {
 
-void check_options(const cpu::Session& session, int64_t n_tokens, const PerplexityOptions& o) {
+void check_options(const Sequence& sequence, int64_t n_tokens, const PerplexityOptions& o) {
   if (o.ctx < 2) fail("perplexity: --ctx {} is too small; a window needs at least 2 tokens", o.ctx);
   if (o.chunk < 1) fail("perplexity: --chunk {} must be at least 1", o.chunk);
   if (o.max_windows < 0) fail("perplexity: --max-windows {} must be 0 (all) or more", o.max_windows);
-  const int64_t model_ctx = session.config().context_length;
+  const int64_t model_ctx = sequence.model().config().context_length;
   if (model_ctx > 0 && o.ctx > model_ctx)
     fail("perplexity: --ctx {} exceeds the model's context length of {}; pass a smaller --ctx",
          o.ctx, model_ctx);
@@ -25,13 +25,13 @@ void check_options(const cpu::Session& session, int64_t n_tokens, const Perplexi
 // Runs one window from an empty state, `chunk` positions per forward call, and adds the NLL of
 // every token after the first to `total`. Only chunk x vocab logits are held at a time: a whole
 // window's would be ctx x vocab (1 GB at 1024 x 250k).
-void score_window(cpu::Session& session, std::span<const int32_t> window, int64_t chunk,
+void score_window(Sequence& sequence, std::span<const int32_t> window, int64_t chunk,
                   PerplexityResult& total) {
-  session.reset();
-  const int64_t n = int64_t(window.size()), vocab = session.vocab();
+  sequence.reset();
+  const int64_t n = int64_t(window.size()), vocab = sequence.model().vocab();
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start);
-    const std::vector<float> logits = session.prefill(window.subspan(size_t(start), size_t(len)), len, true);
+    const std::vector<float> logits = prefill(sequence, window.subspan(size_t(start), size_t(len)), len, true);
     // Row r holds the prediction for position start + r + 1; the window's last row predicts
     // nothing inside it.
     for (int64_t r = 0; r < len && start + r + 1 < n; ++r) {
@@ -71,10 +71,10 @@ int64_t perplexity_windows(int64_t n_tokens, int64_t ctx) {
   return full + (n_tokens % ctx >= 2 ? 1 : 0);
 }
 
-PerplexityResult perplexity(cpu::Session& session, std::span<const int32_t> tokens,
+PerplexityResult perplexity(Sequence& sequence, std::span<const int32_t> tokens,
                             const PerplexityOptions& options, const WindowSink& on_window) {
   const int64_t n_tokens = int64_t(tokens.size());
-  check_options(session, n_tokens, options);
+  check_options(sequence, n_tokens, options);
   int64_t windows = perplexity_windows(n_tokens, options.ctx);
   if (options.max_windows > 0) windows = std::min(windows, options.max_windows);
 
@@ -83,7 +83,7 @@ PerplexityResult perplexity(cpu::Session& session, std::span<const int32_t> toke
   for (int64_t w = 0; w < windows; ++w) {
     const int64_t start = w * options.ctx;
     const int64_t len = std::min(options.ctx, n_tokens - start);
-    score_window(session, tokens.subspan(size_t(start), size_t(len)), options.chunk, result);
+    score_window(sequence, tokens.subspan(size_t(start), size_t(len)), options.chunk, result);
     ++result.windows;
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     if (on_window) on_window(w + 1, windows, result);

@@ -1,4 +1,4 @@
-// Perplexity of a model over a tokenized text, on the CPU engine (`lode ppl`).
+// Perplexity of a model over a tokenized text (`lode ppl`), on any engine (engine/engine.h).
 //
 // Definition (a Python twin in transformers computes the same numbers):
 //   * The text is tokenized once (allow_special = false, no BOS) by the caller.
@@ -16,7 +16,7 @@
 #include <functional>
 #include <span>
 
-#include "cpu/session.h"
+#include "engine/engine.h"
 
 namespace lode::engine {
 
@@ -48,10 +48,10 @@ using WindowSink = std::function<void(int64_t window, int64_t windows, const Per
 // Number of windows `n_tokens` tokens make at `ctx` tokens each (the definition above).
 int64_t perplexity_windows(int64_t n_tokens, int64_t ctx);
 
-// Evaluates the windows of `tokens` on `session` (reset before each window and left holding the
+// Evaluates the windows of `tokens` on `sequence` (reset before each window and left holding the
 // last one). Fails when ctx < 2, chunk < 1, max_windows < 0, there are fewer than 2 tokens, or
 // ctx exceeds the model's context length.
-PerplexityResult perplexity(cpu::Session& session, std::span<const int32_t> tokens,
+PerplexityResult perplexity(Sequence& sequence, std::span<const int32_t> tokens,
                             const PerplexityOptions& options, const WindowSink& on_window = {});
 
 // -log softmax(logits)[target], in double precision.

@@ -183,10 +183,11 @@ GenerationRequest generation(const json& body, uint64_t random_seed) {
 
 }  // namespace
 
-ChatRequest parse_messages_request(const json& body, const std::string& model_id, uint64_t random_seed) {
-  check_model(body, model_id);
+ChatRequest parse_messages_request(const json& body, const ModelNames& names, uint64_t random_seed) {
+  const std::string model = check_model(body, names);
   ChatRequest r;
   r.generation = generation(body, random_seed);
+  r.generation.model = model;
   r.messages = messages(body);
   std::tie(r.tools, r.forced_tools) = tools(body);
   r.enable_thinking = thinking(body);

@@ -17,7 +17,7 @@
 namespace lode::server {
 
 // random_seed: the sampler's seed (the Messages API has none).
-ChatRequest parse_messages_request(const nlohmann::ordered_json& body, const std::string& model_id,
+ChatRequest parse_messages_request(const nlohmann::ordered_json& body, const ModelNames& names,
                                    uint64_t random_seed);
 
 }  // namespace lode::server

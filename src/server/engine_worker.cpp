@@ -56,16 +56,16 @@ void JobStream::fail(std::string message) {
   ready_.notify_all();
 }
 
-struct EngineWorker::Sequence {
+struct EngineWorker::Running {
   Queued queued;
   engine::GenerateOptions options;  // the job's, cancel wired to its stream
   sample::Sampler sampler;
   std::unique_ptr<engine::Generation> generation;
   int64_t cached = 0;     // prompt tokens reused from the slot's prefix
-  int64_t prefilled = 0;  // prompt tokens in the session
+  int64_t prefilled = 0;  // prompt tokens in the sequence
   std::optional<int32_t> pending;  // the sampled token to run next
 
-  Sequence(Queued q, int64_t vocab)
+  Running(Queued q, int64_t vocab)
       : queued(std::move(q)), options(queued.job.generate), sampler(options.sampling, vocab) {
     options.cancel = queued.stream->cancel_flag();
   }
@@ -73,17 +73,15 @@ struct EngineWorker::Sequence {
   bool prefilling() const { return prefilled < int64_t(queued.job.prompt.size()); }
 };
 
-EngineWorker::EngineWorker(const ServedModel& model, WorkerOptions options, FinishedHook on_finished)
-    : model_(model), options_(std::move(options)), on_finished_(std::move(on_finished)),
-      context_(options_.context > 0 ? options_.context : model.config.context_length) {
+EngineWorker::EngineWorker(const ServedModel& model, std::shared_ptr<engine::Model> engine, WorkerOptions options,
+                           FinishedHook on_finished)
+    : model_(model), engine_(std::move(engine)), options_(std::move(options)), on_finished_(std::move(on_finished)) {
   if (options_.parallel < 1) fail("--parallel must be at least 1, got {}", options_.parallel);
   if (options_.chunk < 1) fail("the prefill chunk must be at least 1 token, got {}", options_.chunk);
-  auto weights = std::make_shared<const model::ModelWeights>(model::bind_weights(model.reader, model.config));
-  for (int i = 0; i < options_.parallel; ++i) {
+  for (int i = 0; i < options_.parallel; ++i)
     slots_.push_back(std::make_unique<Slot>(
-        Slot{cpu::Session(weights, {.threads = options_.threads, .max_context = context_, .kv_format = options_.kv_format}),
-             PrefixCache(options_.chunk, options_.checkpoints_per_slot), 0, nullptr}));
-  }
+        Slot{engine_->open_sequence(), PrefixCache(options_.chunk, options_.checkpoints_per_slot), 0, nullptr}));
+  context_ = slots_.front()->sequence->max_context();
   thread_ = std::thread([this] { run(); });
 }
 
@@ -164,8 +162,8 @@ void EngineWorker::run() {
   while (admit_waiting()) step();
   // Stopping: the sequences still running end as cancelled.
   for (auto& slot : slots_) {
-    if (!slot->sequence) continue;
-    slot->sequence->generation->stop(engine::FinishReason::cancelled);
+    if (!slot->running) continue;
+    slot->running->generation->stop(engine::FinishReason::cancelled);
     finish(*slot);
   }
 }
@@ -194,7 +192,7 @@ EngineWorker::Placement EngineWorker::place(std::span<const int32_t> prompt) {
   Slot* source = nullptr;
   int64_t best = 0;
   for (auto& slot : slots_) {
-    const int64_t reuse = slot->prefix.reusable(slot->session, prompt);
+    const int64_t reuse = slot->prefix.reusable(*slot->sequence, prompt);
     if (reuse > best) {
       source = slot.get();
       best = reuse;
@@ -203,10 +201,10 @@ EngineWorker::Placement EngineWorker::place(std::span<const int32_t> prompt) {
   // The next turn of that slot's conversation continues in it (when free). Otherwise the request
   // takes the least recently used free slot and copies the shared prefix into it, so a new agent
   // sharing only a system prompt does not evict another's conversation.
-  if (source && !source->sequence && 2 * best >= source->prefix.held()) return {source, nullptr};
+  if (source && !source->running && 2 * best >= source->prefix.held()) return {source, nullptr};
   Slot* target = nullptr;
   for (auto& slot : slots_) {
-    if (!slot->sequence && (!target || slot->last_used < target->last_used)) target = slot.get();
+    if (!slot->running && (!target || slot->last_used < target->last_used)) target = slot.get();
   }
   return {target, source == target ? nullptr : source};  // admit_waiting admits no more than the free slots
 }
@@ -227,16 +225,16 @@ void EngineWorker::start(Placement placement, Queued queued) {
   }
   const std::shared_ptr<JobStream> stream = queued.stream;
   try {
-    auto seq = std::make_unique<Sequence>(std::move(queued), slot.session.vocab());
+    auto seq = std::make_unique<Running>(std::move(queued), engine_->vocab());
     seq->cached = seq->prefilled =
-        placement.source ? slot.prefix.resume_from(slot.session, placement.source->prefix, placement.source->session, seq->prompt())
-                         : slot.prefix.resume(slot.session, seq->prompt());
-    engine::check_prompt_fits(slot.session, seq->prompt().subspan(size_t(seq->cached)));
+        placement.source ? slot.prefix.resume_from(*slot.sequence, placement.source->prefix, *placement.source->sequence, seq->prompt())
+                         : slot.prefix.resume(*slot.sequence, seq->prompt());
+    engine::check_prompt_fits(*slot.sequence, seq->prompt().subspan(size_t(seq->cached)));
     for (int32_t t : seq->prompt()) seq->sampler.accept(t);  // penalties see the whole prompt
     seq->generation = std::make_unique<engine::Generation>(
         model_.tokenizer, seq->sampler, seq->options, [stream](std::string_view text) { stream->push_text(text); },
         int64_t(seq->prompt().size()));
-    slot.sequence = std::move(seq);
+    slot.running = std::move(seq);
   } catch (const std::exception& e) {
     slot.prefix.clear();
     done_early();
@@ -246,26 +244,26 @@ void EngineWorker::start(Placement placement, Queued queued) {
 
 void EngineWorker::step() {
   for (auto& slot : slots_) {  // clients that went away end first
-    if (slot->sequence && slot->sequence->queued.stream->cancelled()) {
-      slot->sequence->generation->stop(engine::FinishReason::cancelled);
+    if (slot->running && slot->running->queued.stream->cancelled()) {
+      slot->running->generation->stop(engine::FinishReason::cancelled);
       finish(*slot);
     }
   }
   // Every decoding sequence's next token, and one prompt chunk, slots taking turns.
-  std::vector<cpu::BatchEntry> batch;
+  std::vector<engine::StepRow> batch;
   std::vector<Slot*> owners;
   for (auto& slot : slots_) {
-    if (!slot->sequence || slot->sequence->prefilling()) continue;
-    batch.push_back({&slot->session, std::span(&*slot->sequence->pending, 1), 1, {}});
+    if (!slot->running || slot->running->prefilling()) continue;
+    batch.push_back({slot->sequence.get(), std::span(&*slot->running->pending, 1), 1, {}});
     owners.push_back(slot.get());
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& slot = *slots_[(prefill_turn_ + i) % slots_.size()];
-    if (!slot.sequence || !slot.sequence->prefilling()) continue;
-    const Sequence& seq = *slot.sequence;
+    if (!slot.running || !slot.running->prefilling()) continue;
+    const Running& seq = *slot.running;
     const int64_t end = std::min((seq.prefilled / options_.chunk + 1) * options_.chunk, int64_t(seq.prompt().size()));
     const bool last = end == int64_t(seq.prompt().size());
-    batch.push_back({&slot.session, seq.prompt().subspan(size_t(seq.prefilled), size_t(end - seq.prefilled)), last ? 1 : 0, {}});
+    batch.push_back({slot.sequence.get(), seq.prompt().subspan(size_t(seq.prefilled), size_t(end - seq.prefilled)), last ? 1 : 0, {}});
     owners.push_back(&slot);
     prefill_turn_ = (prefill_turn_ + i + 1) % slots_.size();
     break;
@@ -278,12 +276,12 @@ void EngineWorker::step() {
     if (batch.size() > 1 && batch.back().tokens.size() > 1) ++step_counts_.mixed_steps;
   }
   try {
-    cpu::Session::forward_batch(batch);
+    engine_->step(batch);
   } catch (const std::exception& e) {
     for (Slot* slot : owners) {
       slot->prefix.clear();
-      slot->sequence->queued.stream->fail(e.what());
-      slot->sequence.reset();
+      slot->running->queued.stream->fail(e.what());
+      slot->running.reset();
       std::lock_guard lock(mutex_);
       --active_;
     }
@@ -293,16 +291,16 @@ void EngineWorker::step() {
   if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
 }
 
-void EngineWorker::advance(Slot& slot, const cpu::BatchEntry& entry) {
-  Sequence& seq = *slot.sequence;
+void EngineWorker::advance(Slot& slot, const engine::StepRow& entry) {
+  Running& seq = *slot.running;
   if (seq.prefilling()) {
     seq.prefilled += int64_t(entry.tokens.size());
     const bool last = !seq.prefilling();
-    slot.prefix.after_chunk(slot.session, entry.tokens, !last && seq.prefilled % options_.chunk == 0);
+    slot.prefix.after_chunk(*slot.sequence, entry.tokens, !last && seq.prefilled % options_.chunk == 0);
     if (!last) return;
   }
   seq.pending = seq.generation->step(entry.logits);
-  if (seq.pending && slot.session.position() >= context_) {
+  if (seq.pending && slot.sequence->position() >= context_) {
     seq.generation->stop(engine::FinishReason::context_full);
     seq.pending.reset();
   }
@@ -310,14 +308,14 @@ void EngineWorker::advance(Slot& slot, const cpu::BatchEntry& entry) {
 }
 
 void EngineWorker::finish(Slot& slot) {
-  const std::unique_ptr<Sequence> seq = std::move(slot.sequence);
+  const std::unique_ptr<Running> seq = std::move(slot.running);
   engine::GenerateResult result = seq->generation->result();
   slot.prefix.record(result.tokens, result.last_token_pending);
   slot.last_used = ++clock_;
   result.prompt_tokens = int64_t(seq->prompt().size());
   result.cached_tokens = seq->cached;
   int64_t bytes = 0, kv = 0;
-  for (const auto& s : slots_) bytes += s->prefix.bytes(), kv += s->session.kv_bytes();
+  for (const auto& s : slots_) bytes += s->prefix.bytes(), kv += s->sequence->kv_bytes();
   {
     std::lock_guard lock(mutex_);
     --active_;

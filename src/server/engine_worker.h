@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/session.h"
+#include "engine/engine.h"
 #include "server/prefix_cache.h"
 #include "engine/generate.h"
 #include "engine/generation.h"
@@ -64,13 +64,10 @@ class JobStream {
 };
 
 struct WorkerOptions {
-  int threads = 0;        // OpenMP threads of the engine; 0: all cores
-  int64_t context = 0;    // positions per sequence; 0: the model's context length
   int parallel = 4;       // sequences generated together, each in a slot that keeps its prefix
   int max_queue = 16;     // jobs that may wait for a free slot; more are refused (429)
   int64_t chunk = 64;     // prompt tokens per prefill chunk, and the prefix checkpoint interval
   size_t checkpoints_per_slot = 64;  // prefix checkpoints each slot keeps (bounds their memory)
-  kv::Format kv_format = kv::Format::f32;  // each slot's K/V cache (`lode serve` defaults to fp16)
   // Test hooks, never set by `lode serve`: fake_output replaces the model's output with this text
   // (tests of tool calls, which a small model will not make reliably); token_delay sleeps after
   // every engine step (or piece of fake text) so a test can keep the worker busy.
@@ -78,10 +75,10 @@ struct WorkerOptions {
   std::chrono::milliseconds token_delay{0};
 };
 
-// The worker: one thread owns `parallel` sequence slots (a CPU session each, sharing the weights)
-// and runs them in steps. Every step runs the next token of each decoding sequence plus at most
-// one prompt chunk of a sequence still prefilling (taking turns), all in one batched forward pass
-// (cpu::Session::forward_batch), so a long prompt never freezes the others. Jobs join free slots
+// The worker: one thread owns `parallel` sequence slots (a sequence of the engine each) and runs
+// them in steps. Every step runs the next token of each decoding sequence plus at most one prompt
+// chunk of a sequence still prefilling (taking turns), all in one step of the engine
+// (engine::Model::step), so a long prompt never freezes the others. Jobs join free slots
 // between steps: the next turn of a conversation continues in the slot that holds it; any other
 // job takes the least recently used free slot, copying into it the longest prefix it shares with
 // any slot's conversation (a common system prompt), so conversations do not evict each other. A job's tokens do not depend on what it ran beside:
@@ -93,7 +90,10 @@ class EngineWorker {
   // server's statistics); may be empty.
   using FinishedHook = std::function<void(const engine::GenerateResult&)>;
 
-  EngineWorker(const ServedModel& model, WorkerOptions options, FinishedHook on_finished = {});
+  // Opens `parallel` sequences of `engine` (which runs `model`'s weights); fails, saying why, when
+  // the engine cannot hold that many.
+  EngineWorker(const ServedModel& model, std::shared_ptr<engine::Model> engine, WorkerOptions options,
+               FinishedHook on_finished = {});
   ~EngineWorker();  // stop()
   EngineWorker(const EngineWorker&) = delete;
   EngineWorker& operator=(const EngineWorker&) = delete;
@@ -109,7 +109,8 @@ class EngineWorker {
   int waiting() const;  // jobs waiting for a slot
   int active() const;   // jobs in slots
   int64_t checkpoint_bytes() const;  // memory held by the slots' prefix checkpoints
-  int64_t kv_bytes() const;          // K/V the slots' sessions hold (kept for prefix reuse)
+  int64_t kv_bytes() const;          // K/V the slots' sequences hold (kept for prefix reuse)
+  engine::EngineInfo engine_info() const { return engine_->info(); }
   struct StepCounts {
     int64_t steps = 0;        // batched forward passes
     int64_t max_batch = 0;    // most sequences in one of them
@@ -122,12 +123,12 @@ class EngineWorker {
     Job job;
     std::shared_ptr<JobStream> stream;
   };
-  struct Sequence;  // a job in a slot (engine_worker.cpp)
+  struct Running;  // a job in a slot (engine_worker.cpp)
   struct Slot {
-    cpu::Session session;
+    std::unique_ptr<engine::Sequence> sequence;
     PrefixCache prefix;
     uint64_t last_used = 0;
-    std::unique_ptr<Sequence> sequence;  // null: free
+    std::unique_ptr<Running> running;  // null: free
   };
 
   void run();
@@ -140,11 +141,12 @@ class EngineWorker {
   Placement place(std::span<const int32_t> prompt);
   void start(Placement placement, Queued queued);
   void step();
-  void advance(Slot& slot, const cpu::BatchEntry& entry);  // after the step: sample, or go on prefilling
+  void advance(Slot& slot, const engine::StepRow& row);  // after the step: sample, or go on prefilling
   void finish(Slot& slot);
   void run_fake(const Queued& queued);
 
   const ServedModel& model_;
+  std::shared_ptr<engine::Model> engine_;
   WorkerOptions options_;
   FinishedHook on_finished_;
   int64_t context_;

@@ -44,15 +44,17 @@ std::optional<bool> boolean(const json& body, const char* name, const std::strin
   return v->get<bool>();
 }
 
-void check_model(const json& body, const std::string& model_id) {
+std::string check_model(const json& body, const ModelNames& names) {
   const json* v = field(body, "model");
-  if (!v) return;
+  if (!v) return names.id;
   if (!v->is_string()) throw bad_request(fmt::format("model must be a string, got {}", v->type_name()), "model");
-  if (v->get<std::string>() != model_id)
+  const std::string asked = v->get<std::string>();
+  if (!names.includes(asked))
     throw ApiError(404, "invalid_request_error",
-                   fmt::format("The model `{}` does not exist; this server serves `{}` (GET /v1/models)",
-                               v->get<std::string>(), model_id),
+                   fmt::format("The model `{}` does not exist; this server serves `{}` (GET /v1/models)", asked,
+                               names.id),
                    "model", "model_not_found");
+  return asked;
 }
 
 }  // namespace lode::server

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "server/served_model.h"
+
 namespace lode::server {
 
 // A field that is absent or null counts as not given (clients send explicit nulls).
@@ -18,7 +20,8 @@ std::optional<int64_t> integer_in(const nlohmann::ordered_json& body, const char
 // param: the name to report (a dotted path for nested fields).
 std::optional<bool> boolean(const nlohmann::ordered_json& body, const char* name, const std::string& param);
 
-// `model`, when given, must name the served model: 400 when not a string, 404 when another.
-void check_model(const nlohmann::ordered_json& body, const std::string& model_id);
+// `model`, when given, must be one of the served model's names: 400 when not a string, 404 when
+// another. Returns the name the reply gives: the one asked for, else the model's id.
+std::string check_model(const nlohmann::ordered_json& body, const ModelNames& names);
 
 }  // namespace lode::server

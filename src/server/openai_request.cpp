@@ -195,18 +195,19 @@ json parse_json_body(const std::string& body) {
   return parsed;
 }
 
-ChatRequest parse_chat_request(const json& body, const std::string& model_id, uint64_t random_seed) {
-  check_model(body, model_id);
+ChatRequest parse_chat_request(const json& body, const ModelNames& names, uint64_t random_seed) {
+  const std::string model = check_model(body, names);
   ChatRequest r;
   r.messages = messages(body);
   std::tie(r.tools, r.forced_tools) = tools(body);
   r.enable_thinking = thinking(body);
   r.generation = generation_request(body, random_seed);
+  r.generation.model = model;
   return r;
 }
 
-CompletionRequest parse_completion_request(const json& body, const std::string& model_id, uint64_t random_seed) {
-  check_model(body, model_id);
+CompletionRequest parse_completion_request(const json& body, const ModelNames& names, uint64_t random_seed) {
+  const std::string model = check_model(body, names);
   CompletionRequest r;
   const json* p = field(body, "prompt");
   if (!p) throw bad_request("prompt is required: the text to continue", "prompt");
@@ -214,6 +215,7 @@ CompletionRequest parse_completion_request(const json& body, const std::string& 
   if (!p->is_string()) throw bad_request(fmt::format("prompt must be a string, got {}", p->type_name()), "prompt");
   r.prompt = p->get<std::string>();
   r.generation = generation_request(body, random_seed);
+  r.generation.model = model;
   if (!r.generation.max_tokens) r.generation.max_tokens = 16;  // OpenAI's default for completions
   return r;
 }

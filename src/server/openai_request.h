@@ -24,6 +24,7 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  std::string model;           // the name the reply gives (json_fields.h: check_model)
 };
 
 struct ChatRequest {
@@ -51,10 +52,9 @@ std::vector<std::string> forced_tool_names(const nlohmann::ordered_json& tools, 
 nlohmann::ordered_json parse_json_body(const std::string& body);
 
 // random_seed: the seed used when the request gives none.
-ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const std::string& model_id,
-                               uint64_t random_seed);
-CompletionRequest parse_completion_request(const nlohmann::ordered_json& body,
-                                           const std::string& model_id, uint64_t random_seed);
+ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const ModelNames& names, uint64_t random_seed);
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, const ModelNames& names,
+                                           uint64_t random_seed);
 
 // The rendered (chat) or raw (completion) prompt as tokens, with max_tokens resolved against the
 // context; 400 when the template refuses the conversation or prompt + max_tokens do not fit.

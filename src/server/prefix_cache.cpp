@@ -9,7 +9,7 @@ PrefixCache::PrefixCache(int64_t interval, size_t max_checkpoints)
 
 int64_t PrefixCache::bytes() const {
   int64_t total = 0;
-  for (const auto& [position, cp] : checkpoints_) total += cp.bytes();
+  for (const auto& [position, cp] : checkpoints_) total += cp->bytes();
   return total;
 }
 
@@ -18,9 +18,9 @@ void PrefixCache::clear() {
   checkpoints_.clear();
 }
 
-std::map<int64_t, cpu::SequenceCheckpoint>::const_iterator PrefixCache::usable(
-    const cpu::Session& session, std::span<const int32_t> prompt) const {
-  if (session.position() != int64_t(tokens_.size())) return checkpoints_.end();  // someone else used it
+std::map<int64_t, std::shared_ptr<const engine::Checkpoint>>::const_iterator PrefixCache::usable(
+    const engine::Sequence& sequence, std::span<const int32_t> prompt) const {
+  if (sequence.position() != int64_t(tokens_.size())) return checkpoints_.end();  // someone else used it
   // The shared prefix, leaving at least the prompt's last token to be run again.
   const auto limit = std::min(tokens_.size(), prompt.size() - std::min<size_t>(prompt.size(), 1));
   const size_t shared = size_t(std::mismatch(tokens_.begin(), tokens_.begin() + ptrdiff_t(limit), prompt.begin()).first -
@@ -30,40 +30,40 @@ std::map<int64_t, cpu::SequenceCheckpoint>::const_iterator PrefixCache::usable(
   return std::prev(after);
 }
 
-int64_t PrefixCache::reusable(const cpu::Session& session, std::span<const int32_t> prompt) const {
-  const auto it = usable(session, prompt);
+int64_t PrefixCache::reusable(const engine::Sequence& sequence, std::span<const int32_t> prompt) const {
+  const auto it = usable(sequence, prompt);
   return it == checkpoints_.end() ? 0 : it->first;
 }
 
-int64_t PrefixCache::resume(cpu::Session& session, std::span<const int32_t> prompt) {
-  const auto it = usable(session, prompt);
+int64_t PrefixCache::resume(engine::Sequence& sequence, std::span<const int32_t> prompt) {
+  const auto it = usable(sequence, prompt);
   if (it == checkpoints_.end()) {
-    session.reset();
+    sequence.reset();
     clear();
     return 0;
   }
   const int64_t position = it->first;
-  session.rewind(it->second);
+  sequence.rewind(*it->second);
   checkpoints_.erase(std::next(it), checkpoints_.end());
   tokens_.resize(size_t(position));
   return position;
 }
 
-int64_t PrefixCache::resume_from(cpu::Session& session, const PrefixCache& source, const cpu::Session& source_session,
+int64_t PrefixCache::resume_from(engine::Sequence& sequence, const PrefixCache& source, const engine::Sequence& source_sequence,
                                  std::span<const int32_t> prompt) {
-  const auto it = source.usable(source_session, prompt);
-  if (it == source.checkpoints_.end()) return resume(session, prompt);
-  session.copy_prefix(source_session, it->second);
+  const auto it = source.usable(source_sequence, prompt);
+  if (it == source.checkpoints_.end()) return resume(sequence, prompt);
+  sequence.copy_prefix(source_sequence, *it->second);
   tokens_.assign(source.tokens_.begin(), source.tokens_.begin() + ptrdiff_t(it->first));
-  checkpoints_ = std::map<int64_t, cpu::SequenceCheckpoint>(source.checkpoints_.begin(), std::next(it));
+  checkpoints_ = std::map<int64_t, std::shared_ptr<const engine::Checkpoint>>(source.checkpoints_.begin(), std::next(it));
   while (checkpoints_.size() > max_checkpoints_) checkpoints_.erase(checkpoints_.begin());
   return it->first;
 }
 
-void PrefixCache::after_chunk(const cpu::Session& session, std::span<const int32_t> chunk, bool checkpoint) {
+void PrefixCache::after_chunk(const engine::Sequence& sequence, std::span<const int32_t> chunk, bool checkpoint) {
   tokens_.insert(tokens_.end(), chunk.begin(), chunk.end());
   if (!checkpoint || max_checkpoints_ == 0) return;
-  checkpoints_[session.position()] = session.checkpoint();
+  checkpoints_[sequence.position()] = sequence.checkpoint();
   while (checkpoints_.size() > max_checkpoints_) checkpoints_.erase(checkpoints_.begin());
 }
 

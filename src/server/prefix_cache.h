@@ -1,8 +1,8 @@
-// Prefix reuse for one sequence slot of the server: it remembers the tokens the slot's session
+// Prefix reuse for one sequence slot of the server: it remembers the tokens the slot's sequence
 // holds and keeps checkpoints of the sequence every `interval` tokens, so that a request which
 // shares a prefix with the slot's last conversation (an agent's next turn, a retry) starts from the
 // last checkpoint inside the shared part instead of from nothing. Hybrid models cannot roll their
-// DeltaNet state back, which is why the checkpoints exist (cpu::Session::checkpoint/rewind); K/V
+// DeltaNet state back, which is why the checkpoints exist (engine::Sequence::checkpoint/rewind); K/V
 // caches are just cut. Checkpoints sit at multiples of the prefill chunk, so a resumed prompt is
 // split into exactly the chunks a cold run uses and gives bit-identical results.
 #pragma once
@@ -12,7 +12,7 @@
 #include <span>
 #include <vector>
 
-#include "cpu/session.h"
+#include "engine/engine.h"
 
 namespace lode::server {
 
@@ -22,39 +22,39 @@ class PrefixCache {
   // (each holds only the DeltaNet states; the oldest positions are dropped first).
   explicit PrefixCache(int64_t interval = 64, size_t max_checkpoints = 64);
 
-  // How many of `prompt`'s tokens resume() would reuse on this session (a checkpoint's position,
+  // How many of `prompt`'s tokens resume() would reuse on this sequence (a checkpoint's position,
   // always before the prompt's last token, which generation needs to run for its logits).
-  int64_t reusable(const cpu::Session& session, std::span<const int32_t> prompt) const;
-  // Puts the session at that checkpoint (or resets it when there is none); returns its position.
+  int64_t reusable(const engine::Sequence& sequence, std::span<const int32_t> prompt) const;
+  // Puts the sequence at that checkpoint (or resets it when there is none); returns its position.
   // The rest of the prompt is then prefilled by the caller in chunks, reported with after_chunk.
-  int64_t resume(cpu::Session& session, std::span<const int32_t> prompt);
+  int64_t resume(engine::Sequence& sequence, std::span<const int32_t> prompt);
   // Like resume(), but from another slot's cache: copies `source`'s longest reusable prefix of
-  // `prompt` (from `source_session`) into `session`, leaving the source as it was.
-  int64_t resume_from(cpu::Session& session, const PrefixCache& source, const cpu::Session& source_session,
+  // `prompt` (from `source_sequence`) into `sequence`, leaving the source as it was.
+  int64_t resume_from(engine::Sequence& sequence, const PrefixCache& source, const engine::Sequence& source_sequence,
                       std::span<const int32_t> prompt);
-  // `chunk` was just appended to the session; checkpoint: take a checkpoint after it (the caller
+  // `chunk` was just appended to the sequence; checkpoint: take a checkpoint after it (the caller
   // does so at whole intervals before the prompt's last chunk).
-  void after_chunk(const cpu::Session& session, std::span<const int32_t> chunk, bool checkpoint);
+  void after_chunk(const engine::Sequence& sequence, std::span<const int32_t> chunk, bool checkpoint);
 
-  // After generation: `generated` tokens were sampled; all but a pending last one are in the session.
+  // After generation: `generated` tokens were sampled; all but a pending last one are in the sequence.
   void record(std::span<const int32_t> generated, bool last_pending);
-  // The session's contents are unknown (an error mid-way): reuse nothing next time.
+  // The sequence's contents are unknown (an error mid-way): reuse nothing next time.
   void clear();
 
   int64_t interval() const { return interval_; }
-  int64_t held() const { return int64_t(tokens_.size()); }  // tokens the session holds
+  int64_t held() const { return int64_t(tokens_.size()); }  // tokens the sequence holds
   size_t checkpoints() const { return checkpoints_.size(); }
   int64_t bytes() const;
 
  private:
   // The checkpoint resume() would use, or checkpoints_.end().
-  std::map<int64_t, cpu::SequenceCheckpoint>::const_iterator usable(const cpu::Session& session,
+  std::map<int64_t, std::shared_ptr<const engine::Checkpoint>>::const_iterator usable(const engine::Sequence& sequence,
                                                                     std::span<const int32_t> prompt) const;
 
   int64_t interval_;
   size_t max_checkpoints_;
-  std::vector<int32_t> tokens_;  // what the session holds, in order
-  std::map<int64_t, cpu::SequenceCheckpoint> checkpoints_;  // by position
+  std::vector<int32_t> tokens_;  // what the sequence holds, in order
+  std::map<int64_t, std::shared_ptr<const engine::Checkpoint>> checkpoints_;  // by position
 };
 
 }  // namespace lode::server

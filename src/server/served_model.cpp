@@ -1,5 +1,7 @@
 #include "server/served_model.h"
 
+#include <algorithm>
+
 #include <filesystem>
 
 namespace lode::server {
@@ -17,5 +19,9 @@ ServedModel::ServedModel(const std::string& path)
     : reader(path), config(model::read_config(reader.metadata())),
       tokenizer(tokenizer::Tokenizer::from_metadata(reader.metadata())),
       id(model_id(reader.metadata(), path)) {}
+
+bool ModelNames::includes(const std::string& name) const {
+  return name == id || std::find(aliases.begin(), aliases.end(), name) != aliases.end();
+}
 
 }  // namespace lode::server

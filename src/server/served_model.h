@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
@@ -19,6 +20,15 @@ struct ServedModel {
   model::Qwen35MoeConfig config;
   tokenizer::Tokenizer tokenizer;
   std::string id;  // general.name, else the file name without .gguf
+};
+
+// The names requests may give as `model`: the served model's id and the aliases the server was
+// started with (`lode serve --alias NAME`, for clients that hard-code a model name).
+struct ModelNames {
+  ModelNames(std::string id, std::vector<std::string> aliases = {}) : id(std::move(id)), aliases(std::move(aliases)) {}
+  bool includes(const std::string& name) const;
+  std::string id;
+  std::vector<std::string> aliases;
 };
 
 }  // namespace lode::server

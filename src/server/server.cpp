@@ -121,10 +121,10 @@ httplib::Server::Handler guarded(Handler handler) {
 
 }  // namespace
 
-Server::Server(ServerOptions options, std::shared_ptr<const ServedModel> model)
-    : options_(std::move(options)), model_(std::move(model)), created_(unix_now()),
-      worker_(std::make_unique<EngineWorker>(
-          *model_, options_.worker, [this](const engine::GenerateResult& r) { stats_.record_generation(r); })),
+Server::Server(ServerOptions options, std::shared_ptr<const ServedModel> model, std::shared_ptr<engine::Model> engine)
+    : options_(std::move(options)), model_(std::move(model)), names_(model_->id, options_.aliases), created_(unix_now()),
+      worker_(std::make_unique<EngineWorker>(*model_, std::move(engine), options_.worker,
+                                             [this](const engine::GenerateResult& r) { stats_.record_generation(r); })),
       http_(std::make_unique<httplib::Server>()) {
   http_->set_payload_max_length(options_.max_body_bytes);
   http_->set_keep_alive_timeout(2);  // idle connections do not hold up stop() for long
@@ -188,8 +188,11 @@ void Server::add_routes() {
     res.set_content(wire_json(json{{"status", "ok"}}), kJson);
   }));
   http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
-    json model = {{"id", model_->id}, {"object", "model"}, {"created", created_}, {"owned_by", "lode"}};
-    res.set_content(wire_json(json{{"object", "list"}, {"data", json::array({model})}}), kJson);
+    json data = json::array();
+    data.push_back({{"id", names_.id}, {"object", "model"}, {"created", created_}, {"owned_by", "lode"}});
+    for (const std::string& alias : names_.aliases)
+      data.push_back({{"id", alias}, {"object", "model"}, {"created", created_}, {"owned_by", "lode"}});
+    res.set_content(wire_json(json{{"object", "list"}, {"data", data}}), kJson);
   }));
   http.Get("/v1/status", guarded([this](const httplib::Request&, httplib::Response& res) {
     res.set_content(wire_json(status_json()), kJson);
@@ -206,9 +209,9 @@ void Server::add_generation_routes() {
 
   http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
     auto active = stats_.begin_request();
-    const ChatRequest request = parse_chat_request(parse_json_body(req.body), model_->id, random_u64());
+    const ChatRequest request = parse_chat_request(parse_json_body(req.body), names_, random_u64());
     auto job = worker_->submit(chat_job(request, *model_, worker_->context()));
-    ResponseMeta meta = response_meta("chatcmpl-", model_->id);
+    ResponseMeta meta = response_meta("chatcmpl-", request.generation.model);
     chat::OutputParser parser(request.enable_thinking, request.tools);
     if (!request.generation.stream) {
       auto [text, result] = collect(*job);
@@ -224,9 +227,9 @@ void Server::add_generation_routes() {
 
   http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
     auto active = stats_.begin_request();
-    const CompletionRequest request = parse_completion_request(parse_json_body(req.body), model_->id, random_u64());
+    const CompletionRequest request = parse_completion_request(parse_json_body(req.body), names_, random_u64());
     auto job = worker_->submit(completion_job(request, *model_, worker_->context()));
-    ResponseMeta meta = response_meta("cmpl-", model_->id);
+    ResponseMeta meta = response_meta("cmpl-", request.generation.model);
     if (!request.generation.stream) {
       auto [text, result] = collect(*job);
       res.set_content(wire_json(text_completion(meta, text, result)), kJson);
@@ -240,11 +243,11 @@ void Server::add_generation_routes() {
 void Server::add_anthropic_route() {
   http_->Post("/v1/messages", guarded([this](const httplib::Request& req, httplib::Response& res) {
     auto active = stats_.begin_request();
-    const ChatRequest request = parse_messages_request(parse_json_body(req.body), model_->id, random_u64());
+    const ChatRequest request = parse_messages_request(parse_json_body(req.body), names_, random_u64());
     Job job = chat_job(request, *model_, worker_->context());
     const int64_t input_tokens = int64_t(job.prompt.size());
     auto stream = worker_->submit(std::move(job));
-    ResponseMeta meta = response_meta("msg_", model_->id);
+    ResponseMeta meta = response_meta("msg_", request.generation.model);
     chat::OutputParser parser(request.enable_thinking, request.tools);
     if (!request.generation.stream) {
       auto [text, result] = collect(*stream);
@@ -265,10 +268,11 @@ json Server::status_json() const {
   for (const auto& tensor : model_->reader.tensors()) formats.insert(tensor.type->name);
   const ServerStats::Snapshot s = stats_.snapshot();
   const EngineWorker::StepCounts steps = worker_->step_counts();
-  const int threads = options_.worker.threads > 0 ? options_.worker.threads : int(std::thread::hardware_concurrency());
+  const engine::EngineInfo engine = worker_->engine_info();
   return {{"model", model_->id},
+          {"backend", engine.backend},
           {"context", worker_->context()},
-          {"threads", threads},
+          {"threads", engine.threads},
           {"queue", {{"waiting", worker_->waiting()}, {"max", worker_->max_queue()}}},
           {"sequences", {{"active", worker_->active()}, {"parallel", worker_->parallel()}}},
           {"steps", {{"total", steps.steps}, {"max_batch", steps.max_batch}, {"mixed", steps.mixed_steps}}},
@@ -277,7 +281,7 @@ json Server::status_json() const {
            {{"rss_bytes", resident_bytes()},
             {"prefix_checkpoint_bytes", worker_->checkpoint_bytes()},
             {"kv_bytes", worker_->kv_bytes()}}},
-          {"kv_format", kv::to_string(options_.worker.kv_format)},
+          {"kv_format", kv::to_string(engine.kv_format)},
           {"formats", formats}};
 }
 

@@ -2,7 +2,8 @@
 // worker. Tests run it in-process on a free port:
 //
 //   auto model = std::make_shared<server::ServedModel>("models/lode-mini.gguf");
-//   server::Server server({.port = 0, .worker = {.threads = 1}}, model);
+//   std::shared_ptr<engine::Model> engine = ...;   // the model's weights on an engine (cli/backend.h)
+//   server::Server server({.port = 0}, model, engine);
 //   int port = server.start();   // listening once this returns
 //   ...                          // requests to http://127.0.0.1:port
 //   server.stop();               // cancels generations, closes the socket, joins the threads
@@ -18,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "server/engine_worker.h"
 #include "server/served_model.h"
@@ -34,12 +36,14 @@ struct ServerOptions {
   int port = 8080;                        // 0: any free port (start() returns it)
   std::string api_key;                    // empty: no key; else every route but /health needs it
   std::size_t max_body_bytes = 8u << 20;  // larger request bodies: 413
+  std::vector<std::string> aliases;       // more names `model` may give (listed by /v1/models too)
   WorkerOptions worker;
 };
 
 class Server {
  public:
-  Server(ServerOptions options, std::shared_ptr<const ServedModel> model);
+  // `engine` runs `model`'s weights; the server opens options.worker.parallel sequences of it.
+  Server(ServerOptions options, std::shared_ptr<const ServedModel> model, std::shared_ptr<engine::Model> engine);
   ~Server();  // stop()
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -62,6 +66,7 @@ class Server {
 
   ServerOptions options_;
   std::shared_ptr<const ServedModel> model_;
+  ModelNames names_;
   int64_t created_;  // Unix seconds when the server was made (the model's "created")
   ServerStats stats_;  // before worker_: the worker records into it
   std::unique_ptr<EngineWorker> worker_;

@@ -1,0 +1,89 @@
+#include "cuda/engine.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace lode::cuda {
+namespace {
+
+struct CudaCheckpoint final : engine::Checkpoint {
+  explicit CudaCheckpoint(CudaSession::Snapshot s) : snapshot(std::move(s)) {}
+  int64_t position() const override { return snapshot.positions; }
+  int64_t bytes() const override { return int64_t(snapshot.cells.size() + snapshot.states.size() * sizeof(float)); }
+  CudaSession::Snapshot snapshot;
+};
+
+const CudaSession::Snapshot& snapshot_of(const engine::Checkpoint& checkpoint) {
+  const auto* c = dynamic_cast<const CudaCheckpoint*>(&checkpoint);
+  if (!c) fail("cuda engine: the checkpoint was taken by another backend");
+  return c->snapshot;
+}
+
+}  // namespace
+
+class CudaSequence final : public engine::Sequence {
+ public:
+  explicit CudaSequence(std::shared_ptr<CudaModel> model) : model_(std::move(model)) {}
+  ~CudaSequence() override { model_->sequence_open_ = false; }
+
+  engine::Model& model() const override { return *model_; }
+  int64_t position() const override { return session().position(); }
+  int64_t max_context() const override { return session().max_context(); }
+  int64_t kv_bytes() const override { return session().kv_bytes(); }
+  void reset() override { session().reset(); }
+  std::shared_ptr<const engine::Checkpoint> checkpoint() const override {
+    return std::make_shared<CudaCheckpoint>(session().save());
+  }
+  void rewind(const engine::Checkpoint& checkpoint) override {
+    if (checkpoint.position() > position())
+      fail("cuda engine: cannot rewind to position {}: the sequence holds {} positions", checkpoint.position(),
+           position());
+    session().restore(snapshot_of(checkpoint));
+  }
+  void copy_prefix(const engine::Sequence& other, const engine::Checkpoint& checkpoint) override {
+    if (!dynamic_cast<const CudaSequence*>(&other)) fail("cuda engine: cannot copy a prefix from another backend's sequence");
+    session().restore(snapshot_of(checkpoint));
+  }
+
+  CudaSession& session() const { return *model_->session_; }
+
+ private:
+  std::shared_ptr<CudaModel> model_;
+};
+
+std::unique_ptr<engine::Sequence> CudaModel::open_sequence() {
+  if (sequence_open_)
+    fail("cuda engine: this model already holds its one sequence (several sequences on the GPU come with GPU "
+         "serving)");
+  sequence_open_ = true;
+  return std::make_unique<CudaSequence>(std::static_pointer_cast<CudaModel>(shared_from_this()));
+}
+
+void CudaModel::step(std::span<engine::StepRow> rows) {
+  if (rows.size() != 1) fail("cuda engine: a step runs one sequence on the GPU, {} were given", rows.size());
+  engine::StepRow& row = rows[0];
+  const auto* sequence = dynamic_cast<const CudaSequence*>(row.sequence);
+  if (!sequence || &sequence->model() != this) fail("cuda engine: a step row names no sequence of this model");
+  const int64_t n = int64_t(row.tokens.size());
+  if (row.logit_rows < 0 || row.logit_rows > n || (row.logit_rows > 1 && row.logit_rows < n))
+    fail("cuda engine: {} logit rows asked of a {}-token row (0, 1 or all)", row.logit_rows, n);
+  row.logits = session_->prefill(row.tokens, row.logit_rows > 1);
+  if (row.logit_rows == 0) row.logits.clear();
+}
+
+std::string CudaModel::activity() const {
+  const ExpertStats s = session_->expert_stats();
+  if (s.resident == s.total) return fmt::format("experts: all {} in VRAM", s.total);
+  return fmt::format("experts: {} of {} in VRAM, hit rate {:.1f}%, {:.2f} GB over PCIe (decode {:.2f}, prompts {:.2f}), "
+                     "{} swaps",
+                     s.resident, s.total, 100.0 * s.hit_rate(), double(s.decode_miss_bytes + s.prompt_miss_bytes) / 1e9,
+                     double(s.decode_miss_bytes) / 1e9, double(s.prompt_miss_bytes) / 1e9, s.swaps) +
+         (s.cpu_experts ? fmt::format("; the CPU computed {} decode misses ({:.2f} GB from host RAM, {:.0f}% of them "
+                                      "read ahead on a hint) in {:.2f} s",
+                                      s.cpu_experts, double(s.cpu_expert_bytes) / 1e9,
+                                      100.0 * double(s.cpu_hinted_experts) / double(s.cpu_experts), s.cpu_seconds)
+                        : std::string());
+}
+
+}  // namespace lode::cuda

@@ -1,0 +1,99 @@
+// The engine interface: what generation, perplexity, kv-quality and the server need of a model,
+// whichever backend runs it. cpu/engine.h and cuda/engine.h implement it; only the CLI's backend
+// factory (cli/backend.h) names one of them.
+//
+//   std::shared_ptr<engine::Model> model = ...;               // a model loaded on a device
+//   std::unique_ptr<engine::Sequence> a = model->open_sequence(), b = model->open_sequence();
+//   std::vector<float> logits = engine::prefill(*a, prompt, 64);   // [vocab]: the last position
+//   engine::StepRow rows[] = {{a.get(), std::span(&next_a, 1)}, {b.get(), prompt_chunk, 0}};
+//   model->step(rows);                                        // both advance in one step
+//
+// A sequence is one text's position, K/V cache and DeltaNet states. Every row of a step is computed
+// as it would be alone: a sequence's logits never depend on what ran beside it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kv/format.h"
+#include "model/qwen35moe.h"
+
+namespace lode::engine {
+
+class Model;
+
+// A sequence's state at a position, to go back to (rewind) or to start another sequence from
+// (copy_prefix). The K/V cache is cut back to it; the DeltaNet states, which cannot be cut, are
+// held by the checkpoint. Immutable once taken, so it may be shared.
+class Checkpoint {
+ public:
+  virtual ~Checkpoint() = default;
+  virtual int64_t position() const = 0;
+  virtual int64_t bytes() const = 0;  // the memory it holds
+};
+
+class Sequence {
+ public:
+  virtual ~Sequence() = default;
+  virtual Model& model() const = 0;
+  virtual int64_t position() const = 0;
+  virtual int64_t max_context() const = 0;
+  virtual int64_t kv_bytes() const = 0;  // what its K/V cache holds now
+  virtual void reset() = 0;              // empty again
+  // A checkpoint at the current position. Fails where the backend cannot take one (saying so).
+  virtual std::shared_ptr<const Checkpoint> checkpoint() const = 0;
+  // Back to a checkpoint this sequence took earlier (no reset() since). Fails when it is ahead of
+  // the sequence or not this backend's.
+  virtual void rewind(const Checkpoint& checkpoint) = 0;
+  // This sequence becomes `other`'s prefix up to one of `other`'s checkpoints; `other` is left as
+  // it was. Fails unless both are sequences of the same model.
+  virtual void copy_prefix(const Sequence& other, const Checkpoint& checkpoint) = 0;
+};
+
+// One row of a step: tokens appended to a sequence, and the logits of its last logit_rows
+// positions (0, 1 or all of them) back in `logits`, [logit_rows][vocab].
+struct StepRow {
+  Sequence* sequence = nullptr;
+  std::span<const int32_t> tokens;
+  int64_t logit_rows = 1;
+  std::vector<float> logits;  // out
+};
+
+// What a server's status shows of an engine.
+struct EngineInfo {
+  std::string backend;  // "cpu" or "cuda"
+  int threads = 0;      // CPU threads that compute the model (0: it runs on a device)
+  kv::Format kv_format = kv::Format::f32;  // its sequences' K/V caches
+};
+
+// A model loaded on a device. Sequences keep their model alive.
+class Model : public std::enable_shared_from_this<Model> {
+ public:
+  virtual ~Model() = default;
+  virtual const model::Qwen35MoeConfig& config() const = 0;
+  int64_t vocab() const { return config().vocab; }
+  // A new, empty sequence. Fails, saying why, when the device holds no more.
+  virtual std::unique_ptr<Sequence> open_sequence() = 0;
+  // Runs every row in one step; a sequence appears at most once. Fails, changing nothing, on an
+  // empty row, a token outside the vocabulary, a full context or a sequence of another model.
+  virtual void step(std::span<StepRow> rows) = 0;
+  // Prompts are cut into chunks by the backend itself (the GPU's prompt pass): a row may hold a
+  // whole prompt, and a caller's chunk size does not apply.
+  virtual bool chunks_prompts() const { return false; }
+  // A line for the run log about what the engine did beyond the tokens (the GPU's expert tier:
+  // hit rate, bytes over PCIe, swaps); empty when there is nothing to say.
+  virtual std::string activity() const { return {}; }
+  virtual EngineInfo info() const = 0;
+};
+
+// Appends tokens to one sequence, `chunk` at a time (0, or more than there are: all at once; the
+// backend's own chunks where it chunks prompts). Returns the logits of every new position
+// [tokens.size()][vocab] when all_logits, else the last position's [vocab].
+std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, int64_t chunk,
+                           bool all_logits = false);
+// Appends one token; its logits [vocab].
+std::vector<float> decode(Sequence& sequence, int32_t token);
+
+}  // namespace lode::engine
