@@ -83,7 +83,8 @@ TEST(ServerConcurrency, LongPromptIsPrefilledBesideDecodingSequences) {
     const json done = server.post_json("/v1/chat/completions", body);
     EXPECT_GE(done["usage"]["completion_tokens"], 20);  // it was still decoding meanwhile
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The long prompt arrives once the other sequence is decoding.
+  ASSERT_TRUE(eventually([&] { return server.get_json("/v1/status")["steps"]["total"] >= 3; }));
   std::string long_text;
   for (int i = 0; i < 40; ++i) long_text += "line " + std::to_string(i) + " of a long file\n";
   const json reply = server.post_json("/v1/chat/completions",

@@ -6,8 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cpu/engine.h"
@@ -97,6 +99,29 @@ inline void stream_then_leave(const TestServer& s, const std::string& path, cons
     return seen < events;
   };
   s.client().send(req);
+}
+
+// Polls `pred` every 10 ms until it holds; false when it still does not after `limit`. The tests
+// wait on the server's state this way, never on a sleep of a guessed length. The limit only keeps a
+// broken server from hanging the test; it is not a claim about speed.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::seconds limit = std::chrono::seconds(60)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// The value of one unlabelled sample of GET /metrics (-1 when absent).
+inline double metric_value(const TestServer& s, const std::string& name) {
+  auto res = s.client().Get("/metrics");
+  if (!res) return -1;
+  const std::string& text = res->body;
+  for (size_t at = text.find(name + " "); at != std::string::npos; at = text.find(name + " ", at + 1))
+    if (at == 0 || text[at - 1] == '\n') return std::stod(text.substr(at + name.size() + 1));
+  return -1;
 }
 
 // The events of an SSE body (each ended by a blank line), in order.

@@ -204,62 +204,75 @@ void Server::add_routes() {
   add_anthropic_route();
 }
 
+// The one path of every generation route: the job goes to the worker; then the whole reply is
+// collected and built by whole(meta, text, result), or streamed by the writer that
+// streamed(job, meta) makes. `active` keeps the request counted until it ends.
+template <class Whole, class Streamed>
+void Server::respond(httplib::Response& res, Job job, const GenerationRequest& request, const char* id_prefix,
+                     const Whole& whole, const Streamed& streamed) {
+  auto active = stats_.begin_request();
+  const std::shared_ptr<JobStream> stream = worker_->submit(std::move(job));
+  ResponseMeta meta = response_meta(id_prefix, request.model);
+  if (!request.stream) {
+    const auto [text, result] = collect(*stream);
+    res.set_content(wire_json(whole(meta, text, result)), kJson);
+    return;
+  }
+  stream_events(res, streamed(stream, std::move(meta)), stream, std::move(active));
+}
+
 void Server::add_generation_routes() {
   httplib::Server& http = *http_;
 
   http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-    auto active = stats_.begin_request();
     const ChatRequest request = parse_chat_request(parse_json_body(req.body), names_, random_u64());
-    auto job = worker_->submit(chat_job(request, *model_, worker_->context()));
-    ResponseMeta meta = response_meta("chatcmpl-", request.generation.model);
-    chat::OutputParser parser(request.enable_thinking, request.tools);
-    if (!request.generation.stream) {
-      auto [text, result] = collect(*job);
-      chat::ParsedDelta reply = parser.push(text);
-      merge(reply, parser.finish());
-      res.set_content(wire_json(chat_completion(meta, reply, result)), kJson);
-      return;
-    }
-    stream_events(res, std::make_shared<ChatStreamWriter>(job, std::move(meta), std::move(parser),
-                                                          request.generation.include_usage),
-                  job, active);
+    respond(
+        res, chat_job(request, *model_, worker_->context()), request.generation, "chatcmpl-",
+        [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
+          chat::OutputParser parser(request.enable_thinking, request.tools);
+          chat::ParsedDelta reply = parser.push(text);
+          merge(reply, parser.finish());
+          return chat_completion(meta, reply, result);
+        },
+        [&](std::shared_ptr<JobStream> job, ResponseMeta meta) {
+          return std::make_shared<ChatStreamWriter>(job, std::move(meta),
+                                                    chat::OutputParser(request.enable_thinking, request.tools),
+                                                    request.generation.include_usage);
+        });
   }));
 
   http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-    auto active = stats_.begin_request();
     const CompletionRequest request = parse_completion_request(parse_json_body(req.body), names_, random_u64());
-    auto job = worker_->submit(completion_job(request, *model_, worker_->context()));
-    ResponseMeta meta = response_meta("cmpl-", request.generation.model);
-    if (!request.generation.stream) {
-      auto [text, result] = collect(*job);
-      res.set_content(wire_json(text_completion(meta, text, result)), kJson);
-      return;
-    }
-    stream_events(res, std::make_shared<CompletionStreamWriter>(job, std::move(meta), request.generation.include_usage),
-                  job, active);
+    respond(
+        res, completion_job(request, *model_, worker_->context()), request.generation, "cmpl-",
+        [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
+          return text_completion(meta, text, result);
+        },
+        [&](std::shared_ptr<JobStream> job, ResponseMeta meta) {
+          return std::make_shared<CompletionStreamWriter>(job, std::move(meta), request.generation.include_usage);
+        });
   }));
 }
 
 void Server::add_anthropic_route() {
   http_->Post("/v1/messages", guarded([this](const httplib::Request& req, httplib::Response& res) {
-    auto active = stats_.begin_request();
     const ChatRequest request = parse_messages_request(parse_json_body(req.body), names_, random_u64());
     Job job = chat_job(request, *model_, worker_->context());
     const int64_t input_tokens = int64_t(job.prompt.size());
-    auto stream = worker_->submit(std::move(job));
-    ResponseMeta meta = response_meta("msg_", request.generation.model);
-    chat::OutputParser parser(request.enable_thinking, request.tools);
-    if (!request.generation.stream) {
-      auto [text, result] = collect(*stream);
-      chat::ParsedDelta reply = parser.push(text);
-      merge(reply, parser.finish());
-      const auto stop_sequence = matched_stop_sequence(result, model_->tokenizer, request.generation.stop);
-      res.set_content(wire_json(anthropic_message(meta, reply, result, stop_sequence)), kJson);
-      return;
-    }
-    stream_events(res, std::make_shared<MessagesStreamWriter>(stream, std::move(meta), std::move(parser), input_tokens,
-                                                              request.generation.stop, model_->tokenizer),
-                  stream, active);
+    respond(
+        res, std::move(job), request.generation, "msg_",
+        [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
+          chat::OutputParser parser(request.enable_thinking, request.tools);
+          chat::ParsedDelta reply = parser.push(text);
+          merge(reply, parser.finish());
+          const auto stop_sequence = matched_stop_sequence(result, model_->tokenizer, request.generation.stop);
+          return anthropic_message(meta, reply, result, stop_sequence);
+        },
+        [&](std::shared_ptr<JobStream> job, ResponseMeta meta) {
+          return std::make_shared<MessagesStreamWriter>(job, std::move(meta),
+                                                        chat::OutputParser(request.enable_thinking, request.tools),
+                                                        input_tokens, request.generation.stop, model_->tokenizer);
+        });
   }));
 }
 

@@ -22,11 +22,13 @@
 #include <vector>
 
 #include "server/engine_worker.h"
+#include "server/openai_request.h"
 #include "server/served_model.h"
 #include "server/server_stats.h"
 
 namespace httplib {
 class Server;
+struct Response;
 }
 
 namespace lode::server {
@@ -62,6 +64,9 @@ class Server {
   void add_routes();
   void add_generation_routes();
   void add_anthropic_route();
+  template <class Whole, class Streamed>
+  void respond(httplib::Response& res, Job job, const GenerationRequest& request, const char* id_prefix,
+               const Whole& whole, const Streamed& streamed);
   nlohmann::ordered_json status_json() const;
 
   ServerOptions options_;
