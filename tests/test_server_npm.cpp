@@ -3,6 +3,7 @@
 // tools/server/fetch, which scripts/test runs). Skips, saying why, without node or the clients.
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <nlohmann/json.hpp>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -24,6 +25,7 @@
 #include "support/paths.h"
 #include "support/run_lode.h"
 #include "test_gguf_helpers.h"
+#include "test_server_support.h"
 
 extern char** environ;
 
@@ -204,6 +206,44 @@ TEST(ServerNpm, ToolCallsThroughBothClients) {
   const ScriptResult r = run_script("e2e_tools.mjs", port, dir.path());
   EXPECT_EQ(r.status, 0) << "e2e_tools.mjs failed\nstdout: " << r.out << "\nstderr: " << r.err;
   EXPECT_NE(r.out.find("\"ok\":true"), std::string::npos) << r.out;
+  server.stop();
+}
+
+// The load generator (tools/load/load.mjs, on the same npm client) against an in-process server:
+// every request is accounted for (completed or abandoned on purpose, none failed), the replies'
+// tokens are the server's count, the latencies are measured, and the abandoned streams leave no
+// sequence behind.
+TEST(ServerNpm, TheLoadGeneratorAccountsForEveryRequest) {
+  if (const auto why = why_no_client("openai")) GTEST_SKIP() << *why;
+  const lode::test::TempDir dir;
+  lode::server::ServerOptions o;
+  o.port = 0;
+  o.worker.parallel = 4;
+  auto model = std::make_shared<const lode::server::ServedModel>(kMini.string());
+  auto weights = std::make_shared<const lode::model::ModelWeights>(lode::model::bind_weights(model->reader, model->config));
+  lode::server::Server server(o, model, lode::cpu::CpuModel::make(weights, {.threads = 1, .max_context = 512}));
+  const int port = server.start();
+  const fs::path out = dir / "load.json";
+  const std::string command = "timeout 120 node '" + (kRepo / "tools/load/load.mjs").string() + "' --url http://127.0.0.1:" +
+                              std::to_string(port) + " --concurrency 4 --requests 10 --prompt-words 40 --max-tokens 6 " +
+                              "--disconnect 0.3 --json >'" + out.string() + "' 2>&1";
+  const int raw = std::system(command.c_str());
+  const std::string text = lode::test::slurp(out);
+  ASSERT_TRUE(raw != -1 && WIFEXITED(raw) && WEXITSTATUS(raw) == 0) << text;
+  const auto report = nlohmann::json::parse(text);
+  EXPECT_EQ(report["errors"], 0) << text;
+  EXPECT_GE(report["abandoned"], 1) << text;  // the share is drawn from --seed 1: 3 of these 10
+  EXPECT_EQ(report["completed"].get<int>() + report["abandoned"].get<int>(), 10) << text;
+  EXPECT_GT(report["completion_tokens"].get<int>(), 0) << text;
+  EXPECT_LE(report["completion_tokens"].get<int>(), 6 * report["completed"].get<int>()) << text;
+  EXPECT_GT(report["ttft_ms"]["p50"].get<double>(), 0) << text;
+  EXPECT_GT(report["itl_ms"]["p99"].get<double>(), 0) << text;
+  EXPECT_GT(report["decode_tokens_per_s"].get<double>(), 0) << text;
+  httplib::Client status("127.0.0.1", port);
+  EXPECT_TRUE(lode::test::eventually([&] {
+    auto res = status.Get("/v1/status");
+    return res && nlohmann::json::parse(res->body)["sequences"]["active"] == 0;
+  }));
   server.stop();
 }
 
