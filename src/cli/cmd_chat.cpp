@@ -24,6 +24,7 @@ namespace {
 struct ChatOptions {
   ModelRunOptions run;
   SamplingCliOptions sampling;
+  DraftCliOptions draft;
   int64_t n_predict = 1024;
   std::string system;
   bool no_think = false;
@@ -38,6 +39,8 @@ class Chat {
         tty_(isatty(fileno(stdout)) != 0) {
     model_.text();  // fail now, not at the first turn, when the model has no tokenizer
     sequence_ = open_sequence(o.backend, model_, o.run);
+    if (o.draft.mtp > 0)
+      fmt::print(stderr, "lode: {}; up to {} drafted tokens per step\n", sequence_->drafter().describe(), o.draft.mtp);
   }
 
   void run() {
@@ -128,6 +131,8 @@ class Chat {
     g.max_tokens = o_.n_predict;
     g.sampling = params_;
     g.chunk = o_.run.chunk;
+    g.mtp = o_.draft.mtp;
+    g.mtp_min_p = o_.draft.min_p;
     last_ = engine::generate(*sequence_, model_.text(), sampler_, ids, g,
                              [&](std::string_view piece) { show(parser.push(piece)); });
     show(parser.finish());
@@ -157,6 +162,7 @@ void add_chat_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("chat", "Chat with the model; one user turn per line of stdin");
   add_model_run_options(*cmd, o->run, PromptInput::none);
   add_sampling_options(*cmd, o->sampling);
+  add_draft_options(*cmd, o->draft);
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens per reply at most (default 1024)")->check(CLI::PositiveNumber);
   cmd->add_option("--system", o->system, "System prompt");
   cmd->add_flag("--no-think", o->no_think, "Start with thinking off (/think on turns it back on)");

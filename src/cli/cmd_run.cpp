@@ -21,6 +21,7 @@ namespace {
 struct RunOptions {
   ModelRunOptions run;
   SamplingCliOptions sampling;
+  DraftCliOptions draft;
   int64_t n_predict = 128;
   std::vector<std::string> stop;
   bool ids = false;
@@ -41,8 +42,12 @@ void run_generate(const RunOptions& o) {
 
   engine::GenerateOptions g{.max_tokens = o.n_predict, .sampling = params, .stop_strings = o.stop,
                             .stop_at_end_of_generation = !o.ignore_eos, .render_special = o.special,
-                            .chunk = o.run.chunk, .cancel = nullptr, .steer = std::nullopt};
+                            .chunk = o.run.chunk, .cancel = nullptr, .steer = std::nullopt,
+                            .mtp = o.draft.mtp, .mtp_min_p = o.draft.min_p};
+  if (o.ids && o.draft.mtp > 0) fail("--mtp drafts text generation; run it without --ids");
   const std::unique_ptr<engine::Sequence> sequence = open_sequence(o.backend, model, o.run);
+  if (o.draft.mtp > 0)
+    fmt::print(stderr, "lode: {}; up to {} drafted tokens per step\n", sequence->drafter().describe(), o.draft.mtp);
   engine::GenerateResult result;
   if (o.ids) {
     // Exactly -n ids, no tokenizer needed: a model without one still runs.
@@ -71,6 +76,7 @@ void add_run_command(CLI::App& app) {
   add_model_run_options(*cmd, o->run, PromptInput::ids_or_text);
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate at most (default 128)")->check(CLI::PositiveNumber);
   add_sampling_options(*cmd, o->sampling);
+  add_draft_options(*cmd, o->draft);
   cmd->add_option("--stop", o->stop, "Stop when this text appears (repeatable)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens");
   cmd->add_flag("--special", o->special, "Special-token text in the prompt becomes special ids; show them in the output");

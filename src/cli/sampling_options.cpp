@@ -44,6 +44,16 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const std::string& text)
 
 }  // namespace
 
+void add_draft_options(CLI::App& cmd, DraftCliOptions& o) {
+  cmd.add_option("--mtp", o.mtp,
+                 "Draft up to N tokens per step with the model's MTP block and verify them in one step; the output "
+                 "is the same as without (default 0: off; CPU engine)")
+      ->check(CLI::Range(int64_t(0), int64_t(16)));
+  cmd.add_option("--mtp-min-p", o.min_p, "Stop drafting when the MTP block's most likely token is below this "
+                                         "probability (default 0)")
+      ->check(CLI::Range(0.0f, 1.0f));
+}
+
 void add_sampling_options(CLI::App& cmd, SamplingCliOptions& o) {
   auto& p = o.params;
   cmd.add_option("--temp", p.temperature, "Temperature; 0 = greedy (default 0.6)");

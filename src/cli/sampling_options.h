@@ -19,6 +19,13 @@ struct SamplingCliOptions {
 
 void add_sampling_options(CLI::App& cmd, SamplingCliOptions& o);
 
+// Speculative decoding with the model's MTP block (engine::GenerateOptions::mtp).
+struct DraftCliOptions {
+  int64_t mtp = 0;     // drafts per verify step; 0: off
+  float min_p = 0.0f;  // stop drafting below this confidence
+};
+void add_draft_options(CLI::App& cmd, DraftCliOptions& o);
+
 // The parameters with the bias list parsed, the seed chosen, and everything validated.
 sample::SamplingParams sampling_params(const SamplingCliOptions& o, int64_t n_vocab);
 

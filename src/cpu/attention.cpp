@@ -74,7 +74,8 @@ HeadRows head_rows(const KvCache& cache, int64_t kvh, int64_t n, int64_t hd, std
 }  // namespace
 
 void attention_forward(const model::AttentionWeights& w, const model::Qwen35MoeConfig& c, KvCache& cache,
-                       const float* x, float* out, int64_t n_tokens, int64_t pos0, const Compute& compute) {
+                       const float* x, float* out, int64_t n_tokens, int64_t pos0, const Compute& compute,
+                       int64_t rope_shift) {
   const int64_t hd = c.head_dim;
   std::vector<float> qg(size_t(n_tokens * 2 * c.q_dim()));
   std::vector<float> k(size_t(n_tokens * c.kv_dim())), v(size_t(n_tokens * c.kv_dim()));
@@ -82,7 +83,7 @@ void attention_forward(const model::AttentionWeights& w, const model::Qwen35MoeC
   matmul(w.k, x, k.data(), n_tokens, compute);
   matmul(w.v, x, v.data(), n_tokens, compute);
   const kv::Layout layout = cache.layout();
-  prepare_qk(w, c, kv::is_rotated(layout.k), qg, k, n_tokens, pos0);
+  prepare_qk(w, c, kv::is_rotated(layout.k), qg, k, n_tokens, pos0 + rope_shift);
   cache.append(k.data(), v.data(), n_tokens);
 
   // One KV head at a time: its keys and values read from the cache, then every query head of its

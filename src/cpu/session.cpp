@@ -137,7 +137,7 @@ void Session::forward_batch(std::span<BatchEntry> entries) {
       float* out = mixed.data() + row * hidden;
       if (lw.recurrent) {
         deltanet_forward(lw.deltanet, c, state.deltanet[size_t(layer)], x, out, len, compute,
-                         len > 1 ? options.deltanet_chunk : 0);
+                         len > 1 && !e.as_decode ? options.deltanet_chunk : 0);
       } else {
         attention_forward(lw.attention, c, state.kv[size_t(layer)], x, out, len, state.position, compute);
       }
@@ -152,6 +152,17 @@ void Session::forward_batch(std::span<BatchEntry> entries) {
     for (size_t i = 0; i < h.size(); ++i) h[i] += mixed[i];
   }
 
+  // The final-normed state of every row, for the entries that want it (the MTP block's input).
+  row = 0;
+  for (BatchEntry& e : entries) {
+    const int64_t len = int64_t(e.tokens.size());
+    if (e.want_hidden) {
+      e.hidden.resize(size_t(len * hidden));
+      for (int64_t t = 0; t < len; ++t)
+        rms_norm(h.data() + (row + t) * hidden, w.output_norm.data(), e.hidden.data() + t * hidden, hidden, eps);
+    }
+    row += len;
+  }
   // The lm head only for the rows asked for: it is the largest matrix of the model.
   std::vector<const float*> wanted;
   row = 0;

@@ -11,7 +11,7 @@
 // prompt runs `chunk` tokens at a time through every layer (projections and experts batched over
 // the chunk; the DeltaNet recurrence in its chunked form, see SessionOptions::deltanet_chunk);
 // results agree whatever the chunk size (bit-identical with deltanet_chunk = 0).
-// The Reader must outlive the Session. The MTP block, when present, is not run.
+// The Reader must outlive the Session. The MTP block, when present, runs beside it (cpu/mtp.h).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -48,7 +48,13 @@ struct BatchEntry {
   Session* session = nullptr;
   std::span<const int32_t> tokens;
   int64_t logit_rows = 1;
-  std::vector<float> logits;  // out: [logit_rows, vocab]
+  std::vector<float> logits{};  // out: [logit_rows, vocab]
+  // Also the final-normed hidden state of every row (what the lm head and the MTP block read).
+  bool want_hidden = false;
+  std::vector<float> hidden{};  // out: [tokens.size(), hidden]
+  // The DeltaNet recurrence token by token, as decoding runs it: a speculative verify window's
+  // rows then equal decode steps bit for bit (a prompt chunk otherwise takes the chunked form).
+  bool as_decode = false;
 };
 
 class Session {

@@ -65,6 +65,7 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
   engine::StepRow& row = rows[0];
   const auto* sequence = dynamic_cast<const CudaSequence*>(row.sequence);
   if (!sequence || &sequence->model() != this) fail("cuda engine: a step row names no sequence of this model");
+  if (row.want_hidden) fail("cuda engine: hidden states are not returned yet (MTP drafting runs on the CPU engine)");
   const int64_t n = int64_t(row.tokens.size());
   if (row.logit_rows < 0 || row.logit_rows > n || (row.logit_rows > 1 && row.logit_rows < n))
     fail("cuda engine: {} logit rows asked of a {}-token row (0, 1 or all)", row.logit_rows, n);

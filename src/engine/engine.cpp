@@ -2,13 +2,15 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace lode::engine {
 
 std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, int64_t chunk, bool all_logits) {
   Model& model = sequence.model();
   const int64_t n = int64_t(tokens.size());
   if (n == 0) {  // the backend refuses it, in its own words
-    StepRow row{&sequence, tokens, 0, {}};
+    StepRow row{.sequence = &sequence, .tokens = tokens, .logit_rows = 0};
     model.step(std::span(&row, 1));
     return {};
   }
@@ -18,15 +20,20 @@ std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, 
   for (int64_t start = 0; start < n; start += chunk) {
     const int64_t len = std::min(chunk, n - start);
     const bool last = start + len == n;
-    StepRow row{&sequence, tokens.subspan(size_t(start), size_t(len)), all_logits ? len : (last ? 1 : 0), {}};
+    StepRow row{.sequence = &sequence, .tokens = tokens.subspan(size_t(start), size_t(len)),
+                .logit_rows = all_logits ? len : (last ? 1 : 0)};
     model.step(std::span(&row, 1));
     logits.insert(logits.end(), row.logits.begin(), row.logits.end());
   }
   return logits;
 }
 
+Drafter& Sequence::drafter() {
+  fail("this engine cannot draft tokens yet: MTP speculative decoding runs on the CPU engine (--backend cpu)");
+}
+
 std::vector<float> decode(Sequence& sequence, int32_t token) {
-  StepRow row{&sequence, std::span(&token, 1), 1, {}};
+  StepRow row{.sequence = &sequence, .tokens = std::span(&token, 1)};
   sequence.model().step(std::span(&row, 1));
   return std::move(row.logits);
 }

@@ -34,6 +34,26 @@ class Checkpoint {
   virtual int64_t bytes() const = 0;  // the memory it holds
 };
 
+// Draft tokens for one sequence from its model's MTP block (speculative decoding: engine/generate.h,
+// GenerateOptions::mtp). It follows the tokens the sequence commits (advance) and drafts from there
+// without changing what it holds. What it drafts never changes the output, only how many tokens
+// one verify step accepts.
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // The sequence took `tokens` at its next positions; hidden [tokens.size()][hidden] is the main
+  // model's final-normed state after each (StepRow::want_hidden).
+  virtual void advance(std::span<const int32_t> tokens, std::span<const float> hidden) = 0;
+  // Up to n tokens to follow `pending` (sampled, not yet run); fewer where the block's confidence
+  // falls below min_p.
+  virtual std::vector<int32_t> draft(int32_t pending, int64_t n, float min_p) = 0;
+  virtual void reset() = 0;
+  // Positions it follows: the sequence's position less one once it has advanced (position 0 has
+  // no state before it).
+  virtual int64_t rows() const = 0;
+  virtual std::string describe() const = 0;  // for the run log
+};
+
 class Sequence {
  public:
   virtual ~Sequence() = default;
@@ -50,6 +70,9 @@ class Sequence {
   // This sequence becomes `other`'s prefix up to one of `other`'s checkpoints; `other` is left as
   // it was. Fails unless both are sequences of the same model.
   virtual void copy_prefix(const Sequence& other, const Checkpoint& checkpoint) = 0;
+  // Its drafter, made on first use. Fails, saying why, when the model has no MTP block or the
+  // backend cannot draft yet.
+  virtual Drafter& drafter();
 };
 
 // One row of a step: tokens appended to a sequence, and the logits of its last logit_rows
@@ -58,7 +81,12 @@ struct StepRow {
   Sequence* sequence = nullptr;
   std::span<const int32_t> tokens;
   int64_t logit_rows = 1;
-  std::vector<float> logits;  // out
+  std::vector<float> logits{};  // out
+  bool want_hidden = false;   // also the final-normed hidden state of every row
+  std::vector<float> hidden{};  // out: [tokens.size()][hidden]
+  // Every row as a decode step computes it, bit for bit (a speculative verify window): no prompt
+  // shortcuts such as the chunked DeltaNet form.
+  bool as_decode = false;
 };
 
 // What a server's status shows of an engine.

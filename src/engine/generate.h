@@ -41,6 +41,12 @@ struct GenerateOptions {
   // Null: never cancelled.
   const std::atomic<bool>* cancel = nullptr;
   std::optional<SteeredText> steer;
+  // Speculative decoding with the model's MTP block (Sequence::drafter): up to `mtp` drafted tokens
+  // per step, fewer where the block's confidence falls below mtp_min_p; 0: off. The window is
+  // verified in one step computed as decode steps are, and each of its tokens is sampled from the
+  // model's own logits exactly as without drafts, so the output is the same, greedy or sampled.
+  int64_t mtp = 0;
+  float mtp_min_p = 0.0f;
 };
 
 enum class FinishReason { end_of_generation, stop_string, length, cancelled, context_full };
@@ -56,6 +62,8 @@ struct GenerateResult {
   int64_t cached_tokens = 0;  // of the prompt, reused from an earlier request (set by a server)
   double prefill_seconds = 0;
   double decode_seconds = 0;  // time of the steps after the first token
+  // With drafts (GenerateOptions::mtp): verify windows run, tokens drafted, drafts accepted.
+  int64_t windows = 0, drafted = 0, accepted = 0;
 };
 
 using TextSink = std::function<void(std::string_view text)>;

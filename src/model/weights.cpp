@@ -121,6 +121,29 @@ MoeWeights bind_moe(const gguf::Reader& r, const Qwen35MoeConfig& c, int64_t b) 
 
 }  // namespace
 
+MtpWeights bind_mtp_weights(const gguf::Reader& reader, const Qwen35MoeConfig& config) {
+  if (config.n_mtp_layers < 1)
+    fail("{} has no MTP block (qwen35moe.nextn_predict_layers is 0; no blk.{}.nextn.* tensors): it cannot draft "
+         "its own tokens, run it without --mtp", reader.metadata().source(), config.n_layers);
+  const int64_t b = config.n_layers, h = config.hidden;
+  for (const char* name : {"nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight",
+                           "nextn.shared_head_norm.weight", "attn_q.weight", "ffn_gate_inp.weight"})
+    if (reader.find_tensor(block_name(b, name)) == nullptr)
+      fail("{}: the MTP block lacks {}; the file's nextn_predict_layers says it has one", reader.metadata().source(),
+           block_name(b, name));
+  MtpWeights w;
+  w.eh_proj = bind_matrix(reader, block_name(b, "nextn.eh_proj.weight"), 2 * h, h);
+  w.enorm = bind_vector(reader, block_name(b, "nextn.enorm.weight"), h);
+  w.hnorm = bind_vector(reader, block_name(b, "nextn.hnorm.weight"), h);
+  w.shared_head_norm = bind_vector(reader, block_name(b, "nextn.shared_head_norm.weight"), h);
+  w.layer.recurrent = false;
+  w.layer.attn_norm = bind_vector(reader, block_name(b, "attn_norm.weight"), h);
+  w.layer.post_attention_norm = bind_vector(reader, block_name(b, "post_attention_norm.weight"), h);
+  w.layer.attention = bind_attention(reader, config, b);
+  w.layer.moe = bind_moe(reader, config, b);
+  return w;
+}
+
 ModelWeights bind_weights(const gguf::Reader& reader, const Qwen35MoeConfig& config) {
   ModelWeights w;
   w.config = config;
@@ -142,6 +165,12 @@ ModelWeights bind_weights(const gguf::Reader& reader, const Qwen35MoeConfig& con
     }
     layer.moe = bind_moe(reader, config, b);
     w.layers.push_back(std::move(layer));
+  }
+  // The MTP block is optional: a file whose block does not bind still runs, without drafts.
+  try {
+    w.mtp = bind_mtp_weights(reader, config);
+  } catch (const Error& e) {
+    w.mtp_unavailable = e.what();
   }
   return w;
 }

@@ -6,6 +6,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "gguf/reader.h"
@@ -70,16 +72,30 @@ struct LayerWeights {
   MoeWeights moe;
 };
 
+// The MTP block (GGUF block n_layers, `nextn.*`): from the main model's final-normed hidden state
+// at position t and the token at t+1, u = eh_proj([enorm(embed(x)) | hnorm(h)]); then one full
+// attention + MoE decoder layer of its own; its logits for t+2 are lm_head(shared_head_norm(u)).
+struct MtpWeights {
+  std::vector<float> enorm, hnorm, shared_head_norm;  // [hidden], +1 folded
+  MatrixView eh_proj;                                 // (2 * hidden -> hidden), embedding half first
+  LayerWeights layer;                                 // full attention + MoE
+};
+
 struct ModelWeights {
   Qwen35MoeConfig config;
   MatrixView token_embd;                   // [vocab rows of hidden]
   std::vector<float> output_norm;          // [hidden], +1 folded
   MatrixView output;                       // lm head (hidden -> vocab); token_embd when absent
-  std::vector<LayerWeights> layers;        // main-model layers (the MTP block is not bound)
+  std::vector<LayerWeights> layers;        // main-model layers
+  std::optional<MtpWeights> mtp;           // the first MTP block, when the file has one that binds
+  std::string mtp_unavailable;             // else why not (bind_mtp_weights' message)
 };
 
 // Binds every main-model tensor; fails naming the tensor when one is missing or has the wrong
 // shape or a type lode cannot read.
 ModelWeights bind_weights(const gguf::Reader& reader, const Qwen35MoeConfig& config);
+// Binds the first MTP block; fails saying so when the file has none (nextn_predict_layers 0), and
+// naming the tensor when one is missing or wrong.
+MtpWeights bind_mtp_weights(const gguf::Reader& reader, const Qwen35MoeConfig& config);
 
 }  // namespace lode::model

@@ -254,7 +254,7 @@ void EngineWorker::step() {
   std::vector<Slot*> owners;
   for (auto& slot : slots_) {
     if (!slot->running || slot->running->prefilling()) continue;
-    batch.push_back({slot->sequence.get(), std::span(&*slot->running->pending, 1), 1, {}});
+    batch.push_back({.sequence = slot->sequence.get(), .tokens = std::span(&*slot->running->pending, 1)});
     owners.push_back(slot.get());
   }
   for (size_t i = 0; i < slots_.size(); ++i) {
@@ -263,7 +263,9 @@ void EngineWorker::step() {
     const Running& seq = *slot.running;
     const int64_t end = std::min((seq.prefilled / options_.chunk + 1) * options_.chunk, int64_t(seq.prompt().size()));
     const bool last = end == int64_t(seq.prompt().size());
-    batch.push_back({slot.sequence.get(), seq.prompt().subspan(size_t(seq.prefilled), size_t(end - seq.prefilled)), last ? 1 : 0, {}});
+    batch.push_back({.sequence = slot.sequence.get(),
+                     .tokens = seq.prompt().subspan(size_t(seq.prefilled), size_t(end - seq.prefilled)),
+                     .logit_rows = last ? 1 : 0});
     owners.push_back(&slot);
     prefill_turn_ = (prefill_turn_ + i + 1) % slots_.size();
     break;

@@ -1,0 +1,91 @@
+#include "cpu/mtp.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "cpu/attention.h"
+#include "cpu/matmul.h"
+#include "cpu/moe.h"
+#include "cpu/ops.h"
+
+namespace lode::cpu {
+
+void mtp_forward(const model::ModelWeights& main, const model::MtpWeights& w, KvCache& cache, const float* hidden,
+                 const int32_t* tokens, int64_t n, const Compute& compute, float* out, float* last_logits) {
+  const model::Qwen35MoeConfig& c = main.config;
+  const int64_t h = c.hidden;
+  const float eps = float(c.rms_eps);
+  std::vector<float> both(size_t(n * 2 * h)), x(size_t(n * h)), normed(x.size()), mixed(x.size());
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = both.data() + t * 2 * h;  // [enorm(embed(token)) | hnorm(hidden)]
+    model::dequantize_row(main.token_embd, tokens[t], row);
+    rms_norm(row, w.enorm.data(), row, h, eps);
+    rms_norm(hidden + t * h, w.hnorm.data(), row + h, h, eps);
+  }
+  matmul(w.eh_proj, both.data(), x.data(), n, compute);
+  for (int64_t t = 0; t < n; ++t) rms_norm(x.data() + t * h, w.layer.attn_norm.data(), normed.data() + t * h, h, eps);
+  // Its cache holds rows for positions 1 .. cache.positions(): the next row sits at one more.
+  attention_forward(w.layer.attention, c, cache, normed.data(), mixed.data(), n, cache.positions(), compute, 1);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += mixed[i];
+  for (int64_t t = 0; t < n; ++t)
+    rms_norm(x.data() + t * h, w.layer.post_attention_norm.data(), normed.data() + t * h, h, eps);
+  moe_forward(w.layer.moe, c, normed.data(), mixed.data(), n, compute);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += mixed[i];
+  for (int64_t t = 0; t < n; ++t) rms_norm(x.data() + t * h, w.shared_head_norm.data(), out + t * h, h, eps);
+  if (last_logits) matmul(main.output, out + (n - 1) * h, last_logits, 1, compute);
+}
+
+MtpDrafter::MtpDrafter(std::shared_ptr<const model::ModelWeights> weights, const model::MtpWeights& mtp,
+                       kv::Format kv_format, Compute compute)
+    : weights_(std::move(weights)), mtp_(mtp), compute_(compute),
+      cache_(kv_format, weights_->config.n_kv_heads, weights_->config.head_dim) {}
+
+void MtpDrafter::reset() {
+  cache_.truncate(0);
+  last_hidden_.clear();
+}
+
+void MtpDrafter::advance(std::span<const int32_t> tokens, std::span<const float> hidden) {
+  const int64_t h = weights_->config.hidden, n = int64_t(tokens.size());
+  if (n == 0) return;
+  // Token i pairs with the state before it: the last one kept, then this call's rows. Position 0
+  // has no state before it, and no row.
+  std::vector<float> before;
+  std::span<const int32_t> paired = tokens;
+  if (last_hidden_.empty()) {
+    paired = tokens.subspan(1);
+    before.assign(hidden.begin(), hidden.begin() + (n - 1) * h);
+  } else {
+    before = last_hidden_;
+    before.insert(before.end(), hidden.begin(), hidden.begin() + (n - 1) * h);
+  }
+  if (!paired.empty()) {
+    std::vector<float> out(before.size());
+    mtp_forward(*weights_, mtp_, cache_, before.data(), paired.data(), int64_t(paired.size()), compute_, out.data(),
+                nullptr);
+  }
+  last_hidden_.assign(hidden.end() - h, hidden.end());
+}
+
+std::vector<int32_t> MtpDrafter::draft(int32_t pending, int64_t n, float min_p) {
+  std::vector<int32_t> drafts;
+  if (last_hidden_.empty()) return drafts;
+  const int64_t held = cache_.positions(), h = weights_->config.hidden;
+  std::vector<float> state = last_hidden_;
+  std::vector<float> out(static_cast<size_t>(h)), logits(static_cast<size_t>(weights_->config.vocab));
+  int32_t token = pending;
+  for (int64_t i = 0; i < n; ++i) {
+    mtp_forward(*weights_, mtp_, cache_, state.data(), &token, 1, compute_, out.data(), logits.data());
+    const auto best = std::max_element(logits.begin(), logits.end());
+    double sum = 0;
+    for (float l : logits) sum += std::exp(double(l) - double(*best));
+    if (1.0 / sum < double(min_p)) break;  // the most likely token's probability
+    token = int32_t(best - logits.begin());
+    drafts.push_back(token);
+    state = out;
+  }
+  cache_.truncate(held);  // the drafts' rows go: advance() adds the committed ones
+  return drafts;
+}
+
+}  // namespace lode::cpu
