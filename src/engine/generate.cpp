@@ -176,9 +176,9 @@ std::string speed_report(const GenerateResult& r) {
                   r.tokens.size(), r.decode_seconds, steps ? double(steps) / std::max(r.decode_seconds, 1e-9) : 0.0);
   // Every token after the first was sampled in some window.
   if (r.windows > 0)
-    report += fmt::format("; MTP: {} of {} drafts accepted ({:.1f}%), {:.2f} tokens per verify step", r.accepted,
-                          r.drafted, 100.0 * double(r.accepted) / double(std::max<int64_t>(r.drafted, 1)),
-                          double(steps) / double(r.windows));
+    report += fmt::format("; MTP: {} of {} drafts accepted ({:.1f}%), {:.2f} tokens per verify step of {:.2f} ms",
+                          r.accepted, r.drafted, 100.0 * double(r.accepted) / double(std::max<int64_t>(r.drafted, 1)),
+                          double(steps) / double(r.windows), 1e3 * r.decode_seconds / double(r.windows));
   return report;
 }
 
