@@ -106,6 +106,39 @@ TEST(Mtp, ARandomBlockDraftsBadlyButChangesNothing) {
   EXPECT_GT(drafted.result.drafted, 0);
 }
 
+// A conversation that goes on (the pending last token fed with the next turn), a stop string and a
+// token limit that fall inside a window: still the output without drafts, and the drafter still
+// follows the sequence (its second turn drafts and is accepted).
+TEST(Mtp, AConversationStopStringsAndLimitsInsideAWindowChangeNothing) {
+  const Loaded& m = mini();
+  const auto turns = [&](int64_t mtp) {
+    auto sequence = cpu::open_sequence(m.weights, {.threads = 2, .max_context = 512});
+    std::vector<std::string> texts;
+    std::vector<int32_t> carry;
+    int64_t second_accepted = 0;
+    for (const char* turn : {"The shell reads", " Then the file"}) {
+      engine::GenerateOptions g;
+      g.max_tokens = 13;  // not a multiple of any window
+      g.sampling.temperature = 0;
+      g.stop_strings = {"ls("};
+      g.mtp = mtp;
+      sample::Sampler sampler(g.sampling, m.config.vocab);
+      std::vector<int32_t> prompt = carry;
+      const std::vector<int32_t> more = m.text.encode(turn, false);
+      prompt.insert(prompt.end(), more.begin(), more.end());
+      std::string text;
+      const auto r = engine::generate(*sequence, m.text, sampler, prompt, g, [&](std::string_view t) { text += t; });
+      texts.push_back(text);
+      carry.assign(r.last_token_pending ? 1 : 0, r.tokens.empty() ? 0 : r.tokens.back());
+      second_accepted = r.accepted;
+    }
+    return std::make_pair(texts, second_accepted);
+  };
+  const auto plain = turns(0), drafted = turns(3);
+  EXPECT_EQ(drafted.first, plain.first);
+  EXPECT_GT(drafted.second, 0) << "the second turn's drafts follow the conversation";
+}
+
 // Teacher-forced on lode-mini's held-out sample: the block's draft for position p+1 (from the
 // model's state at p-1 and the token at p) against the model's own greedy token after p.
 TEST(Mtp, TheBlocksDraftsAgreeWithTheModelAsInTraining) {

@@ -1,9 +1,5 @@
 #include "cpu/engine.h"
 
-#include <thread>
-
-#include <fmt/format.h>
-
 #include "core/error.h"
 #include "cpu/mtp.h"
 
@@ -23,33 +19,6 @@ const SequenceCheckpoint& cpu_checkpoint(const engine::Checkpoint& checkpoint) {
   return c->held;
 }
 
-// The MTP drafter behind engine::Drafter. Its K/V cache is int8 (one fp16 scale per 64 values),
-// a quarter of fp32's bytes; the sequence's own format where int8 cannot hold the head size.
-class CpuDrafter final : public engine::Drafter {
- public:
-  CpuDrafter(const Session& session)
-      : drafter_(session.weights(), *session.weights()->mtp, drafter_format(session),
-                 {.threads = session.options().threads, .activations = session.options().activations}) {}
-  void advance(std::span<const int32_t> tokens, std::span<const float> hidden) override {
-    drafter_.advance(tokens, hidden);
-  }
-  std::vector<int32_t> draft(int32_t pending, int64_t n, float min_p) override {
-    return drafter_.draft(pending, n, min_p);
-  }
-  void reset() override { drafter_.reset(); }
-  int64_t rows() const override { return drafter_.rows(); }
-  std::string describe() const override {
-    return fmt::format("MTP drafter on the CPU, its K/V cache {}", kv::to_string(drafter_.kv_format()));
-  }
-
- private:
-  static kv::Format drafter_format(const Session& session) {
-    const int64_t head_dim = session.config().head_dim;
-    return kv::unsupported_reason(kv::Format::k8v8, head_dim).empty() ? kv::Format::k8v8 : session.kv_format();
-  }
-  MtpDrafter drafter_;
-};
-
 class CpuSequence final : public engine::Sequence {
  public:
   CpuSequence(std::shared_ptr<CpuModel> model, std::unique_ptr<Session> owned)
@@ -62,12 +31,13 @@ class CpuSequence final : public engine::Sequence {
   int64_t kv_bytes() const override { return session_.kv_bytes(); }
   void reset() override {
     session_.reset();
-    if (drafter_) drafter_->reset();
+    if (drafter_) drafter_->reset(0);
   }
   engine::Drafter& drafter() override {
     if (!drafter_) {
-      if (!session_.weights()->mtp) fail("--mtp: {}", session_.weights()->mtp_unavailable);
-      drafter_ = std::make_unique<CpuDrafter>(session_);
+      const SessionOptions& o = session_.options();
+      drafter_ = std::make_unique<MtpDrafter>(session_.weights(), o.kv_format,
+                                              Compute{.threads = o.threads, .activations = o.activations});
     }
     return *drafter_;
   }
@@ -87,7 +57,7 @@ class CpuSequence final : public engine::Sequence {
   std::shared_ptr<CpuModel> model_;
   std::unique_ptr<Session> owned_;
   Session& session_;
-  std::unique_ptr<CpuDrafter> drafter_;
+  std::unique_ptr<MtpDrafter> drafter_;
 };
 
 CpuSequence& cpu_sequence(engine::Sequence* sequence) {
@@ -113,9 +83,11 @@ std::unique_ptr<engine::Sequence> CpuModel::open_sequence() {
 void CpuModel::step(std::span<engine::StepRow> rows) {
   std::vector<BatchEntry> entries;
   entries.reserve(rows.size());
-  for (engine::StepRow& row : rows)
+  for (engine::StepRow& row : rows) {
+    if (row.sequence && &row.sequence->model() != this) fail("cpu engine: a step row names another model's sequence");
     entries.push_back({.session = &cpu_sequence(row.sequence).session(), .tokens = row.tokens,
                        .logit_rows = row.logit_rows, .want_hidden = row.want_hidden, .as_decode = row.as_decode});
+  }
   // Session::forward_batch checks that the sessions share weights and options, and the rows.
   Session::forward_batch(entries);
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -125,8 +97,7 @@ void CpuModel::step(std::span<engine::StepRow> rows) {
 }
 
 engine::EngineInfo CpuModel::info() const {
-  const int threads = options_.threads > 0 ? options_.threads : int(std::thread::hardware_concurrency());
-  return {"cpu", threads, options_.kv_format};
+  return {"cpu", Compute{.threads = options_.threads}.resolved_threads(), options_.kv_format};
 }
 
 std::unique_ptr<engine::Sequence> open_sequence(std::shared_ptr<const model::ModelWeights> weights,
@@ -137,7 +108,5 @@ std::unique_ptr<engine::Sequence> open_sequence(std::shared_ptr<const model::Mod
 std::unique_ptr<engine::Sequence> borrow_sequence(Session& session) {
   return std::make_unique<CpuSequence>(CpuModel::make(session.weights(), session.options()), session);
 }
-
-Session& session_of(engine::Sequence& sequence) { return cpu_sequence(&sequence).session(); }
 
 }  // namespace lode::cpu

@@ -36,7 +36,5 @@ std::unique_ptr<engine::Sequence> open_sequence(std::shared_ptr<const model::Mod
 // A sequence over a session the caller keeps (its model made for it from the session's weights and
 // options); the session must outlive it.
 std::unique_ptr<engine::Sequence> borrow_sequence(Session& session);
-// The session behind a CPU sequence; fails for another backend's.
-Session& session_of(engine::Sequence& sequence);
 
 }  // namespace lode::cpu

@@ -1,8 +1,11 @@
 #include "cpu/mtp.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.h"
 #include "cpu/attention.h"
 #include "cpu/matmul.h"
 #include "cpu/moe.h"
@@ -11,7 +14,8 @@
 namespace lode::cpu {
 
 void mtp_forward(const model::ModelWeights& main, const model::MtpWeights& w, KvCache& cache, const float* hidden,
-                 const int32_t* tokens, int64_t n, const Compute& compute, float* out, float* last_logits) {
+                 const int32_t* tokens, int64_t n, int64_t first_position, const Compute& compute, float* out,
+                 float* last_logits) {
   const model::Qwen35MoeConfig& c = main.config;
   const int64_t h = c.hidden;
   const float eps = float(c.rms_eps);
@@ -24,8 +28,8 @@ void mtp_forward(const model::ModelWeights& main, const model::MtpWeights& w, Kv
   }
   matmul(w.eh_proj, both.data(), x.data(), n, compute);
   for (int64_t t = 0; t < n; ++t) rms_norm(x.data() + t * h, w.layer.attn_norm.data(), normed.data() + t * h, h, eps);
-  // Its cache holds rows for positions 1 .. cache.positions(): the next row sits at one more.
-  attention_forward(w.layer.attention, c, cache, normed.data(), mixed.data(), n, cache.positions(), compute, 1);
+  const int64_t held = cache.positions();
+  attention_forward(w.layer.attention, c, cache, normed.data(), mixed.data(), n, held, compute, first_position - held);
   for (size_t i = 0; i < x.size(); ++i) x[i] += mixed[i];
   for (int64_t t = 0; t < n; ++t)
     rms_norm(x.data() + t * h, w.layer.post_attention_norm.data(), normed.data() + t * h, h, eps);
@@ -35,47 +39,74 @@ void mtp_forward(const model::ModelWeights& main, const model::MtpWeights& w, Kv
   if (last_logits) matmul(main.output, out + (n - 1) * h, last_logits, 1, compute);
 }
 
-MtpDrafter::MtpDrafter(std::shared_ptr<const model::ModelWeights> weights, const model::MtpWeights& mtp,
-                       kv::Format kv_format, Compute compute)
-    : weights_(std::move(weights)), mtp_(mtp), compute_(compute),
-      cache_(kv_format, weights_->config.n_kv_heads, weights_->config.head_dim) {}
+namespace {
 
-void MtpDrafter::reset() {
+kv::Format drafter_format(const model::Qwen35MoeConfig& c, kv::Format fallback) {
+  return kv::unsupported_reason(kv::Format::k8v8, c.head_dim).empty() ? kv::Format::k8v8 : fallback;
+}
+
+}  // namespace
+
+MtpDrafter::MtpDrafter(std::shared_ptr<const model::ModelWeights> weights, kv::Format fallback, Compute compute)
+    : weights_(std::move(weights)), compute_(compute),
+      cache_(drafter_format(weights_->config, fallback), weights_->config.n_kv_heads, weights_->config.head_dim) {
+  if (!weights_->mtp) fail("--mtp: {}", weights_->mtp_unavailable);
+}
+
+std::string MtpDrafter::describe() const {
+  return fmt::format("MTP drafter on the CPU, its K/V cache {}", kv::to_string(cache_.format()));
+}
+
+void MtpDrafter::reset(int64_t position) {
   cache_.truncate(0);
   last_hidden_.clear();
+  start_ = position;
+  seen_ = 0;
 }
 
 void MtpDrafter::advance(std::span<const int32_t> tokens, std::span<const float> hidden) {
   const int64_t h = weights_->config.hidden, n = int64_t(tokens.size());
+  if (int64_t(hidden.size()) != n * h)
+    fail("mtp drafter: {} hidden values for {} tokens of {} each", hidden.size(), n, h);
   if (n == 0) return;
-  // Token i pairs with the state before it: the last one kept, then this call's rows. Position 0
-  // has no state before it, and no row.
+  // Token i pairs with the state before it: the last one kept, then this call's rows. The first
+  // position followed has no state before it, and no row.
   std::vector<float> before;
   std::span<const int32_t> paired = tokens;
+  int64_t first = followed();
   if (last_hidden_.empty()) {
     paired = tokens.subspan(1);
     before.assign(hidden.begin(), hidden.begin() + (n - 1) * h);
+    ++first;
   } else {
     before = last_hidden_;
     before.insert(before.end(), hidden.begin(), hidden.begin() + (n - 1) * h);
   }
   if (!paired.empty()) {
     std::vector<float> out(before.size());
-    mtp_forward(*weights_, mtp_, cache_, before.data(), paired.data(), int64_t(paired.size()), compute_, out.data(),
-                nullptr);
+    mtp_forward(*weights_, *weights_->mtp, cache_, before.data(), paired.data(), int64_t(paired.size()), first,
+                compute_, out.data(), nullptr);
   }
   last_hidden_.assign(hidden.end() - h, hidden.end());
+  seen_ += n;
 }
 
 std::vector<int32_t> MtpDrafter::draft(int32_t pending, int64_t n, float min_p) {
   std::vector<int32_t> drafts;
   if (last_hidden_.empty()) return drafts;
-  const int64_t held = cache_.positions(), h = weights_->config.hidden;
+  // The drafts' rows go again whatever happens: advance() adds the committed ones.
+  struct KeepRows {
+    KvCache& cache;
+    int64_t held;
+    ~KeepRows() { cache.truncate(held); }
+  } keep{cache_, cache_.positions()};
+  const int64_t h = weights_->config.hidden;
   std::vector<float> state = last_hidden_;
   std::vector<float> out(static_cast<size_t>(h)), logits(static_cast<size_t>(weights_->config.vocab));
   int32_t token = pending;
   for (int64_t i = 0; i < n; ++i) {
-    mtp_forward(*weights_, mtp_, cache_, state.data(), &token, 1, compute_, out.data(), logits.data());
+    mtp_forward(*weights_, *weights_->mtp, cache_, state.data(), &token, 1, followed() + i, compute_, out.data(),
+                logits.data());
     const auto best = std::max_element(logits.begin(), logits.end());
     double sum = 0;
     for (float l : logits) sum += std::exp(double(l) - double(*best));
@@ -84,7 +115,6 @@ std::vector<int32_t> MtpDrafter::draft(int32_t pending, int64_t n, float min_p) 
     drafts.push_back(token);
     state = out;
   }
-  cache_.truncate(held);  // the drafts' rows go: advance() adds the committed ones
   return drafts;
 }
 

@@ -41,8 +41,9 @@ class CudaSequence final : public engine::Sequence {
            position());
     session().restore(snapshot_of(checkpoint));
   }
+  // The model holds one sequence: a prefix can only come from this one (which restore() then is).
   void copy_prefix(const engine::Sequence& other, const engine::Checkpoint& checkpoint) override {
-    if (!dynamic_cast<const CudaSequence*>(&other)) fail("cuda engine: cannot copy a prefix from another backend's sequence");
+    if (&other.model() != &model()) fail("cuda engine: cannot copy a prefix from another model's sequence");
     session().restore(snapshot_of(checkpoint));
   }
 
@@ -56,8 +57,9 @@ std::unique_ptr<engine::Sequence> CudaModel::open_sequence() {
   if (sequence_open_)
     fail("cuda engine: this model already holds its one sequence (several sequences on the GPU come with GPU "
          "serving)");
+  auto sequence = std::make_unique<CudaSequence>(std::static_pointer_cast<CudaModel>(shared_from_this()));
   sequence_open_ = true;
-  return std::make_unique<CudaSequence>(std::static_pointer_cast<CudaModel>(shared_from_this()));
+  return sequence;
 }
 
 void CudaModel::step(std::span<engine::StepRow> rows) {

@@ -29,7 +29,7 @@ std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, 
 }
 
 Drafter& Sequence::drafter() {
-  fail("this engine cannot draft tokens yet: MTP speculative decoding runs on the CPU engine (--backend cpu)");
+  fail("this engine cannot draft tokens yet: MTP speculative decoding runs on the CPU engine");
 }
 
 std::vector<float> decode(Sequence& sequence, int32_t token) {

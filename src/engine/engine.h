@@ -47,10 +47,11 @@ class Drafter {
   // Up to n tokens to follow `pending` (sampled, not yet run); fewer where the block's confidence
   // falls below min_p.
   virtual std::vector<int32_t> draft(int32_t pending, int64_t n, float min_p) = 0;
-  virtual void reset() = 0;
-  // Positions it follows: the sequence's position less one once it has advanced (position 0 has
-  // no state before it).
-  virtual int64_t rows() const = 0;
+  // Forget what it followed and follow on from the sequence at `position` (0: an empty one).
+  virtual void reset(int64_t position) = 0;
+  // The sequence position up to which it has followed: the sequence's own, while generation alone
+  // moves the sequence.
+  virtual int64_t followed() const = 0;
   virtual std::string describe() const = 0;  // for the run log
 };
 
@@ -64,8 +65,8 @@ class Sequence {
   virtual void reset() = 0;              // empty again
   // A checkpoint at the current position. Fails where the backend cannot take one (saying so).
   virtual std::shared_ptr<const Checkpoint> checkpoint() const = 0;
-  // Back to a checkpoint this sequence took earlier (no reset() since). Fails when it is ahead of
-  // the sequence or not this backend's.
+  // Back to a checkpoint of this sequence's text (taken by it, or by the sequence a prefix was
+  // copied from). Fails when it is ahead of the sequence or not this backend's.
   virtual void rewind(const Checkpoint& checkpoint) = 0;
   // This sequence becomes `other`'s prefix up to one of `other`'s checkpoints; `other` is left as
   // it was. Fails unless both are sequences of the same model.

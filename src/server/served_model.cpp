@@ -20,6 +20,11 @@ ServedModel::ServedModel(const std::string& path)
       tokenizer(tokenizer::Tokenizer::from_metadata(reader.metadata())),
       id(model_id(reader.metadata(), path)) {}
 
+ModelNames::ModelNames(std::string id_, const std::vector<std::string>& aliases_) : id(std::move(id_)) {
+  for (const std::string& alias : aliases_)
+    if (!includes(alias)) aliases.push_back(alias);
+}
+
 bool ModelNames::includes(const std::string& name) const {
   return name == id || std::find(aliases.begin(), aliases.end(), name) != aliases.end();
 }

@@ -25,7 +25,8 @@ struct ServedModel {
 // The names requests may give as `model`: the served model's id and the aliases the server was
 // started with (`lode serve --alias NAME`, for clients that hard-code a model name).
 struct ModelNames {
-  ModelNames(std::string id, std::vector<std::string> aliases = {}) : id(std::move(id)), aliases(std::move(aliases)) {}
+  // Aliases equal to the id or to an earlier alias are dropped.
+  explicit ModelNames(std::string id, const std::vector<std::string>& aliases = {});
   bool includes(const std::string& name) const;
   std::string id;
   std::vector<std::string> aliases;
