@@ -71,6 +71,38 @@ TEST(ServerConcurrency, EightConcurrentStreamsEqualTheirSoloRuns) {
   EXPECT_EQ(worker["sequences"]["active"], 0);
 }
 
+// With drafts (--mtp 3) every sequence's row of a step is a verify window of its own: four streams
+// at once still get exactly what each gets alone without drafts, and drafts were accepted.
+TEST(ServerConcurrency, StreamsWithDraftsEqualTheirSoloRunsWithout) {
+  constexpr int kClients = 4;
+  std::vector<std::string> alone(kClients), together(kClients);
+  {
+    server::ServerOptions solo;
+    solo.worker.parallel = 1;
+    TestServer server(solo);
+    for (int i = 0; i < kClients; ++i) {
+      auto res = server.post("/v1/chat/completions", streamed_request(i).dump());
+      ASSERT_TRUE(res);
+      alone[size_t(i)] = streamed_text(res->body);
+    }
+  }
+  server::ServerOptions drafted;
+  drafted.worker.parallel = kClients;
+  drafted.worker.mtp = 3;
+  TestServer server(drafted);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i)
+    clients.emplace_back([&, i] {
+      auto res = server.post("/v1/chat/completions", streamed_request(i).dump());
+      if (res) together[size_t(i)] = streamed_text(res->body);
+    });
+  for (auto& c : clients) c.join();
+  for (int i = 0; i < kClients; ++i) EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
+  ASSERT_TRUE(eventually([&] { return metric_value(server, "lode_mtp_verify_steps_total") > 0; }));
+  EXPECT_GT(metric_value(server, "lode_mtp_accepted_tokens_total"), 0);
+  EXPECT_GE(server.get_json("/v1/status")["steps"]["max_batch"], 2);
+}
+
 TEST(ServerConcurrency, LongPromptIsPrefilledBesideDecodingSequences) {
   server::ServerOptions o;
   o.worker.parallel = 2;

@@ -66,6 +66,13 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--parallel", o->server.worker.parallel, "Requests generated together, each keeping its conversation's prefix cached (default 4)")
       ->check(CLI::PositiveNumber);
   add_kv_option(*cmd, o->kv);
+  cmd->add_option("--mtp", o->server.worker.mtp,
+                  "Draft up to N tokens per sequence and step with the model's MTP block, verified in the same step; "
+                  "the replies do not change (default 0: off)")
+      ->check(CLI::Range(int64_t(0), int64_t(16)));
+  cmd->add_option("--mtp-min-p", o->server.worker.mtp_min_p,
+                  "Stop drafting when the MTP block's most likely token is below this probability (default 0)")
+      ->check(CLI::Range(0.0f, 1.0f));
   cmd->add_option("--alias", o->server.aliases,
                   "Another name requests may give as `model` (repeatable; for clients that hard-code one; replies "
                   "carry the name asked for)");

@@ -4,9 +4,12 @@
 // the same Generation while each sample equals the next draft. Every token is thus sampled from
 // the logits a plain decode step gives, and the output is the output without drafts, greedy or
 // sampled. A window that stops early goes back to its checkpoint and runs the tokens it keeps again.
+// generate() runs it on one sequence; the server's worker runs the same pieces inside its batched
+// steps (a window per decoding sequence).
 #pragma once
 
 #include "engine/generate.h"
+#include "engine/generation.h"
 
 namespace lode::engine {
 
@@ -14,5 +17,32 @@ namespace lode::engine {
 GenerateResult generate_with_drafts(Sequence& sequence, const tokenizer::Tokenizer& tokenizer,
                                     sample::Sampler& sampler, std::span<const int32_t> prompt,
                                     const GenerateOptions& options, const TextSink& on_text);
+
+// The pieces, for a caller that batches windows of several sequences into one step.
+//
+// The drafter follows `tokens`, which the sequence has just taken (hidden: their final-normed
+// states); a drafter that lost track of the sequence starts over from where these began.
+void follow(const Sequence& sequence, Drafter& drafter, std::span<const int32_t> tokens,
+            std::span<const float> hidden);
+
+// The next window: `pending` and up to options.mtp drafts, as many as the context and the token
+// limit leave room for.
+std::vector<int32_t> next_window(const Sequence& sequence, Drafter& drafter, const Generation& generation,
+                                 int32_t pending, const GenerateOptions& options);
+
+// The step row that verifies a window (every position's logits and state, computed as decode steps).
+StepRow verify_row(Sequence& sequence, std::span<const int32_t> window);
+
+struct WindowCounts {
+  int64_t windows = 0, drafted = 0, accepted = 0;
+};
+
+// After the verify step of `window` (row: its verify_row, run): samples in order while each
+// sample equals the next draft, puts the sequence back to the tokens sampled from when it stopped
+// early (from `before`, the checkpoint taken before the step; null when there were no drafts) and
+// has the drafter follow them. Returns the next pending token, or nothing when generation ended.
+std::optional<int32_t> accept_window(Sequence& sequence, Drafter& drafter, Generation& generation,
+                                     std::span<const int32_t> window, const StepRow& row, const Checkpoint* before,
+                                     WindowCounts& counts);
 
 }  // namespace lode::engine

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/utf8.h"
+#include "engine/speculative.h"
 #include "server/api_error.h"
 
 namespace lode::server {
@@ -64,10 +65,16 @@ struct EngineWorker::Running {
   int64_t cached = 0;     // prompt tokens reused from the slot's prefix
   int64_t prefilled = 0;  // prompt tokens in the sequence
   std::optional<int32_t> pending;  // the sampled token to run next
+  // With drafts: this step's window (pending, then drafts), the checkpoint before it, the counts.
+  std::vector<int32_t> window;
+  std::shared_ptr<const engine::Checkpoint> before;
+  engine::WindowCounts counts;
 
-  Running(Queued q, int64_t vocab)
+  Running(Queued q, int64_t vocab, const WorkerOptions& worker)
       : queued(std::move(q)), options(queued.job.generate), sampler(options.sampling, vocab) {
     options.cancel = queued.stream->cancel_flag();
+    options.mtp = worker.mtp;
+    options.mtp_min_p = worker.mtp_min_p;
   }
   std::span<const int32_t> prompt() const { return queued.job.prompt; }
   bool prefilling() const { return prefilled < int64_t(queued.job.prompt.size()); }
@@ -82,6 +89,8 @@ EngineWorker::EngineWorker(const ServedModel& model, std::shared_ptr<engine::Mod
     slots_.push_back(std::make_unique<Slot>(
         Slot{engine_->open_sequence(), PrefixCache(options_.chunk, options_.checkpoints_per_slot), 0, nullptr}));
   context_ = slots_.front()->sequence->max_context();
+  if (options_.mtp > 0)  // a model without an MTP block is refused now, not at the first request
+    for (auto& slot : slots_) slot->sequence->drafter();
   thread_ = std::thread([this] { run(); });
 }
 
@@ -225,7 +234,7 @@ void EngineWorker::start(Placement placement, Queued queued) {
   }
   const std::shared_ptr<JobStream> stream = queued.stream;
   try {
-    auto seq = std::make_unique<Running>(std::move(queued), engine_->vocab());
+    auto seq = std::make_unique<Running>(std::move(queued), engine_->vocab(), options_);
     seq->cached = seq->prefilled =
         placement.source ? slot.prefix.resume_from(*slot.sequence, placement.source->prefix, *placement.source->sequence, seq->prompt())
                          : slot.prefix.resume(*slot.sequence, seq->prompt());
@@ -254,9 +263,10 @@ void EngineWorker::step() {
   std::vector<Slot*> owners;
   for (auto& slot : slots_) {
     if (!slot->running || slot->running->prefilling()) continue;
-    batch.push_back({.sequence = slot->sequence.get(), .tokens = std::span(&*slot->running->pending, 1)});
+    batch.push_back(decode_row(*slot));
     owners.push_back(slot.get());
   }
+  bool prompt_chunk = false;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& slot = *slots_[(prefill_turn_ + i) % slots_.size()];
     if (!slot.running || !slot.running->prefilling()) continue;
@@ -265,8 +275,10 @@ void EngineWorker::step() {
     const bool last = end == int64_t(seq.prompt().size());
     batch.push_back({.sequence = slot.sequence.get(),
                      .tokens = seq.prompt().subspan(size_t(seq.prefilled), size_t(end - seq.prefilled)),
-                     .logit_rows = last ? 1 : 0});
+                     .logit_rows = last ? 1 : 0,
+                     .want_hidden = options_.mtp > 0});  // the drafter follows the prompt too
     owners.push_back(&slot);
+    prompt_chunk = true;
     prefill_turn_ = (prefill_turn_ + i + 1) % slots_.size();
     break;
   }
@@ -275,7 +287,7 @@ void EngineWorker::step() {
     std::lock_guard lock(mutex_);
     ++step_counts_.steps;
     step_counts_.max_batch = std::max(step_counts_.max_batch, int64_t(batch.size()));
-    if (batch.size() > 1 && batch.back().tokens.size() > 1) ++step_counts_.mixed_steps;
+    if (batch.size() > 1 && prompt_chunk) ++step_counts_.mixed_steps;
   }
   try {
     engine_->step(batch);
@@ -293,15 +305,30 @@ void EngineWorker::step() {
   if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
 }
 
+engine::StepRow EngineWorker::decode_row(Slot& slot) {
+  Running& seq = *slot.running;
+  engine::Sequence& sequence = *slot.sequence;
+  if (options_.mtp == 0) return {.sequence = &sequence, .tokens = std::span(&*seq.pending, 1)};
+  seq.window = engine::next_window(sequence, sequence.drafter(), *seq.generation, *seq.pending, seq.options);
+  seq.before = seq.window.size() > 1 ? sequence.checkpoint() : nullptr;
+  return engine::verify_row(sequence, seq.window);
+}
+
 void EngineWorker::advance(Slot& slot, const engine::StepRow& entry) {
   Running& seq = *slot.running;
   if (seq.prefilling()) {
     seq.prefilled += int64_t(entry.tokens.size());
     const bool last = !seq.prefilling();
     slot.prefix.after_chunk(*slot.sequence, entry.tokens, !last && seq.prefilled % options_.chunk == 0);
+    if (options_.mtp > 0) engine::follow(*slot.sequence, slot.sequence->drafter(), entry.tokens, entry.hidden);
     if (!last) return;
+    seq.pending = seq.generation->step(entry.logits);
+  } else if (options_.mtp > 0) {
+    seq.pending = engine::accept_window(*slot.sequence, slot.sequence->drafter(), *seq.generation, seq.window, entry,
+                                        seq.before.get(), seq.counts);
+  } else {
+    seq.pending = seq.generation->step(entry.logits);
   }
-  seq.pending = seq.generation->step(entry.logits);
   if (seq.pending && slot.sequence->position() >= context_) {
     seq.generation->stop(engine::FinishReason::context_full);
     seq.pending.reset();
@@ -316,6 +343,9 @@ void EngineWorker::finish(Slot& slot) {
   slot.last_used = ++clock_;
   result.prompt_tokens = int64_t(seq->prompt().size());
   result.cached_tokens = seq->cached;
+  result.windows = seq->counts.windows;
+  result.drafted = seq->counts.drafted;
+  result.accepted = seq->counts.accepted;
   int64_t bytes = 0, kv = 0;
   for (const auto& s : slots_) bytes += s->prefix.bytes(), kv += s->sequence->kv_bytes();
   {

@@ -68,6 +68,10 @@ struct WorkerOptions {
   int max_queue = 16;     // jobs that may wait for a free slot; more are refused (429)
   int64_t chunk = 64;     // prompt tokens per prefill chunk, and the prefix checkpoint interval
   size_t checkpoints_per_slot = 64;  // prefix checkpoints each slot keeps (bounds their memory)
+  // Speculative decoding per sequence (engine/speculative.h): a decoding sequence's row of a step
+  // is its pending token and up to `mtp` drafts; 0: off. The output does not change.
+  int64_t mtp = 0;
+  float mtp_min_p = 0.0f;
   // Test hooks, never set by `lode serve`: fake_output replaces the model's output with this text
   // (tests of tool calls, which a small model will not make reliably); token_delay sleeps after
   // every engine step (or piece of fake text) so a test can keep the worker busy.
@@ -142,6 +146,7 @@ class EngineWorker {
   void start(Placement placement, Queued queued);
   void step();
   void advance(Slot& slot, const engine::StepRow& row);  // after the step: sample, or go on prefilling
+  engine::StepRow decode_row(Slot& slot);  // a decoding sequence's row: its pending token (and drafts)
   void finish(Slot& slot);
   void run_fake(const Queued& queued);
 

@@ -19,6 +19,9 @@ void ServerStats::record_generation(const engine::GenerateResult& r) {
   counts_.prompt_tokens += r.prompt_tokens;
   counts_.generated_tokens += generated;
   counts_.cache_hits += r.cached_tokens > 0;
+  counts_.mtp_windows += r.windows;
+  counts_.mtp_drafted += r.drafted;
+  counts_.mtp_accepted += r.accepted;
   counts_.prefill_tokens_per_second = r.prefill_seconds > 0 ? double(r.prompt_tokens) / r.prefill_seconds : 0;
   // decode_seconds covers the steps after the first token.
   counts_.decode_tokens_per_second = r.decode_seconds > 0 && generated > 1 ? double(generated - 1) / r.decode_seconds : 0;
@@ -76,6 +79,12 @@ std::string prometheus_text(const ServerStats::Snapshot& s, int64_t queue_depth)
   out += fmt::format("lode_active_requests {}\n", s.active);
   metric(out, "lode_cache_hits_total", "counter", "Requests that reused a cached prefix.");
   out += fmt::format("lode_cache_hits_total {}\n", s.cache_hits);
+  metric(out, "lode_mtp_verify_steps_total", "counter", "Speculative verify steps (--mtp).");
+  out += fmt::format("lode_mtp_verify_steps_total {}\n", s.mtp_windows);
+  metric(out, "lode_mtp_drafted_tokens_total", "counter", "Tokens drafted by the MTP block.");
+  out += fmt::format("lode_mtp_drafted_tokens_total {}\n", s.mtp_drafted);
+  metric(out, "lode_mtp_accepted_tokens_total", "counter", "Drafted tokens the model accepted.");
+  out += fmt::format("lode_mtp_accepted_tokens_total {}\n", s.mtp_accepted);
   return out;
 }
 

@@ -26,6 +26,7 @@ class ServerStats {
     double prefill_tokens_per_second = 0;  // of the last finished generation
     double decode_tokens_per_second = 0;
     int64_t cache_hits = 0;  // requests that reused a cached prefix
+    int64_t mtp_windows = 0, mtp_drafted = 0, mtp_accepted = 0;  // speculative decoding (--mtp)
   };
 
   // One answered request (route: the route's path, or "other" for unknown paths).
