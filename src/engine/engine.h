@@ -34,8 +34,8 @@ class Checkpoint {
   virtual int64_t bytes() const = 0;  // the memory it holds
 };
 
-// Draft tokens for one sequence from its model's MTP block (speculative decoding: engine/generate.h,
-// GenerateOptions::mtp). It follows the tokens the sequence commits (advance) and drafts from there
+// Draft tokens for one sequence from its model's MTP block (speculative decoding:
+// engine/speculative.h, GenerateOptions::mtp). It follows the tokens the sequence commits (advance) and drafts from there
 // without changing what it holds. What it drafts never changes the output, only how many tokens
 // one verify step accepts.
 class Drafter {
