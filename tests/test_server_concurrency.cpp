@@ -34,35 +34,45 @@ json streamed_request(int i) {
           {"max_tokens", 10}, {"temperature", 0}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
 }
 
-TEST(ServerConcurrency, EightConcurrentStreamsEqualTheirSoloRuns) {
-  constexpr int kClients = 8;
-  std::vector<std::string> alone(kClients), together(kClients);
-  {
-    server::ServerOptions solo;
-    solo.worker.parallel = 1;
-    TestServer server(solo);
-    for (int i = 0; i < kClients; ++i) {
-      auto res = server.post("/v1/chat/completions", streamed_request(i).dump());
-      ASSERT_TRUE(res);
-      ASSERT_EQ(res->status, 200) << res->body;
-      alone[size_t(i)] = streamed_text(res->body);
-    }
+// The texts of requests 0 .. n-1, one after another on a one-slot server without drafts.
+std::vector<std::string> solo_texts(int n) {
+  server::ServerOptions solo;
+  solo.worker.parallel = 1;
+  TestServer server(solo);
+  std::vector<std::string> texts;
+  for (int i = 0; i < n; ++i) {
+    auto res = server.post("/v1/chat/completions", streamed_request(i).dump());
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+    texts.push_back(res ? streamed_text(res->body) : std::string());
   }
-  server::ServerOptions batched;
-  batched.worker.parallel = kClients;
-  TestServer server(batched);
+  return texts;
+}
+
+// The texts of requests 0 .. n-1 sent all at once to `server`; empty for a request that failed.
+std::vector<std::string> concurrent_texts(const TestServer& server, int n) {
+  std::vector<std::string> texts(static_cast<size_t>(n));
+  std::vector<int> status(static_cast<size_t>(n), 0);
   std::vector<std::thread> clients;
-  std::vector<int> status(kClients, 0);
-  for (int i = 0; i < kClients; ++i)
+  for (int i = 0; i < n; ++i)
     clients.emplace_back([&, i] {
       auto res = server.post("/v1/chat/completions", streamed_request(i).dump());
       if (!res) return;
       status[size_t(i)] = res->status;
-      together[size_t(i)] = streamed_text(res->body);
+      texts[size_t(i)] = streamed_text(res->body);
     });
   for (auto& c : clients) c.join();
+  for (int i = 0; i < n; ++i) EXPECT_EQ(status[size_t(i)], 200) << "client " << i;
+  return texts;
+}
+
+TEST(ServerConcurrency, EightConcurrentStreamsEqualTheirSoloRuns) {
+  constexpr int kClients = 8;
+  const std::vector<std::string> alone = solo_texts(kClients);
+  server::ServerOptions batched;
+  batched.worker.parallel = kClients;
+  TestServer server(batched);
+  const std::vector<std::string> together = concurrent_texts(server, kClients);
   for (int i = 0; i < kClients; ++i) {
-    EXPECT_EQ(status[size_t(i)], 200) << "client " << i;
     EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
     EXPECT_FALSE(alone[size_t(i)].empty());
   }
@@ -75,28 +85,12 @@ TEST(ServerConcurrency, EightConcurrentStreamsEqualTheirSoloRuns) {
 // at once still get exactly what each gets alone without drafts, and drafts were accepted.
 TEST(ServerConcurrency, StreamsWithDraftsEqualTheirSoloRunsWithout) {
   constexpr int kClients = 4;
-  std::vector<std::string> alone(kClients), together(kClients);
-  {
-    server::ServerOptions solo;
-    solo.worker.parallel = 1;
-    TestServer server(solo);
-    for (int i = 0; i < kClients; ++i) {
-      auto res = server.post("/v1/chat/completions", streamed_request(i).dump());
-      ASSERT_TRUE(res);
-      alone[size_t(i)] = streamed_text(res->body);
-    }
-  }
+  const std::vector<std::string> alone = solo_texts(kClients);
   server::ServerOptions drafted;
   drafted.worker.parallel = kClients;
   drafted.worker.mtp = 3;
   TestServer server(drafted);
-  std::vector<std::thread> clients;
-  for (int i = 0; i < kClients; ++i)
-    clients.emplace_back([&, i] {
-      auto res = server.post("/v1/chat/completions", streamed_request(i).dump());
-      if (res) together[size_t(i)] = streamed_text(res->body);
-    });
-  for (auto& c : clients) c.join();
+  const std::vector<std::string> together = concurrent_texts(server, kClients);
   for (int i = 0; i < kClients; ++i) EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
   ASSERT_TRUE(eventually([&] { return metric_value(server, "lode_mtp_verify_steps_total") > 0; }));
   EXPECT_GT(metric_value(server, "lode_mtp_accepted_tokens_total"), 0);

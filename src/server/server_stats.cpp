@@ -58,6 +58,13 @@ std::string label_value(const std::string& s) {
   return out;
 }
 
+// One unlabelled metric: its HELP and TYPE lines, then its value.
+template <class Value>
+void sample(std::string& out, const char* name, const char* type, const char* help, Value value) {
+  metric(out, name, type, help);
+  out += fmt::format("{} {}\n", name, value);
+}
+
 }  // namespace
 
 std::string prometheus_text(const ServerStats::Snapshot& s, int64_t queue_depth) {
@@ -65,26 +72,16 @@ std::string prometheus_text(const ServerStats::Snapshot& s, int64_t queue_depth)
   metric(out, "lode_requests_total", "counter", "HTTP requests answered, by route and status.");
   for (const auto& [key, count] : s.responses)
     out += fmt::format("lode_requests_total{{route=\"{}\",status=\"{}\"}} {}\n", label_value(key.first), key.second, count);
-  metric(out, "lode_prompt_tokens_total", "counter", "Prompt tokens processed.");
-  out += fmt::format("lode_prompt_tokens_total {}\n", s.prompt_tokens);
-  metric(out, "lode_generated_tokens_total", "counter", "Tokens generated.");
-  out += fmt::format("lode_generated_tokens_total {}\n", s.generated_tokens);
-  metric(out, "lode_prefill_tokens_per_second", "gauge", "Prompt processing speed of the last request.");
-  out += fmt::format("lode_prefill_tokens_per_second {}\n", s.prefill_tokens_per_second);
-  metric(out, "lode_decode_tokens_per_second", "gauge", "Generation speed of the last request.");
-  out += fmt::format("lode_decode_tokens_per_second {}\n", s.decode_tokens_per_second);
-  metric(out, "lode_queue_depth", "gauge", "Requests waiting for the engine.");
-  out += fmt::format("lode_queue_depth {}\n", queue_depth);
-  metric(out, "lode_active_requests", "gauge", "Generation requests in flight.");
-  out += fmt::format("lode_active_requests {}\n", s.active);
-  metric(out, "lode_cache_hits_total", "counter", "Requests that reused a cached prefix.");
-  out += fmt::format("lode_cache_hits_total {}\n", s.cache_hits);
-  metric(out, "lode_mtp_verify_steps_total", "counter", "Speculative verify steps (--mtp).");
-  out += fmt::format("lode_mtp_verify_steps_total {}\n", s.mtp_windows);
-  metric(out, "lode_mtp_drafted_tokens_total", "counter", "Tokens drafted by the MTP block.");
-  out += fmt::format("lode_mtp_drafted_tokens_total {}\n", s.mtp_drafted);
-  metric(out, "lode_mtp_accepted_tokens_total", "counter", "Drafted tokens the model accepted.");
-  out += fmt::format("lode_mtp_accepted_tokens_total {}\n", s.mtp_accepted);
+  sample(out, "lode_prompt_tokens_total", "counter", "Prompt tokens processed.", s.prompt_tokens);
+  sample(out, "lode_generated_tokens_total", "counter", "Tokens generated.", s.generated_tokens);
+  sample(out, "lode_prefill_tokens_per_second", "gauge", "Prompt processing speed of the last request.", s.prefill_tokens_per_second);
+  sample(out, "lode_decode_tokens_per_second", "gauge", "Generation speed of the last request.", s.decode_tokens_per_second);
+  sample(out, "lode_queue_depth", "gauge", "Requests waiting for the engine.", queue_depth);
+  sample(out, "lode_active_requests", "gauge", "Generation requests in flight.", s.active);
+  sample(out, "lode_cache_hits_total", "counter", "Requests that reused a cached prefix.", s.cache_hits);
+  sample(out, "lode_mtp_verify_steps_total", "counter", "Speculative verify steps (--mtp).", s.mtp_windows);
+  sample(out, "lode_mtp_drafted_tokens_total", "counter", "Tokens drafted by the MTP block.", s.mtp_drafted);
+  sample(out, "lode_mtp_accepted_tokens_total", "counter", "Drafted tokens the model accepted.", s.mtp_accepted);
   return out;
 }
 
