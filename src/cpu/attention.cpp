@@ -14,23 +14,30 @@ namespace {
 
 // Norms and rotates (RoPE) the chunk's q (in place inside qg) and k; for a cache whose keys are
 // stored Hadamard-rotated, q is rotated too, so that <Hq, Hk> = <q, k>.
+void prepare_k(const model::AttentionWeights& w, const model::Qwen35MoeConfig& c, std::vector<float>& k,
+               int64_t n_tokens, int64_t pos0) {
+  const int64_t hd = c.head_dim;
+  const float eps = float(c.rms_eps);
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t h = 0; h < c.n_kv_heads; ++h) {
+      float* kh = k.data() + (t * c.n_kv_heads + h) * hd;
+      rms_norm(kh, w.k_norm.data(), kh, hd, eps);
+      rope_neox(kh, c.rope_dims, pos0 + t, c.rope_theta);
+    }
+}
+
 void prepare_qk(const model::AttentionWeights& w, const model::Qwen35MoeConfig& c, bool rotate_q, std::vector<float>& qg,
                 std::vector<float>& k, int64_t n_tokens, int64_t pos0) {
   const int64_t hd = c.head_dim;
   const float eps = float(c.rms_eps);
-  for (int64_t t = 0; t < n_tokens; ++t) {
+  for (int64_t t = 0; t < n_tokens; ++t)
     for (int64_t h = 0; h < c.n_heads; ++h) {
       float* q = qg.data() + (t * c.n_heads + h) * 2 * hd;  // q half of head h
       rms_norm(q, w.q_norm.data(), q, hd, eps);
       rope_neox(q, c.rope_dims, pos0 + t, c.rope_theta);
       if (rotate_q) kv::hadamard(q, hd);
     }
-    for (int64_t h = 0; h < c.n_kv_heads; ++h) {
-      float* kh = k.data() + (t * c.n_kv_heads + h) * hd;
-      rms_norm(kh, w.k_norm.data(), kh, hd, eps);
-      rope_neox(kh, c.rope_dims, pos0 + t, c.rope_theta);
-    }
-  }
+  prepare_k(w, c, k, n_tokens, pos0);
 }
 
 // One query head of one token attending to positions [0, n_keys): o = softmax(q K^T * scale) V.
@@ -72,6 +79,15 @@ HeadRows head_rows(const KvCache& cache, int64_t kvh, int64_t n, int64_t hd, std
 }
 
 }  // namespace
+
+void attention_append_kv(const model::AttentionWeights& w, const model::Qwen35MoeConfig& c, KvCache& cache,
+                         const float* x, int64_t n_tokens, int64_t pos0, const Compute& compute, int64_t rope_shift) {
+  std::vector<float> k(size_t(n_tokens * c.kv_dim())), v(size_t(n_tokens * c.kv_dim()));
+  matmul(w.k, x, k.data(), n_tokens, compute);
+  matmul(w.v, x, v.data(), n_tokens, compute);
+  prepare_k(w, c, k, n_tokens, pos0 + rope_shift);
+  cache.append(k.data(), v.data(), n_tokens);
+}
 
 void attention_forward(const model::AttentionWeights& w, const model::Qwen35MoeConfig& c, KvCache& cache,
                        const float* x, float* out, int64_t n_tokens, int64_t pos0, const Compute& compute,

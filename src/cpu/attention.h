@@ -17,5 +17,9 @@ namespace lode::cpu {
 void attention_forward(const model::AttentionWeights& w, const model::Qwen35MoeConfig& config,
                        KvCache& cache, const float* x, float* out, int64_t n_tokens, int64_t pos0,
                        const Compute& compute, int64_t rope_shift = 0);
+// The same chunk's keys and values appended to the cache, and nothing else (what a layer whose
+// output is not needed leaves behind: the MTP drafter following committed tokens).
+void attention_append_kv(const model::AttentionWeights& w, const model::Qwen35MoeConfig& config, KvCache& cache,
+                         const float* x, int64_t n_tokens, int64_t pos0, const Compute& compute, int64_t rope_shift);
 
 }  // namespace lode::cpu

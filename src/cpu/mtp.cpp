@@ -29,6 +29,7 @@ void mtp_forward(const model::ModelWeights& main, const model::MtpWeights& w, Kv
   matmul(w.eh_proj, both.data(), x.data(), n, compute);
   for (int64_t t = 0; t < n; ++t) rms_norm(x.data() + t * h, w.layer.attn_norm.data(), normed.data() + t * h, h, eps);
   const int64_t held = cache.positions();
+  if (!out) return attention_append_kv(w.layer.attention, c, cache, normed.data(), n, held, compute, first_position - held);
   attention_forward(w.layer.attention, c, cache, normed.data(), mixed.data(), n, held, compute, first_position - held);
   for (size_t i = 0; i < x.size(); ++i) x[i] += mixed[i];
   for (int64_t t = 0; t < n; ++t)
@@ -82,11 +83,9 @@ void MtpDrafter::advance(std::span<const int32_t> tokens, std::span<const float>
     before = last_hidden_;
     before.insert(before.end(), hidden.begin(), hidden.begin() + (n - 1) * h);
   }
-  if (!paired.empty()) {
-    std::vector<float> out(before.size());
+  if (!paired.empty())  // committed rows are never drafted from: their K/V is all that is needed
     mtp_forward(*weights_, *weights_->mtp, cache_, before.data(), paired.data(), int64_t(paired.size()), first,
-                compute_, out.data(), nullptr);
-  }
+                compute_, nullptr, nullptr);
   last_hidden_.assign(hidden.end() - h, hidden.end());
   seen_ += n;
 }

@@ -18,7 +18,8 @@ namespace lode::cpu {
 // n rows after the cache's, the first at rotary position first_position: hidden [n][hidden] (the
 // state before each token), tokens [n]. Writes the block's output, shared_head_norm(u), to out
 // [n][hidden] (what the lm head reads and what the next draft pairs with its token), and the last
-// row's logits to last_logits [vocab] when not null.
+// row's logits to last_logits [vocab] when not null. With out null only the attention layer's K/V
+// rows are added (rows that will never be drafted from).
 void mtp_forward(const model::ModelWeights& main, const model::MtpWeights& w, KvCache& cache, const float* hidden,
                  const int32_t* tokens, int64_t n, int64_t first_position, const Compute& compute, float* out,
                  float* last_logits);
