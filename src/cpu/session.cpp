@@ -163,18 +163,26 @@ void Session::forward_batch(std::span<BatchEntry> entries) {
     }
     row += len;
   }
-  // The lm head only for the rows asked for: it is the largest matrix of the model.
-  std::vector<const float*> wanted;
+  // The lm head only for the rows asked for: it is the largest matrix of the model. A row whose
+  // final-normed state was just written for the entry is copied, not normed twice.
+  std::vector<std::pair<const float*, bool>> wanted;  // the row, and whether it is already normed
   row = 0;
   for (BatchEntry& e : entries) {
-    e.session->state_.position += int64_t(e.tokens.size());
-    row += int64_t(e.tokens.size());
-    for (int64_t t = row - e.logit_rows; t < row; ++t) wanted.push_back(h.data() + t * hidden);
+    const int64_t len = int64_t(e.tokens.size());
+    e.session->state_.position += len;
+    for (int64_t t = len - e.logit_rows; t < len; ++t)
+      wanted.push_back(e.want_hidden ? std::pair(e.hidden.data() + t * hidden, true)
+                                     : std::pair(h.data() + (row + t) * hidden, false));
+    row += len;
   }
   const int64_t rows = int64_t(wanted.size());
   if (rows == 0) return;
   for (int64_t r = 0; r < rows; ++r) {
-    rms_norm(wanted[size_t(r)], w.output_norm.data(), normed.data() + r * hidden, hidden, eps);
+    const auto [from, done] = wanted[size_t(r)];
+    if (done)
+      std::copy(from, from + hidden, normed.data() + r * hidden);
+    else
+      rms_norm(from, w.output_norm.data(), normed.data() + r * hidden, hidden, eps);
   }
   std::vector<float> logits(size_t(rows * c.vocab));
   matmul(w.output, normed.data(), logits.data(), rows, compute);

@@ -6,7 +6,8 @@
 
 namespace lode::engine {
 
-std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, int64_t chunk, bool all_logits) {
+std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, int64_t chunk, bool all_logits,
+                           const ChunkStates& on_chunk) {
   Model& model = sequence.model();
   const int64_t n = int64_t(tokens.size());
   if (n == 0) {  // the backend refuses it, in its own words
@@ -21,8 +22,9 @@ std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, 
     const int64_t len = std::min(chunk, n - start);
     const bool last = start + len == n;
     StepRow row{.sequence = &sequence, .tokens = tokens.subspan(size_t(start), size_t(len)),
-                .logit_rows = all_logits ? len : (last ? 1 : 0)};
+                .logit_rows = all_logits ? len : (last ? 1 : 0), .want_hidden = bool(on_chunk)};
     model.step(std::span(&row, 1));
+    if (on_chunk) on_chunk(row.tokens, row.hidden);
     logits.insert(logits.end(), row.logits.begin(), row.logits.end());
   }
   return logits;

@@ -12,6 +12,7 @@
 // as it would be alone: a sequence's logits never depend on what ran beside it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -117,11 +118,15 @@ class Model : public std::enable_shared_from_this<Model> {
   virtual EngineInfo info() const = 0;
 };
 
+// Called after each chunk of a prefill with its tokens and their final-normed hidden states.
+using ChunkStates = std::function<void(std::span<const int32_t> tokens, std::span<const float> hidden)>;
+
 // Appends tokens to one sequence, `chunk` at a time (0, or more than there are: all at once; the
 // backend's own chunks where it chunks prompts). Returns the logits of every new position
-// [tokens.size()][vocab] when all_logits, else the last position's [vocab].
+// [tokens.size()][vocab] when all_logits, else the last position's [vocab]. With on_chunk, each
+// chunk's hidden states go to it (the MTP drafter follows a prompt so).
 std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, int64_t chunk,
-                           bool all_logits = false);
+                           bool all_logits = false, const ChunkStates& on_chunk = {});
 // Appends one token; its logits [vocab].
 std::vector<float> decode(Sequence& sequence, int32_t token);
 

@@ -3,26 +3,6 @@
 #include <algorithm>
 
 namespace lode::engine {
-namespace {
-
-// The prompt through the sequence in chunks, the drafter following each; the last position's logits.
-std::vector<float> prefill_following(Sequence& sequence, Drafter& drafter, std::span<const int32_t> prompt,
-                                     int64_t chunk) {
-  Model& model = sequence.model();
-  if (chunk <= 0 || model.chunks_prompts()) chunk = int64_t(prompt.size());
-  std::vector<float> logits;
-  for (size_t start = 0; start < prompt.size(); start += size_t(chunk)) {
-    const auto part = prompt.subspan(start, std::min(prompt.size() - start, size_t(chunk)));
-    const bool last = start + part.size() == prompt.size();
-    StepRow row{.sequence = &sequence, .tokens = part, .logit_rows = last ? 1 : 0, .want_hidden = true};
-    model.step(std::span(&row, 1));
-    follow(sequence, drafter, part, row.hidden);
-    if (last) logits = std::move(row.logits);
-  }
-  return logits;
-}
-
-}  // namespace
 
 void follow(const Sequence& sequence, Drafter& drafter, std::span<const int32_t> tokens,
             std::span<const float> hidden) {
@@ -87,7 +67,10 @@ GenerateResult generate_with_drafts(Sequence& sequence, const tokenizer::Tokeniz
   for (int32_t t : prompt) sampler.accept(t);
   Generation generation(tokenizer, sampler, options, on_text, int64_t(prompt.size()));
   WindowCounts counts;
-  std::optional<int32_t> next = generation.step(prefill_following(sequence, drafter, prompt, options.chunk));
+  const auto follow_chunk = [&](std::span<const int32_t> tokens, std::span<const float> hidden) {
+    follow(sequence, drafter, tokens, hidden);
+  };
+  std::optional<int32_t> next = generation.step(prefill(sequence, prompt, options.chunk, false, follow_chunk));
   while (next) {
     if (sequence.position() >= sequence.max_context()) {
       generation.stop(FinishReason::context_full);
