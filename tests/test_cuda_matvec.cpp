@@ -235,7 +235,7 @@ void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& 
   const int64_t ldy = n + 8;
   SCOPED_TRACE(std::string(traits.name) + " " + std::to_string(n) + " x " + std::to_string(cols));
   ASSERT_TRUE(lode::cuda::has_expert_products(shape.type, cols));
-  const std::vector<int32_t> counts = {0, 1, 64, 65, 150};
+  const std::vector<int32_t> counts = {0, 1, 64, 65, 128, 129, 300};
   std::vector<lode::cuda::ExpertTile> tiles;
   int32_t total = 0, used = 0;
   for (int32_t c : counts) {
@@ -302,7 +302,8 @@ void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& 
 // The prompt's expert products on tensor cores, read from the stored bytes through a table of
 // matrices, against float64 sums of the CPU's dequantized values, x rounded to tf32 beforehand (as
 // the prompt pass gives it): within tf32's rounding of the weights (2^-11) of the sum of |x w|.
-// Experts with no rows, one, a full tile, a tile and one, several tiles. Every type as (gate, up)
+// Experts with no rows, one, half a tile (128 rows), half and one, a full tile, a tile and one,
+// several tiles (x rows run in groups of 32 and passes of 64). Every type as (gate, up)
 // pairs of 72 rows (144 output columns: a partial second tile of 128) of 512 values (two stages of
 // a k-quant's blocks; Q6_K's and the 32-value blocks' stages start off 16-byte boundaries); and
 // the 35B-A3B's shapes, Q4_K gate|up of 2 x 512 rows of 2048 values, Q5_K down of 2048 rows of

@@ -13,7 +13,7 @@
 
 namespace lode::cuda {
 
-constexpr int64_t kExpertTileRows = 64;
+constexpr int64_t kExpertTileRows = 128;
 
 // Rows [first_row, first_row + rows) of x times the launch's matrix number `matrix` (rows <=
 // kExpertTileRows).

@@ -1,14 +1,21 @@
-// The kernel behind cuda/expert_products.h. A block computes 128 weight rows (output columns) x a
-// tile of 64 x rows, in steps of 64 values along the rows, as D = W X^T: the weights are the
-// tensor cores' A operand, so each lane expands its own fragments in registers, and only x passes
-// through shared memory as the B operand (mma.sync m16n8k8 tf32; four warps of 32 weight rows x 64
-// x rows). A step's 64 values are taken in an order of our own: slot s of substep j is value
+// The kernels behind cuda/expert_products.h. A block computes 128 weight rows (output columns) x
+// one tile of at most 128 x rows, in steps of 64 values along the rows, as D = W X^T: the weights
+// are the tensor cores' A operand, so each lane expands its own fragments in registers, and only x
+// passes through shared memory as the B operand (mma.sync m16n8k8 tf32; four warps of 32 weight
+// rows). A step's 64 values are taken in an order of our own: slot s of substep j is value
 // 16 s + 2 j, slot s + 4 value 16 s + 2 j + 1 (the same for both operands, so the sum is the same
 // dot product), which gives each lane 16 consecutive values of a weight row per step: one 16-byte
-// load of a k-quant's codes. Substeps run outermost, so that sixteen independent sums separate two
-// updates of one (the tensor cores' latency). The weights' stored bytes come into shared memory by
-// cp.async, whole blocks at a time (a raw stage: a k-quant's 256 values, or one step), with x's next
-// step. x comes rounded to tf32 (kernels::gather_rows, swiglu_rows).
+// load of a k-quant's codes. The weights' stored bytes come into shared memory by cp.async with
+// x's next step. x comes rounded to tf32 (kernels::gather_rows, swiglu_rows).
+//
+// Two kernels, one arithmetic: for every type, each sum runs over the steps and substeps in the
+// same order with the same expanded values, so both give the same bits.
+// - The k-quants of the common recipes (Q4_K, Q5_K) stage only the pieces of a block that a step
+//   reads and expand their values two at a time, per substep, from codes held in registers; so a
+//   warp's values serve all 128 x rows of the tile, halving the expansion per product (the
+//   kernel's cost: Nsight Compute found the 64-row version bound by its instruction stream).
+// - Every other type expands its 16 values of a step up front through its unit and serves 64 x
+//   rows at a time, a tile in one or two passes.
 #include <cuda_runtime.h>
 
 #include "cuda/expand_units.cuh"
@@ -24,7 +31,8 @@ using kernels::as_stream;
 using kernels::blocks_for;
 using kernels::error_text;
 
-constexpr int kRows = 64;       // x rows per tile
+constexpr int kTileRows = 128;  // x rows per tile
+constexpr int kRows = 64;       // x rows per pass of the units' kernel
 constexpr int kCols = 128;      // weight rows (output columns) per block: 32 per warp
 constexpr int kStep = 64;       // values along the rows per step
 constexpr int kThreads = 128;
@@ -33,7 +41,7 @@ constexpr int kThreads = 128;
 // 0 and 2 arrive in 16-byte copies, 1 and 3 (8-byte aligned) in 8-byte ones.
 constexpr int kXPitch = 72;
 __host__ __device__ constexpr int x_piece(int s) { return 18 * s; }
-static_assert(kRows == kExpertTileRows);
+static_assert(kTileRows == kExpertTileRows && kTileRows % kRows == 0);
 
 // A raw stage of type T: whole blocks covering at least one step, and its room per weight row in
 // shared memory (16-byte pieces; one more where a stage need not start on a 16-byte boundary; an
@@ -50,8 +58,8 @@ struct Raw {
   static constexpr size_t kShared = size_t(2) * kRows * kXPitch * sizeof(float) + size_t(2) * kCols * kPitchBytes;
 };
 
-// Values [v0, v0 + 16) of a raw stage's row (v0 a multiple of 16): any type through its unit (the
-// unit's other half computed and dropped); the k-quants of the common recipes from their codes.
+// Values [v0, v0 + 16) of a raw stage's row (v0 a multiple of 16) through the type's unit (the
+// unit's other half computed and dropped).
 template <GgmlType T>
 struct Sixteen {
   __device__ static void values(const uint8_t* stage, int v0, float* v) {
@@ -75,48 +83,6 @@ __device__ __forceinline__ void k4_scale_min(const uint32_t* words, int j, float
     *min = float((byte(j + 4) >> 4) | ((byte(j) >> 6) << 4));
   }
 }
-
-// Q4_K (qh_at 0) or Q5_K: d * scale * q - dmin * min, as the unit expands it.
-template <size_t kBlockBytes, int kQhAt, int kQsAt>
-__device__ __forceinline__ void k4_sixteen(const uint8_t* stage, int v0, float* v) {
-  const uint8_t* block = stage + size_t(v0 / 256) * kBlockBytes;
-  const int sub = (v0 % 256) / 32, half = (v0 % 32) / 16;
-  const uint32_t head = *reinterpret_cast<const uint32_t*>(block);
-  const uint32_t words[3] = {*reinterpret_cast<const uint32_t*>(block + 4),
-                             *reinterpret_cast<const uint32_t*>(block + 8),
-                             *reinterpret_cast<const uint32_t*>(block + 12)};
-  float scale, min;
-  k4_scale_min(words, sub, &scale, &min);
-  const float d = __half2float(__ushort_as_half(uint16_t(head & 0xffff))) * scale;
-  const float m = __half2float(__ushort_as_half(uint16_t(head >> 16))) * min;
-  const uint4 codes = *reinterpret_cast<const uint4*>(block + kQsAt + 32 * (sub / 2) + 16 * half);
-  const uint32_t c[4] = {codes.x, codes.y, codes.z, codes.w};
-  uint32_t h[4] = {0, 0, 0, 0};
-  if constexpr (kQhAt > 0) {
-    const uint4 high = *reinterpret_cast<const uint4*>(block + kQhAt + 16 * half);
-    h[0] = high.x, h[1] = high.y, h[2] = high.z, h[3] = high.w;
-  }
-  const int shift = 4 * (sub % 2);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    int value = int((c[i / 4] >> (8 * (i % 4) + shift)) & 15);
-    if constexpr (kQhAt > 0) value |= int((h[i / 4] >> (8 * (i % 4) + sub)) & 1) << 4;
-    v[i] = d * float(value) - m;
-  }
-}
-
-template <>
-struct Sixteen<GgmlType::Q4_K> {
-  __device__ static void values(const uint8_t* stage, int v0, float* v) {
-    k4_sixteen<sizeof(quant::BlockQ4_K), 0, 16>(stage, v0, v);
-  }
-};
-template <>
-struct Sixteen<GgmlType::Q5_K> {
-  __device__ static void values(const uint8_t* stage, int v0, float* v) {
-    k4_sixteen<sizeof(quant::BlockQ5_K), 16, 48>(stage, v0, v);
-  }
-};
 
 __device__ __forceinline__ uint32_t to_tf32(float v) { return __float_as_uint(kernels::tf32_rounded(v)); }
 
@@ -217,6 +183,7 @@ __device__ __forceinline__ void step_products(const float* x_step, const uint32_
     }
 }
 
+// The units' kernel: blocks of z = 0 and 1 take a tile's first and second kRows x rows.
 template <GgmlType T>
 __global__ void __launch_bounds__(kThreads, 3)
     expert_products_kernel(const ExpertTile* tiles, const void* const* table, int parts, int part_rows, int n,
@@ -227,6 +194,9 @@ __global__ void __launch_bounds__(kThreads, 3)
   uint8_t* const raw = reinterpret_cast<uint8_t*>(xs + 2 * kRows * kXPitch);  // [2][kCols][R::kPitchBytes]
   __shared__ const uint8_t* row_at[kCols];  // each output column's weight row (null past n)
   const ExpertTile tile = tiles[blockIdx.x];
+  const int first = kRows * int(blockIdx.z);
+  if (first >= tile.rows) return;
+  const int rows = min(kRows, tile.rows - first);
   const int col0 = int(blockIdx.y) * kCols, tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
   for (int r = tid; r < kCols; r += kThreads) {
     const int col = col0 + r;
@@ -235,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 3)
                         : nullptr;
   }
   __syncthreads();
-  const float* x_rows = x + int64_t(tile.first_row) * ldx;
+  const float* x_rows = x + int64_t(tile.first_row + first) * ldx;
   const auto x_slice = [&](int step) { return xs + (step % 2) * kRows * kXPitch; };
   const auto raw_stage = [&](int stage) { return raw + size_t(stage % 2) * kCols * R::kPitchBytes; };
 
@@ -243,13 +213,13 @@ __global__ void __launch_bounds__(kThreads, 3)
   float acc[2][8][4] = {};
   const int steps = cols / kStep;
   load_raw<T>(raw_stage(0), row_at, 0, tid);
-  load_x(x_slice(0), x_rows, ldx, tile.rows, 0, x, tid);
+  load_x(x_slice(0), x_rows, ldx, rows, 0, x, tid);
   copies_sent();
   for (int s = 0; s < steps; ++s) {
     copies_arrived();
     __syncthreads();  // step s's bytes are in; every warp is done with step s - 1
     if (s + 1 < steps) {
-      load_x(x_slice(s + 1), x_rows, ldx, tile.rows, s + 1, x, tid);
+      load_x(x_slice(s + 1), x_rows, ldx, rows, s + 1, x, tid);
       if ((s + 1) % R::kSteps == 0) load_raw<T>(raw_stage((s + 1) / R::kSteps), row_at, (s + 1) / R::kSteps, tid);
       copies_sent();
     }
@@ -266,21 +236,200 @@ __global__ void __launch_bounds__(kThreads, 3)
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int col = col0 + 32 * warp + 16 * mt + 8 * (c / 2) + g, row = 8 * nt + 2 * t + c % 2;
-        if (col < n && row < tile.rows) y[int64_t(tile.first_row + row) * ldy + col] = acc[mt][nt][c];
+        if (col < n && row < rows) y[int64_t(tile.first_row + first + row) * ldy + col] = acc[mt][nt][c];
       }
+}
+
+// The k-quants' kernel. A step stages, per weight row, the pieces of its block that the step
+// reads: the block's 16-byte head (d, dmin, the 12 scale bytes), Q5_K's 32 bytes of high bits,
+// and the step's 32 code bytes; an odd number of 16-byte pieces, so that the rows' loads spread
+// over the banks.
+template <GgmlType T>
+struct KQuant;
+template <>
+struct KQuant<GgmlType::Q4_K> {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ4_K);
+  static constexpr int kHighPieces = 0;
+};
+template <>
+struct KQuant<GgmlType::Q5_K> {
+  static constexpr size_t kBlockBytes = sizeof(quant::BlockQ5_K);
+  static constexpr int kHighPieces = 2;
+};
+template <GgmlType T>
+constexpr bool kHasKQuantKernel = T == GgmlType::Q4_K || T == GgmlType::Q5_K;
+
+template <GgmlType T>
+struct StepStage {
+  using K = KQuant<T>;
+  static constexpr int kCodesPiece = 1 + K::kHighPieces;
+  static constexpr int kPieces = kCodesPiece + 2;
+  static constexpr size_t kPitchBytes = size_t(kPieces) * 16;
+  static constexpr size_t kShared = size_t(2) * kTileRows * kXPitch * sizeof(float) + size_t(2) * kCols * kPitchBytes;
+  static_assert(kPieces % 2 == 1 && kStep * 4 == 256);
+  // Where piece p of step s lies in a row: the head and high bits of block s / 4, then the codes of
+  // its values [64 (s % 4), 64 (s % 4) + 64), which share 32 bytes (low and high nibbles).
+  __device__ static size_t source(int s, int p) {
+    const size_t block = size_t(s / 4) * K::kBlockBytes;
+    return p < kCodesPiece ? block + 16 * p : block + 16 * kCodesPiece + 32 * (s % 4) + 16 * (p - kCodesPiece);
+  }
+};
+
+// A lane's share of one weight row in one step: values [16 t, 16 t + 16), all of sub-block
+// 2 (s % 4) + t / 2, as codes (shifted to their nibble and high bit) and the sub-block's d * scale
+// and dmin * min. value(i) is what the unit expands (d * scale * q - dmin * min), as tf32.
+template <GgmlType T>
+struct RowCodes {
+  uint32_t codes[4], high[4];
+  float d, m;
+
+  __device__ __forceinline__ void read(const uint8_t* row, int s, int t) {
+    using S = StepStage<T>;
+    const int sub = 2 * (s % 4) + t / 2;
+    const uint32_t head = *reinterpret_cast<const uint32_t*>(row);
+    const uint32_t words[3] = {*reinterpret_cast<const uint32_t*>(row + 4),
+                               *reinterpret_cast<const uint32_t*>(row + 8),
+                               *reinterpret_cast<const uint32_t*>(row + 12)};
+    float scale, min;
+    k4_scale_min(words, sub, &scale, &min);
+    d = __half2float(__ushort_as_half(uint16_t(head & 0xffff))) * scale;
+    m = __half2float(__ushort_as_half(uint16_t(head >> 16))) * min;
+    const uint4 c = *reinterpret_cast<const uint4*>(row + 16 * S::kCodesPiece + 16 * (t % 2));
+    const int shift = 4 * (t / 2);
+    codes[0] = c.x >> shift, codes[1] = c.y >> shift, codes[2] = c.z >> shift, codes[3] = c.w >> shift;
+    if constexpr (KQuant<T>::kHighPieces > 0) {
+      const uint4 h = *reinterpret_cast<const uint4*>(row + 16 + 16 * (t % 2));
+      high[0] = h.x >> sub, high[1] = h.y >> sub, high[2] = h.z >> sub, high[3] = h.w >> sub;
+    }
+  }
+  __device__ __forceinline__ uint32_t value(int i) const {
+    int q = int((codes[i / 4] >> (8 * (i % 4))) & 15);
+    if constexpr (KQuant<T>::kHighPieces > 0) q |= int((high[i / 4] >> (8 * (i % 4))) & 1) << 4;
+    return to_tf32(d * float(q) - m);
+  }
+};
+
+// Each copy instruction of a warp reads consecutive bytes: lane l copies values [2 l, 2 l + 2) of
+// one x row's step (one row's 256 bytes, two cache lines), and consecutive lanes take consecutive
+// pieces of the weight rows. (A thread per row made each instruction touch 32 lines.) Rows past n
+// or past the tile's are not staged: the tensor cores' rows and columns are independent sums, and
+// those sums are never stored; x rows are skipped in the products 32 at a time past the tile's.
+template <GgmlType T>
+__global__ void __launch_bounds__(kThreads, 2)
+    kquant_expert_products_kernel(const ExpertTile* tiles, const void* const* table, int parts, int part_rows, int n,
+                                  int cols, size_t row_bytes, const float* x, int64_t ldx, float* y, int64_t ldy) {
+  using S = StepStage<T>;
+  static_assert(kThreads == kTileRows && kThreads == kCols);
+  extern __shared__ float4 shared4[];
+  float* const xs = reinterpret_cast<float*>(shared4);                          // [2][kTileRows][kXPitch]
+  uint8_t* const raw = reinterpret_cast<uint8_t*>(xs + 2 * kTileRows * kXPitch);  // [2][kCols][S::kPitchBytes]
+  __shared__ const uint8_t* row_at[kCols];  // each output column's weight row (null past n)
+  const ExpertTile tile = tiles[blockIdx.x];
+  const int col0 = int(blockIdx.y) * kCols, tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  {
+    const int col = col0 + tid;
+    const uint8_t* const row =
+        col < n ? static_cast<const uint8_t*>(table[int64_t(tile.matrix) * parts + col / part_rows]) +
+                      int64_t(col % part_rows) * row_bytes
+                : nullptr;
+    if (row && reinterpret_cast<uintptr_t>(row) % 16 != 0) __trap();  // expert_products_aligned says no
+    row_at[tid] = row;
+  }
+  __syncthreads();
+  const float* const x_lane = x + int64_t(tile.first_row) * ldx + 2 * lane;
+  const int x_at = x_piece(lane / 8) + 2 * (lane % 8);
+  const auto stage = [&](int s) {
+    float* const x_to = xs + (s % 2) * kTileRows * kXPitch + x_at;
+    for (int r = warp; r < tile.rows; r += kThreads / 32)
+      copy_8(x_to + r * kXPitch, x_lane + int64_t(r) * ldx + s * kStep, true);
+    uint8_t* const w_to = raw + size_t(s % 2) * kCols * S::kPitchBytes;
+#pragma unroll
+    for (int i = tid; i < kCols * S::kPieces; i += kThreads) {
+      const int r = i / S::kPieces, p = i % S::kPieces;
+      if (row_at[r]) copy_16(w_to + r * S::kPitchBytes + 16 * p, row_at[r] + S::source(s, p), true);
+    }
+    copies_sent();
+  };
+
+  const int g = lane / 4, t = lane % 4, groups = (tile.rows + 31) / 32;  // x rows in use, 32 at a time
+  float acc[2][16][4] = {};
+  const int steps = cols / kStep;
+  stage(0);
+  for (int s = 0; s < steps; ++s) {
+    copies_arrived();
+    __syncthreads();  // step s's bytes are in; every warp is done with step s - 1
+    if (s + 1 < steps) stage(s + 1);
+    RowCodes<T> w[2][2];  // weight rows 32 w + 16 mt + 8 h + g
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        w[mt][h].read(raw + (size_t(s % 2) * kCols + 32 * warp + 16 * mt + 8 * h + g) * S::kPitchBytes, s, t);
+    const float* const x_step = xs + (s % 2) * kTileRows * kXPitch + g * kXPitch + x_piece(t);
+    // Substeps outermost, so that 32 independent sums separate two updates of one.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      uint32_t a[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        a[mt][0] = w[mt][0].value(2 * j), a[mt][1] = w[mt][1].value(2 * j);
+        a[mt][2] = w[mt][0].value(2 * j + 1), a[mt][3] = w[mt][1].value(2 * j + 1);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 16; ++nt) {
+        if (nt / 4 >= groups) break;
+        const float2 two = *reinterpret_cast<const float2*>(x_step + 8 * nt * kXPitch + 2 * j);
+        const uint32_t b[2] = {__float_as_uint(two.x), __float_as_uint(two.y)};
+        mma_tf32(acc[0][nt], a[0], b);
+        mma_tf32(acc[1][nt], a[1], b);
+      }
+    }
+  }
+
+  // Lane (g, t)'s sums: weight row (output column) 32 w + 16 mt + 8 (c / 2) + g, x row 8 nt + 2 t + c % 2.
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 16; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int out_col = col0 + 32 * warp + 16 * mt + 8 * (c / 2) + g, row = 8 * nt + 2 * t + c % 2;
+        if (out_col < n && row < tile.rows) y[int64_t(tile.first_row + row) * ldy + out_col] = acc[mt][nt][c];
+      }
+}
+
+// f(kernel, shared bytes, blocks per tile and column block) with the kernel that multiplies type T.
+template <GgmlType T, class F>
+void with_kernel(F&& f) {
+  if constexpr (kHasKQuantKernel<T>)
+    f(kquant_expert_products_kernel<T>, StepStage<T>::kShared, 1);
+  else
+    f(expert_products_kernel<T>, Raw<T>::kShared, kTileRows / kRows);
 }
 
 }  // namespace
 
 size_t expert_products_shared_bytes(GgmlType type) {
   size_t bytes = 0;
-  for_weight_type<WeightKernel::expand>(type, [&](auto t) { bytes = Raw<decltype(t)::value>::kShared + kCols * sizeof(void*); });
+  for_weight_type<WeightKernel::expand>(type, [&](auto t) {
+    constexpr GgmlType T = decltype(t)::value;
+    if constexpr (kHasKQuantKernel<T>)
+      bytes = StepStage<T>::kShared;
+    else
+      bytes = Raw<T>::kShared + kCols * sizeof(void*);  // and row_at
+  });
   return bytes;
 }
 
 bool expert_products_aligned(GgmlType type, size_t offset, size_t row_bytes) {
   bool whole_pieces = false;
-  for_weight_type<WeightKernel::expand>(type, [&](auto t) { whole_pieces = Raw<decltype(t)::value>::kBytes % 16 == 0; });
+  for_weight_type<WeightKernel::expand>(type, [&](auto t) {
+    constexpr GgmlType T = decltype(t)::value;
+    if constexpr (kHasKQuantKernel<T>)
+      whole_pieces = true;
+    else
+      whole_pieces = Raw<T>::kBytes % 16 == 0;
+  });
   return !whole_pieces || (offset % 16 == 0 && row_bytes % 16 == 0);
 }
 
@@ -296,16 +445,16 @@ const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_ti
   if (ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
     return "expert products read x in 16-byte pieces: x on a 16-byte boundary, ldx a multiple of 4";
   if (n_tiles == 0 || n == 0) return nullptr;
-  const dim3 grid(unsigned(n_tiles), blocks_for(n, kCols));
   cudaError_t err = cudaSuccess;
   for_weight_type<WeightKernel::expand>(type, [&](auto t) {
-    const auto kernel = expert_products_kernel<decltype(t)::value>;
-    constexpr size_t shared = Raw<decltype(t)::value>::kShared;
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
-    if (err != cudaSuccess) return;
-    kernel<<<grid, kThreads, shared, as_stream(stream)>>>(tiles, table, int(parts), int(part_rows), int(n),
-                                                               int(cols), row_bytes, x, ldx, y, ldy);
-    err = cudaGetLastError();
+    with_kernel<decltype(t)::value>([&](auto kernel, size_t shared, int passes) {
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+      if (err != cudaSuccess) return;
+      const dim3 grid(unsigned(n_tiles), blocks_for(n, kCols), unsigned(passes));
+      kernel<<<grid, kThreads, shared, as_stream(stream)>>>(tiles, table, int(parts), int(part_rows), int(n),
+                                                                 int(cols), row_bytes, x, ldx, y, ldy);
+      err = cudaGetLastError();
+    });
   });
   return error_text(err);
 }

@@ -73,7 +73,7 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_c
 constexpr int64_t kPromptExpertGroup = 32;
 // Its expert products work on tiles of at most this many rows routed to one expert
 // (cuda/expert_products.h).
-constexpr int64_t kPromptExpertTileRows = 64;
+constexpr int64_t kPromptExpertTileRows = 128;
 
 // The prompt pass's scratch for `chunk` tokens (offsets in bytes). The attention layers', the
 // DeltaNet layers' and the MoE's own buffers are never live at once and share bytes.
