@@ -34,16 +34,11 @@ void deltanet_head_step(float* s, const float* q, const float* k, const float* v
   }
 }
 
-namespace {
-
-// Causal depthwise conv over time for one token: out[c] = sum_k w[c][k] * x[c, t-K+1+k], where
-// the first K-1 inputs come from the state (oldest first); then the state shifts by one. SiLU.
-void conv_step(const std::vector<float>& w, std::vector<float>& state, float* x, int64_t channels,
-               int64_t kernel) {
+void deltanet_conv_step(const float* w, float* state, float* x, int64_t channels, int64_t kernel) {
   const int64_t keep = kernel - 1;
   for (int64_t c = 0; c < channels; ++c) {
-    const float* wc = w.data() + c * kernel;
-    float* sc = state.data() + c * keep;
+    const float* wc = w + c * kernel;
+    float* sc = state + c * keep;
     float acc = 0.0f;
     for (int64_t k = 0; k < keep; ++k) acc += wc[k] * sc[k];
     acc += wc[keep] * x[c];
@@ -52,6 +47,8 @@ void conv_step(const std::vector<float>& w, std::vector<float>& state, float* x,
     x[c] = silu(acc);
   }
 }
+
+namespace {
 
 // The chunk's projections: [Q | K | V] channels, z, and per value head the raw b and a.
 struct Projections {
@@ -67,7 +64,7 @@ void prepare_tokens(const model::DeltaNetWeights& w, const model::Qwen35MoeConfi
   const float q_scale = 1.0f / std::sqrt(float(dk));
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* xt = p.qkv.data() + t * channels;
-    conv_step(w.conv, state.conv, xt, channels, c.ssm_conv_kernel);
+    deltanet_conv_step(w.conv.data(), state.conv.data(), xt, channels, c.ssm_conv_kernel);
     for (int64_t h = 0; h < hk; ++h) {
       float* q = xt + h * dk;
       l2_norm(q, dk, 1e-6f);

@@ -16,6 +16,10 @@
 
 namespace lode::cpu {
 
+// Causal depthwise conv over time for one token: x[c] = silu(sum_k w[c][k] * x[c, t-K+1+k]), where
+// the first K-1 inputs come from state [channels][K-1] (oldest first); then the state shifts by one.
+void deltanet_conv_step(const float* w, float* state, float* x, int64_t channels, int64_t kernel);
+
 // One token's delta-rule update of one value head: state S [dk][dv] (float32, updated in place),
 // k and q [dk] (normed; q scaled), v [dv]; g is the log-decay, beta the write strength.
 // Writes o [dv] = S^T q after the update.

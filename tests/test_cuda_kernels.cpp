@@ -1,0 +1,284 @@
+// The decode step's fused kernels (cuda/forward_kernels.h) one by one against the CPU operations
+// they fuse (cpu/ops.h, cpu/moe.h, cpu/deltanet.h), on random data in the 35B-A3B's shapes, so a
+// kernel that drifts is named here and not only through a whole model's logits. Float sums run
+// in another order on the GPU: values agree to a few float32 roundings of their magnitude, and
+// what is chosen (the router's experts, their order) agrees exactly. Skip without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cpu/deltanet.h"
+#include "cpu/moe.h"
+#include "cpu/ops.h"
+#include "support/gpu.h"
+#include "support/random.h"
+
+#ifdef LODE_HAVE_CUDA
+#include "cuda/forward_kernels.h"
+#include "cuda/vram.h"
+
+namespace {
+
+using lode::test::normal_floats;
+
+// Host vectors in and out of device buffers of one test.
+class Device {
+ public:
+  template <class T>
+  T* upload(const std::vector<T>& host) {
+    buffers_.emplace_back(vram_, std::max<size_t>(host.size() * sizeof(T), 4), lode::cuda::VramUse::scratch, "test");
+    lode::cuda::copy_to_device(buffers_.back().data(), host.data(), host.size() * sizeof(T));
+    return buffers_.back().as<T>();
+  }
+  template <class T>
+  T* zeros(size_t n) {
+    return upload(std::vector<T>(n, T{}));
+  }
+  template <class T>
+  std::vector<T> download(const T* device, size_t n) {
+    lode::cuda::synchronize();
+    std::vector<T> host(n);
+    lode::cuda::copy_to_host(host.data(), device, n * sizeof(T));
+    return host;
+  }
+
+ private:
+  lode::cuda::VramAccountant vram_;
+  std::vector<lode::cuda::DeviceBuffer> buffers_;
+};
+
+// max |got - want| over max |want|.
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double scale = 0, diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, double(std::fabs(want[i])));
+    diff = std::max(diff, double(std::fabs(double(got[i]) - want[i])));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+constexpr int kHidden = 2048, kExperts = 256, kUsed = 8;
+constexpr float kEps = 1e-6f;
+
+// rms_norm on three rows; add_rms_norm's residual add (one float addition: the same bits) and the
+// norm after it.
+TEST(CudaKernels, NormsMatchTheCpu) {
+  LODE_REQUIRE_GPU();
+  std::mt19937 rng(1);
+  constexpr int kRows = 3;
+  const auto x = normal_floats(kRows * kHidden, rng), w = normal_floats(kHidden, rng, 0.1f, 1.0f);
+  const auto d = normal_floats(kRows * kHidden, rng);
+  Device dev;
+  float *dx = dev.upload(x), *dw = dev.upload(w), *dd = dev.upload(d), *out = dev.zeros<float>(x.size());
+  ASSERT_EQ(lode::cuda::kernels::rms_norm(dx, dw, out, kRows, kHidden, kEps, nullptr), nullptr);
+  std::vector<float> want(x.size());
+  for (int r = 0; r < kRows; ++r) lode::cpu::rms_norm(&x[r * kHidden], w.data(), &want[r * kHidden], kHidden, kEps);
+  EXPECT_LT(relative_error(dev.download(out, x.size()), want), 1e-5);
+
+  ASSERT_EQ(lode::cuda::kernels::add_rms_norm(dx, dd, dw, out, kRows, kHidden, kEps, nullptr), nullptr);
+  std::vector<float> h(x.size());
+  for (size_t i = 0; i < h.size(); ++i) h[i] = x[i] + d[i];
+  for (int r = 0; r < kRows; ++r) lode::cpu::rms_norm(&h[r * kHidden], w.data(), &want[r * kHidden], kHidden, kEps);
+  EXPECT_EQ(dev.download(dx, h.size()), h);
+  EXPECT_LT(relative_error(dev.download(out, x.size()), want), 1e-5);
+}
+
+// The router's float32 product (with the shared expert's gate as row 256) and its top 8 in one
+// launch: the logits within float32 rounding of float64 sums, then exactly cpu::route's choice
+// on those logits, each choice counted in the tally (misses: the choices not resident).
+TEST(CudaKernels, TheRouterAndItsTopKMatchTheCpu) {
+  LODE_REQUIRE_GPU();
+  std::mt19937 rng(2);
+  constexpr int kRows = kExperts + 1;
+  const auto w = normal_floats(size_t(kRows) * kHidden, rng, 0.05f), x = normal_floats(kHidden, rng);
+  std::vector<uint8_t> resident(kExperts);
+  for (int e = 0; e < kExperts; ++e) resident[size_t(e)] = uint8_t(e % 3 != 0);
+  Device dev;
+  float *logits = dev.zeros<float>(kRows), *weights = dev.zeros<float>(kUsed);
+  int32_t* ids = dev.zeros<int32_t>(2 * kUsed);
+  unsigned *counts = dev.zeros<unsigned>(kExperts), *misses = dev.zeros<unsigned>(1);
+  unsigned* arrivals = dev.zeros<unsigned>(1);
+  const lode::cuda::RouteTally tally{counts, dev.upload(resident), misses};
+  for (int step = 0; step < 2; ++step)  // the second launch finds its arrival counter reset
+    ASSERT_EQ(lode::cuda::kernels::router_topk(dev.upload(w), kRows, kHidden, dev.upload(x), logits, kExperts, kUsed,
+                                               ids, weights, tally, arrivals, nullptr),
+              nullptr);
+  const std::vector<float> got_logits = dev.download(logits, kRows);
+  for (int r = 0; r < kRows; ++r) {
+    double want = 0, magnitude = 0;
+    for (int i = 0; i < kHidden; ++i) {
+      want += double(w[size_t(r) * kHidden + i]) * x[size_t(i)];
+      magnitude += std::fabs(double(w[size_t(r) * kHidden + i]) * x[size_t(i)]);
+    }
+    ASSERT_NEAR(got_logits[size_t(r)], want, 1e-5 * magnitude) << "row " << r;
+  }
+  const lode::cpu::Route want = lode::cpu::route(got_logits.data(), kExperts, kUsed);
+  const std::vector<int32_t> got_ids = dev.download(ids, 2 * kUsed);
+  const std::vector<float> got_weights = dev.download(weights, kUsed);
+  const std::vector<unsigned> got_counts = dev.download(counts, kExperts);
+  unsigned want_misses = 0;
+  for (int j = 0; j < kUsed; ++j) {
+    EXPECT_EQ(got_ids[size_t(j)], want.experts[size_t(j)]) << "slot " << j;
+    EXPECT_EQ(got_ids[size_t(kUsed + j)], want.experts[size_t(j)] + kExperts) << "slot " << j;
+    EXPECT_NEAR(got_weights[size_t(j)], want.weights[size_t(j)], 1e-6) << "slot " << j;
+    EXPECT_EQ(got_counts[size_t(want.experts[size_t(j)])], 2u) << "expert " << want.experts[size_t(j)];
+    want_misses += 2 * (resident[size_t(want.experts[size_t(j)])] == 0);
+  }
+  unsigned counted = 0;
+  for (unsigned c : got_counts) counted += c;
+  EXPECT_EQ(counted, 2u * kUsed);
+  EXPECT_EQ(dev.download(misses, 1)[0], want_misses);
+}
+
+// moe_route on given logits, one block per token: cpu::route's experts in its order, ties (equal
+// logits) to the lower index, in every token.
+TEST(CudaKernels, RoutingGivenLogitsMatchesTheCpuTiesIncluded) {
+  LODE_REQUIRE_GPU();
+  std::mt19937 rng(3);
+  constexpr int kTokens = 5;
+  std::vector<float> logits = normal_floats(size_t(kTokens) * kExperts, rng, 2.0f);
+  for (int e = 0; e < 12; ++e) logits[size_t(kExperts + 40 + 7 * e)] = 9.0f;  // token 1: twelve equal at the top
+  Device dev;
+  int32_t* ids = dev.zeros<int32_t>(size_t(kTokens) * 2 * kUsed);
+  float* weights = dev.zeros<float>(size_t(kTokens) * kUsed);
+  ASSERT_EQ(lode::cuda::kernels::moe_route(dev.upload(logits), kExperts, kUsed, kTokens, ids, weights,
+                                           lode::cuda::RouteTally{}, nullptr),
+            nullptr);
+  const std::vector<int32_t> got_ids = dev.download(ids, size_t(kTokens) * 2 * kUsed);
+  const std::vector<float> got_weights = dev.download(weights, size_t(kTokens) * kUsed);
+  for (int t = 0; t < kTokens; ++t) {
+    const lode::cpu::Route want = lode::cpu::route(&logits[size_t(t) * kExperts], kExperts, kUsed);
+    for (int j = 0; j < kUsed; ++j) {
+      EXPECT_EQ(got_ids[size_t(t * 2 * kUsed + j)], want.experts[size_t(j)]) << "token " << t << " slot " << j;
+      EXPECT_NEAR(got_weights[size_t(t * kUsed + j)], want.weights[size_t(j)], 1e-6) << "token " << t;
+    }
+  }
+  EXPECT_EQ(got_ids[size_t(2 * kUsed)], 40);  // token 1's first pick: the lowest of the equal ones
+}
+
+// The routed experts' weighted sum in slot order, plus the shared expert through its sigmoid
+// gate, added to the residual, then the next norm: moe_forward's combine and cpu::rms_norm.
+// Also without the shared expert and without the norm.
+TEST(CudaKernels, TheExpertSumResidualAndNormMatchTheCpu) {
+  LODE_REQUIRE_GPU();
+  std::mt19937 rng(4);
+  const auto y = normal_floats(size_t(kUsed) * kHidden, rng), shared = normal_floats(kHidden, rng);
+  const auto h = normal_floats(kHidden, rng), norm_w = normal_floats(kHidden, rng, 0.1f, 1.0f);
+  std::vector<float> weights = normal_floats(kUsed, rng, 0.05f, 0.125f);
+  const float shared_logit = 0.3f;
+  for (const bool with_shared : {true, false}) {
+    SCOPED_TRACE(with_shared ? "with the shared expert and the norm" : "routed experts alone, no norm");
+    Device dev;
+    float *dh = dev.upload(h), *normed = dev.zeros<float>(kHidden);
+    ASSERT_EQ(lode::cuda::kernels::moe_combine_add_norm(
+                  dev.upload(y), dev.upload(weights), kUsed, with_shared ? dev.upload(shared) : nullptr,
+                  dev.upload(std::vector<float>{shared_logit}), kHidden, dh, with_shared ? dev.upload(norm_w) : nullptr,
+                  normed, kEps, nullptr),
+              nullptr);
+    std::vector<float> want_h(kHidden), want_normed(kHidden);
+    for (int i = 0; i < kHidden; ++i) {
+      float o = 0.0f;
+      for (int j = 0; j < kUsed; ++j) o += weights[size_t(j)] * y[size_t(j) * kHidden + i];
+      if (with_shared) o += lode::cpu::sigmoid(shared_logit) * shared[size_t(i)];
+      want_h[size_t(i)] = h[size_t(i)] + o;
+    }
+    EXPECT_LT(relative_error(dev.download(dh, kHidden), want_h), 1e-6);
+    if (!with_shared) continue;
+    lode::cpu::rms_norm(want_h.data(), norm_w.data(), want_normed.data(), kHidden, kEps);
+    EXPECT_LT(relative_error(dev.download(normed, kHidden), want_normed), 1e-5);
+  }
+}
+
+// The 35B's DeltaNet geometry: 16 key heads and 32 value heads of 128, a conv of 4.
+constexpr int kKeyHeads = 16, kValueHeads = 32, kDk = 128, kDv = 128, kConv = 4;
+constexpr int kKeyDim = kKeyHeads * kDk, kChannels = 2 * kKeyDim + kValueHeads * kDv;
+
+// deltanet_prepare: cpu::deltanet_conv_step (its state shift exactly), then the q and k heads'
+// L2 norms (q also scaled by 1/sqrt(dk)) with cpu::l2_norm.
+TEST(CudaKernels, TheDeltaNetConvAndNormsMatchTheCpu) {
+  LODE_REQUIRE_GPU();
+  std::mt19937 rng(5);
+  std::vector<float> qkv = normal_floats(kChannels, rng), state = normal_floats(size_t(kChannels) * (kConv - 1), rng);
+  const auto conv_w = normal_floats(size_t(kChannels) * kConv, rng, 0.5f);
+  Device dev;
+  float *dqkv = dev.upload(qkv), *dstate = dev.upload(state);
+  ASSERT_EQ(lode::cuda::kernels::deltanet_prepare(dqkv, dstate, dev.upload(conv_w), kChannels, kConv, kKeyHeads, kDk,
+                                                  nullptr),
+            nullptr);
+  lode::cpu::deltanet_conv_step(conv_w.data(), state.data(), qkv.data(), kChannels, kConv);
+  for (int head = 0; head < 2 * kKeyHeads; ++head) {
+    float* v = &qkv[size_t(head) * kDk];
+    lode::cpu::l2_norm(v, kDk, 1e-6f);
+    if (head < kKeyHeads)
+      for (int i = 0; i < kDk; ++i) v[i] *= 1.0f / std::sqrt(float(kDk));
+  }
+  EXPECT_EQ(dev.download(dstate, state.size()), state);
+  EXPECT_LT(relative_error(dev.download(dqkv, qkv.size()), qkv), 1e-5);
+}
+
+// deltanet_step, two tokens from a random state: per value head s (key head s % 16), beta =
+// sigmoid(b), g = a softplus(alpha + dt_bias), cpu::deltanet_head_step, then the gated RMSNorm
+// (cpu::rms_norm times silu(z)). The second token finds the tiles' arrival counters reset.
+TEST(CudaKernels, TheDeltaNetStepMatchesTheCpu) {
+  LODE_REQUIRE_GPU();
+  std::mt19937 rng(6);
+  std::vector<float> state = normal_floats(size_t(kValueHeads) * kDk * kDv, rng, 0.1f);
+  const auto a = normal_floats(kValueHeads, rng, 0.5f, -1.0f), dt_bias = normal_floats(kValueHeads, rng, 0.5f);
+  const auto norm_w = normal_floats(kDv, rng, 0.1f, 1.0f);
+  Device dev;
+  float* dstate = dev.upload(state);
+  float* o = dev.zeros<float>(size_t(kValueHeads) * kDv);
+  unsigned* arrivals = dev.zeros<unsigned>(kValueHeads);
+  for (int token = 0; token < 2; ++token) {
+    SCOPED_TRACE("token " + std::to_string(token));
+    std::vector<float> qkv = normal_floats(kChannels, rng);
+    for (int head = 0; head < 2 * kKeyHeads; ++head) lode::cpu::l2_norm(&qkv[size_t(head) * kDk], kDk, 1e-6f);
+    const auto z = normal_floats(size_t(kValueHeads) * kDv, rng), b = normal_floats(kValueHeads, rng);
+    const auto alpha = normal_floats(kValueHeads, rng);
+    ASSERT_EQ(lode::cuda::kernels::deltanet_step(dstate, dev.upload(qkv), dev.upload(z), dev.upload(b),
+                                                 dev.upload(alpha), dev.upload(a), dev.upload(dt_bias),
+                                                 dev.upload(norm_w), kKeyHeads, kValueHeads, kDk, kDv, kEps, o,
+                                                 arrivals, nullptr),
+              nullptr);
+    std::vector<float> want(size_t(kValueHeads) * kDv), raw(kDv);
+    for (int s = 0; s < kValueHeads; ++s) {
+      const float beta = lode::cpu::sigmoid(b[size_t(s)]);
+      const float g = a[size_t(s)] * lode::cpu::softplus(alpha[size_t(s)] + dt_bias[size_t(s)]);
+      const float* q = &qkv[size_t(s % kKeyHeads) * kDk];
+      const float* k = &qkv[size_t(kKeyDim + (s % kKeyHeads) * kDk)];
+      const float* v = &qkv[size_t(2 * kKeyDim + s * kDv)];
+      lode::cpu::deltanet_head_step(&state[size_t(s) * kDk * kDv], q, k, v, g, beta, kDk, kDv, raw.data());
+      float* out = &want[size_t(s) * kDv];
+      lode::cpu::rms_norm(raw.data(), norm_w.data(), out, kDv, kEps);
+      for (int c = 0; c < kDv; ++c) out[c] *= lode::cpu::silu(z[size_t(s) * kDv + c]);
+    }
+    EXPECT_LT(relative_error(dev.download(dstate, state.size()), state), 1e-5);
+    EXPECT_LT(relative_error(dev.download(o, want.size()), want), 1e-4);
+    EXPECT_EQ(dev.download(arrivals, kValueHeads), std::vector<unsigned>(kValueHeads, 0u));
+  }
+}
+
+// h = silu(g) * u.
+TEST(CudaKernels, SwigluMatchesTheCpu) {
+  LODE_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  const auto g = normal_floats(4096, rng, 3.0f), u = normal_floats(4096, rng);
+  Device dev;
+  float* h = dev.zeros<float>(g.size());
+  ASSERT_EQ(lode::cuda::kernels::swiglu(dev.upload(g), dev.upload(u), h, int64_t(g.size()), nullptr), nullptr);
+  std::vector<float> want(g.size());
+  for (size_t i = 0; i < g.size(); ++i) want[i] = lode::cpu::silu(g[i]) * u[i];
+  EXPECT_LT(relative_error(dev.download(h, g.size()), want), 1e-6);
+}
+
+}  // namespace
+
+#else
+
+TEST(CudaKernels, NeedsACudaBuild) { LODE_REQUIRE_GPU(); }
+
+#endif
