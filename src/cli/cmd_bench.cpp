@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "measure/bench_report.h"
+#include "measure/kernel_table.h"
 #include "model/qwen35moe.h"
 #include "model/weights.h"
 #include "plan/memory_plan.h"
@@ -143,11 +144,12 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
 }
 
 // A second session that waits for the GPU between phases: where the time of one decode step and of
-// one prompt goes.
+// one prompt goes; then the same number of steps timed kernel by kernel.
 void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
-                   const std::vector<int32_t>& tokens, int64_t budget_mib, const std::vector<double>& expert_scores) {
+                   const std::vector<int32_t>& tokens, int64_t budget_mib, const std::vector<double>& expert_scores,
+                   double copy_gbps) {
   const int64_t prompt = o.prompts.back();
-  cuda::CudaSessionOptions options = session_options(o, prompt + o.generate + 8, budget_mib, expert_scores);
+  cuda::CudaSessionOptions options = session_options(o, prompt + 2 * o.generate + 8, budget_mib, expert_scores);
   options.profile = true;
   cuda::CudaSession session(reader, config, options);
   std::vector<float> logits = session.prefill(std::span(tokens.data(), size_t(prompt)));
@@ -169,6 +171,10 @@ void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& con
              session.prompt_chunk(), 1e3 * prompt_total);
   for (const auto& [name, s] : phases)
     fmt::print("  {:<34} {:8.1f} ms  {:5.1f}%\n", name, 1e3 * s, 100.0 * s / std::max(prompt_total, 1e-12));
+  session.profile_steps_by(cuda::StepProfile::kernels);
+  const int64_t depth = session.position();
+  for (int64_t i = 0; i < o.generate; ++i) logits = session.decode(argmax(logits));
+  fmt::print("{}", measure::kernel_table_text(session.kernel_profile(), o.generate, depth, copy_gbps));
 }
 
 Ceilings measure_ceilings() {
@@ -224,7 +230,7 @@ void run_bench(const BenchOptions& o) {
   for (const int64_t budget : o.vram_budgets_mib) {
     const measure::BenchRun b = bench_at(reader, config, o, tokens, o.ctx > 0 ? o.ctx : longest + 8, budget, scores);
     fmt::print("{}", o.json ? measure::to_json(ceilings, b).dump() + "\n" : measure::to_text(ceilings, b));
-    if (o.profile) print_profile(reader, config, o, tokens, budget, scores);
+    if (o.profile) print_profile(reader, config, o, tokens, budget, scores, ceilings.copy_gbps);
   }
 }
 
@@ -276,7 +282,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "One JSON object instead of text");
   cmd->add_flag("--profile", o->profile,
                 "Also run the longest prompt and a decode once more, waiting for the GPU between phases, and show "
-                "where the time goes");
+                "where the time goes; then decode as many steps again timed kernel by kernel (per kernel class: "
+                "launches, microseconds, bytes moved, GB/s against the copy ceiling)");
   cmd->callback([o] { run_bench(*o); });
 }
 

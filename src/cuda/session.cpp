@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <string>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 #include "cpu/host_experts.h"
@@ -16,6 +19,7 @@
 #include "cuda/forward_kernels.h"
 #include "cuda/kv_cache.h"
 #include "cuda/matvec.h"
+#include "cuda/kernel_clock.h"
 #include "cuda/miss_path.h"
 #include "cuda/phase_clock.h"
 #include "cuda/prompt_pass.h"
@@ -62,7 +66,23 @@ struct CudaSession::Impl {
   DeviceMatrix output;
   int64_t position = 0;
   PhaseClock clock{std::vector<std::string>(std::begin(kPhaseNames), std::end(kPhaseNames)), options.profile};
-  void mark(Phase phase) { clock.mark(size_t(phase)); }
+  StepProfile step_profile = StepProfile::phases;
+  KernelClock kernel_clock;
+  bool timing_kernels() const { return options.profile && step_profile == StepProfile::kernels; }
+  void mark(Phase phase) {
+    if (!timing_kernels()) clock.mark(size_t(phase));
+  }
+  // A kernel of the step was queued on `stream`: booked to `what` (with its weights' type, if any)
+  // when timing kernels.
+  void queued(std::string_view what, double bytes = 0, std::optional<GgmlType> weights = std::nullopt) {
+    if (!timing_kernels()) return;
+    if (!weights) return kernel_clock.after(what, bytes, stream);
+    kernel_clock.after(fmt::format("{} ({})", what, traits(*weights).name), bytes, stream);
+  }
+  void launched(const char* launch_error, std::string_view what, double bytes = 0) {
+    check(launch_error, what);
+    queued(what, bytes);
+  }
 
   // Scratch for one token.
   float* attention_partials;
@@ -301,54 +321,57 @@ struct CudaSession::Impl {
     return {.swiglu_up = swiglu_up, .q8 = options.activations == model::Activations::q8};
   }
 
-  // Products on `on` (null: the step's stream).
-  void grouped(const DeviceExperts& e, const int32_t* which, int64_t n, const float* x, int64_t x_stride, float* out,
-               int64_t swiglu_up = 0, cudaStream_t on = nullptr) {
+  // Products on `on` (null: the step's stream); `what` names them in the per-kernel profile.
+  void grouped(std::string_view what, const DeviceExperts& e, const int32_t* which, int64_t n, const float* x,
+               int64_t x_stride, float* out, int64_t swiglu_up = 0, cudaStream_t on = nullptr) {
     grouped_matvec(e.type, e.table, which, n, e.rows, e.cols, e.row_bytes, x, x_stride, out, on ? on : stream,
                    input(swiglu_up));
+    queued(what, double(n) * double(e.rows) * double(e.row_bytes), e.type);
   }
 
-  void mv(const DeviceMatrix& m, const float* x, float* out, int64_t swiglu_up = 0, cudaStream_t on = nullptr) {
+  void mv(std::string_view what, const DeviceMatrix& m, const float* x, float* out, int64_t swiglu_up = 0,
+          cudaStream_t on = nullptr) {
     matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, x, out, 1, on ? on : stream, input(swiglu_up));
+    queued(what, double(m.rows) * double(m.row_bytes), m.type);
   }
 
   // The mixer's input products, one launch per stacked run, outputs one after another from `out`.
-  void mixer_inputs(const DeviceLayer& d, float* out) {
+  void mixer_inputs(std::string_view what, const DeviceLayer& d, float* out) {
     for (int i = 0; i < d.n_mixer_in; ++i) {
-      mv(d.mixer_in[i], normed, out);
+      mv(what, d.mixer_in[i], normed, out);
       out += d.mixer_in[i].rows;
     }
   }
 
   void attention(const DeviceLayer& d, const LayerState& st) {
     const model::Qwen35MoeConfig& c = config;
-    mixer_inputs(d, qg);  // qg, kbuf, vbuf are consecutive
+    mixer_inputs("attention q|k|v", d, qg);  // qg, kbuf, vbuf are consecutive
     mark(Phase::attention_proj);
-    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, st.kv, device_position,
+    launched(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, st.kv, device_position,
                                      int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims),
                                      c.rope_theta, float(c.rms_eps), 1, stream),
           "attention prepare");
-    check(kernels::attention_decode(qg, st.kv, device_position, int(c.n_heads), int(c.n_kv_heads),
-                                    int(c.head_dim), attention_splits(), attention_partials, attn, stream),
-          "attention");
+    launched(kernels::attention_decode(qg, st.kv, device_position, int(c.n_heads), int(c.n_kv_heads),
+                                       int(c.head_dim), attention_splits(), attention_partials, attn, stream),
+             "attention (split-K and merge)", double(kv->bytes_per_position()) / kv->n_layers() * double(position + 1));
     mark(Phase::attention_core);
-    mv(d.o, attn, mixed);
+    mv("attention out", d.o, attn, mixed);
     mark(Phase::attention_proj);
   }
 
   void deltanet(const DeviceLayer& d, const LayerState& st) {
     const model::Qwen35MoeConfig& c = config;
-    mixer_inputs(d, qkv);  // qkv, z, b, alpha are consecutive
+    mixer_inputs("DeltaNet qkv|z|b|alpha", d, qkv);  // qkv, z, b, alpha are consecutive
     mark(Phase::deltanet_proj);
-    check(kernels::deltanet_prepare(qkv, st.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
+    launched(kernels::deltanet_prepare(qkv, st.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
                                     int(c.ssm_groups), int(c.ssm_state), stream),
           "DeltaNet conv");
-    check(kernels::deltanet_step(st.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
-                                 int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o,
-                                 deltanet_arrivals, stream),
-          "DeltaNet step");
+    launched(kernels::deltanet_step(st.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
+                                    int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o,
+                                    deltanet_arrivals, stream),
+             "DeltaNet step and gated norm", 2.0 * double(recurrent_floats()) * sizeof(float));
     mark(Phase::deltanet_core);
-    mv(d.out, o, mixed);
+    mv("DeltaNet out", d.out, o, mixed);
     mark(Phase::deltanet_proj);
   }
 
@@ -356,13 +379,14 @@ struct CudaSession::Impl {
   void shared_expert(const DeviceLayer& d, cudaStream_t on) {
     const model::Qwen35MoeConfig& c = config;
     if (d.shared_gate_up.table) {
-      grouped(d.shared_gate_up, pair_ids, 2, normed, 0, sg, 0, on);
+      grouped("shared expert gate|up", d.shared_gate_up, pair_ids, 2, normed, 0, sg, 0, on);
     } else {
-      mv(d.shared_gate, normed, sg, 0, on);
-      mv(d.shared_up, normed, su, 0, on);
+      mv("shared expert gate", d.shared_gate, normed, sg, 0, on);
+      mv("shared expert up", d.shared_up, normed, su, 0, on);
     }
-    mv(d.shared_down, sg, shared_out, c.shared_ff, on);  // su = sg + shared_ff
-    if (!d.router_and_shared_logit.data) mv(d.shared_logit, normed, router_logits + c.n_experts, 0, on);
+    mv("shared expert down (SwiGLU inside)", d.shared_down, sg, shared_out, c.shared_ff, on);  // su = sg + shared_ff
+    if (!d.router_and_shared_logit.data)
+      mv("shared expert's gate logit", d.shared_logit, normed, router_logits + c.n_experts, 0, on);
   }
 
   // Each layer's stage for the CPU miss path's dispatch (kernels::MissStage): the prompt pass's
@@ -393,19 +417,20 @@ struct CudaSession::Impl {
   // (join_hint). Profiling runs it in line.
   void hint_misses(const DeviceLayer& d, int64_t layer) {
     const model::Qwen35MoeConfig& c = config;
-    const bool beside = !clock.enabled();
+    const bool beside = !options.profile;
     cudaStream_t on = beside ? hint_stream : stream;
     if (beside) {
       check_cuda(cudaEventRecord(hint_fork, stream), "forking the miss hint");
       check_cuda(cudaStreamWaitEvent(hint_stream, hint_fork), "forking the miss hint");
     }
-    check(kernels::rms_norm(h, d.post_norm, hint_normed, 1, int(c.hidden), float(c.rms_eps), on), "the miss hint's norm");
+    launched(kernels::rms_norm(h, d.post_norm, hint_normed, 1, int(c.hidden), float(c.rms_eps), on),
+             "the miss hint's norm");
     const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
-    check(kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), hint_normed, hint_logits,
+    launched(kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), hint_normed, hint_logits,
                                int(c.n_experts), int(c.n_experts_used), hint_ids, hint_weights, RouteTally{},
                                hint_arrivals, on),
           "the miss hint's router");
-    check(kernels::miss_hint(miss->link(), hint_ids, int(c.n_experts_used), d.tally.resident, int(layer), on),
+    launched(kernels::miss_hint(miss->link(), hint_ids, int(c.n_experts_used), d.tally.resident, int(layer), on),
           "the miss hint");
     if (beside) check_cuda(cudaEventRecord(hint_join, hint_stream), "joining the miss hint");
     hint_pending = beside;
@@ -424,7 +449,7 @@ struct CudaSession::Impl {
     // router and the routed experts (a parallel branch of the step's graph; on the H200 247.6
     // tokens/s against 235.1 in one branch), except when profiling, which books each phase's time
     // in order.
-    const bool beside = shared && !clock.enabled();
+    const bool beside = shared && !options.profile;
     if (beside) {
       check_cuda(cudaEventRecord(fork, stream), "forking the shared expert");
       check_cuda(cudaStreamWaitEvent(side_stream, fork), "forking the shared expert");
@@ -435,12 +460,13 @@ struct CudaSession::Impl {
     const float* shared_gate_logit = router_logits + c.n_experts;
     if (d.router.type == GgmlType::F32 && c.hidden % 4 == 0) {
       const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
-      check(kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), normed, router_logits,
+      launched(kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), normed, router_logits,
                                  int(c.n_experts), int(k), ids, weights, d.tally, router_arrivals, stream),
             "router");
     } else {
-      mv(d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router, normed, router_logits);
-      check(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, d.tally, stream), "router");
+      mv("router product", d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router, normed,
+         router_logits);
+      launched(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, d.tally, stream), "router");
     }
     // Some absent experts go to the CPU (their ids become -1, which the products skip); the hinted
     // first. The GPU's own absent ones are staged into VRAM, and the products read the chosen
@@ -448,28 +474,28 @@ struct CudaSession::Impl {
     const kernels::MissStage stage = miss ? stages[size_t(layer)] : kernels::MissStage{};
     const void* const* table = tier->table(layer);
     if (miss)
-      check(kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, table,
+      launched(kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, table,
                                    int(c.n_experts), stage, stream),
             "the CPU miss path's dispatch");
     // The next layer's hint, from h after this layer's mixer, while the host computes this layer's
     // request and the GPU its share: the host reads ahead once it has answered.
     if (hints() && layer + 1 < int64_t(layers.size())) hint_misses(layers[size_t(layer + 1)], layer + 1);
     if (stage.table)
-      check(kernels::miss_stage(stage, ids, int(k), table, int(c.n_experts), stream), "staging the GPU's misses");
+      launched(kernels::miss_stage(stage, ids, int(k), table, int(c.n_experts), stream), "staging the GPU's misses");
     mark(Phase::router);
     const auto through_stage = [&](const DeviceExperts& e, int64_t at) {
       return stage.table ? DeviceExperts{e.type, stage.table + at, e.rows, e.cols, e.row_bytes} : e;
     };
     const int32_t* which = stage.table ? stage.ids : ids;
     if (d.gate_up.table) {
-      grouped(through_stage(d.gate_up, 0), which, 2 * k, normed, 0, g);
+      grouped("experts gate|up", through_stage(d.gate_up, 0), which, 2 * k, normed, 0, g);
     } else {
-      grouped(through_stage(d.gate, 0), which, k, normed, 0, g);
-      grouped(through_stage(d.up, k), which, k, normed, 0, u);
+      grouped("experts gate", through_stage(d.gate, 0), which, k, normed, 0, g);
+      grouped("experts up", through_stage(d.up, k), which, k, normed, 0, u);
     }
     // The down projection applies the SwiGLU to the gate (g) and up (u = g + k ff) outputs as it reads them.
-    grouped(through_stage(d.down, 2 * k), which, k, g, ff, y, k * ff);
-    if (miss) check(kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream), "the CPU miss path's gather");
+    grouped("experts down (SwiGLU inside)", through_stage(d.down, 2 * k), which, k, g, ff, y, k * ff);
+    if (miss) launched(kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream), "the CPU miss path's gather");
     mark(Phase::experts);
     if (beside) {
       check_cuda(cudaStreamWaitEvent(stream, join), "joining the shared expert");
@@ -480,7 +506,7 @@ struct CudaSession::Impl {
     // The expert sum goes straight into the residual, followed by the next norm (none: after the
     // last layer of a step without logits).
     join_hint();
-    check(kernels::moe_combine_add_norm(y, weights, int(k), shared ? shared_out : nullptr, shared_gate_logit,
+    launched(kernels::moe_combine_add_norm(y, weights, int(k), shared ? shared_out : nullptr, shared_gate_logit,
                                         int(c.hidden), h, next_norm, normed, float(c.rms_eps), stream),
           "expert sum, residual and norm");
     mark(Phase::expert_sum);
@@ -491,7 +517,7 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     const float eps = float(c.rms_eps);
     const int hidden = int(c.hidden);
-    check(kernels::rms_norm(h, layers.front().attn_norm, normed, 1, hidden, eps, stream), "norm");
+    launched(kernels::rms_norm(h, layers.front().attn_norm, normed, 1, hidden, eps, stream), "norm");
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
       mark(Phase::norms);
@@ -500,12 +526,12 @@ struct CudaSession::Impl {
       d.recurrent ? deltanet(d, states[l]) : attention(d, states[l]);
       join_hint();
       // Each residual add is fused with the norm that reads its result.
-      check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, 1, hidden, eps, stream), "residual and norm");
+      launched(kernels::add_rms_norm(h, mixed, d.post_norm, normed, 1, hidden, eps, stream), "residual and norm");
       mark(Phase::norms);
       moe(d, int64_t(l), l + 1 < layers.size() ? layers[l + 1].attn_norm : with_logits ? output_norm : nullptr);
     }
     if (!with_logits) return;
-    mv(output, normed, logits);
+    mv("lm head", output, normed, logits);
     mark(Phase::lm_head);
   }
 
@@ -539,12 +565,14 @@ struct CudaSession::Impl {
     check_cuda(cudaMemcpyAsync(device_position, pinned_position, sizeof(int64_t), cudaMemcpyHostToDevice, stream),
                "position to the device");
     mark(Phase::embedding);
+    if (timing_kernels()) kernel_clock.begin(stream);
     run_step(logits_out != nullptr);
     if (logits_out)
       check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
                  "logits to the host");
     check_cuda(cudaStreamSynchronize(stream), "a step");
     mark(Phase::logits_copy);
+    if (timing_kernels()) kernel_clock.settle();
     if (logits_out) std::copy_n(pinned_logits, c.vocab, logits_out);
     ++position;
     if (miss) miss->after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), stream);
@@ -592,7 +620,7 @@ struct CudaSession::Impl {
       prompt->run(states, n, device_position, position);
       const bool last_chunk = at + size_t(n) == tokens.size();
       for (int64_t t = all_logits ? 0 : n - 1; t < n && (all_logits || last_chunk); ++t) {
-        mv(output, prompt->output_rows() + t * hidden, logits);
+        mv("lm head", output, prompt->output_rows() + t * hidden, logits);
         check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
                    "logits to the host");
         check_cuda(cudaStreamSynchronize(stream), "a prompt chunk");
@@ -835,6 +863,15 @@ double CudaSession::prompt_flops(int64_t first, int64_t n) const {
 
 std::vector<std::pair<std::string, double>> CudaSession::profile() const {
   return impl_->clock.totals();
+}
+
+void CudaSession::profile_steps_by(StepProfile how) {
+  if (!impl_->options.profile) fail("cuda session: profile_steps_by needs a session made with options.profile");
+  impl_->step_profile = how;
+}
+
+std::vector<KernelClassTime> CudaSession::kernel_profile() const {
+  return impl_->kernel_clock.totals();
 }
 
 std::vector<std::pair<std::string, double>> CudaSession::prompt_profile() const {

@@ -17,6 +17,7 @@
 
 #include "cuda/gemm.h"
 #include "cuda/kv_format.h"
+#include "cuda/step_profile.h"
 #include "gguf/reader.h"
 #include "model/activations.h"
 #include "model/qwen35moe.h"
@@ -141,6 +142,11 @@ class CudaSession {
 
   // With options.profile: seconds spent so far per phase of the step ("experts", "lm head", ...).
   std::vector<std::pair<std::string, double>> profile() const;
+  // With options.profile: how the steps from now on are timed: by phase (the default), or kernel
+  // by kernel (an event after each kernel, no waits inside a step: cuda/kernel_clock.h).
+  void profile_steps_by(StepProfile how);
+  // The kernel-by-kernel times so far, per kernel class, with the bytes each must move.
+  std::vector<KernelClassTime> kernel_profile() const;
   // Likewise for the prompt pass (empty when prompts run token by token).
   std::vector<std::pair<std::string, double>> prompt_profile() const;
 

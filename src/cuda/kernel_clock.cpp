@@ -1,0 +1,51 @@
+#include "cuda/kernel_clock.h"
+
+#include "cuda/errors.h"
+
+namespace lode::cuda {
+
+KernelClock::~KernelClock() {
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+}
+
+cudaEvent_t KernelClock::event(size_t i) {
+  while (events_.size() <= i) {
+    cudaEvent_t e = nullptr;
+    check_cuda(cudaEventCreate(&e), "a profile event");
+    events_.push_back(e);
+  }
+  return events_[i];
+}
+
+void KernelClock::begin(cudaStream_t stream) {
+  used_ = 0;
+  pending_.clear();
+  check_cuda(cudaEventRecord(event(used_++), stream), "a profile event");
+}
+
+void KernelClock::after(std::string_view name, double bytes, cudaStream_t stream) {
+  if (used_ == 0) return;  // not inside a timed step
+  auto at = index_.find(name);
+  if (at == index_.end()) {
+    at = index_.emplace(std::string(name), classes_.size()).first;
+    classes_.push_back({.name = std::string(name)});
+  }
+  KernelClassTime& c = classes_[at->second];
+  ++c.launches, c.bytes += bytes;
+  pending_.push_back(at->second);
+  check_cuda(cudaEventRecord(event(used_++), stream), "a profile event");
+}
+
+void KernelClock::settle() {
+  if (used_ == 0) return;
+  check_cuda(cudaEventSynchronize(events_[used_ - 1]), "a profiled step");
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    float ms = 0;
+    check_cuda(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]), "a profile interval");
+    classes_[pending_[i]].seconds += 1e-3 * double(ms);
+  }
+  used_ = 0;
+  pending_.clear();
+}
+
+}  // namespace lode::cuda
