@@ -183,6 +183,23 @@ __device__ __forceinline__ void step_products(const float* x_step, const uint32_
     }
 }
 
+// Lane (g, t)'s sums of a warp's tile into y (rows ldy floats apart): weight row (output column)
+// col0 + 16 mt + 8 (c / 2) + g, x row first_row + 8 nt + 2 t + c % 2; none past column n or past
+// `rows` rows.
+template <int kXTiles>
+__device__ __forceinline__ void store_sums(const float (&acc)[2][kXTiles][4], float* y, int64_t ldy, int first_row,
+                                           int col0, int g, int t, int n, int rows) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kXTiles; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int col = col0 + 16 * mt + 8 * (c / 2) + g, row = 8 * nt + 2 * t + c % 2;
+        if (col < n && row < rows) y[int64_t(first_row + row) * ldy + col] = acc[mt][nt][c];
+      }
+}
+
 // The units' kernel: blocks of z = 0 and 1 take a tile's first and second kRows x rows.
 template <GgmlType T>
 __global__ void __launch_bounds__(kThreads, 3)
@@ -228,16 +245,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     step_products(x_slice(s) + g * kXPitch + x_piece(t), a, acc);
   }
 
-  // Lane (g, t)'s sums: weight row (output column) 32 w + 16 mt + 8 (c / 2) + g, x row 8 nt + 2 t + c % 2.
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int col = col0 + 32 * warp + 16 * mt + 8 * (c / 2) + g, row = 8 * nt + 2 * t + c % 2;
-        if (col < n && row < rows) y[int64_t(tile.first_row + first + row) * ldy + col] = acc[mt][nt][c];
-      }
+  store_sums(acc, y, ldy, tile.first_row + first, col0 + 32 * warp, g, t, n, rows);
 }
 
 // The k-quants' kernel. A step stages, per weight row, the pieces of its block that the step
@@ -386,16 +394,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
 
-  // Lane (g, t)'s sums: weight row (output column) 32 w + 16 mt + 8 (c / 2) + g, x row 8 nt + 2 t + c % 2.
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < 16; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int out_col = col0 + 32 * warp + 16 * mt + 8 * (c / 2) + g, row = 8 * nt + 2 * t + c % 2;
-        if (out_col < n && row < tile.rows) y[int64_t(tile.first_row + row) * ldy + out_col] = acc[mt][nt][c];
-      }
+  store_sums(acc, y, ldy, tile.first_row, col0 + 32 * warp, g, t, n, tile.rows);
 }
 
 // f(kernel, shared bytes, blocks per tile and column block) with the kernel that multiplies type T.
