@@ -269,7 +269,11 @@ void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& 
   lode::cuda::copy_to_device(dtiles.data(), tiles.data(), tiles.size() * sizeof(tiles[0]));
   lode::cuda::copy_to_device(dw.data(), w.data(), w.size());
   lode::cuda::copy_to_device(dtable.data(), table.data(), table.size() * sizeof(void*));
+  // y starts as a sentinel: what the products do not write (columns past n) must keep it.
+  constexpr float kUnwritten = 12345.0f;
   const auto run = [&](std::vector<size_t> splits) {
+    const std::vector<float> sentinel(size_t(total * ldy), kUnwritten);
+    lode::cuda::copy_to_device(dy.data(), sentinel.data(), sentinel.size() * 4);
     splits.insert(splits.begin(), 0), splits.push_back(tiles.size());
     for (size_t s = 0; s + 1 < splits.size(); ++s) {
       const char* err = lode::cuda::expert_products(
@@ -285,6 +289,9 @@ void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& 
   };
   const std::vector<float> y = run({});
   int64_t row = 0, j = 0;
+  for (int64_t r = 0; r < total; ++r)
+    for (int64_t col = n; col < ldy; ++col)
+      ASSERT_EQ(y[size_t(r * ldy + col)], kUnwritten) << "row " << r << " column " << col << " past n";
   for (int32_t c : counts) {
     for (int32_t r = 0; r < c; ++r, ++row)
       for (int64_t col = 0; col < n; ++col) {

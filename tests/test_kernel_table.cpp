@@ -30,15 +30,19 @@ TEST(KernelTable, SlowestFirstWithPerStepTimesSharesAndBandwidth) {
     EXPECT_NE(experts_row.find(figure), std::string::npos) << figure << " in " << experts_row;
   const std::string norms_row = text.substr(norms, text.find('\n', norms) - norms);
   EXPECT_NE(norms_row.find(" 25.0%"), std::string::npos) << norms_row;
-  EXPECT_EQ(norms_row.find("GB"), std::string::npos) << norms_row;
-  EXPECT_NE(norms_row.find(" - "), std::string::npos) << norms_row;  // no bytes, no rate
+  EXPECT_NE(norms_row.find(" -       -"), std::string::npos) << norms_row;  // no bytes, no rate
+  EXPECT_EQ(norms_row.find('%', norms_row.find(" 25.0%") + 6), std::string::npos) << norms_row;  // no fraction
 }
 
 TEST(KernelTable, WithoutACeilingThereIsNoFractionColumn) {
   const std::string text = lode::measure::kernel_table_text(
       {{.name = "lm head (q6_k)", .launches = 1, .seconds = 2e-4, .bytes = 4.2e8}}, 1, 0, 0.0);
   EXPECT_EQ(text.find("of copy"), std::string::npos) << text;
-  EXPECT_NE(text.find(" 2100 "), std::string::npos) << text;  // 420 MB in 200 us
+  const size_t at = text.find("lm head (q6_k)");
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string row = text.substr(at, text.find('\n', at) - at);
+  EXPECT_TRUE(row.ends_with(" 2100")) << row;  // 420 MB in 200 us, and nothing after it
+  EXPECT_NE(row.find(" 420.00 "), std::string::npos) << row;
 }
 
 }  // namespace

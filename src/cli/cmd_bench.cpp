@@ -149,7 +149,9 @@ void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& con
                    const std::vector<int32_t>& tokens, int64_t budget_mib, const std::vector<double>& expert_scores,
                    double copy_gbps) {
   const int64_t prompt = o.prompts.back();
-  cuda::CudaSessionOptions options = session_options(o, prompt + 2 * o.generate + 8, budget_mib, expert_scores);
+  // The bench's context when one is given: decode attention's splits follow it.
+  const int64_t context = std::max(o.ctx, prompt + 2 * o.generate + 8);
+  cuda::CudaSessionOptions options = session_options(o, context, budget_mib, expert_scores);
   options.profile = true;
   cuda::CudaSession session(reader, config, options);
   std::vector<float> logits = session.prefill(std::span(tokens.data(), size_t(prompt)));

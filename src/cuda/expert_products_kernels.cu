@@ -211,6 +211,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   uint8_t* const raw = reinterpret_cast<uint8_t*>(xs + 2 * kRows * kXPitch);  // [2][kCols][R::kPitchBytes]
   __shared__ const uint8_t* row_at[kCols];  // each output column's weight row (null past n)
   const ExpertTile tile = tiles[blockIdx.x];
+  if (tile.rows > kTileRows) __trap();  // the tiles are cut at kExpertTileRows
   const int first = kRows * int(blockIdx.z);
   if (first >= tile.rows) return;
   const int rows = min(kRows, tile.rows - first);
@@ -333,6 +334,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   uint8_t* const raw = reinterpret_cast<uint8_t*>(xs + 2 * kTileRows * kXPitch);  // [2][kCols][S::kPitchBytes]
   __shared__ const uint8_t* row_at[kCols];  // each output column's weight row (null past n)
   const ExpertTile tile = tiles[blockIdx.x];
+  if (tile.rows > kTileRows) __trap();  // the tiles are cut at kExpertTileRows
   const int col0 = int(blockIdx.y) * kCols, tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
   {
     const int col = col0 + tid;
@@ -415,7 +417,8 @@ size_t expert_products_shared_bytes(GgmlType type) {
     if constexpr (kHasKQuantKernel<T>)
       bytes = StepStage<T>::kShared;
     else
-      bytes = Raw<T>::kShared + kCols * sizeof(void*);  // and row_at
+      bytes = Raw<T>::kShared;
+    bytes += kCols * sizeof(void*);  // both kernels' row_at
   });
   return bytes;
 }

@@ -1,8 +1,10 @@
 // Where a decode step's GPU time goes kernel by kernel, for `lode bench --profile`: an event
-// after every kernel of the step's stream, the kernels queued back to back (no host wait inside a
-// step, so the events' intervals are the kernels' own times, launch gaps aside). Each interval is
-// booked to the kernel's class ("experts gate|up (q4_k)") with the bytes it must move. Events cost
-// time of their own, so a session only keeps this clock when asked to.
+// after every kernel of the step's stream, the kernels queued back to back with no host wait
+// inside a step, behind a few milliseconds' hold of the stream so that the host is ahead of the
+// GPU (the events' intervals are then the kernels' own times). Each interval is booked to the
+// kernel's class ("experts gate|up (q4_K)") with the bytes it must move. Events keep programmatic
+// dependent launch from overlapping kernels, so the sum exceeds an unprofiled step; a session only
+// keeps this clock when asked to.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -321,7 +321,8 @@ struct CudaSession::Impl {
     return {.swiglu_up = swiglu_up, .q8 = options.activations == model::Activations::q8};
   }
 
-  // Products on `on` (null: the step's stream); `what` names them in the per-kernel profile.
+  // Products on `on` (null: the step's stream); `what` names them in the per-kernel profile, whose
+  // bytes count every problem's matrix (also those the CPU miss path computes instead).
   void grouped(std::string_view what, const DeviceExperts& e, const int32_t* which, int64_t n, const float* x,
                int64_t x_stride, float* out, int64_t swiglu_up = 0, cudaStream_t on = nullptr) {
     grouped_matvec(e.type, e.table, which, n, e.rows, e.cols, e.row_bytes, x, x_stride, out, on ? on : stream,
@@ -427,9 +428,9 @@ struct CudaSession::Impl {
              "the miss hint's norm");
     const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
     launched(kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), hint_normed, hint_logits,
-                               int(c.n_experts), int(c.n_experts_used), hint_ids, hint_weights, RouteTally{},
-                               hint_arrivals, on),
-          "the miss hint's router");
+                                  int(c.n_experts), int(c.n_experts_used), hint_ids, hint_weights, RouteTally{},
+                                  hint_arrivals, on),
+             "the miss hint's router", double(r.rows) * double(r.row_bytes));
     launched(kernels::miss_hint(miss->link(), hint_ids, int(c.n_experts_used), d.tally.resident, int(layer), on),
           "the miss hint");
     if (beside) check_cuda(cudaEventRecord(hint_join, hint_stream), "joining the miss hint");
@@ -461,8 +462,8 @@ struct CudaSession::Impl {
     if (d.router.type == GgmlType::F32 && c.hidden % 4 == 0) {
       const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
       launched(kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), normed, router_logits,
-                                 int(c.n_experts), int(k), ids, weights, d.tally, router_arrivals, stream),
-            "router");
+                                    int(c.n_experts), int(k), ids, weights, d.tally, router_arrivals, stream),
+               "router", double(r.rows) * double(r.row_bytes));
     } else {
       mv("router product", d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router, normed,
          router_logits);

@@ -4,6 +4,25 @@
 
 namespace lode::cuda {
 
+namespace {
+
+// Holds the stream about `ns` nanoseconds (at most ~0.1 s whatever the timer says), so that the
+// host has queued the step's kernels before the GPU reaches them: time the GPU would otherwise
+// spend waiting for the next launch is not booked to that kernel.
+__global__ void hold_kernel(unsigned long long ns) {
+  unsigned long long start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  for (int i = 0; i < 100000; ++i) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start >= ns) break;
+    __nanosleep(1000);
+  }
+}
+
+constexpr unsigned long long kHoldNs = 5'000'000;  // a 35B step queues in ~2 ms
+
+}  // namespace
+
 KernelClock::~KernelClock() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
 }
@@ -20,6 +39,8 @@ cudaEvent_t KernelClock::event(size_t i) {
 void KernelClock::begin(cudaStream_t stream) {
   used_ = 0;
   pending_.clear();
+  hold_kernel<<<1, 1, 0, stream>>>(kHoldNs);
+  check_cuda(cudaGetLastError(), "holding a profiled step");
   check_cuda(cudaEventRecord(event(used_++), stream), "a profile event");
 }
 
@@ -28,7 +49,9 @@ void KernelClock::after(std::string_view name, double bytes, cudaStream_t stream
   auto at = index_.find(name);
   if (at == index_.end()) {
     at = index_.emplace(std::string(name), classes_.size()).first;
-    classes_.push_back({.name = std::string(name)});
+    KernelClassTime added;
+    added.name = std::string(name);
+    classes_.push_back(added);
   }
   KernelClassTime& c = classes_[at->second];
   ++c.launches, c.bytes += bytes;
