@@ -13,6 +13,7 @@
 #include "gguf/reader.h"
 #include "gguf/writer.h"
 #include "model/qwen35moe.h"
+#include "support/naive_math.h"
 #include "test_gguf_helpers.h"
 
 namespace {
@@ -124,17 +125,6 @@ std::vector<int32_t> prompt(int64_t n, int64_t vocab, uint32_t seed = 3) {
   return out;
 }
 
-// max |a - b| / max |b|.
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    diff = std::max(diff, double(std::fabs(a[i] - b[i])));
-    scale = std::max(scale, double(std::fabs(b[i])));
-  }
-  return diff / scale;
-}
-
 class CpuForward : public ::testing::Test {
 protected:
   void SetUp() override {
@@ -172,7 +162,7 @@ TEST_F(CpuForward, ChunkedPrefillEqualsTokenByTokenDecoding) {
     // DeltaNet in the chunked (WY) form, the default: equal up to rounding.
     Session session(reader, config, {.threads = 2});
     const std::vector<float> all = session.prefill(tokens, chunk, true);
-    EXPECT_LE(relative_error(all, expected), 1e-5) << "chunk " << chunk;
+    EXPECT_LE(lode::test::relative_error(all, expected), 1e-5) << "chunk " << chunk;
     EXPECT_EQ(session.position(), int64_t(tokens.size()));
     // DeltaNet token by token: bit-identical.
     Session recurrent(reader, config, {.threads = 1, .deltanet_chunk = 0});
@@ -183,12 +173,12 @@ TEST_F(CpuForward, ChunkedPrefillEqualsTokenByTokenDecoding) {
   const std::vector<float> last = session.prefill(std::span(tokens).first(60), 7);
   const std::vector<float> expected_59(expected.begin() + 59 * config.vocab,
                                        expected.begin() + 60 * config.vocab);
-  EXPECT_LE(relative_error(last, expected_59), 1e-5);
+  EXPECT_LE(lode::test::relative_error(last, expected_59), 1e-5);
   for (size_t i = 60; i < tokens.size(); ++i) {
     const std::vector<float> next = session.decode(tokens[i]);
     const std::vector<float> want(expected.begin() + int64_t(i) * config.vocab,
                                   expected.begin() + int64_t(i + 1) * config.vocab);
-    EXPECT_LE(relative_error(next, want), 1e-5) << "position " << i;
+    EXPECT_LE(lode::test::relative_error(next, want), 1e-5) << "position " << i;
   }
 }
 
@@ -250,10 +240,10 @@ TEST_F(CpuForward, Q8_0WeightsGiveTheirFloat32Values) {
   const std::vector<float> a = f32.prefill(tokens, 16, true);
   const std::vector<float> b = q8.prefill(tokens, 16, true);
   for (float x : b) ASSERT_TRUE(std::isfinite(x));
-  EXPECT_LE(relative_error(b, a), 1e-6);
+  EXPECT_LE(lode::test::relative_error(b, a), 1e-6);
   // ... and differs from the unquantized model: the weights really were quantized.
   Session original(original_reader, config_);
-  EXPECT_GT(relative_error(b, original.prefill(tokens, 16, true)), 1e-4);
+  EXPECT_GT(lode::test::relative_error(b, original.prefill(tokens, 16, true)), 1e-4);
   // Chunking stays exact with quantized weights too.
   Session q8_decode(q8_reader, config_);
   std::vector<float> stepwise;
@@ -261,7 +251,7 @@ TEST_F(CpuForward, Q8_0WeightsGiveTheirFloat32Values) {
     const auto l = q8_decode.decode(t);
     stepwise.insert(stepwise.end(), l.begin(), l.end());
   }
-  EXPECT_LE(relative_error(stepwise, b), 1e-5);
+  EXPECT_LE(lode::test::relative_error(stepwise, b), 1e-5);
 }
 
 TEST_F(CpuForward, BadInputsFailClearly) {

@@ -16,6 +16,7 @@
 #include "cpu/moe.h"
 #include "cpu/ops.h"
 #include "support/gpu.h"
+#include "support/naive_math.h"
 #include "support/random.h"
 
 #ifdef LODE_HAVE_CUDA
@@ -52,16 +53,6 @@ class Device {
   std::vector<lode::cuda::DeviceBuffer> buffers_;
 };
 
-// max |got - want| over max |want|.
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double scale = 0, diff = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, double(std::fabs(want[i])));
-    diff = std::max(diff, double(std::fabs(double(got[i]) - want[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
-
 constexpr int kHidden = 2048, kExperts = 256, kUsed = 8;
 constexpr float kEps = 1e-6f;
 
@@ -78,14 +69,14 @@ TEST(CudaKernels, NormsMatchTheCpu) {
   ASSERT_EQ(lode::cuda::kernels::rms_norm(dx, dw, out, kRows, kHidden, kEps, nullptr), nullptr);
   std::vector<float> want(x.size());
   for (int r = 0; r < kRows; ++r) lode::cpu::rms_norm(&x[r * kHidden], w.data(), &want[r * kHidden], kHidden, kEps);
-  EXPECT_LT(relative_error(dev.download(out, x.size()), want), 1e-5);
+  EXPECT_LT(lode::test::relative_error(dev.download(out, x.size()), want), 1e-5);
 
   ASSERT_EQ(lode::cuda::kernels::add_rms_norm(dx, dd, dw, out, kRows, kHidden, kEps, nullptr), nullptr);
   std::vector<float> h(x.size());
   for (size_t i = 0; i < h.size(); ++i) h[i] = x[i] + d[i];
   for (int r = 0; r < kRows; ++r) lode::cpu::rms_norm(&h[r * kHidden], w.data(), &want[r * kHidden], kHidden, kEps);
   EXPECT_EQ(dev.download(dx, h.size()), h);
-  EXPECT_LT(relative_error(dev.download(out, x.size()), want), 1e-5);
+  EXPECT_LT(lode::test::relative_error(dev.download(out, x.size()), want), 1e-5);
 }
 
 // The router's float32 product (with the shared expert's gate as row 256) and its top 8 in one
@@ -187,10 +178,10 @@ TEST(CudaKernels, TheExpertSumResidualAndNormMatchTheCpu) {
       if (with_shared) o += lode::cpu::sigmoid(shared_logit) * shared[size_t(i)];
       want_h[size_t(i)] = h[size_t(i)] + o;
     }
-    EXPECT_LT(relative_error(dev.download(dh, kHidden), want_h), 1e-6);
+    EXPECT_LT(lode::test::relative_error(dev.download(dh, kHidden), want_h), 1e-6);
     if (!with_shared) continue;
     lode::cpu::rms_norm(want_h.data(), norm_w.data(), want_normed.data(), kHidden, kEps);
-    EXPECT_LT(relative_error(dev.download(normed, kHidden), want_normed), 1e-5);
+    EXPECT_LT(lode::test::relative_error(dev.download(normed, kHidden), want_normed), 1e-5);
   }
 }
 
@@ -225,7 +216,7 @@ TEST(CudaKernels, TheDeltaNetConvAndNormsMatchTheCpu) {
   };
   for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, kKeyDim}, {kKeyDim, 2 * kKeyDim},
                                    {2 * kKeyDim, kChannels}})
-    EXPECT_LT(relative_error(part(got, begin, end), part(qkv, begin, end)), 1e-5) << "channels " << begin;
+    EXPECT_LT(lode::test::relative_error(part(got, begin, end), part(qkv, begin, end)), 1e-5) << "channels " << begin;
 }
 
 // deltanet_step, two tokens from a random state: per value head s (key head s % 16), beta =
@@ -264,8 +255,8 @@ TEST(CudaKernels, TheDeltaNetStepMatchesTheCpu) {
       lode::cpu::rms_norm(raw.data(), norm_w.data(), out, kDv, kEps);
       for (int c = 0; c < kDv; ++c) out[c] *= lode::cpu::silu(z[size_t(s) * kDv + c]);
     }
-    EXPECT_LT(relative_error(dev.download(dstate, state.size()), state), 1e-5);
-    EXPECT_LT(relative_error(dev.download(o, want.size()), want), 1e-4);
+    EXPECT_LT(lode::test::relative_error(dev.download(dstate, state.size()), state), 1e-5);
+    EXPECT_LT(lode::test::relative_error(dev.download(o, want.size()), want), 1e-4);
     EXPECT_EQ(dev.download(arrivals, kValueHeads), std::vector<unsigned>(kValueHeads, 0u));
   }
 }
@@ -280,7 +271,7 @@ TEST(CudaKernels, SwigluMatchesTheCpu) {
   ASSERT_EQ(lode::cuda::kernels::swiglu(dev.upload(g), dev.upload(u), h, int64_t(g.size()), nullptr), nullptr);
   std::vector<float> want(g.size());
   for (size_t i = 0; i < g.size(); ++i) want[i] = lode::cpu::silu(g[i]) * u[i];
-  EXPECT_LT(relative_error(dev.download(h, g.size()), want), 1e-6);
+  EXPECT_LT(lode::test::relative_error(dev.download(h, g.size()), want), 1e-6);
 }
 
 }  // namespace

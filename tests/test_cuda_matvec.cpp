@@ -13,6 +13,7 @@
 #include "core/quant/types.h"
 #include "cpu/matmul.h"
 #include "support/gpu.h"
+#include "support/naive_math.h"
 #include "support/random.h"
 
 #ifdef LODE_HAVE_CUDA
@@ -64,16 +65,6 @@ std::vector<float> gpu_product(lode::cuda::VramAccountant& vram, GgmlType type, 
   return y;
 }
 
-// max |got - want| as a fraction of max |want|.
-double largest_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double scale = 0, diff = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, double(std::fabs(want[i])));
-    diff = std::max(diff, double(std::fabs(got[i] - want[i])));
-  }
-  return diff / scale;
-}
-
 // The same product on the GPU and on the CPU (which reads every type exactly as ggml does): equal
 // up to float summation order.
 TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
@@ -101,7 +92,7 @@ TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
     }
     std::vector<float> want(size_t(tokens * rows));
     lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), want.data(), tokens, {.threads = 1});
-    EXPECT_LE(largest_error(gpu_product(vram, type, w, rows, cols, dx.as<float>(), tokens), want), 2e-6);
+    EXPECT_LE(lode::test::relative_error(gpu_product(vram, type, w, rows, cols, dx.as<float>(), tokens), want), 2e-6);
   }
 }
 
@@ -134,11 +125,11 @@ TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
       lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), want.data(), tokens,
                         {.threads = 1, .activations = lode::model::Activations::q8});
       const auto got = gpu_product(vram, type, w, rows, cols, dx.as<float>(), tokens, {.q8 = true});
-      EXPECT_LE(largest_error(got, want), 2e-6);
+      EXPECT_LE(lode::test::relative_error(got, want), 2e-6);
       // And the rounding is real: the float32 products differ by more than float order.
       std::vector<float> exact(want.size());
       lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), exact.data(), tokens, {.threads = 1});
-      EXPECT_GT(largest_error(got, exact), 1e-4);
+      EXPECT_GT(lode::test::relative_error(got, exact), 1e-4);
     }
   }
 }
@@ -162,7 +153,7 @@ TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
                     {.threads = 2, .activations = lode::model::Activations::q8});
   lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
   lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
-  EXPECT_LE(largest_error(gpu_product(vram, type, w, rows, cols, dx.as<float>(), 1, {.q8 = true}), want), 2e-6);
+  EXPECT_LE(lode::test::relative_error(gpu_product(vram, type, w, rows, cols, dx.as<float>(), 1, {.q8 = true}), want), 2e-6);
 }
 
 // The MoE's form: experts picked through a device-side table, one launch for all of them, with

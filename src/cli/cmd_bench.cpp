@@ -155,8 +155,11 @@ void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& con
   options.profile = true;
   cuda::CudaSession session(reader, config, options);
   std::vector<float> logits = session.prefill(std::span(tokens.data(), size_t(prompt)));
+  const auto decode_greedily = [&] {
+    for (int64_t i = 0; i < o.generate; ++i) logits = session.decode(argmax(logits));
+  };
   const auto before = session.profile();
-  for (int64_t i = 0; i < o.generate; ++i) logits = session.decode(argmax(logits));
+  decode_greedily();
   const auto after = session.profile();
   double total = 0;
   for (size_t p = 0; p < after.size(); ++p) total += after[p].second - before[p].second;
@@ -175,7 +178,7 @@ void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& con
     fmt::print("  {:<34} {:8.1f} ms  {:5.1f}%\n", name, 1e3 * s, 100.0 * s / std::max(prompt_total, 1e-12));
   session.profile_steps_by(cuda::StepProfile::kernels);
   const int64_t depth = session.position();
-  for (int64_t i = 0; i < o.generate; ++i) logits = session.decode(argmax(logits));
+  decode_greedily();
   fmt::print("{}", measure::kernel_table_text(session.kernel_profile(), o.generate, depth, copy_gbps));
 }
 

@@ -17,9 +17,9 @@
 #include "cuda/errors.h"
 #include "cuda/expert_tier.h"
 #include "cuda/forward_kernels.h"
+#include "cuda/kernel_clock.h"
 #include "cuda/kv_cache.h"
 #include "cuda/matvec.h"
-#include "cuda/kernel_clock.h"
 #include "cuda/miss_path.h"
 #include "cuda/phase_clock.h"
 #include "cuda/prompt_pass.h"
@@ -251,6 +251,8 @@ struct CudaSession::Impl {
   // walk their share in tiles of 32 keys, so short walks matter more than the empty blocks of a
   // shallow context, which return at once).
   int attention_splits() const { return plan::attention_splits(options.max_context); }
+  // One attention layer's K/V bytes a position holds.
+  double kv_bytes_per_layer() const { return double(kv->bytes_per_position()) / kv->n_layers(); }
 
   // The sequence's state: one paged K/V cache for the attention layers (each layer its view of it)
   // and the DeltaNet layers' states.
@@ -349,12 +351,12 @@ struct CudaSession::Impl {
     mixer_inputs("attention q|k|v", d, qg);  // qg, kbuf, vbuf are consecutive
     mark(Phase::attention_proj);
     launched(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, st.kv, device_position,
-                                     int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims),
-                                     c.rope_theta, float(c.rms_eps), 1, stream),
-          "attention prepare");
+                                        int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims),
+                                        c.rope_theta, float(c.rms_eps), 1, stream),
+             "attention prepare");
     launched(kernels::attention_decode(qg, st.kv, device_position, int(c.n_heads), int(c.n_kv_heads),
                                        int(c.head_dim), attention_splits(), attention_partials, attn, stream),
-             "attention (split-K and merge)", double(kv->bytes_per_position()) / kv->n_layers() * double(position + 1));
+             "attention (split-K and merge)", kv_bytes_per_layer() * double(position + 1));
     mark(Phase::attention_core);
     mv("attention out", d.o, attn, mixed);
     mark(Phase::attention_proj);
@@ -365,8 +367,8 @@ struct CudaSession::Impl {
     mixer_inputs("DeltaNet qkv|z|b|alpha", d, qkv);  // qkv, z, b, alpha are consecutive
     mark(Phase::deltanet_proj);
     launched(kernels::deltanet_prepare(qkv, st.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
-                                    int(c.ssm_groups), int(c.ssm_state), stream),
-          "DeltaNet conv");
+                                       int(c.ssm_groups), int(c.ssm_state), stream),
+             "DeltaNet conv");
     launched(kernels::deltanet_step(st.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
                                     int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o,
                                     deltanet_arrivals, stream),
@@ -432,7 +434,7 @@ struct CudaSession::Impl {
                                   hint_arrivals, on),
              "the miss hint's router", double(r.rows) * double(r.row_bytes));
     launched(kernels::miss_hint(miss->link(), hint_ids, int(c.n_experts_used), d.tally.resident, int(layer), on),
-          "the miss hint");
+             "the miss hint");
     if (beside) check_cuda(cudaEventRecord(hint_join, hint_stream), "joining the miss hint");
     hint_pending = beside;
     mark(Phase::router);
@@ -476,8 +478,8 @@ struct CudaSession::Impl {
     const void* const* table = tier->table(layer);
     if (miss)
       launched(kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, table,
-                                   int(c.n_experts), stage, stream),
-            "the CPU miss path's dispatch");
+                                      int(c.n_experts), stage, stream),
+               "the CPU miss path's dispatch");
     // The next layer's hint, from h after this layer's mixer, while the host computes this layer's
     // request and the GPU its share: the host reads ahead once it has answered.
     if (hints() && layer + 1 < int64_t(layers.size())) hint_misses(layers[size_t(layer + 1)], layer + 1);
@@ -496,7 +498,8 @@ struct CudaSession::Impl {
     }
     // The down projection applies the SwiGLU to the gate (g) and up (u = g + k ff) outputs as it reads them.
     grouped("experts down (SwiGLU inside)", through_stage(d.down, 2 * k), which, k, g, ff, y, k * ff);
-    if (miss) launched(kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream), "the CPU miss path's gather");
+    if (miss)
+      launched(kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream), "the CPU miss path's gather");
     mark(Phase::experts);
     if (beside) {
       check_cuda(cudaStreamWaitEvent(stream, join), "joining the shared expert");
@@ -508,8 +511,8 @@ struct CudaSession::Impl {
     // last layer of a step without logits).
     join_hint();
     launched(kernels::moe_combine_add_norm(y, weights, int(k), shared ? shared_out : nullptr, shared_gate_logit,
-                                        int(c.hidden), h, next_norm, normed, float(c.rms_eps), stream),
-          "expert sum, residual and norm");
+                                           int(c.hidden), h, next_norm, normed, float(c.rms_eps), stream),
+             "expert sum, residual and norm");
     mark(Phase::expert_sum);
   }
 

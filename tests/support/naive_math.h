@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "core/quant/types.h"
@@ -41,11 +42,15 @@ inline void rms_norm(double* x, int64_t n, const float* w, double eps) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] * scale * w[i];
 }
 
-inline double relative_error(const std::vector<float>& got, const Vec& want) {
+// max |got - want| over max |want| (want in float or double); infinite when the sizes differ, so
+// that a bound on it fails.
+template <class Want>
+double relative_error(const std::vector<float>& got, const std::vector<Want>& want) {
+  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
   double diff = 0, scale = 0;
   for (size_t i = 0; i < want.size(); ++i) {
-    diff = std::max(diff, std::fabs(got[i] - want[i]));
-    scale = std::max(scale, std::fabs(want[i]));
+    diff = std::max(diff, std::fabs(double(got[i]) - double(want[i])));
+    scale = std::max(scale, std::fabs(double(want[i])));
   }
   return diff / scale;
 }
