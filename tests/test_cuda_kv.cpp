@@ -218,54 +218,70 @@ std::vector<float> host_attention(Format format, const std::vector<std::vector<u
   return out;
 }
 
-// The decode step's attention (split-K, merged) over 300 cells written by the GPU, at a deep and a
-// shallow position, against host_attention over the same bytes.
+// The decode step's attention (split-K, merged) over cells written by the GPU, at several positions,
+// against host_attention over the same bytes. Geometries: the test's first (2 query heads per KV
+// head), the 35B's (8 per KV head, 256 dims: the tensor-core kernel's full group, partial tiles,
+// one key), and 128 dims with 16 per KV head (two blocks per KV head) and magnitudes far from 1
+// (the kernel scales q and the weights by powers of two to keep fp16 in range).
 TEST(CudaKv, DecodeAttentionEqualsTheHostOverTheSameCells) {
   LODE_REQUIRE_GPU();
-  constexpr int n_heads = 4, n_kv_heads = 2, head_dim = 256, splits = 8;
-  const int64_t n = 300, row = int64_t(n_kv_heads) * head_dim;
-  const std::vector<int32_t> order = {4, 2, 0, 3, 1};
-  for (Format format : every_format()) {
-    SCOPED_TRACE(kv::to_string(format));
-    std::mt19937 rng(7);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> k_rows(size_t(n * row)), v_rows(size_t(n * row)), qg(size_t(2 * n_heads * head_dim));
-    for (float& x : k_rows) x = normal(rng);
-    for (float& x : v_rows) x = normal(rng);
-    for (float& x : qg) x = normal(rng);
-    DeviceCache device(format, n_kv_heads, head_dim, n, order);
-    const cuda::KvView view = device.cache.layer(0);
-    write_rows(view, device.vram, k_rows, v_rows, n, n_kv_heads, head_dim);
-    std::vector<std::vector<uint8_t>> k_bytes, v_bytes;
-    const kv::Layout layout = kv::layout(format);
-    for (int64_t p = 0; p < n; ++p) {
-      k_bytes.push_back(stored_row(view.k, order, p, kv::row_bytes(layout.k, n_kv_heads, head_dim)));
-      v_bytes.push_back(stored_row(view.v, order, p, kv::row_bytes(layout.v, n_kv_heads, head_dim)));
+  struct Geometry {
+    int n_heads, n_kv_heads, head_dim, splits;
+    int64_t n;
+    std::vector<int64_t> positions;
+    float k_scale, v_scale, q_scale;
+  };
+  const std::vector<Geometry> geometries = {{4, 2, 256, 8, 300, {299, 40}, 1.0f, 1.0f, 1.0f},
+                                            {16, 2, 256, 4, 1500, {1499, 100, 0}, 1.0f, 1.0f, 1.0f},
+                                            {32, 2, 128, 16, 700, {699, 63}, 8.0f, 0.002f, 0.5f}};
+  const std::vector<int32_t> order = {4, 2, 0, 3, 1, 9, 7, 5, 6, 8, 10, 11, 13, 12, 14, 15, 16, 18, 17, 19, 20, 23, 21, 22};
+  for (const Geometry& geo : geometries)
+    for (Format format : every_format()) {
+      const auto [n_heads, n_kv_heads, head_dim, splits] = std::tie(geo.n_heads, geo.n_kv_heads, geo.head_dim, geo.splits);
+      const int64_t n = geo.n, row = int64_t(n_kv_heads) * head_dim;
+      SCOPED_TRACE(std::string(kv::to_string(format)) + " head_dim " + std::to_string(head_dim) + " heads " +
+                   std::to_string(n_heads));
+      std::mt19937 rng(7);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      std::vector<float> k_rows(size_t(n * row)), v_rows(size_t(n * row)), qg(size_t(2 * n_heads * head_dim));
+      for (float& x : k_rows) x = geo.k_scale * normal(rng);
+      for (float& x : v_rows) x = geo.v_scale * normal(rng);
+      for (float& x : qg) x = geo.q_scale * normal(rng);
+      const std::vector<int32_t> pages(order.begin(), order.begin() + (n + 63) / 64);
+      DeviceCache device(format, n_kv_heads, head_dim, n, pages);
+      const cuda::KvView view = device.cache.layer(0);
+      write_rows(view, device.vram, k_rows, v_rows, n, n_kv_heads, head_dim);
+      std::vector<std::vector<uint8_t>> k_bytes, v_bytes;
+      const kv::Layout layout = kv::layout(format);
+      for (int64_t p = 0; p < n; ++p) {
+        k_bytes.push_back(stored_row(view.k, pages, p, kv::row_bytes(layout.k, n_kv_heads, head_dim)));
+        v_bytes.push_back(stored_row(view.v, pages, p, kv::row_bytes(layout.v, n_kv_heads, head_dim)));
+      }
+      // attention_prepare rotates q for rotated keys; here q goes in as the decode kernel reads it.
+      std::vector<float> q_in = qg;
+      if (kv::is_rotated(layout.k))
+        for (int h = 0; h < n_heads; ++h) kv::hadamard(q_in.data() + 2 * h * head_dim, head_dim);
+      cuda::DeviceBuffer q(device.vram, q_in.size() * 4, cuda::VramUse::scratch, "qg");
+      cuda::DeviceBuffer position(device.vram, 8, cuda::VramUse::scratch, "position");
+      cuda::DeviceBuffer partials(device.vram, size_t(n_heads * splits * (head_dim + 2)) * 4, cuda::VramUse::scratch,
+                                  "partials");
+      cuda::DeviceBuffer out(device.vram, size_t(n_heads * head_dim) * 4, cuda::VramUse::scratch, "out");
+      cuda::copy_to_device(q.data(), q_in.data(), q_in.size() * 4);
+      for (const int64_t last : geo.positions) {
+        cuda::copy_to_device(position.data(), &last, 8);
+        ASSERT_EQ(cuda::kernels::attention_decode(q.as<float>(), view, position.as<int64_t>(), n_heads, n_kv_heads,
+                                                  head_dim, splits, partials.as<float>(), out.as<float>(), nullptr),
+                  nullptr);
+        cuda::synchronize();
+        std::vector<float> got(size_t(n_heads * head_dim));
+        cuda::copy_to_host(got.data(), out.data(), got.size() * 4);
+        const auto want = host_attention(format, k_bytes, v_bytes, qg, n_heads, n_kv_heads, head_dim, last + 1);
+        const double err = lode::test::relative_l2(got, want);
+        std::printf("[ cuda ] %s decode attention, %d heads of %d dims over %lld cells: relative L2 %.3g vs the host\n",
+                    kv::to_string(format), n_heads, head_dim, static_cast<long long>(last + 1), err);
+        EXPECT_LE(err, 1e-5);
+      }
     }
-    // attention_prepare rotates q for rotated keys; here q goes in as the decode kernel reads it.
-    std::vector<float> q_in = qg;
-    if (kv::is_rotated(layout.k))
-      for (int h = 0; h < n_heads; ++h) kv::hadamard(q_in.data() + 2 * h * head_dim, head_dim);
-    cuda::DeviceBuffer q(device.vram, q_in.size() * 4, cuda::VramUse::scratch, "qg");
-    cuda::DeviceBuffer position(device.vram, 8, cuda::VramUse::scratch, "position");
-    cuda::DeviceBuffer partials(device.vram, size_t(n_heads * splits * (head_dim + 2)) * 4, cuda::VramUse::scratch, "partials");
-    cuda::DeviceBuffer out(device.vram, size_t(n_heads * head_dim) * 4, cuda::VramUse::scratch, "out");
-    cuda::copy_to_device(q.data(), q_in.data(), q_in.size() * 4);
-    for (const int64_t last : {n - 1, int64_t(40)}) {
-      cuda::copy_to_device(position.data(), &last, 8);
-      ASSERT_EQ(cuda::kernels::attention_decode(q.as<float>(), view, position.as<int64_t>(), n_heads, n_kv_heads,
-                                                head_dim, splits, partials.as<float>(), out.as<float>(), nullptr),
-                nullptr);
-      cuda::synchronize();
-      std::vector<float> got(size_t(n_heads * head_dim));
-      cuda::copy_to_host(got.data(), out.data(), got.size() * 4);
-      const auto want = host_attention(format, k_bytes, v_bytes, qg, n_heads, n_kv_heads, head_dim, last + 1);
-      const double err = lode::test::relative_l2(got, want);
-      std::printf("[ cuda ] %s decode attention over %lld cells: relative L2 %.3g vs the host\n",
-                  kv::to_string(format), static_cast<long long>(last + 1), err);
-      EXPECT_LE(err, 1e-5);
-    }
-  }
 }
 
 int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }

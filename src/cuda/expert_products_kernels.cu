@@ -18,6 +18,7 @@
 //   rows at a time, a tile in one or two passes.
 #include <cuda_runtime.h>
 
+#include "cuda/async_copy.cuh"
 #include "cuda/expand_units.cuh"
 #include "cuda/expert_products.h"
 #include "cuda/kernel_math.cuh"
@@ -93,18 +94,6 @@ __device__ __forceinline__ void mma_tf32(float* c, const uint32_t* a, const uint
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-
-// 16 bytes from global to shared memory without passing through registers; zeros where !valid.
-__device__ __forceinline__ void copy_16(void* shared, const void* global, bool valid) {
-  const unsigned at = unsigned(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(at), "l"(global), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void copy_8(void* shared, const void* global, bool valid) {
-  const unsigned at = unsigned(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(at), "l"(global), "r"(valid ? 8 : 0));
-}
-__device__ __forceinline__ void copies_sent() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void copies_arrived() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 __device__ __forceinline__ const uint8_t* line_start(const uint8_t* p) {
   return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(15));

@@ -32,9 +32,11 @@ const char* attention_prepare(float* qg, float* k, const float* v, const float* 
 const char* kv_write(KvView kv, const float* k, const float* v, int64_t first, int n_tokens, int heads, int head_dim,
                      void* stream);
 // out[h] = softmax(q_h K^T / sqrt(head_dim)) V over positions [0, *pos] of the paged cache, times
-// sigmoid(gate_h). Split-K: the keys are shared among n_splits blocks per head (fixed when a step is
-// captured; the share of each follows *pos), whose partials (partials: [n_heads][n_splits]
-// [head_dim + 2]) a second kernel merges by their log-sum-exp weights. For a format that stores
+// sigmoid(gate_h). Split-K: the keys are shared among up to n_splits blocks per head (as many as
+// the device runs in one wave, at most n_splits; fixed when a step is captured; the share of each
+// follows *pos), whose partials (partials: room for [n_heads][n_splits][head_dim + 2]) a second
+// kernel merges by their log-sum-exp weights. fp16, int8 and q4 cells (head_dim 128 or 256) are
+// read by a tensor-core kernel, the rest by a float32 one. For a format that stores
 // values rotated, the merged output is rotated back before the gate; q must already be in the
 // keys' domain (attention_prepare puts it there).
 const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim,
