@@ -240,7 +240,8 @@ __device__ void route_one_token(const float* logits, int n, int k, int32_t* ids,
   sum = warp_sum(sum);
 #pragma unroll
   for (int i = 0; i < kExpertsPerLane; ++i) p[i] = lane + kWarp * i < n ? p[i] / sum : -2.0f;
-  float chosen_sum = 0.0f;
+  float chosen_sum = 0.0f, mine = 0.0f;  // mine, my_expert: slot `lane`'s choice
+  int my_expert = 0;
   for (int slot = 0; slot < k; ++slot) {
     float best = -1.0f;
     int best_e = -1;
@@ -259,19 +260,19 @@ __device__ void route_one_token(const float* logits, int n, int k, int32_t* ids,
 #pragma unroll
     for (int i = 0; i < kExpertsPerLane; ++i)
       if (top && lane + kWarp * i == e) p[i] = -2.0f;  // taken
-    if (lane == 0) {
-      ids[slot] = e;
-      ids[k + slot] = e + n;
-      weights[slot] = value;
-      if (tally.counts) {
-        atomicAdd(tally.counts + e, 1u);
-        if (!tally.resident[e]) atomicAdd(tally.misses, 1u);
-      }
-    }
+    if (lane == slot) mine = value, my_expert = e;
     chosen_sum += value;
   }
-  if (lane == 0)
-    for (int slot = 0; slot < k; ++slot) weights[slot] /= chosen_sum;
+  // Lane s writes slot s (no lane waits on another's stores and loads).
+  if (lane < k) {
+    ids[lane] = my_expert;
+    ids[k + lane] = my_expert + n;
+    weights[lane] = mine / chosen_sum;
+    if (tally.counts) {
+      atomicAdd(tally.counts + my_expert, 1u);
+      if (!tally.resident[my_expert]) atomicAdd(tally.misses, 1u);
+    }
+  }
 }
 
 __global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids, float* weights, RouteTally tally) {
@@ -401,6 +402,7 @@ const char* router_topk(const float* w, int rows, int cols, const float* x, floa
                         int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, void* stream) {
   if (cols % 4 != 0 || rows < n_experts) return "router rows must be a multiple of 4 wide and hold every expert";
   if (n_experts > kMaxExperts) return "more than 512 experts";
+  if (k < 1 || k > kWarp || k > n_experts) return "the router chooses 1 to 32 experts, at most all of them";
   return error_text(launch_overlapped(router_topk_kernel, dim3((rows + kRouterWarps - 1) / kRouterWarps),
                                       dim3(kRouterWarps * kWarp), 0, stream, w, rows, cols, x, logits, n_experts, k, ids,
                                       weights, tally, arrivals));
@@ -409,6 +411,7 @@ const char* router_topk(const float* w, int rows, int cols, const float* x, floa
 const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, int32_t* ids, float* weights,
                       RouteTally tally, void* stream) {
   if (n_experts > kMaxExperts) return "more than 512 experts";
+  if (k < 1 || k > kWarp || k > n_experts) return "the router chooses 1 to 32 experts, at most all of them";
   return error_text(launch_overlapped(moe_route_kernel, dim3(n_tokens), dim3(kWarp), 0, stream, logits, n_experts, k, ids,
                                       weights, tally));
 }
