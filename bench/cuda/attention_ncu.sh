@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Decode attention alone, per K/V format, at one depth (docs/KV.md): Nsight Compute times the first
-# two layers' attention_decode_kernel and attention_merge_kernel launches of a decode step at that
-# depth (reached with --fill random), with registers, achieved occupancy and DRAM throughput. Run
-# from the repository root on the GPU machine with the build carried; results under ${OUT:-attn}.
+# two layers' decode attention launches (the tensor-core or the float32 kernel, and the merge) of a
+# decode step at that depth (reached with --fill random), with registers, achieved occupancy and
+# DRAM throughput. Run from the repository root on the GPU machine with the build carried; results
+# under ${OUT:-attn}.
 #
 #   bench/cuda/attention_ncu.sh MODEL [LODE_BINARY] [DEPTH] [FORMATS...]
 set -uo pipefail

@@ -177,9 +177,9 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
 
 // ---- The tensor-core kernel: fp16, int8 and q4 cells ----
 //
-// Block (b, split) as above: up to 8 query heads of one KV head, one share of the keys; each warp
-// takes tiles of 16 keys in turn, their cells brought into shared memory by cp.async one tile
-// ahead. Both products run on mma.sync m16n8k16 (fp16 in, float32 sums):
+// Block (b, split), as for the float32 kernel: up to 8 query heads of one KV head, one share of
+// the keys; each warp takes tiles of 16 keys in turn, their cells brought into shared memory by
+// cp.async up to three tiles ahead (TensorAttention::kStages). Both products run on mma.sync m16n8k16 (fp16 in, float32 sums):
 // - scores, C = A B: A holds the queries, rows 0-7 the 8 heads' q in fp16 and rows 8-15 the
 //   remainders q - fp16(q) (so the two rows of a head sum to q to ~22 bits: the float32 products
 //   the host computes, not fp16 ones); B holds 8 keys' stored codes (fp16 values, int8 or q4 codes:
