@@ -222,7 +222,8 @@ std::vector<float> host_attention(Format format, const std::vector<std::vector<u
 // against host_attention over the same bytes. Geometries: the test's first (2 query heads per KV
 // head), the 35B's (8 per KV head, 256 dims: the tensor-core kernel's full group, partial tiles,
 // one key), and 128 dims with 16 per KV head (two blocks per KV head) and magnitudes far from 1
-// (the kernel scales q and the weights by powers of two to keep fp16 in range).
+// (the kernel scales q and the weights by powers of two to keep fp16 in range); then the 35B's
+// again with 1,100 value rows of zeros (zero scales) between nonzero ones.
 TEST(CudaKv, DecodeAttentionEqualsTheHostOverTheSameCells) {
   LODE_REQUIRE_GPU();
   struct Geometry {
@@ -230,10 +231,12 @@ TEST(CudaKv, DecodeAttentionEqualsTheHostOverTheSameCells) {
     int64_t n;
     std::vector<int64_t> positions;
     float k_scale, v_scale, q_scale;
+    int64_t zero_values_from = 0, zero_values_to = 0;  // value rows [from, to) all zero: zero scales
   };
   const std::vector<Geometry> geometries = {{4, 2, 256, 8, 300, {299, 40}, 1.0f, 1.0f, 1.0f},
                                             {16, 2, 256, 4, 1500, {1499, 100, 0}, 1.0f, 1.0f, 1.0f},
-                                            {32, 2, 128, 16, 700, {699, 63}, 8.0f, 0.002f, 0.5f}};
+                                            {32, 2, 128, 16, 700, {699, 63}, 8.0f, 0.002f, 0.5f},
+                                            {16, 2, 256, 4, 1500, {1499}, 1.0f, 1.0f, 1.0f, 200, 1300}};
   const std::vector<int32_t> order = {4, 2, 0, 3, 1, 9, 7, 5, 6, 8, 10, 11, 13, 12, 14, 15, 16, 18, 17, 19, 20, 23, 21, 22};
   for (const Geometry& geo : geometries)
     for (Format format : every_format()) {
@@ -247,6 +250,7 @@ TEST(CudaKv, DecodeAttentionEqualsTheHostOverTheSameCells) {
       for (float& x : k_rows) x = geo.k_scale * normal(rng);
       for (float& x : v_rows) x = geo.v_scale * normal(rng);
       for (float& x : qg) x = geo.q_scale * normal(rng);
+      std::fill(v_rows.begin() + geo.zero_values_from * row, v_rows.begin() + geo.zero_values_to * row, 0.0f);
       const std::vector<int32_t> pages(order.begin(), order.begin() + (n + 63) / 64);
       DeviceCache device(format, n_kv_heads, head_dim, n, pages);
       const cuda::KvView view = device.cache.layer(0);

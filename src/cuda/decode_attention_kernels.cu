@@ -520,7 +520,9 @@ __device__ __forceinline__ float value_factor(const uint8_t* values, int t) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) big = fmaxf(big, fabsf(V::value_scale(cell[k], c)));
     big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 1));
-    return fp16_headroom(fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 2)));
+    // A tile of zero scales takes the factor of the smallest nonzero fp16 scale, 2^38: so every
+    // factor lies in [2^-1, 2^38] and a tile-to-tile ratio cannot overflow the accumulators.
+    return fp16_headroom(fmaxf(fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 2)), 0x1p-24f));
   }
 }
 
@@ -656,8 +658,7 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
     // The accumulators' columns are heads 2t and 2t + 1, whose softmax lives in quads 2t and 2t + 1;
     // their rescale also takes them to this tile's factor (powers of two: exact).
     const uint8_t* values = slots + kTileKeys * K::kKeyStride;
-    // (Raised by at most 2^64 a tile, so acc, at most ~2^39 in its units, cannot overflow.)
-    const float f_tile = fminf(value_factor<V, HD>(values, t), f * 0x1p64f), to_tile = f_tile / f;
+    const float f_tile = value_factor<V, HD>(values, t), to_tile = f_tile / f;
     f = f_tile;
     const float old0 = __shfl_sync(0xffffffffu, old, 8 * t) * to_tile;
     const float old1 = __shfl_sync(0xffffffffu, old, 8 * t + 4) * to_tile;
