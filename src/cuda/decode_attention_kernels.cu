@@ -30,6 +30,22 @@ __host__ __device__ inline int64_t keys_per_split(int64_t n_keys, int64_t n_spli
   return ((even > 64 ? even : 64) + 15) / 16 * 16;
 }
 
+// Block (b, split)'s share of decode attention: KV head kvh, query heads [h0, h0 + heads) (up to
+// 8 of its group), keys [begin, end) of the positions [0, *position] (empty for a split past them).
+struct BlockShare {
+  int kvh, h0, heads;
+  int64_t begin, end;
+};
+
+__device__ BlockShare block_share(int n_heads, int n_kv_heads, const int64_t* position) {
+  const int group = n_heads / n_kv_heads, blocks_per_kv = (group + kAttentionGroup - 1) / kAttentionGroup;
+  const int kvh = int(blockIdx.x) / blocks_per_kv;
+  const int h0 = kvh * group + int(blockIdx.x) % blocks_per_kv * kAttentionGroup;
+  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, gridDim.y);
+  const int64_t begin = int64_t(blockIdx.y) * per_split;
+  return {kvh, h0, min(kAttentionGroup, (kvh + 1) * group - h0), begin, min(n_all, begin + per_split)};
+}
+
 // The block's partials from its warps' (max, sum, unnormalised output) per head (o: warp w's head g
 // at o[(w * kAttentionGroup + g) * o_stride]): partial (h, split) = [max, sum, out[head_dim]], for
 // attention_merge_kernel. Warps that saw no key have max -inf.
@@ -78,13 +94,10 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
     attention_decode_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads, int n_kv_heads,
                             int head_dim, float* partials) {
   begin_after_inputs();
-  const int group = n_heads / n_kv_heads, blocks_per_kv = (group + kAttentionGroup - 1) / kAttentionGroup;
-  const int kvh = int(blockIdx.x) / blocks_per_kv;
-  const int h0 = kvh * group + int(blockIdx.x) % blocks_per_kv * kAttentionGroup;
-  const int heads = min(kAttentionGroup, (kvh + 1) * group - h0);
-  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, gridDim.y);
-  const int64_t begin = int64_t(blockIdx.y) * per_split, end = min(n_all, begin + per_split);
-  if (begin >= n_all) return;  // a split past the keys: the merge does not read it
+  const BlockShare share = block_share(n_heads, n_kv_heads, position);
+  const int kvh = share.kvh, h0 = share.h0, heads = share.heads;
+  const int64_t begin = share.begin, end = share.end;
+  if (begin >= end) return;  // a split past the keys: the merge does not read it
   __shared__ __align__(16) float q[kAttentionGroup][kAttentionHeadDim];
   __shared__ float warp_m[kAttentionWarps][kAttentionGroup], warp_l[kAttentionWarps][kAttentionGroup];
   __shared__ float warp_acc[kAttentionWarps][kAttentionGroup][kAttentionHeadDim];
@@ -601,13 +614,10 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
   using K = typename A::K;
   using V = typename A::V;
   begin_after_inputs();
-  const int group = n_heads / n_kv_heads, blocks_per_kv = (group + kAttentionGroup - 1) / kAttentionGroup;
-  const int kvh = int(blockIdx.x) / blocks_per_kv;
-  const int h0 = kvh * group + int(blockIdx.x) % blocks_per_kv * kAttentionGroup;
-  const int heads = min(kAttentionGroup, (kvh + 1) * group - h0);
-  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, gridDim.y);
-  const int64_t begin = int64_t(blockIdx.y) * per_split, end = min(n_all, begin + per_split);
-  if (begin >= n_all) return;  // a split past the keys: the merge does not read it
+  const BlockShare share = block_share(n_heads, n_kv_heads, position);
+  const int kvh = share.kvh, h0 = share.h0, heads = share.heads;
+  const int64_t begin = share.begin, end = share.end;
+  if (begin >= end) return;  // a split past the keys: the merge does not read it
   extern __shared__ __align__(16) uint8_t shared[];
   __shared__ float factor[kAttentionGroup], warp_m[kAttentionWarps][kAttentionGroup];
   __shared__ float warp_l[kAttentionWarps][kAttentionGroup];
