@@ -144,10 +144,11 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
 }
 
 // A second session that waits for the GPU between phases: where the time of one decode step and of
-// one prompt goes; then the same number of steps timed kernel by kernel.
-void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
-                   const std::vector<int32_t>& tokens, int64_t budget_mib, const std::vector<double>& expert_scores,
-                   double copy_gbps) {
+// one prompt goes; then the same number of steps timed kernel by kernel (those kernel classes).
+std::vector<cuda::KernelClassTime> print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config,
+                                                const BenchOptions& o, const std::vector<int32_t>& tokens,
+                                                int64_t budget_mib, const std::vector<double>& expert_scores,
+                                                double copy_gbps) {
   const int64_t prompt = o.prompts.back();
   // The bench's context when one is given: decode attention's splits follow it.
   const int64_t context = std::max(o.ctx, prompt + 2 * o.generate + 8);
@@ -179,7 +180,53 @@ void print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& con
   session.profile_steps_by(cuda::StepProfile::kernels);
   const int64_t depth = session.position();
   decode_greedily();
-  fmt::print("{}", measure::kernel_table_text(session.kernel_profile(), o.generate, depth, copy_gbps));
+  const std::vector<cuda::KernelClassTime> classes = session.kernel_profile();
+  fmt::print("{}", measure::kernel_table_text(classes, o.generate, depth, copy_gbps));
+  return classes;
+}
+
+// What each kernel class of print_profile's table costs inside the real step, whose launches
+// overlap (the events of that table keep them apart): a session without profiling, at the same
+// depth, times `generate` steps whole and then without each class's launches, from the same
+// snapshot each time (a left-out class leaves the outputs and states meaningless); the whole step
+// again at the end shows the drift.
+void print_costs_in_step(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
+                         const std::vector<int32_t>& tokens, int64_t budget_mib, const std::vector<double>& expert_scores,
+                         const std::vector<cuda::KernelClassTime>& classes) {
+  const int64_t prompt = o.prompts.back();
+  const int64_t context = std::max(o.ctx, prompt + 2 * o.generate + 8);
+  cuda::CudaSession session(reader, config, session_options(o, context, budget_mib, expert_scores));
+  const std::vector<float> first = session.prefill(std::span(tokens.data(), size_t(prompt)));
+  const cuda::CudaSession::Snapshot start = session.save();
+  const auto seconds_a_step = [&] {  // after one untimed step, which captures the step's graph
+    session.restore(start);
+    std::vector<float> logits = session.decode(argmax(first));
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < o.generate; ++i) logits = session.decode(argmax(logits));
+    return seconds_since(t0) / double(o.generate);
+  };
+  const double whole_before = seconds_a_step();
+  std::vector<std::string> launches;  // each launch name once, in the table's order
+  std::vector<double> counts;
+  for (const cuda::KernelClassTime& c : classes) {
+    if (!cuda::CudaSession::can_leave_out(c.launch)) continue;
+    const auto at = std::find(launches.begin(), launches.end(), c.launch);
+    if (at == launches.end()) {
+      launches.push_back(c.launch);
+      counts.push_back(0);
+    }
+    counts[size_t(std::find(launches.begin(), launches.end(), c.launch) - launches.begin())] +=
+        double(c.launches) / double(std::max<int64_t>(o.generate, 1));
+  }
+  std::vector<measure::StepWithout> rows;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    session.leave_out({launches[i]});
+    rows.push_back({launches[i], counts[i], seconds_a_step()});
+  }
+  session.leave_out({});
+  const double whole_after = seconds_a_step();
+  fmt::print("{}", measure::step_cost_table_text((whole_before + whole_after) / 2, rows, prompt));
+  fmt::print("  (the whole step {:.3f} ms before the rows, {:.3f} ms after)\n", 1e3 * whole_before, 1e3 * whole_after);
 }
 
 Ceilings measure_ceilings() {
@@ -235,7 +282,9 @@ void run_bench(const BenchOptions& o) {
   for (const int64_t budget : o.vram_budgets_mib) {
     const measure::BenchRun b = bench_at(reader, config, o, tokens, o.ctx > 0 ? o.ctx : longest + 8, budget, scores);
     fmt::print("{}", o.json ? measure::to_json(ceilings, b).dump() + "\n" : measure::to_text(ceilings, b));
-    if (o.profile) print_profile(reader, config, o, tokens, budget, scores, ceilings.copy_gbps);
+    if (!o.profile) continue;
+    const auto classes = print_profile(reader, config, o, tokens, budget, scores, ceilings.copy_gbps);
+    print_costs_in_step(reader, config, o, tokens, budget, scores, classes);
   }
 }
 
@@ -288,7 +337,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--profile", o->profile,
                 "Also run the longest prompt and a decode once more, waiting for the GPU between phases, and show "
                 "where the time goes; then decode as many steps again timed kernel by kernel (per kernel class: "
-                "launches, microseconds, bytes moved, GB/s against the copy ceiling)");
+                "launches, microseconds, bytes moved, GB/s against the copy ceiling); then what each class costs "
+                "inside the overlapped step (the step timed without its launches)");
   cmd->callback([o] { run_bench(*o); });
 }
 

@@ -44,13 +44,14 @@ void KernelClock::begin(cudaStream_t stream) {
   check_cuda(cudaEventRecord(event(used_++), stream), "a profile event");
 }
 
-void KernelClock::after(std::string_view name, double bytes, cudaStream_t stream) {
+void KernelClock::after(std::string_view name, std::string_view launch, double bytes, cudaStream_t stream) {
   if (used_ == 0) return;  // not inside a timed step
   auto at = index_.find(name);
   if (at == index_.end()) {
     at = index_.emplace(std::string(name), classes_.size()).first;
     KernelClassTime added;
     added.name = std::string(name);
+    added.launch = std::string(launch);
     classes_.push_back(added);
   }
   KernelClassTime& c = classes_[at->second];

@@ -27,8 +27,9 @@ class KernelClock {
 
   // The step's first kernel is about to be queued on `stream`.
   void begin(cudaStream_t stream);
-  // A kernel of class `name`, moving `bytes` from and to memory, was just queued on `stream`.
-  void after(std::string_view name, double bytes, cudaStream_t stream);
+  // A kernel of class `name` (a launch named `launch`), moving `bytes` from and to memory, was just
+  // queued on `stream`.
+  void after(std::string_view name, std::string_view launch, double bytes, cudaStream_t stream);
   // Waits for the stream's step and books its intervals.
   void settle();
   // Totals so far per class, in the order each class was first seen.

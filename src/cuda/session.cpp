@@ -7,6 +7,7 @@
 #include <chrono>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 
 #include <fmt/format.h>
@@ -76,13 +77,19 @@ struct CudaSession::Impl {
   // when timing kernels.
   void queued(std::string_view what, double bytes = 0, std::optional<GgmlType> weights = std::nullopt) {
     if (!timing_kernels()) return;
-    if (!weights) return kernel_clock.after(what, bytes, stream);
-    kernel_clock.after(fmt::format("{} ({})", what, traits(*weights).name), bytes, stream);
+    if (!weights) return kernel_clock.after(what, what, bytes, stream);
+    kernel_clock.after(fmt::format("{} ({})", what, traits(*weights).name), what, bytes, stream);
   }
-  void launched(const char* launch_error, std::string_view what, double bytes = 0) {
-    check(launch_error, what);
+  // Queues one kernel of the step (kernel() launches it and returns null or the runtime's error),
+  // unless its class is left out (leave_out).
+  template <class Kernel>
+  void launch(std::string_view what, Kernel&& kernel, double bytes = 0) {
+    if (is_left_out(what)) return;
+    check(kernel(), what);
     queued(what, bytes);
   }
+  std::set<std::string, std::less<>> left_out;  // kernel classes the step leaves out (CudaSession::leave_out)
+  bool is_left_out(std::string_view what) const { return !left_out.empty() && left_out.count(what) > 0; }
 
   // Scratch for one token.
   float* attention_partials;
@@ -327,6 +334,7 @@ struct CudaSession::Impl {
   // bytes count every problem's matrix (also those the CPU miss path computes instead).
   void grouped(std::string_view what, const DeviceExperts& e, const int32_t* which, int64_t n, const float* x,
                int64_t x_stride, float* out, int64_t swiglu_up = 0, cudaStream_t on = nullptr) {
+    if (is_left_out(what)) return;
     grouped_matvec(e.type, e.table, which, n, e.rows, e.cols, e.row_bytes, x, x_stride, out, on ? on : stream,
                    input(swiglu_up));
     queued(what, double(n) * double(e.rows) * double(e.row_bytes), e.type);
@@ -334,6 +342,7 @@ struct CudaSession::Impl {
 
   void mv(std::string_view what, const DeviceMatrix& m, const float* x, float* out, int64_t swiglu_up = 0,
           cudaStream_t on = nullptr) {
+    if (is_left_out(what)) return;
     matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, x, out, 1, on ? on : stream, input(swiglu_up));
     queued(what, double(m.rows) * double(m.row_bytes), m.type);
   }
@@ -350,13 +359,18 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     mixer_inputs("attention q|k|v", d, qg);  // qg, kbuf, vbuf are consecutive
     mark(Phase::attention_proj);
-    launched(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, st.kv, device_position,
-                                        int(c.n_heads), int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims),
-                                        c.rope_theta, float(c.rms_eps), 1, stream),
-             "attention prepare");
-    launched(kernels::attention_decode(qg, st.kv, device_position, int(c.n_heads), int(c.n_kv_heads),
-                                       int(c.head_dim), attention_splits(), attention_partials, attn, stream),
-             "attention (split-K and merge)", kv_bytes_per_layer() * double(position + 1));
+    launch("attention prepare", [&] {
+      return kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, st.kv, device_position, int(c.n_heads),
+                                        int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims), c.rope_theta,
+                                        float(c.rms_eps), 1, stream);
+    });
+    launch(
+        "attention (split-K and merge)",
+        [&] {
+          return kernels::attention_decode(qg, st.kv, device_position, int(c.n_heads), int(c.n_kv_heads),
+                                           int(c.head_dim), attention_splits(), attention_partials, attn, stream);
+        },
+        kv_bytes_per_layer() * double(position + 1));
     mark(Phase::attention_core);
     mv("attention out", d.o, attn, mixed);
     mark(Phase::attention_proj);
@@ -366,13 +380,18 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     mixer_inputs("DeltaNet qkv|z|b|alpha", d, qkv);  // qkv, z, b, alpha are consecutive
     mark(Phase::deltanet_proj);
-    launched(kernels::deltanet_prepare(qkv, st.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
-                                       int(c.ssm_groups), int(c.ssm_state), stream),
-             "DeltaNet conv");
-    launched(kernels::deltanet_step(st.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
-                                    int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o,
-                                    deltanet_arrivals, stream),
-             "DeltaNet step and gated norm", 2.0 * double(recurrent_floats()) * sizeof(float));
+    launch("DeltaNet conv", [&] {
+      return kernels::deltanet_prepare(qkv, st.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
+                                       int(c.ssm_groups), int(c.ssm_state), stream);
+    });
+    launch(
+        "DeltaNet step and gated norm",
+        [&] {
+          return kernels::deltanet_step(st.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
+                                        int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o,
+                                        deltanet_arrivals, stream);
+        },
+        2.0 * double(recurrent_floats()) * sizeof(float));
     mark(Phase::deltanet_core);
     mv("DeltaNet out", d.out, o, mixed);
     mark(Phase::deltanet_proj);
@@ -426,15 +445,20 @@ struct CudaSession::Impl {
       check_cuda(cudaEventRecord(hint_fork, stream), "forking the miss hint");
       check_cuda(cudaStreamWaitEvent(hint_stream, hint_fork), "forking the miss hint");
     }
-    launched(kernels::rms_norm(h, d.post_norm, hint_normed, 1, int(c.hidden), float(c.rms_eps), on),
-             "the miss hint's norm");
+    launch("the miss hint's norm",
+           [&] { return kernels::rms_norm(h, d.post_norm, hint_normed, 1, int(c.hidden), float(c.rms_eps), on); });
     const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
-    launched(kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), hint_normed, hint_logits,
-                                  int(c.n_experts), int(c.n_experts_used), hint_ids, hint_weights, RouteTally{},
-                                  hint_arrivals, on),
-             "the miss hint's router", double(r.rows) * double(r.row_bytes));
-    launched(kernels::miss_hint(miss->link(), hint_ids, int(c.n_experts_used), d.tally.resident, int(layer), on),
-             "the miss hint");
+    launch(
+        "the miss hint's router",
+        [&] {
+          return kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), hint_normed,
+                                      hint_logits, int(c.n_experts), int(c.n_experts_used), hint_ids, hint_weights,
+                                      RouteTally{}, hint_arrivals, on);
+        },
+        double(r.rows) * double(r.row_bytes));
+    launch("the miss hint", [&] {
+      return kernels::miss_hint(miss->link(), hint_ids, int(c.n_experts_used), d.tally.resident, int(layer), on);
+    });
     if (beside) check_cuda(cudaEventRecord(hint_join, hint_stream), "joining the miss hint");
     hint_pending = beside;
     mark(Phase::router);
@@ -463,13 +487,20 @@ struct CudaSession::Impl {
     const float* shared_gate_logit = router_logits + c.n_experts;
     if (d.router.type == GgmlType::F32 && c.hidden % 4 == 0) {
       const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
-      launched(kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), normed, router_logits,
-                                    int(c.n_experts), int(k), ids, weights, d.tally, router_arrivals, stream),
-               "router", double(r.rows) * double(r.row_bytes));
+      launch(
+          "router",
+          [&] {
+            return kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), normed,
+                                        router_logits, int(c.n_experts), int(k), ids, weights, d.tally, router_arrivals,
+                                        stream);
+          },
+          double(r.rows) * double(r.row_bytes));
     } else {
       mv("router product", d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router, normed,
          router_logits);
-      launched(kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, d.tally, stream), "router");
+      launch("router", [&] {
+        return kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, d.tally, stream);
+      });
     }
     // Some absent experts go to the CPU (their ids become -1, which the products skip); the hinted
     // first. The GPU's own absent ones are staged into VRAM, and the products read the chosen
@@ -477,14 +508,16 @@ struct CudaSession::Impl {
     const kernels::MissStage stage = miss ? stages[size_t(layer)] : kernels::MissStage{};
     const void* const* table = tier->table(layer);
     if (miss)
-      launched(kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, table,
-                                      int(c.n_experts), stage, stream),
-               "the CPU miss path's dispatch");
+      launch("the CPU miss path's dispatch", [&] {
+        return kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, table,
+                                      int(c.n_experts), stage, stream);
+      });
     // The next layer's hint, from h after this layer's mixer, while the host computes this layer's
     // request and the GPU its share: the host reads ahead once it has answered.
     if (hints() && layer + 1 < int64_t(layers.size())) hint_misses(layers[size_t(layer + 1)], layer + 1);
     if (stage.table)
-      launched(kernels::miss_stage(stage, ids, int(k), table, int(c.n_experts), stream), "staging the GPU's misses");
+      launch("staging the GPU's misses",
+             [&] { return kernels::miss_stage(stage, ids, int(k), table, int(c.n_experts), stream); });
     mark(Phase::router);
     const auto through_stage = [&](const DeviceExperts& e, int64_t at) {
       return stage.table ? DeviceExperts{e.type, stage.table + at, e.rows, e.cols, e.row_bytes} : e;
@@ -499,7 +532,8 @@ struct CudaSession::Impl {
     // The down projection applies the SwiGLU to the gate (g) and up (u = g + k ff) outputs as it reads them.
     grouped("experts down (SwiGLU inside)", through_stage(d.down, 2 * k), which, k, g, ff, y, k * ff);
     if (miss)
-      launched(kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream), "the CPU miss path's gather");
+      launch("the CPU miss path's gather",
+             [&] { return kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream); });
     mark(Phase::experts);
     if (beside) {
       check_cuda(cudaStreamWaitEvent(stream, join), "joining the shared expert");
@@ -510,9 +544,10 @@ struct CudaSession::Impl {
     // The expert sum goes straight into the residual, followed by the next norm (none: after the
     // last layer of a step without logits).
     join_hint();
-    launched(kernels::moe_combine_add_norm(y, weights, int(k), shared ? shared_out : nullptr, shared_gate_logit,
-                                           int(c.hidden), h, next_norm, normed, float(c.rms_eps), stream),
-             "expert sum, residual and norm");
+    launch("expert sum, residual and norm", [&] {
+      return kernels::moe_combine_add_norm(y, weights, int(k), shared ? shared_out : nullptr, shared_gate_logit,
+                                           int(c.hidden), h, next_norm, normed, float(c.rms_eps), stream);
+    });
     mark(Phase::expert_sum);
   }
 
@@ -521,7 +556,7 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     const float eps = float(c.rms_eps);
     const int hidden = int(c.hidden);
-    launched(kernels::rms_norm(h, layers.front().attn_norm, normed, 1, hidden, eps, stream), "norm");
+    launch("norm", [&] { return kernels::rms_norm(h, layers.front().attn_norm, normed, 1, hidden, eps, stream); });
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
       mark(Phase::norms);
@@ -530,7 +565,8 @@ struct CudaSession::Impl {
       d.recurrent ? deltanet(d, states[l]) : attention(d, states[l]);
       join_hint();
       // Each residual add is fused with the norm that reads its result.
-      launched(kernels::add_rms_norm(h, mixed, d.post_norm, normed, 1, hidden, eps, stream), "residual and norm");
+      launch("residual and norm",
+             [&] { return kernels::add_rms_norm(h, mixed, d.post_norm, normed, 1, hidden, eps, stream); });
       mark(Phase::norms);
       moe(d, int64_t(l), l + 1 < layers.size() ? layers[l + 1].attn_norm : with_logits ? output_norm : nullptr);
     }
@@ -867,6 +903,22 @@ double CudaSession::prompt_flops(int64_t first, int64_t n) const {
 
 std::vector<std::pair<std::string, double>> CudaSession::profile() const {
   return impl_->clock.totals();
+}
+
+bool CudaSession::can_leave_out(std::string_view launch) {
+  return !launch.starts_with("the CPU miss path") && !launch.starts_with("the miss hint") &&
+         !launch.starts_with("staging");
+}
+
+void CudaSession::leave_out(std::vector<std::string> launches) {
+  Impl& s = *impl_;
+  for (const std::string& l : launches)
+    if (!can_leave_out(l)) fail("cuda session: \"{}\" cannot be left out of a step", l);
+  s.left_out = std::set<std::string, std::less<>>(launches.begin(), launches.end());
+  // The graphs were captured with the old set.
+  if (s.graph_with_logits) cudaGraphExecDestroy(s.graph_with_logits);
+  if (s.graph_without_logits) cudaGraphExecDestroy(s.graph_without_logits);
+  s.graph_with_logits = s.graph_without_logits = nullptr;
 }
 
 void CudaSession::profile_steps_by(StepProfile how) {

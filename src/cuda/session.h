@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -147,6 +148,14 @@ class CudaSession {
   void profile_steps_by(StepProfile how);
   // The kernel-by-kernel times so far, per kernel class, with the bytes each must move.
   std::vector<KernelClassTime> kernel_profile() const;
+  // Steps from now on leave out every launch named in `launches` (KernelClassTime::launch names;
+  // empty: the whole step again): what a kernel class costs inside the overlapped step is the time
+  // a step saves without it (lode bench --profile). The step's outputs, and the states it leaves,
+  // are then meaningless: restore a snapshot afterwards.
+  void leave_out(std::vector<std::string> launches);
+  // Whether a launch may be left out: not the CPU miss path's (its requests and answers pair up
+  // with the host's work).
+  static bool can_leave_out(std::string_view launch);
   // Likewise for the prompt pass (empty when prompts run token by token).
   std::vector<std::pair<std::string, double>> prompt_profile() const;
 

@@ -11,7 +11,8 @@ enum class StepProfile { phases, kernels };
 
 // One kernel class's share of the steps timed kernel by kernel.
 struct KernelClassTime {
-  std::string name;  // e.g. "experts gate|up (q4_k)"
+  std::string name;    // e.g. "experts gate|up (q4_k)"
+  std::string launch;  // its launches' own name, without the weights' type: what CudaSession::leave_out takes
   int64_t launches = 0;
   double seconds = 0;
   double bytes = 0;  // what its kernels must move: weights read, recurrent state read and written, K/V read

@@ -33,4 +33,23 @@ std::string kernel_table_text(std::vector<cuda::KernelClassTime> classes, int64_
   return out;
 }
 
+std::string step_cost_table_text(double full_step_seconds, std::vector<StepWithout> rows, int64_t depth) {
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const auto& a, const auto& b) { return a.step_seconds < b.step_seconds; });  // costliest first
+  std::string out = fmt::format(
+      "what each kernel class costs inside the overlapped step at depth {} (the step timed without its launches, "
+      "whose outputs are then meaningless; the whole step {:.3f} ms):\n",
+      depth, 1e3 * full_step_seconds);
+  out += fmt::format("  {:<44} {:>8} {:>13} {:>9} {:>9} {:>6}\n", "kernel", "per step", "step without", "us/step",
+                     "us each", "share");
+  for (const auto& r : rows) {
+    const double cost = full_step_seconds - r.step_seconds;
+    const std::string each = r.launches > 0 ? fmt::format("{:.1f}", 1e6 * cost / r.launches) : "-";
+    out += fmt::format("  {:<44} {:>8.1f} {:>10.3f} ms {:>9.1f} {:>9} {:>5.1f}%\n", r.name, r.launches,
+                       1e3 * r.step_seconds, 1e6 * cost, each,
+                       full_step_seconds > 0 ? 100.0 * cost / full_step_seconds : 0.0);
+  }
+  return out;
+}
+
 }  // namespace lode::measure

@@ -1,6 +1,8 @@
-// `lode bench --profile`'s kernel-by-kernel table of a decode step: per kernel class, launches,
-// microseconds, share of the step, the bytes it must move and its GB/s against the copy ceiling
-// measured in the same run, slowest first: the list the decode work goes down. No CUDA here.
+// `lode bench --profile`'s kernel-by-kernel tables of a decode step. The first: per kernel class,
+// launches, microseconds (an event after each kernel), share of the step, the bytes it must move
+// and its GB/s against the copy ceiling measured in the same run, slowest first. The second: what
+// each class costs inside the real step, whose launches overlap: the time a step saves without
+// it. No CUDA here.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -14,5 +16,15 @@ namespace lode::measure {
 // not measured, no column). Classes that move no bytes of note print none.
 std::string kernel_table_text(std::vector<cuda::KernelClassTime> classes, int64_t steps, int64_t depth,
                               double copy_gbps);
+
+// A decode step without one kernel class's launches.
+struct StepWithout {
+  std::string name;         // the class (cuda::KernelClassTime::name)
+  double launches = 0;      // its launches a step
+  double step_seconds = 0;  // a step's time without them
+};
+// Each class's cost inside the step, full_step_seconds less its step_seconds, most first (a class
+// whose absence does not make the step faster costs nothing or less: the overlap hid it).
+std::string step_cost_table_text(double full_step_seconds, std::vector<StepWithout> rows, int64_t depth);
 
 }  // namespace lode::measure
