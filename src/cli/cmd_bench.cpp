@@ -143,6 +143,10 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
   return options;
 }
 
+// The profile sessions' context: the bench's when one is given (decode attention's splits follow
+// it), else room for the longest prompt and twice the decoded tokens.
+int64_t profile_context(const BenchOptions& o) { return std::max(o.ctx, o.prompts.back() + 2 * o.generate + 8); }
+
 // A second session that waits for the GPU between phases: where the time of one decode step and of
 // one prompt goes; then the same number of steps timed kernel by kernel (those kernel classes).
 std::vector<cuda::KernelClassTime> print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config,
@@ -150,9 +154,7 @@ std::vector<cuda::KernelClassTime> print_profile(const gguf::Reader& reader, con
                                                 int64_t budget_mib, const std::vector<double>& expert_scores,
                                                 double copy_gbps) {
   const int64_t prompt = o.prompts.back();
-  // The bench's context when one is given: decode attention's splits follow it.
-  const int64_t context = std::max(o.ctx, prompt + 2 * o.generate + 8);
-  cuda::CudaSessionOptions options = session_options(o, context, budget_mib, expert_scores);
+  cuda::CudaSessionOptions options = session_options(o, profile_context(o), budget_mib, expert_scores);
   options.profile = true;
   cuda::CudaSession session(reader, config, options);
   std::vector<float> logits = session.prefill(std::span(tokens.data(), size_t(prompt)));
@@ -194,8 +196,7 @@ void print_costs_in_step(const gguf::Reader& reader, const model::Qwen35MoeConfi
                          const std::vector<int32_t>& tokens, int64_t budget_mib, const std::vector<double>& expert_scores,
                          const std::vector<cuda::KernelClassTime>& classes) {
   const int64_t prompt = o.prompts.back();
-  const int64_t context = std::max(o.ctx, prompt + 2 * o.generate + 8);
-  cuda::CudaSession session(reader, config, session_options(o, context, budget_mib, expert_scores));
+  cuda::CudaSession session(reader, config, session_options(o, profile_context(o), budget_mib, expert_scores));
   const std::vector<float> first = session.prefill(std::span(tokens.data(), size_t(prompt)));
   const cuda::CudaSession::Snapshot start = session.save();
   const auto seconds_a_step = [&] {  // after one untimed step, which captures the step's graph
@@ -206,22 +207,17 @@ void print_costs_in_step(const gguf::Reader& reader, const model::Qwen35MoeConfi
     return seconds_since(t0) / double(o.generate);
   };
   const double whole_before = seconds_a_step();
-  std::vector<std::string> launches;  // each launch name once, in the table's order
-  std::vector<double> counts;
+  // One row per launch name (classes of one launch with several weight types are one row).
+  std::vector<measure::StepWithout> rows;
   for (const cuda::KernelClassTime& c : classes) {
     if (!cuda::CudaSession::can_leave_out(c.launch)) continue;
-    const auto at = std::find(launches.begin(), launches.end(), c.launch);
-    if (at == launches.end()) {
-      launches.push_back(c.launch);
-      counts.push_back(0);
-    }
-    counts[size_t(std::find(launches.begin(), launches.end(), c.launch) - launches.begin())] +=
-        double(c.launches) / double(std::max<int64_t>(o.generate, 1));
+    auto row = std::find_if(rows.begin(), rows.end(), [&](const auto& r) { return r.name == c.launch; });
+    if (row == rows.end()) row = rows.insert(rows.end(), measure::StepWithout{.name = c.launch});
+    row->launches += double(c.launches) / double(std::max<int64_t>(o.generate, 1));
   }
-  std::vector<measure::StepWithout> rows;
-  for (size_t i = 0; i < launches.size(); ++i) {
-    session.leave_out({launches[i]});
-    rows.push_back({launches[i], counts[i], seconds_a_step()});
+  for (measure::StepWithout& row : rows) {
+    session.leave_out({row.name});
+    row.step_seconds = seconds_a_step();
   }
   session.leave_out({});
   const double whole_after = seconds_a_step();

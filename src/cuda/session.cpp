@@ -46,6 +46,14 @@ constexpr const char* kPhaseNames[] = {"embedding (host lookup, copy)", "norms a
                                        "expert sum, residual, next norm",
                                        "lm head", "logits to the host"};
 
+// The CPU miss path's launches: their requests and answers pair up with the host's work, so a step
+// never leaves them out (CudaSession::leave_out).
+constexpr std::string_view kMissHintNorm = "the miss hint's norm", kMissHintRouter = "the miss hint's router",
+                           kMissHint = "the miss hint", kMissDispatch = "the CPU miss path's dispatch",
+                           kMissStage = "staging the GPU's misses", kMissGather = "the CPU miss path's gather";
+constexpr std::string_view kMissPathLaunches[] = {kMissHintNorm, kMissHintRouter, kMissHint,
+                                                  kMissDispatch, kMissStage,      kMissGather};
+
 struct CudaSession::Impl {
   Impl(const gguf::Reader& r, std::shared_ptr<const model::ModelWeights> w, CudaSessionOptions o)
       : reader(r), bound(std::move(w)), host(*bound), config(host.config), options(o), vram(o.vram_budget) {}
@@ -445,18 +453,18 @@ struct CudaSession::Impl {
       check_cuda(cudaEventRecord(hint_fork, stream), "forking the miss hint");
       check_cuda(cudaStreamWaitEvent(hint_stream, hint_fork), "forking the miss hint");
     }
-    launch("the miss hint's norm",
+    launch(kMissHintNorm,
            [&] { return kernels::rms_norm(h, d.post_norm, hint_normed, 1, int(c.hidden), float(c.rms_eps), on); });
     const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
     launch(
-        "the miss hint's router",
+        kMissHintRouter,
         [&] {
           return kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), hint_normed,
                                       hint_logits, int(c.n_experts), int(c.n_experts_used), hint_ids, hint_weights,
                                       RouteTally{}, hint_arrivals, on);
         },
         double(r.rows) * double(r.row_bytes));
-    launch("the miss hint", [&] {
+    launch(kMissHint, [&] {
       return kernels::miss_hint(miss->link(), hint_ids, int(c.n_experts_used), d.tally.resident, int(layer), on);
     });
     if (beside) check_cuda(cudaEventRecord(hint_join, hint_stream), "joining the miss hint");
@@ -508,7 +516,7 @@ struct CudaSession::Impl {
     const kernels::MissStage stage = miss ? stages[size_t(layer)] : kernels::MissStage{};
     const void* const* table = tier->table(layer);
     if (miss)
-      launch("the CPU miss path's dispatch", [&] {
+      launch(kMissDispatch, [&] {
         return kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, table,
                                       int(c.n_experts), stage, stream);
       });
@@ -516,7 +524,7 @@ struct CudaSession::Impl {
     // request and the GPU its share: the host reads ahead once it has answered.
     if (hints() && layer + 1 < int64_t(layers.size())) hint_misses(layers[size_t(layer + 1)], layer + 1);
     if (stage.table)
-      launch("staging the GPU's misses",
+      launch(kMissStage,
              [&] { return kernels::miss_stage(stage, ids, int(k), table, int(c.n_experts), stream); });
     mark(Phase::router);
     const auto through_stage = [&](const DeviceExperts& e, int64_t at) {
@@ -532,7 +540,7 @@ struct CudaSession::Impl {
     // The down projection applies the SwiGLU to the gate (g) and up (u = g + k ff) outputs as it reads them.
     grouped("experts down (SwiGLU inside)", through_stage(d.down, 2 * k), which, k, g, ff, y, k * ff);
     if (miss)
-      launch("the CPU miss path's gather",
+      launch(kMissGather,
              [&] { return kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream); });
     mark(Phase::experts);
     if (beside) {
@@ -693,9 +701,15 @@ struct CudaSession::Impl {
     if (plan.prompt_chunk > 0) create_prompt_pass();
   }
 
-  ~Impl() {
+  // The step's captured graphs, recaptured at the next step.
+  void drop_graphs() {
     if (graph_with_logits) cudaGraphExecDestroy(graph_with_logits);
     if (graph_without_logits) cudaGraphExecDestroy(graph_without_logits);
+    graph_with_logits = graph_without_logits = nullptr;
+  }
+
+  ~Impl() {
+    drop_graphs();
     cudaFreeHost(pinned_embedding);
     cudaFreeHost(pinned_logits);
     cudaFreeHost(pinned_position);
@@ -906,8 +920,7 @@ std::vector<std::pair<std::string, double>> CudaSession::profile() const {
 }
 
 bool CudaSession::can_leave_out(std::string_view launch) {
-  return !launch.starts_with("the CPU miss path") && !launch.starts_with("the miss hint") &&
-         !launch.starts_with("staging");
+  return std::find(std::begin(kMissPathLaunches), std::end(kMissPathLaunches), launch) == std::end(kMissPathLaunches);
 }
 
 void CudaSession::leave_out(std::vector<std::string> launches) {
@@ -915,10 +928,7 @@ void CudaSession::leave_out(std::vector<std::string> launches) {
   for (const std::string& l : launches)
     if (!can_leave_out(l)) fail("cuda session: \"{}\" cannot be left out of a step", l);
   s.left_out = std::set<std::string, std::less<>>(launches.begin(), launches.end());
-  // The graphs were captured with the old set.
-  if (s.graph_with_logits) cudaGraphExecDestroy(s.graph_with_logits);
-  if (s.graph_without_logits) cudaGraphExecDestroy(s.graph_without_logits);
-  s.graph_with_logits = s.graph_without_logits = nullptr;
+  s.drop_graphs();  // captured with the old set
 }
 
 void CudaSession::profile_steps_by(StepProfile how) {

@@ -19,7 +19,7 @@ std::string kernel_table_text(std::vector<cuda::KernelClassTime> classes, int64_
 
 // A decode step without one kernel class's launches.
 struct StepWithout {
-  std::string name;         // the class (cuda::KernelClassTime::name)
+  std::string name;         // the class's launch name (cuda::KernelClassTime::launch)
   double launches = 0;      // its launches a step
   double step_seconds = 0;  // a step's time without them
 };
