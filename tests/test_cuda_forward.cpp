@@ -239,6 +239,25 @@ TEST(CudaForward, PromptChunksEqualTokenByToken) {
   EXPECT_LE(fast_err, kTf32Bar);
 }
 
+// decode_greedy's token, chosen on the device, is the argmax of the logits decode() gives for the
+// same sequence (two sessions of one model, fed the same tokens, 16 steps).
+TEST(CudaForward, GreedyTokensOnTheDeviceAreTheLogitsArgmax) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 9);
+  const lode::gguf::Reader reader(dir / "m.gguf");
+  const auto config = lode::model::read_config(reader.metadata());
+  const lode::cuda::CudaSessionOptions options{.max_context = 64};
+  lode::cuda::CudaSession with_logits(reader, config, options), with_tokens(reader, config, options);
+  int32_t token = int32_t(config.vocab / 3);
+  for (int step = 0; step < 16; ++step) {
+    const int32_t want = argmax(with_logits.decode(token));
+    const int32_t got = with_tokens.decode_greedy(token);
+    ASSERT_EQ(got, want) << "step " << step;
+    token = got;
+  }
+}
+
 // The default prompt path (TF32, one chunk) against the CPU on quantized models; greedy tokens are
 // compared from the prompt's last logits on (with float32 decode products in both engines). On the
 // 35B geometry (256 experts, top 8) one of the ten tokens may go to another expert at a near tie.

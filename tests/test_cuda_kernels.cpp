@@ -274,6 +274,36 @@ TEST(CudaKernels, SwigluMatchesTheCpu) {
   EXPECT_LT(lode::test::relative_error(dev.download(h, g.size()), want), 1e-6);
 }
 
+// Greedy sampling on the device over the vocabulary's size: the first of the largest logits
+// (as std::max_element picks it), with ties placed in different blocks, NaN never chosen, -inf
+// rows, and the counter left zeroed so a second call on other logits is right too.
+TEST(CudaKernels, TheGreedyTokenIsTheFirstLargestLogit) {
+  LODE_REQUIRE_GPU();
+  std::mt19937 rng(11);
+  constexpr int kVocab = 248320, kBlocks = 128;
+  std::vector<float> logits = normal_floats(kVocab, rng, 4.0f);
+  for (int i : {200001, 77777, 190000}) logits[size_t(i)] = 40.0f;  // equal tops, far apart
+  logits[5] = std::nanf("");
+  Device dev;
+  void* partials = dev.zeros<uint64_t>(kBlocks);
+  unsigned* arrivals = dev.zeros<unsigned>(1);
+  int32_t* token = dev.zeros<int32_t>(1);
+  const auto greedy = [&](const std::vector<float>& x) {
+    EXPECT_EQ(lode::cuda::kernels::greedy_token(dev.upload(x), int(x.size()), partials, kBlocks, arrivals, token, nullptr),
+              nullptr);
+    return dev.download(token, 1)[0];
+  };
+  EXPECT_EQ(greedy(logits), 77777);
+  logits[5] = 1e30f;  // the NaN replaced by the largest: the second call sees it
+  EXPECT_EQ(greedy(logits), 5);
+  std::vector<float> low(1000, -INFINITY);
+  low[999] = -1e30f;
+  EXPECT_EQ(greedy(low), 999);
+  EXPECT_EQ(greedy(std::vector<float>(300, -INFINITY)), 0);  // all equal: the first
+  EXPECT_EQ(greedy(std::vector<float>(300, std::nanf(""))), 0);
+  EXPECT_EQ(dev.download(arrivals, 1)[0], 0u);
+}
+
 }  // namespace
 
 #else

@@ -109,19 +109,20 @@ PrefillFigures bench_prefill(cuda::CudaSession& session, const std::vector<int32
 
 // Decode at a context depth: the depth filled by a prompt (or, with random_fill, by random cells:
 // the same work per step, without a prompt's quadratic attention to get there), then `repeats` runs
-// of `generate` greedy tokens after two warm-up steps; the median run.
+// of `generate` greedy tokens after two warm-up steps; the median run. The tokens are chosen on the
+// device (CudaSession::decode_greedy), as `lode run` would at temperature 0.
 DecodeFigures bench_decode(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t depth,
                           int64_t generate, int repeats, bool random_fill) {
   session.reset();
   if (random_fill) session.fill_with_random_cells(depth);
-  std::vector<float> logits = depth > 0 && !random_fill ? session.prefill(std::span(tokens.data(), size_t(depth)))
-                                                        : session.decode(1);
-  for (int i = 0; i < 2; ++i) logits = session.decode(argmax(logits));
+  int32_t token = depth > 0 && !random_fill ? argmax(session.prefill(std::span(tokens.data(), size_t(depth))))
+                                            : session.decode_greedy(1);
+  for (int i = 0; i < 2; ++i) token = session.decode_greedy(token);
   std::vector<double> rates;
   const cuda::ExpertStats before = session.expert_stats();
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
-    for (int64_t i = 0; i < generate; ++i) logits = session.decode(argmax(logits));
+    for (int64_t i = 0; i < generate; ++i) token = session.decode_greedy(token);
     rates.push_back(double(generate) / seconds_since(t0));
   }
   const TierFigures tier = per(tier_delta(before, session.expert_stats()), double(generate * repeats));
@@ -157,9 +158,9 @@ std::vector<cuda::KernelClassTime> print_profile(const gguf::Reader& reader, con
   cuda::CudaSessionOptions options = session_options(o, profile_context(o), budget_mib, expert_scores);
   options.profile = true;
   cuda::CudaSession session(reader, config, options);
-  std::vector<float> logits = session.prefill(std::span(tokens.data(), size_t(prompt)));
+  int32_t token = argmax(session.prefill(std::span(tokens.data(), size_t(prompt))));
   const auto decode_greedily = [&] {
-    for (int64_t i = 0; i < o.generate; ++i) logits = session.decode(argmax(logits));
+    for (int64_t i = 0; i < o.generate; ++i) token = session.decode_greedy(token);
   };
   const auto before = session.profile();
   decode_greedily();
@@ -201,9 +202,9 @@ void print_costs_in_step(const gguf::Reader& reader, const model::Qwen35MoeConfi
   const cuda::CudaSession::Snapshot start = session.save();
   const auto seconds_a_step = [&] {  // after one untimed step, which captures the step's graph
     session.restore(start);
-    std::vector<float> logits = session.decode(argmax(first));
+    int32_t token = session.decode_greedy(argmax(first));
     const auto t0 = Clock::now();
-    for (int64_t i = 0; i < o.generate; ++i) logits = session.decode(argmax(logits));
+    for (int64_t i = 0; i < o.generate; ++i) token = session.decode_greedy(token);
     return seconds_since(t0) / double(o.generate);
   };
   const double whole_before = seconds_a_step();

@@ -283,31 +283,41 @@ __global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids
 
 // The router's float32 product and the top k in one launch: each warp dots a row of w with x (both
 // read as float4 through the caches), and the last block to finish (counted in *arrivals, which it
-// resets) routes. Rows past n_experts (the shared expert's gate) are products only.
-constexpr int kRouterWarps = 4;
+// resets) routes. Rows past n_experts (the shared expert's gate) are products only. A lane holds
+// up to kRouterLoads float4 of its row in registers, loaded before the wait for x (the weights do
+// not depend on the kernel before), in passes of that many for wider rows.
+constexpr int kRouterWarps = 4, kRouterLoads = 16;
 
 __global__ void __launch_bounds__(kRouterWarps * kWarp)
     router_topk_kernel(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
                        int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals) {
-  if (blockIdx.x * kRouterWarps + threadIdx.x / kWarp < unsigned(rows))  // the weights: on their way first
-    prefetch_lines(w + int64_t(blockIdx.x * kRouterWarps + threadIdx.x / kWarp) * cols, int64_t(cols) * 4,
-                   threadIdx.x % kWarp, kWarp);
-  begin_after_inputs();
   __shared__ bool last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int r = blockIdx.x * kRouterWarps + warp;
-  if (r < rows) {
-    const float4* wr = reinterpret_cast<const float4*>(w + int64_t(r) * cols);
-    const float4* xv = reinterpret_cast<const float4*>(x);
-    float sum = 0.0f;
-#pragma unroll 8
-    for (int i = lane; i < cols / 4; i += kWarp) {
-      const float4 a = __ldg(wr + i), b = xv[i];
-      sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+  const int r = min(int(blockIdx.x) * kRouterWarps + warp, rows - 1);  // past the end: the last row, not stored
+  const float4* wr = reinterpret_cast<const float4*>(w + int64_t(r) * cols);
+  const float4* xv = reinterpret_cast<const float4*>(x);
+  const int n4 = cols / 4;
+  float4 a[kRouterLoads];
+  const auto load = [&](int pass_begin) {
+#pragma unroll
+    for (int j = 0; j < kRouterLoads; ++j)
+      if (pass_begin + lane + kWarp * j < n4) a[j] = __ldg(wr + pass_begin + lane + kWarp * j);
+  };
+  load(0);
+  begin_after_inputs();
+  float sum = 0.0f;
+  for (int pass_begin = 0; pass_begin < n4; pass_begin += kWarp * kRouterLoads) {
+    if (pass_begin > 0) load(pass_begin);
+#pragma unroll
+    for (int j = 0; j < kRouterLoads; ++j) {
+      const int i = pass_begin + lane + kWarp * j;
+      if (i >= n4) continue;
+      const float4 b = xv[i];
+      sum += a[j].x * b.x + a[j].y * b.y + a[j].z * b.z + a[j].w * b.w;
     }
-    sum = warp_sum(sum);
-    if (lane == 0) logits[r] = sum;
   }
+  sum = warp_sum(sum);
+  if (lane == 0 && int(blockIdx.x) * kRouterWarps + warp < rows) logits[r] = sum;
   __threadfence();  // this block's logits visible before it counts itself
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == gridDim.x - 1;
@@ -316,6 +326,62 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp)
   __threadfence();
   if (warp == 0) route_one_token(logits, n_experts, k, ids, weights, tally, lane);
   if (threadIdx.x == 0) *arrivals = 0;
+}
+
+// A (value, index) candidate for the greedy token: index -1 is none yet. `better` orders them:
+// the larger value, then the lower index; NaN values never enter.
+struct Candidate {
+  float value;
+  int index;
+};
+__device__ __forceinline__ bool better(Candidate a, Candidate b) {
+  return a.index >= 0 && (b.index < 0 || a.value > b.value || (a.value == b.value && a.index < b.index));
+}
+__device__ Candidate best_in_block(Candidate c) {
+  __shared__ Candidate warps_best[32];
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const Candidate o{__shfl_xor_sync(0xffffffffu, c.value, offset), __shfl_xor_sync(0xffffffffu, c.index, offset)};
+    if (better(o, c)) c = o;
+  }
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  __syncthreads();  // warps_best free from an earlier call
+  if (lane == 0) warps_best[warp] = c;
+  __syncthreads();
+  c = lane < int(blockDim.x / kWarp) ? warps_best[lane] : Candidate{0.0f, -1};
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const Candidate o{__shfl_xor_sync(0xffffffffu, c.value, offset), __shfl_xor_sync(0xffffffffu, c.index, offset)};
+    if (better(o, c)) c = o;
+  }
+  return c;  // in every lane of every warp
+}
+
+__global__ void greedy_token_kernel(const float* logits, int n, Candidate* partials, unsigned* arrivals,
+                                    int32_t* token) {
+  begin_after_inputs();
+  __shared__ bool last;
+  Candidate c{0.0f, -1};
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const float v = logits[i];
+    if (!isnan(v) && (c.index < 0 || v > c.value)) c = {v, i};  // i rises: the first of equals stays
+  }
+  c = best_in_block(c);
+  if (threadIdx.x == 0) partials[blockIdx.x] = c;
+  __threadfence();  // this block's pair visible before it counts itself
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  c = Candidate{0.0f, -1};
+  for (int b = threadIdx.x; b < int(gridDim.x); b += blockDim.x) {
+    const Candidate o{__ldcg(&partials[b].value), __ldcg(&partials[b].index)};
+    if (better(o, c)) c = o;
+  }
+  c = best_in_block(c);
+  if (threadIdx.x == 0) {
+    *token = c.index < 0 ? 0 : c.index;
+    *arrivals = 0;
+  }
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t n) {
@@ -414,6 +480,13 @@ const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, i
   if (k < 1 || k > kWarp || k > n_experts) return "the router chooses 1 to 32 experts, at most all of them";
   return error_text(launch_overlapped(moe_route_kernel, dim3(n_tokens), dim3(kWarp), 0, stream, logits, n_experts, k, ids,
                                       weights, tally));
+}
+
+const char* greedy_token(const float* logits, int n, void* partials, int blocks, unsigned* arrivals, int32_t* token,
+                         void* stream) {
+  if (n < 1 || blocks < 1) return "greedy sampling needs at least one logit and one block";
+  return error_text(launch_overlapped(greedy_token_kernel, dim3(blocks), dim3(256), 0, stream, logits, n,
+                                      static_cast<Candidate*>(partials), arrivals, token));
 }
 
 const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream) {

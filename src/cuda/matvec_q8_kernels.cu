@@ -113,11 +113,9 @@ __device__ void round_x(const float* x, int64_t cols, int64_t swiglu_up, Rounded
   }
 }
 
-// Q4_K / Q5_K sub-block j's 6-bit scale and min from the 12 packed bytes (read as 3 words).
-__device__ __forceinline__ void scale_min_k4(const uint8_t* packed, int j, int* scale, int* min) {
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(packed);
-  const uint32_t w0 = __ldg(w), w1 = __ldg(w + 1), w2 = __ldg(w + 2);
-  const auto byte = [&](int i) { return int(((i < 4 ? w0 : i < 8 ? w1 : w2) >> (8 * (i % 4))) & 0xff); };
+// Q4_K / Q5_K sub-block j's 6-bit scale and min from the 12 packed bytes (3 words w).
+__device__ __forceinline__ void scale_min_k4(const uint32_t w[3], int j, int* scale, int* min) {
+  const auto byte = [&](int i) { return int(((i < 4 ? w[0] : i < 8 ? w[1] : w[2]) >> (8 * (i % 4))) & 0xff); };
   if (j < 4) {
     *scale = byte(j) & 63;
     *min = byte(j + 4) & 63;
@@ -127,6 +125,10 @@ __device__ __forceinline__ void scale_min_k4(const uint8_t* packed, int j, int* 
   }
 }
 
+// Each type's slice in two steps: load() reads the slice's bytes of a row into registers (Raw),
+// dot() dots them with x. The kernels issue every load of a pass before they round x (and, for a
+// plain matrix, before they wait for the kernel before them), so the weights' trip to memory
+// overlaps everything else the block does first.
 template <GgmlType T>
 struct Slice;
 
@@ -135,13 +137,20 @@ template <>
 struct Slice<GgmlType::Q8_0> {
   static constexpr int kValues = 8;
   static constexpr XRounding kRounding = XRounding::q8_0;
-  __device__ static float dot(const uint8_t* row, int s, RoundedX x) {
-    const int b = s / 4, part = s % 4;
-    const uint8_t* block = row + b * int(sizeof(BlockQ8_0));
-    const uint8_t* q = block + 2 + 8 * part;
-    const int* xw = reinterpret_cast<const int*>(x.q + 32 * b + 8 * part);
-    const int sum = __dp4a(u32_at_b2(q + 4), xw[1], __dp4a(u32_at_b2(q), xw[0], 0));
-    return exact::mul(exact::mul(half_at(block), x.d[b]), float(sum));
+  struct Raw {
+    int q0, q1;
+    float d;
+  };
+  __device__ static Raw load(const uint8_t* row, int s) {
+    const uint8_t* block = row + (s / 4) * int(sizeof(BlockQ8_0));
+    const uint8_t* q = block + 2 + 8 * (s % 4);
+    return {u32_at_b2(q), u32_at_b2(q + 4), half_at(block)};
+  }
+  __device__ static float dot(const Raw& r, int s, RoundedX x) {
+    const int b = s / 4;
+    const int* xw = reinterpret_cast<const int*>(x.q + 32 * b + 8 * (s % 4));
+    const int sum = __dp4a(r.q1, xw[1], __dp4a(r.q0, xw[0], 0));
+    return exact::mul(exact::mul(r.d, x.d[b]), float(sum));
   }
 };
 
@@ -152,29 +161,36 @@ template <>
 struct Slice<GgmlType::Q5_0> {
   static constexpr int kValues = 8;
   static constexpr XRounding kRounding = XRounding::q8_0;
-  __device__ static float dot(const uint8_t* row, int s, RoundedX x) {
+  struct Raw {
+    uint32_t qh, qs[2];
+    float d;
+  };
+  __device__ static Raw load(const uint8_t* row, int s) {
+    const uint8_t* block = row + (s / 4) * int(sizeof(BlockQ5_0));
+    const uint8_t* qs = block + 6 + 8 * (s % 4 % 2);
+    return {uint32_t(u32_at_b2(block + 2)), {uint32_t(u32_at_b2(qs)), uint32_t(u32_at_b2(qs + 4))}, half_at(block)};
+  }
+  __device__ static float dot(const Raw& r, int s, RoundedX x) {
     const int b = s / 4, part = s % 4;
-    const uint8_t* block = row + b * int(sizeof(BlockQ5_0));
-    const uint32_t qh = uint32_t(u32_at_b2(block + 2)) >> (8 * part);
-    const uint8_t* qs = block + 6 + 8 * (part % 2);
+    const uint32_t qh = r.qh >> (8 * part);
     const int* xw = reinterpret_cast<const int*>(x.q + 32 * b + 8 * part);
     int dot = 0, sum = 0;
 #pragma unroll
     for (int w = 0; w < 2; ++w) {
-      const uint32_t bytes = uint32_t(u32_at_b2(qs + 4 * w)), nibbles = (part < 2 ? bytes : bytes >> 4) & 0x0f0f0f0fu;
+      const uint32_t nibbles = (part < 2 ? r.qs[w] : r.qs[w] >> 4) & 0x0f0f0f0fu;
       const uint32_t fifth = ((((qh >> (4 * w)) & 0x0fu) * 0x00204081u) & 0x01010101u) << 4;  // bit j to byte j
       dot = __dp4a(int(nibbles | fifth), xw[w], dot);
       sum = __dp4a(0x01010101, xw[w], sum);
     }
-    return exact::mul(exact::mul(half_at(block), x.d[b]), float(dot - 16 * sum));
+    return exact::mul(exact::mul(r.d, x.d[b]), float(dot - 16 * sum));
   }
 };
 
 // K4/K5 slice s of a super-block: 16 bytes of qs holding values 16 (s % 2) .. + 15 of sub-blocks
-// 2 (s / 2) (low nibbles) and 2 (s / 2) + 1 (high nibbles). kFifthBit: h holds Q5_K's fifth bits.
+// 2 (s / 2) (low nibbles) and 2 (s / 2) + 1 (high nibbles); head: the super-block's first 16 bytes
+// (d, dmin, the 12 scale bytes). kFifthBit: h holds Q5_K's fifth bits.
 template <bool kFifthBit>
-__device__ __forceinline__ float k45_dot(uint16_t d_bits, uint16_t dmin_bits, const uint8_t* scales, uint4 q, uint4 h,
-                                         int sb, int s, RoundedX x) {
+__device__ __forceinline__ float k45_dot(uint4 head, uint4 q, uint4 h, int sb, int s, RoundedX x) {
   const int g = s / 2, lo_base = 256 * sb + 64 * g + 16 * (s % 2), hi_base = lo_base + 32;
   const int* xl = reinterpret_cast<const int*>(x.q + lo_base);
   const int* xh = reinterpret_cast<const int*>(x.q + hi_base);
@@ -190,12 +206,14 @@ __device__ __forceinline__ float k45_dot(uint16_t d_bits, uint16_t dmin_bits, co
     dot_lo = __dp4a(int(lo), xl[i], dot_lo);
     dot_hi = __dp4a(int(hi), xh[i], dot_hi);
   }
+  const uint32_t scales[3] = {head.y, head.z, head.w};
   int sc_lo, m_lo, sc_hi, m_hi;
   scale_min_k4(scales, 2 * g, &sc_lo, &m_lo);
   scale_min_k4(scales, 2 * g + 1, &sc_hi, &m_hi);
   const int scaled = sc_lo * dot_lo + sc_hi * dot_hi;
   const int mins = m_lo * x.sum16[lo_base / 16] + m_hi * x.sum16[hi_base / 16];
-  const float d = __half2float(__ushort_as_half(d_bits)), dmin = __half2float(__ushort_as_half(dmin_bits));
+  const float d = __half2float(__ushort_as_half(uint16_t(head.x)));
+  const float dmin = __half2float(__ushort_as_half(uint16_t(head.x >> 16)));
   return exact::mul(x.d[lo_base / 32], exact::sub(exact::mul(d, float(scaled)), exact::mul(dmin, float(mins))));
 }
 
@@ -203,25 +221,29 @@ template <>
 struct Slice<GgmlType::Q4_K> {
   static constexpr int kValues = 32;
   static constexpr XRounding kRounding = XRounding::q8_k;
-  __device__ static float dot(const uint8_t* row, int s, RoundedX x) {
+  struct Raw {
+    uint4 head, q;
+  };
+  __device__ static Raw load(const uint8_t* row, int s) {
     const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[s / 8];
-    const uint4 q = __ldg(reinterpret_cast<const uint4*>(b.qs) + s % 8);
-    const uint32_t dd = __ldg(reinterpret_cast<const uint32_t*>(&b));
-    return k45_dot<false>(uint16_t(dd), uint16_t(dd >> 16), b.scales, q, uint4{}, s / 8, s % 8, x);
+    return {__ldg(reinterpret_cast<const uint4*>(&b)), __ldg(reinterpret_cast<const uint4*>(b.qs) + s % 8)};
   }
+  __device__ static float dot(const Raw& r, int s, RoundedX x) { return k45_dot<false>(r.head, r.q, uint4{}, s / 8, s % 8, x); }
 };
 
 template <>
 struct Slice<GgmlType::Q5_K> {
   static constexpr int kValues = 32;
   static constexpr XRounding kRounding = XRounding::q8_k;
-  __device__ static float dot(const uint8_t* row, int s, RoundedX x) {
+  struct Raw {
+    uint4 head, q, h;
+  };
+  __device__ static Raw load(const uint8_t* row, int s) {
     const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(row)[s / 8];
-    const uint4 q = __ldg(reinterpret_cast<const uint4*>(b.qs) + s % 8);
-    const uint4 h = __ldg(reinterpret_cast<const uint4*>(b.qh) + s % 2);
-    const uint32_t dd = __ldg(reinterpret_cast<const uint32_t*>(&b));
-    return k45_dot<true>(uint16_t(dd), uint16_t(dd >> 16), b.scales, q, h, s / 8, s % 8, x);
+    return {__ldg(reinterpret_cast<const uint4*>(&b)), __ldg(reinterpret_cast<const uint4*>(b.qs) + s % 8),
+            __ldg(reinterpret_cast<const uint4*>(b.qh) + s % 2)};
   }
+  __device__ static float dot(const Raw& r, int s, RoundedX x) { return k45_dot<true>(r.head, r.q, r.h, s / 8, s % 8, x); }
 };
 
 // Q6_K slice s of a block: half s / 4, positions l = 8 (s % 4) .. + 7 of its four 32-value
@@ -231,18 +253,36 @@ template <>
 struct Slice<GgmlType::Q6_K> {
   static constexpr int kValues = 32;
   static constexpr XRounding kRounding = XRounding::q8_k;
-  __device__ static float dot(const uint8_t* row, int s, RoundedX x) {
-    const int blk = s / 8, half = (s % 8) / 4, t = s % 4;
-    const uint8_t* block = row + blk * int(sizeof(BlockQ6_K));
+  struct Raw {
+    uint32_t a[2], b[2], h[2];
+    int scale[4];
+    float d;
+  };
+  __device__ static Raw load(const uint8_t* row, int s) {
+    const int half = (s % 8) / 4, t = s % 4;
+    const uint8_t* block = row + (s / 8) * int(sizeof(BlockQ6_K));
     const uint8_t* ql = block + 64 * half + 8 * t;
     const uint8_t* qh = block + offsetof(BlockQ6_K, qh) + 32 * half + 8 * t;
     const int8_t* scales = reinterpret_cast<const int8_t*>(block + offsetof(BlockQ6_K, scales)) + 8 * half + t / 2;
+    Raw r;
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      r.a[w] = uint32_t(u32_at_b2(ql + 4 * w));
+      r.b[w] = uint32_t(u32_at_b2(ql + 32 + 4 * w));
+      r.h[w] = uint32_t(u32_at_b2(qh + 4 * w));
+    }
+#pragma unroll
+    for (int quarter = 0; quarter < 4; ++quarter) r.scale[quarter] = int(__ldg(scales + 2 * quarter));
+    r.d = half_at(block + offsetof(BlockQ6_K, d));
+    return r;
+  }
+  __device__ static float dot(const Raw& r, int s, RoundedX x) {
+    const int blk = s / 8, half = (s % 8) / 4, t = s % 4;
     const int base = 256 * blk + 128 * half + 8 * t;
     int dot[4] = {0, 0, 0, 0}, sum[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int w = 0; w < 2; ++w) {
-      const uint32_t a = uint32_t(u32_at_b2(ql + 4 * w)), b = uint32_t(u32_at_b2(ql + 32 + 4 * w));
-      const uint32_t h = uint32_t(u32_at_b2(qh + 4 * w));
+      const uint32_t a = r.a[w], b = r.b[w], h = r.h[w];
       const uint32_t u[4] = {(a & 0x0f0f0f0fu) | ((h & 0x03030303u) << 4),
                              (b & 0x0f0f0f0fu) | (((h >> 2) & 0x03030303u) << 4),
                              ((a >> 4) & 0x0f0f0f0fu) | (((h >> 4) & 0x03030303u) << 4),
@@ -256,64 +296,77 @@ struct Slice<GgmlType::Q6_K> {
     }
     int total = 0;
 #pragma unroll
-    for (int quarter = 0; quarter < 4; ++quarter)
-      total += int(__ldg(scales + 2 * quarter)) * (dot[quarter] - 32 * sum[quarter]);
-    return exact::mul(exact::mul(half_at(block + offsetof(BlockQ6_K, d)), x.d[8 * blk]), float(total));
+    for (int quarter = 0; quarter < 4; ++quarter) total += r.scale[quarter] * (dot[quarter] - 32 * sum[quarter]);
+    return exact::mul(exact::mul(r.d, x.d[8 * blk]), float(total));
   }
 };
 
-// Block: round x of problem blockIdx.y, then each warp takes kRows row groups at once (their loads
-// in flight together); a group of `lanes` lanes (a power of two up to 32) sums one row's slices:
-// lane i of the group adds slices i, i + lanes, ... in order, then the group's sums meet in a
-// butterfly (offsets lanes / 2 .. 1). A problem whose id is negative is skipped (its expert is
-// computed elsewhere: the CPU miss path).
-template <GgmlType T, int kRows>
+// Block: each warp takes kRows row groups at once; a group of `lanes` lanes (a power of two up to
+// 32) sums one row's slices: lane i of the group adds slices i, i + lanes, ... in order, then the
+// group's sums meet in a butterfly (offsets lanes / 2 .. 1). A pass loads kSlices slices of each
+// of its rows per lane into registers, all at once; the first pass's loads are issued before x of
+// problem blockIdx.y is rounded (and, for a plain matrix, before the wait for the kernel before:
+// an expert table's ids come from that kernel). A problem whose id is negative is skipped (its
+// expert is computed elsewhere: the CPU miss path).
+template <GgmlType T, int kRows, int kSlices>
 __global__ void __launch_bounds__(256)
     matvec_q8_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t cols,
                      size_t row_bytes, const float* x, int64_t x_stride, float* y, int lanes, int sets,
                      int64_t swiglu_up) {
+  using S = Slice<T>;
   extern __shared__ int4 shared_x[];
   const RoundedX rx = rounded_x_in(shared_x, size_t(cols), cols);
   const int64_t p = blockIdx.y;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   const int group = lane / lanes, sub = lane % lanes, groups = kWarp / lanes;
-  const int n_slices = int(cols / Slice<T>::kValues);
+  const int n_slices = int(cols / S::kValues), per_pass = lanes * kSlices;
   // The warp's rows: `sets` sets one after another, each kRows row groups at once.
   const auto first_of = [&](int set) {
     return ((int64_t(blockIdx.x) * warps + warp) * sets + set) * kRows * groups + group;  // rows first + k groups
   };
   const uint8_t* matrix = w;
   const auto row_at = [&](int64_t r) { return matrix + min(r, rows - 1) * row_bytes; };  // past the end: the last row
-  // The first rows on their way while x is rounded (and, for a plain matrix, while the kernel before
-  // this one finishes: an expert table's ids come from that kernel).
-  const auto prefetch = [&] {
+  typename S::Raw raw[kRows][kSlices];
+  const auto load = [&](int set, int pass_begin) {
+#pragma unroll
+    for (int j = 0; j < kSlices; ++j) {
+      const int s = pass_begin + sub + lanes * j;
+      if (s >= n_slices) continue;
+#pragma unroll
+      for (int k = 0; k < kRows; ++k) raw[k][j] = S::load(row_at(first_of(set) + int64_t(k) * groups), s);
+    }
+  };
+  // The first pass in registers, the rest of the first set's rows asked of L2.
+  const auto start = [&] {
+    load(0, 0);
 #pragma unroll
     for (int k = 0; k < kRows; ++k)
       kernels::prefetch_lines(row_at(first_of(0) + int64_t(k) * groups), int64_t(row_bytes), sub, lanes);
   };
-  if (!table) prefetch();
+  if (!table) start();
   kernels::begin_after_inputs();
   if (table) {
     const int32_t id = ids[p];
     if (id < 0) return;
     matrix = static_cast<const uint8_t*>(table[id]);
-    prefetch();
+    start();
   }
-  round_x<Slice<T>::kRounding>(x + p * x_stride, cols, swiglu_up, rx);
+  round_x<S::kRounding>(x + p * x_stride, cols, swiglu_up, rx);
   __syncthreads();
   for (int set = 0; set < sets; ++set) {
     const int64_t first = first_of(set);
-    const uint8_t* row[kRows];
     float sum[kRows];
 #pragma unroll
-    for (int k = 0; k < kRows; ++k) {
-      row[k] = row_at(first + int64_t(k) * groups);
-      sum[k] = 0.0f;
-    }
-#pragma unroll 2
-    for (int s = sub; s < n_slices; s += lanes) {
+    for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
+    for (int pass_begin = 0; pass_begin < n_slices; pass_begin += per_pass) {
+      if (set > 0 || pass_begin > 0) load(set, pass_begin);
 #pragma unroll
-      for (int k = 0; k < kRows; ++k) sum[k] = exact::add(sum[k], Slice<T>::dot(row[k], s, rx));
+      for (int j = 0; j < kSlices; ++j) {
+        const int s = pass_begin + sub + lanes * j;
+        if (s >= n_slices) continue;
+#pragma unroll
+        for (int k = 0; k < kRows; ++k) sum[k] = exact::add(sum[k], S::dot(raw[k][j], s, rx));
+      }
     }
 #pragma unroll
     for (int k = 0; k < kRows; ++k) {
@@ -434,19 +487,30 @@ cudaError_t launch_q8_0(const MatvecLaunch& m) {
 
 constexpr int kThreads = 256;
 
-template <GgmlType T, int kRows>
+template <GgmlType T, int kRows, int kSlices>
 cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
   const size_t shared = size_t(m.cols) + size_t(m.cols / 32) * 4 + size_t(m.cols / 16) * 4;
   if (shared > 48 * 1024) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(matvec_q8_kernel<T, kRows>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+    const cudaError_t err = cudaFuncSetAttribute(matvec_q8_kernel<T, kRows, kSlices>,
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
     if (err != cudaSuccess) return err;
   }
   const int64_t rows_per_block = int64_t(kThreads / kWarp) * kRows * sets * (kWarp / lanes);
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
-  return kernels::launch_overlapped(matvec_q8_kernel<T, kRows>, grid, dim3(kThreads), shared, m.stream,
+  return kernels::launch_overlapped(matvec_q8_kernel<T, kRows, kSlices>, grid, dim3(kThreads), shared, m.stream,
                                     static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x,
                                     m.x_stride, m.y, lanes, sets, m.swiglu_up);
+}
+
+// Two slices of each row per lane and pass where a lane has them and their registers stay within
+// 32 words, else one.
+template <GgmlType T, int kRows>
+cudaError_t launch_q8_slices(const MatvecLaunch& m, int lanes, int sets, int64_t slices_per_lane) {
+  constexpr bool kTwoFit = kRows * 2 * sizeof(typename Slice<T>::Raw) <= 128;
+  if constexpr (kTwoFit) {
+    if (slices_per_lane >= 2) return launch_q8_rows<T, kRows, 2>(m, lanes, sets);
+  }
+  return launch_q8_rows<T, kRows, 1>(m, lanes, sets);
 }
 
 // Q6_K's slices need many registers: four rows at once halve the blocks a multiprocessor holds
@@ -465,9 +529,9 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
   // per 32 rows rather than per 8.
   const int sets = all_rows >= 65536 ? std::max(1, 4 / at_once) : 1;
   switch (at_once) {
-    case 1: return launch_q8_rows<T, 1>(m, lanes, sets);
-    case 2: return launch_q8_rows<T, 2>(m, lanes, sets);
-    default: return launch_q8_rows<T, 4>(m, lanes, sets);
+    case 1: return launch_q8_slices<T, 1>(m, lanes, sets, slices_per_lane);
+    case 2: return launch_q8_slices<T, 2>(m, lanes, sets, slices_per_lane);
+    default: return launch_q8_slices<T, 4>(m, lanes, sets, slices_per_lane);
   }
 }
 

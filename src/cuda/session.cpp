@@ -39,12 +39,12 @@ bool same_shape(const DeviceMatrix& a, const DeviceMatrix& b) {
 }  // namespace
 
 enum class Phase { embedding, norms, attention_proj, attention_core, deltanet_proj, deltanet_core, router, experts,
-                   shared_expert, expert_sum, lm_head, logits_copy, count };
+                   shared_expert, expert_sum, lm_head, output_copy, count };
 constexpr const char* kPhaseNames[] = {"embedding (host lookup, copy)", "norms and residuals", "attention projections",
                                        "attention core", "DeltaNet projections", "DeltaNet core",
                                        "router and top-k", "experts", "shared expert",
                                        "expert sum, residual, next norm",
-                                       "lm head", "logits to the host"};
+                                       "lm head", "logits or token to the host"};
 
 // The CPU miss path's launches: their requests and answers pair up with the host's work, so a step
 // never leaves them out (CudaSession::leave_out).
@@ -107,6 +107,9 @@ struct CudaSession::Impl {
   int32_t* pair_ids;  // {0, 1}: the shared expert's gate and up in one grouped launch
   unsigned* deltanet_arrivals;  // per value head, for deltanet_step's last tile (kept zeroed)
   unsigned* router_arrivals;    // for router_topk's last block (kept zeroed)
+  void* greedy_partials;        // greedy_token's per-block pairs, its token and counter (kept zeroed)
+  int32_t* device_token;
+  unsigned* greedy_arrivals;
   unsigned* route_counts;       // [layer][expert]: routings so far (decode steps and prompts)
   unsigned* route_misses;       // [2][layer]: routings to absent experts, by decode steps, then by prompts
   float *hint_normed, *hint_logits, *hint_weights;  // the CPU miss path's hint (plan::DecodeScratch)
@@ -322,6 +325,8 @@ struct CudaSession::Impl {
     hint_arrivals = reinterpret_cast<unsigned*>(base + l.hint_arrivals);
     stage_table = reinterpret_cast<const void**>(base + l.stage_table);
     stage_ids = reinterpret_cast<int32_t*>(base + l.stage_ids), stage_copies = reinterpret_cast<int32_t*>(base + l.stage_copies);
+    greedy_partials = base + l.greedy_partials, device_token = reinterpret_cast<int32_t*>(base + l.greedy_token);
+    greedy_arrivals = reinterpret_cast<unsigned*>(base + l.greedy_arrivals);
   }
 
   void zero_states() {
@@ -560,7 +565,12 @@ struct CudaSession::Impl {
   }
 
   // Everything of a step after the embedding, on `stream`, reading the position from the device.
-  void layers_and_head(bool with_logits) {
+  // What a step leaves for the host: nothing (a prompt's inner positions), the logits, or the
+  // greedy token chosen on the device (4 bytes to copy instead of the vocabulary's floats).
+  enum class StepOutput { none, logits, greedy_token };
+
+  void layers_and_head(StepOutput wanted) {
+    const bool with_logits = wanted != StepOutput::none;
     const model::Qwen35MoeConfig& c = config;
     const float eps = float(c.rms_eps);
     const int hidden = int(c.hidden);
@@ -581,17 +591,25 @@ struct CudaSession::Impl {
     if (!with_logits) return;
     mv("lm head", output, normed, logits);
     mark(Phase::lm_head);
+    if (wanted == StepOutput::greedy_token)
+      launch(
+          "greedy token",
+          [&] {
+            return kernels::greedy_token(logits, int(c.vocab), greedy_partials, plan::kGreedyBlocks, greedy_arrivals,
+                                         device_token, stream);
+          },
+          double(c.vocab) * sizeof(float));
   }
 
-  // The step captured once as a CUDA graph (with and without the lm head) and replayed: one
-  // launch instead of ~700. Profiling runs the kernels directly, to time them.
-  void run_step(bool with_logits) {
-    if (options.profile) return layers_and_head(with_logits);
-    cudaGraphExec_t& exec = with_logits ? graph_with_logits : graph_without_logits;
+  // The step captured once as a CUDA graph (one for each StepOutput) and replayed: one launch
+  // instead of ~700. Profiling runs the kernels directly, to time them.
+  void run_step(StepOutput wanted) {
+    if (options.profile) return layers_and_head(wanted);
+    cudaGraphExec_t& exec = graphs[size_t(wanted)];
     if (!exec) {
       cudaGraph_t graph = nullptr;
       check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "capturing a step");
-      layers_and_head(with_logits);
+      layers_and_head(wanted);
       check_cuda(cudaStreamEndCapture(stream, &graph), "capturing a step");
       check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiating the step's graph");
       cudaGraphDestroy(graph);
@@ -599,7 +617,9 @@ struct CudaSession::Impl {
     check_cuda(cudaGraphLaunch(exec, stream), "running a step");
   }
 
-  void step(int32_t token, float* logits_out) {
+  // One position: token in; out, as `wanted`, the logits into logits_out, or the greedy token
+  // (returned), or nothing (-1 returned).
+  int32_t step(int32_t token, StepOutput wanted, float* logits_out = nullptr) {
     const model::Qwen35MoeConfig& c = config;
     if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
     if (position >= options.max_context)
@@ -614,17 +634,21 @@ struct CudaSession::Impl {
                "position to the device");
     mark(Phase::embedding);
     if (timing_kernels()) kernel_clock.begin(stream);
-    run_step(logits_out != nullptr);
-    if (logits_out)
+    run_step(wanted);
+    if (wanted == StepOutput::logits)
       check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
                  "logits to the host");
+    if (wanted == StepOutput::greedy_token)
+      check_cuda(cudaMemcpyAsync(pinned_token, device_token, sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
+                 "the greedy token to the host");
     check_cuda(cudaStreamSynchronize(stream), "a step");
-    mark(Phase::logits_copy);
+    mark(Phase::output_copy);
     if (timing_kernels()) kernel_clock.settle();
-    if (logits_out) std::copy_n(pinned_logits, c.vocab, logits_out);
+    if (wanted == StepOutput::logits) std::copy_n(pinned_logits, c.vocab, logits_out);
     ++position;
     if (miss) miss->after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), stream);
     tier->between_steps(stream);
+    return wanted == StepOutput::greedy_token ? *pinned_token : -1;
   }
 
   // The CPU miss path, where decode steps can miss and options.miss_path allows it.
@@ -698,14 +722,16 @@ struct CudaSession::Impl {
     check_cuda(cudaMallocHost(&pinned_embedding, size_t(config.hidden) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_logits, size_t(config.vocab) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_position, sizeof(int64_t)), "pinned memory");
+    check_cuda(cudaMallocHost(&pinned_token, sizeof(int32_t)), "pinned memory");
     if (plan.prompt_chunk > 0) create_prompt_pass();
   }
 
   // The step's captured graphs, recaptured at the next step.
   void drop_graphs() {
-    if (graph_with_logits) cudaGraphExecDestroy(graph_with_logits);
-    if (graph_without_logits) cudaGraphExecDestroy(graph_without_logits);
-    graph_with_logits = graph_without_logits = nullptr;
+    for (cudaGraphExec_t& exec : graphs) {
+      if (exec) cudaGraphExecDestroy(exec);
+      exec = nullptr;
+    }
   }
 
   ~Impl() {
@@ -713,6 +739,7 @@ struct CudaSession::Impl {
     cudaFreeHost(pinned_embedding);
     cudaFreeHost(pinned_logits);
     cudaFreeHost(pinned_position);
+    cudaFreeHost(pinned_token);
     cudaFreeHost(pinned_rows);
     prompt.reset();
     if (fork) cudaEventDestroy(fork);
@@ -730,10 +757,11 @@ struct CudaSession::Impl {
   cudaEvent_t fork = nullptr, join = nullptr;
   cudaEvent_t hint_fork = nullptr, hint_join = nullptr;  // the miss hint's branch
   bool hint_pending = false;                              // forked, not yet joined (while capturing)
-  cudaGraphExec_t graph_with_logits = nullptr, graph_without_logits = nullptr;
+  cudaGraphExec_t graphs[3] = {};  // by StepOutput
   float* pinned_embedding = nullptr;
   float* pinned_logits = nullptr;
   int64_t* pinned_position = nullptr;
+  int32_t* pinned_token = nullptr;
   int64_t* device_position = nullptr;
   float* pinned_rows = nullptr;         // a prompt chunk's embeddings
   std::unique_ptr<PromptPass> prompt;  // null: prompts run token by token
@@ -798,12 +826,14 @@ std::vector<float> CudaSession::prefill(std::span<const int32_t> tokens, bool al
   for (size_t i = 0; i < tokens.size(); ++i) {
     const bool last = i + 1 == tokens.size();
     float* out = all_logits ? logits.data() + i * size_t(vocab) : (last ? logits.data() : nullptr);
-    impl_->step(tokens[i], out);
+    impl_->step(tokens[i], out ? Impl::StepOutput::logits : Impl::StepOutput::none, out);
   }
   return logits;
 }
 
 std::vector<float> CudaSession::decode(int32_t token) { return prefill(std::span<const int32_t>(&token, 1)); }
+
+int32_t CudaSession::decode_greedy(int32_t token) { return impl_->step(token, Impl::StepOutput::greedy_token); }
 
 void CudaSession::reset() {
   impl_->zero_states();

@@ -71,6 +71,7 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.hint_ids = l.take(size_t(2 * k) * 4), s.hint_arrivals = l.take(4);
   s.stage_table = l.take(size_t(3 * k) * 8), s.stage_ids = l.take(size_t(2 * k) * 4);
   s.stage_copies = l.take(size_t(1 + k) * 4);
+  s.greedy_partials = l.take(size_t(kGreedyBlocks) * 8), s.greedy_token = l.take(4), s.greedy_arrivals = l.take(4);
   s.total = l.total();
   return s;
 }

@@ -34,6 +34,9 @@ class Layout {
 int attention_splits(int64_t max_context);
 
 // The decode step's scratch for one token (offsets in bytes).
+// Blocks of the device's greedy choice over the vocabulary (kernels::greedy_token).
+constexpr int kGreedyBlocks = 128;
+
 struct DecodeScratch {
   size_t h, normed, mixed;                 // [hidden] each
   size_t attention_partials;               // [heads][splits][head_dim + 2]
@@ -61,6 +64,9 @@ struct DecodeScratch {
   size_t hint_normed, hint_logits, hint_weights, hint_ids, hint_arrivals;
   // Its stage's table of the chosen experts [3k] pointers, ids [2k], copies [1 + k] (int32).
   size_t stage_table, stage_ids, stage_copies;
+  // Greedy sampling on the device: each block's largest logit [kGreedyBlocks] (float, then int32
+  // index), the chosen token (int32), a block counter (kept zeroed).
+  size_t greedy_partials, greedy_token, greedy_arrivals;
   size_t total;
 };
 // The CPU miss path's device words (cuda/miss_path.h): its request number, a layer's CPU experts
