@@ -240,7 +240,8 @@ TEST(CudaForward, PromptChunksEqualTokenByToken) {
 }
 
 // decode_greedy's token, chosen on the device, is the argmax of the logits decode() gives for the
-// same sequence (two sessions of one model, fed the same tokens, 16 steps).
+// same sequence: two sessions of one model fed the same tokens, 16 steps, one always taking the
+// logits, the other switching between its greedy and its logits graphs.
 TEST(CudaForward, GreedyTokensOnTheDeviceAreTheLogitsArgmax) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -248,11 +249,11 @@ TEST(CudaForward, GreedyTokensOnTheDeviceAreTheLogitsArgmax) {
   const lode::gguf::Reader reader(dir / "m.gguf");
   const auto config = lode::model::read_config(reader.metadata());
   const lode::cuda::CudaSessionOptions options{.max_context = 64};
-  lode::cuda::CudaSession with_logits(reader, config, options), with_tokens(reader, config, options);
+  lode::cuda::CudaSession with_logits(reader, config, options), switching(reader, config, options);
   int32_t token = int32_t(config.vocab / 3);
   for (int step = 0; step < 16; ++step) {
     const int32_t want = argmax(with_logits.decode(token));
-    const int32_t got = with_tokens.decode_greedy(token);
+    const int32_t got = step % 3 == 2 ? argmax(switching.decode(token)) : switching.decode_greedy(token);
     ASSERT_EQ(got, want) << "step " << step;
     token = got;
   }

@@ -81,49 +81,53 @@ TEST(CudaKernels, NormsMatchTheCpu) {
 
 // The router's float32 product (with the shared expert's gate as row 256) and its top 8 in one
 // launch: the logits within float32 rounding of float64 sums, then exactly cpu::route's choice
-// on those logits, each choice counted in the tally (misses: the choices not resident).
+// on those logits, each choice counted in the tally (misses: the choices not resident). Rows of
+// 2048 values (one pass of a lane's loads) and 2560 (two).
 TEST(CudaKernels, TheRouterAndItsTopKMatchTheCpu) {
   LODE_REQUIRE_GPU();
   std::mt19937 rng(2);
   constexpr int kRows = kExperts + 1;
-  const auto w = normal_floats(size_t(kRows) * kHidden, rng, 0.05f), x = normal_floats(kHidden, rng);
-  std::vector<uint8_t> resident(kExperts);
-  for (int e = 0; e < kExperts; ++e) resident[size_t(e)] = uint8_t(e % 3 != 0);
-  Device dev;
-  float *logits = dev.zeros<float>(kRows), *weights = dev.zeros<float>(kUsed);
-  int32_t* ids = dev.zeros<int32_t>(2 * kUsed);
-  unsigned *counts = dev.zeros<unsigned>(kExperts), *misses = dev.zeros<unsigned>(1);
-  unsigned* arrivals = dev.zeros<unsigned>(1);
-  const lode::cuda::RouteTally tally{counts, dev.upload(resident), misses};
-  for (int step = 0; step < 2; ++step)  // the second launch finds its arrival counter reset
-    ASSERT_EQ(lode::cuda::kernels::router_topk(dev.upload(w), kRows, kHidden, dev.upload(x), logits, kExperts, kUsed,
-                                               ids, weights, tally, arrivals, nullptr),
-              nullptr);
-  const std::vector<float> got_logits = dev.download(logits, kRows);
-  for (int r = 0; r < kRows; ++r) {
-    double want = 0, magnitude = 0;
-    for (int i = 0; i < kHidden; ++i) {
-      want += double(w[size_t(r) * kHidden + i]) * x[size_t(i)];
-      magnitude += std::fabs(double(w[size_t(r) * kHidden + i]) * x[size_t(i)]);
+  for (const int cols : {kHidden, 2560}) {  // one pass of a lane's loads, and two
+    SCOPED_TRACE(cols);
+    const auto w = normal_floats(size_t(kRows) * cols, rng, 0.05f), x = normal_floats(cols, rng);
+    std::vector<uint8_t> resident(kExperts);
+    for (int e = 0; e < kExperts; ++e) resident[size_t(e)] = uint8_t(e % 3 != 0);
+    Device dev;
+    float *logits = dev.zeros<float>(kRows), *weights = dev.zeros<float>(kUsed);
+    int32_t* ids = dev.zeros<int32_t>(2 * kUsed);
+    unsigned *counts = dev.zeros<unsigned>(kExperts), *misses = dev.zeros<unsigned>(1);
+    unsigned* arrivals = dev.zeros<unsigned>(1);
+    const lode::cuda::RouteTally tally{counts, dev.upload(resident), misses};
+    for (int step = 0; step < 2; ++step)  // the second launch finds its arrival counter reset
+      ASSERT_EQ(lode::cuda::kernels::router_topk(dev.upload(w), kRows, cols, dev.upload(x), logits, kExperts, kUsed,
+                                                 ids, weights, tally, arrivals, nullptr),
+                nullptr);
+    const std::vector<float> got_logits = dev.download(logits, kRows);
+    for (int r = 0; r < kRows; ++r) {
+      double want = 0, magnitude = 0;
+      for (int i = 0; i < cols; ++i) {
+        want += double(w[size_t(r) * cols + i]) * x[size_t(i)];
+        magnitude += std::fabs(double(w[size_t(r) * cols + i]) * x[size_t(i)]);
+      }
+      ASSERT_NEAR(got_logits[size_t(r)], want, 1e-5 * magnitude) << "row " << r;
     }
-    ASSERT_NEAR(got_logits[size_t(r)], want, 1e-5 * magnitude) << "row " << r;
+    const lode::cpu::Route want = lode::cpu::route(got_logits.data(), kExperts, kUsed);
+    const std::vector<int32_t> got_ids = dev.download(ids, 2 * kUsed);
+    const std::vector<float> got_weights = dev.download(weights, kUsed);
+    const std::vector<unsigned> got_counts = dev.download(counts, kExperts);
+    unsigned want_misses = 0;
+    for (int j = 0; j < kUsed; ++j) {
+      EXPECT_EQ(got_ids[size_t(j)], want.experts[size_t(j)]) << "slot " << j;
+      EXPECT_EQ(got_ids[size_t(kUsed + j)], want.experts[size_t(j)] + kExperts) << "slot " << j;
+      EXPECT_NEAR(got_weights[size_t(j)], want.weights[size_t(j)], 1e-6) << "slot " << j;
+      EXPECT_EQ(got_counts[size_t(want.experts[size_t(j)])], 2u) << "expert " << want.experts[size_t(j)];
+      want_misses += 2 * (resident[size_t(want.experts[size_t(j)])] == 0);
+    }
+    unsigned counted = 0;
+    for (unsigned c : got_counts) counted += c;
+    EXPECT_EQ(counted, 2u * kUsed);
+    EXPECT_EQ(dev.download(misses, 1)[0], want_misses);
   }
-  const lode::cpu::Route want = lode::cpu::route(got_logits.data(), kExperts, kUsed);
-  const std::vector<int32_t> got_ids = dev.download(ids, 2 * kUsed);
-  const std::vector<float> got_weights = dev.download(weights, kUsed);
-  const std::vector<unsigned> got_counts = dev.download(counts, kExperts);
-  unsigned want_misses = 0;
-  for (int j = 0; j < kUsed; ++j) {
-    EXPECT_EQ(got_ids[size_t(j)], want.experts[size_t(j)]) << "slot " << j;
-    EXPECT_EQ(got_ids[size_t(kUsed + j)], want.experts[size_t(j)] + kExperts) << "slot " << j;
-    EXPECT_NEAR(got_weights[size_t(j)], want.weights[size_t(j)], 1e-6) << "slot " << j;
-    EXPECT_EQ(got_counts[size_t(want.experts[size_t(j)])], 2u) << "expert " << want.experts[size_t(j)];
-    want_misses += 2 * (resident[size_t(want.experts[size_t(j)])] == 0);
-  }
-  unsigned counted = 0;
-  for (unsigned c : got_counts) counted += c;
-  EXPECT_EQ(counted, 2u * kUsed);
-  EXPECT_EQ(dev.download(misses, 1)[0], want_misses);
 }
 
 // moe_route on given logits, one block per token: cpu::route's experts in its order, ties (equal
@@ -274,16 +278,17 @@ TEST(CudaKernels, SwigluMatchesTheCpu) {
   EXPECT_LT(lode::test::relative_error(dev.download(h, g.size()), want), 1e-6);
 }
 
-// Greedy sampling on the device over the vocabulary's size: the first of the largest logits
-// (as std::max_element picks it), with ties placed in different blocks, NaN never chosen, -inf
-// rows, and the counter left zeroed so a second call on other logits is right too.
+// Greedy sampling on the device over the vocabulary's size: the first of the largest logits (as
+// the host's sampler picks it), with ties placed in different blocks; -1 where the sampler would
+// fail (a NaN or +inf anywhere, every logit -inf); the counter left zeroed, so calls in a row on
+// other logits are right too.
 TEST(CudaKernels, TheGreedyTokenIsTheFirstLargestLogit) {
   LODE_REQUIRE_GPU();
   std::mt19937 rng(11);
   constexpr int kVocab = 248320, kBlocks = 128;
   std::vector<float> logits = normal_floats(kVocab, rng, 4.0f);
-  for (int i : {200001, 77777, 190000}) logits[size_t(i)] = 40.0f;  // equal tops, far apart
-  logits[5] = std::nanf("");
+  // Equal tops in other blocks, and one in the same thread as the first (128 x 256 threads apart).
+  for (int i : {200001, 77777, 190000, 77777 + kBlocks * 256}) logits[size_t(i)] = 40.0f;
   Device dev;
   void* partials = dev.zeros<uint64_t>(kBlocks);
   unsigned* arrivals = dev.zeros<unsigned>(1);
@@ -294,13 +299,17 @@ TEST(CudaKernels, TheGreedyTokenIsTheFirstLargestLogit) {
     return dev.download(token, 1)[0];
   };
   EXPECT_EQ(greedy(logits), 77777);
-  logits[5] = 1e30f;  // the NaN replaced by the largest: the second call sees it
+  logits[5] = 1e30f;
   EXPECT_EQ(greedy(logits), 5);
+  logits[kVocab - 1] = std::nanf("");
+  EXPECT_EQ(greedy(logits), -1);
+  logits[kVocab - 1] = INFINITY;
+  EXPECT_EQ(greedy(logits), -1);
   std::vector<float> low(1000, -INFINITY);
   low[999] = -1e30f;
   EXPECT_EQ(greedy(low), 999);
-  EXPECT_EQ(greedy(std::vector<float>(300, -INFINITY)), 0);  // all equal: the first
-  EXPECT_EQ(greedy(std::vector<float>(300, std::nanf(""))), 0);
+  EXPECT_EQ(greedy(std::vector<float>(300, -INFINITY)), -1);
+  EXPECT_EQ(greedy(std::vector<float>(300, 2.0f)), 0);  // all equal: the first
   EXPECT_EQ(dev.download(arrivals, 1)[0], 0u);
 }
 

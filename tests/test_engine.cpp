@@ -9,6 +9,7 @@
 #include "cpu/engine.h"
 #include "gguf/reader.h"
 #include "model/weights.h"
+#include "sample/sampler.h"
 #include "support/paths.h"
 #include "test_gguf_helpers.h"
 
@@ -91,6 +92,27 @@ TEST_F(Engine, CheckpointsRewindAndCopyPrefixesExactly) {
   EXPECT_EQ(engine::decode(*other, 42), first);
   EXPECT_EQ(s->position(), int64_t(kPromptA.size()) + 1);  // the source is left as it was
   EXPECT_GT(other->kv_bytes(), 0);
+}
+
+// A greedy-only row gives the greedy token of the logits an identical sequence gets, and no logits;
+// it needs one logit row.
+TEST_F(Engine, GreedyOnlyRowsGiveTheLogitsGreedyToken) {
+  const auto m = model();
+  const auto a = m->open_sequence(), b = m->open_sequence();
+  engine::prefill(*a, kPromptA, 0);
+  engine::prefill(*b, kPromptA, 0);
+  int32_t token = 77;
+  for (int step = 0; step < 4; ++step) {
+    const int32_t want = sample::greedy(engine::decode(*a, token));
+    engine::StepRow row{.sequence = b.get(), .tokens = std::span(&token, 1), .greedy_only = true};
+    m->step(std::span(&row, 1));
+    EXPECT_EQ(row.greedy, want) << "step " << step;
+    EXPECT_TRUE(row.logits.empty());
+    token = row.greedy;
+  }
+  EXPECT_EQ(engine::decode_greedy(*b, token), sample::greedy(engine::decode(*a, token)));
+  engine::StepRow none{.sequence = b.get(), .tokens = std::span(&token, 1), .logit_rows = 0, .greedy_only = true};
+  EXPECT_TRUE(test::fails_with([&] { m->step(std::span(&none, 1)); }, {"one logit row"}));
 }
 
 TEST_F(Engine, BadStepsFailSayingWhy) {

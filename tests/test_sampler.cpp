@@ -99,6 +99,28 @@ TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
   }
 }
 
+// sample::greedy is what a plain greedy sampler takes, and plain_greedy says when sample() is
+// just that (no bias, no penalty that looks at any token), so an engine may choose the token.
+TEST(Sampler, PlainGreedyIsTheArgmaxOfTheLogitsAsTheyCome) {
+  const std::vector<float> logits{1, 5, 2, 5, 5, -1};
+  EXPECT_EQ(sample::greedy(logits), 1);
+  EXPECT_THROW(sample::greedy(std::vector<float>{0, std::nanf(""), 1}), Error);
+  EXPECT_THROW(sample::greedy(std::vector<float>(3, -kInf)), Error);
+  EXPECT_TRUE(Sampler(plain(0.0f), 6).plain_greedy());
+  EXPECT_FALSE(Sampler(plain(0.7f), 6).plain_greedy());
+  SamplingParams biased = plain(0.0f);
+  biased.logit_bias = {{1, -kInf}};
+  EXPECT_FALSE(Sampler(biased, 6).plain_greedy());
+  SamplingParams penalised = plain(0.0f);
+  penalised.repeat_penalty = 1.1f;
+  EXPECT_FALSE(Sampler(penalised, 6).plain_greedy());
+  penalised.penalty_last_n = 0;  // the penalty looks at no token
+  EXPECT_TRUE(Sampler(penalised, 6).plain_greedy());
+  SamplingParams present = plain(0.0f);
+  present.presence_penalty = 0.5f;
+  EXPECT_FALSE(Sampler(present, 6).plain_greedy());
+}
+
 TEST(Sampler, SameSeedSameSequenceDifferentSeedDiffers) {
   SamplingParams params = plain(1.0f);
   params.seed = 1234;

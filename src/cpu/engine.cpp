@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "cpu/mtp.h"
+#include "sample/sampler.h"
 
 namespace lode::cpu {
 namespace {
@@ -85,6 +86,7 @@ void CpuModel::step(std::span<engine::StepRow> rows) {
   entries.reserve(rows.size());
   for (engine::StepRow& row : rows) {
     if (row.sequence && &row.sequence->model() != this) fail("cpu engine: a step row names another model's sequence");
+    if (row.greedy_only && row.logit_rows != 1) fail("cpu engine: a greedy-only row needs one logit row");
     entries.push_back({.session = &cpu_sequence(row.sequence).session(), .tokens = row.tokens,
                        .logit_rows = row.logit_rows, .want_hidden = row.want_hidden, .as_decode = row.as_decode});
   }
@@ -93,6 +95,10 @@ void CpuModel::step(std::span<engine::StepRow> rows) {
   for (size_t i = 0; i < rows.size(); ++i) {
     rows[i].logits = std::move(entries[i].logits);
     rows[i].hidden = std::move(entries[i].hidden);
+    if (rows[i].greedy_only) {
+      rows[i].greedy = sample::greedy(rows[i].logits);
+      rows[i].logits.clear();
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "sample/sampler.h"
 
 namespace lode::cuda {
 namespace {
@@ -71,6 +72,16 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
   const int64_t n = int64_t(row.tokens.size());
   if (row.logit_rows < 0 || row.logit_rows > n || (row.logit_rows > 1 && row.logit_rows < n))
     fail("cuda engine: {} logit rows asked of a {}-token row (0, 1 or all)", row.logit_rows, n);
+  if (row.greedy_only) {
+    if (row.logit_rows != 1) fail("cuda engine: a greedy-only row needs one logit row");
+    if (n == 1) {  // the token chosen on the device
+      row.greedy = session_->decode_greedy(row.tokens[0]);
+      row.logits.clear();
+      return;
+    }
+    row.greedy = sample::greedy(session_->prefill(row.tokens));
+    return;
+  }
   row.logits = session_->prefill(row.tokens, row.logit_rows > 1);
   if (row.logit_rows == 0) row.logits.clear();
 }

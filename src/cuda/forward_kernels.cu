@@ -285,7 +285,8 @@ __global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids
 // read as float4 through the caches), and the last block to finish (counted in *arrivals, which it
 // resets) routes. Rows past n_experts (the shared expert's gate) are products only. A lane holds
 // up to kRouterLoads float4 of its row in registers, loaded before the wait for x (the weights do
-// not depend on the kernel before), in passes of that many for wider rows.
+// not depend on the kernel before), in passes of that many for wider rows (their rest asked of L2
+// before the wait too).
 constexpr int kRouterWarps = 4, kRouterLoads = 16;
 
 __global__ void __launch_bounds__(kRouterWarps * kWarp)
@@ -304,6 +305,8 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp)
       if (pass_begin + lane + kWarp * j < n4) a[j] = __ldg(wr + pass_begin + lane + kWarp * j);
   };
   load(0);
+  if (n4 > kWarp * kRouterLoads)  // a row wider than one pass: the rest on its way to L2
+    prefetch_lines(wr + kWarp * kRouterLoads, int64_t(n4 - kWarp * kRouterLoads) * 16, lane, kWarp);
   begin_after_inputs();
   float sum = 0.0f;
   for (int pass_begin = 0; pass_begin < n4; pass_begin += kWarp * kRouterLoads) {
@@ -328,8 +331,8 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp)
   if (threadIdx.x == 0) *arrivals = 0;
 }
 
-// A (value, index) candidate for the greedy token: index -1 is none yet. `better` orders them:
-// the larger value, then the lower index; NaN values never enter.
+// A (value, index) candidate for the greedy token: a negative index is none. `better` orders
+// them: the larger value, then the lower index.
 struct Candidate {
   float value;
   int index;
@@ -355,17 +358,23 @@ __device__ Candidate best_in_block(Candidate c) {
   return c;  // in every lane of every warp
 }
 
+// Partials' index for a block that saw a NaN or +inf logit.
+constexpr int kBadLogits = -2;
+
 __global__ void greedy_token_kernel(const float* logits, int n, Candidate* partials, unsigned* arrivals,
                                     int32_t* token) {
   begin_after_inputs();
   __shared__ bool last;
   Candidate c{0.0f, -1};
+  bool bad = false;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     const float v = logits[i];
-    if (!isnan(v) && (c.index < 0 || v > c.value)) c = {v, i};  // i rises: the first of equals stays
+    if (isnan(v) || v == INFINITY) bad = true;
+    else if (v != -INFINITY && (c.index < 0 || v > c.value)) c = {v, i};  // i rises: the first of equals stays
   }
+  bad = __syncthreads_or(bad);
   c = best_in_block(c);
-  if (threadIdx.x == 0) partials[blockIdx.x] = c;
+  if (threadIdx.x == 0) partials[blockIdx.x] = bad ? Candidate{0.0f, kBadLogits} : c;
   __threadfence();  // this block's pair visible before it counts itself
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == gridDim.x - 1;
@@ -373,13 +382,16 @@ __global__ void greedy_token_kernel(const float* logits, int n, Candidate* parti
   if (!last) return;
   __threadfence();
   c = Candidate{0.0f, -1};
+  bad = false;
   for (int b = threadIdx.x; b < int(gridDim.x); b += blockDim.x) {
     const Candidate o{__ldcg(&partials[b].value), __ldcg(&partials[b].index)};
+    bad = bad || o.index == kBadLogits;
     if (better(o, c)) c = o;
   }
+  bad = __syncthreads_or(bad);
   c = best_in_block(c);
   if (threadIdx.x == 0) {
-    *token = c.index < 0 ? 0 : c.index;
+    *token = bad || c.index < 0 ? -1 : c.index;
     *arrivals = 0;
   }
 }

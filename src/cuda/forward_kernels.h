@@ -69,9 +69,9 @@ const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, i
 const char* router_topk(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
                         int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, void* stream);
 // Greedy sampling on the device: *token = the index of the largest of n logits (the lowest index
-// among equals; NaN is never chosen, and all NaN gives 0), in one launch of `blocks` blocks, each
-// reducing its share to a (value, index) pair in partials [blocks] (8 bytes each), the last to
-// finish reducing those. arrivals: one zeroed counter (device memory) the kernel leaves zeroed.
+// among equals), or -1 when a logit is NaN or +inf or all are -inf (where the host's sampler
+// fails), in one launch of `blocks` blocks, each reducing its share to a (value, index) pair in
+// partials [blocks] (8 bytes each), the last to finish reducing those. arrivals: one zeroed counter (device memory) the kernel leaves zeroed.
 const char* greedy_token(const float* logits, int n, void* partials, int blocks, unsigned* arrivals, int32_t* token,
                          void* stream);
 // h = silu(g) * u, n values.

@@ -10,7 +10,7 @@
 // than a warp has lanes is shared by a group of lanes, several rows per warp.
 //
 // Every float step is rounded on its own (core/exact_math.h): the CPU miss path
-// (cpu/q8_products.h) computes an expert's products on the host with this arithmetic, in this
+// (cpu/q8_twin.h) computes an expert's products on the host with this arithmetic, in this
 // order, and must get the same bits.
 #include <cuda_fp16.h>
 #include <algorithm>
@@ -126,8 +126,8 @@ __device__ __forceinline__ void scale_min_k4(const uint32_t w[3], int j, int* sc
 }
 
 // Each type's slice in two steps: load() reads the slice's bytes of a row into registers (Raw),
-// dot() dots them with x. The kernels issue every load of a pass before they round x (and, for a
-// plain matrix, before they wait for the kernel before them), so the weights' trip to memory
+// dot() dots them with x. The kernel issues its first pass's loads before it rounds x (and, for a
+// plain matrix, before it waits for the kernel before it), so the weights' first trip to memory
 // overlaps everything else the block does first.
 template <GgmlType T>
 struct Slice;
@@ -336,7 +336,8 @@ __global__ void __launch_bounds__(256)
       for (int k = 0; k < kRows; ++k) raw[k][j] = S::load(row_at(first_of(set) + int64_t(k) * groups), s);
     }
   };
-  // The first pass in registers, the rest of the first set's rows asked of L2.
+  // The first pass in registers; the first set's rows, whole, asked of L2 (later passes find them
+  // there).
   const auto start = [&] {
     load(0, 0);
 #pragma unroll

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <chrono>
 #include <optional>
 #include <random>
@@ -44,7 +45,7 @@ constexpr const char* kPhaseNames[] = {"embedding (host lookup, copy)", "norms a
                                        "attention core", "DeltaNet projections", "DeltaNet core",
                                        "router and top-k", "experts", "shared expert",
                                        "expert sum, residual, next norm",
-                                       "lm head", "logits or token to the host"};
+                                       "lm head (and the greedy pick)", "logits or token to the host"};
 
 // The CPU miss path's launches: their requests and answers pair up with the host's work, so a step
 // never leaves them out (CudaSession::leave_out).
@@ -107,9 +108,9 @@ struct CudaSession::Impl {
   int32_t* pair_ids;  // {0, 1}: the shared expert's gate and up in one grouped launch
   unsigned* deltanet_arrivals;  // per value head, for deltanet_step's last tile (kept zeroed)
   unsigned* router_arrivals;    // for router_topk's last block (kept zeroed)
-  void* greedy_partials;        // greedy_token's per-block pairs, its token and counter (kept zeroed)
-  int32_t* device_token;
-  unsigned* greedy_arrivals;
+  void* greedy_partials;        // greedy_token's per-block pairs
+  int32_t* device_token;        // and its token
+  unsigned* greedy_arrivals;    // and its block counter (kept zeroed)
   unsigned* route_counts;       // [layer][expert]: routings so far (decode steps and prompts)
   unsigned* route_misses;       // [2][layer]: routings to absent experts, by decode steps, then by prompts
   float *hint_normed, *hint_logits, *hint_weights;  // the CPU miss path's hint (plan::DecodeScratch)
@@ -567,7 +568,7 @@ struct CudaSession::Impl {
   // Everything of a step after the embedding, on `stream`, reading the position from the device.
   // What a step leaves for the host: nothing (a prompt's inner positions), the logits, or the
   // greedy token chosen on the device (4 bytes to copy instead of the vocabulary's floats).
-  enum class StepOutput { none, logits, greedy_token };
+  enum class StepOutput { none, logits, greedy_token, count };
 
   void layers_and_head(StepOutput wanted) {
     const bool with_logits = wanted != StepOutput::none;
@@ -590,7 +591,6 @@ struct CudaSession::Impl {
     }
     if (!with_logits) return;
     mv("lm head", output, normed, logits);
-    mark(Phase::lm_head);
     if (wanted == StepOutput::greedy_token)
       launch(
           "greedy token",
@@ -599,6 +599,7 @@ struct CudaSession::Impl {
                                          device_token, stream);
           },
           double(c.vocab) * sizeof(float));
+    mark(Phase::lm_head);  // with the greedy pick
   }
 
   // The step captured once as a CUDA graph (one for each StepOutput) and replayed: one launch
@@ -621,6 +622,7 @@ struct CudaSession::Impl {
   // (returned), or nothing (-1 returned).
   int32_t step(int32_t token, StepOutput wanted, float* logits_out = nullptr) {
     const model::Qwen35MoeConfig& c = config;
+    assert(wanted != StepOutput::logits || logits_out);
     if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
     if (position >= options.max_context)
       fail("cuda session: the context of {} positions is full; raise max_context", options.max_context);
@@ -757,7 +759,7 @@ struct CudaSession::Impl {
   cudaEvent_t fork = nullptr, join = nullptr;
   cudaEvent_t hint_fork = nullptr, hint_join = nullptr;  // the miss hint's branch
   bool hint_pending = false;                              // forked, not yet joined (while capturing)
-  cudaGraphExec_t graphs[3] = {};  // by StepOutput
+  cudaGraphExec_t graphs[size_t(StepOutput::count)] = {};
   float* pinned_embedding = nullptr;
   float* pinned_logits = nullptr;
   int64_t* pinned_position = nullptr;
@@ -833,7 +835,13 @@ std::vector<float> CudaSession::prefill(std::span<const int32_t> tokens, bool al
 
 std::vector<float> CudaSession::decode(int32_t token) { return prefill(std::span<const int32_t>(&token, 1)); }
 
-int32_t CudaSession::decode_greedy(int32_t token) { return impl_->step(token, Impl::StepOutput::greedy_token); }
+int32_t CudaSession::decode_greedy(int32_t token) {
+  const int32_t next = impl_->step(token, Impl::StepOutput::greedy_token);
+  if (next < 0 && impl_->left_out.empty())  // a step with launches left out computes nothing meaningful
+    fail("cuda session: the step's logits hold NaN or +inf, or are all -inf, so there is no greedy token (a damaged "
+         "model file?)");
+  return next;
+}
 
 void CudaSession::reset() {
   impl_->zero_states();

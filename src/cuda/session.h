@@ -106,7 +106,8 @@ class CudaSession {
   std::vector<float> prefill(std::span<const int32_t> tokens, bool all_logits = false);
   std::vector<float> decode(int32_t token);
   // Appends token and returns the most likely next one (the lowest id among equal logits), chosen
-  // on the device: the step copies 4 bytes to the host instead of the vocabulary's logits.
+  // on the device: the step copies 4 bytes to the host instead of the vocabulary's logits. Fails
+  // where the host's sampler would (a NaN or +inf logit, or all -inf).
   int32_t decode_greedy(int32_t token);
   void reset();  // empty sequence: K/V forgotten, DeltaNet states zeroed
   // For benchmarks of decode at a depth that a prompt would take long to reach: the sequence

@@ -40,4 +40,11 @@ std::vector<float> decode(Sequence& sequence, int32_t token) {
   return std::move(row.logits);
 }
 
+int32_t decode_greedy(Sequence& sequence, int32_t token) {
+  StepRow row{.sequence = &sequence, .tokens = std::span(&token, 1), .greedy_only = true};
+  sequence.model().step(std::span(&row, 1));
+  if (row.greedy < 0) fail("engine: the backend gave no greedy token for a greedy-only row");
+  return row.greedy;
+}
+
 }  // namespace lode::engine

@@ -89,6 +89,11 @@ struct StepRow {
   // Every row as a decode step computes it, bit for bit (a speculative verify window): no prompt
   // shortcuts such as the chunked DeltaNet form.
   bool as_decode = false;
+  // Only the last position's greedy token is wanted (sample::greedy of its logits): the backend
+  // sets `greedy` and leaves `logits` empty (the GPU chooses it where the logits are and copies 4
+  // bytes). Needs logit_rows 1. Fails as sample::greedy does.
+  bool greedy_only = false;
+  int32_t greedy = -1;  // out, with greedy_only
 };
 
 // What a server's status shows of an engine.
@@ -129,5 +134,7 @@ std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, 
                            bool all_logits = false, const ChunkStates& on_chunk = {});
 // Appends one token; its logits [vocab].
 std::vector<float> decode(Sequence& sequence, int32_t token);
+// Appends one token; the greedy token to follow it (StepRow::greedy_only).
+int32_t decode_greedy(Sequence& sequence, int32_t token);
 
 }  // namespace lode::engine

@@ -47,18 +47,20 @@ GenerateResult generate_tokens(Sequence& sequence, sample::Sampler& sampler, std
   for (int32_t t : prompt) sampler.accept(t);
 
   const auto t0 = clock::now();
-  std::vector<float> logits = engine::prefill(sequence, prompt, chunk);
+  const std::vector<float> prompt_logits = engine::prefill(sequence, prompt, chunk);
   const auto t1 = clock::now();
   result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   for (int64_t i = 0; i < max_tokens; ++i) {
-    if (i > 0) {
-      if (sequence.position() >= sequence.max_context()) {
-        result.finish = FinishReason::context_full;
-        break;
-      }
-      logits = engine::decode(sequence, result.tokens.back());
+    int32_t token = 0;
+    if (i == 0) {
+      token = sampler.sample(prompt_logits);
+    } else if (sequence.position() >= sequence.max_context()) {
+      result.finish = FinishReason::context_full;
+      break;
+    } else {  // greedy without bias or penalties: the engine chooses (on the GPU, where the logits are)
+      token = sampler.plain_greedy() ? engine::decode_greedy(sequence, result.tokens.back())
+                                     : sampler.sample(engine::decode(sequence, result.tokens.back()));
     }
-    const int32_t token = sampler.sample(logits);
     sampler.accept(token);
     result.tokens.push_back(token);
     result.last_token_pending = true;
@@ -77,13 +79,15 @@ GenerateResult generate(Sequence& sequence, const tokenizer::Tokenizer& tokenize
   check_prompt_fits(sequence, prompt);
   for (int32_t t : prompt) sampler.accept(t);
   Generation generation(tokenizer, sampler, options, on_text, int64_t(prompt.size()));
-  std::vector<float> logits = engine::prefill(sequence, prompt, options.chunk);
-  while (const std::optional<int32_t> next = generation.step(logits)) {
+  std::optional<int32_t> next = generation.step(engine::prefill(sequence, prompt, options.chunk));
+  while (next) {
     if (sequence.position() >= sequence.max_context()) {
       generation.stop(FinishReason::context_full);
       break;
     }
-    logits = engine::decode(sequence, *next);
+    // Greedy without bias, penalties or steering: the engine chooses (on the GPU, where the logits are).
+    next = generation.greedy_only() ? generation.step_chosen(engine::decode_greedy(sequence, *next))
+                                    : generation.step(engine::decode(sequence, *next));
   }
   return generation.result();
 }

@@ -45,8 +45,22 @@ void Generation::follow_steering(int32_t token) {
   }
 }
 
+bool Generation::greedy_only() const {
+  return sampler_.plain_greedy() && steering_ != Steering::active;
+}
+
 std::optional<int32_t> Generation::step(std::span<const float> logits) {
-  if (done_) return std::nullopt;
+  if (!begin_step()) return std::nullopt;
+  return take(steering_ == Steering::active ? sampler_.sample(steered(logits)) : sampler_.sample(logits));
+}
+
+std::optional<int32_t> Generation::step_chosen(int32_t token) {
+  if (!begin_step()) return std::nullopt;
+  return take(token);
+}
+
+bool Generation::begin_step() {
+  if (done_) return false;
   const auto now = clock::now();
   if (result_.tokens.empty()) {
     first_token_ = now;
@@ -54,9 +68,12 @@ std::optional<int32_t> Generation::step(std::span<const float> logits) {
   }
   if (options_.max_tokens <= 0) {
     end(FinishReason::length, true);
-    return std::nullopt;
+    return false;
   }
-  const int32_t token = steering_ == Steering::active ? sampler_.sample(steered(logits)) : sampler_.sample(logits);
+  return true;
+}
+
+std::optional<int32_t> Generation::take(int32_t token) {
   sampler_.accept(token);
   follow_steering(token);
   result_.tokens.push_back(token);

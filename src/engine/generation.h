@@ -23,6 +23,12 @@ class Generation {
   // The logits after the prompt or after the token last returned: samples and streams. Returns
   // the token to run through the model next, or nullopt when generation has ended.
   std::optional<int32_t> step(std::span<const float> logits);
+  // Whether the next token is the greedy token of the logits (Sampler::plain_greedy, no steering
+  // under way): the driver may then ask the engine for that token alone (engine::decode_greedy)
+  // and give it to step_chosen.
+  bool greedy_only() const;
+  // step() for the token greedy_only() says the logits would give.
+  std::optional<int32_t> step_chosen(int32_t token);
   // Ends generation from outside (the context is full, the request was cancelled).
   void stop(FinishReason reason);
 
@@ -31,6 +37,8 @@ class Generation {
   const GenerateResult& result() const { return result_; }
 
  private:
+  bool begin_step();                           // false: generation has ended
+  std::optional<int32_t> take(int32_t token);  // the chosen token: stream it, say what runs next
   void end(FinishReason reason, bool flush);
   // The logits with every token that would leave all steered choices set to -infinity.
   std::vector<float> steered(std::span<const float> logits) const;

@@ -253,6 +253,18 @@ Sampler::Sampler(SamplingParams params, int64_t n_vocab)
   validate(params_, n_vocab_);
 }
 
+int32_t greedy(std::span<const float> logits) {
+  check_logits(logits, int64_t(logits.size()));
+  return detail::argmax(logits);
+}
+
+bool Sampler::plain_greedy() const {
+  const SamplingParams& p = params_;
+  const bool penalties = p.penalty_last_n != 0 && (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                                                   p.frequency_penalty != 0.0f);
+  return p.temperature <= 0.0f && p.logit_bias.empty() && !penalties;
+}
+
 int32_t Sampler::sample(std::span<const float> logits) {
   check_logits(logits, n_vocab_);
   work_.assign(logits.begin(), logits.end());

@@ -75,6 +75,10 @@ void build_distribution(std::span<const float> logits, const SamplingParams& par
 
 }  // namespace detail
 
+// The token plain greedy sampling takes from logits [n_vocab]: the lowest id among the largest.
+// Fails as Sampler::sample does (a NaN or +inf logit, every logit -inf).
+int32_t greedy(std::span<const float> logits);
+
 class Sampler {
 public:
   Sampler(SamplingParams params, int64_t n_vocab);
@@ -88,6 +92,9 @@ public:
   void reset();
 
   const SamplingParams& params() const { return params_; }
+  // Whether sample() is the greedy token of the logits as they come (temperature <= 0, no logit
+  // bias, no penalty): a caller may then take that token from the engine (engine::decode_greedy).
+  bool plain_greedy() const;
 
 private:
   std::span<const int32_t> penalty_window() const;
