@@ -157,7 +157,6 @@ __global__ void __launch_bounds__(kStepColumns * kStepRowGroups)
   begin_after_inputs();
   __shared__ float q[kMaxStepRows * kStepRowGroups], k[kMaxStepRows * kStepRowGroups];
   __shared__ float partial[kStepRowGroups][kStepColumns];
-  __shared__ bool last;
   const int s = blockIdx.x, j = threadIdx.x % kStepColumns, g = threadIdx.x / kStepColumns;
   const int c = blockIdx.y * kStepColumns + j;
   const bool column = c < dv;
@@ -199,12 +198,7 @@ __global__ void __launch_bounds__(kStepColumns * kStepRowGroups)
   float* oh = o + int64_t(s) * dv;
   if (g == 0 && column) oh[c] = out;
   if (gridDim.y > 1) {
-    __threadfence();  // this tile's outputs visible before it counts itself
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(arrivals + s, 1u) == gridDim.y - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!last_to_arrive(arrivals + s, gridDim.y)) return;
     if (threadIdx.x == 0) arrivals[s] = 0;
   } else {
     __syncthreads();
@@ -292,7 +286,6 @@ constexpr int kRouterWarps = 4, kRouterLoads = 16;
 __global__ void __launch_bounds__(kRouterWarps * kWarp)
     router_topk_kernel(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
                        int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals) {
-  __shared__ bool last;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int r = min(int(blockIdx.x) * kRouterWarps + warp, rows - 1);  // past the end: the last row, not stored
   const float4* wr = reinterpret_cast<const float4*>(w + int64_t(r) * cols);
@@ -321,12 +314,7 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp)
   }
   sum = warp_sum(sum);
   if (lane == 0 && int(blockIdx.x) * kRouterWarps + warp < rows) logits[r] = sum;
-  __threadfence();  // this block's logits visible before it counts itself
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_to_arrive(arrivals, gridDim.x)) return;
   if (warp == 0) route_one_token(logits, n_experts, k, ids, weights, tally, lane);
   if (threadIdx.x == 0) *arrivals = 0;
 }
@@ -364,7 +352,6 @@ constexpr int kBadLogits = -2;
 __global__ void greedy_token_kernel(const float* logits, int n, Candidate* partials, unsigned* arrivals,
                                     int32_t* token) {
   begin_after_inputs();
-  __shared__ bool last;
   Candidate c{0.0f, -1};
   bool bad = false;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -375,12 +362,7 @@ __global__ void greedy_token_kernel(const float* logits, int n, Candidate* parti
   bad = __syncthreads_or(bad);
   c = best_in_block(c);
   if (threadIdx.x == 0) partials[blockIdx.x] = bad ? Candidate{0.0f, kBadLogits} : c;
-  __threadfence();  // this block's pair visible before it counts itself
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == gridDim.x - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_to_arrive(arrivals, gridDim.x)) return;
   c = Candidate{0.0f, -1};
   bad = false;
   for (int b = threadIdx.x; b < int(gridDim.x); b += blockDim.x) {

@@ -110,6 +110,20 @@ __device__ float block_reduce(float v, WarpOp warp_op, float identity) {
   return result;
 }
 
+// Whether this block is the last of `blocks` to get here, counted in *arrivals (device memory,
+// zeroed): every block's writes before the call are visible to the last one after it, which
+// resets the counter (for the next launch) when it is done with what the others wrote. A block
+// that is not last returns at once from the kernel, as every caller does.
+__device__ __forceinline__ bool last_to_arrive(unsigned* arrivals, unsigned blocks) {
+  __shared__ bool last;
+  __threadfence();  // this block's writes visible before it counts itself
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(arrivals, 1u) == blocks - 1;
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 __device__ float block_sum(float v) {
   return block_reduce(v, [](float x) { return warp_sum(x); }, 0.0f);
 }
