@@ -22,6 +22,7 @@
 #include "cpu/engine.h"
 #include "model/weights.h"
 #include "server/server.h"
+#include "support/gpu.h"
 #include "support/paths.h"
 #include "support/run_lode.h"
 #include "test_gguf_helpers.h"
@@ -245,6 +246,68 @@ TEST(ServerNpm, TheLoadGeneratorAccountsForEveryRequest) {
     return res && nlohmann::json::parse(res->body)["sequences"]["active"] == 0;
   }));
   server.stop();
+}
+
+// `lode serve --backend cuda`: on the GPU machine it answers on the GPU, one request at a time
+// (/v1/status: backend cuda, one slot), two requests sent together both complete (the second
+// queued), and SIGTERM ends it with exit code 0; elsewhere it exits at once with a clear error.
+TEST(CliServe, OnTheGpuOneRequestAtATime) {
+  const lode::test::TempDir dir;
+  ServeProcess server(dir / "serve.log", {"--backend", "cuda", "--api-key", kApiKey});
+  ASSERT_TRUE(server.spawned()) << "could not start " << lode::test::lode_binary();
+  const int port = server.wait_until_ready(60s);
+  std::string why;
+  if (!lode::test::gpu_available(&why)) {
+    if (lode::test::gpu_required()) ADD_FAILURE() << "LODE_REQUIRE_GPU=1, but no GPU";
+    EXPECT_EQ(port, 0);
+    const std::string log = server.log();
+    EXPECT_TRUE(log.find("no usable NVIDIA GPU") != std::string::npos ||
+                log.find("built without CUDA") != std::string::npos)
+        << log;
+    return;
+  }
+  ASSERT_NE(port, 0) << "lode serve --backend cuda did not come up; its output:\n" << server.log();
+  const httplib::Headers auth{{"Authorization", std::string("Bearer ") + kApiKey}};
+  const auto ask = [&](const std::string& user) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    const nlohmann::json body = {{"model", "lode-mini"},
+                                 {"messages", {{{"role", "user"}, {"content", user}}}},
+                                 {"max_tokens", 8},
+                                 {"temperature", 0}};
+    auto res = c.Post("/v1/chat/completions", auth, body.dump(), "application/json");
+    return res ? std::pair{res->status, res->body} : std::pair{-1, std::string()};
+  };
+  std::pair<int, std::string> first, second;
+  std::thread other([&] { second = ask("What is a package?"); });
+  first = ask("Hello there");
+  other.join();
+  for (const auto& [status, body] : {first, second}) {
+    ASSERT_EQ(status, 200) << body;
+    const auto reply = nlohmann::json::parse(body);
+    EXPECT_GT(reply["usage"]["completion_tokens"].get<int>(), 0) << body;
+  }
+  httplib::Client c("127.0.0.1", port);
+  auto res = c.Get("/v1/status", auth);
+  ASSERT_TRUE(res);
+  const auto status = nlohmann::json::parse(res->body);
+  EXPECT_EQ(status["backend"], "cuda") << res->body;
+  EXPECT_EQ(status["sequences"]["parallel"], 1) << res->body;
+  EXPECT_EQ(server.stop(10s), 0) << "lode serve did not exit 0 within 10 s of SIGTERM; its output:\n" << server.log();
+}
+
+// The GPU engine runs one request at a time: asking it for several is refused at once, saying what
+// to do, before any model is loaded (on any machine).
+TEST(CliServe, SeveralAtOnceOnTheGpuIsRefused) {
+  const lode::test::TempDir dir;
+  const std::string command = "timeout 30 '" + lode::test::lode_binary() + "' serve -m '" + kMini.string() +
+                              "' --backend cuda --parallel 2 --port 0 2>'" + (dir / "err.txt").string() + "'";
+  const int raw = std::system(command.c_str());
+  ASSERT_TRUE(raw != -1 && WIFEXITED(raw));
+  EXPECT_EQ(WEXITSTATUS(raw), 1);
+  const std::string err = lode::test::slurp(dir / "err.txt");
+  EXPECT_NE(err.find("one request at a time"), std::string::npos) << err;
+  EXPECT_NE(err.find("--backend cpu"), std::string::npos) << err;
 }
 
 }  // namespace

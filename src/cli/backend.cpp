@@ -38,7 +38,43 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
 
 namespace {
 
-// The first visible GPU's name, or empty when there is none (or no CUDA in this build).
+std::unique_ptr<engine::Sequence> open_gpu_sequence(const BackendOptions& o, LoadedModel& model,
+                                                    const ModelRunOptions& run) {
+  const GpuRun gpu{.ctx = run.ctx > 0 ? run.ctx : std::min<int64_t>(model.config.context_length, 8192),
+                   .activations = run.activations_or(model::Activations::q8),
+                   .kv_format = run.kv_format()};
+  return open_gpu_model(o, model.reader, model.config, model.weights, gpu)->open_sequence();
+}
+
+}  // namespace
+
+std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const gguf::Reader& reader,
+                                              const model::Qwen35MoeConfig& config,
+                                              std::shared_ptr<const model::ModelWeights> weights, const GpuRun& run) {
+#ifdef LODE_HAVE_CUDA
+  cuda::CudaSessionOptions options;
+  options.max_context = run.ctx;
+  options.vram_budget = size_t(o.vram_budget_mib) << 20;
+  options.activations = run.activations;
+  options.kv_format = run.kv_format;
+  if (!o.expert_profile.empty()) options.expert_scores = expert_scores_from(o.expert_profile, *weights);
+  options.swaps.enabled = o.expert_swaps == "on";
+  options.miss_path = miss_path_from(o.miss_path);
+  auto session = std::make_unique<cuda::CudaSession>(reader, std::move(weights), options);
+  const cuda::VramAccountant& vram = session->vram();
+  fmt::print(stderr, "lode: K/V cache {} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",
+             describe_kv(config, options.kv_format, options.max_context),
+             double(vram.budget() - vram.held()) / double(1 << 20), double(vram.budget()) / double(1 << 20));
+  const cuda::ExpertStats stats = session->expert_stats();
+  fmt::print(stderr, "lode: {}; experts in host RAM: {}\n", plan::summary(session->plan()), stats.host_tier);
+  if (!session->plan().all_resident()) fmt::print(stderr, "lode: decode misses: {}\n", stats.miss_path);
+  return std::make_shared<cuda::CudaModel>(std::move(session));
+#else
+  (void)o, (void)reader, (void)config, (void)weights, (void)run;
+  fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
+#endif
+}
+
 std::string first_gpu() {
 #ifdef LODE_HAVE_CUDA
   return cuda::first_device_name();
@@ -46,34 +82,6 @@ std::string first_gpu() {
   return {};
 #endif
 }
-
-std::unique_ptr<engine::Sequence> open_gpu_sequence(const BackendOptions& o, LoadedModel& model,
-                                                    const ModelRunOptions& run) {
-#ifdef LODE_HAVE_CUDA
-  cuda::CudaSessionOptions options;
-  options.max_context = run.ctx > 0 ? run.ctx : std::min<int64_t>(model.config.context_length, 8192);
-  options.vram_budget = size_t(o.vram_budget_mib) << 20;
-  options.activations = run.activations_or(model::Activations::q8);
-  options.kv_format = run.kv_format();
-  if (!o.expert_profile.empty()) options.expert_scores = expert_scores_from(o.expert_profile, *model.weights);
-  options.swaps.enabled = o.expert_swaps == "on";
-  options.miss_path = miss_path_from(o.miss_path);
-  auto session = std::make_unique<cuda::CudaSession>(model.reader, model.weights, options);
-  const cuda::VramAccountant& vram = session->vram();
-  fmt::print(stderr, "lode: K/V cache {} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",
-             describe_kv(model.config, options.kv_format, options.max_context),
-             double(vram.budget() - vram.held()) / double(1 << 20), double(vram.budget()) / double(1 << 20));
-  const cuda::ExpertStats stats = session->expert_stats();
-  fmt::print(stderr, "lode: {}; experts in host RAM: {}\n", plan::summary(session->plan()), stats.host_tier);
-  if (!session->plan().all_resident()) fmt::print(stderr, "lode: decode misses: {}\n", stats.miss_path);
-  return std::make_shared<cuda::CudaModel>(std::move(session))->open_sequence();
-#else
-  (void)o, (void)model, (void)run;
-  fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
-#endif
-}
-
-}  // namespace
 
 std::string describe_kv(const model::Qwen35MoeConfig& config, kv::Format format, int64_t positions) {
   return kv::describe(format, config.n_full_attention_layers(), config.n_kv_heads, config.head_dim, positions);

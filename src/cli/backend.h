@@ -1,6 +1,7 @@
 // The engine a command runs on, the one place that names a backend: the CPU engine on a loaded
 // model's weights, or the CUDA engine (`--backend cpu|cuda`, `--vram-budget MiB`), both behind
-// engine/engine.h so that generation drives them alike. Used by `lode run`, `lode chat`, `lode ppl`.
+// engine/engine.h so that generation drives them alike. Used by `lode run`, `lode chat`, `lode ppl`
+// and `lode serve`.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -32,6 +33,22 @@ std::string resolve_backend(const BackendOptions& o);
 void add_backend_options(CLI::App& cmd, BackendOptions& o);
 // Adds --vram-budget alone (lode bench, which is always on the GPU).
 void add_vram_budget_option(CLI::App& cmd, int64_t& mib);
+
+// The first visible GPU's name, or empty when there is none (or no CUDA in this build).
+std::string first_gpu();
+
+// What the GPU engine is made for: K/V for ctx positions, decode's products' activations, the
+// K/V format.
+struct GpuRun {
+  int64_t ctx = 0;
+  model::Activations activations = model::Activations::q8;
+  kv::Format kv_format = kv::Format::f16;
+};
+// The CUDA engine on these weights (the budget, expert placement and miss path from `o`), its
+// VRAM plan on stderr. Fails as open_sequence does on the GPU.
+std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const gguf::Reader& reader,
+                                              const model::Qwen35MoeConfig& config,
+                                              std::shared_ptr<const model::ModelWeights> weights, const GpuRun& run);
 
 // The sequence on the chosen backend (auto: a line on stderr says when that is the GPU). On the
 // GPU, K/V is kept for run.ctx positions (0: the

@@ -1,13 +1,17 @@
 // `lode serve -m MODEL [--host H] [--port P] [--api-key K] ...`: an OpenAI- and Anthropic-compatible HTTP server
-// on the CPU engine (docs/SERVER.md). SIGINT and SIGTERM stop it gracefully: no new connections,
-// generations in flight cancelled, exit 0.
+// (docs/SERVER.md), on the GPU when there is one (one request at a time there, the rest queued,
+// until GPU serving runs several sequences in a step), else on the CPU engine with --parallel
+// slots. SIGINT and SIGTERM stop it gracefully: no new connections, generations in flight
+// cancelled, exit 0.
 #include <fmt/format.h>
 #include <signal.h>
 
 #include <memory>
 
+#include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "core/error.h"
 #include "cpu/engine.h"
 #include "model/weights.h"
 #include "server/server.h"
@@ -22,7 +26,50 @@ struct ServeOptions {
   int threads = 0;      // the CPU engine's threads; 0: all cores
   server::ServerOptions server;
   int64_t max_body_bytes = 8 << 20;
+  BackendOptions backend;
+  bool parallel_given = false;  // --parallel on the command line
 };
+
+// On the GPU: prompts in chunks of this many tokens, a prefix checkpoint after each (a checkpoint
+// copies the sequence's K/V cells and DeltaNet states to host memory), at most kGpuCheckpoints kept.
+constexpr int64_t kGpuChunk = 1024;
+constexpr size_t kGpuCheckpoints = 8;
+
+// "cpu" or "cuda": --backend, with auto the GPU when there is one, unless --parallel asks for
+// several sequences at once (the GPU engine runs one).
+std::string serving_backend(const ServeOptions& o) {
+  const bool several = o.parallel_given && o.server.worker.parallel > 1, drafts = o.server.worker.mtp > 0;
+  if (o.backend.backend == "cuda" && several)
+    fail("--backend cuda runs one request at a time (several sequences in one GPU step come with GPU serving): "
+         "leave out --parallel, or --backend cpu for {} at once", o.server.worker.parallel);
+  if (o.backend.backend == "cuda" && drafts)
+    fail("--mtp drafts on the CPU engine only (the GPU does not run the MTP block yet): leave out --mtp, or "
+         "--backend cpu");
+  if (o.backend.backend != "auto") return o.backend.backend;
+  const std::string gpu = first_gpu();
+  if (gpu.empty()) return "cpu";
+  if (several || drafts) {
+    fmt::print(stderr, "lode serve: {} runs on the CPU engine (the GPU, {}, runs one request at a time without "
+               "drafts: leave it out for the GPU)\n", several ? "--parallel" : "--mtp", gpu);
+    return "cpu";
+  }
+  return "cuda";
+}
+
+// The engine on the GPU, one request at a time; the worker's chunks and checkpoints sized for it.
+std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedModel& model,
+                                          std::shared_ptr<const model::ModelWeights> weights, kv::Format kv) {
+  const GpuRun run{.ctx = o.context > 0 ? o.context : std::min<int64_t>(model.config.context_length, 8192),
+                   .activations = model::Activations::q8,
+                   .kv_format = kv};
+  auto engine = open_gpu_model(o.backend, model.reader, model.config, std::move(weights), run);
+  o.server.worker.parallel = 1;
+  o.server.worker.chunk = kGpuChunk;
+  o.server.worker.checkpoints_per_slot = kGpuCheckpoints;
+  fmt::print(stderr, "lode serve: on the GPU ({}), one request at a time (others queue, up to --max-queue); "
+             "--backend cpu for several at once\n", first_gpu());
+  return engine;
+}
 
 void serve(ServeOptions& o) {
   // Block the stop signals in every thread (they inherit this mask) and wait for them here, so the
@@ -34,16 +81,32 @@ void serve(ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   o.server.max_body_bytes = size_t(o.max_body_bytes);
+  const std::string backend = serving_backend(o);
   auto model = std::make_shared<const server::ServedModel>(o.model);
-  const cpu::SessionOptions engine{.threads = o.threads,
-                                   .max_context = o.context > 0 ? o.context : model->config.context_length,
-                                   .kv_format = chosen_kv_format(o.kv)};
-  fmt::print(stderr, "lode serve: K/V cache {} per sequence at most, {} sequences\n",
-             kv::describe(engine.kv_format, model->config.n_full_attention_layers(), model->config.n_kv_heads,
-                          model->config.head_dim, engine.max_context),
-             o.server.worker.parallel);
+  const kv::Format kv_format = chosen_kv_format(o.kv);
   auto weights = std::make_shared<const model::ModelWeights>(model::bind_weights(model->reader, model->config));
-  server::Server http(o.server, model, cpu::CpuModel::make(std::move(weights), engine));
+  std::shared_ptr<engine::Model> engine;
+  if (backend == "cuda") {
+    try {
+      engine = gpu_engine(o, *model, weights, kv_format);
+    } catch (const Error& e) {
+      if (o.backend.backend == "cuda") throw;
+      // A type without GPU kernels, a model larger than the budget, a GPU this build has no code for.
+      fmt::print(stderr, "lode serve: the GPU cannot run this model ({}); on the CPU engine instead (--backend cuda "
+                 "to insist)\n", e.what());
+    }
+  }
+  if (!engine) {
+    const cpu::SessionOptions cpu{.threads = o.threads,
+                                  .max_context = o.context > 0 ? o.context : model->config.context_length,
+                                  .kv_format = kv_format};
+    fmt::print(stderr, "lode serve: K/V cache {} per sequence at most, {} sequences\n",
+               kv::describe(cpu.kv_format, model->config.n_full_attention_layers(), model->config.n_kv_heads,
+                            model->config.head_dim, cpu.max_context),
+               o.server.worker.parallel);
+    engine = cpu::CpuModel::make(std::move(weights), cpu);
+  }
+  server::Server http(o.server, model, std::move(engine));
   const int port = http.start();
   fmt::print(stderr, "lode serve: listening on http://{}:{} (model {})\n", o.server.host, port, model->id);
   int signal = 0;
@@ -56,15 +119,18 @@ void serve(ServeOptions& o) {
 
 void add_serve_command(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
-  auto* cmd = app.add_subcommand("serve", "OpenAI- and Anthropic-compatible HTTP server (CPU engine)");
+  auto* cmd = app.add_subcommand("serve", "OpenAI- and Anthropic-compatible HTTP server");
   cmd->add_option("-m,--model", o->model, "GGUF model (for a split model: its first file)")->required();
   cmd->add_option("--host", o->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", o->server.port, "Port (default 8080; 0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", o->server.api_key, "Require this key (Authorization: Bearer KEY, or x-api-key: KEY) on every route but /health");
-  cmd->add_option("--ctx", o->context, "Context length per request (default: the model's)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--ctx", o->context, "Context length per request (default: the model's; on the GPU at most 8192)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--parallel", o->server.worker.parallel, "Requests generated together, each keeping its conversation's prefix cached (default 4)")
-      ->check(CLI::PositiveNumber);
+  auto* parallel = cmd->add_option("--parallel", o->server.worker.parallel,
+                                    "Requests generated together on the CPU engine, each keeping its conversation's "
+                                    "prefix cached (default 4; the GPU runs one)")
+                       ->check(CLI::PositiveNumber);
+  add_backend_options(*cmd, o->backend);
   add_kv_option(*cmd, o->kv);
   cmd->add_option("--mtp", o->server.worker.mtp,
                   "Draft up to N tokens per sequence and step with the model's MTP block, verified in the same step; "
@@ -80,7 +146,10 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger gets 413 (default 8 MiB)")
       ->check(CLI::PositiveNumber);
-  cmd->callback([o] { serve(*o); });
+  cmd->callback([o, parallel] {
+    o->parallel_given = parallel->count() > 0;
+    serve(*o);
+  });
 }
 
 }  // namespace lode::cli
