@@ -116,9 +116,17 @@ TEST(Sampler, PlainGreedyIsTheArgmaxOfTheLogitsAsTheyCome) {
   EXPECT_FALSE(Sampler(penalised, 6).plain_greedy());
   penalised.penalty_last_n = 0;  // the penalty looks at no token
   EXPECT_TRUE(Sampler(penalised, 6).plain_greedy());
+  penalised.penalty_last_n = -1;  // every token so far
+  EXPECT_FALSE(Sampler(penalised, 6).plain_greedy());
   SamplingParams present = plain(0.0f);
   present.presence_penalty = 0.5f;
   EXPECT_FALSE(Sampler(present, 6).plain_greedy());
+  SamplingParams frequent = plain(0.0f);
+  frequent.frequency_penalty = 0.5f;
+  EXPECT_FALSE(Sampler(frequent, 6).plain_greedy());
+  SamplingParams cut = plain(0.0f);  // the filters do not apply to greedy sampling
+  cut.top_k = 3, cut.top_p = 0.5f, cut.min_p = 0.2f;
+  EXPECT_TRUE(Sampler(cut, 6).plain_greedy());
 }
 
 TEST(Sampler, SameSeedSameSequenceDifferentSeedDiffers) {

@@ -147,7 +147,7 @@ ScriptResult run_script(const std::string& script, int port, const fs::path& scr
 // which must end it with exit code 0.
 template <class Check>
 void with_server(const lode::test::TempDir& dir, Check check) {
-  ServeProcess server(dir / "serve.log", {"--api-key", kApiKey});
+  ServeProcess server(dir / "serve.log", {"--api-key", kApiKey, "--backend", "cpu"});  // 4 slots, any machine
   ASSERT_TRUE(server.spawned()) << "could not start " << lode::test::lode_binary();
   const int port = server.wait_until_ready(20s);
   ASSERT_NE(port, 0) << "lode serve did not answer GET /health within 20 s; its output:\n" << server.log();
@@ -293,6 +293,7 @@ TEST(CliServe, OnTheGpuOneRequestAtATime) {
   const auto status = nlohmann::json::parse(res->body);
   EXPECT_EQ(status["backend"], "cuda") << res->body;
   EXPECT_EQ(status["sequences"]["parallel"], 1) << res->body;
+  EXPECT_EQ(status["steps"]["max_batch"], 1) << res->body;  // the second request waited its turn
   EXPECT_EQ(server.stop(10s), 0) << "lode serve did not exit 0 within 10 s of SIGTERM; its output:\n" << server.log();
 }
 

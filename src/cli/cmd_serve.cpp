@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "cli/backend.h"
@@ -30,8 +31,9 @@ struct ServeOptions {
   bool parallel_given = false;  // --parallel on the command line
 };
 
-// On the GPU: prompts in chunks of this many tokens, a prefix checkpoint after each (a checkpoint
-// copies the sequence's K/V cells and DeltaNet states to host memory), at most kGpuCheckpoints kept.
+// On the GPU: prompts in chunks of at least kGpuChunk tokens and at least the context over
+// kGpuCheckpoints, a prefix checkpoint after each (a checkpoint copies the sequence's K/V cells and
+// DeltaNet states to host memory, so fewer of them for a long context), kGpuCheckpoints kept.
 constexpr int64_t kGpuChunk = 1024;
 constexpr size_t kGpuCheckpoints = 8;
 
@@ -50,7 +52,8 @@ std::string serving_backend(const ServeOptions& o) {
   if (gpu.empty()) return "cpu";
   if (several || drafts) {
     fmt::print(stderr, "lode serve: {} runs on the CPU engine (the GPU, {}, runs one request at a time without "
-               "drafts: leave it out for the GPU)\n", several ? "--parallel" : "--mtp", gpu);
+               "drafts: leave it out for the GPU)\n",
+               several && drafts ? "--parallel with --mtp" : several ? "--parallel" : "--mtp", gpu);
     return "cpu";
   }
   return "cuda";
@@ -64,7 +67,7 @@ std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedM
                    .kv_format = kv};
   auto engine = open_gpu_model(o.backend, model.reader, model.config, std::move(weights), run);
   o.server.worker.parallel = 1;
-  o.server.worker.chunk = kGpuChunk;
+  o.server.worker.chunk = std::max<int64_t>(kGpuChunk, run.ctx / int64_t(kGpuCheckpoints));
   o.server.worker.checkpoints_per_slot = kGpuCheckpoints;
   fmt::print(stderr, "lode serve: on the GPU ({}), one request at a time (others queue, up to --max-queue); "
              "--backend cpu for several at once\n", first_gpu());
@@ -124,7 +127,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", o->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", o->server.port, "Port (default 8080; 0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", o->server.api_key, "Require this key (Authorization: Bearer KEY, or x-api-key: KEY) on every route but /health");
-  cmd->add_option("--ctx", o->context, "Context length per request (default: the model's; on the GPU at most 8192)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--ctx", o->context, "Context length per request (default: the model's; on the GPU the model's up to 8192)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   auto* parallel = cmd->add_option("--parallel", o->server.worker.parallel,
                                     "Requests generated together on the CPU engine, each keeping its conversation's "
