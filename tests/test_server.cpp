@@ -8,6 +8,7 @@
 #include "chat/template.h"
 #include "cpu/engine.h"
 #include "engine/generate.h"
+#include "server/peer_watch.h"
 #include "test_server_support.h"
 
 namespace lode::test {
@@ -349,6 +350,42 @@ TEST(Server, DisconnectMidStreamDoesNotBreakTheNextRequest) {
   const Reference ref = reference(mini_model()->tokenizer.encode("The shell", true), 8);
   const json reply = s.post_json("/v1/completions", {{"prompt", "The shell"}, {"max_tokens", 8}, {"temperature", 0}});
   EXPECT_EQ(reply["choices"][0]["text"], ref.text);
+}
+
+// A plain (not streamed) request whose client hangs up is cancelled too: while its reply is
+// collected the server asks the kernel every quarter second whether the connection is still
+// established. Unless cancelled, the reply would run to 400 tokens at 40 ms each.
+TEST(Server, AbandonedPlainRequestIsCancelled) {
+  server::ServerOptions o;
+  o.worker.token_delay = std::chrono::milliseconds(40);
+  TestServer s(o);
+  httplib::Client impatient("127.0.0.1", s.port);
+  impatient.set_read_timeout(0, 300'000);  // gives up after 0.3 s and closes the connection
+  const auto res = impatient.Post("/v1/chat/completions", chat_body("Tell me about the shell.", 400).dump(),
+                                  "application/json");
+  EXPECT_FALSE(res);  // no reply within its patience
+  ASSERT_TRUE(eventually([&] { return metric_value(s, "lode_generated_tokens_total") > 0; }));
+  EXPECT_LT(metric_value(s, "lode_generated_tokens_total"), 40);
+  EXPECT_TRUE(eventually([&] { return s.get_json("/v1/status")["requests"]["active"] == 0; }));
+}
+
+// The kernel's connection table as peer_watch reads it: a connection counts while ESTABLISHED
+// (state 01), in /proc/net/tcp's and tcp6's layouts; CLOSE_WAIT (08), another port or none is gone.
+TEST(Server, TheConnectionTableSaysWhoIsStillConnected) {
+  const std::string tcp =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+      "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1\n"
+      "   1: 0100007F:1F90 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 2 1\n"
+      "   2: 0100007F:1F90 0100007F:D432 08 00000000:00000000 00:00000000 00000000     0        0 3 1\n";
+  EXPECT_TRUE(server::table_has_established(tcp, 8080, 54321));   // 0xD431
+  EXPECT_FALSE(server::table_has_established(tcp, 8080, 54322));  // CLOSE_WAIT: the client closed
+  EXPECT_FALSE(server::table_has_established(tcp, 8080, 54323));  // not there (reset)
+  EXPECT_FALSE(server::table_has_established(tcp, 8081, 54321));  // another server port
+  const std::string tcp6 =
+      "  sl  local_address                         remote_address                        st tx_queue\n"
+      "   0: 0000000000000000FFFF00000100007F:1F90 0000000000000000FFFF00000100007F:D431 01 00000000:00000000\n";
+  EXPECT_TRUE(server::table_has_established(tcp6, 8080, 54321));
+  EXPECT_FALSE(server::table_has_established("", 8080, 54321));
 }
 
 TEST(Server, FullQueueIs429) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "server/api_error.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/peer_watch.h"
 #include "server/streaming.h"
 #include "server/wire_json.h"
 
@@ -73,15 +75,24 @@ ResponseMeta response_meta(const char* prefix, const std::string& model) {
   return {fmt::format("{}{:016x}", prefix, random_u64()), unix_now(), model};
 }
 
-// The whole output of a job that runs to its end (a plain, not streamed, response).
-std::pair<std::string, engine::GenerateResult> collect(JobStream& job) {
+// The whole output of a job that runs to its end (a plain, not streamed, response). Every quarter
+// second it asks whether the client is still connected: once it has gone, the job is cancelled
+// (its reply would be dropped) and collecting goes on to the job's end, a step or so later.
+std::pair<std::string, engine::GenerateResult> collect(JobStream& job, const httplib::Request& req) {
+  constexpr auto kCheck = std::chrono::milliseconds(250);
   std::string text;
+  auto checked = std::chrono::steady_clock::now();
   for (;;) {
-    JobStream::Event event = job.next();
-    text += event.text;
-    if (!event.done) continue;
-    if (event.error) throw ApiError(500, "server_error", "generation failed: " + *event.error);
-    return {std::move(text), std::move(*event.result)};
+    const std::optional<JobStream::Event> event = job.next_for(kCheck);
+    if (const auto now = std::chrono::steady_clock::now(); now - checked >= kCheck && !job.cancelled()) {
+      checked = now;
+      if (!connection_established(req.local_port, req.remote_port)) job.cancel();
+    }
+    if (!event) continue;
+    text += event->text;
+    if (!event->done) continue;
+    if (event->error) throw ApiError(500, "server_error", "generation failed: " + *event->error);
+    return {std::move(text), std::move(*event->result)};
   }
 }
 
@@ -208,13 +219,13 @@ void Server::add_routes() {
 // collected and built by whole(meta, text, result), or streamed by the writer that
 // streamed(job, meta) makes. `active` keeps the request counted until it ends.
 template <class Whole, class Streamed>
-void Server::respond(httplib::Response& res, Job job, const GenerationRequest& request, const char* id_prefix,
-                     const Whole& whole, const Streamed& streamed) {
+void Server::respond(const httplib::Request& req, httplib::Response& res, Job job, const GenerationRequest& request,
+                     const char* id_prefix, const Whole& whole, const Streamed& streamed) {
   auto active = stats_.begin_request();
   const std::shared_ptr<JobStream> stream = worker_->submit(std::move(job));
   ResponseMeta meta = response_meta(id_prefix, request.model);
   if (!request.stream) {
-    const auto [text, result] = collect(*stream);
+    const auto [text, result] = collect(*stream, req);
     res.set_content(wire_json(whole(meta, text, result)), kJson);
     return;
   }
@@ -227,7 +238,7 @@ void Server::add_generation_routes() {
   http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
     const ChatRequest request = parse_chat_request(parse_json_body(req.body), names_, random_u64());
     respond(
-        res, chat_job(request, *model_, worker_->context()), request.generation, "chatcmpl-",
+        req, res, chat_job(request, *model_, worker_->context()), request.generation, "chatcmpl-",
         [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
           chat::OutputParser parser(request.enable_thinking, request.tools);
           chat::ParsedDelta reply = parser.push(text);
@@ -244,7 +255,7 @@ void Server::add_generation_routes() {
   http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
     const CompletionRequest request = parse_completion_request(parse_json_body(req.body), names_, random_u64());
     respond(
-        res, completion_job(request, *model_, worker_->context()), request.generation, "cmpl-",
+        req, res, completion_job(request, *model_, worker_->context()), request.generation, "cmpl-",
         [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
           return text_completion(meta, text, result);
         },
@@ -260,7 +271,7 @@ void Server::add_anthropic_route() {
     Job job = chat_job(request, *model_, worker_->context());
     const int64_t input_tokens = int64_t(job.prompt.size());
     respond(
-        res, std::move(job), request.generation, "msg_",
+        req, res, std::move(job), request.generation, "msg_",
         [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
           chat::OutputParser parser(request.enable_thinking, request.tools);
           chat::ParsedDelta reply = parser.push(text);

@@ -28,6 +28,7 @@
 
 namespace httplib {
 class Server;
+struct Request;
 struct Response;
 }
 
@@ -65,8 +66,8 @@ class Server {
   void add_generation_routes();
   void add_anthropic_route();
   template <class Whole, class Streamed>
-  void respond(httplib::Response& res, Job job, const GenerationRequest& request, const char* id_prefix,
-               const Whole& whole, const Streamed& streamed);
+  void respond(const httplib::Request& req, httplib::Response& res, Job job, const GenerationRequest& request,
+               const char* id_prefix, const Whole& whole, const Streamed& streamed);
   nlohmann::ordered_json status_json() const;
 
   ServerOptions options_;
