@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "cpu/engine.h"
 #include "engine/generate.h"
+#include "engine/generation.h"
 #include "model/synth.h"
 #include "test_gguf_helpers.h"
 #include "tokenizer/tokenizer.h"
@@ -114,6 +115,37 @@ TEST_F(Generate, AFullContextEndsGenerationAndATooLongPromptIsRefused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("only 0 of the context"), std::string::npos) << e.what();
   }
+}
+
+// Greedy generation with steering: engine::generate takes the engine's greedy token while the
+// reply is not being steered (before the `after` token and once a choice is complete) and the
+// masked logits while it is; the tokens equal a loop that samples every step from the logits.
+TEST_F(Generate, SteeredGreedyEqualsTheLogitsLoop) {
+  std::string plain_text;
+  auto g = greedy(24);
+  g.stop_at_end_of_generation = false;
+  const auto plain = run(g, &plain_text);
+  ASSERT_GE(plain.tokens.size(), 3u);
+  g.steer = engine::SteeredText{.after = plain.tokens[2], .choices = {" banana split", " cherry"}};
+  std::string text;
+  const auto steered = run(g, &text);
+
+  cpu::Session s = session();
+  sample::Sampler sampler(g.sampling, s.vocab());
+  const auto prompt = tokenizer_->encode("The weather today", false);
+  for (int32_t t : prompt) sampler.accept(t);
+  std::string loop_text;
+  engine::Generation generation(*tokenizer_, sampler, g, [&](std::string_view piece) { loop_text += piece; },
+                                int64_t(prompt.size()));
+  const auto sequence = cpu::borrow_sequence(s);
+  std::optional<int32_t> next = generation.step(engine::prefill(*sequence, prompt, g.chunk));
+  while (next) next = generation.step(engine::decode(*sequence, *next));
+  EXPECT_EQ(steered.tokens, generation.result().tokens);
+  EXPECT_EQ(text, loop_text);
+  const std::string after = tokenizer_->decode(std::vector<int32_t>(plain.tokens.begin(), plain.tokens.begin() + 3), false);
+  ASSERT_EQ(text.compare(0, after.size(), after), 0) << text;
+  const std::string rest = text.substr(after.size());
+  EXPECT_TRUE(rest.rfind(" banana split", 0) == 0 || rest.rfind(" cherry", 0) == 0) << rest;
 }
 
 TEST_F(Generate, SameSeedSameTokensOtherSeedOthers) {
