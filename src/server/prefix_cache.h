@@ -19,7 +19,8 @@ namespace lode::server {
 class PrefixCache {
  public:
   // interval: tokens between checkpoints (the prefill chunk); max_checkpoints bounds the memory
-  // (each holds only the DeltaNet states; the oldest positions are dropped first).
+  // (the oldest positions are dropped first). What a checkpoint holds is the engine's: the CPU
+  // engine's the DeltaNet states, the GPU's a snapshot of the K/V cells as well.
   explicit PrefixCache(int64_t interval = 64, size_t max_checkpoints = 64);
 
   // How many of `prompt`'s tokens resume() would reuse on this sequence (a checkpoint's position,
