@@ -67,46 +67,61 @@ std::string what_fits(const model::ModelWeights& w, const PlanOptions& o) {
 
 }  // namespace
 
+size_t head_bytes(const model::ModelWeights& w) { return vector_bytes(w.output_norm) + matrix_bytes(w.output); }
+
 size_t trunk_bytes(const model::ModelWeights& w) {
+  size_t total = head_bytes(w);
+  for (size_t layer = 0; layer < w.layers.size(); ++layer) total += layer_trunk_bytes(w, layer);
+  return total;
+}
+
+size_t layer_trunk_bytes(const model::ModelWeights& w, size_t layer) {
   const model::Qwen35MoeConfig& c = w.config;
-  size_t total = vector_bytes(w.output_norm) + matrix_bytes(w.output);
-  for (const model::LayerWeights& l : w.layers) {
-    total += vector_bytes(l.attn_norm) + vector_bytes(l.post_attention_norm);
-    if (l.recurrent) {
-      const model::DeltaNetWeights& d = l.deltanet;
-      total += matrix_bytes(d.qkv) + matrix_bytes(d.gate) + matrix_bytes(d.beta) + matrix_bytes(d.alpha) +
-               matrix_bytes(d.out);
-      total += vector_bytes(d.conv) + vector_bytes(d.dt_bias) + vector_bytes(d.a) + vector_bytes(d.norm);
-    } else {
-      const model::AttentionWeights& a = l.attention;
-      total += matrix_bytes(a.q) + matrix_bytes(a.k) + matrix_bytes(a.v) + matrix_bytes(a.output);
-      total += vector_bytes(a.q_norm) + vector_bytes(a.k_norm);
-    }
-    const model::MoeWeights& m = l.moe;
-    total += matrix_bytes(m.router);
-    // The (expert -> gate | up | down) table and the residency flags the routing counts misses by.
-    total += size_t(3 * c.n_experts) * sizeof(void*) + size_t(c.n_experts);
-    if (c.shared_ff > 0) {
-      total += size_t(c.hidden) * 4;  // the shared expert's gate vector
-      total += matrix_bytes(m.shared_gate) + matrix_bytes(m.shared_up) + matrix_bytes(m.shared_down);
-      if (model::same_shape(m.shared_gate, m.shared_up)) total += 2 * sizeof(void*);  // its gate|up pair table
-    }
+  const model::LayerWeights& l = w.layers[layer];
+  size_t total = vector_bytes(l.attn_norm) + vector_bytes(l.post_attention_norm);
+  if (l.recurrent) {
+    const model::DeltaNetWeights& d = l.deltanet;
+    total += matrix_bytes(d.qkv) + matrix_bytes(d.gate) + matrix_bytes(d.beta) + matrix_bytes(d.alpha) +
+             matrix_bytes(d.out);
+    total += vector_bytes(d.conv) + vector_bytes(d.dt_bias) + vector_bytes(d.a) + vector_bytes(d.norm);
+  } else {
+    const model::AttentionWeights& a = l.attention;
+    total += matrix_bytes(a.q) + matrix_bytes(a.k) + matrix_bytes(a.v) + matrix_bytes(a.output);
+    total += vector_bytes(a.q_norm) + vector_bytes(a.k_norm);
+  }
+  const model::MoeWeights& m = l.moe;
+  total += matrix_bytes(m.router);
+  // The (expert -> gate | up | down) table and the residency flags the routing counts misses by.
+  total += size_t(3 * c.n_experts) * sizeof(void*) + size_t(c.n_experts);
+  if (c.shared_ff > 0) {
+    total += size_t(c.hidden) * 4;  // the shared expert's gate vector
+    total += matrix_bytes(m.shared_gate) + matrix_bytes(m.shared_up) + matrix_bytes(m.shared_down);
+    if (model::same_shape(m.shared_gate, m.shared_up)) total += 2 * sizeof(void*);  // its gate|up pair table
   }
   return total;
 }
 
-size_t kv_bytes(const model::Qwen35MoeConfig& c, kv::Format format, int64_t context) {
+size_t kv_layer_bytes(const model::Qwen35MoeConfig& c, kv::Format format, int64_t context) {
   const kv::Layout layout = kv::layout(format);
   const int64_t pages = (context + kPagePositions - 1) / kPagePositions;
-  const size_t per_layer = size_t(pages * kPagePositions) * size_t(kv::row_bytes(layout.k, c.n_kv_heads, c.head_dim) +
-                                                                   kv::row_bytes(layout.v, c.n_kv_heads, c.head_dim));
-  return size_t(c.n_full_attention_layers()) * per_layer + size_t(std::max<int64_t>(pages, 1)) * 4;
+  return size_t(pages * kPagePositions) *
+         size_t(kv::row_bytes(layout.k, c.n_kv_heads, c.head_dim) + kv::row_bytes(layout.v, c.n_kv_heads, c.head_dim));
+}
+
+size_t kv_page_table_bytes(int64_t context) {
+  return size_t(std::max<int64_t>((context + kPagePositions - 1) / kPagePositions, 1)) * 4;
+}
+
+size_t kv_bytes(const model::Qwen35MoeConfig& c, kv::Format format, int64_t context) {
+  return size_t(c.n_full_attention_layers()) * kv_layer_bytes(c, format, context) + kv_page_table_bytes(context);
+}
+
+size_t state_layer_bytes(const model::Qwen35MoeConfig& c) {
+  return floats_bytes(c.conv_channels() * (c.ssm_conv_kernel - 1)) + floats_bytes(c.ssm_dt_rank * c.ssm_state * c.ssm_state);
 }
 
 size_t state_bytes(const model::Qwen35MoeConfig& c) {
-  const int64_t recurrent = c.n_layers - c.n_full_attention_layers();
-  return size_t(recurrent) * (floats_bytes(c.conv_channels() * (c.ssm_conv_kernel - 1)) +
-                              floats_bytes(c.ssm_dt_rank * c.ssm_state * c.ssm_state));
+  return size_t(c.n_layers - c.n_full_attention_layers()) * state_layer_bytes(c);
 }
 
 std::vector<ExpertBytes> expert_bytes(const model::ModelWeights& w) {

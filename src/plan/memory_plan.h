@@ -72,10 +72,17 @@ size_t default_budget(size_t free_bytes, size_t total_bytes);
 // would fit instead (a smaller --ctx, a smaller --kv format).
 MemoryPlan plan_memory(const model::ModelWeights& weights, const PlanOptions& options);
 
-// The trunk as the GPU holds it (bytes), and the pieces plan_memory sums (for tests).
+// The trunk as the GPU holds it (bytes), and the pieces plan_memory sums (for tests); by layer,
+// for a plan over several GPUs (plan/gpu_split.h): trunk = head + every layer's share, K/V = each
+// attention layer's cells + the page table, states = each DeltaNet layer's.
 size_t trunk_bytes(const model::ModelWeights& weights);
+size_t head_bytes(const model::ModelWeights& weights);  // the output norm and the lm head
+size_t layer_trunk_bytes(const model::ModelWeights& weights, size_t layer);
 size_t kv_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t context);
+size_t kv_layer_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t context);
+size_t kv_page_table_bytes(int64_t context);
 size_t state_bytes(const model::Qwen35MoeConfig& config);
+size_t state_layer_bytes(const model::Qwen35MoeConfig& config);
 std::vector<ExpertBytes> expert_bytes(const model::ModelWeights& weights);
 
 // Host RAM: fails (lode::Error) when `bytes` of experts cannot be held in what the machine has
