@@ -1,7 +1,9 @@
-// `lode plan -m MODEL [--vram-budget MiB] [--kv F] [--ctx N] [--parallel N] [--prompt-chunk N]`:
+// `lode plan -m MODEL [--vram-budget MiB] [--kv F] [--ctx N] [--parallel N] [--prompt-chunk N] [--gpus N]`:
 // how the GPU session would spend a VRAM budget on a model (plan/memory_plan.h), computed from the
-// file alone, and for each K/V format how many experts the same budget would keep in VRAM. Needs no
-// GPU when --vram-budget is given; without it, the first GPU's free memory less a margin.
+// file alone, and for each K/V format how many experts the same budget would keep in VRAM; with
+// --gpus N above 1, how N GPUs of that budget each would share it (plan/gpu_split.h: their layers,
+// their experts, none on two). Needs no GPU when --vram-budget is given; without it, the first
+// GPU's free memory less a margin.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
 #include "model/weights.h"
+#include "plan/gpu_split.h"
 #include "plan/memory_plan.h"
 
 #ifdef LODE_HAVE_CUDA
@@ -28,6 +31,7 @@ struct PlanCommandOptions {
   int64_t ctx = 0;
   int64_t parallel = 1;
   int64_t prompt_chunk = 4096;
+  int64_t gpus = 1;
 };
 
 // The budget asked for, or the first GPU's default one.
@@ -60,6 +64,14 @@ void run_plan(const PlanCommandOptions& o) {
   options.prompt_chunk = o.prompt_chunk;
   fmt::print("model: {} ({} layers, {} experts per layer, top {})\n", o.model, config.n_layers, config.n_experts,
              config.n_experts_used);
+  if (o.gpus > 1) {  // prompt chunks as asked (the split does not shrink them)
+    const std::vector<size_t> budgets(size_t(o.gpus), options.budget);
+    fmt::print("{} GPUs of {:.1f} MiB each, K/V for {} x {} positions in {}, prompt chunks of {}:\n{}", o.gpus,
+               double(options.budget) / double(1 << 20), options.parallel, options.context,
+               kv::to_string(options.kv), std::min(options.prompt_chunk, options.context),
+               plan::describe(plan::split_over_gpus(weights, options, budgets)));
+    return;
+  }
   const plan::MemoryPlan chosen = plan::plan_memory(weights, options);
   fmt::print("{}", plan::describe(chosen));
   fmt::print("the same budget and context in each K/V format:\n");
@@ -94,6 +106,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--prompt-chunk", o->prompt_chunk,
                   "Prompt tokens per pass wanted (default 4096; halved while the budget cannot hold it)")
       ->check(CLI::Range(int64_t(1), int64_t(65535)));
+  cmd->add_option("--gpus", o->gpus,
+                  "Plan for this many GPUs of one host, each with the budget: their layers and experts (default 1)")
+      ->check(CLI::PositiveNumber);
   cmd->callback([o] { run_plan(*o); });
 }
 

@@ -1,0 +1,165 @@
+#include "plan/gpu_split.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace lode::plan {
+
+namespace {
+
+double mib(size_t bytes) { return double(bytes) / double(1 << 20); }
+
+// What each layer puts on its GPU besides experts: its trunk, and its K/V cells (attention) or its
+// DeltaNet states, for every sequence.
+std::vector<size_t> layer_costs(const model::ModelWeights& w, const PlanOptions& o) {
+  const size_t sequences = size_t(std::max<int64_t>(o.parallel, 1));
+  std::vector<size_t> costs;
+  for (size_t l = 0; l < w.layers.size(); ++l)
+    costs.push_back(layer_trunk_bytes(w, l) + sequences * (w.layers[l].recurrent
+                                                               ? state_layer_bytes(w.config)
+                                                               : kv_layer_bytes(w.config, o.kv, o.context)));
+  return costs;
+}
+
+// The layer each GPU's range ends at: range g ends where the running cost comes closest to the
+// running share of `room` up to g, each range at least one layer.
+std::vector<int64_t> cut_layers(const std::vector<size_t>& costs, const std::vector<double>& room) {
+  const int64_t n_layers = int64_t(costs.size()), n_gpus = int64_t(room.size());
+  std::vector<double> running(size_t(n_layers + 1), 0.0);  // running[e]: cost of layers [0, e)
+  for (int64_t l = 0; l < n_layers; ++l) running[size_t(l + 1)] = running[size_t(l)] + double(costs[size_t(l)]);
+  const double all_room = std::accumulate(room.begin(), room.end(), 0.0);
+  std::vector<int64_t> ends;
+  double room_so_far = 0.0;
+  int64_t start = 0;
+  for (int64_t g = 0; g < n_gpus; ++g) {
+    room_so_far += room[size_t(g)];
+    const int64_t last_end = n_layers - (n_gpus - 1 - g);  // leave a layer for each later GPU
+    int64_t end = start + 1;
+    if (g + 1 == n_gpus) {
+      end = n_layers;
+    } else {
+      const double target = running[size_t(n_layers)] * room_so_far / all_room;
+      while (end < last_end && std::abs(running[size_t(end + 1)] - target) < std::abs(running[size_t(end)] - target))
+        ++end;
+    }
+    ends.push_back(end);
+    start = end;
+  }
+  return ends;
+}
+
+// Experts in the order they are wanted: by score (highest first), or with no scores the first
+// expert of every layer, then the second of every layer, ... (an even spread); ties by layer, expert.
+std::vector<int64_t> wanted_order(int64_t n_layers, int64_t n_experts, std::span<const double> scores) {
+  std::vector<int64_t> order(size_t(n_layers * n_experts));
+  std::iota(order.begin(), order.end(), 0);
+  const auto key = [&](int64_t i) {
+    return scores.empty() ? double(-(i % n_experts)) : scores[size_t(i)];  // higher first
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return key(a) > key(b); });
+  return order;
+}
+
+// Experts in the order they are wanted, each on its own layer's GPU while that has room, else on
+// the GPU with the most room left, until every GPU is full.
+void place_experts(GpuSplit& split, int64_t n_experts, std::span<const double> scores) {
+  const int64_t n_layers = split.experts_total / std::max<int64_t>(n_experts, 1);
+  std::vector<int64_t> room;
+  for (const GpuShare& g : split.gpus)
+    room.push_back(split.slot_bytes > 0 && g.budget > g.fixed() ? int64_t((g.budget - g.fixed()) / split.slot_bytes) : 0);
+  std::vector<size_t> home(size_t(n_layers), 0);  // each layer's GPU
+  for (size_t g = 0; g < split.gpus.size(); ++g)
+    for (int64_t l = split.gpus[g].first_layer; l < split.gpus[g].end_layer; ++l) home[size_t(l)] = g;
+  split.owner.assign(size_t(split.experts_total), -1);
+  int64_t left = std::accumulate(room.begin(), room.end(), int64_t(0));
+  for (const int64_t i : wanted_order(n_layers, n_experts, scores)) {
+    if (left == 0) break;
+    size_t g = home[size_t(i / n_experts)];
+    if (room[g] == 0) g = size_t(std::max_element(room.begin(), room.end()) - room.begin());
+    split.owner[size_t(i)] = int32_t(g);
+    --room[g], --left;
+    ++split.gpus[g].experts;
+  }
+}
+
+}  // namespace
+
+int64_t GpuSplit::experts_resident() const {
+  int64_t n = 0;
+  for (const GpuShare& g : gpus) n += g.experts;
+  return n;
+}
+
+GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std::span<const size_t> budgets,
+                         std::span<const double> scores) {
+  const model::Qwen35MoeConfig& c = w.config;
+  const int64_t n_gpus = int64_t(budgets.size()), n_layers = int64_t(w.layers.size());
+  if (n_gpus < 1) fail("memory plan: at least one GPU");
+  if (n_gpus > n_layers) fail("memory plan: {} GPUs for {} layers; each GPU takes at least one layer", n_gpus, n_layers);
+  if (o.context <= 0) fail("memory plan: the context must be positive");
+  if (!scores.empty() && int64_t(scores.size()) != n_layers * c.n_experts)
+    fail("memory plan: {} expert scores for {} layers of {} experts", scores.size(), n_layers, c.n_experts);
+  const int64_t chunk = o.prompt_chunk > 0 ? std::min(o.prompt_chunk, o.context) : 0;
+  const size_t scratch =
+      decode_scratch(c, o.context).total + (chunk > 0 ? prompt_scratch(w, chunk, o.context).total : 0);
+  const size_t head = head_bytes(w), sequences = size_t(std::max<int64_t>(o.parallel, 1));
+  std::vector<double> room;
+  for (int64_t g = 0; g < n_gpus; ++g) {
+    const size_t held = scratch + (g + 1 == n_gpus ? head : 0);
+    room.push_back(budgets[size_t(g)] > held ? double(budgets[size_t(g)] - held) : 0.0);
+  }
+  if (std::accumulate(room.begin(), room.end(), 0.0) <= 0.0) room.assign(room.size(), 1.0);  // refused below
+  const std::vector<size_t> costs = layer_costs(w, o);
+  const std::vector<int64_t> ends = cut_layers(costs, room);
+  GpuSplit split;
+  int64_t start = 0;
+  for (int64_t g = 0; g < n_gpus; ++g) {
+    GpuShare s{.budget = budgets[size_t(g)], .first_layer = start, .end_layer = ends[size_t(g)], .scratch = scratch};
+    bool attention = false;
+    for (int64_t l = start; l < s.end_layer; ++l) {
+      s.trunk += layer_trunk_bytes(w, size_t(l));
+      if (w.layers[size_t(l)].recurrent) {
+        s.states += sequences * state_layer_bytes(c);
+      } else {
+        s.kv += sequences * kv_layer_bytes(c, o.kv, o.context);
+        attention = true;
+      }
+    }
+    if (attention) s.kv += sequences * kv_page_table_bytes(o.context);
+    if (g + 1 == n_gpus) s.trunk += head;
+    if (s.fixed() > s.budget)
+      fail("GPU {}: a VRAM budget of {:.1f} MiB cannot hold layers {}-{} (trunk {:.1f} MiB, K/V {:.1f} MiB for {} "
+           "positions in {}, DeltaNet states {:.1f} MiB) and its scratch ({:.1f} MiB): short by {:.1f} MiB; raise "
+           "--vram-budget, use more GPUs, or a smaller --ctx",
+           g, mib(s.budget), s.first_layer, s.end_layer - 1, mib(s.trunk), mib(s.kv), o.context, kv::to_string(o.kv),
+           mib(s.states), mib(s.scratch), mib(s.fixed() - s.budget));
+    split.gpus.push_back(s);
+    start = s.end_layer;
+  }
+  for (const ExpertBytes& e : expert_bytes(w)) split.slot_bytes = std::max(split.slot_bytes, (e.total() + 255) / 256 * 256);
+  split.experts_total = n_layers * c.n_experts;
+  place_experts(split, c.n_experts, scores);
+  return split;
+}
+
+std::string describe(const GpuSplit& split) {
+  std::string out;
+  for (size_t g = 0; g < split.gpus.size(); ++g) {
+    const GpuShare& s = split.gpus[g];
+    out += fmt::format("GPU {}: budget {:.1f} MiB: layers {}-{}, trunk {:.1f}, K/V {:.1f}, DeltaNet states {:.1f}, "
+                       "scratch {:.1f}, experts {} ({:.1f} MiB)\n",
+                       g, mib(s.budget), s.first_layer, s.end_layer - 1, mib(s.trunk), mib(s.kv), mib(s.states),
+                       mib(s.scratch), s.experts, mib(size_t(s.experts) * split.slot_bytes));
+  }
+  out += fmt::format("experts in VRAM: {} of {} ({:.1f}%), none on two GPUs\n", split.experts_resident(),
+                     split.experts_total,
+                     100.0 * double(split.experts_resident()) / double(std::max<int64_t>(split.experts_total, 1)));
+  return out;
+}
+
+}  // namespace lode::plan

@@ -1,0 +1,50 @@
+// How a model spreads over several GPUs of one host (issue 20), computed from the file alone: each
+// GPU takes a contiguous range of layers, with their trunk, K/V cells and DeltaNet states and a
+// decode and a prompt scratch of its own; the last also the output norm and the lm head. The ranges
+// are cut so that each GPU's share of those layer bytes follows its share of the budgets. Then
+// whole experts fill the GPUs' room, no expert on two GPUs (together they hold as many distinct
+// experts as they have slots for): the most wanted first, each on its own layer's GPU while that
+// has room, else on the GPU with the most room left. Every expert stays in host RAM as on one GPU.
+// One GPU gives plan_memory's layers and expert count.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "plan/memory_plan.h"
+
+namespace lode::plan {
+
+struct GpuShare {
+  size_t budget = 0;
+  int64_t first_layer = 0, end_layer = 0;  // its layers: [first_layer, end_layer)
+  size_t trunk = 0;    // its layers' trunk (and the head, on the last GPU)
+  size_t kv = 0;       // its attention layers' cells and a page table, all sequences
+  size_t states = 0;   // its DeltaNet layers' states, all sequences
+  size_t scratch = 0;  // the decode step's and the prompt pass's
+  int64_t experts = 0;  // experts it holds
+  size_t fixed() const { return trunk + kv + states + scratch; }
+};
+
+struct GpuSplit {
+  std::vector<GpuShare> gpus;
+  size_t slot_bytes = 0;       // one expert's slot, as on one GPU
+  int64_t experts_total = 0;
+  // owner[layer * n_experts + expert]: the GPU holding that expert, -1 where it is in host RAM only.
+  std::vector<int32_t> owner;
+  int64_t experts_resident() const;
+};
+
+// The split for one budget per GPU (options.budget is not used). scores [layers][n_experts] say
+// which experts are wanted most (a routing profile); empty: every expert alike, each GPU then
+// spreading its slots evenly over its layers. Fails (lode::Error) when a GPU cannot hold its
+// layers and scratch, saying which and by how many MiB, or when there are more GPUs than layers.
+GpuSplit split_over_gpus(const model::ModelWeights& weights, const PlanOptions& options,
+                         std::span<const size_t> budgets, std::span<const double> scores = {});
+
+// Lines for `lode plan --gpus N`: one per GPU, then the experts' total.
+std::string describe(const GpuSplit& split);
+
+}  // namespace lode::plan

@@ -1,0 +1,146 @@
+// The plan over several GPUs (plan/gpu_split.h), from the file alone: contiguous layer ranges that
+// cover the model, each GPU within its budget, no expert on two GPUs, one GPU equal to the one-GPU
+// plan, and clear refusals.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/reader.h"
+#include "model/synth.h"
+#include "model/weights.h"
+#include "plan/gpu_split.h"
+#include "support/paths.h"
+#include "test_gguf_helpers.h"
+
+namespace {
+
+using namespace lode;
+
+constexpr size_t kMiB = size_t(1) << 20;
+
+// Checks what every split must be: the ranges in order, covering every layer, each GPU's fixed
+// bytes and expert slots within its budget, the owner table agreeing with the counts.
+void expect_sound(const plan::GpuSplit& s, const model::ModelWeights& w) {
+  int64_t next = 0;
+  for (const plan::GpuShare& g : s.gpus) {
+    EXPECT_EQ(g.first_layer, next);
+    EXPECT_GT(g.end_layer, g.first_layer);
+    EXPECT_LE(g.fixed() + size_t(g.experts) * s.slot_bytes, g.budget);
+    next = g.end_layer;
+  }
+  EXPECT_EQ(next, int64_t(w.layers.size()));
+  ASSERT_EQ(s.owner.size(), size_t(s.experts_total));
+  std::vector<int64_t> held(s.gpus.size(), 0);
+  for (int32_t o : s.owner) {
+    ASSERT_GE(o, -1);
+    ASSERT_LT(o, int32_t(s.gpus.size()));
+    if (o >= 0) ++held[size_t(o)];  // one owner per expert: never two GPUs
+  }
+  for (size_t g = 0; g < s.gpus.size(); ++g) EXPECT_EQ(held[g], s.gpus[g].experts) << "GPU " << g;
+}
+
+struct Mini {
+  Mini() : reader(test::mini_model_path()), weights(model::bind_weights(reader, model::read_config(reader.metadata()))) {}
+  gguf::Reader reader;
+  model::ModelWeights weights;
+};
+
+TEST(GpuSplit, OneGpuIsTheOneGpuPlan) {
+  const Mini m;
+  for (const size_t budget : {size_t(48) * kMiB, size_t(1024) * kMiB}) {
+    const plan::PlanOptions o{.budget = budget, .kv = kv::Format::f16, .context = 1024, .prompt_chunk = 512};
+    const plan::MemoryPlan one = plan::plan_memory(m.weights, o);
+    ASSERT_EQ(one.prompt_chunk, 512);  // not shrunk: the split does not shrink chunks
+    const plan::GpuSplit s = plan::split_over_gpus(m.weights, o, std::vector<size_t>{budget});
+    expect_sound(s, m.weights);
+    ASSERT_EQ(s.gpus.size(), 1u);
+    EXPECT_EQ(s.gpus[0].trunk, one.trunk);
+    EXPECT_EQ(s.gpus[0].kv, one.kv);
+    EXPECT_EQ(s.gpus[0].states, one.states);
+    EXPECT_EQ(s.gpus[0].scratch, one.decode_scratch + one.prompt_scratch);
+    EXPECT_EQ(s.slot_bytes, one.slot_bytes);
+    EXPECT_EQ(s.experts_resident(), one.experts_resident);
+  }
+}
+
+// Two and four GPUs, each of the budget that holds the whole trunk and ten experts on one: each
+// holds more (fewer layers), together as many distinct experts as they have slots for, each GPU
+// its own layers' first; and with unequal budgets the larger takes more of the layers.
+TEST(GpuSplit, SeveralGpusShareTheLayersAndNeverAnExpert) {
+  const Mini m;
+  const plan::PlanOptions o{.kv = kv::Format::f16, .context = 1024, .prompt_chunk = 512};
+  // A budget that holds the whole trunk and ten experts on one GPU.
+  const plan::GpuShare whole = plan::split_over_gpus(m.weights, o, std::vector<size_t>{size_t(1024) * kMiB}).gpus[0];
+  const size_t slot = plan::split_over_gpus(m.weights, o, std::vector<size_t>{size_t(1024) * kMiB}).slot_bytes;
+  const size_t budget = whole.fixed() + 10 * slot;
+  const plan::GpuSplit one = plan::split_over_gpus(m.weights, o, std::vector<size_t>{budget});
+  ASSERT_EQ(one.experts_resident(), 10);
+  for (const size_t n : {size_t(2), size_t(4)}) {
+    SCOPED_TRACE(n);
+    const plan::GpuSplit s = plan::split_over_gpus(m.weights, o, std::vector<size_t>(n, budget));
+    expect_sound(s, m.weights);
+    ASSERT_EQ(s.gpus.size(), n);
+    EXPECT_GE(s.experts_resident(), int64_t(n) * 10);  // each GPU holds fewer layers than one did
+    int64_t slots = 0;  // together: as many distinct experts as they have slots for
+    for (const plan::GpuShare& g : s.gpus) slots += int64_t((g.budget - g.fixed()) / s.slot_bytes);
+    EXPECT_EQ(s.experts_resident(), std::min(slots, s.experts_total));
+    int64_t own = 0;
+    for (size_t i = 0; i < s.owner.size(); ++i) {
+      const int32_t g = s.owner[i];
+      const int64_t layer = int64_t(i) / m.weights.config.n_experts;
+      if (g >= 0 && layer >= s.gpus[size_t(g)].first_layer && layer < s.gpus[size_t(g)].end_layer) ++own;
+    }
+    EXPECT_GT(own, 0);
+    EXPECT_GE(s.gpus.back().trunk, plan::head_bytes(m.weights));  // the lm head is on the last
+  }
+  // Unequal budgets: the larger GPU takes more of the layers.
+  const plan::GpuSplit uneven = plan::split_over_gpus(m.weights, o, std::vector<size_t>{size_t(200) * kMiB,
+                                                                                        size_t(30) * kMiB});
+  expect_sound(uneven, m.weights);
+  EXPECT_GT(uneven.gpus[0].end_layer - uneven.gpus[0].first_layer,
+            uneven.gpus[1].end_layer - uneven.gpus[1].first_layer);
+}
+
+// A routing profile's scores decide which experts are placed: the most wanted first, on their
+// own layer's GPU while it has room, else on another GPU (never left in host RAM while a GPU has
+// room for them).
+TEST(GpuSplit, TheMostWantedExpertsArePlaced) {
+  const Mini m;
+  const model::Qwen35MoeConfig& c = m.weights.config;
+  const plan::PlanOptions o{.kv = kv::Format::f16, .context = 1024, .prompt_chunk = 512};
+  std::vector<double> scores(size_t(c.n_layers * c.n_experts), 0.0);
+  for (int64_t e = 0; e < c.n_experts; ++e) scores[size_t(e)] = 1.0 + double(e);  // only layer 0's are wanted
+  const plan::GpuSplit big = plan::split_over_gpus(m.weights, o, std::vector<size_t>{size_t(1024) * kMiB});
+  // One GPU with room for 10: layer 0's ten highest.
+  const size_t ten = big.gpus[0].fixed() + 10 * big.slot_bytes;
+  const plan::GpuSplit one = plan::split_over_gpus(m.weights, o, std::vector<size_t>{ten}, scores);
+  expect_sound(one, m.weights);
+  for (int64_t e = 0; e < c.n_experts; ++e) EXPECT_EQ(one.owner[size_t(e)] >= 0, e >= c.n_experts - 10) << e;
+  // Two GPUs, the second with no room of its own to speak of: layer 0's experts all placed, on GPU 0
+  // (layer 0's own) first.
+  const plan::GpuSplit two = plan::split_over_gpus(m.weights, o, std::vector<size_t>{size_t(1024) * kMiB, ten}, scores);
+  expect_sound(two, m.weights);
+  for (int64_t e = 0; e < c.n_experts; ++e) EXPECT_EQ(two.owner[size_t(e)], 0) << e;
+}
+
+TEST(GpuSplit, WhatCannotFitIsRefusedSayingWhy) {
+  const Mini m;
+  const plan::PlanOptions o{.kv = kv::Format::f16, .context = 1024, .prompt_chunk = 512};
+  try {
+    plan::split_over_gpus(m.weights, o, std::vector<size_t>{size_t(200) * kMiB, size_t(1) * kMiB});
+    ADD_FAILURE() << "a 1 MiB GPU was given layers";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("GPU 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("short by"), std::string::npos) << what;
+  }
+  const std::vector<size_t> too_many(size_t(m.weights.config.n_layers + 1), size_t(200) * kMiB);
+  EXPECT_THROW(plan::split_over_gpus(m.weights, o, too_many), Error);
+  EXPECT_THROW(plan::split_over_gpus(m.weights, o, std::vector<size_t>{}), Error);
+}
+
+}  // namespace
