@@ -14,6 +14,7 @@
 #include "model/weights.h"
 #include "plan/gpu_split.h"
 #include "support/paths.h"
+#include "support/run_lode.h"
 #include "test_gguf_helpers.h"
 
 namespace {
@@ -141,6 +142,19 @@ TEST(GpuSplit, WhatCannotFitIsRefusedSayingWhy) {
   const std::vector<size_t> too_many(size_t(m.weights.config.n_layers + 1), size_t(200) * kMiB);
   EXPECT_THROW(plan::split_over_gpus(m.weights, o, too_many), Error);
   EXPECT_THROW(plan::split_over_gpus(m.weights, o, std::vector<size_t>{}), Error);
+}
+
+// lode plan --gpus N prints each GPU's share and the experts' total; a GPU too small is an error.
+TEST(GpuSplit, TheCommandPrintsEachGpu) {
+  const test::TempDir dir;
+  const std::string plan = "plan -m '" + test::mini_model_path().string() + "' --ctx 1024 --prompt-chunk 512 --gpus 2";
+  const auto r = test::run_lode(plan + " --vram-budget 40", dir.path());
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* want : {"2 GPUs of 40.0 MiB each", "GPU 0: budget 40.0 MiB: layers 0-", "GPU 1:", "none on two GPUs"})
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << "\n" << r.out;
+  const auto small = test::run_lode(plan + " --vram-budget 10", dir.path());
+  EXPECT_EQ(small.status, 1);
+  EXPECT_NE(small.err.find("short by"), std::string::npos) << small.err;
 }
 
 }  // namespace
