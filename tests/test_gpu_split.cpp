@@ -121,11 +121,85 @@ TEST(GpuSplit, TheMostWantedExpertsArePlaced) {
   const plan::GpuSplit one = plan::split_over_gpus(m.weights, o, std::vector<size_t>{ten}, scores);
   expect_sound(one, m.weights);
   for (int64_t e = 0; e < c.n_experts; ++e) EXPECT_EQ(one.owner[size_t(e)] >= 0, e >= c.n_experts - 10) << e;
-  // Two GPUs, the second with no room of its own to speak of: layer 0's experts all placed, on GPU 0
-  // (layer 0's own) first.
+  // Two GPUs, GPU 0 (which holds layer 0) with ample room: layer 0's experts all on GPU 0. (A GPU
+  // too full for its own layer's experts: OneLayerEachTightBudgetsCapsAndSpills.)
   const plan::GpuSplit two = plan::split_over_gpus(m.weights, o, std::vector<size_t>{size_t(1024) * kMiB, ten}, scores);
   expect_sound(two, m.weights);
   for (int64_t e = 0; e < c.n_experts; ++e) EXPECT_EQ(two.owner[size_t(e)], 0) << e;
+}
+
+// The cut fits wherever a contiguous cut fits: cases where ending each range at the nearest
+// proportional share would put a layer too many on a GPU (found in review).
+TEST(GpuSplit, TheLayerCutFitsWhereverACutFits) {
+  const auto loads = [](std::span<const size_t> costs, const std::vector<int64_t>& ends) {
+    std::vector<double> out;
+    int64_t start = 0;
+    for (int64_t end : ends) {
+      out.push_back(0);
+      for (int64_t l = start; l < end; ++l) out.back() += double(costs[size_t(l)]);
+      start = end;
+    }
+    return out;
+  };
+  struct Case {
+    std::vector<size_t> costs;
+    std::vector<double> room;
+  };
+  for (const Case& k : {Case{{14, 10, 14, 10}, {41, 23}}, Case{{15, 10, 15, 40, 15}, {118, 32, 109}},
+                        Case{{5, 5, 5, 5}, {100, 100, 100, 100}}, Case{{10, 10, 10}, {30, 0.5, 30}}}) {
+    const plan::LayerCut cut = plan::cut_layers(k.costs, k.room);
+    ASSERT_EQ(cut.ends.size(), k.room.size());
+    EXPECT_EQ(cut.ends.back(), int64_t(k.costs.size()));
+    const std::vector<double> load = loads(k.costs, cut.ends);
+    for (size_t g = 0; g < load.size(); ++g) {
+      EXPECT_GE(load[g], 1.0) << "GPU " << g << ": no layer";
+      if (k.room[g] >= 1.0) EXPECT_LE(load[g], k.room[g]) << "GPU " << g;
+    }
+    EXPECT_EQ(cut.load <= 1.0, k.room[1] >= 1.0) << cut.load;  // the last case cannot fit: a GPU with no room
+  }
+}
+
+// With as many GPUs as layers each takes one; a tight budget halves the prompt chunk as on one GPU;
+// a cap on resident experts holds for all GPUs together; an expert whose own GPU is full goes to
+// another GPU rather than staying in host RAM.
+TEST(GpuSplit, OneLayerEachTightBudgetsCapsAndSpills) {
+  const Mini m;
+  const model::Qwen35MoeConfig& c = m.weights.config;
+  const plan::PlanOptions o{.kv = kv::Format::f16, .context = 1024, .prompt_chunk = 512};
+  const plan::GpuSplit each = plan::split_over_gpus(m.weights, o, std::vector<size_t>(size_t(c.n_layers), 200 * kMiB));
+  expect_sound(each, m.weights);
+  for (size_t g = 0; g < each.gpus.size(); ++g) EXPECT_EQ(each.gpus[g].end_layer - each.gpus[g].first_layer, 1);
+
+  const plan::MemoryPlan roomy = plan::plan_memory(m.weights, {.budget = 4096 * kMiB, .context = 1024, .prompt_chunk = 512});
+  plan::PlanOptions tight = o;
+  tight.budget = roomy.fixed() - 1;  // one GPU halves its chunk here
+  const plan::MemoryPlan shrunk = plan::plan_memory(m.weights, tight);
+  ASSERT_LT(shrunk.prompt_chunk, 512);
+  const plan::GpuSplit one = plan::split_over_gpus(m.weights, tight, std::vector<size_t>{tight.budget});
+  EXPECT_EQ(one.prompt_chunk, shrunk.prompt_chunk);
+  EXPECT_EQ(one.experts_resident(), shrunk.experts_resident);
+
+  plan::PlanOptions capped = o;
+  capped.max_resident_experts = 7;
+  EXPECT_EQ(plan::split_over_gpus(m.weights, capped, std::vector<size_t>(2, 200 * kMiB)).experts_resident(), 7);
+
+  // GPU 0 with room for layer 0 and 3 experts, GPU 1 with plenty: layer 0's wanted experts fill
+  // GPU 0 and spill to GPU 1.
+  std::vector<double> scores(size_t(c.n_layers * c.n_experts), 0.0);
+  for (int64_t e = 0; e < c.n_experts; ++e) scores[size_t(e)] = 1.0 + double(e);
+  const size_t gpu0 = each.gpus[0].fixed() + 3 * each.slot_bytes;  // layer 0 alone, and 3 slots
+  const plan::GpuSplit spill = plan::split_over_gpus(m.weights, o, std::vector<size_t>{gpu0, 200 * kMiB}, scores);
+  expect_sound(spill, m.weights);
+  ASSERT_EQ(spill.gpus[0].first_layer, 0);
+  ASSERT_EQ(spill.gpus[0].end_layer, 1);
+  int64_t on_home = 0, spilled = 0;
+  for (int64_t e = 0; e < c.n_experts; ++e) {
+    EXPECT_GE(spill.owner[size_t(e)], 0) << e;
+    (spill.owner[size_t(e)] == 0 ? on_home : spilled) += 1;
+  }
+  EXPECT_EQ(on_home, 3);
+  EXPECT_EQ(spilled, c.n_experts - 3);
+  for (int64_t e = c.n_experts - 3; e < c.n_experts; ++e) EXPECT_EQ(spill.owner[size_t(e)], 0) << e;  // the most wanted at home
 }
 
 TEST(GpuSplit, WhatCannotFitIsRefusedSayingWhy) {

@@ -64,12 +64,12 @@ void run_plan(const PlanCommandOptions& o) {
   options.prompt_chunk = o.prompt_chunk;
   fmt::print("model: {} ({} layers, {} experts per layer, top {})\n", o.model, config.n_layers, config.n_experts,
              config.n_experts_used);
-  if (o.gpus > 1) {  // prompt chunks as asked (the split does not shrink them)
-    const std::vector<size_t> budgets(size_t(o.gpus), options.budget);
-    fmt::print("{} GPUs of {:.1f} MiB each, K/V for {} x {} positions in {}, prompt chunks of {}:\n{}", o.gpus,
-               double(options.budget) / double(1 << 20), options.parallel, options.context,
-               kv::to_string(options.kv), std::min(options.prompt_chunk, options.context),
-               plan::describe(plan::split_over_gpus(weights, options, budgets)));
+  if (o.gpus > 1) {
+    const plan::GpuSplit split = plan::split_over_gpus(weights, options, std::vector<size_t>(size_t(o.gpus), options.budget));
+    fmt::print("{} GPUs of {:.1f} MiB each, K/V for {} x {} positions in {} (experts spread evenly; no routing "
+               "profile):\n{}",
+               o.gpus, double(options.budget) / double(1 << 20), options.parallel, options.context,
+               kv::to_string(options.kv), plan::describe(split));
     return;
   }
   const plan::MemoryPlan chosen = plan::plan_memory(weights, options);
@@ -108,7 +108,7 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::Range(int64_t(1), int64_t(65535)));
   cmd->add_option("--gpus", o->gpus,
                   "Plan for this many GPUs of one host, each with the budget: their layers and experts (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t(1), int64_t(1024)));
   cmd->callback([o] { run_plan(*o); });
 }
 

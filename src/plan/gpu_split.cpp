@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
@@ -26,33 +27,6 @@ std::vector<size_t> layer_costs(const model::ModelWeights& w, const PlanOptions&
   return costs;
 }
 
-// The layer each GPU's range ends at: range g ends where the running cost comes closest to the
-// running share of `room` up to g, each range at least one layer.
-std::vector<int64_t> cut_layers(const std::vector<size_t>& costs, const std::vector<double>& room) {
-  const int64_t n_layers = int64_t(costs.size()), n_gpus = int64_t(room.size());
-  std::vector<double> running(size_t(n_layers + 1), 0.0);  // running[e]: cost of layers [0, e)
-  for (int64_t l = 0; l < n_layers; ++l) running[size_t(l + 1)] = running[size_t(l)] + double(costs[size_t(l)]);
-  const double all_room = std::accumulate(room.begin(), room.end(), 0.0);
-  std::vector<int64_t> ends;
-  double room_so_far = 0.0;
-  int64_t start = 0;
-  for (int64_t g = 0; g < n_gpus; ++g) {
-    room_so_far += room[size_t(g)];
-    const int64_t last_end = n_layers - (n_gpus - 1 - g);  // leave a layer for each later GPU
-    int64_t end = start + 1;
-    if (g + 1 == n_gpus) {
-      end = n_layers;
-    } else {
-      const double target = running[size_t(n_layers)] * room_so_far / all_room;
-      while (end < last_end && std::abs(running[size_t(end + 1)] - target) < std::abs(running[size_t(end)] - target))
-        ++end;
-    }
-    ends.push_back(end);
-    start = end;
-  }
-  return ends;
-}
-
 // Experts in the order they are wanted: by score (highest first), or with no scores the first
 // expert of every layer, then the second of every layer, ... (an even spread); ties by layer, expert.
 std::vector<int64_t> wanted_order(int64_t n_layers, int64_t n_experts, std::span<const double> scores) {
@@ -67,7 +41,7 @@ std::vector<int64_t> wanted_order(int64_t n_layers, int64_t n_experts, std::span
 
 // Experts in the order they are wanted, each on its own layer's GPU while that has room, else on
 // the GPU with the most room left, until every GPU is full.
-void place_experts(GpuSplit& split, int64_t n_experts, std::span<const double> scores) {
+void place_experts(GpuSplit& split, int64_t n_experts, std::span<const double> scores, int64_t cap) {
   const int64_t n_layers = split.experts_total / std::max<int64_t>(n_experts, 1);
   std::vector<int64_t> room;
   for (const GpuShare& g : split.gpus)
@@ -77,6 +51,7 @@ void place_experts(GpuSplit& split, int64_t n_experts, std::span<const double> s
     for (int64_t l = split.gpus[g].first_layer; l < split.gpus[g].end_layer; ++l) home[size_t(l)] = g;
   split.owner.assign(size_t(split.experts_total), -1);
   int64_t left = std::accumulate(room.begin(), room.end(), int64_t(0));
+  if (cap >= 0) left = std::min(left, cap);
   for (const int64_t i : wanted_order(n_layers, n_experts, scores)) {
     if (left == 0) break;
     size_t g = home[size_t(i / n_experts)];
@@ -95,31 +70,42 @@ int64_t GpuSplit::experts_resident() const {
   return n;
 }
 
-GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std::span<const size_t> budgets,
-                         std::span<const double> scores) {
-  const model::Qwen35MoeConfig& c = w.config;
-  const int64_t n_gpus = int64_t(budgets.size()), n_layers = int64_t(w.layers.size());
-  if (n_gpus < 1) fail("memory plan: at least one GPU");
-  if (n_gpus > n_layers) fail("memory plan: {} GPUs for {} layers; each GPU takes at least one layer", n_gpus, n_layers);
-  if (o.context <= 0) fail("memory plan: the context must be positive");
-  if (!scores.empty() && int64_t(scores.size()) != n_layers * c.n_experts)
-    fail("memory plan: {} expert scores for {} layers of {} experts", scores.size(), n_layers, c.n_experts);
-  const int64_t chunk = o.prompt_chunk > 0 ? std::min(o.prompt_chunk, o.context) : 0;
-  const size_t scratch =
-      decode_scratch(c, o.context).total + (chunk > 0 ? prompt_scratch(w, chunk, o.context).total : 0);
-  const size_t head = head_bytes(w), sequences = size_t(std::max<int64_t>(o.parallel, 1));
-  std::vector<double> room;
-  for (int64_t g = 0; g < n_gpus; ++g) {
-    const size_t held = scratch + (g + 1 == n_gpus ? head : 0);
-    room.push_back(budgets[size_t(g)] > held ? double(budgets[size_t(g)] - held) : 0.0);
+LayerCut cut_layers(std::span<const size_t> costs, std::span<const double> room) {
+  const size_t n_layers = costs.size(), n_gpus = room.size();
+  std::vector<double> running(n_layers + 1, 0.0);  // running[e]: the cost of layers [0, e)
+  for (size_t l = 0; l < n_layers; ++l) running[l + 1] = running[l] + double(costs[l]);
+  // best[g][e]: the smallest largest share of its room any GPU carries when GPUs [0, g) take
+  // layers [0, e), each at least one; from[g][e]: where GPU g - 1's range then starts.
+  const double none = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(n_gpus + 1, std::vector<double>(n_layers + 1, none));
+  std::vector<std::vector<size_t>> from(n_gpus + 1, std::vector<size_t>(n_layers + 1, 0));
+  best[0][0] = 0.0;
+  for (size_t g = 0; g < n_gpus; ++g) {
+    const double space = std::max(room[g], 1.0);  // no room: one byte
+    for (size_t e = g + 1; e + (n_gpus - 1 - g) <= n_layers; ++e)
+      for (size_t start = g; start < e; ++start) {
+        if (best[g][start] == none) continue;
+        const double load = std::max(best[g][start], (running[e] - running[start]) / space);
+        if (load < best[g + 1][e]) best[g + 1][e] = load, from[g + 1][e] = start;
+      }
   }
-  if (std::accumulate(room.begin(), room.end(), 0.0) <= 0.0) room.assign(room.size(), 1.0);  // refused below
-  const std::vector<size_t> costs = layer_costs(w, o);
-  const std::vector<int64_t> ends = cut_layers(costs, room);
-  GpuSplit split;
+  LayerCut cut{std::vector<int64_t>(n_gpus), best[n_gpus][n_layers]};
+  for (size_t g = n_gpus, e = n_layers; g > 0; e = from[g][e], --g) cut.ends[g - 1] = int64_t(e);
+  return cut;
+}
+
+namespace {
+
+// Each GPU's share for `ends` at a prompt chunk.
+std::vector<GpuShare> shares(const model::ModelWeights& w, const PlanOptions& o, std::span<const size_t> budgets,
+                             const std::vector<int64_t>& ends, size_t scratch) {
+  const model::Qwen35MoeConfig& c = w.config;
+  const size_t sequences = size_t(std::max<int64_t>(o.parallel, 1));
+  std::vector<GpuShare> out;
   int64_t start = 0;
-  for (int64_t g = 0; g < n_gpus; ++g) {
-    GpuShare s{.budget = budgets[size_t(g)], .first_layer = start, .end_layer = ends[size_t(g)], .scratch = scratch};
+  bool any_attention = false;
+  for (size_t g = 0; g < ends.size(); ++g) {
+    GpuShare s{.budget = budgets[g], .first_layer = start, .end_layer = ends[g], .scratch = scratch};
     bool attention = false;
     for (int64_t l = start; l < s.end_layer; ++l) {
       s.trunk += layer_trunk_bytes(w, size_t(l));
@@ -130,21 +116,73 @@ GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std
         attention = true;
       }
     }
-    if (attention) s.kv += sequences * kv_page_table_bytes(o.context);
-    if (g + 1 == n_gpus) s.trunk += head;
-    if (s.fixed() > s.budget)
-      fail("GPU {}: a VRAM budget of {:.1f} MiB cannot hold layers {}-{} (trunk {:.1f} MiB, K/V {:.1f} MiB for {} "
-           "positions in {}, DeltaNet states {:.1f} MiB) and its scratch ({:.1f} MiB): short by {:.1f} MiB; raise "
-           "--vram-budget, use more GPUs, or a smaller --ctx",
-           g, mib(s.budget), s.first_layer, s.end_layer - 1, mib(s.trunk), mib(s.kv), o.context, kv::to_string(o.kv),
-           mib(s.states), mib(s.scratch), mib(s.fixed() - s.budget));
-    split.gpus.push_back(s);
+    if (attention) s.kv += sequences * kv_page_table_bytes(o.context);  // each GPU's cache has its table
+    any_attention = any_attention || attention;
+    if (g + 1 == ends.size()) s.trunk += head_bytes(w);
+    out.push_back(s);
     start = s.end_layer;
   }
-  for (const ExpertBytes& e : expert_bytes(w)) split.slot_bytes = std::max(split.slot_bytes, (e.total() + 255) / 256 * 256);
-  split.experts_total = n_layers * c.n_experts;
-  place_experts(split, c.n_experts, scores);
-  return split;
+  if (!any_attention) out.front().kv += sequences * kv_page_table_bytes(o.context);  // as plan_memory counts it
+  return out;
+}
+
+// Fails for the GPU the cut leaves shortest, saying what it holds and what would help.
+[[noreturn]] void refuse(const std::vector<GpuShare>& gpus, const PlanOptions& o, int64_t chunk, size_t head) {
+  size_t worst = 0;
+  for (size_t g = 1; g < gpus.size(); ++g)
+    if (int64_t(gpus[g].fixed() - gpus[g].budget) > int64_t(gpus[worst].fixed() - gpus[worst].budget)) worst = g;
+  const GpuShare& s = gpus[worst];
+  const bool layers_are_the_problem = s.scratch + (worst + 1 == gpus.size() ? head : 0) < s.budget;
+  fail("GPU {}: a VRAM budget of {:.1f} MiB cannot hold layers {}-{} (trunk {:.1f} MiB, K/V {:.1f} MiB for {} positions "
+       "in {}, DeltaNet states {:.1f} MiB) and its scratch for prompt chunks of {} ({:.1f} MiB): short by {:.1f} MiB; "
+       "raise --vram-budget or give a smaller --ctx{}",
+       worst, mib(s.budget), s.first_layer, s.end_layer - 1, mib(s.trunk), mib(s.kv), o.context, kv::to_string(o.kv),
+       mib(s.states), chunk, mib(s.scratch), mib(s.fixed() - s.budget), layers_are_the_problem ? ", or use more GPUs" : "");
+}
+
+}  // namespace
+
+GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std::span<const size_t> budgets,
+                         std::span<const double> scores) {
+  const model::Qwen35MoeConfig& c = w.config;
+  const int64_t n_gpus = int64_t(budgets.size()), n_layers = int64_t(w.layers.size());
+  if (n_gpus < 1) fail("memory plan: at least one GPU");
+  if (n_gpus > n_layers) fail("memory plan: {} GPUs for {} layers; each GPU takes at least one layer", n_gpus, n_layers);
+  if (o.context <= 0) fail("memory plan: the context must be positive");
+  if (!scores.empty() && int64_t(scores.size()) != n_layers * c.n_experts)
+    fail("memory plan: {} expert scores for {} layers of {} experts", scores.size(), n_layers, c.n_experts);
+  for (double score : scores)
+    if (!std::isfinite(score)) fail("memory plan: an expert score is not a finite number");
+  const size_t head = head_bytes(w);
+  const std::vector<size_t> costs = layer_costs(w, o);
+  // The prompt chunk halves while the GPUs cannot hold it, as on one GPU (plan_memory).
+  int64_t chunk = o.prompt_chunk > 0 ? std::min(o.prompt_chunk, o.context) : 0;
+  const int64_t smallest = o.prompt_chunk > 0 ? std::min({o.prompt_chunk, kMinPromptChunk, o.context}) : 0;
+  for (;;) {
+    const size_t scratch =
+        decode_scratch(c, o.context).total + (chunk > 0 ? prompt_scratch(w, chunk, o.context).total : 0);
+    std::vector<double> room;
+    for (int64_t g = 0; g < n_gpus; ++g) {
+      const double held = double(scratch + (g + 1 == n_gpus ? head : 0));
+      room.push_back(std::max(double(budgets[size_t(g)]) - held, 0.0));
+    }
+    const LayerCut cut = cut_layers(costs, room);
+    std::vector<GpuShare> gpus = shares(w, o, budgets, cut.ends, scratch);
+    const bool fits = std::all_of(gpus.begin(), gpus.end(), [](const GpuShare& s) { return s.fixed() <= s.budget; });
+    if (!fits && chunk > smallest) {
+      chunk = std::max(chunk / 2, smallest);
+      continue;
+    }
+    if (!fits) refuse(gpus, o, chunk, head);
+    GpuSplit split;
+    split.gpus = std::move(gpus);
+    split.prompt_chunk = chunk;
+    for (const ExpertBytes& e : expert_bytes(w))
+      split.slot_bytes = std::max(split.slot_bytes, (e.total() + 255) / 256 * 256);
+    split.experts_total = n_layers * c.n_experts;
+    place_experts(split, c.n_experts, scores, o.max_resident_experts);
+    return split;
+  }
 }
 
 std::string describe(const GpuSplit& split) {
@@ -152,9 +190,9 @@ std::string describe(const GpuSplit& split) {
   for (size_t g = 0; g < split.gpus.size(); ++g) {
     const GpuShare& s = split.gpus[g];
     out += fmt::format("GPU {}: budget {:.1f} MiB: layers {}-{}, trunk {:.1f}, K/V {:.1f}, DeltaNet states {:.1f}, "
-                       "scratch {:.1f}, experts {} ({:.1f} MiB)\n",
+                       "scratch {:.1f} (prompt chunks of {}), experts {} ({:.1f} MiB)\n",
                        g, mib(s.budget), s.first_layer, s.end_layer - 1, mib(s.trunk), mib(s.kv), mib(s.states),
-                       mib(s.scratch), s.experts, mib(size_t(s.experts) * split.slot_bytes));
+                       mib(s.scratch), split.prompt_chunk, s.experts, mib(size_t(s.experts) * split.slot_bytes));
   }
   out += fmt::format("experts in VRAM: {} of {} ({:.1f}%), none on two GPUs\n", split.experts_resident(),
                      split.experts_total,

@@ -1,11 +1,13 @@
 // How a model spreads over several GPUs of one host (issue 20), computed from the file alone: each
-// GPU takes a contiguous range of layers, with their trunk, K/V cells and DeltaNet states and a
-// decode and a prompt scratch of its own; the last also the output norm and the lm head. The ranges
-// are cut so that each GPU's share of those layer bytes follows its share of the budgets. Then
-// whole experts fill the GPUs' room, no expert on two GPUs (together they hold as many distinct
-// experts as they have slots for): the most wanted first, each on its own layer's GPU while that
-// has room, else on the GPU with the most room left. Every expert stays in host RAM as on one GPU.
-// One GPU gives plan_memory's layers and expert count.
+// GPU takes a contiguous range of layers, with their trunk, K/V cells and DeltaNet states, and a
+// decode and a prompt scratch of its own (each as large as one GPU's: counted high for all but
+// the last); the last GPU also the output norm and the lm head. The cut loads the GPUs as evenly
+// as a contiguous cut can against the room each has besides its scratch (and the head); the
+// prompt chunk halves while the GPUs cannot hold it, as on one GPU. Then whole experts fill the
+// GPUs' room, no expert on two GPUs (together they hold as many distinct experts as they have
+// slots for): the most wanted first, each on its own layer's GPU while that has room, else on the
+// GPU with the most room left. Every expert stays in host RAM as on one GPU. One GPU gives
+// plan_memory's figures.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +32,7 @@ struct GpuShare {
 
 struct GpuSplit {
   std::vector<GpuShare> gpus;
+  int64_t prompt_chunk = 0;    // after halving to fit (0: prompts token by token)
   size_t slot_bytes = 0;       // one expert's slot, as on one GPU
   int64_t experts_total = 0;
   // owner[layer * n_experts + expert]: the GPU holding that expert, -1 where it is in host RAM only.
@@ -37,12 +40,23 @@ struct GpuSplit {
   int64_t experts_resident() const;
 };
 
-// The split for one budget per GPU (options.budget is not used). scores [layers][n_experts] say
-// which experts are wanted most (a routing profile); empty: every expert alike, each GPU then
-// spreading its slots evenly over its layers. Fails (lode::Error) when a GPU cannot hold its
-// layers and scratch, saying which and by how many MiB, or when there are more GPUs than layers.
+// The split for one budget per GPU (options.budget is not used; max_resident_experts caps the
+// experts of all GPUs together). scores [layers][n_experts] say which experts are wanted most (a
+// routing profile); empty: the first expert of every layer, then the second, ... (an even spread).
+// Fails (lode::Error) when no cut lets every GPU hold its layers and scratch at the smallest
+// prompt chunk, naming the GPU left shortest and by how many MiB, or when there are more GPUs
+// than layers.
 GpuSplit split_over_gpus(const model::ModelWeights& weights, const PlanOptions& options,
                          std::span<const size_t> budgets, std::span<const double> scores = {});
+
+// Where each GPU's range of layers ends (ends[g]), for layer costs and each GPU's room: the cut
+// whose most loaded GPU carries the smallest share of its room (`load`; the cut fits where load
+// <= 1), by dynamic programming over (GPUs, layers). Each GPU takes at least one layer.
+struct LayerCut {
+  std::vector<int64_t> ends;
+  double load = 0.0;
+};
+LayerCut cut_layers(std::span<const size_t> costs, std::span<const double> room);
 
 // Lines for `lode plan --gpus N`: one per GPU, then the experts' total.
 std::string describe(const GpuSplit& split);
