@@ -40,7 +40,7 @@ namespace {
 
 std::unique_ptr<engine::Sequence> open_gpu_sequence(const BackendOptions& o, LoadedModel& model,
                                                     const ModelRunOptions& run) {
-  const GpuRun gpu{.ctx = run.ctx > 0 ? run.ctx : std::min<int64_t>(model.config.context_length, 8192),
+  const GpuRun gpu{.ctx = gpu_context(model.config, run.ctx),
                    .activations = run.activations_or(model::Activations::q8),
                    .kv_format = run.kv_format()};
   return open_gpu_model(o, model.reader, model.config, model.weights, gpu)->open_sequence();
@@ -73,6 +73,10 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
   (void)o, (void)reader, (void)config, (void)weights, (void)run;
   fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
 #endif
+}
+
+int64_t gpu_context(const model::Qwen35MoeConfig& config, int64_t asked) {
+  return asked > 0 ? asked : std::min<int64_t>(config.context_length, 8192);
 }
 
 std::string first_gpu() {

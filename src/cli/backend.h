@@ -37,6 +37,10 @@ void add_vram_budget_option(CLI::App& cmd, int64_t& mib);
 // The first visible GPU's name, or empty when there is none (or no CUDA in this build).
 std::string first_gpu();
 
+// The positions of K/V a GPU session keeps: `asked` (--ctx), else the model's context up to 8192
+// (the cells are allocated up front on the GPU).
+int64_t gpu_context(const model::Qwen35MoeConfig& config, int64_t asked);
+
 // What the GPU engine is made for: K/V for ctx positions, decode's products' activations, the
 // K/V format.
 struct GpuRun {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/error.h"
@@ -59,7 +60,7 @@ void run_plan(const PlanCommandOptions& o) {
   plan::PlanOptions options;
   options.budget = budget_bytes(o.vram_budget_mib);
   options.kv = chosen_kv_format(o.kv);
-  options.context = o.ctx > 0 ? o.ctx : std::min<int64_t>(config.context_length, 8192);
+  options.context = gpu_context(config, o.ctx);
   options.parallel = o.parallel;
   options.prompt_chunk = o.prompt_chunk;
   fmt::print("model: {} ({} layers, {} experts per layer, top {})\n", o.model, config.n_layers, config.n_experts,

@@ -62,7 +62,7 @@ std::string serving_backend(const ServeOptions& o) {
 // The engine on the GPU, one request at a time; the worker's chunks and checkpoints sized for it.
 std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedModel& model,
                                           std::shared_ptr<const model::ModelWeights> weights, kv::Format kv) {
-  const GpuRun run{.ctx = o.context > 0 ? o.context : std::min<int64_t>(model.config.context_length, 8192),
+  const GpuRun run{.ctx = gpu_context(model.config, o.context),
                    .activations = model::Activations::q8,
                    .kv_format = kv};
   auto engine = open_gpu_model(o.backend, model.reader, model.config, std::move(weights), run);

@@ -15,16 +15,24 @@ namespace {
 
 double mib(size_t bytes) { return double(bytes) / double(1 << 20); }
 
-// What each layer puts on its GPU besides experts: its trunk, and its K/V cells (attention) or its
-// DeltaNet states, for every sequence.
-std::vector<size_t> layer_costs(const model::ModelWeights& w, const PlanOptions& o) {
+// What one layer puts on its GPU besides experts, for every sequence: its trunk, and its K/V
+// cells (attention) or its DeltaNet states.
+struct LayerBytes {
+  size_t trunk = 0, kv = 0, states = 0;
+  bool attention = false;
+  size_t total() const { return trunk + kv + states; }
+};
+
+std::vector<LayerBytes> layer_bytes(const model::ModelWeights& w, const PlanOptions& o) {
   const size_t sequences = size_t(std::max<int64_t>(o.parallel, 1));
-  std::vector<size_t> costs;
-  for (size_t l = 0; l < w.layers.size(); ++l)
-    costs.push_back(layer_trunk_bytes(w, l) + sequences * (w.layers[l].recurrent
-                                                               ? state_layer_bytes(w.config)
-                                                               : kv_layer_bytes(w.config, o.kv, o.context)));
-  return costs;
+  std::vector<LayerBytes> out;
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    LayerBytes b{.trunk = layer_trunk_bytes(w, l), .attention = !w.layers[l].recurrent};
+    (b.attention ? b.kv : b.states) =
+        sequences * (b.attention ? kv_layer_bytes(w.config, o.kv, o.context) : state_layer_bytes(w.config));
+    out.push_back(b);
+  }
+  return out;
 }
 
 // Experts in the order they are wanted: by score (highest first), or with no scores the first
@@ -97,10 +105,8 @@ LayerCut cut_layers(std::span<const size_t> costs, std::span<const double> room)
 namespace {
 
 // Each GPU's share for `ends` at a prompt chunk.
-std::vector<GpuShare> shares(const model::ModelWeights& w, const PlanOptions& o, std::span<const size_t> budgets,
-                             const std::vector<int64_t>& ends, size_t scratch) {
-  const model::Qwen35MoeConfig& c = w.config;
-  const size_t sequences = size_t(std::max<int64_t>(o.parallel, 1));
+std::vector<GpuShare> shares(const std::vector<LayerBytes>& layers, size_t head, size_t page_table,
+                             std::span<const size_t> budgets, const std::vector<int64_t>& ends, size_t scratch) {
   std::vector<GpuShare> out;
   int64_t start = 0;
   bool any_attention = false;
@@ -108,21 +114,17 @@ std::vector<GpuShare> shares(const model::ModelWeights& w, const PlanOptions& o,
     GpuShare s{.budget = budgets[g], .first_layer = start, .end_layer = ends[g], .scratch = scratch};
     bool attention = false;
     for (int64_t l = start; l < s.end_layer; ++l) {
-      s.trunk += layer_trunk_bytes(w, size_t(l));
-      if (w.layers[size_t(l)].recurrent) {
-        s.states += sequences * state_layer_bytes(c);
-      } else {
-        s.kv += sequences * kv_layer_bytes(c, o.kv, o.context);
-        attention = true;
-      }
+      const LayerBytes& b = layers[size_t(l)];
+      s.trunk += b.trunk, s.kv += b.kv, s.states += b.states;
+      attention = attention || b.attention;
     }
-    if (attention) s.kv += sequences * kv_page_table_bytes(o.context);  // each GPU's cache has its table
+    if (attention) s.kv += page_table;  // each GPU's cache has its table
     any_attention = any_attention || attention;
-    if (g + 1 == ends.size()) s.trunk += head_bytes(w);
+    if (g + 1 == ends.size()) s.trunk += head;
     out.push_back(s);
     start = s.end_layer;
   }
-  if (!any_attention) out.front().kv += sequences * kv_page_table_bytes(o.context);  // as plan_memory counts it
+  if (!any_attention) out.front().kv += page_table;  // as plan_memory counts it
   return out;
 }
 
@@ -154,7 +156,10 @@ GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std
   for (double score : scores)
     if (!std::isfinite(score)) fail("memory plan: an expert score is not a finite number");
   const size_t head = head_bytes(w);
-  const std::vector<size_t> costs = layer_costs(w, o);
+  const size_t page_table = size_t(std::max<int64_t>(o.parallel, 1)) * kv_page_table_bytes(o.context);
+  const std::vector<LayerBytes> layers = layer_bytes(w, o);
+  std::vector<size_t> costs;
+  for (const LayerBytes& b : layers) costs.push_back(b.total());
   // The prompt chunk halves while the GPUs cannot hold it, as on one GPU (plan_memory).
   int64_t chunk = o.prompt_chunk > 0 ? std::min(o.prompt_chunk, o.context) : 0;
   const int64_t smallest = o.prompt_chunk > 0 ? std::min({o.prompt_chunk, kMinPromptChunk, o.context}) : 0;
@@ -167,7 +172,7 @@ GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std
       room.push_back(std::max(double(budgets[size_t(g)]) - held, 0.0));
     }
     const LayerCut cut = cut_layers(costs, room);
-    std::vector<GpuShare> gpus = shares(w, o, budgets, cut.ends, scratch);
+    std::vector<GpuShare> gpus = shares(layers, head, page_table, budgets, cut.ends, scratch);
     const bool fits = std::all_of(gpus.begin(), gpus.end(), [](const GpuShare& s) { return s.fixed() <= s.budget; });
     if (!fits && chunk > smallest) {
       chunk = std::max(chunk / 2, smallest);
