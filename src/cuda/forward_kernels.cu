@@ -130,80 +130,71 @@ __global__ void l2_norm_heads_kernel(float* qkv, int hk, int dk, int channels) {
   for (int i = threadIdx.x; i < dk; i += blockDim.x) v[i] *= scale;
 }
 
-// The delta rule for one token. Block (s, column tile) owns kStepColumns columns of value head s's
-// [dk][dv] state: thread (j, g) holds column j's rows g, g + kStepRowGroups, ... in registers
-// (read once, written once; a warp's loads of one row are contiguous). Partial sums over the row
-// groups are added in group order. The head's gated RMSNorm needs all dv columns: the tiles write
-// their raw outputs, and the last tile of the head to finish (counted in arrivals[s], which it
-// resets for the next step) normalises them.
-constexpr int kStepColumns = 32, kStepRowGroups = 16, kMaxStepRows = 16;  // dk <= 256
+// The delta rule for one token, one block per value head s: thread (j, g) holds column j's rows
+// g, g + groups, ... of the head's [dk][dv] state in registers (a warp's loads of one row are
+// contiguous). No earlier kernel of the step writes the state, so it is loaded before the wait,
+// with the head's weights, while the kernels before finish; everything after the wait is one trip
+// to memory for the inputs, three barriers for the partial sums over the row groups (added in group
+// order) and the gated RMSNorm, which needs the head's dv columns and so sits in the same block
+// (the column tiles of one head used to meet through a counter in memory: 10 us a step, now ~4).
+constexpr int kStepThreads = 1024, kMaxStepRows = 16, kMaxStepKeyDim = 256;
 
-__device__ void gated_norm_head(float* o, const float* z, const float* norm_w, int dv, float eps) {
-  float ss = 0.0f;
-  for (int c = threadIdx.x; c < dv; c += blockDim.x) {
-    const float v = __ldcg(o + c);
-    ss += v * v;
-  }
-  const float scale = rsqrtf(block_sum(ss) / float(dv) + eps);
-  for (int c = threadIdx.x; c < dv; c += blockDim.x) o[c] = __ldcg(o + c) * scale * norm_w[c] * siluf(z[c]);
-}
+__device__ __forceinline__ int step_columns(int dv) { return (dv + kWarp - 1) / kWarp * kWarp; }
 
-__global__ void __launch_bounds__(kStepColumns * kStepRowGroups)
+__global__ void __launch_bounds__(kStepThreads)
     deltanet_step_kernel(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                          const float* a, const float* dt_bias, const float* norm_w, int hk, int dk, int dv, float eps,
-                         float* o, unsigned* arrivals) {
-  // The state is this layer's own (no earlier kernel of the step touches it): on its way first.
-  prefetch_lines(state + int64_t(blockIdx.x) * dk * dv, int64_t(dk) * dv * 4, threadIdx.x, blockDim.x);
-  begin_after_inputs();
-  __shared__ float q[kMaxStepRows * kStepRowGroups], k[kMaxStepRows * kStepRowGroups];
-  __shared__ float partial[kStepRowGroups][kStepColumns];
-  const int s = blockIdx.x, j = threadIdx.x % kStepColumns, g = threadIdx.x / kStepColumns;
-  const int c = blockIdx.y * kStepColumns + j;
-  const bool column = c < dv;
-  const int key_dim = hk * dk;
-  for (int i = threadIdx.x; i < dk; i += blockDim.x) {
-    q[i] = qkv[(s % hk) * dk + i];
-    k[i] = qkv[key_dim + (s % hk) * dk + i];
-  }
-  __syncthreads();
-  const float beta = sigmoidf(b[s]);
-  const float decay = expf(a[s] * softplusf(alpha[s] + dt_bias[s]));
-  float* S = state + int64_t(s) * dk * dv + c;
-  float st[kMaxStepRows], sk = 0.0f;
+                         float* o) {
+  const int s = blockIdx.x, columns = step_columns(dv), groups = int(blockDim.x) / columns;
+  const int j = int(threadIdx.x) % columns, g = int(threadIdx.x) / columns;
+  const bool column = j < dv;
+  float* S = state + int64_t(s) * dk * dv + j;
+  float st[kMaxStepRows];
 #pragma unroll
   for (int r = 0; r < kMaxStepRows; ++r) {
-    const int i = g + kStepRowGroups * r;
-    st[r] = column && i < dk ? S[int64_t(i) * dv] * decay : 0.0f;
+    const int i = g + groups * r;
+    st[r] = column && i < dk ? S[int64_t(i) * dv] : 0.0f;
+  }
+  const float a_s = a[s], bias = dt_bias[s], weight = column ? norm_w[j] : 0.0f;
+  begin_after_inputs();
+  __shared__ float q[kMaxStepKeyDim], k[kMaxStepKeyDim];
+  __shared__ float partial[kStepThreads];  // [groups][columns]
+  const int key_dim = hk * dk, t = int(threadIdx.x);
+  if (t < dk) q[t] = qkv[(s % hk) * dk + t];
+  else if (t < 2 * dk) k[t - dk] = qkv[key_dim + (s % hk) * dk + t - dk];
+  const float v = column ? qkv[2 * key_dim + s * dv + j] : 0.0f, zj = column ? z[int64_t(s) * dv + j] : 0.0f;
+  const float beta = sigmoidf(b[s]);
+  const float decay = expf(a_s * softplusf(alpha[s] + bias));
+  __syncthreads();
+  float sk = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kMaxStepRows; ++r) {
+    const int i = g + groups * r;
+    st[r] *= decay;
     if (i < dk) sk += st[r] * k[i];
   }
-  partial[g][j] = sk;
+  partial[t] = sk;
   __syncthreads();
   sk = 0.0f;
-  for (int gg = 0; gg < kStepRowGroups; ++gg) sk += partial[gg][j];
-  const float d = column ? beta * (qkv[2 * key_dim + s * dv + c] - sk) : 0.0f;
+  for (int gg = 0; gg < groups; ++gg) sk += partial[gg * columns + j];
+  const float d = column ? beta * (v - sk) : 0.0f;
   float out = 0.0f;
 #pragma unroll
   for (int r = 0; r < kMaxStepRows; ++r) {
-    const int i = g + kStepRowGroups * r;
+    const int i = g + groups * r;
     if (!column || i >= dk) continue;
     st[r] += k[i] * d;
     S[int64_t(i) * dv] = st[r];
     out += st[r] * q[i];
   }
   __syncthreads();  // every thread has read partial
-  partial[g][j] = out;
+  partial[t] = out;
   __syncthreads();
   out = 0.0f;
-  for (int gg = 0; gg < kStepRowGroups; ++gg) out += partial[gg][j];
-  float* oh = o + int64_t(s) * dv;
-  if (g == 0 && column) oh[c] = out;
-  if (gridDim.y > 1) {
-    if (!last_to_arrive(arrivals + s, gridDim.y)) return;
-    if (threadIdx.x == 0) arrivals[s] = 0;
-  } else {
-    __syncthreads();
-  }
-  gated_norm_head(oh, z + int64_t(s) * dv, norm_w, dv, eps);
+  for (int gg = 0; gg < groups; ++gg) out += partial[gg * columns + j];
+  const bool writes = g == 0 && column;
+  const float scale = rsqrtf(block_sum(writes ? out * out : 0.0f) / float(dv) + eps);
+  if (writes) o[int64_t(s) * dv + j] = out * scale * weight * siluf(zj);
 }
 
 // One warp (lane: its lane): softmax, top k by repeated arg-max (ties: lower index), renormalised
@@ -451,11 +442,12 @@ const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens
 
 const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                           const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
-                          float eps, float* o, unsigned* arrivals, void* stream) {
-  if (dk > kMaxStepRows * kStepRowGroups) return "DeltaNet key heads wider than 256";
-  const dim3 grid(hv, (dv + kStepColumns - 1) / kStepColumns);
-  return error_text(launch_overlapped(deltanet_step_kernel, grid, dim3(kStepColumns * kStepRowGroups), 0, stream, state,
-                                      qkv, z, b, alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o, arrivals));
+                          float eps, float* o, void* stream) {
+  const int columns = (dv + kWarp - 1) / kWarp * kWarp;
+  if (columns > kStepThreads || dk > kMaxStepKeyDim || dk > kMaxStepRows * (kStepThreads / columns))
+    return "DeltaNet heads too large for the step kernel (it holds dk x dv <= 16,384 values, dk <= 256)";
+  return error_text(launch_overlapped(deltanet_step_kernel, dim3(hv), dim3(kStepThreads), 0, stream, state, qkv, z,
+                                      b, alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o));
 }
 
 const char* router_topk(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,

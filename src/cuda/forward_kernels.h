@@ -52,10 +52,10 @@ const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w,
 const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens, void* stream);
 // Per value head s: beta = sigmoid(b_s), g = a_s * softplus(alpha_s + dt_bias_s), the delta-rule
 // update of state [Hv][dk][dv], o_s = S^T q, then the gated RMSNorm o_s * rsqrt(...) * norm *
-// silu(z_s). o: [Hv * dv]. arrivals: hv zeroed counters (device memory) the kernel leaves zeroed.
+// silu(z_s). o: [Hv * dv]. One block a value head.
 const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                           const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
-                          float eps, float* o, unsigned* arrivals, void* stream);
+                          float eps, float* o, void* stream);
 
 // Router: softmax over n_experts logits, the top k (ties: lower index), weights renormalised to 1.
 // ids [2k]: the chosen experts, then each plus n_experts (their up halves in a gate|up table).

@@ -106,7 +106,6 @@ struct CudaSession::Impl {
   float *g, *u, *y, *sg, *su, *shared_out, *logits;
   int32_t* ids;
   int32_t* pair_ids;  // {0, 1}: the shared expert's gate and up in one grouped launch
-  unsigned* deltanet_arrivals;  // per value head, for deltanet_step's last tile (kept zeroed)
   unsigned* router_arrivals;    // for router_topk's last block (kept zeroed)
   void* greedy_partials;        // greedy_token's per-block pairs
   int32_t* device_token;        // and its token
@@ -315,8 +314,7 @@ struct CudaSession::Impl {
     const int32_t pair[2] = {0, 1};
     copy_to_device(pair_ids, pair, sizeof(pair));
     shared_out = f(l.shared_out), logits = f(l.logits);
-    deltanet_arrivals = reinterpret_cast<unsigned*>(base + l.counters);
-    router_arrivals = deltanet_arrivals + std::max<int64_t>(c.ssm_dt_rank, 1);
+    router_arrivals = reinterpret_cast<unsigned*>(base + l.router_arrivals);
     device_position = reinterpret_cast<int64_t*>(base + l.position);
     route_counts = reinterpret_cast<unsigned*>(base + l.route_counts);
     route_misses = reinterpret_cast<unsigned*>(base + l.route_misses);
@@ -403,7 +401,7 @@ struct CudaSession::Impl {
         [&] {
           return kernels::deltanet_step(st.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
                                         int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o,
-                                        deltanet_arrivals, stream);
+                                        stream);
         },
         2.0 * double(recurrent_floats()) * sizeof(float));
     mark(Phase::deltanet_core);

@@ -62,7 +62,7 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.pair_ids = l.take(2 * 4);
   s.shared_out = l.floats(c.hidden);
   s.logits = l.floats(c.vocab);
-  s.counters = l.take(size_t(std::max<int64_t>(c.ssm_dt_rank, 1) + 1) * 4);
+  s.router_arrivals = l.take(4);
   s.position = l.take(8);
   s.route_counts = l.take(size_t(c.n_layers * c.n_experts) * 4);
   s.route_misses = l.take(size_t(2 * c.n_layers) * 4);

@@ -53,7 +53,7 @@ struct DecodeScratch {
   size_t pair_ids;                         // [2] int32 {0, 1}
   size_t shared_out;                       // [hidden]
   size_t logits;                           // [vocab]
-  size_t counters;                         // [Hv + 1] unsigned, kept zeroed
+  size_t router_arrivals;                  // one unsigned, kept zeroed
   size_t position;                         // int64
   size_t route_counts;                     // [layers][n_experts] unsigned: routings per expert
   size_t route_misses;                     // [2][layers] unsigned: routings to experts not in VRAM, by decode
