@@ -189,6 +189,8 @@ int main() {
     buffers.host.assign(size_t(std::max<int64_t>(8, kAllBuffers / bytes)), nullptr);
     for (uint4*& b : buffers.host)
       if (!ok(cudaMalloc(&b, size_t(bytes)), "allocating") || !ok(cudaMemset(b, 1, size_t(bytes)), "filling")) return 1;
+    // The slots restart at 0: the table of the size before may have been longer.
+    if (!ok(cudaMemset(buffers.slots, 0, 2 * sizeof(int)), "zeroing")) return 1;
     const size_t table_bytes = buffers.host.size() * sizeof(uint4*);
     if (!ok(cudaMalloc(&buffers.table, table_bytes), "allocating") ||
         !ok(cudaMemcpy(buffers.table, buffers.host.data(), table_bytes, cudaMemcpyHostToDevice), "copying"))
