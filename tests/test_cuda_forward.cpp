@@ -162,8 +162,12 @@ TEST(CudaForward, FullGeometryWithFewerLayersMatchesTheCpu) {
 // neighbouring 8-bit steps, and such flips compound (the H200 measured 4e-3 .. 1.2e-2 on these
 // synthetic models, whose nearly flat logits also make greedy tokens fragile). So the test asks
 // that the engines disagree far less than the rounding itself moves the logits (the CPU's q8
-// against its f32): a GPU that rounded differently (another block size or scale) or not at all
-// would disagree about as much as the rounding moves them.
+// against its f32), position by position: the median over the positions of their disagreement
+// under three quarters of the median effect. A GPU that rounded differently (another block size or
+// scale) or not at all would disagree about as much as the rounding moves them, at every
+// position; a flip compounds at one position and leaves the others alone (the Q8_0 span kernel's
+// summation order put the 35B's last position at 0.029 against its effect 0.0097, the other five
+// at 0.003-0.005 against 0.009, so a bar on the whole prompt's relative L2 failed there).
 TEST(CudaForward, Q8DecodeAgreesWithTheCpusQ8Rounding) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -178,18 +182,24 @@ TEST(CudaForward, Q8DecodeAgreesWithTheCpusQ8Rounding) {
     const auto f32 = exact.prefill(prompt, 64, true);
     const auto want = rounding.prefill(prompt, 64, true);
     const auto got = gpu.prefill(prompt, true);
-    const double engines = lode::test::relative_l2(got, want), effect = lode::test::relative_l2(want, f32);
     std::printf("[ cuda ] %s, %zu positions: gpu q8 vs cpu q8 %.3g; cpu q8 vs cpu f32 %.3g; by position:", what.c_str(),
-                prompt.size(), engines, effect);
+                prompt.size(), lode::test::relative_l2(got, want), lode::test::relative_l2(want, f32));
     const size_t vocab = size_t(config.vocab);
+    std::vector<double> engines, effect;
     for (size_t i = 0; i < prompt.size(); ++i) {
       const auto at = [&](const std::vector<float>& v) {
         return std::vector<float>(v.begin() + i * vocab, v.begin() + (i + 1) * vocab);
       };
-      std::printf(" %.2g/%.2g", lode::test::relative_l2(at(got), at(want)), lode::test::relative_l2(at(want), at(f32)));
+      engines.push_back(lode::test::relative_l2(at(got), at(want)));
+      effect.push_back(lode::test::relative_l2(at(want), at(f32)));
+      std::printf(" %.2g/%.2g", engines.back(), effect.back());
     }
-    std::printf("\n");
-    EXPECT_LT(engines, effect) << what;
+    const auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    };
+    std::printf("; medians %.2g/%.2g\n", median(engines), median(effect));
+    EXPECT_LT(median(engines), 0.75 * median(effect)) << what;
   };
   synth_model(dir / "f32.gguf", "tiny", "f32", 3);
   const std::vector<int32_t> prompt = {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 400};

@@ -12,6 +12,7 @@
 #include "core/fp16.h"
 #include "core/quant/types.h"
 #include "cpu/matmul.h"
+#include "cpu/q8_twin.h"
 #include "support/gpu.h"
 #include "support/naive_math.h"
 #include "support/random.h"
@@ -98,15 +99,18 @@ TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
 
 // The integer kernels (MatvecInput::q8) against the CPU's Activations::q8 products: x rounded to 8
 // bits exactly as the CPU rounds it, then the same sums up to float order (the GPU's are integer
-// per slice, scaled once; the CPU's are float dots of the dequantized row). Rows of 512 values
-// (a group of lanes per row) and of 2048 (a warp per row), and Q8_0 rows of 160 (not whole 16-byte
-// words: the slice kernel, not the word kernel); 67 rows, so the last block is ragged.
+// per slice, scaled once; the CPU's are float dots of the dequantized row), and bit for bit the
+// host twin's (cpu/q8_twin.h, which the CPU miss path computes experts with). Rows of 512 values
+// (a group of lanes per row) and of 2048 (a warp per row); Q8_0 rows of 160 (the slice kernel), of
+// 4096 (16 spans: two rows a warp) and 16,384 (64 spans, the longest the span kernel takes) and
+// 16,640 (the slice kernel again); 67
+// rows, so the last block is ragged.
 TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
   LODE_REQUIRE_GPU();
   lode::cuda::VramAccountant vram;
   std::mt19937 rng(13);
   const int64_t rows = 67, tokens = 3;
-  for (const int64_t cols : {int64_t(160), int64_t(512), int64_t(2048)}) {
+  for (const int64_t cols : {int64_t(160), int64_t(512), int64_t(2048), int64_t(4096), int64_t(16384), int64_t(16640)}) {
     const auto values = normal_floats(size_t(rows * cols), rng);
     auto x = normal_floats(size_t(tokens * cols), rng);
     x[5] = 0.0f;
@@ -115,6 +119,7 @@ TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
     lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
     for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
       if (cols % 256 != 0 && type != GgmlType::Q8_0) continue;  // K-quant rows are whole super-blocks
+      if (cols > 4096 && type != GgmlType::Q8_0) continue;      // the long rows are Q8_0's kernel boundary
       const auto& traits = lode::traits(type);
       SCOPED_TRACE(std::string(traits.name) + ", " + std::to_string(cols) + " columns");
       ASSERT_TRUE(lode::cuda::has_q8_matvec(type));
@@ -126,6 +131,13 @@ TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
                         {.threads = 1, .activations = lode::model::Activations::q8});
       const auto got = gpu_product(vram, type, w, rows, cols, dx.as<float>(), tokens, {.q8 = true});
       EXPECT_LE(lode::test::relative_error(got, want), 2e-6);
+      lode::cpu::q8twin::RoundedBuffer rounded(cols);
+      for (int64_t t = 0; t < tokens; ++t) {
+        lode::cpu::q8twin::round(type, x.data() + t * cols, nullptr, cols, rounded.x());
+        std::vector<float> twin(static_cast<size_t>(rows));
+        lode::cpu::q8twin::rows(type, w.data(), row_bytes, rows, cols, rounded.x(), twin.data());
+        EXPECT_EQ(std::vector<float>(got.begin() + t * rows, got.begin() + (t + 1) * rows), twin) << "token " << t;
+      }
       // And the rounding is real: the float32 products differ by more than float order.
       std::vector<float> exact(want.size());
       lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), exact.data(), tokens, {.threads = 1});

@@ -30,9 +30,10 @@ bool host_has_avx2() {
 constexpr GgmlType kFastTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0};
 
 // Row lengths for a type: every lane count (8, 16 and 32 lanes; odd numbers of blocks) and the
-// model's shapes; Q8_0 both its slice form and its words form (multiples of 256).
+// model's shapes; Q8_0 both its slice form and its span form (multiples of 256, up to 64 spans).
 std::vector<int64_t> cols_for(GgmlType type) {
-  if (type == GgmlType::Q8_0) return {32, 64, 96, 128, 160, 224, 288, 800, 2880, 256, 512, 768, 1280, 2048, 4096};
+  if (type == GgmlType::Q8_0)
+    return {32, 64, 96, 128, 160, 224, 288, 800, 2880, 256, 512, 768, 1280, 2048, 4096, 16384, 16640};
   return {256, 512, 768, 1280, 1792, 2048, 4096};
 }
 

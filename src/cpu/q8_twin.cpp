@@ -8,6 +8,7 @@
 #include "core/exact_math.h"
 #include "core/fp16.h"
 #include "core/quant/blocks.h"
+#include "core/quant/q8_0_spans.h"
 #include "cpu/q8_twin_fast.h"
 
 namespace lode::cpu::q8twin {
@@ -147,38 +148,31 @@ float slice_dot(GgmlType type, const uint8_t* row, int s, const RoundedX& x) {
   }
 }
 
-// The GPU's Q8_0 kernel for rows of a multiple of 256 values (matvec_q8_0_words_kernel): lane i
-// takes the row's 16-byte words i, i + 32, ...; a word's four 4-byte parts belong to the block
-// holding their first byte (a part that starts in the last two quants of a block ends in the next
-// block's scale, which x's row layout pairs with zeros); each word adds its first block's integer
-// sum and, when nonzero, its second's; then the 32 lanes meet in a butterfly.
-float row_dot_q8_0_words(const uint8_t* row, int64_t cols, const RoundedX& x) {
-  const int64_t row_bytes = cols / 32 * int64_t(sizeof(BlockQ8_0)), n_words = row_bytes / 16, n_blocks = cols / 32;
-  // The quant at byte offset o of the row and its x (0 at a block's scale bytes).
-  const auto product = [&](int64_t o) {
-    const int64_t b = o / int64_t(sizeof(BlockQ8_0)), at = o % int64_t(sizeof(BlockQ8_0));
-    if (at < 2) return 0;
-    return int(int8_t(row[o])) * int(x.q[32 * b + at - 2]);
-  };
-  float lane_sum[32];
-  for (int lane = 0; lane < 32; ++lane) {
-    float acc = 0.0f;
-    for (int64_t c = lane; c < n_words; c += 32) {
-      const int64_t b0 = 16 * c / int64_t(sizeof(BlockQ8_0)), b1 = std::min(b0 + 1, n_blocks - 1);
-      int s0 = 0, s1 = 0;
-      for (int i = 0; i < 4; ++i) {
-        const int64_t o = 16 * c + 4 * i;
-        int part = 0;
-        for (int j = 0; j < 4; ++j) part += product(o + j);
-        (o / int64_t(sizeof(BlockQ8_0)) == b0 ? s0 : s1) += part;
-      }
-      acc = exact::add(acc, exact::mul(exact::mul(half_at(row + b0 * sizeof(BlockQ8_0)), x.d[b0]), float(s0)));
-      if (s1 != 0)
-        acc = exact::add(acc, exact::mul(exact::mul(half_at(row + b1 * sizeof(BlockQ8_0)), x.d[b1]), float(s1)));
-    }
-    lane_sum[lane] = acc;
+// The GPU's Q8_0 kernel for rows in spans (quant::q8_0_in_spans, matvec_q8_0_spans_kernel): span
+// s is blocks 8 s .. 8 s + 7, each block's term d * x.d * (its integer sum) added from 0 in order;
+// lane i of lanes_for(spans) adds spans i, i + lanes, ..., then the butterfly.
+float span_q8_0(const uint8_t* row, int64_t span, const RoundedX& x) {
+  float sum = 0.0f;
+  for (int64_t b = kQ8_0SpanBlocks * span; b < kQ8_0SpanBlocks * (span + 1); ++b) {
+    const uint8_t* block = row + b * int64_t(sizeof(BlockQ8_0));
+    const int8_t* q = reinterpret_cast<const int8_t*>(block + 2);
+    int dot = 0;
+    for (int i = 0; i < 32; ++i) dot += int(q[i]) * int(x.q[32 * b + i]);
+    sum = exact::add(sum, exact::mul(exact::mul(half_at(block), x.d[b]), float(dot)));
   }
-  return butterfly(lane_sum, 32);
+  return sum;
+}
+
+float row_dot_q8_0_spans(const uint8_t* row, int64_t cols, const RoundedX& x) {
+  const int64_t spans = cols / kQ8_0SpanValues;
+  const int lanes = lanes_for(spans);
+  float lane_sum[32];
+  for (int i = 0; i < lanes; ++i) {
+    float sum = 0.0f;
+    for (int64_t s = i; s < spans; s += lanes) sum = exact::add(sum, span_q8_0(row, s, x));
+    lane_sum[i] = sum;
+  }
+  return butterfly(lane_sum, lanes);
 }
 
 }  // namespace
@@ -221,7 +215,7 @@ void round(GgmlType type, const float* x, const float* up, int64_t cols, Rounded
 }
 
 float row_dot(GgmlType type, const uint8_t* row, int64_t cols, const RoundedX& x) {
-  if (type == GgmlType::Q8_0 && cols % 256 == 0) return row_dot_q8_0_words(row, cols, x);
+  if (type == GgmlType::Q8_0 && q8_0_in_spans(cols)) return row_dot_q8_0_spans(row, cols, x);
   const int64_t slices = cols / slice_values(type);
   const int lanes = lanes_for(slices);
   float lane_sum[32];

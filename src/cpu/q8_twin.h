@@ -6,8 +6,9 @@
 // The GPU kernel, and so the twin: a row is cut into slices (8 values of a Q8_0 / Q5_0 block, 32
 // of a K-quant super-block); `lanes` = the largest power of two <= min(32, slices); lane i sums
 // slices i, i + lanes, ... in order from 0.0f, then the lanes' sums meet in a butterfly (lane i
-// adds lane i + o for o = lanes / 2 .. 1). Q8_0 rows of a multiple of 256 values use the GPU's
-// 16-byte-word kernel instead (lane i takes words i, i + 32, ...; see row_dot).
+// adds lane i + o for o = lanes / 2 .. 1). Q8_0 rows of a multiple of 256 values (up to 64 times:
+// quant::q8_0_in_spans) are cut into spans of 8 blocks instead, each span's block terms summed
+// from 0 in order.
 #pragma once
 #include <cstddef>
 #include <cstdint>

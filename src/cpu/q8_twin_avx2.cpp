@@ -7,7 +7,8 @@
 // 8 (shapes where it is not fall back to row_dot), the GPU's lane i is position i % 8 of
 // accumulator i / 8; each position adds its slices in row order starting from 0.0f, and the
 // butterfly runs across accumulators (offsets lanes / 2 .. 8), then inside accumulator 0 (offsets
-// 4, 2, 1). No FMA: the target is avx2 and f16c only and the build passes -ffp-contract=off, so
+// 4, 2, 1). Q8_0's span form is the exception: its lanes' sums are scalars, added as row_dot adds
+// them, whatever the number of lanes. No FMA: the target is avx2 and f16c only and the build passes -ffp-contract=off, so
 // every multiply and add rounds on its own. F16C's half-to-float conversion is exact, like
 // lode::fp16_to_fp32.
 //
@@ -24,6 +25,7 @@
 
 #include "core/fp16.h"
 #include "core/quant/blocks.h"
+#include "core/quant/q8_0_spans.h"
 
 #define LODE_AVX2 __attribute__((target("avx2,f16c")))
 #define LODE_AVX2_INLINE __attribute__((target("avx2,f16c"), always_inline)) inline
@@ -406,44 +408,12 @@ LODE_AVX2 void q8_0_slice_rows(const uint8_t* w, size_t row_bytes, int64_t rows,
   }
 }
 
-// ---- Q8_0, words form (rows of a multiple of 256 values: row_dot_q8_0_words) --------------------
+// ---- Q8_0, span form (rows of 256 k values, k <= 64: row_dot_q8_0_spans) ------------------------
 //
-// The row is read as 16-byte words, lane c % 32 taking word c; 8 words (128 bytes) make a vector,
-// word group m going to accumulator m % 4. x is laid out like the row (zeros at the scales), so
-// a weight byte and its x sit at the same offset. A word's 4-byte parts belong to the block of
-// their first byte; a part starting in block b + 1 goes to the word's second sum. Every 17 words
-// (272 bytes, 8 blocks) the pattern repeats, and so does it every 17 groups (64 blocks). The
-// group's word sums come out in kQuadOrder, and so are its tables.
+// A span's 8 block terms d * x.d * (integer sum) in one vector, then added from 0 in block order;
+// lane i of lanes_for(spans) adds spans i, i + lanes, ..., and the lanes meet in row_dot's butterfly.
 
-struct WordTables {
-  int32_t in_second[18][4];    // word c % 17 (and one more, for a pair of words): part i starts in block b0 + 1
-  int32_t first_block[17][8];  // group m % 17, kQuadOrder: the word's first block minus word 0's
-};
-
-constexpr int64_t first_block_of_word(int64_t c) { return 16 * c / int64_t(sizeof(BlockQ8_0)); }
-
-constexpr WordTables make_word_tables() {
-  WordTables t{};
-  for (int c = 0; c < 18; ++c)
-    for (int i = 0; i < 4; ++i)
-      t.in_second[c][i] = (16 * (c % 17) + 4 * i) / int(sizeof(BlockQ8_0)) != first_block_of_word(c % 17) ? -1 : 0;
-  for (int m = 0; m < 17; ++m)
-    for (int p = 0; p < 8; ++p)
-      t.first_block[m][p] =
-          int32_t(first_block_of_word(8 * m + kQuadOrder.slice_at[p]) - first_block_of_word(8 * m));
-  return t;
-}
-
-constexpr WordTables kWordTables = make_word_tables();
-
-// x as the row lays out its quants: the value of byte o at o, 0 at the scale bytes; padded with
-// zeros to whole groups of 128 bytes.
-void x_in_row_layout(const RoundedX& x, int64_t n_blocks, size_t padded_bytes, int8_t* out) {
-  std::memset(out, 0, padded_bytes);
-  for (int64_t b = 0; b < n_blocks; ++b) std::memcpy(out + b * int64_t(sizeof(BlockQ8_0)) + 2, x.q + 32 * b, 32);
-}
-
-// Each block's half_d * x.d[b], as row_dot_q8_0_words computes it (n_blocks a multiple of 8).
+// Each block's half_d * x.d[b], as row_dot_q8_0_spans computes it (n_blocks a multiple of 8).
 LODE_AVX2_INLINE void q8_0_block_scales(const uint8_t* row, int64_t n_blocks, const float* x_d, float* out) {
   constexpr size_t kB = sizeof(BlockQ8_0);
   for (int64_t b = 0; b < n_blocks; b += 8) {
@@ -456,69 +426,40 @@ LODE_AVX2_INLINE void q8_0_block_scales(const uint8_t* row, int64_t n_blocks, co
   }
 }
 
-// Word group m (128 bytes at `words`, x at `xr`) added to acc as row_dot_q8_0_words adds words:
-// the first block's term always (only where `valid` in the row's last, partial group), the second
-// block's when its integer sum is nonzero. scales: the block scales from the group's first block.
-template <bool kPartial>
-LODE_AVX2_INLINE void q8_0_word_group(const uint8_t* words, const int8_t* xr, const float* scales, int phase,
-                                      __m256 valid, __m256& acc) {
-  __m256i total[4], second[4];
-#pragma GCC unroll 4
-  for (int j = 0; j < 4; ++j) {  // words 2j (low half) and 2j + 1 (high half)
-    const __m256i q = loadu(words + 32 * j), xv = loadu(xr + 32 * j);
-    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(xv, q));
-    total[j] = madd(pairs, _mm256_set1_epi16(1));  // one int32 per 4-byte part
-    second[j] = _mm256_and_si256(total[j], loadu(kWordTables.in_second[(8 * phase + 2 * j) % 17]));
-  }
-  const __m256i s1 = slice_sums(second), s0 = _mm256_sub_epi32(slice_sums(total), s1);
-  const __m256 block_scales = _mm256_loadu_ps(scales);
-  const __m256i first = loadu(kWordTables.first_block[phase]);
-  const __m256 d0 = _mm256_permutevar8x32_ps(block_scales, first);
-  const __m256 d1 = _mm256_permutevar8x32_ps(block_scales, _mm256_add_epi32(first, _mm256_set1_epi32(1)));
-  const __m256 with_first = _mm256_add_ps(acc, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(s0)));
-  acc = kPartial ? _mm256_blendv_ps(acc, with_first, valid) : with_first;
-  const __m256 with_second = _mm256_add_ps(acc, _mm256_mul_ps(d1, _mm256_cvtepi32_ps(s1)));
-  acc = _mm256_blendv_ps(with_second, acc, _mm256_castsi256_ps(_mm256_cmpeq_epi32(s1, _mm256_setzero_si256())));
+// The integer sums of blocks b .. b + 7, in block order.
+LODE_AVX2_INLINE __m256i q8_0_span_sums(const uint8_t* row, int64_t b, const int8_t* xq) {
+  __m256i s[8];
+#pragma GCC unroll 8
+  for (int j = 0; j < 8; ++j)
+    s[j] = q8_0_block_parts(row + size_t(b + j) * sizeof(BlockQ8_0) + 2, xq + 32 * (b + j));
+  const __m256i h0123 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+  const __m256i h4567 = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+  // Each 128-bit half holds blocks' half sums: low halves of blocks 0-3 | their high halves.
+  return _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20), _mm256_permute2x128_si256(h0123, h4567, 0x31));
 }
 
-LODE_AVX2 void q8_0_word_rows(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const RoundedX& x,
+LODE_AVX2 void q8_0_span_rows(const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols, const RoundedX& x,
                               float* y) {
-  const int64_t n_blocks = cols / QK8_0, bytes = n_blocks * int64_t(sizeof(BlockQ8_0));
-  const int64_t n_words = bytes / 16, full_groups = n_words / 8, tail_words = n_words % 8;
-  const size_t padded = size_t(full_groups + 1) * 128;
-  Scratch scratch(padded + size_t(n_blocks + 8) * sizeof(float));
-  int8_t* xr = scratch.at<int8_t>(0);
-  float* block_scales = scratch.at<float>(padded);
-  x_in_row_layout(x, n_blocks, padded, xr);
-  std::memset(block_scales + n_blocks, 0, 8 * sizeof(float));  // read past the end, never used
-  alignas(32) int32_t tail_mask[8];
-  for (int p = 0; p < 8; ++p) tail_mask[p] = kQuadOrder.slice_at[p] < tail_words ? -1 : 0;
-  const __m256 tail_valid = _mm256_load_ps(reinterpret_cast<const float*>(tail_mask));
+  const int64_t n_blocks = cols / QK8_0, spans = n_blocks / 8, bytes = n_blocks * int64_t(sizeof(BlockQ8_0));
+  const int lanes = lanes_for(spans);
+  Scratch scratch(size_t(n_blocks) * sizeof(float));
+  float* block_scales = scratch.at<float>(0);
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* row = w + size_t(r) * row_bytes;
     prefetch_row_ahead(w, row_bytes, r, rows, size_t(bytes));
     q8_0_block_scales(row, n_blocks, x.d, block_scales);
-    __m256 acc[4];
-    for (__m256& a : acc) a = _mm256_setzero_ps();
-    int64_t m = 0;
-    for (; m + 4 <= full_groups; m += 4)
-#pragma GCC unroll 4
-      for (int i = 0; i < 4; ++i)
-        q8_0_word_group<false>(row + 128 * (m + i), xr + 128 * (m + i), block_scales + first_block_of_word(8 * (m + i)),
-                               int((m + i) % 17), tail_valid, acc[i]);
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
-      if (m + i < full_groups) {
-        q8_0_word_group<false>(row + 128 * (m + i), xr + 128 * (m + i), block_scales + first_block_of_word(8 * (m + i)),
-                               int((m + i) % 17), tail_valid, acc[i]);
-      } else if (m + i == full_groups && tail_words) {
-        alignas(32) uint8_t tail[128] = {};
-        std::memcpy(tail, row + 128 * full_groups, size_t(bytes - 128 * full_groups));
-        q8_0_word_group<true>(tail, xr + 128 * full_groups, block_scales + first_block_of_word(8 * full_groups),
-                              int(full_groups % 17), tail_valid, acc[i]);
-      }
+    float lane_sum[32] = {};
+    for (int64_t s = 0; s < spans; ++s) {
+      alignas(32) float terms[8];
+      _mm256_store_ps(terms, _mm256_mul_ps(_mm256_loadu_ps(block_scales + 8 * s),
+                                           _mm256_cvtepi32_ps(q8_0_span_sums(row, 8 * s, x.q))));
+      float span_sum = 0.0f;
+      for (const float t : terms) span_sum += t;
+      lane_sum[s % lanes] += span_sum;
     }
-    y[r] = butterfly<4>(acc, kQuadOrder);
+    for (int o = lanes / 2; o > 0; o /= 2)
+      for (int i = 0; i < o; ++i) lane_sum[i] += lane_sum[i + o];
+    y[r] = lane_sum[0];
   }
 }
 
@@ -571,7 +512,7 @@ RowsKernel kernel_for(GgmlType type, int64_t cols) {
     case GgmlType::Q5_K: return cols % QK_K == 0 ? by_lanes<Q5KRows>(cols / 32) : nullptr;
     case GgmlType::Q6_K: return cols % QK_K == 0 ? by_lanes<Q6KRows>(cols / 32) : nullptr;
     case GgmlType::Q8_0:
-      if (cols % 256 == 0) return q8_0_word_rows;
+      if (q8_0_in_spans(cols)) return q8_0_span_rows;
       return cols % QK8_0 == 0 ? by_lanes<Q8_0SliceRows>(cols / 8) : nullptr;
     default: return nullptr;
   }

@@ -7,16 +7,22 @@
 //
 // Lanes work on "slices" of a row (8 values of a Q8_0 or Q5_0 block, 32 values of a K-quant
 // super-block) laid out so that neighbouring lanes read neighbouring bytes; a row with fewer slices
-// than a warp has lanes is shared by a group of lanes, several rows per warp.
+// than a warp has lanes is shared by a group of lanes, several rows per warp. Q8_0 rows of 256 k
+// values have their own kernel (matvec_q8_0_spans_kernel): the rows staged in shared memory, a
+// lane's slice a span of 8 blocks.
 //
 // Every float step is rounded on its own (core/exact_math.h): the CPU miss path
 // (cpu/q8_twin.h) computes an expert's products on the host with this arithmetic, in this
 // order, and must get the same bits.
 #include <cuda_fp16.h>
 #include <algorithm>
+#include <type_traits>
+#include <utility>
 #include <cuda_runtime.h>
 
 #include "core/quant/blocks.h"
+#include "core/quant/q8_0_spans.h"
+#include "cuda/async_copy.cuh"
 #include "cuda/kernel_math.cuh"
 #include "cuda/matvec_launch.h"
 #include "cuda/weight_types.h"
@@ -398,92 +404,108 @@ int rows_in_flight(int64_t loads_per_lane, int64_t all_rows, int64_t rows_per_wa
   return rows;
 }
 
-// Q8_0 rows whose length is a whole number of 16-byte words (cols a multiple of 256): each lane
-// loads 16-byte words of kRows rows at a time, coalesced across the warp, and dots them with x
-// staged in the row's own layout (round_x's kRowLayout), so a block's scale bytes meet zeros. A
-// 16-byte word holds quants of at most two blocks: word i of it belongs to block (16 c + 4 i) / 34.
-template <int kRows>
-__global__ void __launch_bounds__(256)
-    matvec_q8_0_words_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows,
-                             int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y,
-                             int64_t swiglu_up) {
-  extern __shared__ int4 shared_x[];
-  const RoundedX rx = rounded_x_in(shared_x, row_bytes, cols);
-  const int64_t p = blockIdx.y;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  const int64_t first = (int64_t(blockIdx.x) * warps + warp) * kRows;
-  const int n_words = int(row_bytes / 16), n_blocks = int(cols / 32);
-  float acc[kRows];
-  const uint8_t* row[kRows];
-  // Rows on their way as in matvec_q8_kernel (before the wait for inputs when no table is involved).
-  const auto locate_rows = [&](const uint8_t* matrix) {
-#pragma unroll
-    for (int k = 0; k < kRows; ++k) {
-      row[k] = matrix + min(first + k, rows - 1) * row_bytes;  // a row past the end repeats the last
-      kernels::prefetch_lines(row[k], int64_t(row_bytes), lane, kWarp);
-    }
+// Q8_0 rows of 256 k values (quant::q8_0_in_spans): the block's rows are copied whole into shared
+// memory by cp.async, before the wait for the kernel before when no table is involved (a grouped
+// product's rows once its ids have come), so they are on their way while x is rounded and the
+// kernel before finishes, without holding registers. A lane then dots spans of 8 blocks (272
+// bytes, 17 words) with x staged in the row's own layout (round_x's kRowLayout, zeros at the
+// scales): fully unrolled, each 4-byte part's block and each block's scale bytes are known at
+// compile time (a part that starts in a block's last two quants ends in the next block's scale,
+// which meets zeros). A span's 8 block terms are summed from 0 in order; lane i of the row's group
+// of `lanes` adds spans i, i + lanes, ..., then the butterfly, as matvec_q8_kernel's slices.
+constexpr int kSpanBytes = kQ8_0SpanBlocks * int(sizeof(BlockQ8_0)), kSpanWords = kSpanBytes / 16;
+static_assert(kSpanBytes % 16 == 0);
+
+// Part O (the 4 bytes at offset O of a span) added to its block's integer sum; a block's scale taken
+// from the part it starts in.
+template <int O>
+__device__ __forceinline__ void span_part(int w, int x, int (&sums)[kQ8_0SpanBlocks],
+                                          uint32_t (&halves)[kQ8_0SpanBlocks]) {
+  constexpr int kBlock = int(sizeof(BlockQ8_0)), kAt = O / kBlock;
+  sums[kAt] = __dp4a(w, x, sums[kAt]);
+  if constexpr (O % kBlock == 0) halves[kAt] = uint32_t(w) & 0xffffu;             // the scale, then 2 quants
+  if constexpr (O % kBlock == kBlock - 2) halves[kAt + 1] = uint32_t(w) >> 16;  // 2 quants, then the next scale
+}
+
+template <int... C>
+__device__ __forceinline__ void span_words(const int4* wv, const int4* xv, int (&sums)[kQ8_0SpanBlocks],
+                                           uint32_t (&halves)[kQ8_0SpanBlocks], std::integer_sequence<int, C...>) {
+  const auto word = [&](auto c) {
+    constexpr int kC = decltype(c)::value;
+    const int4 a = wv[kC], b = xv[kC];
+    span_part<16 * kC>(a.x, b.x, sums, halves);
+    span_part<16 * kC + 4>(a.y, b.y, sums, halves);
+    span_part<16 * kC + 8>(a.z, b.z, sums, halves);
+    span_part<16 * kC + 12>(a.w, b.w, sums, halves);
   };
-  if (!table) locate_rows(w);
+  (word(std::integral_constant<int, C>{}), ...);
+}
+
+__device__ __forceinline__ float q8_0_span_dot(const uint8_t* w, const RoundedX& x, int span) {
+  int sums[kQ8_0SpanBlocks];
+  uint32_t halves[kQ8_0SpanBlocks];
+#pragma unroll
+  for (int j = 0; j < kQ8_0SpanBlocks; ++j) sums[j] = 0, halves[j] = 0;
+  span_words(reinterpret_cast<const int4*>(w + kSpanBytes * span), reinterpret_cast<const int4*>(x.q + kSpanBytes * span),
+             sums, halves, std::make_integer_sequence<int, kSpanWords>{});
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kQ8_0SpanBlocks; ++j) {
+    const float d = __half2float(__ushort_as_half(uint16_t(halves[j])));
+    sum = exact::add(sum, exact::mul(exact::mul(d, x.d[kQ8_0SpanBlocks * span + j]), float(sums[j])));
+  }
+  return sum;
+}
+
+__global__ void __launch_bounds__(256)
+    matvec_q8_0_spans_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows,
+                             int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, int lanes,
+                             int64_t swiglu_up) {
+  extern __shared__ int4 shared_rows[];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int group = lane / lanes, sub = lane % lanes, groups = kWarp / lanes;
+  const int rows_per_block = int(blockDim.x / kWarp) * groups;
+  const int64_t first = int64_t(blockIdx.x) * rows_per_block, p = blockIdx.y;
+  uint8_t* const staged = reinterpret_cast<uint8_t*>(shared_rows);
+  const RoundedX rx = rounded_x_in(shared_rows + size_t(rows_per_block) * row_bytes / 16, row_bytes, cols);
+  const auto stage = [&](const uint8_t* matrix) {
+    const int words = int(row_bytes / 16), in_block = int(min(int64_t(rows_per_block), rows - first));
+    for (int i = threadIdx.x; i < in_block * words; i += blockDim.x)
+      copy_16(staged + size_t(i) * 16, matrix + size_t(first) * row_bytes + size_t(i) * 16, true);
+    copies_sent();
+  };
+  if (!table) stage(w);
   kernels::begin_after_inputs();
   if (table) {
     if (ids[p] < 0) return;  // computed elsewhere, as in matvec_q8_kernel
-    locate_rows(static_cast<const uint8_t*>(table[ids[p]]));
+    stage(static_cast<const uint8_t*>(table[ids[p]]));
   }
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) acc[k] = 0.0f;
   round_x<XRounding::q8_0, true>(x + p * x_stride, cols, swiglu_up, rx);
+  copies_arrived();
   __syncthreads();
-#pragma unroll 4
-  for (int c = lane; c < n_words; c += kWarp) {
-    uint4 v[kRows];
-#pragma unroll
-    for (int k = 0; k < kRows; ++k) v[k] = __ldg(reinterpret_cast<const uint4*>(row[k]) + c);
-    const int b0 = 16 * c / int(sizeof(BlockQ8_0)), b1 = min(b0 + 1, n_blocks - 1);
-    const int4 xv = *reinterpret_cast<const int4*>(rx.q + 16 * c);
-    const int xw[4] = {xv.x, xv.y, xv.z, xv.w};
-    const float x0 = rx.d[b0], x1 = rx.d[b1];
-#pragma unroll
-    for (int k = 0; k < kRows; ++k) {
-      const int ww[4] = {int(v[k].x), int(v[k].y), int(v[k].z), int(v[k].w)};
-      int s0 = 0, s1 = 0;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if ((16 * c + 4 * i) / int(sizeof(BlockQ8_0)) == b0) s0 = __dp4a(ww[i], xw[i], s0);
-        else s1 = __dp4a(ww[i], xw[i], s1);
-      }
-      acc[k] = exact::add(acc[k], exact::mul(exact::mul(half_at(row[k] + b0 * sizeof(BlockQ8_0)), x0), float(s0)));
-      if (s1 != 0)
-        acc[k] = exact::add(acc[k], exact::mul(exact::mul(half_at(row[k] + b1 * sizeof(BlockQ8_0)), x1), float(s1)));
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    const float sum = kernels::warp_sum(acc[k]);
-    if (lane == 0 && first + k < rows) y[p * rows + first + k] = sum;
-  }
+  // Rows past the end compute on whatever the shared memory holds and are not written.
+  const int local = warp * groups + group, n_spans = int(cols / kQ8_0SpanValues);
+  const uint8_t* row = staged + size_t(local) * row_bytes;
+  float sum = 0.0f;
+  for (int span = sub; span < n_spans; span += lanes) sum = exact::add(sum, q8_0_span_dot(row, rx, span));
+  for (int offset = lanes / 2; offset > 0; offset /= 2) sum = exact::add(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
+  if (sub == 0 && first + local < rows) y[p * rows + first + local] = sum;
 }
 
-template <int kRows>
-cudaError_t launch_q8_0_words(const MatvecLaunch& m) {
-  const size_t shared = m.row_bytes + size_t(m.cols / 32) * 4 + size_t(m.cols / 16) * 4;
-  if (shared > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(matvec_q8_0_words_kernel<kRows>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
-    if (err != cudaSuccess) return err;
-  }
-  const int64_t rows_per_block = int64_t(256 / kWarp) * kRows;
+cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
+  const int64_t n_spans = m.cols / kQ8_0SpanValues;
+  int lanes = kWarp;
+  while (lanes > 1 && lanes > n_spans) lanes /= 2;
+  const int rows_per_block = (256 / kWarp) * (kWarp / lanes);
+  const size_t shared = size_t(rows_per_block) * m.row_bytes + m.row_bytes + size_t(m.cols / 32) * 4 +
+                        size_t(m.cols / 16) * 4;
+  const cudaError_t err = cudaFuncSetAttribute(matvec_q8_0_spans_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(shared));
+  if (err != cudaSuccess) return err;
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
-  return kernels::launch_overlapped(matvec_q8_0_words_kernel<kRows>, grid, dim3(256), shared, m.stream,
+  return kernels::launch_overlapped(matvec_q8_0_spans_kernel, grid, dim3(256), shared, m.stream,
                                     static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x,
-                                    m.x_stride, m.y, m.swiglu_up);
-}
-
-cudaError_t launch_q8_0(const MatvecLaunch& m) {
-  switch (rows_in_flight(int64_t(m.row_bytes / 16 + kWarp - 1) / kWarp, m.rows * m.n_problems, 1)) {
-    case 1: return launch_q8_0_words<1>(m);
-    case 2: return launch_q8_0_words<2>(m);
-    default: return launch_q8_0_words<4>(m);
-  }
+                                    m.x_stride, m.y, lanes, m.swiglu_up);
 }
 
 constexpr int kThreads = 256;
@@ -539,7 +561,7 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
 }  // namespace
 
 cudaError_t launch_matvec_q8(const MatvecLaunch& m) {
-  if (m.type == GgmlType::Q8_0 && m.cols % 256 == 0) return launch_q8_0(m);
+  if (m.type == GgmlType::Q8_0 && q8_0_in_spans(m.cols)) return launch_q8_0_spans(m);
   cudaError_t err = cudaErrorInvalidValue;
   for_weight_type<WeightKernel::q8>(m.type, [&](auto t) { err = launch_q8<decltype(t)::value>(m); });
   return err;
