@@ -21,19 +21,46 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int 
   for (int i = threadIdx.x; i < n; i += blockDim.x) outr[i] = xr[i] * scale * w[i];
 }
 
+// The residual-and-norm kernels: 1024 threads, each value of the row in a register of its thread
+// from the add to the norm (read back from memory, the sum's stores cost another trip), and the
+// norm's weights loaded before the wait.
+constexpr int kNormThreads = 1024, kNormPerThread = 8, kMaxNormed = kNormThreads * kNormPerThread;
+
+__device__ __forceinline__ void norm_weights(const float* w, int n, float (&out)[kNormPerThread]) {
+#pragma unroll
+  for (int r = 0; r < kNormPerThread; ++r) {
+    const int i = int(threadIdx.x) + r * kNormThreads;
+    out[r] = w && i < n ? w[i] : 0.0f;
+  }
+}
+
+__device__ __forceinline__ void write_normed(const float (&v)[kNormPerThread], const float (&w)[kNormPerThread],
+                                             float scale, int n, float* out) {
+#pragma unroll
+  for (int r = 0; r < kNormPerThread; ++r) {
+    const int i = int(threadIdx.x) + r * kNormThreads;
+    if (i < n) out[i] = v[r] * scale * w[r];
+  }
+}
+
 // h += d, then out = h * rsqrt(mean(h^2) + eps) * w: a residual and the norm after it, one pass.
-__global__ void add_rms_norm_kernel(float* h, const float* d, const float* w, float* out, int n, float eps) {
+__global__ void __launch_bounds__(kNormThreads)
+    add_rms_norm_kernel(float* h, const float* d, const float* w, float* out, int n, float eps) {
+  float wr[kNormPerThread];
+  norm_weights(w, n, wr);
   begin_after_inputs();
   const int64_t row = int64_t(blockIdx.x) * n;
   h += row, d += row, out += row;
-  float s = 0.0f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float v = h[i] + d[i];
-    h[i] = v;
-    s += v * v;
+  float v[kNormPerThread], s = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kNormPerThread; ++r) {
+    const int i = int(threadIdx.x) + r * kNormThreads;
+    if (i >= n) continue;
+    v[r] = h[i] + d[i];
+    h[i] = v[r];
+    s += v[r] * v[r];
   }
-  const float scale = rsqrtf(block_sum(s) / float(n) + eps);
-  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = h[i] * scale * w[i];
+  write_normed(v, wr, rsqrtf(block_sum(s) / float(n) + eps), n, out);
 }
 
 // One vector of head_dim: RMS-normed with w, NeoX-rotated on its first rope_dims, by one block.
@@ -374,23 +401,27 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t 
   if (i < n) h[i] = exact::swiglu(g[i], u[i]);
 }
 
-__global__ void moe_combine_add_norm_kernel(const float* y, const float* weights, int k, const float* shared,
-                                            const float* shared_logit, int hidden, float* h, const float* norm_w,
-                                            float* normed, float eps) {
+__global__ void __launch_bounds__(kNormThreads)
+    moe_combine_add_norm_kernel(const float* y, const float* weights, int k, const float* shared,
+                                const float* shared_logit, int hidden, float* h, const float* norm_w, float* normed,
+                                float eps) {
+  float w[kNormPerThread];
+  norm_weights(norm_w, hidden, w);
   begin_after_inputs();
-  float s = 0.0f;
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+  float v[kNormPerThread], s = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kNormPerThread; ++r) {
+    const int i = int(threadIdx.x) + r * kNormThreads;
+    if (i >= hidden) continue;
     float o = 0.0f;  // moe_combine_kernel's sum
 #pragma unroll 8
     for (int j = 0; j < k; ++j) o += weights[j] * y[int64_t(j) * hidden + i];
     if (shared) o += sigmoidf(*shared_logit) * shared[i];
-    const float v = h[i] + o;  // add_rms_norm_kernel's arithmetic from here
-    h[i] = v;
-    s += v * v;
+    v[r] = h[i] + o;  // add_rms_norm_kernel's arithmetic from here
+    h[i] = v[r];
+    s += v[r] * v[r];
   }
-  if (!norm_w) return;
-  const float scale = rsqrtf(block_sum(s) / float(hidden) + eps);
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) normed[i] = h[i] * scale * norm_w[i];
+  if (norm_w) write_normed(v, w, rsqrtf(block_sum(s) / float(hidden) + eps), hidden, normed);
 }
 
 }  // namespace
@@ -401,7 +432,9 @@ const char* rms_norm(const float* x, const float* w, float* out, int rows, int n
 
 const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int rows, int n, float eps,
                          void* stream) {
-  return error_text(launch_overlapped(add_rms_norm_kernel, dim3(rows), dim3(1024), 0, stream, h, d, w, out, n, eps));
+  if (n > kMaxNormed) return "residual and norm: rows wider than 8,192 values";
+  return error_text(launch_overlapped(add_rms_norm_kernel, dim3(rows), dim3(kNormThreads), 0, stream, h, d, w, out, n,
+                                      eps));
 }
 
 const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
@@ -483,8 +516,9 @@ const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* st
 const char* moe_combine_add_norm(const float* y, const float* weights, int k, const float* shared,
                                  const float* shared_logit, int hidden, float* h, const float* norm_w, float* normed,
                                  float eps, void* stream) {
-  return error_text(launch_overlapped(moe_combine_add_norm_kernel, dim3(1), dim3(1024), 0, stream, y, weights, k, shared,
-                                      shared_logit, hidden, h, norm_w, normed, eps));
+  if (hidden > kMaxNormed) return "expert sum and norm: rows wider than 8,192 values";
+  return error_text(launch_overlapped(moe_combine_add_norm_kernel, dim3(1), dim3(kNormThreads), 0, stream, y, weights,
+                                      k, shared, shared_logit, hidden, h, norm_w, normed, eps));
 }
 
 }  // namespace lode::cuda::kernels
