@@ -166,7 +166,7 @@ __global__ void l2_norm_heads_kernel(float* qkv, int hk, int dk, int channels) {
 // (the column tiles of one head used to meet through a counter in memory: 10 us a step, now ~4).
 constexpr int kStepThreads = 1024, kMaxStepRows = 16, kMaxStepKeyDim = 256;
 
-__device__ __forceinline__ int step_columns(int dv) { return (dv + kWarp - 1) / kWarp * kWarp; }
+__host__ __device__ __forceinline__ int step_columns(int dv) { return (dv + kWarp - 1) / kWarp * kWarp; }
 
 __global__ void __launch_bounds__(kStepThreads)
     deltanet_step_kernel(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
@@ -476,7 +476,7 @@ const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens
 const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                           const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
                           float eps, float* o, void* stream) {
-  const int columns = (dv + kWarp - 1) / kWarp * kWarp;
+  const int columns = step_columns(dv);
   if (columns > kStepThreads || dk > kMaxStepKeyDim || dk > kMaxStepRows * (kStepThreads / columns))
     return "DeltaNet heads too large for the step kernel (it holds dk x dv <= 16,384 values, dk <= 256)";
   return error_text(launch_overlapped(deltanet_step_kernel, dim3(hv), dim3(kStepThreads), 0, stream, state, qkv, z,

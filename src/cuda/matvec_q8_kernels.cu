@@ -385,6 +385,14 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// The lanes that share a row of `slices` slices (spans): the largest power of two <= min(32,
+// slices), as the host twin counts them.
+int lanes_for(int64_t slices) {
+  int lanes = kWarp;
+  while (lanes > 1 && lanes > slices) lanes /= 2;
+  return lanes;
+}
+
 int multiprocessors() {
   static const int count = [] {
     int device = 0, n = 0;
@@ -493,9 +501,7 @@ __global__ void __launch_bounds__(256)
 }
 
 cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
-  const int64_t n_spans = m.cols / kQ8_0SpanValues;
-  int lanes = kWarp;
-  while (lanes > 1 && lanes > n_spans) lanes /= 2;
+  const int lanes = lanes_for(m.cols / kQ8_0SpanValues);
   const int rows_per_block = (256 / kWarp) * (kWarp / lanes);
   const size_t shared = size_t(rows_per_block) * m.row_bytes + m.row_bytes + size_t(m.cols / 32) * 4 +
                         size_t(m.cols / 16) * 4;
@@ -544,8 +550,7 @@ constexpr int kMaxRowsAtOnce = T == GgmlType::Q6_K ? 2 : 4;
 template <GgmlType T>
 cudaError_t launch_q8(const MatvecLaunch& m) {
   const int n_slices = int(m.cols / Slice<T>::kValues);
-  int lanes = kWarp;
-  while (lanes > 1 && lanes > n_slices) lanes /= 2;
+  const int lanes = lanes_for(n_slices);
   const int64_t slices_per_lane = (n_slices + lanes - 1) / lanes, all_rows = m.rows * m.n_problems;
   const int at_once = std::min(rows_in_flight(slices_per_lane, all_rows, kWarp / lanes), kMaxRowsAtOnce<T>);
   // Products of very many rows (the lm head) give each warp four rows in all, so x is rounded once
