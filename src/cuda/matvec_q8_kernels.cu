@@ -119,15 +119,20 @@ __device__ void round_x(const float* x, int64_t cols, int64_t swiglu_up, Rounded
   }
 }
 
-// Q4_K / Q5_K sub-block j's 6-bit scale and min from the 12 packed bytes (3 words w).
-__device__ __forceinline__ void scale_min_k4(const uint32_t w[3], int j, int* scale, int* min) {
-  const auto byte = [&](int i) { return int(((i < 4 ? w[0] : i < 8 ? w[1] : w[2]) >> (8 * (i % 4))) & 0xff); };
-  if (j < 4) {
-    *scale = byte(j) & 63;
-    *min = byte(j + 4) & 63;
+// Q4_K / Q5_K sub-blocks 2 g and 2 g + 1: their 6-bit scales (bytes 0 and 1 of *scales) and mins
+// (likewise *mins), from the 12 packed bytes (words w0, w1, w2), without branches: neighbouring
+// lanes take different g, and a branch on g ran both sides for every lane. Sub-blocks 0-3 keep
+// their scale in the low 6 bits of bytes 0-3 and their min in bytes 4-7; sub-blocks 4-7 their low 4
+// bits in the nibbles of bytes 8-11 and their top two bits in the top bits of bytes 0-7.
+__device__ __forceinline__ void scale_min_pair_k4(uint32_t w0, uint32_t w1, uint32_t w2, int g, uint32_t* scales,
+                                                  uint32_t* mins) {
+  const int shift = 16 * (g & 1);
+  const uint32_t p0 = w0 >> shift, p1 = w1 >> shift, p2 = w2 >> shift;
+  if (g < 2) {  // a select, not a branch (both sides are a few integer ops)
+    *scales = p0 & 0x3f3fu, *mins = p1 & 0x3f3fu;
   } else {
-    *scale = (byte(j + 4) & 0x0f) | ((byte(j - 4) >> 6) << 4);
-    *min = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+    *scales = (p2 & 0x0f0fu) | ((p0 >> 2) & 0x3030u);
+    *mins = ((p2 >> 4) & 0x0f0fu) | ((p1 >> 2) & 0x3030u);
   }
 }
 
@@ -198,8 +203,9 @@ struct Slice<GgmlType::Q5_0> {
 template <bool kFifthBit>
 __device__ __forceinline__ float k45_dot(uint4 head, uint4 q, uint4 h, int sb, int s, RoundedX x) {
   const int g = s / 2, lo_base = 256 * sb + 64 * g + 16 * (s % 2), hi_base = lo_base + 32;
-  const int* xl = reinterpret_cast<const int*>(x.q + lo_base);
-  const int* xh = reinterpret_cast<const int*>(x.q + hi_base);
+  // x's 16 low and 16 high values of the slice, one 16-byte shared load each (x.q is 16-byte aligned).
+  const int4 xl = *reinterpret_cast<const int4*>(x.q + lo_base), xh = *reinterpret_cast<const int4*>(x.q + hi_base);
+  const int xlw[4] = {xl.x, xl.y, xl.z, xl.w}, xhw[4] = {xh.x, xh.y, xh.z, xh.w};
   const uint32_t qw[4] = {q.x, q.y, q.z, q.w}, hw[4] = {h.x, h.y, h.z, h.w};
   int dot_lo = 0, dot_hi = 0;
 #pragma unroll
@@ -209,18 +215,16 @@ __device__ __forceinline__ float k45_dot(uint4 head, uint4 q, uint4 h, int sb, i
       lo |= ((hw[i] >> (2 * g)) & 0x01010101u) << 4;
       hi |= ((hw[i] >> (2 * g + 1)) & 0x01010101u) << 4;
     }
-    dot_lo = __dp4a(int(lo), xl[i], dot_lo);
-    dot_hi = __dp4a(int(hi), xh[i], dot_hi);
+    dot_lo = __dp4a(int(lo), xlw[i], dot_lo);
+    dot_hi = __dp4a(int(hi), xhw[i], dot_hi);
   }
-  const uint32_t scales[3] = {head.y, head.z, head.w};
-  int sc_lo, m_lo, sc_hi, m_hi;
-  scale_min_k4(scales, 2 * g, &sc_lo, &m_lo);
-  scale_min_k4(scales, 2 * g + 1, &sc_hi, &m_hi);
-  const int scaled = sc_lo * dot_lo + sc_hi * dot_hi;
-  const int mins = m_lo * x.sum16[lo_base / 16] + m_hi * x.sum16[hi_base / 16];
+  uint32_t scales, mins;
+  scale_min_pair_k4(head.y, head.z, head.w, g, &scales, &mins);
+  const int scaled = int(scales & 0xffu) * dot_lo + int(scales >> 8) * dot_hi;
+  const int sum_mins = int(mins & 0xffu) * x.sum16[lo_base / 16] + int(mins >> 8) * x.sum16[hi_base / 16];
   const float d = __half2float(__ushort_as_half(uint16_t(head.x)));
   const float dmin = __half2float(__ushort_as_half(uint16_t(head.x >> 16)));
-  return exact::mul(x.d[lo_base / 32], exact::sub(exact::mul(d, float(scaled)), exact::mul(dmin, float(mins))));
+  return exact::mul(x.d[lo_base / 32], exact::sub(exact::mul(d, float(scaled)), exact::mul(dmin, float(sum_mins))));
 }
 
 template <>
@@ -286,6 +290,9 @@ struct Slice<GgmlType::Q6_K> {
     const int blk = s / 8, half = (s % 8) / 4, t = s % 4;
     const int base = 256 * blk + 128 * half + 8 * t;
     int dot[4] = {0, 0, 0, 0}, sum[4] = {0, 0, 0, 0};
+    int2 xq[4];  // each quarter's 8 values of x, one 8-byte shared load each (base is a multiple of 8)
+#pragma unroll
+    for (int quarter = 0; quarter < 4; ++quarter) xq[quarter] = *reinterpret_cast<const int2*>(x.q + base + 32 * quarter);
 #pragma unroll
     for (int w = 0; w < 2; ++w) {
       const uint32_t a = r.a[w], b = r.b[w], h = r.h[w];
@@ -295,7 +302,7 @@ struct Slice<GgmlType::Q6_K> {
                              ((b >> 4) & 0x0f0f0f0fu) | (((h >> 6) & 0x03030303u) << 4)};
 #pragma unroll
       for (int quarter = 0; quarter < 4; ++quarter) {
-        const int xw = *reinterpret_cast<const int*>(x.q + base + 32 * quarter + 4 * w);
+        const int xw = w == 0 ? xq[quarter].x : xq[quarter].y;
         dot[quarter] = __dp4a(int(u[quarter]), xw, dot[quarter]);
         sum[quarter] = __dp4a(0x01010101, xw, sum[quarter]);
       }
