@@ -46,6 +46,16 @@ __device__ __forceinline__ int u32_at_b2(const uint8_t* p) {
   return int(uint32_t(__ldg(h)) | (uint32_t(__ldg(h + 1)) << 16));
 }
 
+// Eight bytes at a 2-byte aligned address as two words, from the aligned 4-byte words that hold
+// them: two or three loads where 2-byte pieces took four (never a byte past the eight's words).
+__device__ __forceinline__ uint2 u64_at_b2(const uint8_t* p) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(at & ~uintptr_t(3));
+  const unsigned shift = unsigned(at & 3) * 8;
+  const uint32_t w0 = __ldg(w), w1 = __ldg(w + 1), w2 = shift ? __ldg(w + 2) : 0u;
+  return {__funnelshift_r(w0, w1, shift), __funnelshift_r(w1, w2, shift)};
+}
+
 enum class XRounding { q8_0, q8_k };
 
 // x of one problem rounded in shared memory: q [cols] int8; d [cols / 32]: the scale of each 32
@@ -264,27 +274,18 @@ struct Slice<GgmlType::Q6_K> {
   static constexpr int kValues = 32;
   static constexpr XRounding kRounding = XRounding::q8_k;
   struct Raw {
-    uint32_t a[2], b[2], h[2];
-    int scale[4];
+    uint2 a, b, h;
+    uint2 scales;  // the half's 8 scale bytes: quarter q's at t / 2 + 2 q
     float d;
   };
+  // Each 8-byte piece from its aligned words (blocks of 210 bytes start on 2-byte boundaries).
   __device__ static Raw load(const uint8_t* row, int s) {
     const int half = (s % 8) / 4, t = s % 4;
     const uint8_t* block = row + (s / 8) * int(sizeof(BlockQ6_K));
     const uint8_t* ql = block + 64 * half + 8 * t;
     const uint8_t* qh = block + offsetof(BlockQ6_K, qh) + 32 * half + 8 * t;
-    const int8_t* scales = reinterpret_cast<const int8_t*>(block + offsetof(BlockQ6_K, scales)) + 8 * half + t / 2;
-    Raw r;
-#pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      r.a[w] = uint32_t(u32_at_b2(ql + 4 * w));
-      r.b[w] = uint32_t(u32_at_b2(ql + 32 + 4 * w));
-      r.h[w] = uint32_t(u32_at_b2(qh + 4 * w));
-    }
-#pragma unroll
-    for (int quarter = 0; quarter < 4; ++quarter) r.scale[quarter] = int(__ldg(scales + 2 * quarter));
-    r.d = half_at(block + offsetof(BlockQ6_K, d));
-    return r;
+    return {u64_at_b2(ql), u64_at_b2(ql + 32), u64_at_b2(qh), u64_at_b2(block + offsetof(BlockQ6_K, scales) + 8 * half),
+            half_at(block + offsetof(BlockQ6_K, d))};
   }
   __device__ static float dot(const Raw& r, int s, RoundedX x) {
     const int blk = s / 8, half = (s % 8) / 4, t = s % 4;
@@ -295,7 +296,7 @@ struct Slice<GgmlType::Q6_K> {
     for (int quarter = 0; quarter < 4; ++quarter) xq[quarter] = *reinterpret_cast<const int2*>(x.q + base + 32 * quarter);
 #pragma unroll
     for (int w = 0; w < 2; ++w) {
-      const uint32_t a = r.a[w], b = r.b[w], h = r.h[w];
+      const uint32_t a = w == 0 ? r.a.x : r.a.y, b = w == 0 ? r.b.x : r.b.y, h = w == 0 ? r.h.x : r.h.y;
       const uint32_t u[4] = {(a & 0x0f0f0f0fu) | ((h & 0x03030303u) << 4),
                              (b & 0x0f0f0f0fu) | (((h >> 2) & 0x03030303u) << 4),
                              ((a >> 4) & 0x0f0f0f0fu) | (((h >> 4) & 0x03030303u) << 4),
@@ -309,7 +310,11 @@ struct Slice<GgmlType::Q6_K> {
     }
     int total = 0;
 #pragma unroll
-    for (int quarter = 0; quarter < 4; ++quarter) total += r.scale[quarter] * (dot[quarter] - 32 * sum[quarter]);
+    for (int quarter = 0; quarter < 4; ++quarter) {
+      const uint32_t word = quarter < 2 ? r.scales.x : r.scales.y;
+      const int scale = int(word << (24 - 8 * (t / 2 + 2 * (quarter % 2)))) >> 24;  // the signed byte
+      total += scale * (dot[quarter] - 32 * sum[quarter]);
+    }
     return exact::mul(exact::mul(r.d, x.d[8 * blk]), float(total));
   }
 };
