@@ -165,7 +165,8 @@ struct Slice<GgmlType::Q8_0> {
   __device__ static Raw load(const uint8_t* row, int s) {
     const uint8_t* block = row + (s / 4) * int(sizeof(BlockQ8_0));
     const uint8_t* q = block + 2 + 8 * (s % 4);
-    return {u32_at_b2(q), u32_at_b2(q + 4), half_at(block)};
+    const uint2 pair = u64_at_b2(q);
+    return {int(pair.x), int(pair.y), half_at(block)};
   }
   __device__ static float dot(const Raw& r, int s, RoundedX x) {
     const int b = s / 4;
@@ -189,7 +190,8 @@ struct Slice<GgmlType::Q5_0> {
   __device__ static Raw load(const uint8_t* row, int s) {
     const uint8_t* block = row + (s / 4) * int(sizeof(BlockQ5_0));
     const uint8_t* qs = block + 6 + 8 * (s % 4 % 2);
-    return {uint32_t(u32_at_b2(block + 2)), {uint32_t(u32_at_b2(qs)), uint32_t(u32_at_b2(qs + 4))}, half_at(block)};
+    const uint2 pair = u64_at_b2(qs);
+    return {uint32_t(u32_at_b2(block + 2)), {pair.x, pair.y}, half_at(block)};
   }
   __device__ static float dot(const Raw& r, int s, RoundedX x) {
     const int b = s / 4, part = s % 4;
