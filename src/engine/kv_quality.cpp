@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "core/error.h"
 #include "engine/perplexity.h"
@@ -24,24 +26,28 @@ int32_t argmax(std::span<const float> logits) {
 }
 
 // Scores every position of a chunk but the text's last: `row` against the reference's logits,
-// positions in parallel (each KL is a pass over the vocabulary).
+// positions in parallel (each KL is a pass over the vocabulary), then added in position order (an
+// OpenMP reduction adds its threads' sums in the order they finish: the totals would vary from run
+// to run with more than two threads).
 void score_chunk(KvQualityRow& row, const std::vector<float>& reference, const std::vector<float>& logits,
                  int64_t vocab, std::span<const int32_t> next_tokens) {
   const int64_t n = int64_t(next_tokens.size());
-  double kl = 0, nll = 0;
-  int64_t same = 0;
-#pragma omp parallel for reduction(+ : kl, nll, same) schedule(static)
+  std::vector<double> kl(static_cast<size_t>(n)), nll(static_cast<size_t>(n));
+  std::vector<uint8_t> same(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const auto ref = std::span(reference).subspan(size_t(i * vocab), size_t(vocab));
     const auto mine = std::span(logits).subspan(size_t(i * vocab), size_t(vocab));
-    kl += kl_divergence(ref, mine);
-    same += argmax(ref) == argmax(mine);
-    nll += token_nll(mine, next_tokens[size_t(i)]);
+    kl[size_t(i)] = kl_divergence(ref, mine);
+    same[size_t(i)] = argmax(ref) == argmax(mine);
+    nll[size_t(i)] = token_nll(mine, next_tokens[size_t(i)]);
   }
   row.positions += n;
-  row.kl_sum += kl;
-  row.top1_same += same;
-  row.nll_sum += nll;
+  for (int64_t i = 0; i < n; ++i) {
+    row.kl_sum += kl[size_t(i)];
+    row.top1_same += same[size_t(i)];
+    row.nll_sum += nll[size_t(i)];
+  }
 }
 
 // Each sequence continues greedily from its own last logits for n tokens (or until its context is
