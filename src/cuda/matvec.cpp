@@ -45,7 +45,7 @@ void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids,
                     int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, void* stream,
                     MatvecInput input) {
   run({type, nullptr, table, ids, rows, cols, row_bytes, x, x_stride, y, n_problems, stream, input.swiglu_up,
-       input.q8});
+       input.q8, input.ahead, input.ids_before_wait});
 }
 
 }  // namespace lode::cuda

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/quant/types.h"
+#include "cuda/matvec_launch.h"
 
 namespace lode::cuda {
 
@@ -20,6 +21,9 @@ struct MatvecInput {
   // for the weight's type, and multiply in integers (dp4a): Q8_0, Q5_0, Q4_K, Q5_K and Q6_K weights.
   // Other types multiply float32 x either way.
   bool q8 = false;
+  // Grouped q8 products only (MatvecLaunch's fields of the same names).
+  L2Ahead ahead{};
+  bool ids_before_wait = false;
 };
 bool has_q8_matvec(GgmlType type);
 

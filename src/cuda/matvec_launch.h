@@ -8,6 +8,15 @@
 
 namespace lode::cuda {
 
+// For a grouped product whose ids the next kernel reads too: after its own loads, the blocks of
+// problem p ask L2 for their share of the matrix at table[ids[p % problems]] (bytes long), the
+// weights the next kernel will read, so that they come from L2 rather than DRAM.
+struct L2Ahead {
+  const void* const* table = nullptr;
+  int64_t bytes = 0;
+  int64_t problems = 0;
+};
+
 // n_problems products of the same shape in one launch. Problem p multiplies the matrix at
 // table[ids[p]] (or w when table is null) with x + p * x_stride, into y + p * rows.
 struct MatvecLaunch {
@@ -24,6 +33,10 @@ struct MatvecLaunch {
   void* stream;
   int64_t swiglu_up = 0;  // > 0: x is a SwiGLU's gate, its up half this many floats further on
   bool q8_input = false;  // round x to 8 bits and multiply in integers, where the type has such a kernel
+  L2Ahead ahead{};        // q8 grouped products: the next kernel's weights asked of L2
+  // q8 grouped products: ids and the table were written before the kernel queued just before this
+  // one, so they are read and the weights sent for before waiting for that kernel.
+  bool ids_before_wait = false;
 };
 
 // The grid i-quants' codebooks, which their kernels read from device memory: uploaded once per

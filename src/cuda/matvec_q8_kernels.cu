@@ -321,18 +321,32 @@ struct Slice<GgmlType::Q6_K> {
   }
 };
 
+// Problem p's block's share of the matrix the next kernel reads for its ids, asked of L2 (L2Ahead):
+// the problems that read one id (p % ahead.problems) split that matrix between their blocks.
+__device__ __forceinline__ void ask_ahead(const L2Ahead& ahead, const int32_t* ids, int64_t p) {
+  const int32_t id = ids[p % ahead.problems];
+  if (id < 0) return;
+  const int64_t shares = int64_t(gridDim.x) * (gridDim.y / ahead.problems);
+  const int64_t share = (p / ahead.problems) * gridDim.x + blockIdx.x;
+  const int64_t per = (ahead.bytes + 128 * shares - 1) / (128 * shares) * 128;
+  const int64_t begin = share * per, end = min(ahead.bytes, begin + per);
+  if (begin < end)
+    kernels::prefetch_lines(static_cast<const uint8_t*>(ahead.table[id]) + begin, end - begin, int(threadIdx.x),
+                            int(blockDim.x));
+}
+
 // Block: each warp takes kRows row groups at once; a group of `lanes` lanes (a power of two up to
 // 32) sums one row's slices: lane i of the group adds slices i, i + lanes, ... in order, then the
 // group's sums meet in a butterfly (offsets lanes / 2 .. 1). A pass loads kSlices slices of each
 // of its rows per lane into registers, all at once; the first pass's loads are issued before x of
-// problem blockIdx.y is rounded (and, for a plain matrix, before the wait for the kernel before:
-// an expert table's ids come from that kernel). A problem whose id is negative is skipped (its
-// expert is computed elsewhere: the CPU miss path).
+// problem blockIdx.y is rounded (and, for a plain matrix or ids_before_wait, before the wait for
+// the kernel before: an expert table's ids usually come from that kernel). A problem whose id is
+// negative is skipped (its expert is computed elsewhere: the CPU miss path).
 template <GgmlType T, int kRows, int kSlices>
 __global__ void __launch_bounds__(256)
     matvec_q8_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t cols,
                      size_t row_bytes, const float* x, int64_t x_stride, float* y, int lanes, int sets,
-                     int64_t swiglu_up) {
+                     int64_t swiglu_up, L2Ahead ahead, bool ids_before_wait) {
   using S = Slice<T>;
   extern __shared__ int4 shared_x[];
   const RoundedX rx = rounded_x_in(shared_x, size_t(cols), cols);
@@ -364,14 +378,24 @@ __global__ void __launch_bounds__(256)
     for (int k = 0; k < kRows; ++k)
       kernels::prefetch_lines(row_at(first_of(0) + int64_t(k) * groups), int64_t(row_bytes), sub, lanes);
   };
+  // The problem's matrix from the table, its first pass sent for; false: computed elsewhere. Before
+  // the wait the ids and table are read from L2 (written by a kernel that has finished, but this
+  // multiprocessor's L1 may hold the lines from an earlier layer).
+  const auto open = [&](bool before_wait) {
+    const int32_t id = before_wait ? __ldcg(ids + p) : ids[p];
+    if (id < 0) return false;
+    matrix = before_wait ? reinterpret_cast<const uint8_t*>(__ldcg(reinterpret_cast<const unsigned long long*>(table) + id))
+                         : static_cast<const uint8_t*>(table[id]);
+    start();
+    return true;
+  };
+  // A block whose problem is computed elsewhere still waits before it leaves: the kernels after
+  // this one count on its grid finishing after the kernel before it.
+  const bool mine = !table || !ids_before_wait || open(true);
   if (!table) start();
   kernels::begin_after_inputs();
-  if (table) {
-    const int32_t id = ids[p];
-    if (id < 0) return;
-    matrix = static_cast<const uint8_t*>(table[id]);
-    start();
-  }
+  if (!mine || (table && !ids_before_wait && !open(false))) return;
+  if (ahead.table) ask_ahead(ahead, ids, p);
   round_x<S::kRounding>(x + p * x_stride, cols, swiglu_up, rx);
   __syncthreads();
   for (int set = 0; set < sets; ++set) {
@@ -542,11 +566,12 @@ cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
   return kernels::launch_overlapped(matvec_q8_kernel<T, kRows, kSlices>, grid, dim3(kThreads), shared, m.stream,
                                     static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x,
-                                    m.x_stride, m.y, lanes, sets, m.swiglu_up);
+                                    m.x_stride, m.y, lanes, sets, m.swiglu_up, m.ahead, m.ids_before_wait);
 }
 
 // Two slices of each row per lane and pass where a lane has them and their registers stay within
-// 32 words, else one.
+// 32 words, else one. (Q4_K's gate|up rows in one pass, 64 words, measured slower on the H200:
+// 435.3-436.3 tokens/s against 439.5-440.1.)
 template <GgmlType T, int kRows>
 cudaError_t launch_q8_slices(const MatvecLaunch& m, int lanes, int sets, int64_t slices_per_lane) {
   constexpr bool kTwoFit = kRows * 2 * sizeof(typename Slice<T>::Raw) <= 128;
