@@ -345,11 +345,8 @@ struct CudaSession::Impl {
   // Products on `on` (null: the step's stream); `what` names them in the per-kernel profile, whose
   // bytes count every problem's matrix (also those the CPU miss path computes instead).
   void grouped(std::string_view what, const DeviceExperts& e, const int32_t* which, int64_t n, const float* x,
-               int64_t x_stride, float* out, int64_t swiglu_up = 0, cudaStream_t on = nullptr,
-               L2Ahead ahead = {}, bool ids_before_wait = false) {
+               int64_t x_stride, float* out, const MatvecInput& in, cudaStream_t on = nullptr) {
     if (is_left_out(what)) return;
-    MatvecInput in = input(swiglu_up);
-    in.ahead = ahead, in.ids_before_wait = ids_before_wait;
     grouped_matvec(e.type, e.table, which, n, e.rows, e.cols, e.row_bytes, x, x_stride, out, on ? on : stream, in);
     queued(what, double(n) * double(e.rows) * double(e.row_bytes), e.type);
   }
@@ -415,7 +412,7 @@ struct CudaSession::Impl {
   void shared_expert(const DeviceLayer& d, cudaStream_t on) {
     const model::Qwen35MoeConfig& c = config;
     if (d.shared_gate_up.table) {
-      grouped("shared expert gate|up", d.shared_gate_up, pair_ids, 2, normed, 0, sg, 0, on);
+      grouped("shared expert gate|up", d.shared_gate_up, pair_ids, 2, normed, 0, sg, input(), on);
     } else {
       mv("shared expert gate", d.shared_gate, normed, sg, 0, on);
       mv("shared expert up", d.shared_up, normed, su, 0, on);
@@ -542,17 +539,20 @@ struct CudaSession::Impl {
     // first rows before it waits for gate|up (on the H200 447.8-448.2 tokens/s against 441.7-441.9;
     // inside the step the down product 5.1 us against 7.0).
     const DeviceExperts down = through_stage(d.down, 2 * k);
-    const L2Ahead down_ahead{down.table, down.rows * int64_t(down.row_bytes), k};
+    MatvecInput gate_up = input();
+    gate_up.ahead = {down.table, down.rows * int64_t(down.row_bytes), k};
     if (d.gate_up.table) {
-      grouped("experts gate|up", through_stage(d.gate_up, 0), which, 2 * k, normed, 0, g, 0, nullptr, down_ahead);
+      grouped("experts gate|up", through_stage(d.gate_up, 0), which, 2 * k, normed, 0, g, gate_up);
     } else {
-      grouped("experts gate", through_stage(d.gate, 0), which, k, normed, 0, g);
-      grouped("experts up", through_stage(d.up, k), which, k, normed, 0, u, 0, nullptr, down_ahead);
+      grouped("experts gate", through_stage(d.gate, 0), which, k, normed, 0, g, input());
+      grouped("experts up", through_stage(d.up, k), which, k, normed, 0, u, gate_up);
     }
     // The down projection applies the SwiGLU to the gate (g) and up (u = g + k ff) outputs as it reads
     // them. (Its ids are not read before the wait while kernels are left out: the kernel before it may
     // then not be gate|up.)
-    grouped("experts down (SwiGLU inside)", down, which, k, g, ff, y, k * ff, nullptr, {}, left_out.empty());
+    MatvecInput down_input = input(k * ff);
+    down_input.ids_before_wait = left_out.empty();
+    grouped("experts down (SwiGLU inside)", down, which, k, g, ff, y, down_input);
     if (miss)
       launch(kMissGather,
              [&] { return kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream); });
