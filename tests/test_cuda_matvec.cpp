@@ -146,26 +146,35 @@ TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
   }
 }
 
-// A product of 65,536 rows: the integer kernels give each warp several sets of rows one after
-// another (Q6_K: two rows at a time, two sets), as for the lm head.
+// A product of 65,536 rows, as for the lm head: the integer kernels give each warp several sets of
+// rows one after another (Q6_K rows of 210 bytes: two rows at a time, two sets), or stage each
+// block's rows in shared memory (Q4_K: rows of whole 16-byte pieces); the host twin's bits either way.
 TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
   LODE_REQUIRE_GPU();
   lode::cuda::VramAccountant vram;
   std::mt19937 rng(14);
   const int64_t rows = 65536 + 37, cols = 256;
-  const GgmlType type = GgmlType::Q6_K;
-  const auto& traits = lode::traits(type);
-  const size_t row_bytes = lode::row_bytes(type, cols);
-  const auto values = normal_floats(size_t(rows * cols), rng);
-  const auto x = normal_floats(size_t(cols), rng);
-  std::vector<uint8_t> w(row_bytes * size_t(rows));
-  for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
-  std::vector<float> want(static_cast<size_t>(rows));
-  lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), want.data(), 1,
-                    {.threads = 2, .activations = lode::model::Activations::q8});
-  lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
-  lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
-  EXPECT_LE(lode::test::relative_error(gpu_product(vram, type, w, rows, cols, dx.as<float>(), 1, {.q8 = true}), want), 2e-6);
+  for (const GgmlType type : {GgmlType::Q6_K, GgmlType::Q4_K}) {
+    const auto& traits = lode::traits(type);
+    SCOPED_TRACE(traits.name);
+    const size_t row_bytes = lode::row_bytes(type, cols);
+    const auto values = normal_floats(size_t(rows * cols), rng);
+    const auto x = normal_floats(size_t(cols), rng);
+    std::vector<uint8_t> w(row_bytes * size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
+    std::vector<float> want(static_cast<size_t>(rows));
+    lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), want.data(), 1,
+                      {.threads = 2, .activations = lode::model::Activations::q8});
+    lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
+    lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
+    const auto got = gpu_product(vram, type, w, rows, cols, dx.as<float>(), 1, {.q8 = true});
+    EXPECT_LE(lode::test::relative_error(got, want), 2e-6);
+    lode::cpu::q8twin::RoundedBuffer rounded(cols);
+    lode::cpu::q8twin::round(type, x.data(), nullptr, cols, rounded.x());
+    std::vector<float> twin(static_cast<size_t>(rows));
+    lode::cpu::q8twin::rows(type, w.data(), row_bytes, rows, cols, rounded.x(), twin.data());
+    EXPECT_EQ(got, twin);
+  }
 }
 
 // The MoE's form: experts picked through a device-side table, one launch for all of them, with
@@ -212,6 +221,82 @@ TEST(CudaMatvec, GroupedProductsReadTheirExpertsThroughTheTable) {
         for (int64_t r = 0; r < rows; ++r)
           EXPECT_NEAR(got[p * size_t(rows) + size_t(r)], want[size_t(r)], 1e-4f * (1 + std::fabs(want[size_t(r)])))
               << "problem " << p << " row " << r;
+      }
+    }
+  }
+}
+
+// The grouped 8-bit products bit for bit the host twin's (the CPU miss path computes absent
+// experts with it, so the tokens must not depend on where an expert ran), with the ids read after
+// the wait (gate|up) or before it (down), and the L2 asked for the next matrix. An expert computed
+// elsewhere (id -1) leaves its rows of y as they were. The 35B-A3B's shapes (gate|up: 512 rows of
+// 2048; down: 2048 rows of 512, the SwiGLU of gate and up as x) and small ragged ones, every
+// K-quant and Q5_0.
+TEST(CudaMatvec, GroupedIntegerProductsAreTheTwinsBits) {
+  LODE_REQUIRE_GPU();
+  lode::cuda::VramAccountant vram;
+  std::mt19937 rng(15);
+  struct Shape {
+    int64_t rows, cols;
+    bool swiglu;
+  };
+  const std::vector<int32_t> ids = {3, -1, 0, 3, 5};
+  const int64_t n_experts = 6;
+  constexpr float kUnwritten = -777.0f;
+  for (const Shape shape : {Shape{512, 2048, false}, Shape{2048, 512, true}, Shape{67, 256, false}}) {
+    for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q5_0}) {
+      const auto& traits = lode::traits(type);
+      const int64_t rows = shape.rows, cols = shape.cols, n = int64_t(ids.size());
+      SCOPED_TRACE(std::string(traits.name) + " " + std::to_string(rows) + " x " + std::to_string(cols));
+      const size_t row_bytes = lode::row_bytes(type, cols), matrix_bytes = row_bytes * size_t(rows);
+      std::vector<uint8_t> experts(matrix_bytes * n_experts);
+      const auto values = normal_floats(size_t(rows * cols), rng);
+      for (int64_t r = 0; r < rows * n_experts; ++r)  // the experts differ: each row from a shifted start
+        traits.quantize(values.data() + (r * 7 % rows) * cols, experts.data() + r * row_bytes, cols);
+      // x per problem; for the SwiGLU shape each problem's gate then up (cols each).
+      const int64_t x_stride = shape.swiglu ? 2 * cols : cols;
+      const auto x = normal_floats(size_t(n * x_stride), rng);
+      lode::cuda::DeviceBuffer dexperts(vram, experts.size(), lode::cuda::VramUse::experts, "experts");
+      lode::cuda::copy_to_device(dexperts.data(), experts.data(), experts.size());
+      std::vector<const void*> table;
+      for (int64_t e = 0; e < n_experts; ++e) table.push_back(dexperts.as<uint8_t>() + e * matrix_bytes);
+      lode::cuda::DeviceBuffer dtable(vram, table.size() * sizeof(void*), lode::cuda::VramUse::scratch, "table");
+      lode::cuda::DeviceBuffer dids(vram, ids.size() * 4, lode::cuda::VramUse::scratch, "ids");
+      lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
+      lode::cuda::DeviceBuffer dy(vram, size_t(rows * n) * 4, lode::cuda::VramUse::scratch, "y");
+      lode::cuda::copy_to_device(dtable.data(), table.data(), table.size() * sizeof(void*));
+      lode::cuda::copy_to_device(dids.data(), ids.data(), ids.size() * 4);
+      lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
+      // The twin's products, problem by problem.
+      std::vector<std::vector<float>> want(ids.size());
+      lode::cpu::q8twin::RoundedBuffer rounded(cols);
+      for (size_t p = 0; p < ids.size(); ++p) {
+        if (ids[p] < 0) continue;
+        const float* xp = x.data() + p * size_t(x_stride);
+        lode::cpu::q8twin::round(type, xp, shape.swiglu ? xp + cols : nullptr, cols, rounded.x());
+        want[p].resize(size_t(rows));
+        lode::cpu::q8twin::rows(type, experts.data() + size_t(ids[p]) * matrix_bytes, row_bytes, rows, cols,
+                                rounded.x(), want[p].data());
+      }
+      for (const bool ids_before_wait : {false, true}) {
+        SCOPED_TRACE(ids_before_wait ? "ids read before the wait" : "ids read after the wait");
+        const std::vector<float> sentinel(size_t(rows * n), kUnwritten);
+        lode::cuda::copy_to_device(dy.data(), sentinel.data(), sentinel.size() * 4);
+        lode::cuda::MatvecInput input{.swiglu_up = shape.swiglu ? cols : 0, .q8 = true};
+        input.ahead = {dtable.as<const void*>(), int64_t(matrix_bytes), n};
+        input.ids_before_wait = ids_before_wait;
+        lode::cuda::grouped_matvec(type, dtable.as<const void*>(), dids.as<int32_t>(), n, rows, cols, row_bytes,
+                                   dx.as<float>(), x_stride, dy.as<float>(), nullptr, input);
+        lode::cuda::synchronize();
+        std::vector<float> got(size_t(rows * n));
+        lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
+        for (size_t p = 0; p < ids.size(); ++p) {
+          const std::vector<float> mine(got.begin() + int64_t(p) * rows, got.begin() + int64_t(p + 1) * rows);
+          if (ids[p] < 0)
+            EXPECT_EQ(mine, std::vector<float>(size_t(rows), kUnwritten)) << "problem " << p << " is not this launch's";
+          else
+            EXPECT_EQ(mine, want[p]) << "problem " << p;
+        }
       }
     }
   }

@@ -704,7 +704,9 @@ constexpr int kMergeThreads = 1024;
 // One block per query head: the splits' partials merged by their log-sum-exp weights (each split's
 // weight computed once, by its own thread; then warp w sums the splits w, w + 32, ... for dims lane,
 // lane + 32, ... (loads independent of each other), and the warps' sums are added in warp order),
-// rotated back by H when the values are stored rotated, then the sigmoid output gate.
+// rotated back by H when the values are stored rotated, then the sigmoid output gate. The gate and
+// each warp's first split are loaded before the weights' reductions, so their trips to memory
+// overlap those (the sums are the same, in the same order).
 template <bool kRotatedValues>
 __global__ void attention_merge_kernel(const float* qg, const float* partials, const int64_t* position, int n_splits,
                                        int head_dim, float* out) {
@@ -713,6 +715,15 @@ __global__ void attention_merge_kernel(const float* qg, const float* partials, c
   const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, n_splits), stride = head_dim + 2;
   const float* first = partials + int64_t(h) * n_splits * stride;
   n_splits = int(min(int64_t(n_splits), (n_all + per_split - 1) / per_split));  // the splits that had keys
+  constexpr int kWarps = kMergeThreads / kWarp, kDimsPerLane = kAttentionHeadDim / kWarp;
+  static_assert(kMergeThreads >= kAttentionHeadDim, "a thread's dim of the gate");
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const float gate = int(threadIdx.x) < head_dim ? qg[int64_t(h) * 2 * head_dim + head_dim + threadIdx.x] : 0.0f;
+  float early[kDimsPerLane] = {};  // split `warp`'s values
+  if (warp < n_splits)
+#pragma unroll
+    for (int k = 0; k < kDimsPerLane; ++k)
+      if (lane + kWarp * k < head_dim) early[k] = first[warp * stride + 2 + lane + kWarp * k];
   __shared__ float weight[kMaxAttentionSplits];
   __shared__ float merged[kKvMaxHeadDim];
   float big = -INFINITY;
@@ -725,11 +736,12 @@ __global__ void attention_merge_kernel(const float* qg, const float* partials, c
     total += w * first[s * stride + 1];
   }
   total = block_sum(total);  // its barriers also publish weight[]
-  constexpr int kWarps = kMergeThreads / kWarp, kDimsPerLane = kAttentionHeadDim / kWarp;
   __shared__ float warp_sums[kWarps][kAttentionHeadDim];
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   float o[kDimsPerLane] = {};
-  for (int s = warp; s < n_splits; s += kWarps)
+  if (warp < n_splits)
+#pragma unroll
+    for (int k = 0; k < kDimsPerLane; ++k) o[k] += early[k] * weight[warp];
+  for (int s = warp + kWarps; s < n_splits; s += kWarps)
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k)
       if (lane + kWarp * k < head_dim) o[k] += first[s * stride + 2 + lane + kWarp * k] * weight[s];
@@ -744,9 +756,8 @@ __global__ void attention_merge_kernel(const float* qg, const float* partials, c
   }
   if constexpr (kRotatedValues) block_hadamard(merged, head_dim);
   else __syncthreads();
-  const float* gate = qg + int64_t(h) * 2 * head_dim + head_dim;
-  for (int d = threadIdx.x; d < head_dim; d += blockDim.x)
-    out[int64_t(h) * head_dim + d] = merged[d] / total * sigmoidf(gate[d]);
+  if (int(threadIdx.x) < head_dim)
+    out[int64_t(h) * head_dim + threadIdx.x] = merged[threadIdx.x] / total * sigmoidf(gate);
 }
 
 

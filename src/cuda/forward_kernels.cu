@@ -63,22 +63,45 @@ __global__ void __launch_bounds__(kNormThreads)
   write_normed(v, wr, rsqrtf(block_sum(s) / float(n) + eps), n, out);
 }
 
+// The rotation of one position for a thread's rotary pairs i = threadIdx.x + r blockDim.x (r <
+// kPairsPerThread) of rope_dims: cos and sin of pos times the pair's frequency (cpu/ops.cpp's
+// float(1 / theta^(2i / rope_dims))). They need only the position, so a kernel computes them
+// before it waits for its inputs: the double-precision power is a long dependent chain.
+constexpr int kPairsPerThread = 2;  // a 128-thread block and rotary pairs of at most a 512-value head
+
+struct PairRotation {
+  float c[kPairsPerThread], s[kPairsPerThread];
+
+  __device__ PairRotation(int rope_dims, int64_t pos, double theta) {
+#pragma unroll
+    for (int r = 0; r < kPairsPerThread; ++r) {
+      const int i = int(threadIdx.x) + r * int(blockDim.x);
+      c[r] = 1.0f, s[r] = 0.0f;
+      if (i < rope_dims / 2) {
+        const float inv_freq = float(1.0 / pow(theta, double(2 * i) / double(rope_dims)));
+        const float angle = float(pos) * inv_freq;
+        c[r] = cosf(angle), s[r] = sinf(angle);
+      }
+    }
+  }
+};
+
 // One vector of head_dim: RMS-normed with w, NeoX-rotated on its first rope_dims, by one block.
-__device__ void norm_and_rotate(float* v, const float* w, int head_dim, int rope_dims, int64_t pos,
-                                double theta, float eps) {
+__device__ void norm_and_rotate(float* v, const float* w, int head_dim, int rope_dims, const PairRotation& turn,
+                                float eps) {
   float s = 0.0f;
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) s += v[i] * v[i];
   const float scale = rsqrtf(block_sum(s) / float(head_dim) + eps);
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) v[i] = v[i] * scale * w[i];
   __syncthreads();
   const int half = rope_dims / 2;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float inv_freq = float(1.0 / pow(theta, double(2 * i) / double(rope_dims)));
-    const float angle = float(pos) * inv_freq;
-    const float c = cosf(angle), sn = sinf(angle);
+#pragma unroll
+  for (int r = 0; r < kPairsPerThread; ++r) {
+    const int i = int(threadIdx.x) + r * int(blockDim.x);
+    if (i >= half) break;
     const float a = v[i], b = v[i + half];
-    v[i] = a * c - b * sn;
-    v[i + half] = b * c + a * sn;
+    v[i] = a * turn.c[r] - b * turn.s[r];
+    v[i + half] = b * turn.c[r] + a * turn.s[r];
   }
   __syncthreads();
 }
@@ -90,9 +113,10 @@ template <Store KS, Store VS>
 __global__ void attention_prepare_kernel(float* qg, float* k, const float* v, const float* q_norm,
                                          const float* k_norm, KvView kv, const int64_t* position, int n_heads,
                                          int head_dim, int rope_dims, double theta, float eps) {
-  begin_after_inputs();
   const int t = blockIdx.y;  // the token of a prompt chunk
-  const int64_t pos = *position + t;
+  const int64_t pos = *position + t;  // written before the step (or the prompt's chunk) began
+  const PairRotation turn(rope_dims, pos, theta);
+  begin_after_inputs();
   const int n_kv_heads = int(gridDim.x) - n_heads;
   const int64_t row = int64_t(n_kv_heads) * head_dim;
   qg += int64_t(t) * 2 * n_heads * head_dim;
@@ -100,12 +124,12 @@ __global__ void attention_prepare_kernel(float* qg, float* k, const float* v, co
   v += int64_t(t) * row;
   if (int(blockIdx.x) < n_heads) {
     float* q = qg + int64_t(blockIdx.x) * 2 * head_dim;
-    norm_and_rotate(q, q_norm, head_dim, rope_dims, pos, theta, eps);
+    norm_and_rotate(q, q_norm, head_dim, rope_dims, turn, eps);
     if constexpr (KvSide<KS>::rotated) block_hadamard(q, head_dim);
     return;
   }
   const int h = int(blockIdx.x) - n_heads;
-  norm_and_rotate(k + int64_t(h) * head_dim, k_norm, head_dim, rope_dims, pos, theta, eps);
+  norm_and_rotate(k + int64_t(h) * head_dim, k_norm, head_dim, rope_dims, turn, eps);
   __shared__ float x[kKvMaxHeadDim];
   store_head<KS, VS>(kv, k + int64_t(h) * head_dim, v + int64_t(h) * head_dim, pos, h, n_kv_heads, head_dim, x);
 }

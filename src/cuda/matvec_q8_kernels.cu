@@ -36,23 +36,37 @@ using namespace lode::quant;
 using kernels::input_value;
 using kernels::kWarp;
 
+// Where a slice's bytes are read: weights in global memory through the read-only path, or rows a
+// block has staged in shared memory.
+struct FromGlobal {
+  template <class W>
+  __device__ static W at(const void* p) { return __ldg(static_cast<const W*>(p)); }
+};
+struct FromShared {
+  template <class W>
+  __device__ static W at(const void* p) { return *static_cast<const W*>(p); }
+};
+
+template <class M>
 __device__ __forceinline__ float half_at(const uint8_t* p) {
-  return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const uint16_t*>(p))));
+  return __half2float(__ushort_as_half(M::template at<uint16_t>(p)));
 }
 
 // Four bytes at a 2-byte aligned address.
+template <class M>
 __device__ __forceinline__ int u32_at_b2(const uint8_t* p) {
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-  return int(uint32_t(__ldg(h)) | (uint32_t(__ldg(h + 1)) << 16));
+  return int(uint32_t(M::template at<uint16_t>(p)) | (uint32_t(M::template at<uint16_t>(p + 2)) << 16));
 }
 
 // Eight bytes at a 2-byte aligned address as two words, from the aligned 4-byte words that hold
 // them: two or three loads where 2-byte pieces took four (never a byte past the eight's words).
+template <class M>
 __device__ __forceinline__ uint2 u64_at_b2(const uint8_t* p) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p);
   const uint32_t* w = reinterpret_cast<const uint32_t*>(at & ~uintptr_t(3));
   const unsigned shift = unsigned(at & 3) * 8;
-  const uint32_t w0 = __ldg(w), w1 = __ldg(w + 1), w2 = shift ? __ldg(w + 2) : 0u;
+  const uint32_t w0 = M::template at<uint32_t>(w), w1 = M::template at<uint32_t>(w + 1),
+                 w2 = shift ? M::template at<uint32_t>(w + 2) : 0u;
   return {__funnelshift_r(w0, w1, shift), __funnelshift_r(w1, w2, shift)};
 }
 
@@ -162,11 +176,12 @@ struct Slice<GgmlType::Q8_0> {
     int q0, q1;
     float d;
   };
+  template <class M = FromGlobal>
   __device__ static Raw load(const uint8_t* row, int s) {
     const uint8_t* block = row + (s / 4) * int(sizeof(BlockQ8_0));
     const uint8_t* q = block + 2 + 8 * (s % 4);
-    const uint2 pair = u64_at_b2(q);
-    return {int(pair.x), int(pair.y), half_at(block)};
+    const uint2 pair = u64_at_b2<M>(q);
+    return {int(pair.x), int(pair.y), half_at<M>(block)};
   }
   __device__ static float dot(const Raw& r, int s, RoundedX x) {
     const int b = s / 4;
@@ -187,11 +202,12 @@ struct Slice<GgmlType::Q5_0> {
     uint32_t qh, qs[2];
     float d;
   };
+  template <class M = FromGlobal>
   __device__ static Raw load(const uint8_t* row, int s) {
     const uint8_t* block = row + (s / 4) * int(sizeof(BlockQ5_0));
     const uint8_t* qs = block + 6 + 8 * (s % 4 % 2);
-    const uint2 pair = u64_at_b2(qs);
-    return {uint32_t(u32_at_b2(block + 2)), {pair.x, pair.y}, half_at(block)};
+    const uint2 pair = u64_at_b2<M>(qs);
+    return {uint32_t(u32_at_b2<M>(block + 2)), {pair.x, pair.y}, half_at<M>(block)};
   }
   __device__ static float dot(const Raw& r, int s, RoundedX x) {
     const int b = s / 4, part = s % 4;
@@ -246,9 +262,10 @@ struct Slice<GgmlType::Q4_K> {
   struct Raw {
     uint4 head, q;
   };
+  template <class M = FromGlobal>
   __device__ static Raw load(const uint8_t* row, int s) {
     const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[s / 8];
-    return {__ldg(reinterpret_cast<const uint4*>(&b)), __ldg(reinterpret_cast<const uint4*>(b.qs) + s % 8)};
+    return {M::template at<uint4>(&b), M::template at<uint4>(reinterpret_cast<const uint4*>(b.qs) + s % 8)};
   }
   __device__ static float dot(const Raw& r, int s, RoundedX x) { return k45_dot<false>(r.head, r.q, uint4{}, s / 8, s % 8, x); }
 };
@@ -260,10 +277,11 @@ struct Slice<GgmlType::Q5_K> {
   struct Raw {
     uint4 head, q, h;
   };
+  template <class M = FromGlobal>
   __device__ static Raw load(const uint8_t* row, int s) {
     const BlockQ5_K& b = reinterpret_cast<const BlockQ5_K*>(row)[s / 8];
-    return {__ldg(reinterpret_cast<const uint4*>(&b)), __ldg(reinterpret_cast<const uint4*>(b.qs) + s % 8),
-            __ldg(reinterpret_cast<const uint4*>(b.qh) + s % 2)};
+    return {M::template at<uint4>(&b), M::template at<uint4>(reinterpret_cast<const uint4*>(b.qs) + s % 8),
+            M::template at<uint4>(reinterpret_cast<const uint4*>(b.qh) + s % 2)};
   }
   __device__ static float dot(const Raw& r, int s, RoundedX x) { return k45_dot<true>(r.head, r.q, r.h, s / 8, s % 8, x); }
 };
@@ -281,13 +299,14 @@ struct Slice<GgmlType::Q6_K> {
     float d;
   };
   // Each 8-byte piece from its aligned words (blocks of 210 bytes start on 2-byte boundaries).
+  template <class M = FromGlobal>
   __device__ static Raw load(const uint8_t* row, int s) {
     const int half = (s % 8) / 4, t = s % 4;
     const uint8_t* block = row + (s / 8) * int(sizeof(BlockQ6_K));
     const uint8_t* ql = block + 64 * half + 8 * t;
     const uint8_t* qh = block + offsetof(BlockQ6_K, qh) + 32 * half + 8 * t;
-    return {u64_at_b2(ql), u64_at_b2(ql + 32), u64_at_b2(qh), u64_at_b2(block + offsetof(BlockQ6_K, scales) + 8 * half),
-            half_at(block + offsetof(BlockQ6_K, d))};
+    return {u64_at_b2<M>(ql), u64_at_b2<M>(ql + 32), u64_at_b2<M>(qh),
+            u64_at_b2<M>(block + offsetof(BlockQ6_K, scales) + 8 * half), half_at<M>(block + offsetof(BlockQ6_K, d))};
   }
   __device__ static float dot(const Raw& r, int s, RoundedX x) {
     const int blk = s / 8, half = (s % 8) / 4, t = s % 4;
@@ -391,10 +410,14 @@ __global__ void __launch_bounds__(256)
   };
   // A block whose problem is computed elsewhere still waits before it leaves: the kernels after
   // this one count on its grid finishing after the kernel before it.
-  const bool mine = !table || !ids_before_wait || open(true);
-  if (!table) start();
+  bool mine = true;
+  if (!table)
+    start();
+  else if (ids_before_wait)
+    mine = open(true);
   kernels::begin_after_inputs();
-  if (!mine || (table && !ids_before_wait && !open(false))) return;
+  if (table && !ids_before_wait) mine = open(false);
+  if (!mine) return;
   if (ahead.table) ask_ahead(ahead, ids, p);
   round_x<S::kRounding>(x + p * x_stride, cols, swiglu_up, rx);
   __syncthreads();
@@ -448,6 +471,56 @@ int rows_in_flight(int64_t loads_per_lane, int64_t all_rows, int64_t rows_per_wa
          all_rows / (8 * rows_per_warp_step * rows * 2) >= multiprocessors())
     rows *= 2;
   return rows;
+}
+
+// `count` rows of row_bytes (a multiple of 16) from global to shared memory, 16 bytes a copy by
+// the block's threads, as one group of copies.
+__device__ __forceinline__ void stage_rows(uint8_t* to, const uint8_t* from, int count, size_t row_bytes) {
+  const int64_t pieces = int64_t(count) * int64_t(row_bytes / 16);
+  for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) copy_16(to + i * 16, from + i * 16, true);
+  copies_sent();
+}
+
+// Products of very many rows (the lm head's 248,320), rows of whole 16-byte pieces: each block
+// copies its rows into shared memory by cp.async before it waits for x, so every byte it reads is
+// in flight at once without registers held for it, and a multiprocessor's blocks keep its loads
+// going while one of them computes (on the H200, the 35B synth's Q6_K lm head: 461.0-461.5
+// tokens/s against 455.6-458.3 for rows in registers, two sets of two a warp). Lanes, slices and
+// sums as matvec_q8_kernel's: the same bits.
+template <GgmlType T, int kRows>
+__global__ void __launch_bounds__(256)
+    matvec_q8_staged_kernel(const uint8_t* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
+                            int64_t x_stride, float* y, int lanes, int64_t swiglu_up) {
+  using S = Slice<T>;
+  extern __shared__ int4 shared_rows[];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  const int group = lane / lanes, sub = lane % lanes, groups = kWarp / lanes;
+  const int rows_per_block = warps * kRows * groups;
+  const int64_t first = int64_t(blockIdx.x) * rows_per_block, p = blockIdx.y;
+  uint8_t* const staged = reinterpret_cast<uint8_t*>(shared_rows);
+  const RoundedX rx = rounded_x_in(shared_rows + size_t(rows_per_block) * row_bytes / 16, size_t(cols), cols);
+  stage_rows(staged, w + first * int64_t(row_bytes), int(min(int64_t(rows_per_block), rows - first)), row_bytes);
+  kernels::begin_after_inputs();
+  round_x<S::kRounding>(x + p * x_stride, cols, swiglu_up, rx);
+  copies_arrived();
+  __syncthreads();
+  // Rows past the end compute on whatever the shared memory holds and are not written.
+  const int local = warp * kRows * groups + group, n_slices = int(cols / S::kValues);
+  const uint8_t* const rows_at = staged + size_t(local) * row_bytes;
+  float sum[kRows];
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
+  for (int s = sub; s < n_slices; s += lanes)
+#pragma unroll
+    for (int k = 0; k < kRows; ++k)
+      sum[k] = exact::add(sum[k], S::dot(S::template load<FromShared>(rows_at + size_t(k * groups) * row_bytes, s), s, rx));
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    for (int offset = lanes / 2; offset > 0; offset /= 2)
+      sum[k] = exact::add(sum[k], __shfl_xor_sync(0xffffffffu, sum[k], offset));
+    const int64_t r = first + local + k * groups;
+    if (sub == 0 && r < rows) y[p * rows + r] = sum[k];
+  }
 }
 
 // Q8_0 rows of 256 k values (quant::q8_0_in_spans): the block's rows are copied whole into shared
@@ -515,10 +588,7 @@ __global__ void __launch_bounds__(256)
   uint8_t* const staged = reinterpret_cast<uint8_t*>(shared_rows);
   const RoundedX rx = rounded_x_in(shared_rows + size_t(rows_per_block) * row_bytes / 16, row_bytes, cols);
   const auto stage = [&](const uint8_t* matrix) {
-    const int words = int(row_bytes / 16), in_block = int(min(int64_t(rows_per_block), rows - first));
-    for (int i = threadIdx.x; i < in_block * words; i += blockDim.x)
-      copy_16(staged + size_t(i) * 16, matrix + size_t(first) * row_bytes + size_t(i) * 16, true);
-    copies_sent();
+    stage_rows(staged, matrix + size_t(first) * row_bytes, int(min(int64_t(rows_per_block), rows - first)), row_bytes);
   };
   if (!table) stage(w);
   kernels::begin_after_inputs();
@@ -569,6 +639,27 @@ cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
                                     m.x_stride, m.y, lanes, sets, m.swiglu_up, m.ahead, m.ids_before_wait);
 }
 
+// The staged kernel's rows per block: four a warp (a warp per row where the rows are long).
+constexpr int kStagedRowsPerWarp = 4;
+
+size_t staged_shared_bytes(int rows_per_block, size_t row_bytes, int64_t cols) {
+  return size_t(rows_per_block) * row_bytes + size_t(cols) + size_t(cols / 32) * 4 + size_t(cols / 16) * 4;
+}
+
+template <GgmlType T>
+cudaError_t launch_q8_staged(const MatvecLaunch& m, int lanes) {
+  const auto kernel = matvec_q8_staged_kernel<T, kStagedRowsPerWarp>;
+  const int rows_per_block = (kThreads / kWarp) * kStagedRowsPerWarp * (kWarp / lanes);
+  const size_t shared = staged_shared_bytes(rows_per_block, m.row_bytes, m.cols);
+  if (shared > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+    if (err != cudaSuccess) return err;
+  }
+  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
+  return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, static_cast<const uint8_t*>(m.w),
+                                    m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y, lanes, m.swiglu_up);
+}
+
 // Two slices of each row per lane and pass where a lane has them and their registers stay within
 // 32 words, else one. (Q4_K's gate|up rows in one pass, 64 words, measured slower on the H200:
 // 435.3-436.3 tokens/s against 439.5-440.1.)
@@ -595,6 +686,11 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
   // Products of very many rows (the lm head) give each warp four rows in all, so x is rounded once
   // per 32 rows rather than per 8.
   const int sets = all_rows >= 65536 ? std::max(1, 4 / at_once) : 1;
+  // Staged in shared memory: a plain matrix of very many rows whose rows are whole 16-byte pieces
+  // from a 16-byte boundary (cp.async's), and whose block's rows fit beside two other blocks.
+  if (!m.table && all_rows >= 65536 && m.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(m.w) % 16 == 0 &&
+      staged_shared_bytes((kThreads / kWarp) * kStagedRowsPerWarp * (kWarp / lanes), m.row_bytes, m.cols) <= 72 * 1024)
+    return launch_q8_staged<T>(m, lanes);
   switch (at_once) {
     case 1: return launch_q8_slices<T, 1>(m, lanes, sets, slices_per_lane);
     case 2: return launch_q8_slices<T, 2>(m, lanes, sets, slices_per_lane);
