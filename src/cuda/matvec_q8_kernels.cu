@@ -80,7 +80,11 @@ struct RoundedX {
   int* sum16;
 };
 
-// A block's RoundedX in its dynamic shared memory: q_bytes of q, then d, then sum16.
+// A block's RoundedX in its dynamic shared memory: q_bytes of q, then d, then sum16; and the bytes
+// that takes.
+constexpr size_t rounded_x_bytes(size_t q_bytes, int64_t cols) {
+  return q_bytes + size_t(cols / 32) * 4 + size_t(cols / 16) * 4;
+}
 __device__ __forceinline__ RoundedX rounded_x_in(int4* shared, size_t q_bytes, int64_t cols) {
   RoundedX rx;
   rx.q = reinterpret_cast<int8_t*>(shared);
@@ -611,8 +615,7 @@ __global__ void __launch_bounds__(256)
 cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
   const int lanes = lanes_for(m.cols / kQ8_0SpanValues);
   const int rows_per_block = (256 / kWarp) * (kWarp / lanes);
-  const size_t shared = size_t(rows_per_block) * m.row_bytes + m.row_bytes + size_t(m.cols / 32) * 4 +
-                        size_t(m.cols / 16) * 4;
+  const size_t shared = size_t(rows_per_block) * m.row_bytes + rounded_x_bytes(m.row_bytes, m.cols);
   const cudaError_t err = cudaFuncSetAttribute(matvec_q8_0_spans_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                int(shared));
   if (err != cudaSuccess) return err;
@@ -626,7 +629,7 @@ constexpr int kThreads = 256;
 
 template <GgmlType T, int kRows, int kSlices>
 cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
-  const size_t shared = size_t(m.cols) + size_t(m.cols / 32) * 4 + size_t(m.cols / 16) * 4;
+  const size_t shared = rounded_x_bytes(size_t(m.cols), m.cols);
   if (shared > 48 * 1024) {
     const cudaError_t err = cudaFuncSetAttribute(matvec_q8_kernel<T, kRows, kSlices>,
                                                  cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
@@ -643,7 +646,7 @@ cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
 constexpr int kStagedRowsPerWarp = 4;
 
 size_t staged_shared_bytes(int rows_per_block, size_t row_bytes, int64_t cols) {
-  return size_t(rows_per_block) * row_bytes + size_t(cols) + size_t(cols / 32) * 4 + size_t(cols / 16) * 4;
+  return size_t(rows_per_block) * row_bytes + rounded_x_bytes(size_t(cols), cols);
 }
 
 template <GgmlType T>
@@ -682,15 +685,16 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
   const int n_slices = int(m.cols / Slice<T>::kValues);
   const int lanes = lanes_for(n_slices);
   const int64_t slices_per_lane = (n_slices + lanes - 1) / lanes, all_rows = m.rows * m.n_problems;
-  const int at_once = std::min(rows_in_flight(slices_per_lane, all_rows, kWarp / lanes), kMaxRowsAtOnce<T>);
-  // Products of very many rows (the lm head) give each warp four rows in all, so x is rounded once
-  // per 32 rows rather than per 8.
-  const int sets = all_rows >= 65536 ? std::max(1, 4 / at_once) : 1;
-  // Staged in shared memory: a plain matrix of very many rows whose rows are whole 16-byte pieces
-  // from a 16-byte boundary (cp.async's), and whose block's rows fit beside two other blocks.
+  // Staged in shared memory: a plain matrix of very many rows (the lm head) whose rows are whole
+  // 16-byte pieces from a 16-byte boundary (cp.async's), and whose block's rows fit beside two other
+  // blocks.
   if (!m.table && all_rows >= 65536 && m.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(m.w) % 16 == 0 &&
       staged_shared_bytes((kThreads / kWarp) * kStagedRowsPerWarp * (kWarp / lanes), m.row_bytes, m.cols) <= 72 * 1024)
     return launch_q8_staged<T>(m, lanes);
+  const int at_once = std::min(rows_in_flight(slices_per_lane, all_rows, kWarp / lanes), kMaxRowsAtOnce<T>);
+  // Other products of very many rows give each warp four rows in all, so x is rounded once per 32
+  // rows rather than per 8.
+  const int sets = all_rows >= 65536 ? std::max(1, 4 / at_once) : 1;
   switch (at_once) {
     case 1: return launch_q8_slices<T, 1>(m, lanes, sets, slices_per_lane);
     case 2: return launch_q8_slices<T, 2>(m, lanes, sets, slices_per_lane);
