@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(kNormThreads)
                                 float eps) {
   float w[kNormPerThread];
   norm_weights(norm_w, hidden, w);
-  begin_after_inputs();
+  wait_for_inputs();
   float v[kNormPerThread], s = 0.0f;
 #pragma unroll
   for (int r = 0; r < kNormPerThread; ++r) {
@@ -445,6 +445,7 @@ __global__ void __launch_bounds__(kNormThreads)
     h[i] = v[r];
     s += v[r] * v[r];
   }
+  let_next_start_once(s);
   if (norm_w) write_normed(v, w, rsqrtf(block_sum(s) / float(hidden) + eps), hidden, normed);
 }
 

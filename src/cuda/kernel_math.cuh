@@ -43,6 +43,21 @@ __device__ __forceinline__ void begin_after_inputs() {
   let_next_start();
 }
 
+// let_next_start() once `loaded`, a value computed from this kernel's reads after its wait, is
+// known. For the one-block expert sum (residual and next norm) at the end of each layer: the mixer
+// input product after it sends for all its weights before its own wait (the DeltaNet one 27 MB),
+// and those loads, issued while the one block reads the experts' outputs from L2, queue ahead of
+// them (a per-block clock of the wait's release put the expert sum at 9 us of a layer's 52). On
+// the H200, the 35B synth, fp16 K/V: tg128 467.3 / 469.0 tokens/s against 464.6 / 463.6, depth
+// 131,072 unchanged (348 against 347). The other one-block norms waiting too cost depth 131,072
+// 1.4% (the router and the attention products after them then start late), and the DeltaNet conv
+// and step kernels waiting as well were slower at depth 0 (460-462).
+__device__ __forceinline__ void let_next_start_once(float loaded) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::"f"(loaded));
+#endif
+}
+
 inline bool device_overlaps_launches() {
   static const bool overlaps = [] {
     int device = 0, major = 0;
