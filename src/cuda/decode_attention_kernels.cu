@@ -777,9 +777,7 @@ int resident_blocks(void (*kernel)(Params...), int threads, int shared) {
 template <class... Params, class... Args>
 cudaError_t launch_splits(void (*kernel)(Params...), int grid_x, int max_splits, int shared, void* stream,
                           int* splits, Args... args) {
-  if (shared > 48 * 1024)
-    if (const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared))
-      return err;
+  if (const cudaError_t err = allow_shared(kernel, size_t(shared))) return err;
   const int threads = kAttentionWarps * kWarp;
   *splits = std::clamp(resident_blocks(kernel, threads, shared) / grid_x, 1, max_splits);
   return launch_overlapped(kernel, dim3(grid_x, *splits), dim3(threads), size_t(shared), stream, args...);

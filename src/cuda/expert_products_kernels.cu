@@ -439,7 +439,7 @@ const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_ti
   cudaError_t err = cudaSuccess;
   for_weight_type<WeightKernel::expand>(type, [&](auto t) {
     with_kernel<decltype(t)::value>([&](auto kernel, size_t shared, int passes) {
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
+      err = kernels::allow_shared(kernel, shared);
       if (err != cudaSuccess) return;
       const dim3 grid(unsigned(n_tiles), blocks_for(n, kCols), unsigned(passes));
       kernel<<<grid, kThreads, shared, as_stream(stream)>>>(tiles, table, int(parts), int(part_rows), int(n),

@@ -74,6 +74,13 @@ inline bool kernel_waits_for_inputs(const void* kernel) {
   return cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess && attributes.ptxVersion >= 90;
 }
 
+// Lets `kernel` take `bytes` of dynamic shared memory: a kernel opts in to more than 48 KB.
+template <class... Params>
+cudaError_t allow_shared(void (*kernel)(Params...), size_t bytes) {
+  return bytes > 48 * 1024 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes))
+                           : cudaSuccess;
+}
+
 // kernel<<<grid, block, shared, stream>>>(args...), allowed to overlap the kernel before it (see
 // wait_for_inputs) where the device and the kernel's code support it.
 template <class... Params, class... Args>

@@ -521,11 +521,7 @@ cudaError_t launch(const MatvecLaunch& m) {
   }
   const int64_t units = m.cols / 32;
   const size_t shared = size_t(units) * kUnitStride * sizeof(float);
-  if (shared > 48 * 1024) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(matvec_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
-    if (err != cudaSuccess) return err;
-  }
+  if (const cudaError_t err = kernels::allow_shared(matvec_kernel<T>, shared)) return err;
   // Two rows per warp share the staging of x; small products keep one, so there are enough blocks
   // to fill the GPU (a few thousand rows in all). (Blocks of two warps for the router's few hundred
   // rows measured slower on the H200: each block stages all of x.)

@@ -301,9 +301,7 @@ cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
   const int lanes = lanes_for(m.cols / kQ8_0SpanValues);
   const int rows_per_block = (256 / kWarp) * (kWarp / lanes);
   const size_t shared = size_t(rows_per_block) * m.row_bytes + rounded_x_bytes(m.row_bytes, m.cols);
-  const cudaError_t err = cudaFuncSetAttribute(matvec_q8_0_spans_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(shared));
-  if (err != cudaSuccess) return err;
+  if (const cudaError_t err = kernels::allow_shared(matvec_q8_0_spans_kernel, shared)) return err;
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
   return kernels::launch_overlapped(matvec_q8_0_spans_kernel, grid, dim3(256), shared, m.stream,
                                     static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x,
@@ -315,11 +313,7 @@ constexpr int kThreads = 256;
 template <GgmlType T, int kRows, int kSlices>
 cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
   const size_t shared = rounded_x_bytes(size_t(m.cols), m.cols);
-  if (shared > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(matvec_q8_kernel<T, kRows, kSlices>,
-                                                 cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
-    if (err != cudaSuccess) return err;
-  }
+  if (const cudaError_t err = kernels::allow_shared(matvec_q8_kernel<T, kRows, kSlices>, shared)) return err;
   const int64_t rows_per_block = int64_t(kThreads / kWarp) * kRows * sets * (kWarp / lanes);
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
   return kernels::launch_overlapped(matvec_q8_kernel<T, kRows, kSlices>, grid, dim3(kThreads), shared, m.stream,
@@ -339,10 +333,7 @@ cudaError_t launch_q8_staged(const MatvecLaunch& m, int lanes) {
   const auto kernel = matvec_q8_staged_kernel<T, kStagedRowsPerWarp>;
   const int rows_per_block = (kThreads / kWarp) * kStagedRowsPerWarp * (kWarp / lanes);
   const size_t shared = staged_shared_bytes(rows_per_block, m.row_bytes, m.cols);
-  if (shared > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
-    if (err != cudaSuccess) return err;
-  }
+  if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
   return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, static_cast<const uint8_t*>(m.w),
                                     m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y, lanes, m.swiglu_up);
