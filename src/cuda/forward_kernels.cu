@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "cuda/kernel_math.cuh"
 #include "cuda/kv_cells.cuh"
@@ -23,44 +24,75 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int 
 
 // The residual-and-norm kernels: 1024 threads, each value of the row in a register of its thread
 // from the add to the norm (read back from memory, the sum's stores cost another trip), and the
-// norm's weights loaded before the wait.
-constexpr int kNormThreads = 1024, kNormPerThread = 8, kMaxNormed = kNormThreads * kNormPerThread;
+// norm's weights loaded before the wait. kPer values a thread (value i = threadIdx.x + r 1024, r <
+// kPer: the launch picks the fewest that cover the row), their loads without a branch (an index past
+// the row reads its last value, which is then not stored), so that all of a thread's loads go out at
+// once: one trip to L2, not one per value.
+constexpr int kNormThreads = 1024, kMaxNormed = kNormThreads * 8;
 
-__device__ __forceinline__ void norm_weights(const float* w, int n, float (&out)[kNormPerThread]) {
-#pragma unroll
-  for (int r = 0; r < kNormPerThread; ++r) {
-    const int i = int(threadIdx.x) + r * kNormThreads;
-    out[r] = w && i < n ? w[i] : 0.0f;
-  }
+template <int kPer>
+__device__ __forceinline__ int norm_index(int r) {
+  return int(threadIdx.x) + r * kNormThreads;
 }
 
-__device__ __forceinline__ void write_normed(const float (&v)[kNormPerThread], const float (&w)[kNormPerThread],
-                                             float scale, int n, float* out) {
+template <int kPer>
+__device__ __forceinline__ void norm_weights(const float* w, int n, float (&out)[kPer]) {
 #pragma unroll
-  for (int r = 0; r < kNormPerThread; ++r) {
-    const int i = int(threadIdx.x) + r * kNormThreads;
+  for (int r = 0; r < kPer; ++r) out[r] = w ? w[min(norm_index<kPer>(r), n - 1)] : 0.0f;
+}
+
+// h[i] = v, and the sum of squares of this thread's values in the row (in r order).
+template <int kPer>
+__device__ __forceinline__ float store_residual(const float (&v)[kPer], int n, float* h) {
+  float s = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = norm_index<kPer>(r);
+    if (i >= n) continue;
+    h[i] = v[r];
+    s += v[r] * v[r];
+  }
+  return s;
+}
+
+template <int kPer>
+__device__ __forceinline__ void write_normed(const float (&v)[kPer], const float (&w)[kPer], float scale, int n,
+                                             float* out) {
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    const int i = norm_index<kPer>(r);
     if (i < n) out[i] = v[r] * scale * w[r];
   }
 }
 
 // h += d, then out = h * rsqrt(mean(h^2) + eps) * w: a residual and the norm after it, one pass.
+template <int kPer>
 __global__ void __launch_bounds__(kNormThreads)
     add_rms_norm_kernel(float* h, const float* d, const float* w, float* out, int n, float eps) {
-  float wr[kNormPerThread];
-  norm_weights(w, n, wr);
+  float wr[kPer];
+  norm_weights<kPer>(w, n, wr);
   begin_after_inputs();
   const int64_t row = int64_t(blockIdx.x) * n;
   h += row, d += row, out += row;
-  float v[kNormPerThread], s = 0.0f;
+  float before[kPer], v[kPer];
 #pragma unroll
-  for (int r = 0; r < kNormPerThread; ++r) {
-    const int i = int(threadIdx.x) + r * kNormThreads;
-    if (i >= n) continue;
-    v[r] = h[i] + d[i];
-    h[i] = v[r];
-    s += v[r] * v[r];
+  for (int r = 0; r < kPer; ++r) {
+    const int at = min(norm_index<kPer>(r), n - 1);
+    before[r] = h[at], v[r] = d[at];
   }
-  write_normed(v, wr, rsqrtf(block_sum(s) / float(n) + eps), n, out);
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) v[r] = before[r] + v[r];
+  const float s = store_residual<kPer>(v, n, h);
+  write_normed<kPer>(v, wr, rsqrtf(block_sum(s) / float(n) + eps), n, out);
+}
+
+// The launch's values a thread: the fewest of 1, 2, 4, 8 that cover n (at most kMaxNormed).
+template <class Launch>
+cudaError_t with_values_per_thread(int n, Launch&& launch) {
+  if (n <= kNormThreads) return launch(std::integral_constant<int, 1>{});
+  if (n <= 2 * kNormThreads) return launch(std::integral_constant<int, 2>{});
+  if (n <= 4 * kNormThreads) return launch(std::integral_constant<int, 4>{});
+  return launch(std::integral_constant<int, 8>{});
 }
 
 // The rotation of one position for a thread's rotary pairs i = threadIdx.x + r blockDim.x (r <
@@ -425,28 +457,52 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t 
   if (i < n) h[i] = exact::swiglu(g[i], u[i]);
 }
 
+// The experts' outputs a thread loads at once (kPer values of each): 16 values' registers.
+template <int kPer>
+constexpr int kSumExperts = kPer >= 8 ? 1 : 16 / kPer > 8 ? 8 : 16 / kPer;
+
+template <int kPer>
 __global__ void __launch_bounds__(kNormThreads)
     moe_combine_add_norm_kernel(const float* y, const float* weights, int k, const float* shared,
                                 const float* shared_logit, int hidden, float* h, const float* norm_w, float* normed,
                                 float eps) {
-  float w[kNormPerThread];
-  norm_weights(norm_w, hidden, w);
+  constexpr int kAtOnce = kSumExperts<kPer>;
+  float w[kPer];
+  norm_weights<kPer>(norm_w, hidden, w);
   wait_for_inputs();
-  float v[kNormPerThread], s = 0.0f;
+  int at[kPer];
+  float before[kPer], from_shared[kPer], o[kPer];
 #pragma unroll
-  for (int r = 0; r < kNormPerThread; ++r) {
-    const int i = int(threadIdx.x) + r * kNormThreads;
-    if (i >= hidden) continue;
-    float o = 0.0f;  // moe_combine_kernel's sum
-#pragma unroll 8
-    for (int j = 0; j < k; ++j) o += weights[j] * y[int64_t(j) * hidden + i];
-    if (shared) o += sigmoidf(*shared_logit) * shared[i];
-    v[r] = h[i] + o;  // add_rms_norm_kernel's arithmetic from here
-    h[i] = v[r];
-    s += v[r] * v[r];
+  for (int r = 0; r < kPer; ++r) {
+    at[r] = min(norm_index<kPer>(r), hidden - 1);
+    before[r] = h[at[r]];
+    from_shared[r] = shared ? shared[at[r]] : 0.0f;
+    o[r] = 0.0f;  // moe_combine_kernel's sum: slot order
   }
+  for (int j0 = 0; j0 < k; j0 += kAtOnce) {
+    float gate[kAtOnce], out[kAtOnce][kPer];
+#pragma unroll
+    for (int jj = 0; jj < kAtOnce; ++jj) {
+      const bool in = j0 + jj < k;
+      gate[jj] = in ? weights[j0 + jj] : 0.0f;
+#pragma unroll
+      for (int r = 0; r < kPer; ++r) out[jj][r] = in ? y[int64_t(j0 + jj) * hidden + at[r]] : 0.0f;
+    }
+#pragma unroll
+    for (int jj = 0; jj < kAtOnce; ++jj)
+#pragma unroll
+      for (int r = 0; r < kPer; ++r)
+        if (j0 + jj < k) o[r] += gate[jj] * out[jj][r];
+  }
+  float v[kPer];
+#pragma unroll
+  for (int r = 0; r < kPer; ++r) {
+    if (shared) o[r] += sigmoidf(*shared_logit) * from_shared[r];
+    v[r] = before[r] + o[r];  // add_rms_norm_kernel's arithmetic from here
+  }
+  const float s = store_residual<kPer>(v, hidden, h);
   let_next_start_once(s);
-  if (norm_w) write_normed(v, w, rsqrtf(block_sum(s) / float(hidden) + eps), hidden, normed);
+  if (norm_w) write_normed<kPer>(v, w, rsqrtf(block_sum(s) / float(hidden) + eps), hidden, normed);
 }
 
 }  // namespace
@@ -458,8 +514,10 @@ const char* rms_norm(const float* x, const float* w, float* out, int rows, int n
 const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int rows, int n, float eps,
                          void* stream) {
   if (n > kMaxNormed) return "residual and norm: rows wider than 8,192 values";
-  return error_text(launch_overlapped(add_rms_norm_kernel, dim3(rows), dim3(kNormThreads), 0, stream, h, d, w, out, n,
-                                      eps));
+  return error_text(with_values_per_thread(n, [&](auto per) {
+    return launch_overlapped(add_rms_norm_kernel<decltype(per)::value>, dim3(rows), dim3(kNormThreads), 0, stream, h,
+                             d, w, out, n, eps);
+  }));
 }
 
 const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
@@ -542,8 +600,10 @@ const char* moe_combine_add_norm(const float* y, const float* weights, int k, co
                                  const float* shared_logit, int hidden, float* h, const float* norm_w, float* normed,
                                  float eps, void* stream) {
   if (hidden > kMaxNormed) return "expert sum and norm: rows wider than 8,192 values";
-  return error_text(launch_overlapped(moe_combine_add_norm_kernel, dim3(1), dim3(kNormThreads), 0, stream, y, weights,
-                                      k, shared, shared_logit, hidden, h, norm_w, normed, eps));
+  return error_text(with_values_per_thread(hidden, [&](auto per) {
+    return launch_overlapped(moe_combine_add_norm_kernel<decltype(per)::value>, dim3(1), dim3(kNormThreads), 0, stream,
+                             y, weights, k, shared, shared_logit, hidden, h, norm_w, normed, eps);
+  }));
 }
 
 }  // namespace lode::cuda::kernels
