@@ -57,26 +57,30 @@ constexpr int kHidden = 2048, kExperts = 256, kUsed = 8;
 constexpr float kEps = 1e-6f;
 
 // rms_norm on three rows; add_rms_norm's residual add (one float addition: the same bits) and the
-// norm after it.
+// norm after it, for rows of 2048 values and of widths that give its kernel 1, 4 and 8 values a
+// thread (a row that does not fill the block's last pass among them).
 TEST(CudaKernels, NormsMatchTheCpu) {
   LODE_REQUIRE_GPU();
   std::mt19937 rng(1);
   constexpr int kRows = 3;
-  const auto x = normal_floats(kRows * kHidden, rng), w = normal_floats(kHidden, rng, 0.1f, 1.0f);
-  const auto d = normal_floats(kRows * kHidden, rng);
-  Device dev;
-  float *dx = dev.upload(x), *dw = dev.upload(w), *dd = dev.upload(d), *out = dev.zeros<float>(x.size());
-  ASSERT_EQ(lode::cuda::kernels::rms_norm(dx, dw, out, kRows, kHidden, kEps, nullptr), nullptr);
-  std::vector<float> want(x.size());
-  for (int r = 0; r < kRows; ++r) lode::cpu::rms_norm(&x[r * kHidden], w.data(), &want[r * kHidden], kHidden, kEps);
-  EXPECT_LT(lode::test::relative_error(dev.download(out, x.size()), want), 1e-5);
+  for (const int n : {kHidden, 1000, 3000, 8192}) {
+    SCOPED_TRACE(n);
+    const auto x = normal_floats(size_t(kRows) * n, rng), w = normal_floats(n, rng, 0.1f, 1.0f);
+    const auto d = normal_floats(size_t(kRows) * n, rng);
+    Device dev;
+    float *dx = dev.upload(x), *dw = dev.upload(w), *dd = dev.upload(d), *out = dev.zeros<float>(x.size());
+    ASSERT_EQ(lode::cuda::kernels::rms_norm(dx, dw, out, kRows, n, kEps, nullptr), nullptr);
+    std::vector<float> want(x.size());
+    for (int r = 0; r < kRows; ++r) lode::cpu::rms_norm(&x[size_t(r) * n], w.data(), &want[size_t(r) * n], n, kEps);
+    EXPECT_LT(lode::test::relative_error(dev.download(out, x.size()), want), 1e-5);
 
-  ASSERT_EQ(lode::cuda::kernels::add_rms_norm(dx, dd, dw, out, kRows, kHidden, kEps, nullptr), nullptr);
-  std::vector<float> h(x.size());
-  for (size_t i = 0; i < h.size(); ++i) h[i] = x[i] + d[i];
-  for (int r = 0; r < kRows; ++r) lode::cpu::rms_norm(&h[r * kHidden], w.data(), &want[r * kHidden], kHidden, kEps);
-  EXPECT_EQ(dev.download(dx, h.size()), h);
-  EXPECT_LT(lode::test::relative_error(dev.download(out, x.size()), want), 1e-5);
+    ASSERT_EQ(lode::cuda::kernels::add_rms_norm(dx, dd, dw, out, kRows, n, kEps, nullptr), nullptr);
+    std::vector<float> h(x.size());
+    for (size_t i = 0; i < h.size(); ++i) h[i] = x[i] + d[i];
+    for (int r = 0; r < kRows; ++r) lode::cpu::rms_norm(&h[size_t(r) * n], w.data(), &want[size_t(r) * n], n, kEps);
+    EXPECT_EQ(dev.download(dx, h.size()), h);
+    EXPECT_LT(lode::test::relative_error(dev.download(out, x.size()), want), 1e-5);
+  }
 }
 
 // The router's float32 product (with the shared expert's gate as row 256) and its top 8 in one
@@ -158,34 +162,43 @@ TEST(CudaKernels, RoutingGivenLogitsMatchesTheCpuTiesIncluded) {
 
 // The routed experts' weighted sum in slot order, plus the shared expert through its sigmoid
 // gate, added to the residual, then the next norm: moe_forward's combine and cpu::rms_norm.
-// Also without the shared expert and without the norm.
+// Also without the shared expert and without the norm; and for rows and expert counts that give
+// the kernel 1, 4 and 8 values a thread and experts beyond one load of them (10 of 8, 3 of 2).
 TEST(CudaKernels, TheExpertSumResidualAndNormMatchTheCpu) {
   LODE_REQUIRE_GPU();
   std::mt19937 rng(4);
-  const auto y = normal_floats(size_t(kUsed) * kHidden, rng), shared = normal_floats(kHidden, rng);
-  const auto h = normal_floats(kHidden, rng), norm_w = normal_floats(kHidden, rng, 0.1f, 1.0f);
-  std::vector<float> weights = normal_floats(kUsed, rng, 0.05f, 0.125f);
-  const float shared_logit = 0.3f;
-  for (const bool with_shared : {true, false}) {
-    SCOPED_TRACE(with_shared ? "with the shared expert and the norm" : "routed experts alone, no norm");
-    Device dev;
-    float *dh = dev.upload(h), *normed = dev.zeros<float>(kHidden);
-    ASSERT_EQ(lode::cuda::kernels::moe_combine_add_norm(
-                  dev.upload(y), dev.upload(weights), kUsed, with_shared ? dev.upload(shared) : nullptr,
-                  dev.upload(std::vector<float>{shared_logit}), kHidden, dh, with_shared ? dev.upload(norm_w) : nullptr,
-                  normed, kEps, nullptr),
-              nullptr);
-    std::vector<float> want_h(kHidden), want_normed(kHidden);
-    for (int i = 0; i < kHidden; ++i) {
-      float o = 0.0f;
-      for (int j = 0; j < kUsed; ++j) o += weights[size_t(j)] * y[size_t(j) * kHidden + i];
-      if (with_shared) o += lode::cpu::sigmoid(shared_logit) * shared[size_t(i)];
-      want_h[size_t(i)] = h[size_t(i)] + o;
+  struct Shape {
+    int n, k;
+  };
+  for (const Shape shape : {Shape{kHidden, kUsed}, Shape{kHidden, 10}, Shape{1000, kUsed}, Shape{3000, 5},
+                            Shape{8192, 3}}) {
+    const int n = shape.n, k = shape.k;
+    const auto y = normal_floats(size_t(k) * n, rng), shared = normal_floats(n, rng);
+    const auto h = normal_floats(n, rng), norm_w = normal_floats(n, rng, 0.1f, 1.0f);
+    std::vector<float> weights = normal_floats(k, rng, 0.05f, 0.125f);
+    const float shared_logit = 0.3f;
+    for (const bool with_shared : {true, false}) {
+      SCOPED_TRACE(std::to_string(n) + " values, " + std::to_string(k) + " experts, " +
+                   (with_shared ? "with the shared expert and the norm" : "routed experts alone, no norm"));
+      Device dev;
+      float *dh = dev.upload(h), *normed = dev.zeros<float>(n);
+      ASSERT_EQ(lode::cuda::kernels::moe_combine_add_norm(
+                    dev.upload(y), dev.upload(weights), k, with_shared ? dev.upload(shared) : nullptr,
+                    dev.upload(std::vector<float>{shared_logit}), n, dh, with_shared ? dev.upload(norm_w) : nullptr,
+                    normed, kEps, nullptr),
+                nullptr);
+      std::vector<float> want_h(n), want_normed(n);
+      for (int i = 0; i < n; ++i) {
+        float o = 0.0f;
+        for (int j = 0; j < k; ++j) o += weights[size_t(j)] * y[size_t(j) * n + i];
+        if (with_shared) o += lode::cpu::sigmoid(shared_logit) * shared[size_t(i)];
+        want_h[size_t(i)] = h[size_t(i)] + o;
+      }
+      EXPECT_LT(lode::test::relative_error(dev.download(dh, n), want_h), 1e-6);
+      if (!with_shared) continue;
+      lode::cpu::rms_norm(want_h.data(), norm_w.data(), want_normed.data(), n, kEps);
+      EXPECT_LT(lode::test::relative_error(dev.download(normed, n), want_normed), 1e-5);
     }
-    EXPECT_LT(lode::test::relative_error(dev.download(dh, kHidden), want_h), 1e-6);
-    if (!with_shared) continue;
-    lode::cpu::rms_norm(want_h.data(), norm_w.data(), want_normed.data(), kHidden, kEps);
-    EXPECT_LT(lode::test::relative_error(dev.download(normed, kHidden), want_normed), 1e-5);
   }
 }
 
