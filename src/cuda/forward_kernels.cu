@@ -30,7 +30,6 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int 
 // once: one trip to L2, not one per value.
 constexpr int kNormThreads = 1024, kMaxNormed = kNormThreads * 8;
 
-template <int kPer>
 __device__ __forceinline__ int norm_index(int r) {
   return int(threadIdx.x) + r * kNormThreads;
 }
@@ -38,7 +37,7 @@ __device__ __forceinline__ int norm_index(int r) {
 template <int kPer>
 __device__ __forceinline__ void norm_weights(const float* w, int n, float (&out)[kPer]) {
 #pragma unroll
-  for (int r = 0; r < kPer; ++r) out[r] = w ? w[min(norm_index<kPer>(r), n - 1)] : 0.0f;
+  for (int r = 0; r < kPer; ++r) out[r] = w ? w[min(norm_index(r), n - 1)] : 0.0f;
 }
 
 // h[i] = v, and the sum of squares of this thread's values in the row (in r order).
@@ -47,7 +46,7 @@ __device__ __forceinline__ float store_residual(const float (&v)[kPer], int n, f
   float s = 0.0f;
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
-    const int i = norm_index<kPer>(r);
+    const int i = norm_index(r);
     if (i >= n) continue;
     h[i] = v[r];
     s += v[r] * v[r];
@@ -60,7 +59,7 @@ __device__ __forceinline__ void write_normed(const float (&v)[kPer], const float
                                              float* out) {
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
-    const int i = norm_index<kPer>(r);
+    const int i = norm_index(r);
     if (i < n) out[i] = v[r] * scale * w[r];
   }
 }
@@ -77,7 +76,7 @@ __global__ void __launch_bounds__(kNormThreads)
   float before[kPer], v[kPer];
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
-    const int at = min(norm_index<kPer>(r), n - 1);
+    const int at = min(norm_index(r), n - 1);
     before[r] = h[at], v[r] = d[at];
   }
 #pragma unroll
@@ -457,9 +456,10 @@ __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t 
   if (i < n) h[i] = exact::swiglu(g[i], u[i]);
 }
 
-// The experts' outputs a thread loads at once (kPer values of each): 16 values' registers.
+// The experts' outputs a thread loads at once (kPer values of each): 8 experts for up to 2 values a
+// thread, 4 for 4, 1 for 8 (more would spill at 1024 threads' 64 registers).
 template <int kPer>
-constexpr int kSumExperts = kPer >= 8 ? 1 : 16 / kPer > 8 ? 8 : 16 / kPer;
+constexpr int kSumExperts = kPer <= 2 ? 8 : kPer == 4 ? 4 : 1;
 
 template <int kPer>
 __global__ void __launch_bounds__(kNormThreads)
@@ -474,7 +474,7 @@ __global__ void __launch_bounds__(kNormThreads)
   float before[kPer], from_shared[kPer], o[kPer];
 #pragma unroll
   for (int r = 0; r < kPer; ++r) {
-    at[r] = min(norm_index<kPer>(r), hidden - 1);
+    at[r] = min(norm_index(r), hidden - 1);
     before[r] = h[at[r]];
     from_shared[r] = shared ? shared[at[r]] : 0.0f;
     o[r] = 0.0f;  // moe_combine_kernel's sum: slot order
