@@ -177,20 +177,36 @@ __global__ void kv_write_kernel(KvView kv, const float* k, const float* v, int64
 // Decode's causal conv and L2 norms in one pass: block b takes channels [b dk, (b + 1) dk) of the
 // token's Q | K | V row (one key head of q, of k, or dk channels of v), runs each channel's conv
 // (state [channels][kernel - 1], shifted) and SiLU, and L2-normalises the q and k heads.
+// The conv's taps and its state (the previous kernel - 1 inputs, which only this kernel writes, a
+// step earlier) are loaded before the wait, so that after it only the new input is a trip to memory.
+constexpr int kMaxConvTaps = 8;
+
 __global__ void conv_l2_kernel(float* qkv, float* state, const float* w, int channels, int kernel, int hk, int dk) {
-  begin_after_inputs();
   const int c = blockIdx.x * dk + threadIdx.x;
   const bool inside = int(threadIdx.x) < dk && c < channels;
+  const int keep = kernel - 1;
+  const float* wc = w + int64_t(c) * kernel;
+  float* sc = state + int64_t(c) * keep;
+  float taps[kMaxConvTaps], kept[kMaxConvTaps];
+#pragma unroll
+  for (int k = 0; k < kMaxConvTaps; ++k) {
+    taps[k] = inside && k < kernel ? wc[k] : 0.0f;
+    kept[k] = inside && k < keep ? sc[k] : 0.0f;
+  }
+  begin_after_inputs();
   float y = 0.0f;
   if (inside) {
-    const int keep = kernel - 1;
-    const float* wc = w + int64_t(c) * kernel;
-    float* sc = state + int64_t(c) * keep;
     const float input = qkv[c];
-    float acc = 0.0f;
-    for (int k = 0; k < keep; ++k) acc += wc[k] * sc[k];
-    acc += wc[keep] * input;
-    for (int k = 0; k + 1 < keep; ++k) sc[k] = sc[k + 1];
+    float acc = 0.0f, last_tap = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxConvTaps; ++k) {
+      if (k < keep) acc += taps[k] * kept[k];
+      if (k == keep) last_tap = taps[k];
+    }
+    acc += last_tap * input;
+#pragma unroll
+    for (int k = 0; k + 1 < kMaxConvTaps; ++k)
+      if (k + 1 < keep) sc[k] = kept[k + 1];
     if (keep > 0) sc[keep - 1] = input;
     y = siluf(acc);
   }
@@ -546,6 +562,7 @@ const char* kv_write(KvView kv, const float* k, const float* v, int64_t first, i
 const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel, int hk,
                              int dk, void* stream) {
   if (dk > 1024) return "DeltaNet key heads wider than 1024";
+  if (kernel < 1 || kernel > kMaxConvTaps) return "DeltaNet conv kernels of 1 to 8 taps only";
   const int threads = (dk + kWarp - 1) / kWarp * kWarp;
   return error_text(launch_overlapped(conv_l2_kernel, dim3((channels + dk - 1) / dk), dim3(threads), 0, stream, qkv,
                                       conv_state, conv_w, channels, kernel, hk, dk));
