@@ -223,7 +223,9 @@ std::vector<float> host_attention(Format format, const std::vector<std::vector<u
 // head), the 35B's (8 per KV head, 256 dims: the tensor-core kernel's full group, partial tiles,
 // one key), and 128 dims with 16 per KV head (two blocks per KV head) and magnitudes far from 1
 // (the kernel scales q and the weights by powers of two to keep fp16 in range); then the 35B's
-// again with 1,100 value rows of zeros (zero scales) between nonzero ones.
+// again with 1,100 value rows of zeros (zero scales) between nonzero ones; and the 35B's in one
+// split of 2,600 keys over 41 scrambled pages (41 tiles of 16 keys a warp of the tensor-core
+// kernel). Every prefix of `order` a geometry takes is a permutation of its pages.
 TEST(CudaKv, DecodeAttentionEqualsTheHostOverTheSameCells) {
   LODE_REQUIRE_GPU();
   struct Geometry {
@@ -236,8 +238,10 @@ TEST(CudaKv, DecodeAttentionEqualsTheHostOverTheSameCells) {
   const std::vector<Geometry> geometries = {{4, 2, 256, 8, 300, {299, 40}, 1.0f, 1.0f, 1.0f},
                                             {16, 2, 256, 4, 1500, {1499, 100, 0}, 1.0f, 1.0f, 1.0f},
                                             {32, 2, 128, 16, 700, {699, 63}, 8.0f, 0.002f, 0.5f},
-                                            {16, 2, 256, 4, 1500, {1499}, 1.0f, 1.0f, 1.0f, 200, 1300}};
-  const std::vector<int32_t> order = {4, 2, 0, 3, 1, 9, 7, 5, 6, 8, 10, 11, 13, 12, 14, 15, 16, 18, 17, 19, 20, 23, 21, 22};
+                                            {16, 2, 256, 4, 1500, {1499}, 1.0f, 1.0f, 1.0f, 200, 1300},
+                                            {16, 2, 256, 1, 2600, {2599, 2100}, 1.0f, 1.0f, 1.0f}};
+  const std::vector<int32_t> order = {4,  2,  0,  3,  1,  9,  7,  5,  6,  8,  10, 11, 13, 12, 14, 15, 16, 18, 17, 19, 20,
+                                      23, 21, 22, 30, 25, 27, 24, 29, 26, 28, 31, 33, 32, 35, 34, 37, 36, 39, 38, 40};
   for (const Geometry& geo : geometries)
     for (Format format : every_format()) {
       const auto [n_heads, n_kv_heads, head_dim, splits] = std::tie(geo.n_heads, geo.n_kv_heads, geo.head_dim, geo.splits);
