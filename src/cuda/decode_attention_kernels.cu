@@ -23,27 +23,33 @@ constexpr int kAttentionHeadDim = 256;  // decode attention's widest head: 8 val
 constexpr int kLoadsInFlight = 8;       // 8-value loads of a key row a lane issues before it uses them
 constexpr int kValueRowsInFlight = 4;   // value rows whose loads a lane issues before it uses them
 
-// Keys per split of decode attention: the keys shared evenly among the splits, but at least 64, and
-// a multiple of 16 (so the tensor-core kernel's tiles of 16 keys never straddle a page).
-__host__ __device__ inline int64_t keys_per_split(int64_t n_keys, int64_t n_splits) {
+// Keys per split of decode attention: the keys shared evenly among the splits, but at least
+// min_keys, and a multiple of 16 (so the tensor-core kernel's tiles of 16 keys never straddle a page).
+__host__ __device__ inline int64_t keys_per_split(int64_t n_keys, int64_t n_splits, int min_keys) {
   const int64_t even = (n_keys + n_splits - 1) / n_splits;
-  return ((even > 64 ? even : 64) + 15) / 16 * 16;
+  return ((even > min_keys ? even : min_keys) + 15) / 16 * 16;
 }
 
+// The fewest keys a split takes: the float32 kernel's block takes 4 tiles of 32 keys at once, the
+// tensor-core kernel's a tile of 16 (a shallow split's warps share it).
+constexpr int kFloatSplitKeys = 64;
+constexpr int kTensorSplitKeys = 16;
+
 // Block (b, split)'s share of decode attention: KV head kvh, query heads [h0, h0 + heads) (up to
-// 8 of its group), keys [begin, end) of the positions [0, *position] (empty for a split past them).
+// 8 of its group), keys [begin, end) of the positions [0, *position] (empty for a split past them),
+// per_split keys a split.
 struct BlockShare {
   int kvh, h0, heads;
-  int64_t begin, end;
+  int64_t begin, end, per_split;
 };
 
-__device__ BlockShare block_share(int n_heads, int n_kv_heads, const int64_t* position) {
+__device__ BlockShare block_share(int n_heads, int n_kv_heads, const int64_t* position, int min_keys) {
   const int group = n_heads / n_kv_heads, blocks_per_kv = (group + kAttentionGroup - 1) / kAttentionGroup;
   const int kvh = int(blockIdx.x) / blocks_per_kv;
   const int h0 = kvh * group + int(blockIdx.x) % blocks_per_kv * kAttentionGroup;
-  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, gridDim.y);
+  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, gridDim.y, min_keys);
   const int64_t begin = int64_t(blockIdx.y) * per_split;
-  return {kvh, h0, min(kAttentionGroup, (kvh + 1) * group - h0), begin, min(n_all, begin + per_split)};
+  return {kvh, h0, min(kAttentionGroup, (kvh + 1) * group - h0), begin, min(n_all, begin + per_split), per_split};
 }
 
 // The block's partials from its warps' (max, sum, unnormalised output) per head (o: warp w's head g
@@ -51,19 +57,27 @@ __device__ BlockShare block_share(int n_heads, int n_kv_heads, const int64_t* po
 // attention_merge_kernel. Warps that saw no key have max -inf.
 __device__ void write_partials(const float (*warp_m)[kAttentionGroup], const float (*warp_l)[kAttentionGroup],
                                const float* o, int o_stride, int h0, int heads, int head_dim, float* partials) {
-  for (int g = 0; g < heads; ++g) {
+  // Each head's max, sum and warp weights by a thread of its own, then every (head, dim) by the
+  // block at once: weights computed once, not once per dim (the sums are the same, in the same order).
+  __shared__ float weight[kAttentionWarps][kAttentionGroup];
+  const auto partial = [&](int g) { return partials + (int64_t(h0 + g) * gridDim.y + blockIdx.y) * (head_dim + 2); };
+  if (const int g = threadIdx.x; g < heads) {
     float big = -INFINITY, total = 0.0f;
     for (int w = 0; w < kAttentionWarps; ++w) big = fmaxf(big, warp_m[w][g]);
-    for (int w = 0; w < kAttentionWarps; ++w)
-      if (warp_m[w][g] != -INFINITY) total += warp_l[w][g] * expf(warp_m[w][g] - big);
-    float* partial = partials + (int64_t(h0 + g) * gridDim.y + blockIdx.y) * (head_dim + 2);
-    if (threadIdx.x == 0) partial[0] = big, partial[1] = total;
-    for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
-      float sum = 0.0f;
-      for (int w = 0; w < kAttentionWarps; ++w)
-        if (warp_m[w][g] != -INFINITY) sum += o[(w * kAttentionGroup + g) * o_stride + d] * expf(warp_m[w][g] - big);
-      partial[2 + d] = sum;
+    for (int w = 0; w < kAttentionWarps; ++w) {
+      weight[w][g] = warp_m[w][g] == -INFINITY ? 0.0f : expf(warp_m[w][g] - big);
+      if (warp_m[w][g] != -INFINITY) total += warp_l[w][g] * weight[w][g];
     }
+    partial(g)[0] = big, partial(g)[1] = total;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < heads * head_dim; e += blockDim.x) {
+    const int g = e / head_dim, d = e % head_dim;
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kAttentionWarps; ++w)
+      if (warp_m[w][g] != -INFINITY) sum += o[(w * kAttentionGroup + g) * o_stride + d] * weight[w][g];
+    partial(g)[2 + d] = sum;
   }
 }
 
@@ -94,7 +108,7 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
     attention_decode_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads, int n_kv_heads,
                             int head_dim, float* partials) {
   begin_after_inputs();
-  const BlockShare share = block_share(n_heads, n_kv_heads, position);
+  const BlockShare share = block_share(n_heads, n_kv_heads, position, kFloatSplitKeys);
   const int kvh = share.kvh, h0 = share.h0, heads = share.heads;
   const int64_t begin = share.begin, end = share.end;
   if (begin >= end) return;  // a split past the keys: the merge does not read it
@@ -191,8 +205,11 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
 // ---- The tensor-core kernel: fp16, int8 and q4 cells ----
 //
 // Block (b, split), as for the float32 kernel: up to 8 query heads of one KV head, one share of
-// the keys; each warp takes tiles of 16 keys in turn, their cells brought into shared memory by
-// cp.async up to three tiles ahead (TensorAttention::kStages). Both products run on mma.sync m16n8k16 (fp16 in, float32 sums):
+// the keys, in tiles of 16 keys whose cells cp.async brings into shared memory up to three tiles
+// ahead (TensorAttention::kStages). Past 64 keys a split, each warp takes tiles of its own; up to
+// 64 (shallow contexts, each warp at most one tile) the block's warps take each tile together, a
+// slice of 64 dims each, so a tile's chain is a quarter as long (attend_tiles).
+// Both products run on mma.sync m16n8k16 (fp16 in, float32 sums):
 // - scores, C = A B: A holds the queries, rows 0-7 the 8 heads' q in fp16 and rows 8-15 the
 //   remainders q - fp16(q) (so the two rows of a head sum to q to ~22 bits: the float32 products
 //   the host computes, not fp16 ones); B holds 8 keys' stored codes (fp16 values, int8 or q4 codes:
@@ -247,33 +264,35 @@ __device__ __forceinline__ uint32_t load_u32_unaligned2(const uint8_t* p) {  // 
   return uint32_t(h[0]) | uint32_t(h[1]) << 16;
 }
 
-// One store's cells for the tensor-core kernel, head_dim HD. A key's slot holds its head's codes
-// (then its scales); kCodeBytes/kScaleBytes and code_offset/scale_offset say where they lie in a
-// row. Keys (the score product's B): key_pair gives step s's two registers for lane t of the quad,
-// the dims 16 s + 4 t + dim_order(j) for j = 0..3; key_scale the scale of a group of
-// kStepsPerGroup steps. Values (the value product's A): chunks of kTilesPerChunk m-tiles of 16
-// dims sharing one scale; value_tiles gives a chunk's registers for the lane's four keys (rows 2t,
-// 2t + 1, 2t + 8, 2t + 9 of the tile) and row g of the quad's group, value_dim the dim of row g
-// (half 0) or g + 8 (half 1) of m-tile i of the chunk.
-template <Store S, int HD>
+// One store's cells for the tensor-core kernel: a slice of SD dims (SD = HD: the whole head) of a
+// head of HD dims. A key's slot holds the slice's codes (then, for int8, the whole head's scales: a
+// slice's own are not a cp.async unit); kCodeBytes/kScaleBytes and code_offset/scale_offset say
+// where they lie in a row. Keys (the score product's B): key_pair gives step s's (of the slice) two
+// registers for lane t of the quad, the slice's dims 16 s + 4 t + dim_order(j) for j = 0..3;
+// key_scale the scale of the slice's group of kStepsPerGroup steps. Values (the value product's
+// A): chunks of kTilesPerChunk m-tiles of 16 dims sharing one scale; value_tiles gives a chunk's
+// registers for the lane's four keys (rows 2t, 2t + 1, 2t + 8, 2t + 9 of the tile) and row g of
+// the quad's group, value_dim the slice's dim of row g (half 0) or g + 8 (half 1) of m-tile i of
+// the chunk.
+template <Store S, int HD, int SD>
 struct TensorCells;
 
-template <int HD>
-struct TensorCells<Store::f16, HD> {
+template <int HD, int SD>
+struct TensorCells<Store::f16, HD, SD> {
   static constexpr bool kScaled = false;
-  static constexpr int kCodeBytes = 2 * HD, kScaleBytes = 0, kStepsPerGroup = HD / kStepDims, kTilesPerChunk = 4;
+  static constexpr int kCodeBytes = 2 * SD, kScaleBytes = 0, kStepsPerGroup = SD / kStepDims, kTilesPerChunk = 4;
   static constexpr int kKeyStride = slot_stride(kCodeBytes, 32), kValueStride = slot_stride(kCodeBytes, 16);
-  __device__ static int64_t code_offset(int kvh, int64_t) { return int64_t(kvh) * kCodeBytes; }
+  __device__ static int64_t code_offset(int kvh, int slice) { return int64_t(kvh) * 2 * HD + slice * kCodeBytes; }
   __device__ static int64_t scale_offset(int, int64_t) { return 0; }
   __device__ static constexpr int dim_order(int j) { return j; }
   __device__ static void key_pair(const uint8_t* cell, int s, int t, uint32_t (&b)[2]) {
     const uint2 w = *reinterpret_cast<const uint2*>(cell + 2 * (kStepDims * s + 4 * t));
     b[0] = w.x, b[1] = w.y;
   }
-  __device__ static float key_scale(const uint8_t*, int) { return 1.0f; }
+  __device__ static float key_scale(const uint8_t*, int, int) { return 1.0f; }
   // Chunk c: lane g's dims 8 (8c + g) .. + 7, one 16-byte word per key (m-tile i: dims 2i, 2i + 1).
   __device__ static int value_dim(int c, int i, int g, int half) { return 8 * (8 * c + g) + 2 * i + half; }
-  __device__ static float value_scale(const uint8_t*, int) { return 1.0f; }
+  __device__ static float value_scale(const uint8_t*, int, int) { return 1.0f; }
   __device__ static void value_tiles(const uint8_t* const (&cell)[4], int c, int g, uint32_t (&a)[kTilesPerChunk][4]) {
     uint4 w[4];
 #pragma unroll
@@ -288,14 +307,14 @@ struct TensorCells<Store::f16, HD> {
 };
 
 // int8: all codes of the row, then one fp16 scale per 64 values (kv/codec.h).
-template <int HD>
-struct TensorCells<Store::i8, HD> {
+template <int HD, int SD>
+struct TensorCells<Store::i8, HD, SD> {
   static constexpr bool kScaled = true;
-  static constexpr int kGroups = HD / kKvInt8Group;
-  static constexpr int kCodeBytes = HD, kScaleBytes = 2 * kGroups, kStepsPerGroup = kKvInt8Group / kStepDims;
+  static constexpr int kGroupsPerSlice = SD / kKvInt8Group;
+  static constexpr int kCodeBytes = SD, kScaleBytes = 2 * (HD / kKvInt8Group), kStepsPerGroup = kKvInt8Group / kStepDims;
   static constexpr int kTilesPerChunk = kKvInt8Group / 16;
   static constexpr int kKeyStride = slot_stride(kCodeBytes + kScaleBytes, 16), kValueStride = kKeyStride;
-  __device__ static int64_t code_offset(int kvh, int64_t) { return int64_t(kvh) * HD; }
+  __device__ static int64_t code_offset(int kvh, int slice) { return int64_t(kvh) * HD + slice * kCodeBytes; }
   __device__ static int64_t scale_offset(int kvh, int64_t row_values) { return row_values + int64_t(kvh) * kScaleBytes; }
   // A word of 4 codes (dims +0..3) gives the pairs (0, 2) and (1, 3).
   __device__ static constexpr int dim_order(int j) { return j == 1 ? 2 : j == 2 ? 1 : j; }
@@ -303,12 +322,12 @@ struct TensorCells<Store::i8, HD> {
     const uint32_t w = *reinterpret_cast<const uint32_t*>(cell + kStepDims * s + 4 * t) ^ 0x80808080u;
     b[0] = integer_pair(w, 0x4240, 1152.0f), b[1] = integer_pair(w, 0x4341, 1152.0f);
   }
-  __device__ static float key_scale(const uint8_t* cell, int group) {
-    return __half2float(reinterpret_cast<const __half*>(cell + kCodeBytes)[group]);
+  __device__ static float key_scale(const uint8_t* cell, int slice, int group) {
+    return __half2float(reinterpret_cast<const __half*>(cell + kCodeBytes)[slice * kGroupsPerSlice + group]);
   }
-  // Chunk c: the 64 dims of scale c; lane g's dims 64c + 8g .. + 7 (m-tile i: dims 2i, 2i + 1).
+  // Chunk c: the 64 dims of the slice's scale c; lane g's dims 64c + 8g .. + 7 (m-tile i: dims 2i, 2i + 1).
   __device__ static int value_dim(int c, int i, int g, int half) { return kKvInt8Group * c + 8 * g + 2 * i + half; }
-  __device__ static float value_scale(const uint8_t* cell, int c) { return key_scale(cell, c); }
+  __device__ static float value_scale(const uint8_t* cell, int slice, int c) { return key_scale(cell, slice, c); }
   __device__ static void value_tiles(const uint8_t* const (&cell)[4], int c, int g, uint32_t (&a)[kTilesPerChunk][4]) {
     uint2 w[4];
 #pragma unroll
@@ -325,13 +344,15 @@ struct TensorCells<Store::i8, HD> {
 };
 
 // q4_0 blocks (fp16 d, then 16 bytes: value j < 16 in byte j's low nibble, j + 16 in its high one).
-template <int HD>
-struct TensorCells<Store::q4, HD> {
+template <int HD, int SD>
+struct TensorCells<Store::q4, HD, SD> {
   static constexpr bool kScaled = true;
-  static constexpr int kCodeBytes = HD / kKvQ4Values * kKvQ4Bytes, kScaleBytes = 0;
+  static constexpr int kCodeBytes = SD / kKvQ4Values * kKvQ4Bytes, kScaleBytes = 0;
   static constexpr int kStepsPerGroup = kKvQ4Values / kStepDims, kTilesPerChunk = kKvQ4Values / 16;
   static constexpr int kKeyStride = slot_stride(kCodeBytes, 16), kValueStride = kKeyStride;
-  __device__ static int64_t code_offset(int kvh, int64_t) { return int64_t(kvh) * kCodeBytes; }
+  __device__ static int64_t code_offset(int kvh, int slice) {
+    return int64_t(kvh) * (HD / kKvQ4Values * kKvQ4Bytes) + slice * kCodeBytes;
+  }
   __device__ static int64_t scale_offset(int, int64_t) { return 0; }
   __device__ static constexpr int dim_order(int j) { return j == 1 ? 2 : j == 2 ? 1 : j; }
   // Step s: block s / 2, values 16 (s % 2) + 4t .. + 3: the low (s even) or high nibbles of bytes 4t .. 4t + 3.
@@ -340,13 +361,13 @@ struct TensorCells<Store::q4, HD> {
     const uint32_t nibbles = (s % 2 ? w >> 4 : w) & 0x0f0f0f0fu;
     b[0] = integer_pair(nibbles, 0x4240, 1032.0f), b[1] = integer_pair(nibbles, 0x4341, 1032.0f);
   }
-  __device__ static float key_scale(const uint8_t* cell, int group) {
+  __device__ static float key_scale(const uint8_t* cell, int, int group) {
     return __half2float(*reinterpret_cast<const __half*>(cell + group * kKvQ4Bytes));
   }
   // Chunk c: block c; lane g reads bytes 2g, 2g + 1: m-tile 0 their low nibbles (values 2g, 2g + 1),
   // m-tile 1 their high ones (values 16 + 2g, 17 + 2g).
   __device__ static int value_dim(int c, int i, int g, int half) { return kKvQ4Values * c + 16 * i + 2 * g + half; }
-  __device__ static float value_scale(const uint8_t* cell, int c) { return key_scale(cell, c); }
+  __device__ static float value_scale(const uint8_t* cell, int slice, int c) { return key_scale(cell, slice, c); }
   __device__ static void value_tiles(const uint8_t* const (&cell)[4], int c, int g, uint32_t (&a)[kTilesPerChunk][4]) {
     uint32_t h[4];
 #pragma unroll
@@ -362,8 +383,8 @@ struct TensorCells<Store::q4, HD> {
 };
 
 // The rotated store's cells are q4 cells (q arrives rotated; the merge rotates the output back).
-template <int HD>
-struct TensorCells<Store::q4r, HD> : TensorCells<Store::q4, HD> {};
+template <int HD, int SD>
+struct TensorCells<Store::q4r, HD, SD> : TensorCells<Store::q4, HD, SD> {};
 
 template <Store S>
 constexpr bool kCellsOnTensorCores = S == Store::f16 || S == Store::i8 || S == Store::q4 || S == Store::q4r;
@@ -377,7 +398,7 @@ __device__ __forceinline__ int copy_unit(int64_t row_bytes, int64_t offset, int 
 
 // Lane l copies piece l % chunks of key l / chunks, then the same piece kKeysPerPass keys on, so
 // its addresses step by a constant (at most 32 pieces a key; a key's pieces in one pass).
-template <int U, int kBytes>
+template <int U, int kBytes, bool kPartial>
 __device__ __forceinline__ void copy_span_by(uint8_t* to, int to_stride, const uint8_t* from, int64_t from_stride,
                                              int valid_keys, int lane) {
   constexpr int chunks = kBytes / U;
@@ -389,7 +410,7 @@ __device__ __forceinline__ void copy_span_by(uint8_t* to, int to_stride, const u
   const uint8_t* at = from + first_key * from_stride + c * U;
 #pragma unroll
   for (int key = first_key; key < kTileKeys; key += kKeysPerPass) {
-    const bool valid = key < valid_keys;
+    const bool valid = !kPartial || key < valid_keys;
     copy_async<U>(to, valid ? at : from, valid);
     to += kKeysPerPass * to_stride;
     at += kKeysPerPass * from_stride;
@@ -397,19 +418,20 @@ __device__ __forceinline__ void copy_span_by(uint8_t* to, int to_stride, const u
 }
 
 // One span (kBytes at each of the tile's 16 rows, from_stride apart) into slots to_stride apart;
-// keys past valid_keys are zeros.
-template <int kBytes>
+// keys past valid_keys (kPartial: a split's last tile) are zeros.
+template <int kBytes, bool kPartial>
 __device__ __forceinline__ void copy_span(int unit, uint8_t* to, int to_stride, const uint8_t* from,
                                           int64_t from_stride, int valid_keys, int lane) {
   if constexpr (kBytes % 16 == 0)
-    if (unit == 16) return copy_span_by<16, kBytes>(to, to_stride, from, from_stride, valid_keys, lane);
+    if (unit == 16) return copy_span_by<16, kBytes, kPartial>(to, to_stride, from, from_stride, valid_keys, lane);
   if constexpr (kBytes % 8 == 0 && kBytes <= 8 * kWarp)
-    if (unit >= 8) return copy_span_by<8, kBytes>(to, to_stride, from, from_stride, valid_keys, lane);
-  if constexpr (kBytes <= 4 * kWarp) copy_span_by<4, kBytes>(to, to_stride, from, from_stride, valid_keys, lane);
+    if (unit >= 8) return copy_span_by<8, kBytes, kPartial>(to, to_stride, from, from_stride, valid_keys, lane);
+  if constexpr (kBytes <= 4 * kWarp)
+    copy_span_by<4, kBytes, kPartial>(to, to_stride, from, from_stride, valid_keys, lane);
   else __trap();  // unreachable: spans over 128 bytes lie in rows 8-byte aligned at least (128 or 256 dims)
 }
 
-// Where a warp's copies of one side come from: the side's store and its head's spans.
+// Where a warp's copies of one side come from: the side's store and its slice's spans.
 struct SideSource {
   const uint8_t* store;
   int64_t row_bytes, code_offset, scale_offset;
@@ -417,25 +439,24 @@ struct SideSource {
 };
 
 template <class C>
-__device__ SideSource side_source(const void* store, int64_t row_bytes, int kvh, int64_t row_values) {
-  SideSource s{static_cast<const uint8_t*>(store), row_bytes, C::code_offset(kvh, row_values),
+__device__ SideSource side_source(const void* store, int64_t row_bytes, int kvh, int slice, int64_t row_values) {
+  SideSource s{static_cast<const uint8_t*>(store), row_bytes, C::code_offset(kvh, slice),
                C::scale_offset(kvh, row_values), 0, 0};
   s.code_unit = copy_unit(row_bytes, s.code_offset, C::kCodeBytes);
   s.scale_unit = copy_unit(row_bytes, s.scale_offset, C::kScaleBytes > 0 ? C::kScaleBytes : 16);
   return s;
 }
 
-// The tile's cells of one side into its slots (the tile lies inside one page: tiles start at
-// multiples of 16 and pages hold 64 positions).
-template <class C>
-__device__ __forceinline__ void copy_side(const SideSource& side, const int32_t* pages, int64_t tile, int valid_keys,
-                                          uint8_t* slots, int stride, int lane) {
-  const int64_t physical = int64_t(pages[tile / kKvPagePositions]) * kKvPagePositions + tile % kKvPagePositions;
+// The tile's cells of one side, from physical row `physical` on, into its slots.
+template <class C, bool kPartial>
+__device__ __forceinline__ void copy_side(const SideSource& side, int64_t physical, int valid_keys, uint8_t* slots,
+                                          int stride, int lane) {
   const uint8_t* row = side.store + physical * side.row_bytes;
-  copy_span<C::kCodeBytes>(side.code_unit, slots, stride, row + side.code_offset, side.row_bytes, valid_keys, lane);
+  copy_span<C::kCodeBytes, kPartial>(side.code_unit, slots, stride, row + side.code_offset, side.row_bytes,
+                                     valid_keys, lane);
   if constexpr (C::kScaleBytes > 0)
-    copy_span<C::kScaleBytes>(side.scale_unit, slots + C::kCodeBytes, stride, row + side.scale_offset, side.row_bytes,
-                            valid_keys, lane);
+    copy_span<C::kScaleBytes, kPartial>(side.scale_unit, slots + C::kCodeBytes, stride, row + side.scale_offset,
+                                        side.row_bytes, valid_keys, lane);
 }
 
 // The block's query heads as the score product's A fragments, [step][lane] (registers a0..a3 of
@@ -468,15 +489,16 @@ __device__ void stage_queries(const float* qg, int h0, int heads, uint4* frags, 
   __syncthreads();
 }
 
-// The tile's scores for head g (the lane's quad row) and keys 2t, 2t + 1, 8 + 2t, 9 + 2t, before
-// the softmax scale and the query's factor.
-template <class K, int HD>
-__device__ __forceinline__ void tile_scores(const uint4* frags, const uint8_t* keys, int lane, float (&score)[4]) {
+// The slice's share of the tile's scores for head g (the lane's quad row) and keys 2t, 2t + 1,
+// 8 + 2t, 9 + 2t, before the softmax scale and the query's factor; frags: the slice's steps.
+template <class K, int SD>
+__device__ __forceinline__ void tile_scores(const uint4* frags, const uint8_t* keys, int lane, int slice,
+                                            float (&score)[4]) {
   const int g = lane / 4, t = lane % 4;
   const uint8_t* own[2] = {keys + g * K::kKeyStride, keys + (8 + g) * K::kKeyStride};
   float c[2][4] = {}, odd[2][4] = {};
 #pragma unroll
-  for (int group = 0; group < HD / kStepDims / K::kStepsPerGroup; ++group) {
+  for (int group = 0; group < SD / kStepDims / K::kStepsPerGroup; ++group) {
     float part[2][4] = {};
 #pragma unroll
     for (int ss = 0; ss < K::kStepsPerGroup; ++ss) {
@@ -495,8 +517,8 @@ __device__ __forceinline__ void tile_scores(const uint4* frags, const uint8_t* k
     if constexpr (K::kScaled)
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const float s0 = K::key_scale(keys + (8 * j + 2 * t) * K::kKeyStride, group);
-        const float s1 = K::key_scale(keys + (8 * j + 2 * t + 1) * K::kKeyStride, group);
+        const float s0 = K::key_scale(keys + (8 * j + 2 * t) * K::kKeyStride, slice, group);
+        const float s1 = K::key_scale(keys + (8 * j + 2 * t + 1) * K::kKeyStride, slice, group);
         c[j][0] += part[j][0] * s0, c[j][1] += part[j][1] * s1, c[j][2] += part[j][2] * s0, c[j][3] += part[j][3] * s1;
       }
   }
@@ -517,11 +539,11 @@ __device__ __forceinline__ void value_cells(const uint8_t* values, int t, const 
   cell[2] = values + (2 * t + 8) * V::kValueStride, cell[3] = values + (2 * t + 9) * V::kValueStride;
 }
 
-// The power of two for a tile's value weights: 2^14 for a store without scales (p <= 1), else
-// the one that puts the tile's largest value scale near 2^14 (p s <= that scale). The same for
-// every lane: each quad sees all 16 keys.
-template <class V, int HD>
-__device__ __forceinline__ float value_factor(const uint8_t* values, int t) {
+// The power of two for a tile's value weights over the slice: 2^14 for a store without scales
+// (p <= 1), else the one that puts the slice's largest value scale in the tile near 2^14 (p s <=
+// that scale). The same for every lane: each quad sees all 16 keys.
+template <class V, int SD>
+__device__ __forceinline__ float value_factor(const uint8_t* values, int t, int slice) {
   if constexpr (!V::kScaled) {
     return 16384.0f;
   } else {
@@ -529,9 +551,9 @@ __device__ __forceinline__ float value_factor(const uint8_t* values, int t) {
     value_cells<V>(values, t, cell);
     float big = 0.0f;
 #pragma unroll
-    for (int c = 0; c < HD / 16 / V::kTilesPerChunk; ++c)
+    for (int c = 0; c < SD / 16 / V::kTilesPerChunk; ++c)
 #pragma unroll
-      for (int k = 0; k < 4; ++k) big = fmaxf(big, fabsf(V::value_scale(cell[k], c)));
+      for (int k = 0; k < 4; ++k) big = fmaxf(big, fabsf(V::value_scale(cell[k], slice, c)));
     big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 1));
     // A tile of zero scales takes the factor of the smallest nonzero fp16 scale, 2^38: so every
     // factor lies in [2^-1, 2^38] and a tile-to-tile ratio cannot overflow the accumulators.
@@ -539,12 +561,12 @@ __device__ __forceinline__ float value_factor(const uint8_t* values, int t) {
   }
 }
 
-// acc (the O^T tiles: m-tile i's rows, heads 2t and 2t + 1) += f times the tile's values weighted
-// by p (head g, keys 2t, 2t + 1, 8 + 2t, 9 + 2t), times each key's scale for a scaled store; f is
-// value_factor's power of two (the caller keeps acc in units of the current tile's f).
-template <class V, int HD>
-__device__ __forceinline__ void tile_values(const uint8_t* values, int lane, const float (&p)[4], float f,
-                                            float (&acc)[HD / 16][4]) {
+// acc (the slice's O^T tiles: m-tile i's rows, heads 2t and 2t + 1) += f times the tile's values
+// weighted by p (head g, keys 2t, 2t + 1, 8 + 2t, 9 + 2t), times each key's scale for a scaled
+// store; f is value_factor's power of two (the caller keeps acc in units of the current tile's f).
+template <class V, int SD>
+__device__ __forceinline__ void tile_values(const uint8_t* values, int lane, int slice, const float (&p)[4], float f,
+                                            float (&acc)[SD / 16][4]) {
   const int g = lane / 4, t = lane % 4;
   const uint8_t* cell[4];
   value_cells<V>(values, t, cell);
@@ -554,13 +576,13 @@ __device__ __forceinline__ void tile_values(const uint8_t* values, int lane, con
     split_half2(p[2] * f, p[3] * f, hi[1], lo[1]);
   }
 #pragma unroll
-  for (int c = 0; c < HD / 16 / V::kTilesPerChunk; ++c) {
+  for (int c = 0; c < SD / 16 / V::kTilesPerChunk; ++c) {
     uint32_t a[V::kTilesPerChunk][4];
     V::value_tiles(cell, c, g, a);
     if constexpr (V::kScaled) {
       float w[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) w[k] = p[k] * V::value_scale(cell[k], c) * f;
+      for (int k = 0; k < 4; ++k) w[k] = p[k] * V::value_scale(cell[k], slice, c) * f;
       split_half2(w[0], w[1], hi[0], lo[0]);
       split_half2(w[2], w[3], hi[1], lo[1]);
     }
@@ -592,109 +614,174 @@ constexpr int attention_stages(int query_bytes, int stage_bytes) {
              : stages_within(query_bytes, stage_bytes, shared_budget(1));
 }
 
-template <Store KS, Store VS, int HD>
+// Splits of at most this many keys (a tile for each warp of a block, or fewer) take the block's
+// warps on one tile at once, a slice of kShallowSliceDims dims each: a tile's chain is then a
+// fraction of a whole head's. Deeper splits give each warp tiles of its own: every warp of a tile
+// would pay its fixed costs (copies, softmax, value factor), which at depth 131,072 cost more than
+// the extra warps hid (docs/KV.md).
+constexpr int kShallowSplitKeys = kAttentionWarps * kTileKeys;
+constexpr int kShallowSliceDims = 64;
+
+// The block's layout for slices of SD dims (SD = HD: a warp a tile): HD / SD warps share a stream of
+// tiles, kStreams streams a block. Shared memory: the query fragments, then each warp's stages
+// (and, with shared tiles, the streams' score sums), or, once the tiles are done, each stream's
+// output for the merge.
+template <Store KS, Store VS, int HD, int SD>
 struct TensorAttention {
-  using K = TensorCells<KS, HD>;
-  using V = TensorCells<VS, HD>;
+  using K = TensorCells<KS, HD, SD>;
+  using V = TensorCells<VS, HD, SD>;
+  static constexpr int kSlices = HD / SD, kStreams = kAttentionWarps / kSlices;
   static constexpr int kQueryBytes = HD / kStepDims * kWarp * 16;
   static constexpr int kStageBytes = kTileKeys * (K::kKeyStride + V::kValueStride);
   static constexpr int kMergeBytes = kAttentionWarps * kAttentionGroup * HD * 4;
-  static constexpr int kStages = attention_stages(kQueryBytes, kStageBytes);
+  static constexpr int kStages = SD == HD ? attention_stages(kQueryBytes, kStageBytes) : 3;
   static_assert(kStages >= 2, "decode attention's stages do not fit in shared memory");
   static constexpr int kWarpBytes = kStages * kStageBytes;
-  static constexpr int kSharedBytes =
-      kQueryBytes + (kAttentionWarps * kWarpBytes > kMergeBytes ? kAttentionWarps * kWarpBytes : kMergeBytes);
+  static constexpr int kSumBytes = kSlices > 1 ? kStreams * 2 * kSlices * kWarp * 16 : 0;
+  static constexpr int kSharedBytes = kQueryBytes + std::max(kAttentionWarps * kWarpBytes + kSumBytes, kMergeBytes);
 };
 
 template <Store KS, Store VS, int HD>
-__global__ void __launch_bounds__(kAttentionWarps * kWarp)
-    attention_decode_tensor_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads, int n_kv_heads,
-                                   float* partials) {
-  using A = TensorAttention<KS, VS, HD>;
+constexpr int kTensorSharedBytes = std::max(TensorAttention<KS, VS, HD, HD>::kSharedBytes,
+                                            TensorAttention<KS, VS, HD, kShallowSliceDims>::kSharedBytes);
+
+// Waits for the `threads` threads of the block that use barrier `id` (1..15; 0 is __syncthreads').
+__device__ __forceinline__ void barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// The block's share of decode attention with slices of SD dims (TensorAttention's layout): each
+// stream's tiles (16 keys, a stream's tiles kStreams apart) with their cells brought into its
+// warps' stages by cp.async kStages - 1 tiles ahead, an online softmax per stream (every warp of a
+// stream sums the slices' scores in slice order, so all hold the same), then the streams' outputs
+// merged into the block's partials.
+template <Store KS, Store VS, int HD, int SD>
+__device__ __forceinline__ void attend_tiles(const float* qg, const KvView& kv, int n_kv_heads, const BlockShare& share,
+                                             uint8_t* shared, float* partials) {
+  using A = TensorAttention<KS, VS, HD, SD>;
   using K = typename A::K;
   using V = typename A::V;
-  begin_after_inputs();
-  const BlockShare share = block_share(n_heads, n_kv_heads, position);
-  const int kvh = share.kvh, h0 = share.h0, heads = share.heads;
-  const int64_t begin = share.begin, end = share.end;
-  if (begin >= end) return;  // a split past the keys: the merge does not read it
-  extern __shared__ __align__(16) uint8_t shared[];
   __shared__ float factor[kAttentionGroup], warp_m[kAttentionWarps][kAttentionGroup];
   __shared__ float warp_l[kAttentionWarps][kAttentionGroup];
+  const int kvh = share.kvh, h0 = share.h0, heads = share.heads;
+  const int64_t begin = share.begin, end = share.end;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
+  const int stream = warp / A::kSlices, slice = warp % A::kSlices;
   auto* frags = reinterpret_cast<uint4*>(shared);
   uint8_t* stages = shared + A::kQueryBytes;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
+  auto* sums = reinterpret_cast<float4*>(stages + kAttentionWarps * A::kWarpBytes) + stream * 2 * A::kSlices * kWarp;
   const int64_t row_values = int64_t(n_kv_heads) * HD;
-  const SideSource k_side = side_source<K>(kv.k, kv.k_row_bytes, kvh, row_values);
-  const SideSource v_side = side_source<V>(kv.v, kv.v_row_bytes, kvh, row_values);
+  const SideSource k_side = side_source<K>(kv.k, kv.k_row_bytes, kvh, slice, row_values);
+  const SideSource v_side = side_source<V>(kv.v, kv.v_row_bytes, kvh, slice, row_values);
   uint8_t* own = stages + warp * A::kWarpBytes;
+  // A tile's cells lie inside one page (tiles start at multiples of 16, pages hold 64 positions);
+  // only a split's last tile may be partial, and only its copies carry a mask.
   const auto send = [&](int64_t tile, int stage) {
     if (tile < end) {
       uint8_t* slots = own + stage * A::kStageBytes;
+      const int64_t physical = int64_t(kv.pages[tile / kKvPagePositions]) * kKvPagePositions + tile % kKvPagePositions;
       const int valid = int(min(int64_t(kTileKeys), end - tile));
-      copy_side<K>(k_side, kv.pages, tile, valid, slots, K::kKeyStride, lane);
-      copy_side<V>(v_side, kv.pages, tile, valid, slots + kTileKeys * K::kKeyStride, V::kValueStride, lane);
+      if (valid == kTileKeys) {
+        copy_side<K, false>(k_side, physical, valid, slots, K::kKeyStride, lane);
+        copy_side<V, false>(v_side, physical, valid, slots + kTileKeys * K::kKeyStride, V::kValueStride, lane);
+      } else {
+        copy_side<K, true>(k_side, physical, valid, slots, K::kKeyStride, lane);
+        copy_side<V, true>(v_side, physical, valid, slots + kTileKeys * K::kKeyStride, V::kValueStride, lane);
+      }
     }
     copies_sent();
   };
-  const int64_t first = begin + int64_t(warp) * kTileKeys, stride = kAttentionWarps * kTileKeys;
+  const int64_t first = begin + int64_t(stream) * kTileKeys, stride = A::kStreams * kTileKeys;
   for (int k = 0; k + 1 < A::kStages; ++k) send(first + k * stride, k);
   stage_queries<K, HD>(qg, h0, heads, frags, factor);
+  const uint4* slice_frags = frags + slice * (SD / kStepDims) * kWarp;
   const float score_scale = rsqrtf(float(HD)) / factor[g];
-  float m = -INFINITY, l = 0.0f, acc[HD / 16][4] = {}, f = 1.0f;  // acc: in units of 1 / f
-  int stage = 0;
-  for (int64_t tile = first; tile < end; tile += stride, stage = (stage + 1) % A::kStages) {
+  float m = -INFINITY, l = 0.0f, acc[SD / 16][4] = {}, f = 1.0f;  // acc: in units of 1 / f
+  int stage = 0, turn = 0;
+  for (int64_t tile = first; tile < end; tile += stride, stage = (stage + 1) % A::kStages, turn ^= 1) {
     send(tile + (A::kStages - 1) * stride, (stage + A::kStages - 1) % A::kStages);
     copies_arrived_but<A::kStages - 1>();  // this tile's group: the sends after it may be in flight
     __syncwarp();
     const uint8_t* slots = own + stage * A::kStageBytes;
     float p[4];
-    tile_scores<K, HD>(frags, slots, lane, p);
-    const int key[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
+    tile_scores<K, SD>(slice_frags, slots, lane, slice, p);
+    if constexpr (A::kSlices > 1) {
+      // Every slice's share in (a warp rewrites this turn's sums two tiles on, after the next
+      // barrier, which each warp of the stream reaches only once it has read them).
+      sums[(turn * A::kSlices + slice) * kWarp + lane] = make_float4(p[0], p[1], p[2], p[3]);
+      barrier(1 + stream, A::kSlices * kWarp);
+      float4 sum = sums[turn * A::kSlices * kWarp + lane];
+#pragma unroll
+      for (int w = 1; w < A::kSlices; ++w) {
+        const float4 x = sums[(turn * A::kSlices + w) * kWarp + lane];
+        sum.x += x.x, sum.y += x.y, sum.z += x.z, sum.w += x.w;
+      }
+      p[0] = sum.x, p[1] = sum.y, p[2] = sum.z, p[3] = sum.w;
+    }
+    const int key[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t}, keys = int(min(int64_t(kTileKeys), end - tile));
     float big = -INFINITY;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      p[k] = tile + key[k] < end ? p[k] * score_scale : -INFINITY;
+      p[k] = key[k] < keys ? p[k] * score_scale : -INFINITY;
       big = fmaxf(big, p[k]);
     }
     big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 1));
     big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 2));  // finite: the tile has a key
     const float m_new = fmaxf(m, big), old = expf(m - m_new);
-    float sum = 0.0f;
+    float sum_p = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) p[k] = expf(p[k] - m_new), sum += p[k];
-    l = l * old + sum;
+    for (int k = 0; k < 4; ++k) p[k] = expf(p[k] - m_new), sum_p += p[k];
+    l = l * old + sum_p;
     m = m_new;
     // The accumulators' columns are heads 2t and 2t + 1, whose softmax lives in quads 2t and 2t + 1;
     // their rescale also takes them to this tile's factor (powers of two: exact).
     const uint8_t* values = slots + kTileKeys * K::kKeyStride;
-    const float f_tile = value_factor<V, HD>(values, t), to_tile = f_tile / f;
+    const float f_tile = value_factor<V, SD>(values, t, slice), to_tile = f_tile / f;
     f = f_tile;
     const float old0 = __shfl_sync(0xffffffffu, old, 8 * t) * to_tile;
     const float old1 = __shfl_sync(0xffffffffu, old, 8 * t + 4) * to_tile;
     if (__any_sync(0xffffffffu, old0 != 1.0f || old1 != 1.0f))  // deep in a split the maxima rarely move
 #pragma unroll
-      for (int i = 0; i < HD / 16; ++i) acc[i][0] *= old0, acc[i][1] *= old1, acc[i][2] *= old0, acc[i][3] *= old1;
-    tile_values<V, HD>(values, lane, p, f, acc);
+      for (int i = 0; i < SD / 16; ++i) acc[i][0] *= old0, acc[i][1] *= old1, acc[i][2] *= old0, acc[i][3] *= old1;
+    tile_values<V, SD>(values, lane, slice, p, f, acc);
     __syncwarp();  // the next send overwrites this stage
   }
   copies_arrived();
   l += __shfl_xor_sync(0xffffffffu, l, 1);
   l += __shfl_xor_sync(0xffffffffu, l, 2);
-  __syncthreads();  // every warp is done with the stages: they hold the warps' outputs now
-  auto* warp_o = reinterpret_cast<float*>(stages);  // [warp][head][HD]
-  if (t == 0) warp_m[warp][g] = m, warp_l[warp][g] = l;
+  __syncthreads();  // every warp is done with the stages: they hold the streams' outputs now
+  auto* stream_o = reinterpret_cast<float*>(stages);  // [stream][head][HD]
+  if (slice == 0 && t == 0) warp_m[stream][g] = m, warp_l[stream][g] = l;
+  if (const int e = int(threadIdx.x); e < (kAttentionWarps - A::kStreams) * kAttentionGroup)
+    warp_m[A::kStreams + e / kAttentionGroup][e % kAttentionGroup] = -INFINITY;  // no such stream
   const float unscale = 1.0f / f;
 #pragma unroll
-  for (int i = 0; i < HD / 16; ++i) {
+  for (int i = 0; i < SD / 16; ++i) {
     const int c = i / V::kTilesPerChunk, ci = i % V::kTilesPerChunk;
-    const int r0 = V::value_dim(c, ci, g, 0), r1 = V::value_dim(c, ci, g, 1);
-    float* o = warp_o + (warp * kAttentionGroup + 2 * t) * HD;
+    const int r0 = SD * slice + V::value_dim(c, ci, g, 0), r1 = SD * slice + V::value_dim(c, ci, g, 1);
+    float* o = stream_o + (stream * kAttentionGroup + 2 * t) * HD;
     o[r0] = acc[i][0] * unscale, o[HD + r0] = acc[i][1] * unscale;
     o[r1] = acc[i][2] * unscale, o[HD + r1] = acc[i][3] * unscale;
   }
   __syncthreads();
-  write_partials(warp_m, warp_l, warp_o, HD, h0, heads, HD, partials);
+  write_partials(warp_m, warp_l, stream_o, HD, h0, heads, HD, partials);
+}
+
+// The tensor-core kernel: block (b, split) as for the float32 kernel, on shared tiles in slices
+// for shallow splits and on a tile a warp for deeper ones (the choice is the same for every block
+// of a launch: it depends on the depth and the splits alone).
+template <Store KS, Store VS, int HD>
+__global__ void __launch_bounds__(kAttentionWarps * kWarp)
+    attention_decode_tensor_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads, int n_kv_heads,
+                                   float* partials) {
+  begin_after_inputs();
+  const BlockShare share = block_share(n_heads, n_kv_heads, position, kTensorSplitKeys);
+  if (share.begin >= share.end) return;  // a split past the keys: the merge does not read it
+  extern __shared__ __align__(16) uint8_t shared[];
+  if (share.per_split <= kShallowSplitKeys)
+    attend_tiles<KS, VS, HD, kShallowSliceDims>(qg, kv, n_kv_heads, share, shared, partials);
+  else
+    attend_tiles<KS, VS, HD, HD>(qg, kv, n_kv_heads, share, shared, partials);
 }
 
 constexpr int kMaxAttentionSplits = 1024;
@@ -709,10 +796,10 @@ constexpr int kMergeThreads = 1024;
 // overlap those (the sums are the same, in the same order).
 template <bool kRotatedValues>
 __global__ void attention_merge_kernel(const float* qg, const float* partials, const int64_t* position, int n_splits,
-                                       int head_dim, float* out) {
+                                       int min_keys, int head_dim, float* out) {
   begin_after_inputs();
   const int h = blockIdx.x;
-  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, n_splits), stride = head_dim + 2;
+  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, n_splits, min_keys), stride = head_dim + 2;
   const float* first = partials + int64_t(h) * n_splits * stride;
   n_splits = int(min(int64_t(n_splits), (n_all + per_split - 1) / per_split));  // the splits that had keys
   constexpr int kWarps = kMergeThreads / kWarp, kDimsPerLane = kAttentionHeadDim / kWarp;
@@ -741,6 +828,7 @@ __global__ void attention_merge_kernel(const float* qg, const float* partials, c
   if (warp < n_splits)
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k) o[k] += early[k] * weight[warp];
+#pragma unroll 4
   for (int s = warp + kWarps; s < n_splits; s += kWarps)
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k)
@@ -800,11 +888,11 @@ const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int
       tensor = head_dim == 128 || head_dim == 256;
       if (head_dim == 256)
         err = launch_splits(attention_decode_tensor_kernel<S::k, S::v, 256>, grid_x, n_splits,
-                            TensorAttention<S::k, S::v, 256>::kSharedBytes, stream, &splits, qg, kv, pos, n_heads,
+                            kTensorSharedBytes<S::k, S::v, 256>, stream, &splits, qg, kv, pos, n_heads,
                             n_kv_heads, partials);
       else if (head_dim == 128)
         err = launch_splits(attention_decode_tensor_kernel<S::k, S::v, 128>, grid_x, n_splits,
-                            TensorAttention<S::k, S::v, 128>::kSharedBytes, stream, &splits, qg, kv, pos, n_heads,
+                            kTensorSharedBytes<S::k, S::v, 128>, stream, &splits, qg, kv, pos, n_heads,
                             n_kv_heads, partials);
     }
     if (!tensor)
@@ -812,7 +900,8 @@ const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int
                           n_heads, n_kv_heads, head_dim, partials);
     if (err != cudaSuccess) return error_text(err);
     return error_text(launch_overlapped(attention_merge_kernel<KvSide<S::v>::rotated>, dim3(n_heads),
-                                        dim3(kMergeThreads), 0, stream, qg, partials, pos, splits, head_dim, out));
+                                        dim3(kMergeThreads), 0, stream, qg, partials, pos, splits,
+                                        tensor ? kTensorSplitKeys : kFloatSplitKeys, head_dim, out));
   });
 }
 
