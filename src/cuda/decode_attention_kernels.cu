@@ -641,9 +641,10 @@ struct TensorAttention {
   static constexpr int kSharedBytes = kQueryBytes + std::max(kAttentionWarps * kWarpBytes + kSumBytes, kMergeBytes);
 };
 
+// The kernel's shared memory: the deep splits' layout, which the shallow ones fit in (so the
+// blocks a multiprocessor holds, and with them the splits, are the deep layout's).
 template <Store KS, Store VS, int HD>
-constexpr int kTensorSharedBytes = std::max(TensorAttention<KS, VS, HD, HD>::kSharedBytes,
-                                            TensorAttention<KS, VS, HD, kShallowSliceDims>::kSharedBytes);
+constexpr int kTensorSharedBytes = TensorAttention<KS, VS, HD, HD>::kSharedBytes;
 
 // Waits for the `threads` threads of the block that use barrier `id` (1..15; 0 is __syncthreads').
 __device__ __forceinline__ void barrier(int id, int threads) {
@@ -777,6 +778,8 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
   begin_after_inputs();
   const BlockShare share = block_share(n_heads, n_kv_heads, position, kTensorSplitKeys);
   if (share.begin >= share.end) return;  // a split past the keys: the merge does not read it
+  static_assert(TensorAttention<KS, VS, HD, kShallowSliceDims>::kSharedBytes <= kTensorSharedBytes<KS, VS, HD>,
+                "shallow splits' layout inside the deep splits' shared memory");
   extern __shared__ __align__(16) uint8_t shared[];
   if (share.per_split <= kShallowSplitKeys)
     attend_tiles<KS, VS, HD, kShallowSliceDims>(qg, kv, n_kv_heads, share, shared, partials);
