@@ -208,7 +208,8 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
 // the keys, in tiles of 16 keys whose cells cp.async brings into shared memory up to three tiles
 // ahead (TensorAttention::kStages). Past 64 keys a split, each warp takes tiles of its own; up to
 // 64 (shallow contexts, each warp at most one tile) the block's warps take each tile together, a
-// slice of 64 dims each, so a tile's chain is a quarter as long (attend_tiles).
+// slice of 64 dims each, so a tile's chain is a fraction of a whole head's: a quarter at 256 dims,
+// a half at 128, where two streams of two warps share the block (attend_tiles).
 // Both products run on mma.sync m16n8k16 (fp16 in, float32 sums):
 // - scores, C = A B: A holds the queries, rows 0-7 the 8 heads' q in fp16 and rows 8-15 the
 //   remainders q - fp16(q) (so the two rows of a head sum to q to ~22 bits: the float32 products
