@@ -227,7 +227,7 @@ std::vector<float> host_attention(Format format, const std::vector<std::vector<u
 // split of 2,600 keys over 41 scrambled pages (41 tiles of 16 keys a warp of the tensor-core
 // kernel). Every prefix of `order` a geometry takes is a permutation of its pages. The tensor-core
 // kernel's two layouts both run: splits of at most 64 keys on shared tiles (300 keys in 8 splits,
-// 100, 40 and 1 key, 700 and 64 at 128 dims) and longer ones a tile a warp (1,500 in 4, 2,600 in 1).
+// 101, 41 and 1 key, 700 and 64 at 128 dims) and longer ones a tile a warp (1,500 in 4, 2,600 in 1).
 TEST(CudaKv, DecodeAttentionEqualsTheHostOverTheSameCells) {
   LODE_REQUIRE_GPU();
   struct Geometry {
