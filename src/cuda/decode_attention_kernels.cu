@@ -647,11 +647,6 @@ struct TensorAttention {
 template <Store KS, Store VS, int HD>
 constexpr int kTensorSharedBytes = TensorAttention<KS, VS, HD, HD>::kSharedBytes;
 
-// Waits for the `threads` threads of the block that use barrier `id` (1..15; 0 is __syncthreads').
-__device__ __forceinline__ void barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // The block's share of decode attention with slices of SD dims (TensorAttention's layout): each
 // stream's tiles (16 keys, a stream's tiles kStreams apart) with their cells brought into its
 // warps' stages by cp.async kStages - 1 tiles ahead, an online softmax per stream (every warp of a
@@ -700,18 +695,26 @@ __device__ __forceinline__ void attend_tiles(const float* qg, const KvView& kv, 
   const float score_scale = rsqrtf(float(HD)) / factor[g];
   float m = -INFINITY, l = 0.0f, acc[SD / 16][4] = {}, f = 1.0f;  // acc: in units of 1 / f
   int stage = 0, turn = 0;
-  for (int64_t tile = first; tile < end; tile += stride, stage = (stage + 1) % A::kStages, turn ^= 1) {
+  // Shared tiles: every stream takes as many turns as the one with the most tiles (a stream past its
+  // last tile only meets the block at each turn's barrier), so the block's warps meet at the same
+  // barriers. (Streams meeting at barriers of their own, as many as each stream's tiles, were
+  // correct but not to compute-sanitizer's racecheck, which paired the barriers by count.)
+  const int64_t tiles = (end - begin + kTileKeys - 1) / kTileKeys;
+  const int64_t turns_end = A::kSlices == 1 ? end : begin + (tiles + A::kStreams - 1) / A::kStreams * stride;
+  for (int64_t tile = first; tile < turns_end; tile += stride, stage = (stage + 1) % A::kStages, turn ^= 1) {
     send(tile + (A::kStages - 1) * stride, (stage + A::kStages - 1) % A::kStages);
     copies_arrived_but<A::kStages - 1>();  // this tile's group: the sends after it may be in flight
     __syncwarp();
+    const bool mine = A::kSlices == 1 || tile < end;
     const uint8_t* slots = own + stage * A::kStageBytes;
     float p[4];
-    tile_scores<K, SD>(slice_frags, slots, lane, slice, p);
+    if (mine) tile_scores<K, SD>(slice_frags, slots, lane, slice, p);
     if constexpr (A::kSlices > 1) {
-      // Every slice's share in (a warp rewrites this turn's sums two tiles on, after the next
-      // barrier, which each warp of the stream reaches only once it has read them).
-      sums[(turn * A::kSlices + slice) * kWarp + lane] = make_float4(p[0], p[1], p[2], p[3]);
-      barrier(1 + stream, A::kSlices * kWarp);
+      // Every slice's share in (a warp rewrites this turn's sums two turns on, after the next
+      // barrier, which each warp reaches only once it has read them).
+      if (mine) sums[(turn * A::kSlices + slice) * kWarp + lane] = make_float4(p[0], p[1], p[2], p[3]);
+      __syncthreads();
+      if (!mine) continue;
       float4 sum = sums[turn * A::kSlices * kWarp + lane];
 #pragma unroll
       for (int w = 1; w < A::kSlices; ++w) {
