@@ -85,13 +85,20 @@ __global__ void __launch_bounds__(kNormThreads)
   write_normed<kPer>(v, wr, rsqrtf(block_sum(s) / float(n) + eps), n, out);
 }
 
+// launch(P) for the fewest P of 1, 2, 4, ... kMax (a power of two) with P * unit >= n (kMax when
+// none is: the caller has refused wider n).
+template <int kMax, int P = 1, class Launch>
+cudaError_t with_fewest_per_unit(int n, int unit, Launch&& launch) {
+  if constexpr (P < kMax) {
+    if (n > P * unit) return with_fewest_per_unit<kMax, 2 * P>(n, unit, launch);
+  }
+  return launch(std::integral_constant<int, P>{});
+}
+
 // The launch's values a thread: the fewest of 1, 2, 4, 8 that cover n (at most kMaxNormed).
 template <class Launch>
 cudaError_t with_values_per_thread(int n, Launch&& launch) {
-  if (n <= kNormThreads) return launch(std::integral_constant<int, 1>{});
-  if (n <= 2 * kNormThreads) return launch(std::integral_constant<int, 2>{});
-  if (n <= 4 * kNormThreads) return launch(std::integral_constant<int, 4>{});
-  return launch(std::integral_constant<int, 8>{});
+  return with_fewest_per_unit<8>(n, kNormThreads, launch);
 }
 
 // The rotation of one position for a thread's rotary pairs i = threadIdx.x + r blockDim.x (r <
@@ -400,11 +407,7 @@ __global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids
 // The fewest experts a lane holds (a power of two) for n experts, as launch(P).
 template <class Launch>
 cudaError_t with_experts_per_lane(int n, Launch&& launch) {
-  if (n <= kWarp) return launch(std::integral_constant<int, 1>{});
-  if (n <= 2 * kWarp) return launch(std::integral_constant<int, 2>{});
-  if (n <= 4 * kWarp) return launch(std::integral_constant<int, 4>{});
-  if (n <= 8 * kWarp) return launch(std::integral_constant<int, 8>{});
-  return launch(std::integral_constant<int, kMaxExpertsPerLane>{});
+  return with_fewest_per_unit<kMaxExpertsPerLane>(n, kWarp, launch);
 }
 
 // The router's float32 product and the top k in one launch: each warp dots a row of w with x (both
