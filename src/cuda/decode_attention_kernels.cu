@@ -412,7 +412,7 @@ __device__ __forceinline__ void copy_span_by(uint8_t* to, int to_stride, const u
 #pragma unroll
   for (int key = first_key; key < kTileKeys; key += kKeysPerPass) {
     const bool valid = !kPartial || key < valid_keys;
-    copy_async<U>(to, valid ? at : from, valid);
+    copy_async<U, true>(to, valid ? at : from, valid);
     to += kKeysPerPass * to_stride;
     at += kKeysPerPass * from_stride;
   }

@@ -413,12 +413,13 @@ cudaError_t with_experts_per_lane(int n, Launch&& launch) {
 // The router's float32 product and the top k in one launch: each warp dots a row of w with x (both
 // read as float4 through the caches), and the last block to finish (counted in *arrivals, which it
 // resets) routes. Rows past n_experts (the shared expert's gate) are products only. A lane holds
-// up to kRouterLoads float4 of its row in registers, loaded before the wait for x (the weights do
-// not depend on the kernel before), in passes of that many for wider rows (their rest asked of L2
-// before the wait too). The tally's residency flags, which the choices look up, are loaded before
-// the wait as well (no kernel of the step writes them) and the last block copies them into shared
-// memory, so no trip to memory follows the choice on the step's chain (on the H200, the 35B synth:
-// 495.8-496.8 tokens/s against 489.1-493.5 reading them after the choice).
+// up to kRouterLoads float4 of its row in registers, streaming (read once a step: FromGlobal in
+// cuda/q8_slices.cuh), loaded before the wait for x (the weights do not depend on the kernel
+// before), in passes of that many for wider rows (their rest asked of L2 before the wait too). The
+// tally's residency flags, which the choices look up, are loaded before the wait as well (no kernel
+// of the step writes them) and the last block copies them into shared memory, so no trip to memory
+// follows the choice on the step's chain (on the H200, the 35B synth: 495.8-496.8 tokens/s against
+// 489.1-493.5 reading them after the choice).
 constexpr int kRouterWarps = 4, kRouterLoads = 16;
 
 template <int P>
@@ -434,7 +435,7 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp)
   const auto load = [&](int pass_begin) {
 #pragma unroll
     for (int j = 0; j < kRouterLoads; ++j)
-      if (pass_begin + lane + kWarp * j < n4) a[j] = __ldg(wr + pass_begin + lane + kWarp * j);
+      if (pass_begin + lane + kWarp * j < n4) a[j] = __ldcs(wr + pass_begin + lane + kWarp * j);
   };
   load(0);
   if (n4 > kWarp * kRouterLoads)  // a row wider than one pass: the rest on its way to L2

@@ -28,11 +28,13 @@ using namespace lode::quant;
 using kernels::input_value;
 using kernels::kWarp;
 
-// Where a slice's bytes are read: weights in global memory through the read-only path, or rows a
-// block has staged in shared memory.
+// Where a slice's bytes are read: weights in global memory, or rows a block has staged in shared
+// memory. A decode step reads each weight once, so the loads are streaming (ld.global.cs: L2 evicts
+// those lines first, before what the step reads again or asked L2 for ahead; copy_async's kOnce,
+// docs/PERFORMANCE.md).
 struct FromGlobal {
   template <class W>
-  __device__ static W at(const void* p) { return __ldg(static_cast<const W*>(p)); }
+  __device__ static W at(const void* p) { return __ldcs(static_cast<const W*>(p)); }
 };
 struct FromShared {
   template <class W>
