@@ -163,7 +163,7 @@ int rows_in_flight(int64_t loads_per_lane, int64_t all_rows, int64_t rows_per_wa
 }
 
 // `count` rows of row_bytes (a multiple of 16) from global to shared memory, 16 bytes a copy by
-// the block's threads, as one group of copies.
+// the block's threads, as one group of copies, streaming (a step reads each weight once).
 __device__ __forceinline__ void stage_rows(uint8_t* to, const uint8_t* from, int count, size_t row_bytes) {
   const int64_t pieces = int64_t(count) * int64_t(row_bytes / 16);
   for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) copy_16_once(to + i * 16, from + i * 16, true);
