@@ -647,11 +647,20 @@ const char* deltanet_step(float* state, const float* qkv, const float* z, const 
                                       b, alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o));
 }
 
+namespace {
+// What the routing warp cannot take (null: nothing): more experts than its lanes hold, or k
+// outside 1..min(32, n_experts).
+const char* routing_refused(int n_experts, int k) {
+  if (n_experts > kMaxExperts) return "more than 512 experts";
+  if (k < 1 || k > kWarp || k > n_experts) return "the router chooses 1 to 32 experts, at most all of them";
+  return nullptr;
+}
+}  // namespace
+
 const char* router_topk(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
                         int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, void* stream) {
   if (cols % 4 != 0 || rows < n_experts) return "router rows must be a multiple of 4 wide and hold every expert";
-  if (n_experts > kMaxExperts) return "more than 512 experts";
-  if (k < 1 || k > kWarp || k > n_experts) return "the router chooses 1 to 32 experts, at most all of them";
+  if (const char* err = routing_refused(n_experts, k)) return err;
   return error_text(with_experts_per_lane(n_experts, [&](auto per_lane) {
     return launch_overlapped(router_topk_kernel<decltype(per_lane)::value>, dim3((rows + kRouterWarps - 1) / kRouterWarps),
                              dim3(kRouterWarps * kWarp), 0, stream, w, rows, cols, x, logits, n_experts, k, ids,
@@ -661,8 +670,7 @@ const char* router_topk(const float* w, int rows, int cols, const float* x, floa
 
 const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, int32_t* ids, float* weights,
                       RouteTally tally, void* stream) {
-  if (n_experts > kMaxExperts) return "more than 512 experts";
-  if (k < 1 || k > kWarp || k > n_experts) return "the router chooses 1 to 32 experts, at most all of them";
+  if (const char* err = routing_refused(n_experts, k)) return err;
   return error_text(with_experts_per_lane(n_experts, [&](auto per_lane) {
     return launch_overlapped(moe_route_kernel<decltype(per_lane)::value>, dim3(n_tokens), dim3(kWarp), 0, stream,
                              logits, n_experts, k, ids, weights, tally);
