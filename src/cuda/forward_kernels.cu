@@ -235,71 +235,91 @@ __global__ void l2_norm_heads_kernel(float* qkv, int hk, int dk, int channels) {
   for (int i = threadIdx.x; i < dk; i += blockDim.x) v[i] *= scale;
 }
 
-// The delta rule for one token, one block per value head s: thread (j, g) holds column j's rows
-// g, g + groups, ... of the head's [dk][dv] state in registers (a warp's loads of one row are
-// contiguous). No earlier kernel of the step writes the state, so it is loaded before the wait,
-// with the head's weights, while the kernels before finish; everything after the wait is one trip
-// to memory for the inputs, three barriers for the partial sums over the row groups (added in group
-// order) and the gated RMSNorm, which needs the head's dv columns and so sits in the same block
-// (the column tiles of one head used to meet through a counter in memory: 10 us a step, now ~4).
-constexpr int kStepThreads = 1024, kMaxStepRows = 16, kMaxStepKeyDim = 256;
+// The delta rule for one token, one block per value head s. Lane (g, c) of warp w, g = lane / Q
+// and c = lane % Q (Q = 32 / G), holds columns 4 (Q w + c) .. + 3 of the head's [dk][dv] state at
+// rows g, g + G, ..., one 16-byte word a row (a warp's load: G rows of Q whole words). The sums
+// over rows (S^T k of the decayed state, then S^T q of the updated one) are a thread's rows, then
+// the warp's row groups by shuffles: no barrier until the gated RMSNorm over the head's columns.
+// No earlier kernel of the step writes the state, so it is loaded before the wait while the
+// kernels before finish; after the wait, one trip to memory for the inputs.
+constexpr int kStepRowGroups = 16, kStepMaxKeyDim = 128, kStepMaxThreads = 512;
 
-__host__ __device__ __forceinline__ int step_columns(int dv) { return (dv + kWarp - 1) / kWarp * kWarp; }
-
-__global__ void __launch_bounds__(kStepThreads)
+template <int G>
+__global__ void __launch_bounds__(kStepMaxThreads)
     deltanet_step_kernel(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                          const float* a, const float* dt_bias, const float* norm_w, int hk, int dk, int dv, float eps,
                          float* o) {
-  const int s = blockIdx.x, columns = step_columns(dv), groups = int(blockDim.x) / columns;
-  const int j = int(threadIdx.x) % columns, g = int(threadIdx.x) / columns;
-  const bool column = j < dv;
-  float* S = state + int64_t(s) * dk * dv + j;
-  float st[kMaxStepRows];
+  constexpr int Q = kWarp / G, R = kStepMaxKeyDim / G;  // column words a warp's row, rows a thread
+  const int s = blockIdx.x, lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int g = lane / Q, j0 = 4 * (Q * warp + lane % Q);
+  const bool column = j0 < dv;  // dv is a multiple of 4
+  float4* S = reinterpret_cast<float4*>(state + int64_t(s) * dk * dv + j0);
+  float4 st[R];
 #pragma unroll
-  for (int r = 0; r < kMaxStepRows; ++r) {
-    const int i = g + groups * r;
-    st[r] = column && i < dk ? S[int64_t(i) * dv] : 0.0f;
+  for (int r = 0; r < R; ++r) {
+    const int i = g + G * r;
+    st[r] = column && i < dk ? S[int64_t(i) * dv / 4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  const float a_s = a[s], bias = dt_bias[s], weight = column ? norm_w[j] : 0.0f;
+  float weight[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) weight[e] = column ? norm_w[j0 + e] : 0.0f;
+  const float a_s = a[s], bias = dt_bias[s];
   begin_after_inputs();
-  __shared__ float q[kMaxStepKeyDim], k[kMaxStepKeyDim];
-  __shared__ float partial[kStepThreads];  // [groups][columns]
-  const int key_dim = hk * dk, t = int(threadIdx.x);
-  if (t < dk) q[t] = qkv[(s % hk) * dk + t];
-  else if (t < 2 * dk) k[t - dk] = qkv[key_dim + (s % hk) * dk + t - dk];
-  const float v = column ? qkv[2 * key_dim + s * dv + j] : 0.0f, zj = column ? z[int64_t(s) * dv + j] : 0.0f;
+  const int key_dim = hk * dk;
+  const float *qh = qkv + (s % hk) * dk, *kh = qkv + key_dim + (s % hk) * dk;
+  float q[R], k[R], v[4], zj[4];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = g + G * r;
+    q[r] = i < dk ? qh[i] : 0.0f;
+    k[r] = i < dk ? kh[i] : 0.0f;
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    v[e] = column ? qkv[2 * key_dim + s * dv + j0 + e] : 0.0f;
+    zj[e] = column ? z[int64_t(s) * dv + j0 + e] : 0.0f;
+  }
   const float beta = sigmoidf(b[s]);
   const float decay = expf(a_s * softplusf(alpha[s] + bias));
-  __syncthreads();
-  float sk = 0.0f;
+  const auto over_rows = [](float (&x)[4]) {
 #pragma unroll
-  for (int r = 0; r < kMaxStepRows; ++r) {
-    const int i = g + groups * r;
-    st[r] *= decay;
-    if (i < dk) sk += st[r] * k[i];
-  }
-  partial[t] = sk;
-  __syncthreads();
-  sk = 0.0f;
-  for (int gg = 0; gg < groups; ++gg) sk += partial[gg * columns + j];
-  const float d = column ? beta * (v - sk) : 0.0f;
-  float out = 0.0f;
+    for (int offset = Q; offset < kWarp; offset *= 2)
 #pragma unroll
-  for (int r = 0; r < kMaxStepRows; ++r) {
-    const int i = g + groups * r;
-    if (!column || i >= dk) continue;
-    st[r] += k[i] * d;
-    S[int64_t(i) * dv] = st[r];
-    out += st[r] * q[i];
+      for (int e = 0; e < 4; ++e) x[e] += __shfl_xor_sync(0xffffffffu, x[e], offset);
+  };
+  float sk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float* w = &st[r].x;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) w[e] *= decay, sk[e] += w[e] * k[r];
   }
-  __syncthreads();  // every thread has read partial
-  partial[t] = out;
+  over_rows(sk);
+  float d[4], out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) d[e] = column ? beta * (v[e] - sk[e]) : 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    float* w = &st[r].x;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) w[e] += k[r] * d[e], out[e] += w[e] * q[r];
+    if (const int i = g + G * r; column && i < dk) S[int64_t(i) * dv / 4] = st[r];
+  }
+  over_rows(out);
+  // The gated RMSNorm: the head's squares by row group 0's lanes, summed over the warp's words,
+  // then over the warps in order.
+  __shared__ float warp_squares[kStepMaxThreads / kWarp];
+  float squares = g == 0 ? out[0] * out[0] + out[1] * out[1] + out[2] * out[2] + out[3] * out[3] : 0.0f;
+#pragma unroll
+  for (int offset = 1; offset < Q; offset *= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+  if (lane == 0) warp_squares[warp] = squares;
   __syncthreads();
-  out = 0.0f;
-  for (int gg = 0; gg < groups; ++gg) out += partial[gg * columns + j];
-  const bool writes = g == 0 && column;
-  const float scale = rsqrtf(block_sum(writes ? out * out : 0.0f) / float(dv) + eps);
-  if (writes) o[int64_t(s) * dv + j] = out * scale * weight * siluf(zj);
+  float total = 0.0f;
+  for (int w = 0; w < int(blockDim.x) / kWarp; ++w) total += warp_squares[w];
+  const float scale = rsqrtf(total / float(dv) + eps);
+  if (g == 0 && column)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[int64_t(s) * dv + j0 + e] = out[e] * scale * weight[e] * siluf(zj[e]);
 }
 
 // One warp (lane: its lane): softmax, top k by repeated arg-max (ties: lower index), renormalised
@@ -640,11 +660,12 @@ const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens
 const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                           const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
                           float eps, float* o, void* stream) {
-  const int columns = step_columns(dv);
-  if (columns > kStepThreads || dk > kMaxStepKeyDim || dk > kMaxStepRows * (kStepThreads / columns))
-    return "DeltaNet heads too large for the step kernel (it holds dk x dv <= 16,384 values, dk <= 256)";
-  return error_text(launch_overlapped(deltanet_step_kernel, dim3(hv), dim3(kStepThreads), 0, stream, state, qkv, z,
-                                      b, alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o));
+  constexpr int kColumnsPerWarp = 4 * kWarp / kStepRowGroups;
+  if (dk > kStepMaxKeyDim || dv % 4 != 0 || dv > kColumnsPerWarp * kStepMaxThreads / kWarp)
+    return "DeltaNet heads the step kernel does not take (dk and dv at most 128, dv a multiple of 4)";
+  const int threads = (dv + kColumnsPerWarp - 1) / kColumnsPerWarp * kWarp;
+  return error_text(launch_overlapped(deltanet_step_kernel<kStepRowGroups>, dim3(hv), dim3(threads), 0, stream, state,
+                                      qkv, z, b, alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o));
 }
 
 namespace {
