@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -273,6 +274,17 @@ TEST(CudaKernels, TheDeltaNetStepMatchesTheCpu) {
     }
     EXPECT_LT(lode::test::relative_error(dev.download(dstate, state.size()), state), 1e-5);
     EXPECT_LT(lode::test::relative_error(dev.download(o, want.size()), want), 1e-4);
+  }
+}
+
+// The step refuses heads wider than its threads hold, saying so, before it queues anything (no GPU
+// needed).
+TEST(CudaKernels, TheDeltaNetStepRefusesHeadsItCannotHold) {
+  for (const auto& [dk, dv] : {std::pair{256, 128}, {128, 256}, {128, 126}}) {
+    const char* err = lode::cuda::kernels::deltanet_step(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                         nullptr, 1, 1, dk, dv, kEps, nullptr, nullptr);
+    ASSERT_NE(err, nullptr) << dk << " x " << dv;
+    EXPECT_NE(std::string(err).find("at most 128"), std::string::npos) << err;
   }
 }
 
