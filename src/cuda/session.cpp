@@ -789,6 +789,9 @@ const CudaSessionOptions& with_heads_checked(const CudaSessionOptions& options, 
     fail("cuda session: attention heads of {} values; the GPU's attention takes a multiple of 8, at most 256 "
          "(--backend cpu runs any)", config.head_dim);
   kv::check_head_dim(options.kv_format, config.head_dim);
+  if (config.n_layers > config.n_full_attention_layers() && (config.ssm_state > 128 || config.ssm_state % 4 != 0))
+    fail("cuda session: DeltaNet heads of {} values; the GPU's decode step takes a multiple of 4, at most 128 "
+         "(--backend cpu runs any)", config.ssm_state);
   return options;
 }
 }  // namespace
