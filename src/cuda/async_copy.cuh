@@ -36,9 +36,6 @@ __device__ __forceinline__ void copy_async(void* shared, const void* global, boo
 __device__ __forceinline__ void copy_16(void* shared, const void* global, bool valid) {
   copy_async<16>(shared, global, valid);
 }
-__device__ __forceinline__ void copy_16_once(void* shared, const void* global, bool valid) {
-  copy_async<16, true>(shared, global, valid);
-}
 __device__ __forceinline__ void copy_8(void* shared, const void* global, bool valid) {
   copy_async<8>(shared, global, valid);
 }

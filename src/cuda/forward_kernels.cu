@@ -236,7 +236,7 @@ __global__ void l2_norm_heads_kernel(float* qkv, int hk, int dk, int channels) {
 }
 
 // The delta rule for one token, one block per value head s. Lane (g, c) of warp w, g = lane / Q
-// and c = lane % Q (Q = 32 / G), holds columns 4 (Q w + c) .. + 3 of the head's [dk][dv] state at
+// and c = lane % Q (G = 16 row groups of Q = 2 words a warp), holds columns 4 (Q w + c) .. + 3 of the head's [dk][dv] state at
 // rows g, g + G, ..., one 16-byte word a row (a warp's load: G rows of Q whole words). The sums
 // over rows (S^T k of the decayed state, then S^T q of the updated one) are a thread's rows, then
 // the warp's row groups by shuffles: no barrier until the gated RMSNorm over the head's columns.
@@ -246,13 +246,13 @@ __global__ void l2_norm_heads_kernel(float* qkv, int hk, int dk, int channels) {
 // H200, the 35B synth, 492.8-498.1 tokens/s against 499.0-503.3 for this one in three calls;
 // lode-mini 4,828 against 5,146-5,258.)
 constexpr int kStepRowGroups = 16, kStepMaxKeyDim = 128, kStepMaxThreads = 512;
+constexpr int kStepColumnsPerWarp = 4 * kWarp / kStepRowGroups;
 
-template <int G>
 __global__ void __launch_bounds__(kStepMaxThreads)
     deltanet_step_kernel(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                          const float* a, const float* dt_bias, const float* norm_w, int hk, int dk, int dv, float eps,
                          float* o) {
-  constexpr int Q = kWarp / G, R = kStepMaxKeyDim / G;  // column words a warp's row, rows a thread
+  constexpr int G = kStepRowGroups, Q = kWarp / G, R = kStepMaxKeyDim / G;  // column words a warp's row, rows a thread
   const int s = blockIdx.x, lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int g = lane / Q, j0 = 4 * (Q * warp + lane % Q);
   const bool column = j0 < dv;  // dv is a multiple of 4
@@ -660,15 +660,19 @@ const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens
   return launched();
 }
 
+const char* deltanet_step_refuses(int dk, int dv) {
+  if (dk > kStepMaxKeyDim || dv % 4 != 0 || dv > kStepColumnsPerWarp * kStepMaxThreads / kWarp)
+    return "DeltaNet heads the step kernel does not take (dk and dv at most 128, dv a multiple of 4)";
+  return nullptr;
+}
+
 const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                           const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
                           float eps, float* o, void* stream) {
-  constexpr int kColumnsPerWarp = 4 * kWarp / kStepRowGroups;
-  if (dk > kStepMaxKeyDim || dv % 4 != 0 || dv > kColumnsPerWarp * kStepMaxThreads / kWarp)
-    return "DeltaNet heads the step kernel does not take (dk and dv at most 128, dv a multiple of 4)";
-  const int threads = (dv + kColumnsPerWarp - 1) / kColumnsPerWarp * kWarp;
-  return error_text(launch_overlapped(deltanet_step_kernel<kStepRowGroups>, dim3(hv), dim3(threads), 0, stream, state,
-                                      qkv, z, b, alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o));
+  if (const char* err = deltanet_step_refuses(dk, dv)) return err;
+  const int threads = (dv + kStepColumnsPerWarp - 1) / kStepColumnsPerWarp * kWarp;
+  return error_text(launch_overlapped(deltanet_step_kernel, dim3(hv), dim3(threads), 0, stream, state, qkv, z, b,
+                                      alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o));
 }
 
 namespace {

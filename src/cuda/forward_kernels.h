@@ -50,10 +50,13 @@ const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w,
 // The prompt pass's L2 norms: q and k of each key head L2-normed (q also scaled by 1/sqrt(dk)) in
 // n_tokens rows of `channels`.
 const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens, void* stream);
+// Why deltanet_step cannot take heads of dk x dv (dk and dv at most 128, dv a multiple of 4), or
+// null when it can. Host code only.
+const char* deltanet_step_refuses(int dk, int dv);
 // Per value head s: beta = sigmoid(b_s), g = a_s * softplus(alpha_s + dt_bias_s), the delta-rule
 // update of state [Hv][dk][dv], o_s = S^T q, then the gated RMSNorm o_s * rsqrt(...) * norm *
-// silu(z_s). o: [Hv * dv]. One block a value head; dk and dv at most 128, dv a multiple of 4
-// (other heads are refused with a message, before anything is queued).
+// silu(z_s). o: [Hv * dv]. One block a value head; heads deltanet_step_refuses are refused with
+// its message, before anything is queued.
 const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                           const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
                           float eps, float* o, void* stream);

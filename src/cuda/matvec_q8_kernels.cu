@@ -166,7 +166,7 @@ int rows_in_flight(int64_t loads_per_lane, int64_t all_rows, int64_t rows_per_wa
 // the block's threads, as one group of copies, streaming (a step reads each weight once).
 __device__ __forceinline__ void stage_rows(uint8_t* to, const uint8_t* from, int count, size_t row_bytes) {
   const int64_t pieces = int64_t(count) * int64_t(row_bytes / 16);
-  for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) copy_16_once(to + i * 16, from + i * 16, true);
+  for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) copy_async<16, true>(to + i * 16, from + i * 16, true);
   copies_sent();
 }
 

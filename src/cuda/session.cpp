@@ -789,9 +789,9 @@ const CudaSessionOptions& with_heads_checked(const CudaSessionOptions& options, 
     fail("cuda session: attention heads of {} values; the GPU's attention takes a multiple of 8, at most 256 "
          "(--backend cpu runs any)", config.head_dim);
   kv::check_head_dim(options.kv_format, config.head_dim);
-  if (config.n_layers > config.n_full_attention_layers() && (config.ssm_state > 128 || config.ssm_state % 4 != 0))
-    fail("cuda session: DeltaNet heads of {} values; the GPU's decode step takes a multiple of 4, at most 128 "
-         "(--backend cpu runs any)", config.ssm_state);
+  if (config.n_layers > config.n_full_attention_layers())
+    if (const char* why = kernels::deltanet_step_refuses(int(config.ssm_state), int(config.ssm_state)))
+      fail("cuda session: DeltaNet heads of {} values: {} (--backend cpu runs any)", config.ssm_state, why);
   return options;
 }
 }  // namespace
