@@ -146,9 +146,27 @@ TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
   }
 }
 
+// Each input's products as the host twin computes them for that input alone (so as a launch of one
+// input computes them), bit for bit: rows `rows` of `cols` of `type` (bytes w), inputs [tokens][cols].
+void expect_each_inputs_twin(lode::cuda::VramAccountant& vram, GgmlType type, const std::vector<uint8_t>& w,
+                             int64_t rows, int64_t cols, const std::vector<float>& x, int64_t tokens) {
+  lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
+  lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
+  const auto got = gpu_product(vram, type, w, rows, cols, dx.as<float>(), tokens, {.q8 = true});
+  const size_t row_bytes = lode::row_bytes(type, cols);
+  lode::cpu::q8twin::RoundedBuffer rounded(cols);
+  for (int64_t t = 0; t < tokens; ++t) {
+    lode::cpu::q8twin::round(type, x.data() + t * cols, nullptr, cols, rounded.x());
+    std::vector<float> twin(static_cast<size_t>(rows));
+    lode::cpu::q8twin::rows(type, w.data(), row_bytes, rows, cols, rounded.x(), twin.data());
+    EXPECT_EQ(std::vector<float>(got.begin() + t * rows, got.begin() + (t + 1) * rows), twin) << "input " << t;
+  }
+}
+
 // A product of 65,536 rows, as for the lm head: the integer kernels give each warp several sets of
 // rows one after another (Q6_K rows of 210 bytes: two rows at a time, two sets), or stage each
-// block's rows in shared memory (Q4_K: rows of whole 16-byte pieces); the host twin's bits either way.
+// block's rows in shared memory (Q4_K: rows of whole 16-byte pieces); the host twin's bits either way,
+// for one input and for five (a block's eight inputs, three of them past the end).
 TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
   LODE_REQUIRE_GPU();
   lode::cuda::VramAccountant vram;
@@ -159,7 +177,7 @@ TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
     SCOPED_TRACE(traits.name);
     const size_t row_bytes = lode::row_bytes(type, cols);
     const auto values = normal_floats(size_t(rows * cols), rng);
-    const auto x = normal_floats(size_t(cols), rng);
+    const auto x = normal_floats(size_t(5 * cols), rng);
     std::vector<uint8_t> w(row_bytes * size_t(rows));
     for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
     std::vector<float> want(static_cast<size_t>(rows));
@@ -169,11 +187,37 @@ TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
     lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
     const auto got = gpu_product(vram, type, w, rows, cols, dx.as<float>(), 1, {.q8 = true});
     EXPECT_LE(lode::test::relative_error(got, want), 2e-6);
-    lode::cpu::q8twin::RoundedBuffer rounded(cols);
-    lode::cpu::q8twin::round(type, x.data(), nullptr, cols, rounded.x());
-    std::vector<float> twin(static_cast<size_t>(rows));
-    lode::cpu::q8twin::rows(type, w.data(), row_bytes, rows, cols, rounded.x(), twin.data());
-    EXPECT_EQ(got, twin);
+    for (const int64_t tokens : {int64_t(1), int64_t(5)}) {
+      SCOPED_TRACE(std::to_string(tokens) + " inputs");
+      expect_each_inputs_twin(vram, type, w, rows, cols, x, tokens);
+    }
+  }
+}
+
+// Several inputs of one plain matrix (decode rows of several sequences) in one launch: 2, 3, 8 and 9
+// inputs (one block's 2, 4 and 8, and two blocks' worth) give each input the bits it gets alone,
+// for every kernel form: Q8_0 rows of 256 values and more (spans), shorter Q8_0 and Q5_0 rows and the
+// K-quants (rows in registers).
+TEST(CudaMatvec, SeveralInputsOfOneMatrixGetTheBitsOfOne) {
+  LODE_REQUIRE_GPU();
+  lode::cuda::VramAccountant vram;
+  std::mt19937 rng(17);
+  const int64_t rows = 203;
+  for (const int64_t cols : {int64_t(160), int64_t(2048)}) {
+    for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+      if (cols % 256 != 0 && type != GgmlType::Q8_0 && type != GgmlType::Q5_0) continue;
+      const auto& traits = lode::traits(type);
+      const size_t row_bytes = lode::row_bytes(type, cols);
+      std::vector<uint8_t> w(row_bytes * size_t(rows));
+      const auto values = normal_floats(size_t(rows * cols), rng);
+      for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
+      const auto x = normal_floats(size_t(9 * cols), rng);
+      for (const int64_t tokens : {int64_t(2), int64_t(3), int64_t(8), int64_t(9)}) {
+        SCOPED_TRACE(std::string(traits.name) + ", " + std::to_string(cols) + " columns, " + std::to_string(tokens) +
+                     " inputs");
+        expect_each_inputs_twin(vram, type, w, rows, cols, x, tokens);
+      }
+    }
   }
 }
 

@@ -30,7 +30,7 @@ struct Case {
   const char* name;
   GgmlType type;
   int64_t rows, cols;
-  int64_t problems;  // products per call (experts per token: 8)
+  int64_t problems;  // products per call: experts per token (8), or inputs of one plain matrix (decode rows)
   bool grouped;
 };
 
@@ -76,7 +76,14 @@ int main(int argc, char** argv) {
 
   const std::vector<Case> cases = {
       {"lm head (vocab 248320 x 2048)", GgmlType::Q6_K, 248320, 2048, 1, false},
+      {"lm head, 2 inputs", GgmlType::Q6_K, 248320, 2048, 2, false},
+      {"lm head, 8 inputs", GgmlType::Q6_K, 248320, 2048, 8, false},
       {"deltanet qkv (8192 x 2048)", GgmlType::Q8_0, 8192, 2048, 1, false},
+      {"deltanet qkv, 2 inputs", GgmlType::Q8_0, 8192, 2048, 2, false},
+      {"deltanet qkv, 4 inputs", GgmlType::Q8_0, 8192, 2048, 4, false},
+      {"deltanet qkv, 8 inputs", GgmlType::Q8_0, 8192, 2048, 8, false},
+      {"q4_K trunk (8192 x 2048)", GgmlType::Q4_K, 8192, 2048, 1, false},
+      {"q4_K trunk, 8 inputs", GgmlType::Q4_K, 8192, 2048, 8, false},
       {"attention q|gate (8192 x 2048)", GgmlType::Q8_0, 8192, 2048, 1, false},
       {"8 experts gate (8 x 512 x 2048)", GgmlType::Q4_K, 512, 2048, 8, true},
       {"8 experts down (8 x 2048 x 512)", GgmlType::Q5_K, 2048, 512, 8, true},
@@ -119,11 +126,12 @@ int main(int argc, char** argv) {
               lode::cuda::grouped_matvec(c.type, dtable.as<const void*>(), dids.as<int32_t>(), c.problems, c.rows,
                                          c.cols, row_bytes, x.as<float>(), 0, y.as<float>(), nullptr, input);
             else
-              lode::cuda::matvec(c.type, w.data(), c.rows, c.cols, row_bytes, x.as<float>(), y.as<float>(), 1,
-                                 nullptr, input);
+              lode::cuda::matvec(c.type, w.data(), c.rows, c.cols, row_bytes, x.as<float>(), y.as<float>(),
+                                 c.problems, nullptr, input);
           },
           5, 50);
-      const double bytes = double(matrix_bytes) * double(c.problems);
+      // The bytes a launch must read: each problem's matrix once (a plain matrix's inputs share it).
+      const double bytes = double(matrix_bytes) * double(c.grouped ? c.problems : 1);
       const double gbps = bytes / (ms * 1e-3) / 1e9;
       const char* x_type = q8 ? "q8" : "f32";
       if (json)

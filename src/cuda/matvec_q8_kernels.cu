@@ -7,6 +7,12 @@
 // A row with fewer slices than a warp has lanes is shared by a group of lanes, several rows per
 // warp. Q8_0 rows of 256 k values have their own kernel (matvec_q8_0_spans_kernel): the rows staged
 // in shared memory, a lane's slice a span of 8 blocks.
+//
+// A plain matrix with several inputs (decode rows of several sequences, or of one sequence's
+// positions) is read once for up to 8 of them (kInputs): a block rounds each input's x and dots
+// every weight slice it holds with each, in the order a single input's launch does, so every
+// input's products have the bits they have alone (on the H200, bench_cuda_matvec: the DeltaNet
+// qkv product, Q8_0, 12.6 us for one input, 15.4 for two, 27.4 for eight).
 #include <cuda_fp16.h>
 #include <algorithm>
 #include <type_traits>
@@ -49,16 +55,22 @@ __device__ __forceinline__ void ask_ahead(const L2Ahead& ahead, const int32_t* i
 // of its rows per lane into registers, all at once; the first pass's loads are issued before x of
 // problem blockIdx.y is rounded (and, for a plain matrix or ids_before_wait, before the wait for
 // the kernel before: an expert table's ids usually come from that kernel). A problem whose id is
-// negative is skipped (its expert is computed elsewhere: the CPU miss path).
-template <GgmlType T, int kRows, int kSlices>
+// negative is skipped (its expert is computed elsewhere: the CPU miss path). A plain matrix's block
+// takes problems blockIdx.y kInputs .. + kInputs - 1, each weight slice dotted with each.
+template <GgmlType T, int kRows, int kSlices, int kInputs>
 __global__ void __launch_bounds__(256)
     matvec_q8_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t cols,
                      size_t row_bytes, const float* x, int64_t x_stride, float* y, int lanes, int sets,
-                     int64_t swiglu_up, L2Ahead ahead, bool ids_before_wait) {
+                     int64_t swiglu_up, L2Ahead ahead, bool ids_before_wait, int64_t n_problems) {
   using S = Slice<T>;
   extern __shared__ int4 shared_x[];
-  const RoundedX rx = rounded_x_in(shared_x, size_t(cols), cols);
-  const int64_t p = blockIdx.y;
+  const size_t x_words = rounded_x_bytes(size_t(cols), cols) / 16;
+  RoundedX rx[kInputs];
+#pragma unroll
+  for (int i = 0; i < kInputs; ++i) rx[i] = rounded_x_in(shared_x + i * x_words, size_t(cols), cols);
+  // Problems p .. p + kInputs - 1 (those past n_problems: the last again, not stored).
+  const int64_t p = int64_t(blockIdx.y) * kInputs;
+  const auto problem = [&](int i) { return kInputs == 1 ? p : min(p + i, n_problems - 1); };
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   const int group = lane / lanes, sub = lane % lanes, groups = kWarp / lanes;
   const int n_slices = int(cols / S::kValues), per_pass = lanes * kSlices;
@@ -108,13 +120,16 @@ __global__ void __launch_bounds__(256)
   if (table && !ids_before_wait) mine = open(false);
   if (!mine) return;
   if (ahead.table) ask_ahead(ahead, ids, p);
-  round_x<S::kRounding>(x + p * x_stride, cols, swiglu_up, rx);
+#pragma unroll
+  for (int i = 0; i < kInputs; ++i) round_x<S::kRounding>(x + problem(i) * x_stride, cols, swiglu_up, rx[i]);
   __syncthreads();
   for (int set = 0; set < sets; ++set) {
     const int64_t first = first_of(set);
-    float sum[kRows];
+    float sum[kRows][kInputs];
 #pragma unroll
-    for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
+    for (int k = 0; k < kRows; ++k)
+#pragma unroll
+      for (int i = 0; i < kInputs; ++i) sum[k][i] = 0.0f;
     for (int pass_begin = 0; pass_begin < n_slices; pass_begin += per_pass) {
       if (set > 0 || pass_begin > 0) load(set, pass_begin);
 #pragma unroll
@@ -122,16 +137,20 @@ __global__ void __launch_bounds__(256)
         const int s = pass_begin + sub + lanes * j;
         if (s >= n_slices) continue;
 #pragma unroll
-        for (int k = 0; k < kRows; ++k) sum[k] = exact::add(sum[k], S::dot(raw[k][j], s, rx));
+        for (int k = 0; k < kRows; ++k)
+#pragma unroll
+          for (int i = 0; i < kInputs; ++i) sum[k][i] = exact::add(sum[k][i], S::dot(raw[k][j], s, rx[i]));
       }
     }
 #pragma unroll
-    for (int k = 0; k < kRows; ++k) {
-      for (int offset = lanes / 2; offset > 0; offset /= 2)
-        sum[k] = exact::add(sum[k], __shfl_xor_sync(0xffffffffu, sum[k], offset));
-      const int64_t r = first + int64_t(k) * groups;
-      if (sub == 0 && r < rows) y[p * rows + r] = sum[k];
-    }
+    for (int k = 0; k < kRows; ++k)
+#pragma unroll
+      for (int i = 0; i < kInputs; ++i) {
+        for (int offset = lanes / 2; offset > 0; offset /= 2)
+          sum[k][i] = exact::add(sum[k][i], __shfl_xor_sync(0xffffffffu, sum[k][i], offset));
+        const int64_t r = first + int64_t(k) * groups;
+        if (sub == 0 && r < rows && (kInputs == 1 || p + i < n_problems)) y[(p + i) * rows + r] = sum[k][i];
+      }
   }
 }
 
@@ -176,39 +195,50 @@ __device__ __forceinline__ void stage_rows(uint8_t* to, const uint8_t* from, int
 // going while one of them computes (on the H200, the 35B synth's Q6_K lm head: 461.0-461.5
 // tokens/s against 455.6-458.3 for rows in registers, two sets of two a warp). Lanes, slices and
 // sums as matvec_q8_kernel's: the same bits.
-template <GgmlType T, int kRows>
+template <GgmlType T, int kRows, int kInputs>
 __global__ void __launch_bounds__(256)
     matvec_q8_staged_kernel(const uint8_t* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
-                            int64_t x_stride, float* y, int lanes, int64_t swiglu_up) {
+                            int64_t x_stride, float* y, int lanes, int64_t swiglu_up, int64_t n_problems) {
   using S = Slice<T>;
   extern __shared__ int4 shared_rows[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
   const int group = lane / lanes, sub = lane % lanes, groups = kWarp / lanes;
   const int rows_per_block = warps * kRows * groups;
-  const int64_t first = int64_t(blockIdx.x) * rows_per_block, p = blockIdx.y;
+  const int64_t first = int64_t(blockIdx.x) * rows_per_block, p = int64_t(blockIdx.y) * kInputs;
   uint8_t* const staged = reinterpret_cast<uint8_t*>(shared_rows);
-  const RoundedX rx = rounded_x_in(shared_rows + size_t(rows_per_block) * row_bytes / 16, size_t(cols), cols);
+  int4* const x_at = shared_rows + size_t(rows_per_block) * row_bytes / 16;  // input i's RoundedX: x_at + i x_words
+  const RoundedX rx = rounded_x_in(x_at, size_t(cols), cols);
   stage_rows(staged, w + first * int64_t(row_bytes), int(min(int64_t(rows_per_block), rows - first)), row_bytes);
   kernels::begin_after_inputs();
+  const size_t x_words = rounded_x_bytes(size_t(cols), cols) / 16;
   round_x<S::kRounding>(x + p * x_stride, cols, swiglu_up, rx);
+#pragma unroll 1
+  for (int i = 1; i < kInputs; ++i)
+    round_x<S::kRounding>(x + min(p + i, n_problems - 1) * x_stride, cols, swiglu_up,
+                          rounded_x_in(x_at + i * x_words, size_t(cols), cols));
   copies_arrived();
   __syncthreads();
-  // Rows past the end compute on whatever the shared memory holds and are not written.
+  // Rows past the end compute on whatever the shared memory holds and are not written. With several
+  // inputs, each reads the rows again from shared memory (registers for one input's sums).
   const int local = warp * kRows * groups + group, n_slices = int(cols / S::kValues);
   const uint8_t* const rows_at = staged + size_t(local) * row_bytes;
-  float sum[kRows];
+#pragma unroll 1
+  for (int i = 0; i < kInputs; ++i) {
+    const RoundedX xi = rounded_x_in(x_at + i * x_words, size_t(cols), cols);
+    float sum[kRows];
 #pragma unroll
-  for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
-  for (int s = sub; s < n_slices; s += lanes)
+    for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
+    for (int s = sub; s < n_slices; s += lanes)
 #pragma unroll
-    for (int k = 0; k < kRows; ++k)
-      sum[k] = exact::add(sum[k], S::dot(S::template load<FromShared>(rows_at + size_t(k * groups) * row_bytes, s), s, rx));
+      for (int k = 0; k < kRows; ++k)
+        sum[k] = exact::add(sum[k], S::dot(S::template load<FromShared>(rows_at + size_t(k * groups) * row_bytes, s), s, xi));
 #pragma unroll
-  for (int k = 0; k < kRows; ++k) {
-    for (int offset = lanes / 2; offset > 0; offset /= 2)
-      sum[k] = exact::add(sum[k], __shfl_xor_sync(0xffffffffu, sum[k], offset));
-    const int64_t r = first + local + k * groups;
-    if (sub == 0 && r < rows) y[p * rows + r] = sum[k];
+    for (int k = 0; k < kRows; ++k) {
+      for (int offset = lanes / 2; offset > 0; offset /= 2)
+        sum[k] = exact::add(sum[k], __shfl_xor_sync(0xffffffffu, sum[k], offset));
+      const int64_t r = first + local + k * groups;
+      if (sub == 0 && r < rows && (kInputs == 1 || p + i < n_problems)) y[(p + i) * rows + r] = sum[k];
+    }
   }
 }
 
@@ -265,17 +295,19 @@ __device__ __forceinline__ float q8_0_span_dot(const uint8_t* w, const RoundedX&
   return sum;
 }
 
+template <int kInputs>
 __global__ void __launch_bounds__(256)
     matvec_q8_0_spans_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows,
                              int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, int lanes,
-                             int64_t swiglu_up) {
+                             int64_t swiglu_up, int64_t n_problems) {
   extern __shared__ int4 shared_rows[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int group = lane / lanes, sub = lane % lanes, groups = kWarp / lanes;
   const int rows_per_block = int(blockDim.x / kWarp) * groups;
-  const int64_t first = int64_t(blockIdx.x) * rows_per_block, p = blockIdx.y;
+  const int64_t first = int64_t(blockIdx.x) * rows_per_block, p = int64_t(blockIdx.y) * kInputs;
   uint8_t* const staged = reinterpret_cast<uint8_t*>(shared_rows);
-  const RoundedX rx = rounded_x_in(shared_rows + size_t(rows_per_block) * row_bytes / 16, row_bytes, cols);
+  const size_t x_words = rounded_x_bytes(row_bytes, cols) / 16;
+  int4* const x_at = shared_rows + size_t(rows_per_block) * row_bytes / 16;  // input i's RoundedX: x_at + i x_words
   const auto stage = [&](const uint8_t* matrix) {
     stage_rows(staged, matrix + size_t(first) * row_bytes, int(min(int64_t(rows_per_block), rows - first)), row_bytes);
   };
@@ -285,40 +317,71 @@ __global__ void __launch_bounds__(256)
     if (ids[p] < 0) return;  // computed elsewhere, as in matvec_q8_kernel
     stage(static_cast<const uint8_t*>(table[ids[p]]));
   }
-  round_x<XRounding::q8_0, true>(x + p * x_stride, cols, swiglu_up, rx);
+#pragma unroll 1
+  for (int i = 0; i < kInputs; ++i)
+    round_x<XRounding::q8_0, true>(x + (kInputs == 1 ? p : min(p + i, n_problems - 1)) * x_stride, cols, swiglu_up,
+                                   rounded_x_in(x_at + i * x_words, row_bytes, cols));
   copies_arrived();
   __syncthreads();
-  // Rows past the end compute on whatever the shared memory holds and are not written.
+  // Rows past the end compute on whatever the shared memory holds and are not written. Each input
+  // reads the staged row again.
   const int local = warp * groups + group, n_spans = int(cols / kQ8_0SpanValues);
   const uint8_t* row = staged + size_t(local) * row_bytes;
-  float sum = 0.0f;
-  for (int span = sub; span < n_spans; span += lanes) sum = exact::add(sum, q8_0_span_dot(row, rx, span));
-  for (int offset = lanes / 2; offset > 0; offset /= 2) sum = exact::add(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
-  if (sub == 0 && first + local < rows) y[p * rows + first + local] = sum;
+#pragma unroll 1
+  for (int i = 0; i < kInputs; ++i) {
+    const RoundedX xi = rounded_x_in(x_at + i * x_words, row_bytes, cols);
+    float sum = 0.0f;
+    for (int span = sub; span < n_spans; span += lanes) sum = exact::add(sum, q8_0_span_dot(row, xi, span));
+    for (int offset = lanes / 2; offset > 0; offset /= 2) sum = exact::add(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
+    if (sub == 0 && first + local < rows && (kInputs == 1 || p + i < n_problems)) y[(p + i) * rows + first + local] = sum;
+  }
 }
 
+// The most dynamic shared memory a block may take (opted in).
+size_t max_shared_per_block() {
+  static const size_t bytes = [] {
+    int device = 0, n = 0;
+    cudaGetDevice(&device);
+    return cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess && n > 0
+               ? size_t(n)
+               : size_t(48 * 1024);
+  }();
+  return bytes;
+}
+
+template <int kInputs>
 cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
+  const auto kernel = matvec_q8_0_spans_kernel<kInputs>;
   const int lanes = lanes_for(m.cols / kQ8_0SpanValues);
   const int rows_per_block = (256 / kWarp) * (kWarp / lanes);
-  const size_t shared = size_t(rows_per_block) * m.row_bytes + rounded_x_bytes(m.row_bytes, m.cols);
-  if (const cudaError_t err = kernels::allow_shared(matvec_q8_0_spans_kernel, shared)) return err;
-  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
-  return kernels::launch_overlapped(matvec_q8_0_spans_kernel, grid, dim3(256), shared, m.stream,
-                                    static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x,
-                                    m.x_stride, m.y, lanes, m.swiglu_up);
+  const size_t shared = size_t(rows_per_block) * m.row_bytes + kInputs * rounded_x_bytes(m.row_bytes, m.cols);
+  if constexpr (kInputs > 1) {  // long rows: fewer inputs a block, so their rounded x fit beside the rows
+    if (shared > max_shared_per_block()) return launch_q8_0_spans<kInputs / 2>(m);
+  }
+  if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
+  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block),
+                  unsigned((m.n_problems + kInputs - 1) / kInputs));
+  return kernels::launch_overlapped(kernel, grid, dim3(256), shared, m.stream, static_cast<const uint8_t*>(m.w), m.table,
+                                    m.ids, m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y, lanes, m.swiglu_up,
+                                    m.n_problems);
 }
 
 constexpr int kThreads = 256;
 
-template <GgmlType T, int kRows, int kSlices>
+template <GgmlType T, int kRows, int kSlices, int kInputs = 1>
 cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
-  const size_t shared = rounded_x_bytes(size_t(m.cols), m.cols);
-  if (const cudaError_t err = kernels::allow_shared(matvec_q8_kernel<T, kRows, kSlices>, shared)) return err;
+  const auto kernel = matvec_q8_kernel<T, kRows, kSlices, kInputs>;
+  const size_t shared = kInputs * rounded_x_bytes(size_t(m.cols), m.cols);
+  if constexpr (kInputs > 1) {
+    if (shared > max_shared_per_block()) return launch_q8_rows<T, kRows, kSlices, kInputs / 2>(m, lanes, sets);
+  }
+  if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
   const int64_t rows_per_block = int64_t(kThreads / kWarp) * kRows * sets * (kWarp / lanes);
-  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
-  return kernels::launch_overlapped(matvec_q8_kernel<T, kRows, kSlices>, grid, dim3(kThreads), shared, m.stream,
-                                    static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x,
-                                    m.x_stride, m.y, lanes, sets, m.swiglu_up, m.ahead, m.ids_before_wait);
+  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block),
+                  unsigned((m.n_problems + kInputs - 1) / kInputs));
+  return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, static_cast<const uint8_t*>(m.w),
+                                    m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y, lanes, sets,
+                                    m.swiglu_up, m.ahead, m.ids_before_wait, m.n_problems);
 }
 
 // The staged kernel's rows per block: four a warp (a warp per row where the rows are long).
@@ -328,15 +391,20 @@ size_t staged_shared_bytes(int rows_per_block, size_t row_bytes, int64_t cols) {
   return size_t(rows_per_block) * row_bytes + rounded_x_bytes(size_t(cols), cols);
 }
 
-template <GgmlType T>
+template <GgmlType T, int kInputs>
 cudaError_t launch_q8_staged(const MatvecLaunch& m, int lanes) {
-  const auto kernel = matvec_q8_staged_kernel<T, kStagedRowsPerWarp>;
+  const auto kernel = matvec_q8_staged_kernel<T, kStagedRowsPerWarp, kInputs>;
   const int rows_per_block = (kThreads / kWarp) * kStagedRowsPerWarp * (kWarp / lanes);
-  const size_t shared = staged_shared_bytes(rows_per_block, m.row_bytes, m.cols);
+  const size_t shared = staged_shared_bytes(rows_per_block, m.row_bytes, m.cols) +
+                        (kInputs - 1) * rounded_x_bytes(size_t(m.cols), m.cols);
+  if constexpr (kInputs > 1) {
+    if (shared > max_shared_per_block()) return launch_q8_staged<T, kInputs / 2>(m, lanes);
+  }
   if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
-  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
+  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block),
+                  unsigned((m.n_problems + kInputs - 1) / kInputs));
   return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, static_cast<const uint8_t*>(m.w),
-                                    m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y, lanes, m.swiglu_up);
+                                    m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y, lanes, m.swiglu_up, m.n_problems);
 }
 
 // Two slices of each row per lane and pass where a lane has them and their registers stay within
@@ -356,17 +424,36 @@ cudaError_t launch_q8_slices(const MatvecLaunch& m, int lanes, int sets, int64_t
 template <GgmlType T>
 constexpr int kMaxRowsAtOnce = T == GgmlType::Q6_K ? 2 : 4;
 
+// Several inputs of one plain matrix (decode rows of several sequences): a block rounds up to 8 of
+// them and dots each weight slice it loads with every one, so the matrix is read once for all.
+// Calls launch(std::integral_constant<int, K>) with K inputs a block: 1, 2, 4 or 8.
+template <class Launch>
+cudaError_t with_inputs(const MatvecLaunch& m, Launch&& launch) {
+  if (m.table || m.n_problems == 1) return launch(std::integral_constant<int, 1>{});
+  if (m.n_problems == 2) return launch(std::integral_constant<int, 2>{});
+  if (m.n_problems <= 4) return launch(std::integral_constant<int, 4>{});
+  return launch(std::integral_constant<int, 8>{});
+}
+
 template <GgmlType T>
 cudaError_t launch_q8(const MatvecLaunch& m) {
   const int n_slices = int(m.cols / Slice<T>::kValues);
   const int lanes = lanes_for(n_slices);
-  const int64_t slices_per_lane = (n_slices + lanes - 1) / lanes, all_rows = m.rows * m.n_problems;
+  const int64_t slices_per_lane = (n_slices + lanes - 1) / lanes;
   // Staged in shared memory: a plain matrix of very many rows (the lm head) whose rows are whole
   // 16-byte pieces from a 16-byte boundary (cp.async's), and whose block's rows fit beside two other
   // blocks.
-  if (!m.table && all_rows >= 65536 && m.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(m.w) % 16 == 0 &&
+  if (!m.table && m.rows >= 65536 && m.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(m.w) % 16 == 0 &&
       staged_shared_bytes((kThreads / kWarp) * kStagedRowsPerWarp * (kWarp / lanes), m.row_bytes, m.cols) <= 72 * 1024)
-    return launch_q8_staged<T>(m, lanes);
+    return with_inputs(m, [&](auto k) { return launch_q8_staged<T, decltype(k)::value>(m, lanes); });
+  // Several inputs: one slice a pass, and fewer rows at once the more inputs (each row's sums are
+  // kept for every input).
+  if (!m.table && m.n_problems > 1)
+    return with_inputs(m, [&](auto k) {
+      constexpr int kInputs = decltype(k)::value;
+      return launch_q8_rows<T, kInputs <= 2 ? 2 : 1, 1, kInputs>(m, lanes, 1);
+    });
+  const int64_t all_rows = m.rows * m.n_problems;
   const int at_once = std::min(rows_in_flight(slices_per_lane, all_rows, kWarp / lanes), kMaxRowsAtOnce<T>);
   // Other products of very many rows give each warp four rows in all, so x is rounded once per 32
   // rows rather than per 8.
@@ -381,7 +468,8 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
 }  // namespace
 
 cudaError_t launch_matvec_q8(const MatvecLaunch& m) {
-  if (m.type == GgmlType::Q8_0 && q8_0_in_spans(m.cols)) return launch_q8_0_spans(m);
+  if (m.type == GgmlType::Q8_0 && q8_0_in_spans(m.cols))
+    return with_inputs(m, [&](auto k) { return launch_q8_0_spans<decltype(k)::value>(m); });
   cudaError_t err = cudaErrorInvalidValue;
   for_weight_type<WeightKernel::q8>(m.type, [&](auto t) { err = launch_q8<decltype(t)::value>(m); });
   return err;

@@ -76,7 +76,7 @@ struct RoundedX {
 
 // A block's RoundedX in its dynamic shared memory: q_bytes of q, then d, then sum16; and the bytes
 // that takes.
-constexpr size_t rounded_x_bytes(size_t q_bytes, int64_t cols) {
+__host__ __device__ constexpr size_t rounded_x_bytes(size_t q_bytes, int64_t cols) {
   return q_bytes + size_t(cols / 32) * 4 + size_t(cols / 16) * 4;
 }
 __device__ __forceinline__ RoundedX rounded_x_in(int4* shared, size_t q_bytes, int64_t cols) {
