@@ -66,6 +66,23 @@ std::vector<float> gpu_product(lode::cuda::VramAccountant& vram, GgmlType type, 
   return y;
 }
 
+// Each input's products as the host twin computes them for that input alone (so as a launch of one
+// input computes them), bit for bit: rows `rows` of `cols` of `type` (bytes w), inputs [tokens][cols].
+void expect_each_inputs_twin(lode::cuda::VramAccountant& vram, GgmlType type, const std::vector<uint8_t>& w,
+                             int64_t rows, int64_t cols, const std::vector<float>& x, int64_t tokens) {
+  lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
+  lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
+  const auto got = gpu_product(vram, type, w, rows, cols, dx.as<float>(), tokens, {.q8 = true});
+  const size_t row_bytes = lode::row_bytes(type, cols);
+  lode::cpu::q8twin::RoundedBuffer rounded(cols);
+  for (int64_t t = 0; t < tokens; ++t) {
+    lode::cpu::q8twin::round(type, x.data() + t * cols, nullptr, cols, rounded.x());
+    std::vector<float> twin(static_cast<size_t>(rows));
+    lode::cpu::q8twin::rows(type, w.data(), row_bytes, rows, cols, rounded.x(), twin.data());
+    EXPECT_EQ(std::vector<float>(got.begin() + t * rows, got.begin() + (t + 1) * rows), twin) << "input " << t;
+  }
+}
+
 // The same product on the GPU and on the CPU (which reads every type exactly as ggml does): equal
 // up to float summation order.
 TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
@@ -131,35 +148,12 @@ TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
                         {.threads = 1, .activations = lode::model::Activations::q8});
       const auto got = gpu_product(vram, type, w, rows, cols, dx.as<float>(), tokens, {.q8 = true});
       EXPECT_LE(lode::test::relative_error(got, want), 2e-6);
-      lode::cpu::q8twin::RoundedBuffer rounded(cols);
-      for (int64_t t = 0; t < tokens; ++t) {
-        lode::cpu::q8twin::round(type, x.data() + t * cols, nullptr, cols, rounded.x());
-        std::vector<float> twin(static_cast<size_t>(rows));
-        lode::cpu::q8twin::rows(type, w.data(), row_bytes, rows, cols, rounded.x(), twin.data());
-        EXPECT_EQ(std::vector<float>(got.begin() + t * rows, got.begin() + (t + 1) * rows), twin) << "token " << t;
-      }
+      expect_each_inputs_twin(vram, type, w, rows, cols, x, tokens);
       // And the rounding is real: the float32 products differ by more than float order.
       std::vector<float> exact(want.size());
       lode::cpu::matmul({&traits, w.data(), cols, rows, row_bytes}, x.data(), exact.data(), tokens, {.threads = 1});
       EXPECT_GT(lode::test::relative_error(got, exact), 1e-4);
     }
-  }
-}
-
-// Each input's products as the host twin computes them for that input alone (so as a launch of one
-// input computes them), bit for bit: rows `rows` of `cols` of `type` (bytes w), inputs [tokens][cols].
-void expect_each_inputs_twin(lode::cuda::VramAccountant& vram, GgmlType type, const std::vector<uint8_t>& w,
-                             int64_t rows, int64_t cols, const std::vector<float>& x, int64_t tokens) {
-  lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
-  lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
-  const auto got = gpu_product(vram, type, w, rows, cols, dx.as<float>(), tokens, {.q8 = true});
-  const size_t row_bytes = lode::row_bytes(type, cols);
-  lode::cpu::q8twin::RoundedBuffer rounded(cols);
-  for (int64_t t = 0; t < tokens; ++t) {
-    lode::cpu::q8twin::round(type, x.data() + t * cols, nullptr, cols, rounded.x());
-    std::vector<float> twin(static_cast<size_t>(rows));
-    lode::cpu::q8twin::rows(type, w.data(), row_bytes, rows, cols, rounded.x(), twin.data());
-    EXPECT_EQ(std::vector<float>(got.begin() + t * rows, got.begin() + (t + 1) * rows), twin) << "input " << t;
   }
 }
 
