@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/quant/blocks.h"
 #include "core/quant/types.h"
 #include "cpu/matmul.h"
 #include "cpu/q8_twin.h"
@@ -68,12 +70,22 @@ std::vector<float> gpu_product(lode::cuda::VramAccountant& vram, GgmlType type, 
 
 // Each input's products as the host twin computes them for that input alone (so as a launch of one
 // input computes them), bit for bit: rows `rows` of `cols` of `type` (bytes w), inputs [tokens][cols].
+// y has room for one more input, which must stay as it was (no block stores past the last input).
 void expect_each_inputs_twin(lode::cuda::VramAccountant& vram, GgmlType type, const std::vector<uint8_t>& w,
                              int64_t rows, int64_t cols, const std::vector<float>& x, int64_t tokens) {
-  lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
-  lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
-  const auto got = gpu_product(vram, type, w, rows, cols, dx.as<float>(), tokens, {.q8 = true});
+  constexpr float kUnwritten = -777.0f;
   const size_t row_bytes = lode::row_bytes(type, cols);
+  lode::cuda::DeviceBuffer dx(vram, size_t(tokens * cols) * 4, lode::cuda::VramUse::scratch, "x");
+  lode::cuda::DeviceBuffer dw(vram, w.size(), lode::cuda::VramUse::weights, "w");
+  lode::cuda::DeviceBuffer dy(vram, size_t((tokens + 1) * rows) * 4, lode::cuda::VramUse::scratch, "y");
+  lode::cuda::copy_to_device(dx.data(), x.data(), size_t(tokens * cols) * 4);
+  lode::cuda::copy_to_device(dw.data(), w.data(), w.size());
+  std::vector<float> got(size_t((tokens + 1) * rows), kUnwritten);
+  lode::cuda::copy_to_device(dy.data(), got.data(), got.size() * 4);
+  lode::cuda::matvec(type, dw.data(), rows, cols, row_bytes, dx.as<float>(), dy.as<float>(), tokens, nullptr,
+                     {.q8 = true});
+  lode::cuda::synchronize();
+  lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
   lode::cpu::q8twin::RoundedBuffer rounded(cols);
   for (int64_t t = 0; t < tokens; ++t) {
     lode::cpu::q8twin::round(type, x.data() + t * cols, nullptr, cols, rounded.x());
@@ -81,6 +93,8 @@ void expect_each_inputs_twin(lode::cuda::VramAccountant& vram, GgmlType type, co
     lode::cpu::q8twin::rows(type, w.data(), row_bytes, rows, cols, rounded.x(), twin.data());
     EXPECT_EQ(std::vector<float>(got.begin() + t * rows, got.begin() + (t + 1) * rows), twin) << "input " << t;
   }
+  EXPECT_EQ(std::vector<float>(got.end() - rows, got.end()), std::vector<float>(size_t(rows), kUnwritten))
+      << "stores past the last input";
 }
 
 // The same product on the GPU and on the CPU (which reads every type exactly as ggml does): equal
@@ -158,9 +172,9 @@ TEST(CudaMatvec, IntegerKernelsMatchTheCpusQ8Products) {
 }
 
 // A product of 65,536 rows, as for the lm head: the integer kernels give each warp several sets of
-// rows one after another (Q6_K rows of 210 bytes: two rows at a time, two sets), or stage each
-// block's rows in shared memory (Q4_K: rows of whole 16-byte pieces); the host twin's bits either way,
-// for one input and for five (a block's eight inputs, three of them past the end).
+// rows one after another (Q6_K rows of 210 bytes: for one input two rows at a time, two sets), or
+// stage each block's rows in shared memory (Q4_K: rows of whole 16-byte pieces); the host twin's
+// bits either way, for one input and for five (a block's eight, three of them past the end).
 TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
   LODE_REQUIRE_GPU();
   lode::cuda::VramAccountant vram;
@@ -190,16 +204,19 @@ TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
 
 // Several inputs of one plain matrix (decode rows of several sequences) in one launch: 2, 3, 8 and 9
 // inputs (one block's 2, 4 and 8, and two blocks' worth) give each input the bits it gets alone,
-// for every kernel form: Q8_0 rows of 256 values and more (spans), shorter Q8_0 and Q5_0 rows and the
-// K-quants (rows in registers).
+// for every kernel form: Q8_0 rows of 256 values and more (spans), shorter Q8_0 and Q5_0 rows (whose
+// rounded x are not whole 16-byte words: 32, 96 and 160 values) and the K-quants (rows in
+// registers); and rows so long that a block takes fewer inputs (Q4_K, 21,504 values: eight inputs'
+// x would not fit in shared memory).
 TEST(CudaMatvec, SeveralInputsOfOneMatrixGetTheBitsOfOne) {
   LODE_REQUIRE_GPU();
   lode::cuda::VramAccountant vram;
   std::mt19937 rng(17);
   const int64_t rows = 203;
-  for (const int64_t cols : {int64_t(160), int64_t(2048)}) {
+  for (const int64_t cols : {int64_t(32), int64_t(96), int64_t(160), int64_t(2048), int64_t(21504)}) {
     for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
       if (cols % 256 != 0 && type != GgmlType::Q8_0 && type != GgmlType::Q5_0) continue;
+      if (cols > 2048 && type != GgmlType::Q4_K) continue;
       const auto& traits = lode::traits(type);
       const size_t row_bytes = lode::row_bytes(type, cols);
       std::vector<uint8_t> w(row_bytes * size_t(rows));
@@ -212,6 +229,26 @@ TEST(CudaMatvec, SeveralInputsOfOneMatrixGetTheBitsOfOne) {
         expect_each_inputs_twin(vram, type, w, rows, cols, x, tokens);
       }
     }
+  }
+}
+
+// The lm head's own shape with several inputs: Q6_K rows of 2,048 values (1,680 bytes, staged in
+// shared memory), 65,573 of them, random codes with a modest scale in every block.
+TEST(CudaMatvec, SeveralInputsOfTheLmHeadGetTheBitsOfOne) {
+  LODE_REQUIRE_GPU();
+  lode::cuda::VramAccountant vram;
+  std::mt19937 rng(18);
+  const int64_t rows = 65536 + 37, cols = 2048;
+  const GgmlType type = GgmlType::Q6_K;
+  std::vector<uint8_t> w(lode::row_bytes(type, cols) * size_t(rows));
+  for (uint8_t& byte : w) byte = uint8_t(rng());
+  const uint16_t d = lode::fp32_to_fp16(0.01f);
+  for (size_t b = 0; b < w.size(); b += sizeof(lode::quant::BlockQ6_K))
+    std::memcpy(&w[b + offsetof(lode::quant::BlockQ6_K, d)], &d, 2);
+  const auto x = normal_floats(size_t(5 * cols), rng);
+  for (const int64_t tokens : {int64_t(2), int64_t(5)}) {
+    SCOPED_TRACE(std::to_string(tokens) + " inputs");
+    expect_each_inputs_twin(vram, type, w, rows, cols, x, tokens);
   }
 }
 

@@ -31,9 +31,10 @@ bool has_q8_matvec(GgmlType type);
 bool has_matvec(GgmlType type);
 
 // W: `rows` rows of `cols` values stored as `type`, row r at w + r * row_bytes; x: [n_tokens, cols];
-// y: [n_tokens, rows]; all device memory. With 8-bit x the matrix is read once for up to 8 tokens
-// (each token's products the bits it gets alone). Queued on `stream` (a cudaStream_t; null: the
-// default stream). Fails (lode::Error) for a type without a kernel. Plain float rows may have any length
+// y: [n_tokens, rows]; all device memory. With 8-bit x and a type with integer kernels (Q8_0, Q5_0,
+// the K-quants) the matrix is read once for up to 8 tokens (fewer where their rounded x would not
+// fit in shared memory), each token's products the bits it gets alone. Queued on `stream` (a
+// cudaStream_t; null: the default stream). Fails (lode::Error) for a type without a kernel. Plain float rows may have any length
 // (a slower path when it is not a multiple of 32); quantized rows are whole blocks by construction.
 void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
             float* y, int64_t n_tokens, void* stream = nullptr, MatvecInput input = {});

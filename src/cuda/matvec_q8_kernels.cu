@@ -49,14 +49,22 @@ __device__ __forceinline__ void ask_ahead(const L2Ahead& ahead, const int32_t* i
                             int(blockDim.x));
 }
 
+// The inputs of a plain matrix's block p .. p + kInputs - 1 that are problems (the last block's may
+// be fewer).
+template <int kInputs>
+__device__ __forceinline__ int this_blocks_inputs(int64_t p, int64_t n_problems) {
+  return kInputs == 1 ? 1 : int(min(int64_t(kInputs), n_problems - p));
+}
+
 // Block: each warp takes kRows row groups at once; a group of `lanes` lanes (a power of two up to
 // 32) sums one row's slices: lane i of the group adds slices i, i + lanes, ... in order, then the
 // group's sums meet in a butterfly (offsets lanes / 2 .. 1). A pass loads kSlices slices of each
-// of its rows per lane into registers, all at once; the first pass's loads are issued before x of
-// problem blockIdx.y is rounded (and, for a plain matrix or ids_before_wait, before the wait for
-// the kernel before: an expert table's ids usually come from that kernel). A problem whose id is
-// negative is skipped (its expert is computed elsewhere: the CPU miss path). A plain matrix's block
-// takes problems blockIdx.y kInputs .. + kInputs - 1, each weight slice dotted with each.
+// of its rows per lane into registers, all at once; the first pass's loads are issued before x is
+// rounded (and, for a plain matrix or ids_before_wait, before the wait for the kernel before: an
+// expert table's ids usually come from that kernel). A problem whose id is negative is skipped (its
+// expert is computed elsewhere: the CPU miss path). Block (b, j) takes problem j; with kInputs > 1
+// (plain matrices only: the launcher refuses a table) problems j kInputs .. + kInputs - 1, each
+// weight slice dotted with every one's x (those past the last problem: its x again, not stored).
 template <GgmlType T, int kRows, int kSlices, int kInputs>
 __global__ void __launch_bounds__(256)
     matvec_q8_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t cols,
@@ -64,7 +72,7 @@ __global__ void __launch_bounds__(256)
                      int64_t swiglu_up, L2Ahead ahead, bool ids_before_wait, int64_t n_problems) {
   using S = Slice<T>;
   extern __shared__ int4 shared_x[];
-  const size_t x_words = rounded_x_bytes(size_t(cols), cols) / 16;
+  const size_t x_words = rounded_x_words(size_t(cols), cols);
   RoundedX rx[kInputs];
 #pragma unroll
   for (int i = 0; i < kInputs; ++i) rx[i] = rounded_x_in(shared_x + i * x_words, size_t(cols), cols);
@@ -162,12 +170,16 @@ int lanes_for(int64_t slices) {
   return lanes;
 }
 
+// An attribute of the current device, or `fallback` where it cannot be read (read once a process:
+// lode runs one kind of GPU).
+int device_attribute(cudaDeviceAttr attribute, int fallback) {
+  int device = 0, n = 0;
+  cudaGetDevice(&device);
+  return cudaDeviceGetAttribute(&n, attribute, device) == cudaSuccess && n > 0 ? n : fallback;
+}
+
 int multiprocessors() {
-  static const int count = [] {
-    int device = 0, n = 0;
-    cudaGetDevice(&device);
-    return cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && n > 0 ? n : 132;
-  }();
+  static const int count = device_attribute(cudaDevAttrMultiProcessorCount, 132);
   return count;
 }
 
@@ -194,7 +206,8 @@ __device__ __forceinline__ void stage_rows(uint8_t* to, const uint8_t* from, int
 // in flight at once without registers held for it, and a multiprocessor's blocks keep its loads
 // going while one of them computes (on the H200, the 35B synth's Q6_K lm head: 461.0-461.5
 // tokens/s against 455.6-458.3 for rows in registers, two sets of two a warp). Lanes, slices and
-// sums as matvec_q8_kernel's: the same bits.
+// sums as matvec_q8_kernel's: the same bits. Block (b, j) takes inputs j kInputs .. + kInputs - 1
+// that are problems, each reading the staged rows again.
 template <GgmlType T, int kRows, int kInputs>
 __global__ void __launch_bounds__(256)
     matvec_q8_staged_kernel(const uint8_t* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
@@ -210,12 +223,12 @@ __global__ void __launch_bounds__(256)
   const RoundedX rx = rounded_x_in(x_at, size_t(cols), cols);
   stage_rows(staged, w + first * int64_t(row_bytes), int(min(int64_t(rows_per_block), rows - first)), row_bytes);
   kernels::begin_after_inputs();
-  const size_t x_words = rounded_x_bytes(size_t(cols), cols) / 16;
+  const size_t x_words = rounded_x_words(size_t(cols), cols);
+  const int inputs = this_blocks_inputs<kInputs>(p, n_problems);
   round_x<S::kRounding>(x + p * x_stride, cols, swiglu_up, rx);
 #pragma unroll 1
-  for (int i = 1; i < kInputs; ++i)
-    round_x<S::kRounding>(x + min(p + i, n_problems - 1) * x_stride, cols, swiglu_up,
-                          rounded_x_in(x_at + i * x_words, size_t(cols), cols));
+  for (int i = 1; i < inputs; ++i)
+    round_x<S::kRounding>(x + (p + i) * x_stride, cols, swiglu_up, rounded_x_in(x_at + i * x_words, size_t(cols), cols));
   copies_arrived();
   __syncthreads();
   // Rows past the end compute on whatever the shared memory holds and are not written. With several
@@ -223,7 +236,7 @@ __global__ void __launch_bounds__(256)
   const int local = warp * kRows * groups + group, n_slices = int(cols / S::kValues);
   const uint8_t* const rows_at = staged + size_t(local) * row_bytes;
 #pragma unroll 1
-  for (int i = 0; i < kInputs; ++i) {
+  for (int i = 0; i < inputs; ++i) {
     const RoundedX xi = rounded_x_in(x_at + i * x_words, size_t(cols), cols);
     float sum[kRows];
 #pragma unroll
@@ -237,7 +250,7 @@ __global__ void __launch_bounds__(256)
       for (int offset = lanes / 2; offset > 0; offset /= 2)
         sum[k] = exact::add(sum[k], __shfl_xor_sync(0xffffffffu, sum[k], offset));
       const int64_t r = first + local + k * groups;
-      if (sub == 0 && r < rows && (kInputs == 1 || p + i < n_problems)) y[(p + i) * rows + r] = sum[k];
+      if (sub == 0 && r < rows) y[(p + i) * rows + r] = sum[k];
     }
   }
 }
@@ -306,7 +319,8 @@ __global__ void __launch_bounds__(256)
   const int rows_per_block = int(blockDim.x / kWarp) * groups;
   const int64_t first = int64_t(blockIdx.x) * rows_per_block, p = int64_t(blockIdx.y) * kInputs;
   uint8_t* const staged = reinterpret_cast<uint8_t*>(shared_rows);
-  const size_t x_words = rounded_x_bytes(row_bytes, cols) / 16;
+  const size_t x_words = rounded_x_words(row_bytes, cols);
+  const int inputs = this_blocks_inputs<kInputs>(p, n_problems);
   int4* const x_at = shared_rows + size_t(rows_per_block) * row_bytes / 16;  // input i's RoundedX: x_at + i x_words
   const auto stage = [&](const uint8_t* matrix) {
     stage_rows(staged, matrix + size_t(first) * row_bytes, int(min(int64_t(rows_per_block), rows - first)), row_bytes);
@@ -318,9 +332,8 @@ __global__ void __launch_bounds__(256)
     stage(static_cast<const uint8_t*>(table[ids[p]]));
   }
 #pragma unroll 1
-  for (int i = 0; i < kInputs; ++i)
-    round_x<XRounding::q8_0, true>(x + (kInputs == 1 ? p : min(p + i, n_problems - 1)) * x_stride, cols, swiglu_up,
-                                   rounded_x_in(x_at + i * x_words, row_bytes, cols));
+  for (int i = 0; i < inputs; ++i)
+    round_x<XRounding::q8_0, true>(x + (p + i) * x_stride, cols, swiglu_up, rounded_x_in(x_at + i * x_words, row_bytes, cols));
   copies_arrived();
   __syncthreads();
   // Rows past the end compute on whatever the shared memory holds and are not written. Each input
@@ -328,24 +341,18 @@ __global__ void __launch_bounds__(256)
   const int local = warp * groups + group, n_spans = int(cols / kQ8_0SpanValues);
   const uint8_t* row = staged + size_t(local) * row_bytes;
 #pragma unroll 1
-  for (int i = 0; i < kInputs; ++i) {
+  for (int i = 0; i < inputs; ++i) {
     const RoundedX xi = rounded_x_in(x_at + i * x_words, row_bytes, cols);
     float sum = 0.0f;
     for (int span = sub; span < n_spans; span += lanes) sum = exact::add(sum, q8_0_span_dot(row, xi, span));
     for (int offset = lanes / 2; offset > 0; offset /= 2) sum = exact::add(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
-    if (sub == 0 && first + local < rows && (kInputs == 1 || p + i < n_problems)) y[(p + i) * rows + first + local] = sum;
+    if (sub == 0 && first + local < rows) y[(p + i) * rows + first + local] = sum;
   }
 }
 
 // The most dynamic shared memory a block may take (opted in).
 size_t max_shared_per_block() {
-  static const size_t bytes = [] {
-    int device = 0, n = 0;
-    cudaGetDevice(&device);
-    return cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess && n > 0
-               ? size_t(n)
-               : size_t(48 * 1024);
-  }();
+  static const size_t bytes = size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024));
   return bytes;
 }
 
@@ -354,7 +361,9 @@ cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
   const auto kernel = matvec_q8_0_spans_kernel<kInputs>;
   const int lanes = lanes_for(m.cols / kQ8_0SpanValues);
   const int rows_per_block = (256 / kWarp) * (kWarp / lanes);
-  const size_t shared = size_t(rows_per_block) * m.row_bytes + kInputs * rounded_x_bytes(m.row_bytes, m.cols);
+  if (kInputs > 1 && m.table) return cudaErrorInvalidValue;  // several inputs share one matrix
+  const size_t shared = size_t(rows_per_block) * m.row_bytes + rounded_x_bytes(m.row_bytes, m.cols) +
+                        (kInputs - 1) * 16 * rounded_x_words(m.row_bytes, m.cols);
   if constexpr (kInputs > 1) {  // long rows: fewer inputs a block, so their rounded x fit beside the rows
     if (shared > max_shared_per_block()) return launch_q8_0_spans<kInputs / 2>(m);
   }
@@ -371,7 +380,8 @@ constexpr int kThreads = 256;
 template <GgmlType T, int kRows, int kSlices, int kInputs = 1>
 cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
   const auto kernel = matvec_q8_kernel<T, kRows, kSlices, kInputs>;
-  const size_t shared = kInputs * rounded_x_bytes(size_t(m.cols), m.cols);
+  if (kInputs > 1 && m.table) return cudaErrorInvalidValue;  // several inputs share one matrix
+  const size_t shared = rounded_x_bytes(size_t(m.cols), m.cols) + (kInputs - 1) * 16 * rounded_x_words(size_t(m.cols), m.cols);
   if constexpr (kInputs > 1) {
     if (shared > max_shared_per_block()) return launch_q8_rows<T, kRows, kSlices, kInputs / 2>(m, lanes, sets);
   }
@@ -395,8 +405,10 @@ template <GgmlType T, int kInputs>
 cudaError_t launch_q8_staged(const MatvecLaunch& m, int lanes) {
   const auto kernel = matvec_q8_staged_kernel<T, kStagedRowsPerWarp, kInputs>;
   const int rows_per_block = (kThreads / kWarp) * kStagedRowsPerWarp * (kWarp / lanes);
+  // (Several inputs may leave room for fewer than the three blocks a multiprocessor launch_q8 asks
+  // of one input's staging.)
   const size_t shared = staged_shared_bytes(rows_per_block, m.row_bytes, m.cols) +
-                        (kInputs - 1) * rounded_x_bytes(size_t(m.cols), m.cols);
+                        (kInputs - 1) * 16 * rounded_x_words(size_t(m.cols), m.cols);
   if constexpr (kInputs > 1) {
     if (shared > max_shared_per_block()) return launch_q8_staged<T, kInputs / 2>(m, lanes);
   }

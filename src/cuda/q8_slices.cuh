@@ -79,6 +79,11 @@ struct RoundedX {
 __host__ __device__ constexpr size_t rounded_x_bytes(size_t q_bytes, int64_t cols) {
   return q_bytes + size_t(cols / 32) * 4 + size_t(cols / 16) * 4;
 }
+// Several inputs' RoundedX one after another: input i's at i times this many 16-byte words (each
+// input's bytes rounded up, so that every input's q starts 16-byte aligned).
+__host__ __device__ constexpr size_t rounded_x_words(size_t q_bytes, int64_t cols) {
+  return (rounded_x_bytes(q_bytes, cols) + 15) / 16;
+}
 __device__ __forceinline__ RoundedX rounded_x_in(int4* shared, size_t q_bytes, int64_t cols) {
   RoundedX rx;
   rx.q = reinterpret_cast<int8_t*>(shared);
