@@ -97,6 +97,16 @@ void expect_each_inputs_twin(lode::cuda::VramAccountant& vram, GgmlType type, co
       << "stores past the last input";
 }
 
+// The same for each count of inputs (x holds the most).
+void expect_each_inputs_twin(lode::cuda::VramAccountant& vram, GgmlType type, const std::vector<uint8_t>& w,
+                             int64_t rows, int64_t cols, const std::vector<float>& x,
+                             std::initializer_list<int64_t> counts) {
+  for (const int64_t tokens : counts) {
+    SCOPED_TRACE(std::to_string(tokens) + " inputs");
+    expect_each_inputs_twin(vram, type, w, rows, cols, x, tokens);
+  }
+}
+
 // The same product on the GPU and on the CPU (which reads every type exactly as ggml does): equal
 // up to float summation order.
 TEST(CudaMatvec, EveryKernelTypeMatchesTheCpu) {
@@ -195,10 +205,7 @@ TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
     lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
     const auto got = gpu_product(vram, type, w, rows, cols, dx.as<float>(), 1, {.q8 = true});
     EXPECT_LE(lode::test::relative_error(got, want), 2e-6);
-    for (const int64_t tokens : {int64_t(1), int64_t(5)}) {
-      SCOPED_TRACE(std::to_string(tokens) + " inputs");
-      expect_each_inputs_twin(vram, type, w, rows, cols, x, tokens);
-    }
+    expect_each_inputs_twin(vram, type, w, rows, cols, x, {1, 5});
   }
 }
 
@@ -223,11 +230,8 @@ TEST(CudaMatvec, SeveralInputsOfOneMatrixGetTheBitsOfOne) {
       const auto values = normal_floats(size_t(rows * cols), rng);
       for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
       const auto x = normal_floats(size_t(9 * cols), rng);
-      for (const int64_t tokens : {int64_t(2), int64_t(3), int64_t(8), int64_t(9)}) {
-        SCOPED_TRACE(std::string(traits.name) + ", " + std::to_string(cols) + " columns, " + std::to_string(tokens) +
-                     " inputs");
-        expect_each_inputs_twin(vram, type, w, rows, cols, x, tokens);
-      }
+      SCOPED_TRACE(std::string(traits.name) + ", " + std::to_string(cols) + " columns");
+      expect_each_inputs_twin(vram, type, w, rows, cols, x, {2, 3, 8, 9});
     }
   }
 }
@@ -245,11 +249,7 @@ TEST(CudaMatvec, SeveralInputsOfTheLmHeadGetTheBitsOfOne) {
   const uint16_t d = lode::fp32_to_fp16(0.01f);
   for (size_t b = 0; b < w.size(); b += sizeof(lode::quant::BlockQ6_K))
     std::memcpy(&w[b + offsetof(lode::quant::BlockQ6_K, d)], &d, 2);
-  const auto x = normal_floats(size_t(5 * cols), rng);
-  for (const int64_t tokens : {int64_t(2), int64_t(5)}) {
-    SCOPED_TRACE(std::to_string(tokens) + " inputs");
-    expect_each_inputs_twin(vram, type, w, rows, cols, x, tokens);
-  }
+  expect_each_inputs_twin(vram, type, w, rows, cols, normal_floats(size_t(5 * cols), rng), {2, 5});
 }
 
 // The MoE's form: experts picked through a device-side table, one launch for all of them, with
