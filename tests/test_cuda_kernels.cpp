@@ -277,6 +277,49 @@ TEST(CudaKernels, TheDeltaNetStepMatchesTheCpu) {
   }
 }
 
+// A verify window of T tokens in one launch of the conv and one of the step (cuda::kernels::
+// TokenRows: the rows of the stacked qkv|z|b|alpha product, [T][rows]) leaves every token's
+// outputs and the final conv and DeltaNet states with the bits of T one-token launches.
+TEST(CudaKernels, TheDeltaNetConvAndStepOverAWindowGiveEachTokensBits) {
+  LODE_REQUIRE_GPU();
+  constexpr int kTokens = 3;
+  constexpr int64_t kRow = kChannels + kValueHeads * kDv + 2 * kValueHeads;  // qkv | z | b | alpha
+  constexpr int64_t kOut = int64_t(kValueHeads) * kDv;
+  std::mt19937 rng(7);
+  const auto rows = normal_floats(size_t(kTokens * kRow), rng);
+  const auto conv_state = normal_floats(size_t(kChannels) * (kConv - 1), rng);
+  const auto ssm_state = normal_floats(size_t(kValueHeads) * kDk * kDv, rng, 0.1f);
+  const auto conv_w = normal_floats(size_t(kChannels) * kConv, rng, 0.5f);
+  const auto a = normal_floats(kValueHeads, rng, 0.5f, -1.0f), dt_bias = normal_floats(kValueHeads, rng, 0.5f);
+  const auto norm_w = normal_floats(kDv, rng, 0.1f, 1.0f);
+  Device dev;
+  const float *dconv_w = dev.upload(conv_w), *da = dev.upload(a), *ddt_bias = dev.upload(dt_bias);
+  const float* dnorm_w = dev.upload(norm_w);
+  struct Run {
+    float *rows, *conv, *ssm, *o;
+  };
+  const auto fresh = [&] {
+    return Run{dev.upload(rows), dev.upload(conv_state), dev.upload(ssm_state), dev.zeros<float>(size_t(kTokens * kOut))};
+  };
+  const auto step = [&](const Run& r, int64_t first, lode::cuda::kernels::TokenRows tokens) {
+    float* qkv = r.rows + first * kRow;
+    ASSERT_EQ(lode::cuda::kernels::deltanet_prepare(qkv, r.conv, dconv_w, kChannels, kConv, kKeyHeads, kDk, nullptr,
+                                                    tokens),
+              nullptr);
+    ASSERT_EQ(lode::cuda::kernels::deltanet_step(r.ssm, qkv, qkv + kChannels, qkv + kChannels + kOut,
+                                                 qkv + kChannels + kOut + kValueHeads, da, ddt_bias, dnorm_w, kKeyHeads,
+                                                 kValueHeads, kDk, kDv, kEps, r.o + first * kOut, nullptr, tokens),
+              nullptr);
+  };
+  const Run one = fresh(), window = fresh();
+  for (int64_t t = 0; t < kTokens; ++t) step(one, t, {});
+  step(window, 0, {.n = kTokens, .in_stride = kRow, .out_stride = kOut});
+  EXPECT_EQ(dev.download(window.rows, rows.size()), dev.download(one.rows, rows.size())) << "conv outputs";
+  EXPECT_EQ(dev.download(window.conv, conv_state.size()), dev.download(one.conv, conv_state.size())) << "conv state";
+  EXPECT_EQ(dev.download(window.ssm, ssm_state.size()), dev.download(one.ssm, ssm_state.size())) << "DeltaNet state";
+  EXPECT_EQ(dev.download(window.o, size_t(kTokens * kOut)), dev.download(one.o, size_t(kTokens * kOut))) << "outputs";
+}
+
 // The step refuses heads wider than its threads hold, saying so, before it queues anything (no GPU
 // needed).
 TEST(CudaKernels, TheDeltaNetStepRefusesHeadsItCannotHold) {

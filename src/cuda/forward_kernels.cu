@@ -188,7 +188,9 @@ __global__ void kv_write_kernel(KvView kv, const float* k, const float* v, int64
 // step earlier) are loaded before the wait, so that after it only the new input is a trip to memory.
 constexpr int kMaxConvTaps = 8;
 
-__global__ void conv_l2_kernel(float* qkv, float* state, const float* w, int channels, int kernel, int hk, int dk) {
+template <bool kWindow>
+__global__ void conv_l2_kernel(float* qkv, float* state, const float* w, int channels, int kernel, int hk, int dk,
+                               kernels::TokenRows tokens) {
   const int c = blockIdx.x * dk + threadIdx.x;
   const bool inside = int(threadIdx.x) < dk && c < channels;
   const int keep = kernel - 1;
@@ -201,28 +203,45 @@ __global__ void conv_l2_kernel(float* qkv, float* state, const float* w, int cha
     kept[k] = inside && k < keep ? sc[k] : 0.0f;
   }
   begin_after_inputs();
-  float y = 0.0f;
-  if (inside) {
-    const float input = qkv[c];
-    float acc = 0.0f, last_tap = 0.0f;
+  // One token's row: the conv over the kept inputs and this one, which joins them (in registers,
+  // and in the state where `store`).
+  const auto token = [&](float* row, bool store) {
+    float y = 0.0f;
+    if (inside) {
+      const float input = row[c];
+      float acc = 0.0f, last_tap = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kMaxConvTaps; ++k) {
-      if (k < keep) acc += taps[k] * kept[k];
-      if (k == keep) last_tap = taps[k];
+      for (int k = 0; k < kMaxConvTaps; ++k) {
+        if (k < keep) acc += taps[k] * kept[k];
+        if (k == keep) last_tap = taps[k];
+      }
+      acc += last_tap * input;
+#pragma unroll
+      for (int k = 0; k + 1 < kMaxConvTaps; ++k)
+        if (k + 1 < keep) {
+          if (store) sc[k] = kept[k + 1];
+          kept[k] = kept[k + 1];
+        }
+      if (keep > 0) {
+        if (store) sc[keep - 1] = input;
+#pragma unroll
+        for (int k = 0; k < kMaxConvTaps; ++k)
+          if (k == keep - 1) kept[k] = input;
+      }
+      y = siluf(acc);
     }
-    acc += last_tap * input;
-#pragma unroll
-    for (int k = 0; k + 1 < kMaxConvTaps; ++k)
-      if (k + 1 < keep) sc[k] = kept[k + 1];
-    if (keep > 0) sc[keep - 1] = input;
-    y = siluf(acc);
+    if (int(blockIdx.x) < 2 * hk) {  // a q head (also scaled by 1/sqrt(dk)) or a k head
+      float scale = rsqrtf(block_sum(inside ? y * y : 0.0f) + 1e-6f);
+      if (int(blockIdx.x) < hk) scale *= rsqrtf(float(dk));
+      y *= scale;
+    }
+    if (inside) row[c] = y;
+  };
+  if constexpr (!kWindow) {
+    token(qkv, true);
+  } else {  // the tokens in order; the state written after the last
+    for (int t = 0; t < tokens.n; ++t) token(qkv + t * tokens.in_stride, t + 1 == tokens.n);
   }
-  if (int(blockIdx.x) < 2 * hk) {  // a q head (also scaled by 1/sqrt(dk)) or a k head
-    float scale = rsqrtf(block_sum(inside ? y * y : 0.0f) + 1e-6f);
-    if (int(blockIdx.x) < hk) scale *= rsqrtf(float(dk));
-    y *= scale;
-  }
-  if (inside) qkv[c] = y;
 }
 
 // Blocks [0, hk): q heads (also scaled by 1/sqrt(dk)); [hk, 2 hk): k heads.
@@ -248,10 +267,11 @@ __global__ void l2_norm_heads_kernel(float* qkv, int hk, int dk, int channels) {
 constexpr int kStepRowGroups = 16, kStepMaxKeyDim = 128, kStepMaxThreads = 512;
 constexpr int kStepColumnsPerWarp = 4 * kWarp / kStepRowGroups;
 
+template <bool kWindow>
 __global__ void __launch_bounds__(kStepMaxThreads)
     deltanet_step_kernel(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                          const float* a, const float* dt_bias, const float* norm_w, int hk, int dk, int dv, float eps,
-                         float* o) {
+                         float* o, kernels::TokenRows tokens) {
   constexpr int G = kStepRowGroups, Q = kWarp / G, R = kStepMaxKeyDim / G;  // column words a warp's row, rows a thread
   const int s = blockIdx.x, lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int g = lane / Q, j0 = 4 * (Q * warp + lane % Q);
@@ -268,6 +288,8 @@ __global__ void __launch_bounds__(kStepMaxThreads)
   for (int e = 0; e < 4; ++e) weight[e] = column ? norm_w[j0 + e] : 0.0f;
   const float a_s = a[s], bias = dt_bias[s];
   begin_after_inputs();
+  // One token's update, output and (where `store`) the state written back.
+  const auto token = [&](const float* qkv, const float* z, const float* b, const float* alpha, float* o, bool store) {
   const int key_dim = hk * dk;
   const float *qh = qkv + (s % hk) * dk, *kh = qkv + key_dim + (s % hk) * dk;
   float q[R], k[R], v[4], zj[4];
@@ -306,7 +328,7 @@ __global__ void __launch_bounds__(kStepMaxThreads)
     float* w = &st[r].x;
 #pragma unroll
     for (int e = 0; e < 4; ++e) w[e] += k[r] * d[e], out[e] += w[e] * q[r];
-    if (const int i = g + G * r; column && i < dk) S[int64_t(i) * dv / 4] = st[r];
+    if (const int i = g + G * r; store && column && i < dk) S[int64_t(i) * dv / 4] = st[r];
   }
   over_rows(out);
   // The gated RMSNorm: the head's squares by row group 0's lanes, summed over the warp's words,
@@ -323,6 +345,16 @@ __global__ void __launch_bounds__(kStepMaxThreads)
   if (g == 0 && column)
 #pragma unroll
     for (int e = 0; e < 4; ++e) o[int64_t(s) * dv + j0 + e] = out[e] * scale * weight[e] * siluf(zj[e]);
+  };
+  if constexpr (!kWindow) {
+    token(qkv, z, b, alpha, o, true);
+  } else {  // the tokens in order, the state in registers between them, written after the last
+    for (int t = 0; t < tokens.n; ++t) {
+      const int64_t in = t * tokens.in_stride;
+      token(qkv + in, z + in, b + in, alpha + in, o + t * tokens.out_stride, t + 1 == tokens.n);
+      __syncthreads();  // warp_squares, read by every warp, is written again by the next token
+    }
+  }
 }
 
 // One warp (lane: its lane): softmax, top k by repeated arg-max (ties: lower index), renormalised
@@ -647,12 +679,14 @@ const char* kv_write(KvView kv, const float* k, const float* v, int64_t first, i
 }
 
 const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel, int hk,
-                             int dk, void* stream) {
+                             int dk, void* stream, TokenRows tokens) {
   if (dk > 1024) return "DeltaNet key heads wider than 1024";
   if (kernel < 1 || kernel > kMaxConvTaps) return "DeltaNet conv kernels of 1 to 8 taps only";
+  if (tokens.n < 1) return "a DeltaNet conv of no tokens";
   const int threads = (dk + kWarp - 1) / kWarp * kWarp;
-  return error_text(launch_overlapped(conv_l2_kernel, dim3((channels + dk - 1) / dk), dim3(threads), 0, stream, qkv,
-                                      conv_state, conv_w, channels, kernel, hk, dk));
+  const auto kernel_for = tokens.n == 1 ? conv_l2_kernel<false> : conv_l2_kernel<true>;
+  return error_text(launch_overlapped(kernel_for, dim3((channels + dk - 1) / dk), dim3(threads), 0, stream, qkv,
+                                      conv_state, conv_w, channels, kernel, hk, dk, tokens));
 }
 
 const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens, void* stream) {
@@ -668,11 +702,13 @@ const char* deltanet_step_refuses(int dk, int dv) {
 
 const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                           const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
-                          float eps, float* o, void* stream) {
+                          float eps, float* o, void* stream, TokenRows tokens) {
   if (const char* err = deltanet_step_refuses(dk, dv)) return err;
+  if (tokens.n < 1) return "a DeltaNet step of no tokens";
   const int threads = (dv + kStepColumnsPerWarp - 1) / kStepColumnsPerWarp * kWarp;
-  return error_text(launch_overlapped(deltanet_step_kernel, dim3(hv), dim3(threads), 0, stream, state, qkv, z, b,
-                                      alpha, a, dt_bias, norm_w, hk, dk, dv, eps, o));
+  const auto kernel = tokens.n == 1 ? deltanet_step_kernel<false> : deltanet_step_kernel<true>;
+  return error_text(launch_overlapped(kernel, dim3(hv), dim3(threads), 0, stream, state, qkv, z, b, alpha, a, dt_bias,
+                                      norm_w, hk, dk, dv, eps, o, tokens));
 }
 
 namespace {

@@ -42,11 +42,19 @@ const char* kv_write(KvView kv, const float* k, const float* v, int64_t first, i
 const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim,
                              int n_splits, float* partials, float* out, void* stream);
 
+// Consecutive tokens of one sequence in one launch (a speculative verify window): token t's inputs
+// at each input pointer + t * in_stride (the stacked product's rows: [n][rows]), its outputs at
+// o + t * out_stride. Each token's results are the bits a launch of that token alone gives.
+struct TokenRows {
+  int n = 1;
+  int64_t in_stride = 0, out_stride = 0;
+};
 // Gated DeltaNet, one token: the row qkv [channels] (Q | K | V) goes through the causal conv
 // (state [channels][kernel - 1], shifted) and SiLU in place; q and k of each key head are then
-// L2-normed (q also scaled by 1/sqrt(dk)). One launch.
+// L2-normed (q also scaled by 1/sqrt(dk)). One launch; the rows of a TokenRows in order (in_stride
+// apart; out_stride unused).
 const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel,
-                             int hk, int dk, void* stream);
+                             int hk, int dk, void* stream, TokenRows tokens = {});
 // The prompt pass's L2 norms: q and k of each key head L2-normed (q also scaled by 1/sqrt(dk)) in
 // n_tokens rows of `channels`.
 const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens, void* stream);
@@ -55,11 +63,12 @@ const char* l2_norm_heads(float* qkv, int hk, int dk, int channels, int n_tokens
 const char* deltanet_step_refuses(int dk, int dv);
 // Per value head s: beta = sigmoid(b_s), g = a_s * softplus(alpha_s + dt_bias_s), the delta-rule
 // update of state [Hv][dk][dv], o_s = S^T q, then the gated RMSNorm o_s * rsqrt(...) * norm *
-// silu(z_s). o: [Hv * dv]. One block a value head; heads deltanet_step_refuses are refused with
-// its message, before anything is queued.
+// silu(z_s). o: [Hv * dv]. One block a value head (the tokens of a TokenRows in order, the state
+// kept in registers between them); heads deltanet_step_refuses are refused with its message,
+// before anything is queued.
 const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                           const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,
-                          float eps, float* o, void* stream);
+                          float eps, float* o, void* stream, TokenRows tokens = {});
 
 // Router: softmax over n_experts logits, the top k (ties: lower index), weights renormalised to 1.
 // ids [2k]: the chosen experts, then each plus n_experts (their up halves in a gate|up table).
