@@ -290,61 +290,61 @@ __global__ void __launch_bounds__(kStepMaxThreads)
   begin_after_inputs();
   // One token's update, output and (where `store`) the state written back.
   const auto token = [&](const float* qkv, const float* z, const float* b, const float* alpha, float* o, bool store) {
-  const int key_dim = hk * dk;
-  const float *qh = qkv + (s % hk) * dk, *kh = qkv + key_dim + (s % hk) * dk;
-  float q[R], k[R], v[4], zj[4];
+    const int key_dim = hk * dk;
+    const float *qh = qkv + (s % hk) * dk, *kh = qkv + key_dim + (s % hk) * dk;
+    float q[R], k[R], v[4], zj[4];
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int i = g + G * r;
-    q[r] = i < dk ? qh[i] : 0.0f;
-    k[r] = i < dk ? kh[i] : 0.0f;
-  }
+    for (int r = 0; r < R; ++r) {
+      const int i = g + G * r;
+      q[r] = i < dk ? qh[i] : 0.0f;
+      k[r] = i < dk ? kh[i] : 0.0f;
+    }
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    v[e] = column ? qkv[2 * key_dim + s * dv + j0 + e] : 0.0f;
-    zj[e] = column ? z[int64_t(s) * dv + j0 + e] : 0.0f;
-  }
-  const float beta = sigmoidf(b[s]);
-  const float decay = expf(a_s * softplusf(alpha[s] + bias));
-  const auto over_rows = [](float (&x)[4]) {
+    for (int e = 0; e < 4; ++e) {
+      v[e] = column ? qkv[2 * key_dim + s * dv + j0 + e] : 0.0f;
+      zj[e] = column ? z[int64_t(s) * dv + j0 + e] : 0.0f;
+    }
+    const float beta = sigmoidf(b[s]);
+    const float decay = expf(a_s * softplusf(alpha[s] + bias));
+    const auto over_rows = [](float (&x)[4]) {
 #pragma unroll
-    for (int offset = Q; offset < kWarp; offset *= 2)
+      for (int offset = Q; offset < kWarp; offset *= 2)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) x[e] += __shfl_xor_sync(0xffffffffu, x[e], offset);
-  };
-  float sk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int e = 0; e < 4; ++e) x[e] += __shfl_xor_sync(0xffffffffu, x[e], offset);
+    };
+    float sk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    float* w = &st[r].x;
+    for (int r = 0; r < R; ++r) {
+      float* w = &st[r].x;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) w[e] *= decay, sk[e] += w[e] * k[r];
-  }
-  over_rows(sk);
-  float d[4], out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int e = 0; e < 4; ++e) w[e] *= decay, sk[e] += w[e] * k[r];
+    }
+    over_rows(sk);
+    float d[4], out[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-  for (int e = 0; e < 4; ++e) d[e] = column ? beta * (v[e] - sk[e]) : 0.0f;
+    for (int e = 0; e < 4; ++e) d[e] = column ? beta * (v[e] - sk[e]) : 0.0f;
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    float* w = &st[r].x;
+    for (int r = 0; r < R; ++r) {
+      float* w = &st[r].x;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) w[e] += k[r] * d[e], out[e] += w[e] * q[r];
-    if (const int i = g + G * r; store && column && i < dk) S[int64_t(i) * dv / 4] = st[r];
-  }
-  over_rows(out);
-  // The gated RMSNorm: the head's squares by row group 0's lanes, summed over the warp's words,
-  // then over the warps in order.
-  __shared__ float warp_squares[kStepMaxThreads / kWarp];
-  float squares = g == 0 ? out[0] * out[0] + out[1] * out[1] + out[2] * out[2] + out[3] * out[3] : 0.0f;
+      for (int e = 0; e < 4; ++e) w[e] += k[r] * d[e], out[e] += w[e] * q[r];
+      if (const int i = g + G * r; store && column && i < dk) S[int64_t(i) * dv / 4] = st[r];
+    }
+    over_rows(out);
+    // The gated RMSNorm: the head's squares by row group 0's lanes, summed over the warp's words,
+    // then over the warps in order.
+    __shared__ float warp_squares[kStepMaxThreads / kWarp];
+    float squares = g == 0 ? out[0] * out[0] + out[1] * out[1] + out[2] * out[2] + out[3] * out[3] : 0.0f;
 #pragma unroll
-  for (int offset = 1; offset < Q; offset *= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
-  if (lane == 0) warp_squares[warp] = squares;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < int(blockDim.x) / kWarp; ++w) total += warp_squares[w];
-  const float scale = rsqrtf(total / float(dv) + eps);
-  if (g == 0 && column)
+    for (int offset = 1; offset < Q; offset *= 2) squares += __shfl_xor_sync(0xffffffffu, squares, offset);
+    if (lane == 0) warp_squares[warp] = squares;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < int(blockDim.x) / kWarp; ++w) total += warp_squares[w];
+    const float scale = rsqrtf(total / float(dv) + eps);
+    if (g == 0 && column)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[int64_t(s) * dv + j0 + e] = out[e] * scale * weight[e] * siluf(zj[e]);
+      for (int e = 0; e < 4; ++e) o[int64_t(s) * dv + j0 + e] = out[e] * scale * weight[e] * siluf(zj[e]);
   };
   if constexpr (!kWindow) {
     token(qkv, z, b, alpha, o, true);
