@@ -361,9 +361,7 @@ cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
   const auto kernel = matvec_q8_0_spans_kernel<kInputs>;
   const int lanes = lanes_for(m.cols / kQ8_0SpanValues);
   const int rows_per_block = (256 / kWarp) * (kWarp / lanes);
-  if (kInputs > 1 && m.table) return cudaErrorInvalidValue;  // several inputs share one matrix
-  const size_t shared = size_t(rows_per_block) * m.row_bytes + rounded_x_bytes(m.row_bytes, m.cols) +
-                        (kInputs - 1) * 16 * rounded_x_words(m.row_bytes, m.cols);
+  const size_t shared = size_t(rows_per_block) * m.row_bytes + inputs_x_bytes(kInputs, m.row_bytes, m.cols);
   if constexpr (kInputs > 1) {  // long rows: fewer inputs a block, so their rounded x fit beside the rows
     if (shared > max_shared_per_block()) return launch_q8_0_spans<kInputs / 2>(m);
   }
@@ -380,8 +378,7 @@ constexpr int kThreads = 256;
 template <GgmlType T, int kRows, int kSlices, int kInputs = 1>
 cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
   const auto kernel = matvec_q8_kernel<T, kRows, kSlices, kInputs>;
-  if (kInputs > 1 && m.table) return cudaErrorInvalidValue;  // several inputs share one matrix
-  const size_t shared = rounded_x_bytes(size_t(m.cols), m.cols) + (kInputs - 1) * 16 * rounded_x_words(size_t(m.cols), m.cols);
+  const size_t shared = inputs_x_bytes(kInputs, size_t(m.cols), m.cols);
   if constexpr (kInputs > 1) {
     if (shared > max_shared_per_block()) return launch_q8_rows<T, kRows, kSlices, kInputs / 2>(m, lanes, sets);
   }
@@ -397,8 +394,8 @@ cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
 // The staged kernel's rows per block: four a warp (a warp per row where the rows are long).
 constexpr int kStagedRowsPerWarp = 4;
 
-size_t staged_shared_bytes(int rows_per_block, size_t row_bytes, int64_t cols) {
-  return size_t(rows_per_block) * row_bytes + rounded_x_bytes(size_t(cols), cols);
+size_t staged_shared_bytes(int rows_per_block, size_t row_bytes, int64_t cols, int inputs = 1) {
+  return size_t(rows_per_block) * row_bytes + inputs_x_bytes(inputs, size_t(cols), cols);
 }
 
 template <GgmlType T, int kInputs>
@@ -407,8 +404,7 @@ cudaError_t launch_q8_staged(const MatvecLaunch& m, int lanes) {
   const int rows_per_block = (kThreads / kWarp) * kStagedRowsPerWarp * (kWarp / lanes);
   // (Several inputs may leave room for fewer than the three blocks a multiprocessor launch_q8 asks
   // of one input's staging.)
-  const size_t shared = staged_shared_bytes(rows_per_block, m.row_bytes, m.cols) +
-                        (kInputs - 1) * 16 * rounded_x_words(size_t(m.cols), m.cols);
+  const size_t shared = staged_shared_bytes(rows_per_block, m.row_bytes, m.cols, kInputs);
   if constexpr (kInputs > 1) {
     if (shared > max_shared_per_block()) return launch_q8_staged<T, kInputs / 2>(m, lanes);
   }
@@ -438,7 +434,8 @@ constexpr int kMaxRowsAtOnce = T == GgmlType::Q6_K ? 2 : 4;
 
 // Several inputs of one plain matrix (decode rows of several sequences): a block rounds up to 8 of
 // them and dots each weight slice it loads with every one, so the matrix is read once for all.
-// Calls launch(std::integral_constant<int, K>) with K inputs a block: 1, 2, 4 or 8.
+// Calls launch(std::integral_constant<int, K>) with K inputs a block: 1, 2, 4 or 8; always 1 for
+// an expert table (the kernels' several inputs share one matrix: this is where that is kept).
 template <class Launch>
 cudaError_t with_inputs(const MatvecLaunch& m, Launch&& launch) {
   if (m.table || m.n_problems == 1) return launch(std::integral_constant<int, 1>{});
