@@ -47,9 +47,16 @@ __device__ BlockShare block_share(int n_heads, int n_kv_heads, const int64_t* po
   const int group = n_heads / n_kv_heads, blocks_per_kv = (group + kAttentionGroup - 1) / kAttentionGroup;
   const int kvh = int(blockIdx.x) / blocks_per_kv;
   const int h0 = kvh * group + int(blockIdx.x) % blocks_per_kv * kAttentionGroup;
-  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, gridDim.y, min_keys);
+  const int64_t n_all = *position + blockIdx.z + 1, per_split = keys_per_split(n_all, gridDim.y, min_keys);
   const int64_t begin = int64_t(blockIdx.y) * per_split;
   return {kvh, h0, min(kAttentionGroup, (kvh + 1) * group - h0), begin, min(n_all, begin + per_split), per_split};
+}
+
+// Block (b, split, t) works for token t of a window (kernels::TokenRows): its query row qg + t
+// q_stride, its partials after the earlier tokens' [n_heads][splits][head_dim + 2].
+__device__ __forceinline__ void to_token(const float*& qg, int64_t q_stride, float*& partials, int n_heads, int head_dim) {
+  qg += int64_t(blockIdx.z) * q_stride;
+  partials += int64_t(blockIdx.z) * n_heads * gridDim.y * (head_dim + 2);
 }
 
 // The block's partials from its warps' (max, sum, unnormalised output) per head (o: warp w's head g
@@ -106,8 +113,9 @@ __device__ __forceinline__ void add_scores(float (&s)[kAttentionGroup], const fl
 template <Store KS, Store VS>
 __global__ void __launch_bounds__(kAttentionWarps * kWarp)
     attention_decode_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads, int n_kv_heads,
-                            int head_dim, float* partials) {
+                            int head_dim, float* partials, int64_t q_stride) {
   begin_after_inputs();
+  to_token(qg, q_stride, partials, n_heads, head_dim);
   const BlockShare share = block_share(n_heads, n_kv_heads, position, kFloatSplitKeys);
   const int kvh = share.kvh, h0 = share.h0, heads = share.heads;
   const int64_t begin = share.begin, end = share.end;
@@ -778,8 +786,9 @@ __device__ __forceinline__ void attend_tiles(const float* qg, const KvView& kv, 
 template <Store KS, Store VS, int HD>
 __global__ void __launch_bounds__(kAttentionWarps * kWarp)
     attention_decode_tensor_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads, int n_kv_heads,
-                                   float* partials) {
+                                   float* partials, int64_t q_stride) {
   begin_after_inputs();
+  to_token(qg, q_stride, partials, n_heads, HD);
   const BlockShare share = block_share(n_heads, n_kv_heads, position, kTensorSplitKeys);
   if (share.begin >= share.end) return;  // a split past the keys: the merge does not read it
   static_assert(TensorAttention<KS, VS, HD, kShallowSliceDims>::kSharedBytes <= kTensorSharedBytes<KS, VS, HD>,
@@ -803,10 +812,12 @@ constexpr int kMergeThreads = 1024;
 // overlap those (the sums are the same, in the same order).
 template <bool kRotatedValues>
 __global__ void attention_merge_kernel(const float* qg, const float* partials, const int64_t* position, int n_splits,
-                                       int min_keys, int head_dim, float* out) {
+                                       int min_keys, int head_dim, float* out, kernels::TokenRows tokens) {
   begin_after_inputs();
-  const int h = blockIdx.x;
-  const int64_t n_all = *position + 1, per_split = keys_per_split(n_all, n_splits, min_keys), stride = head_dim + 2;
+  const int h = blockIdx.x, t = blockIdx.y;  // head h of the window's token t
+  qg += t * tokens.in_stride, out += t * tokens.out_stride;
+  partials += int64_t(t) * gridDim.x * n_splits * (head_dim + 2);
+  const int64_t n_all = *position + t + 1, per_split = keys_per_split(n_all, n_splits, min_keys), stride = head_dim + 2;
   const float* first = partials + int64_t(h) * n_splits * stride;
   n_splits = int(min(int64_t(n_splits), (n_all + per_split - 1) / per_split));  // the splits that had keys
   constexpr int kWarps = kMergeThreads / kWarp, kDimsPerLane = kAttentionHeadDim / kWarp;
@@ -869,20 +880,24 @@ int resident_blocks(void (*kernel)(Params...), int threads, int shared) {
 
 // Launches a split-K kernel over (grid_x, splits) with splits as many as run in one wave, at most
 // max_splits (partials' room): more would add waves and partials to merge, not bandwidth.
+// A window's tokens take a third grid dimension, each with the splits one token has (so that each
+// token's sums are those of its own launch).
 template <class... Params, class... Args>
-cudaError_t launch_splits(void (*kernel)(Params...), int grid_x, int max_splits, int shared, void* stream,
+cudaError_t launch_splits(void (*kernel)(Params...), int grid_x, int tokens, int max_splits, int shared, void* stream,
                           int* splits, Args... args) {
   if (const cudaError_t err = allow_shared(kernel, size_t(shared))) return err;
   const int threads = kAttentionWarps * kWarp;
   *splits = std::clamp(resident_blocks(kernel, threads, shared) / grid_x, 1, max_splits);
-  return launch_overlapped(kernel, dim3(grid_x, *splits), dim3(threads), size_t(shared), stream, args...);
+  return launch_overlapped(kernel, dim3(grid_x, *splits, tokens), dim3(threads), size_t(shared), stream, args...);
 }
 
 }  // namespace
 
 const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim,
-                             int n_splits, float* partials, float* out, void* stream) {
+                             int n_splits, float* partials, float* out, void* stream, TokenRows tokens) {
   if (head_dim > kAttentionHeadDim || head_dim % 8 != 0) return "decode attention needs head_dim a multiple of 8, at most 256";
+  if (tokens.n < 1 || tokens.n > 65535) return "decode attention of 1 to 65535 tokens";
+  if (tokens.n == 1) tokens.in_stride = 0, tokens.out_stride = 0;
   if (n_heads % n_kv_heads != 0) return "query heads must be a multiple of the KV heads";
   if (n_splits < 1 || n_splits > kMaxAttentionSplits) return "attention splits out of range";
   const int group = n_heads / n_kv_heads, grid_x = n_kv_heads * ((group + kAttentionGroup - 1) / kAttentionGroup);
@@ -894,21 +909,21 @@ const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int
     if constexpr (kCellsOnTensorCores<S::k> && kCellsOnTensorCores<S::v>) {
       tensor = head_dim == 128 || head_dim == 256;
       if (head_dim == 256)
-        err = launch_splits(attention_decode_tensor_kernel<S::k, S::v, 256>, grid_x, n_splits,
+        err = launch_splits(attention_decode_tensor_kernel<S::k, S::v, 256>, grid_x, tokens.n, n_splits,
                             kTensorSharedBytes<S::k, S::v, 256>, stream, &splits, qg, kv, pos, n_heads,
-                            n_kv_heads, partials);
+                            n_kv_heads, partials, tokens.in_stride);
       else if (head_dim == 128)
-        err = launch_splits(attention_decode_tensor_kernel<S::k, S::v, 128>, grid_x, n_splits,
+        err = launch_splits(attention_decode_tensor_kernel<S::k, S::v, 128>, grid_x, tokens.n, n_splits,
                             kTensorSharedBytes<S::k, S::v, 128>, stream, &splits, qg, kv, pos, n_heads,
-                            n_kv_heads, partials);
+                            n_kv_heads, partials, tokens.in_stride);
     }
     if (!tensor)
-      err = launch_splits(attention_decode_kernel<S::k, S::v>, grid_x, n_splits, 0, stream, &splits, qg, kv, pos,
-                          n_heads, n_kv_heads, head_dim, partials);
+      err = launch_splits(attention_decode_kernel<S::k, S::v>, grid_x, tokens.n, n_splits, 0, stream, &splits, qg, kv,
+                          pos, n_heads, n_kv_heads, head_dim, partials, tokens.in_stride);
     if (err != cudaSuccess) return error_text(err);
-    return error_text(launch_overlapped(attention_merge_kernel<KvSide<S::v>::rotated>, dim3(n_heads),
+    return error_text(launch_overlapped(attention_merge_kernel<KvSide<S::v>::rotated>, dim3(n_heads, tokens.n),
                                         dim3(kMergeThreads), 0, stream, qg, partials, pos, splits,
-                                        tensor ? kTensorSplitKeys : kFloatSplitKeys, head_dim, out));
+                                        tensor ? kTensorSplitKeys : kFloatSplitKeys, head_dim, out, tokens));
   });
 }
 

@@ -1,5 +1,7 @@
 #include "cuda/engine.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -63,17 +65,44 @@ std::unique_ptr<engine::Sequence> CudaModel::open_sequence() {
   return sequence;
 }
 
+namespace {
+
+// A row computed as decode steps compute it (StepRow::as_decode): windows of at most the session's
+// step_rows tokens, each a one-step verify window.
+void decode_rows(CudaSession& session, engine::StepRow& row) {
+  const int64_t n = int64_t(row.tokens.size()), vocab = session.vocab(), hidden = session.config().hidden;
+  const int64_t most = session.step_rows();
+  const bool all_logits = row.logit_rows == n && !row.greedy_only;
+  row.logits.clear(), row.hidden.clear();
+  if (all_logits) row.logits.reserve(size_t(n * vocab));
+  if (row.want_hidden) row.hidden.reserve(size_t(n * hidden));
+  for (int64_t at = 0; at < n; at += most) {
+    const auto tokens = row.tokens.subspan(size_t(at), size_t(std::min(most, n - at)));
+    const bool last = at + int64_t(tokens.size()) == n;
+    const bool greedy = row.greedy_only && last;
+    CudaSession::Window w = session.decode_window(tokens, greedy, row.want_hidden);
+    if (all_logits) row.logits.insert(row.logits.end(), w.logits.begin(), w.logits.end());
+    else if (last && row.logit_rows == 1 && !greedy) row.logits.assign(w.logits.end() - vocab, w.logits.end());
+    if (greedy) row.greedy = w.greedy.back();
+    if (row.want_hidden) row.hidden.insert(row.hidden.end(), w.hidden.begin(), w.hidden.end());
+  }
+}
+
+}  // namespace
+
 void CudaModel::step(std::span<engine::StepRow> rows) {
   if (rows.size() != 1) fail("cuda engine: a step runs one sequence on the GPU, {} were given", rows.size());
   engine::StepRow& row = rows[0];
   const auto* sequence = dynamic_cast<const CudaSequence*>(row.sequence);
   if (!sequence || &sequence->model() != this) fail("cuda engine: a step row names no sequence of this model");
-  if (row.want_hidden) fail("cuda engine: hidden states are not returned yet (MTP drafting runs on the CPU engine)");
   const int64_t n = int64_t(row.tokens.size());
   if (row.logit_rows < 0 || row.logit_rows > n || (row.logit_rows > 1 && row.logit_rows < n))
     fail("cuda engine: {} logit rows asked of a {}-token row (0, 1 or all)", row.logit_rows, n);
+  if (row.greedy_only && row.logit_rows != 1) fail("cuda engine: a greedy-only row needs one logit row");
+  if (row.as_decode) return decode_rows(*session_, row);
+  if (row.want_hidden)
+    fail("cuda engine: hidden states come with rows computed as decode steps (StepRow::as_decode) only");
   if (row.greedy_only) {
-    if (row.logit_rows != 1) fail("cuda engine: a greedy-only row needs one logit row");
     if (n == 1) {  // the token chosen on the device
       row.greedy = session_->decode_greedy(row.tokens[0]);
       row.logits.clear();

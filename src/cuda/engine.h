@@ -19,7 +19,8 @@ class CudaModel final : public engine::Model {
   // The model's one sequence; fails when it is already open.
   std::unique_ptr<engine::Sequence> open_sequence() override;
   // One row: the GPU runs one sequence. A one-token row is a decode step; longer rows go through
-  // the prompt pass in its own chunks.
+  // the prompt pass in its own chunks, or, computed as decode steps (as_decode: a verify window,
+  // with hidden states if wanted), through verify windows of up to the session's step_rows tokens.
   void step(std::span<engine::StepRow> rows) override;
   bool chunks_prompts() const override { return true; }
   engine::EngineInfo info() const override { return {"cuda", 0, session_->kv_format()}; }

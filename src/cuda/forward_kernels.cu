@@ -150,16 +150,16 @@ __device__ void norm_and_rotate(float* v, const float* w, int head_dim, int rope
 template <Store KS, Store VS>
 __global__ void attention_prepare_kernel(float* qg, float* k, const float* v, const float* q_norm,
                                          const float* k_norm, KvView kv, const int64_t* position, int n_heads,
-                                         int head_dim, int rope_dims, double theta, float eps) {
-  const int t = blockIdx.y;  // the token of a prompt chunk
+                                         int head_dim, int rope_dims, double theta, float eps, int64_t stacked_stride) {
+  const int t = blockIdx.y;  // the token of a prompt chunk or a window
   const int64_t pos = *position + t;  // written before the step (or the prompt's chunk) began
   const PairRotation turn(rope_dims, pos, theta);
   begin_after_inputs();
   const int n_kv_heads = int(gridDim.x) - n_heads;
   const int64_t row = int64_t(n_kv_heads) * head_dim;
-  qg += int64_t(t) * 2 * n_heads * head_dim;
-  k += int64_t(t) * row;
-  v += int64_t(t) * row;
+  qg += int64_t(t) * (stacked_stride ? stacked_stride : 2 * n_heads * head_dim);
+  k += int64_t(t) * (stacked_stride ? stacked_stride : row);
+  v += int64_t(t) * (stacked_stride ? stacked_stride : row);
   if (int(blockIdx.x) < n_heads) {
     float* q = qg + int64_t(blockIdx.x) * 2 * head_dim;
     norm_and_rotate(q, q_norm, head_dim, rope_dims, turn, eps);
@@ -437,13 +437,14 @@ __device__ RouteSlot route_one_token(const float* logits, int n, int k, int lane
   return {my_expert, mine / chosen_sum};
 }
 
-// Lane s < k writes slot s (no lane waits on another's stores and loads) and counts it in the
-// tally, whose flags are read from `resident` (the tally's, or a copy in shared memory).
-__device__ __forceinline__ void write_route(RouteSlot slot, int lane, int n, int k, int32_t* ids, float* weights,
-                                            RouteTally tally, const uint8_t* resident) {
+// Lane s < k writes slot s (no lane waits on another's stores and loads), its expert at ids[s] and
+// its up half at ids[up + s], and counts it in the tally, whose flags are read from `resident`
+// (the tally's, or a copy in shared memory).
+__device__ __forceinline__ void write_route(RouteSlot slot, int lane, int n, int k, int32_t* ids, int up,
+                                            float* weights, RouteTally tally, const uint8_t* resident) {
   if (lane >= k) return;
   ids[lane] = slot.expert;
-  ids[k + lane] = slot.expert + n;
+  ids[up + lane] = slot.expert + n;
   weights[lane] = slot.weight;
   if (tally.counts) {
     atomicAdd(tally.counts + slot.expert, 1u);
@@ -451,12 +452,15 @@ __device__ __forceinline__ void write_route(RouteSlot slot, int lane, int n, int
   }
 }
 
+// Block t routes row t: its logits logits_stride apart, its choices ids_stride apart with their up
+// halves `up` after them (a prompt chunk's [n][2k]: 2k and k; a window's: k and n k).
 template <int P>
-__global__ void moe_route_kernel(const float* logits, int n, int k, int32_t* ids, float* weights, RouteTally tally) {
+__global__ void moe_route_kernel(const float* logits, int64_t logits_stride, int n, int k, int32_t* ids,
+                                 int ids_stride, int up, float* weights, RouteTally tally) {
   begin_after_inputs();
-  const RouteSlot slot = route_one_token<P>(logits + int64_t(blockIdx.x) * n, n, k, int(threadIdx.x));
-  write_route(slot, int(threadIdx.x), n, k, ids + int64_t(blockIdx.x) * 2 * k, weights + int64_t(blockIdx.x) * k,
-              tally, tally.resident);
+  const RouteSlot slot = route_one_token<P>(logits + int64_t(blockIdx.x) * logits_stride, n, k, int(threadIdx.x));
+  write_route(slot, int(threadIdx.x), n, k, ids + int64_t(blockIdx.x) * ids_stride, up,
+              weights + int64_t(blockIdx.x) * k, tally, tally.resident);
 }
 
 // The fewest experts a lane holds (a power of two) for n experts, as launch(P).
@@ -477,11 +481,15 @@ cudaError_t with_experts_per_lane(int n, Launch&& launch) {
 // 489.1-493.5 reading them after the choice).
 constexpr int kRouterWarps = 4, kRouterLoads = 16;
 
+// A window's row t (blockIdx.y; kernels::TokenRows) reads its x and writes its logits, choices,
+// weights and counter at its own places, as moe_route_window lays them out.
 template <int P>
 __global__ void __launch_bounds__(kRouterWarps * kWarp)
     router_topk_kernel(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
-                       int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+                       int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, kernels::TokenRows window) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, t = blockIdx.y;
+  x += t * window.in_stride, logits += t * window.out_stride;
+  ids += t * k, weights += t * k, arrivals += t;
   const int r = min(int(blockIdx.x) * kRouterWarps + warp, rows - 1);  // past the end: the last row, not stored
   const float4* wr = reinterpret_cast<const float4*>(w + int64_t(r) * cols);
   const float4* xv = reinterpret_cast<const float4*>(x);
@@ -523,7 +531,7 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp)
   RouteSlot slot;  // warp 0's lanes < k
   if (warp == 0) slot = route_one_token<P>(logits, n_experts, k, lane);
   __syncthreads();
-  if (warp == 0) write_route(slot, lane, n_experts, k, ids, weights, tally, resident);
+  if (warp == 0) write_route(slot, lane, n_experts, k, ids, int(gridDim.y) * k, weights, tally, resident);
   if (threadIdx.x == 0) *arrivals = 0;
 }
 
@@ -557,9 +565,12 @@ __device__ Candidate best_in_block(Candidate c) {
 // Partials' index for a block that saw a NaN or +inf logit.
 constexpr int kBadLogits = -2;
 
+// Row t (blockIdx.y) of a window: its logits, partials, counter and token its own.
 __global__ void greedy_token_kernel(const float* logits, int n, Candidate* partials, unsigned* arrivals,
                                     int32_t* token) {
   begin_after_inputs();
+  const int t = blockIdx.y;
+  logits += int64_t(t) * n, partials += t * gridDim.x, arrivals += t, token += t;
   Candidate c{0.0f, -1};
   bool bad = false;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -599,11 +610,14 @@ constexpr int kSumExperts = kPer <= 2 ? 8 : kPer == 4 ? 4 : 1;
 template <int kPer>
 __global__ void __launch_bounds__(kNormThreads)
     moe_combine_add_norm_kernel(const float* y, const float* weights, int k, const float* shared,
-                                const float* shared_logit, int hidden, float* h, const float* norm_w, float* normed,
-                                float eps) {
+                                const float* shared_logit, int64_t logit_stride, int hidden, float* h,
+                                const float* norm_w, float* normed, float eps) {
   constexpr int kAtOnce = kSumExperts<kPer>;
   float w[kPer];
   norm_weights<kPer>(norm_w, hidden, w);
+  const int64_t t = blockIdx.x;  // a window's row
+  y += t * k * hidden, weights += t * k, h += t * hidden, normed += t * hidden;
+  if (shared) shared += t * hidden, shared_logit += t * logit_stride;
   wait_for_inputs();
   int at[kPer];
   float before[kPer], from_shared[kPer], o[kPer];
@@ -657,13 +671,14 @@ const char* add_rms_norm(float* h, const float* d, const float* w, float* out, i
 
 const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
                               KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim, int rope_dims,
-                              double rope_theta, float eps, int n_tokens, void* stream) {
+                              double rope_theta, float eps, int n_tokens, void* stream, int64_t stacked_stride) {
   if (head_dim > kKvMaxHeadDim) return "head_dim over 512";
   const dim3 grid(n_heads + n_kv_heads, n_tokens);
   return with_stores(kv.format, [&](auto stores) {
     using S = decltype(stores);
     return error_text(launch_overlapped(attention_prepare_kernel<S::k, S::v>, grid, dim3(128), 0, stream, qg, k, v,
-                                        q_norm, k_norm, kv, pos, n_heads, head_dim, rope_dims, rope_theta, eps));
+                                        q_norm, k_norm, kv, pos, n_heads, head_dim, rope_dims, rope_theta, eps,
+                                        stacked_stride));
   });
 }
 
@@ -722,29 +737,45 @@ const char* routing_refused(int n_experts, int k) {
 }  // namespace
 
 const char* router_topk(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
-                        int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, void* stream) {
+                        int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, void* stream,
+                        TokenRows window) {
   if (cols % 4 != 0 || rows < n_experts) return "router rows must be a multiple of 4 wide and hold every expert";
   if (const char* err = routing_refused(n_experts, k)) return err;
+  if (window.n < 1 || window.n > 65535) return "a router window of 1 to 65535 rows";
   return error_text(with_experts_per_lane(n_experts, [&](auto per_lane) {
-    return launch_overlapped(router_topk_kernel<decltype(per_lane)::value>, dim3((rows + kRouterWarps - 1) / kRouterWarps),
-                             dim3(kRouterWarps * kWarp), 0, stream, w, rows, cols, x, logits, n_experts, k, ids,
-                             weights, tally, arrivals);
+    return launch_overlapped(router_topk_kernel<decltype(per_lane)::value>,
+                             dim3((rows + kRouterWarps - 1) / kRouterWarps, window.n), dim3(kRouterWarps * kWarp), 0,
+                             stream, w, rows, cols, x, logits, n_experts, k, ids, weights, tally, arrivals, window);
   }));
 }
+
+namespace {
+cudaError_t route_rows(const float* logits, int64_t logits_stride, int n_experts, int k, int n, int32_t* ids,
+                       int ids_stride, int up, float* weights, RouteTally tally, void* stream) {
+  return with_experts_per_lane(n_experts, [&](auto per_lane) {
+    return launch_overlapped(moe_route_kernel<decltype(per_lane)::value>, dim3(n), dim3(kWarp), 0, stream, logits,
+                             logits_stride, n_experts, k, ids, ids_stride, up, weights, tally);
+  });
+}
+}  // namespace
 
 const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, int32_t* ids, float* weights,
                       RouteTally tally, void* stream) {
   if (const char* err = routing_refused(n_experts, k)) return err;
-  return error_text(with_experts_per_lane(n_experts, [&](auto per_lane) {
-    return launch_overlapped(moe_route_kernel<decltype(per_lane)::value>, dim3(n_tokens), dim3(kWarp), 0, stream,
-                             logits, n_experts, k, ids, weights, tally);
-  }));
+  return error_text(route_rows(logits, n_experts, n_experts, k, n_tokens, ids, 2 * k, k, weights, tally, stream));
+}
+
+const char* moe_route_window(const float* logits, int64_t logits_stride, int n_experts, int k, int n, int32_t* ids,
+                             float* weights, RouteTally tally, void* stream) {
+  if (const char* err = routing_refused(n_experts, k)) return err;
+  return error_text(route_rows(logits, logits_stride, n_experts, k, n, ids, k, n * k, weights, tally, stream));
 }
 
 const char* greedy_token(const float* logits, int n, void* partials, int blocks, unsigned* arrivals, int32_t* token,
-                         void* stream) {
+                         void* stream, int rows) {
   if (n < 1 || blocks < 1) return "greedy sampling needs at least one logit and one block";
-  return error_text(launch_overlapped(greedy_token_kernel, dim3(blocks), dim3(256), 0, stream, logits, n,
+  if (rows < 1 || rows > 65535) return "greedy sampling of 1 to 65535 rows";
+  return error_text(launch_overlapped(greedy_token_kernel, dim3(blocks, rows), dim3(256), 0, stream, logits, n,
                                       static_cast<Candidate*>(partials), arrivals, token));
 }
 
@@ -755,11 +786,12 @@ const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* st
 
 const char* moe_combine_add_norm(const float* y, const float* weights, int k, const float* shared,
                                  const float* shared_logit, int hidden, float* h, const float* norm_w, float* normed,
-                                 float eps, void* stream) {
+                                 float eps, void* stream, int rows, int64_t logit_stride) {
   if (hidden > kMaxNormed) return "expert sum and norm: rows wider than 8,192 values";
+  if (rows < 1) return "expert sum and norm of no rows";
   return error_text(with_values_per_thread(hidden, [&](auto per) {
-    return launch_overlapped(moe_combine_add_norm_kernel<decltype(per)::value>, dim3(1), dim3(kNormThreads), 0, stream,
-                             y, weights, k, shared, shared_logit, hidden, h, norm_w, normed, eps);
+    return launch_overlapped(moe_combine_add_norm_kernel<decltype(per)::value>, dim3(rows), dim3(kNormThreads), 0,
+                             stream, y, weights, k, shared, shared_logit, logit_stride, hidden, h, norm_w, normed, eps);
   }));
 }
 

@@ -17,15 +17,25 @@ const char* rms_norm(const float* x, const float* w, float* out, int rows, int n
 const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int rows, int n, float eps,
                          void* stream);
 
+// Consecutive tokens of one sequence in one launch (a speculative verify window): token t's inputs
+// at each input pointer + t * in_stride (the stacked product's rows: [n][rows]), its outputs at
+// o + t * out_stride. Each token's results are the bits a launch of that token alone gives.
+struct TokenRows {
+  int n = 1;
+  int64_t in_stride = 0, out_stride = 0;
+};
+
 // Attention, n_tokens tokens at positions *pos, *pos + 1, ... (device memory, so that a captured step
 // can be replayed at every position; qg, k and v hold one row per token): per head, q (the first
 // half of qg's 2 * head_dim) RMS-normed with q_norm and NeoX-rotated in place; per KV head, k
 // normed with k_norm and rotated (in place: k is scratch), then k and v stored into the token's
 // row of the paged cache `kv`, in its format (kv/codec.h's bytes). When the format stores keys
-// rotated (q4), q is rotated by H too, so q·k is unchanged.
+// rotated (q4), q is rotated by H too, so q·k is unchanged. Token t's rows are t times their own
+// widths apart (a prompt chunk's separate products), or stacked_stride apart when it is not 0 (a
+// verify window's stacked q|k|v product: [n_tokens][rows]).
 const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
                               KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim, int rope_dims,
-                              double rope_theta, float eps, int n_tokens, void* stream);
+                              double rope_theta, float eps, int n_tokens, void* stream, int64_t stacked_stride = 0);
 // Rows k and v ([n_tokens][heads * head_dim], device memory) written as they are into positions
 // first, first + 1, ... of the paged cache: the same writers as attention_prepare's (tests compare
 // their bytes with kv/codec.h's; benchmarks fill a context with it).
@@ -38,17 +48,13 @@ const char* kv_write(KvView kv, const float* k, const float* v, int64_t first, i
 // kernel merges by their log-sum-exp weights. fp16, int8 and q4 cells (head_dim 128 or 256) are
 // read by a tensor-core kernel, the rest by a float32 one. For a format that stores
 // values rotated, the merged output is rotated back before the gate; q must already be in the
-// keys' domain (attention_prepare puts it there).
+// keys' domain (attention_prepare puts it there). A window's token t (tokens) is at position *pos +
+// t over positions [0, *pos + t], its qg row in_stride floats on, its out row out_stride, and its
+// partials after the earlier tokens' (room for tokens.n times one token's), with the splits one token
+// has: its bits are those of its own launch.
 const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim,
-                             int n_splits, float* partials, float* out, void* stream);
+                             int n_splits, float* partials, float* out, void* stream, TokenRows tokens = {});
 
-// Consecutive tokens of one sequence in one launch (a speculative verify window): token t's inputs
-// at each input pointer + t * in_stride (the stacked product's rows: [n][rows]), its outputs at
-// o + t * out_stride. Each token's results are the bits a launch of that token alone gives.
-struct TokenRows {
-  int n = 1;
-  int64_t in_stride = 0, out_stride = 0;
-};
 // Gated DeltaNet, one token: the row qkv [channels] (Q | K | V) goes through the causal conv
 // (state [channels][kernel - 1], shifted) and SiLU in place; q and k of each key head are then
 // L2-normed (q also scaled by 1/sqrt(dk)). One launch; the rows of a TokenRows in order (in_stride
@@ -78,23 +84,34 @@ const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, i
                       RouteTally tally, void* stream);
 // The router's float32 product (w: rows x cols floats, rows >= n_experts; logits [rows]) and
 // moe_route's top k of the first n_experts logits for one token, in one launch. arrivals: one
-// zeroed counter (device memory) the kernel leaves zeroed.
+// zeroed counter (device memory) the kernel leaves zeroed. A window's window.n rows: row t's x
+// window.in_stride floats after row t - 1's, its logits window.out_stride after, its choices as
+// moe_route_window lays them out, its own counter (arrivals [window.n]).
 const char* router_topk(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
-                        int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, void* stream);
+                        int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, void* stream,
+                        TokenRows window = {});
+// moe_route for a verify window's n rows (logits logits_stride apart): ids [2][n][k], every row's
+// k experts, then every row's up halves (each plus n_experts), so that the window's gate|up
+// problems are the rows' gates, then the rows' ups, and its down problems the first half; weights
+// [n][k]. One row: moe_route's layout.
+const char* moe_route_window(const float* logits, int64_t logits_stride, int n_experts, int k, int n, int32_t* ids,
+                             float* weights, RouteTally tally, void* stream);
 // Greedy sampling on the device: *token = the index of the largest of n logits (the lowest index
 // among equals), or -1 when a logit is NaN or +inf or all are -inf (where the host's sampler
 // fails), in one launch of `blocks` blocks, each reducing its share to a (value, index) pair in
 // partials [blocks] (8 bytes each), the last to finish reducing those. arrivals: one zeroed counter (device memory) the kernel leaves zeroed.
+// `rows` rows of logits [rows][n] at once: partials [rows][blocks], arrivals and token [rows].
 const char* greedy_token(const float* logits, int n, void* partials, int blocks, unsigned* arrivals, int32_t* token,
-                         void* stream);
+                         void* stream, int rows = 1);
 // h = silu(g) * u, n values.
 const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream);
 // h += sum_j weights[j] * y[j] (slot order) + sigmoid(*shared_logit) * shared (when shared is not
-// null), in place (one block); then, when norm_w is not null, normed = RMSNorm(h) * norm_w: the
+// null), in place (one block a row); then, when norm_w is not null, normed = RMSNorm(h) * norm_w: the
 // expert sum, the residual add and the next norm in one launch, with add_rms_norm's arithmetic.
-// y: [k][hidden].
+// y: [k][hidden]. A window's `rows` rows, a block each: y [rows][k][hidden], weights [rows][k], h,
+// normed and shared [rows][hidden], row t's shared logit logit_stride floats after row t - 1's.
 const char* moe_combine_add_norm(const float* y, const float* weights, int k, const float* shared,
                                  const float* shared_logit, int hidden, float* h, const float* norm_w, float* normed,
-                                 float eps, void* stream);
+                                 float eps, void* stream, int rows = 1, int64_t logit_stride = 0);
 
 }  // namespace lode::cuda::kernels

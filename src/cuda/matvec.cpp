@@ -34,18 +34,25 @@ void run(const MatvecLaunch& m) {
     fail("CUDA: matvec on {} weights ({} x {}): {}", traits(m.type).name, m.rows, m.cols, err);
 }
 
+ProblemIo problem_io(int64_t x_stride, int64_t rows, const MatvecInput& input) {
+  if (input.x_run < 1 || input.x_inputs < 0) fail("cuda matvec: runs of {} problems over {} inputs", input.x_run, input.x_inputs);
+  return {input.x_inputs == 1 ? 0 : x_stride, input.x_run, input.x_inputs > 0 ? input.x_inputs : ProblemIo{}.x_inputs,
+          input.y_stride > 0 ? input.y_stride : rows};
+}
+
 }  // namespace
 
 void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x, float* y,
             int64_t n_tokens, void* stream, MatvecInput input) {
-  run({type, w, nullptr, nullptr, rows, cols, row_bytes, x, cols, y, n_tokens, stream, input.swiglu_up, input.q8});
+  run({type, w, nullptr, nullptr, rows, cols, row_bytes, x, problem_io(cols, rows, input), y, n_tokens, stream,
+       input.swiglu_up, input.q8});
 }
 
 void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids, int64_t n_problems, int64_t rows,
                     int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, void* stream,
                     MatvecInput input) {
-  run({type, nullptr, table, ids, rows, cols, row_bytes, x, x_stride, y, n_problems, stream, input.swiglu_up,
-       input.q8, input.ahead, input.ids_before_wait});
+  run({type, nullptr, table, ids, rows, cols, row_bytes, x, problem_io(x_stride, rows, input), y, n_problems, stream,
+       input.swiglu_up, input.q8, input.ahead, input.ids_before_wait});
 }
 
 }  // namespace lode::cuda

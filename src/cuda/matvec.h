@@ -12,7 +12,7 @@
 
 namespace lode::cuda {
 
-// How a product reads x.
+// How a product reads x (and where several problems write y).
 struct MatvecInput {
   // > 0: the input is not x but silu(x[c]) * x[swiglu_up + c], a SwiGLU's gate and up halves,
   // applied while x is read (no separate pass).
@@ -24,6 +24,12 @@ struct MatvecInput {
   // Grouped q8 products only (MatvecLaunch's fields of the same names).
   L2Ahead ahead{};
   bool ids_before_wait = false;
+  // Several problems (inputs, or a grouped product's problems): runs of x_run consecutive problems
+  // share one x, and the inputs start again after x_inputs of them (0: never), as ProblemIo counts
+  // them; problem p's outputs at y + p * y_stride (0: rows apart). A verify window's T rows, each
+  // with its k experts: x_run k, x_inputs T.
+  int32_t x_run = 1, x_inputs = 0;
+  int64_t y_stride = 0;
 };
 bool has_q8_matvec(GgmlType type);
 
@@ -42,7 +48,7 @@ void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row
 // Several products in one launch, each with its own matrix from a device-side table (the MoE's
 // (layer, expert) -> weights table; an expert cache can move experts without touching kernels):
 // problem p multiplies the matrix at table[ids[p]] (rows x cols, `type`) with x + p * x_stride
-// (x_stride 0: all problems share one x) into y + p * rows. table, ids, x and y are device memory.
+// (x_stride 0: all problems share one x; input's x_run and x_inputs regroup them) into y + p * rows. table, ids, x and y are device memory.
 void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids, int64_t n_problems, int64_t rows,
                     int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, void* stream = nullptr,
                     MatvecInput input = {});

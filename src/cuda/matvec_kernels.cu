@@ -447,11 +447,11 @@ constexpr int kWarpsPerBlock = 8;
 template <GgmlType T>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
     matvec_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t units,
-                  size_t row_bytes, const float* x, int64_t x_stride, float* y, int rows_per_warp, int64_t swiglu_up) {
+                  size_t row_bytes, const float* x, ProblemIo io, float* y, int rows_per_warp, int64_t swiglu_up) {
   extern __shared__ float4 shared_x[];
   float* xs = reinterpret_cast<float*>(shared_x);
   const int64_t p = blockIdx.y;  // the problem
-  const float* xp = x + p * x_stride;
+  const float* xp = x + io.x_at(p);
   // The warp's first row on its way from memory while x is staged (and, for a plain matrix, while
   // the kernel before this one finishes: the expert table's ids come from that kernel).
   const auto prefetch_first_row = [&] {
@@ -477,7 +477,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp)
       sum += Unit<T>::dot(row, u, reinterpret_cast<const float4*>(xs + u * kUnitStride));
 #pragma unroll
     for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0) y[p * rows + r] = sum;
+    if (lane == 0) y[p * io.y_stride + r] = sum;
   }
 }
 
@@ -493,7 +493,7 @@ __device__ __forceinline__ float plain_value(const uint8_t* row, int64_t c) {
 
 template <GgmlType T>
 __global__ void matvec_ragged_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows,
-                                     int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y,
+                                     int64_t cols, size_t row_bytes, const float* x, ProblemIo io, float* y,
                                      int64_t swiglu_up) {
   kernels::begin_after_inputs();
   const int lane = threadIdx.x % kWarp;
@@ -501,12 +501,12 @@ __global__ void matvec_ragged_kernel(const uint8_t* w, const void* const* table,
   const int64_t p = blockIdx.y;
   if (r >= rows) return;
   const uint8_t* row = (table ? static_cast<const uint8_t*>(table[ids[p]]) : w) + r * row_bytes;
-  const float* xp = x + p * x_stride;
+  const float* xp = x + io.x_at(p);
   float sum = 0.0f;
   for (int64_t c = lane; c < cols; c += kWarp) sum += plain_value<T>(row, c) * input_value(xp, c, swiglu_up);
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) y[p * rows + r] = sum;
+  if (lane == 0) y[p * io.y_stride + r] = sum;
 }
 
 template <GgmlType T>
@@ -516,7 +516,7 @@ cudaError_t launch(const MatvecLaunch& m) {
       const dim3 grid(unsigned((m.rows + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(m.n_problems));
       return kernels::launch_overlapped(matvec_ragged_kernel<T>, grid, dim3(kWarpsPerBlock * kWarp), 0, m.stream,
                                         static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, m.cols, m.row_bytes,
-                                        m.x, m.x_stride, m.y, m.swiglu_up);
+                                        m.x, m.io, m.y, m.swiglu_up);
     }
   }
   const int64_t units = m.cols / 32;
@@ -530,7 +530,7 @@ cudaError_t launch(const MatvecLaunch& m) {
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems));
   return kernels::launch_overlapped(matvec_kernel<T>, grid, dim3(kWarpsPerBlock * kWarp), shared, m.stream,
                                     static_cast<const uint8_t*>(m.w), m.table, m.ids, m.rows, units, m.row_bytes, m.x,
-                                    m.x_stride, m.y, rows_per_warp, m.swiglu_up);
+                                    m.io, m.y, rows_per_warp, m.swiglu_up);
 }
 
 }  // namespace

@@ -17,8 +17,27 @@ struct L2Ahead {
   int64_t problems = 0;
 };
 
+// Where problem p of a launch reads its x and writes its y: x + input(p) * x_stride, input(p) =
+// (p / x_run) % x_inputs (runs of x_run problems share one input, and the inputs start again after
+// x_inputs: a verify window's rows times each row's experts), and y + p * y_stride.
+struct ProblemIo {
+  int64_t x_stride = 0;
+  int32_t x_run = 1, x_inputs = 1 << 30;
+  int64_t y_stride = 0;
+#ifdef __CUDACC__
+  __host__ __device__
+#endif
+  int64_t x_at(int64_t p) const {  // (the divisions only where there are runs or cycles)
+    if (x_stride == 0) return 0;
+    int32_t i = int32_t(p);
+    if (x_run > 1) i /= x_run;
+    if (i >= x_inputs) i %= x_inputs;
+    return int64_t(i) * x_stride;
+  }
+};
+
 // n_problems products of the same shape in one launch. Problem p multiplies the matrix at
-// table[ids[p]] (or w when table is null) with x + p * x_stride, into y + p * rows.
+// table[ids[p]] (or w when table is null) with its x, into its y (io).
 struct MatvecLaunch {
   GgmlType type;
   const void* w;
@@ -27,7 +46,7 @@ struct MatvecLaunch {
   int64_t rows, cols;
   size_t row_bytes;
   const float* x;
-  int64_t x_stride;
+  ProblemIo io;
   float* y;
   int64_t n_problems;
   void* stream;

@@ -68,7 +68,7 @@ __device__ __forceinline__ int this_blocks_inputs(int64_t p, int64_t n_problems)
 template <GgmlType T, int kRows, int kSlices, int kInputs>
 __global__ void __launch_bounds__(256)
     matvec_q8_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t cols,
-                     size_t row_bytes, const float* x, int64_t x_stride, float* y, int lanes, int sets,
+                     size_t row_bytes, const float* x, ProblemIo io, float* y, int lanes, int sets,
                      int64_t swiglu_up, L2Ahead ahead, bool ids_before_wait, int64_t n_problems) {
   using S = Slice<T>;
   extern __shared__ int4 shared_x[];
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(256)
   if (!mine) return;
   if (ahead.table) ask_ahead(ahead, ids, p);
 #pragma unroll
-  for (int i = 0; i < kInputs; ++i) round_x<S::kRounding>(x + problem(i) * x_stride, cols, swiglu_up, rx[i]);
+  for (int i = 0; i < kInputs; ++i) round_x<S::kRounding>(x + io.x_at(problem(i)), cols, swiglu_up, rx[i]);
   __syncthreads();
   for (int set = 0; set < sets; ++set) {
     const int64_t first = first_of(set);
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(256)
         for (int offset = lanes / 2; offset > 0; offset /= 2)
           sum[k][i] = exact::add(sum[k][i], __shfl_xor_sync(0xffffffffu, sum[k][i], offset));
         const int64_t r = first + int64_t(k) * groups;
-        if (sub == 0 && r < rows && (kInputs == 1 || p + i < n_problems)) y[(p + i) * rows + r] = sum[k][i];
+        if (sub == 0 && r < rows && (kInputs == 1 || p + i < n_problems)) y[(p + i) * io.y_stride + r] = sum[k][i];
       }
   }
 }
@@ -211,7 +211,7 @@ __device__ __forceinline__ void stage_rows(uint8_t* to, const uint8_t* from, int
 template <GgmlType T, int kRows, int kInputs>
 __global__ void __launch_bounds__(256)
     matvec_q8_staged_kernel(const uint8_t* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
-                            int64_t x_stride, float* y, int lanes, int64_t swiglu_up, int64_t n_problems) {
+                            ProblemIo io, float* y, int lanes, int64_t swiglu_up, int64_t n_problems) {
   using S = Slice<T>;
   extern __shared__ int4 shared_rows[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
@@ -225,10 +225,10 @@ __global__ void __launch_bounds__(256)
   kernels::begin_after_inputs();
   const size_t x_words = rounded_x_words(size_t(cols), cols);
   const int inputs = this_blocks_inputs<kInputs>(p, n_problems);
-  round_x<S::kRounding>(x + p * x_stride, cols, swiglu_up, rx);
+  round_x<S::kRounding>(x + io.x_at(p), cols, swiglu_up, rx);
 #pragma unroll 1
   for (int i = 1; i < inputs; ++i)
-    round_x<S::kRounding>(x + (p + i) * x_stride, cols, swiglu_up, rounded_x_in(x_at + i * x_words, size_t(cols), cols));
+    round_x<S::kRounding>(x + io.x_at(p + i), cols, swiglu_up, rounded_x_in(x_at + i * x_words, size_t(cols), cols));
   copies_arrived();
   __syncthreads();
   // Rows past the end compute on whatever the shared memory holds and are not written. With several
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(256)
       for (int offset = lanes / 2; offset > 0; offset /= 2)
         sum[k] = exact::add(sum[k], __shfl_xor_sync(0xffffffffu, sum[k], offset));
       const int64_t r = first + local + k * groups;
-      if (sub == 0 && r < rows) y[(p + i) * rows + r] = sum[k];
+      if (sub == 0 && r < rows) y[(p + i) * io.y_stride + r] = sum[k];
     }
   }
 }
@@ -311,7 +311,7 @@ __device__ __forceinline__ float q8_0_span_dot(const uint8_t* w, const RoundedX&
 template <int kInputs>
 __global__ void __launch_bounds__(256)
     matvec_q8_0_spans_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows,
-                             int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, int lanes,
+                             int64_t cols, size_t row_bytes, const float* x, ProblemIo io, float* y, int lanes,
                              int64_t swiglu_up, int64_t n_problems) {
   extern __shared__ int4 shared_rows[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(256)
   }
 #pragma unroll 1
   for (int i = 0; i < inputs; ++i)
-    round_x<XRounding::q8_0, true>(x + (p + i) * x_stride, cols, swiglu_up, rounded_x_in(x_at + i * x_words, row_bytes, cols));
+    round_x<XRounding::q8_0, true>(x + io.x_at(p + i), cols, swiglu_up, rounded_x_in(x_at + i * x_words, row_bytes, cols));
   copies_arrived();
   __syncthreads();
   // Rows past the end compute on whatever the shared memory holds and are not written. Each input
@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(256)
     float sum = 0.0f;
     for (int span = sub; span < n_spans; span += lanes) sum = exact::add(sum, q8_0_span_dot(row, xi, span));
     for (int offset = lanes / 2; offset > 0; offset /= 2) sum = exact::add(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
-    if (sub == 0 && first + local < rows) y[(p + i) * rows + first + local] = sum;
+    if (sub == 0 && first + local < rows) y[(p + i) * io.y_stride + first + local] = sum;
   }
 }
 
@@ -369,7 +369,7 @@ cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block),
                   unsigned((m.n_problems + kInputs - 1) / kInputs));
   return kernels::launch_overlapped(kernel, grid, dim3(256), shared, m.stream, static_cast<const uint8_t*>(m.w), m.table,
-                                    m.ids, m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y, lanes, m.swiglu_up,
+                                    m.ids, m.rows, m.cols, m.row_bytes, m.x, m.io, m.y, lanes, m.swiglu_up,
                                     m.n_problems);
 }
 
@@ -387,7 +387,7 @@ cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block),
                   unsigned((m.n_problems + kInputs - 1) / kInputs));
   return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, static_cast<const uint8_t*>(m.w),
-                                    m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y, lanes, sets,
+                                    m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.io, m.y, lanes, sets,
                                     m.swiglu_up, m.ahead, m.ids_before_wait, m.n_problems);
 }
 
@@ -412,7 +412,7 @@ cudaError_t launch_q8_staged(const MatvecLaunch& m, int lanes) {
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block),
                   unsigned((m.n_problems + kInputs - 1) / kInputs));
   return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, static_cast<const uint8_t*>(m.w),
-                                    m.rows, m.cols, m.row_bytes, m.x, m.x_stride, m.y, lanes, m.swiglu_up, m.n_problems);
+                                    m.rows, m.cols, m.row_bytes, m.x, m.io, m.y, lanes, m.swiglu_up, m.n_problems);
 }
 
 // Two slices of each row per lane and pass where a lane has them and their registers stay within

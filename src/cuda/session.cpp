@@ -100,13 +100,14 @@ struct CudaSession::Impl {
   std::set<std::string, std::less<>> left_out;  // kernel classes the step leaves out (CudaSession::leave_out)
   bool is_left_out(std::string_view what) const { return !left_out.empty() && left_out.count(what) > 0; }
 
-  // Scratch for one token.
+  // Scratch for up to options.step_rows tokens (plan::DecodeScratch): each buffer holds a row per
+  // token of a window, one after another.
   float* attention_partials;
   float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *qkv, *z, *b, *alpha, *o, *router_logits, *weights;
-  float *g, *u, *y, *sg, *su, *shared_out, *logits;
+  float *g, *y, *sg, *shared_out, *logits;
   int32_t* ids;
-  int32_t* pair_ids;  // {0, 1}: the shared expert's gate and up in one grouped launch
-  unsigned* router_arrivals;    // for router_topk's last block (kept zeroed)
+  int32_t* pair_ids;  // rows zeros, then rows ones: the shared expert's gate and up in one grouped launch
+  unsigned* router_arrivals;    // for router_topk's last block, one a row (kept zeroed)
   void* greedy_partials;        // greedy_token's per-block pairs
   int32_t* device_token;        // and its token
   unsigned* greedy_arrivals;    // and its block counter (kept zeroed)
@@ -138,7 +139,7 @@ struct CudaSession::Impl {
     for (const gguf::TensorInfo& t : reader.tensors()) {
       if (host_bytes < t.data || host_bytes >= t.data + t.size) continue;
       auto* device = static_cast<uint8_t*>(allocate(t.size, use, t.name));
-      copy_to_device(device, t.data, t.size);
+      copy_mapped_to_device(device, t.data, t.size);
       uploaded.emplace_back(&t, device);
       return device + (host_bytes - t.data);
     }
@@ -233,7 +234,7 @@ struct CudaSession::Impl {
         size_t offset = 0;
         for (size_t p = i; p < end; ++p) {
           const model::MatrixView& m = *parts[p].first;
-          copy_to_device(stacked + offset, m.data, size_t(m.rows) * m.row_bytes);
+          copy_mapped_to_device(stacked + offset, m.data, size_t(m.rows) * m.row_bytes);
           *parts[p].second = {m.type->type, stacked + offset, m.rows, m.cols, m.row_bytes};
           offset += size_t(m.rows) * m.row_bytes;
         }
@@ -298,21 +299,22 @@ struct CudaSession::Impl {
   // routing counters in it are zeroed here and only ever added to).
   void allocate_scratch() {
     const model::Qwen35MoeConfig& c = config;
-    const plan::DecodeScratch l = plan::decode_scratch(c, options.max_context);
+    const plan::DecodeScratch l = plan::decode_scratch(c, options.max_context, options.step_rows);
     auto* base = static_cast<uint8_t*>(allocate(l.total, VramUse::scratch, "decode scratch"));
     check_cuda(cudaMemset(base, 0, l.total), "zeroing the decode scratch");
     const auto f = [&](size_t offset) { return reinterpret_cast<float*>(base + offset); };
     h = f(l.h), normed = f(l.normed), mixed = f(l.mixed), attention_partials = f(l.attention_partials);
     // Each mixer's inputs consecutive, as its stacked products write them.
+    // (A window's rows of these: [T][the stacked product's rows], mixer_rows() apart.)
     qg = f(l.qg), kbuf = qg + 2 * c.q_dim(), vbuf = kbuf + c.kv_dim(), attn = f(l.attn);
     qkv = f(l.qkv), z = qkv + c.conv_channels(), b = z + c.ssm_value_dim(), alpha = b + c.ssm_dt_rank, o = f(l.o);
     router_logits = f(l.router_logits), weights = f(l.weights);
     ids = reinterpret_cast<int32_t*>(base + l.ids);
-    g = f(l.gu), u = g + c.n_experts_used * c.expert_ff;  // one grouped launch writes both
-    y = f(l.y), sg = f(l.shared_gu), su = sg + c.shared_ff;
+    g = f(l.gu), y = f(l.y), sg = f(l.shared_gu);  // the up halves follow: see moe() and shared_expert()
     pair_ids = reinterpret_cast<int32_t*>(base + l.pair_ids);
-    const int32_t pair[2] = {0, 1};
-    copy_to_device(pair_ids, pair, sizeof(pair));
+    std::vector<int32_t> pairs(size_t(2 * l.rows), 0);
+    std::fill(pairs.begin() + l.rows, pairs.end(), 1);
+    copy_to_device(pair_ids, pairs.data(), pairs.size() * sizeof(int32_t));
     shared_out = f(l.shared_out), logits = f(l.logits);
     router_arrivals = reinterpret_cast<unsigned*>(base + l.router_arrivals);
     device_position = reinterpret_cast<int64_t*>(base + l.position);
@@ -337,9 +339,19 @@ struct CudaSession::Impl {
     position = 0;
   }
 
+  // The tokens the step being queued takes (a verify window's; 1 outside one): every launch below
+  // runs them all, each row computed as a one-token step computes it.
+  int window = 1;
+
   // How decode's products read their input (swiglu_up: see MatvecInput).
   MatvecInput input(int64_t swiglu_up = 0) const {
     return {.swiglu_up = swiglu_up, .q8 = options.activations == model::Activations::q8};
+  }
+  // A grouped product's problems over the window's rows: runs of `per_row` problems, one run a row,
+  // and the runs start again after the last row (gate|up: every row's gates, then its ups).
+  MatvecInput rows_of(MatvecInput in, int64_t per_row) const {
+    in.x_run = int32_t(per_row), in.x_inputs = window;
+    return in;
   }
 
   // Products on `on` (null: the step's stream); `what` names them in the per-kernel profile, whose
@@ -351,17 +363,29 @@ struct CudaSession::Impl {
     queued(what, double(n) * double(e.rows) * double(e.row_bytes), e.type);
   }
 
+  // A plain product of the window's rows (x [window][cols]; out rows y_stride apart, 0: m.rows).
   void mv(std::string_view what, const DeviceMatrix& m, const float* x, float* out, int64_t swiglu_up = 0,
-          cudaStream_t on = nullptr) {
+          cudaStream_t on = nullptr, int64_t y_stride = 0) {
     if (is_left_out(what)) return;
-    matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, x, out, 1, on ? on : stream, input(swiglu_up));
+    MatvecInput in = input(swiglu_up);
+    in.y_stride = y_stride;
+    matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, x, out, window, on ? on : stream, in);
     queued(what, double(m.rows) * double(m.row_bytes), m.type);
   }
 
-  // The mixer's input products, one launch per stacked run, outputs one after another from `out`.
+  // The rows of a layer's mixer inputs, all stacked runs together: a window's rows are this far apart.
+  static int64_t mixer_rows(const DeviceLayer& d) {
+    int64_t rows = 0;
+    for (int i = 0; i < d.n_mixer_in; ++i) rows += d.mixer_in[i].rows;
+    return rows;
+  }
+
+  // The mixer's input products, one launch per stacked run, outputs one after another from `out`
+  // (a window's rows mixer_rows apart).
   void mixer_inputs(std::string_view what, const DeviceLayer& d, float* out) {
+    const int64_t stride = mixer_rows(d);
     for (int i = 0; i < d.n_mixer_in; ++i) {
-      mv(what, d.mixer_in[i], normed, out);
+      mv(what, d.mixer_in[i], normed, out, 0, nullptr, stride);
       out += d.mixer_in[i].rows;
     }
   }
@@ -373,13 +397,14 @@ struct CudaSession::Impl {
     launch("attention prepare", [&] {
       return kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, st.kv, device_position, int(c.n_heads),
                                         int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims), c.rope_theta,
-                                        float(c.rms_eps), 1, stream);
+                                        float(c.rms_eps), window, stream, mixer_rows(d));
     });
     launch(
         "attention (split-K and merge)",
         [&] {
           return kernels::attention_decode(qg, st.kv, device_position, int(c.n_heads), int(c.n_kv_heads),
-                                           int(c.head_dim), attention_splits(), attention_partials, attn, stream);
+                                           int(c.head_dim), attention_splits(), attention_partials, attn, stream,
+                                           {window, mixer_rows(d), c.q_dim()});
         },
         kv_bytes_per_layer() * double(position + 1));
     mark(Phase::attention_core);
@@ -391,16 +416,17 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     mixer_inputs("DeltaNet qkv|z|b|alpha", d, qkv);  // qkv, z, b, alpha are consecutive
     mark(Phase::deltanet_proj);
+    const kernels::TokenRows rows{window, mixer_rows(d), c.ssm_value_dim()};
     launch("DeltaNet conv", [&] {
       return kernels::deltanet_prepare(qkv, st.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
-                                       int(c.ssm_groups), int(c.ssm_state), stream);
+                                       int(c.ssm_groups), int(c.ssm_state), stream, rows);
     });
     launch(
         "DeltaNet step and gated norm",
         [&] {
           return kernels::deltanet_step(st.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
                                         int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o,
-                                        stream);
+                                        stream, rows);
         },
         2.0 * double(recurrent_floats()) * sizeof(float));
     mark(Phase::deltanet_core);
@@ -408,18 +434,22 @@ struct CudaSession::Impl {
     mark(Phase::deltanet_proj);
   }
 
-  // The shared expert (and its gate's logit when the router does not give it), on `on`.
+  // The shared expert (and its gate's logit when the router does not give it), on `on`: the
+  // window's gate rows [window][shared_ff] at sg, then its up rows.
   void shared_expert(const DeviceLayer& d, cudaStream_t on) {
     const model::Qwen35MoeConfig& c = config;
-    if (d.shared_gate_up.table) {
-      grouped("shared expert gate|up", d.shared_gate_up, pair_ids, 2, normed, 0, sg, input(), on);
+    float* su = sg + window * c.shared_ff;
+    if (d.shared_gate_up.table) {  // window zeros then window ones: the tail of pair_ids' rows and rows
+      const int32_t* pairs = pair_ids + (options.step_rows - window);
+      grouped("shared expert gate|up", d.shared_gate_up, pairs, 2 * window, normed, c.hidden, sg, rows_of(input(), 1),
+              on);
     } else {
       mv("shared expert gate", d.shared_gate, normed, sg, 0, on);
       mv("shared expert up", d.shared_up, normed, su, 0, on);
     }
-    mv("shared expert down (SwiGLU inside)", d.shared_down, sg, shared_out, c.shared_ff, on);  // su = sg + shared_ff
+    mv("shared expert down (SwiGLU inside)", d.shared_down, sg, shared_out, su - sg, on);
     if (!d.router_and_shared_logit.data)
-      mv("shared expert's gate logit", d.shared_logit, normed, router_logits + c.n_experts, 0, on);
+      mv("shared expert's gate logit", d.shared_logit, normed, router_logits + c.n_experts, 0, on, c.n_experts + 1);
   }
 
   // Each layer's stage for the CPU miss path's dispatch (kernels::MissStage): the prompt pass's
@@ -494,7 +524,8 @@ struct CudaSession::Impl {
       shared_expert(d, side_stream);
       check_cuda(cudaEventRecord(join, side_stream), "joining the shared expert");
     }
-    // router_logits [n_experts + 1]: the router's, then the shared expert's gate.
+    // router_logits [window][n_experts + 1]: each row's router logits, then its shared expert's gate.
+    const int64_t logit_row = c.n_experts + 1;
     const float* shared_gate_logit = router_logits + c.n_experts;
     if (d.router.type == GgmlType::F32 && c.hidden % 4 == 0) {
       const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
@@ -503,29 +534,32 @@ struct CudaSession::Impl {
           [&] {
             return kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), normed,
                                         router_logits, int(c.n_experts), int(k), ids, weights, d.tally, router_arrivals,
-                                        stream);
+                                        stream, {window, c.hidden, logit_row});
           },
           double(r.rows) * double(r.row_bytes));
     } else {
       mv("router product", d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router, normed,
-         router_logits);
+         router_logits, 0, nullptr, logit_row);
       launch("router", [&] {
-        return kernels::moe_route(router_logits, int(c.n_experts), int(k), 1, ids, weights, d.tally, stream);
+        return kernels::moe_route_window(router_logits, logit_row, int(c.n_experts), int(k), window, ids, weights,
+                                         d.tally, stream);
       });
     }
     // Some absent experts go to the CPU (their ids become -1, which the products skip); the hinted
     // first. The GPU's own absent ones are staged into VRAM, and the products read the chosen
-    // experts through the stage's table.
-    const kernels::MissStage stage = miss ? stages[size_t(layer)] : kernels::MissStage{};
+    // experts through the stage's table. (A window's steps read every absent expert over PCIe:
+    // the CPU miss path serves one-token steps.)
+    const bool cpu_misses = miss && window == 1;
+    const kernels::MissStage stage = cpu_misses ? stages[size_t(layer)] : kernels::MissStage{};
     const void* const* table = tier->table(layer);
-    if (miss)
+    if (cpu_misses)
       launch(kMissDispatch, [&] {
         return kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, table,
                                       int(c.n_experts), stage, stream);
       });
     // The next layer's hint, from h after this layer's mixer, while the host computes this layer's
     // request and the GPU its share: the host reads ahead once it has answered.
-    if (hints() && layer + 1 < int64_t(layers.size())) hint_misses(layers[size_t(layer + 1)], layer + 1);
+    if (cpu_misses && hints() && layer + 1 < int64_t(layers.size())) hint_misses(layers[size_t(layer + 1)], layer + 1);
     if (stage.table)
       launch(kMissStage,
              [&] { return kernels::miss_stage(stage, ids, int(k), table, int(c.n_experts), stream); });
@@ -537,23 +571,26 @@ struct CudaSession::Impl {
     // The gate|up product asks L2 for the down matrices of its experts once it has read their ids,
     // and the down product, whose ids were written before gate|up ran, reads them and sends for its
     // first rows before it waits for gate|up (on the H200 447.8-448.2 tokens/s against 441.7-441.9;
-    // inside the step the down product 5.1 us against 7.0).
+    // inside the step the down product 5.1 us against 7.0). A window's problems: every row's k
+    // gates, then every row's k ups (kernels::moe_route_window's ids); down's are the gates' ids.
+    const int64_t n = window * k;  // the window's (row, expert) pairs
     const DeviceExperts down = through_stage(d.down, 2 * k);
-    MatvecInput gate_up = input();
-    gate_up.ahead = {down.table, down.rows * int64_t(down.row_bytes), k};
+    MatvecInput gate_up = rows_of(input(), k);
+    gate_up.ahead = {down.table, down.rows * int64_t(down.row_bytes), n};
+    float* u = g + n * ff;
     if (d.gate_up.table) {
-      grouped("experts gate|up", through_stage(d.gate_up, 0), which, 2 * k, normed, 0, g, gate_up);
+      grouped("experts gate|up", through_stage(d.gate_up, 0), which, 2 * n, normed, c.hidden, g, gate_up);
     } else {
-      grouped("experts gate", through_stage(d.gate, 0), which, k, normed, 0, g, input());
-      grouped("experts up", through_stage(d.up, k), which, k, normed, 0, u, gate_up);
+      grouped("experts gate", through_stage(d.gate, 0), which, n, normed, c.hidden, g, rows_of(input(), k));
+      grouped("experts up", through_stage(d.up, k), which, n, normed, c.hidden, u, gate_up);
     }
-    // The down projection applies the SwiGLU to the gate (g) and up (u = g + k ff) outputs as it reads
-    // them. (Its ids are not read before the wait while kernels are left out: the kernel before it may
+    // The down projection applies the SwiGLU to the gate (g) and up (u) outputs as it reads them.
+    // (Its ids are not read before the wait while kernels are left out: the kernel before it may
     // then not be gate|up.)
-    MatvecInput down_input = input(k * ff);
+    MatvecInput down_input = input(u - g);
     down_input.ids_before_wait = left_out.empty();
-    grouped("experts down (SwiGLU inside)", down, which, k, g, ff, y, down_input);
-    if (miss)
+    grouped("experts down (SwiGLU inside)", down, which, n, g, ff, y, down_input);
+    if (cpu_misses)
       launch(kMissGather,
              [&] { return kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream); });
     mark(Phase::experts);
@@ -568,7 +605,8 @@ struct CudaSession::Impl {
     join_hint();
     launch("expert sum, residual and norm", [&] {
       return kernels::moe_combine_add_norm(y, weights, int(k), shared ? shared_out : nullptr, shared_gate_logit,
-                                           int(c.hidden), h, next_norm, normed, float(c.rms_eps), stream);
+                                           int(c.hidden), h, next_norm, normed, float(c.rms_eps), stream, window,
+                                           logit_row);
     });
     mark(Phase::expert_sum);
   }
@@ -583,17 +621,17 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     const float eps = float(c.rms_eps);
     const int hidden = int(c.hidden);
-    launch("norm", [&] { return kernels::rms_norm(h, layers.front().attn_norm, normed, 1, hidden, eps, stream); });
+    launch("norm", [&] { return kernels::rms_norm(h, layers.front().attn_norm, normed, window, hidden, eps, stream); });
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
       mark(Phase::norms);
       // The first layer's hint from the embedding, beside the mixer (later layers': in moe()).
-      if (l == 0 && hints()) hint_misses(d, 0);
+      if (l == 0 && hints() && window == 1) hint_misses(d, 0);
       d.recurrent ? deltanet(d, states[l]) : attention(d, states[l]);
       join_hint();
       // Each residual add is fused with the norm that reads its result.
       launch("residual and norm",
-             [&] { return kernels::add_rms_norm(h, mixed, d.post_norm, normed, 1, hidden, eps, stream); });
+             [&] { return kernels::add_rms_norm(h, mixed, d.post_norm, normed, window, hidden, eps, stream); });
       mark(Phase::norms);
       moe(d, int64_t(l), l + 1 < layers.size() ? layers[l + 1].attn_norm : with_logits ? output_norm : nullptr);
     }
@@ -604,17 +642,18 @@ struct CudaSession::Impl {
           "greedy token",
           [&] {
             return kernels::greedy_token(logits, int(c.vocab), greedy_partials, plan::kGreedyBlocks, greedy_arrivals,
-                                         device_token, stream);
+                                         device_token, stream, window);
           },
-          double(c.vocab) * sizeof(float));
+          double(window) * double(c.vocab) * sizeof(float));
     mark(Phase::lm_head);  // with the greedy pick
   }
 
-  // The step captured once as a CUDA graph (one for each StepOutput) and replayed: one launch
-  // instead of ~700. Profiling runs the kernels directly, to time them.
+  // The step captured once as a CUDA graph (one for each window size and StepOutput) and
+  // replayed: one launch instead of ~700. Profiling runs the kernels directly, to time them.
   void run_step(StepOutput wanted) {
     if (options.profile) return layers_and_head(wanted);
-    cudaGraphExec_t& exec = graphs[size_t(wanted)];
+    if (graphs.empty()) graphs.resize(size_t(options.step_rows));
+    cudaGraphExec_t& exec = graphs[size_t(window - 1)][size_t(wanted)];
     if (!exec) {
       cudaGraph_t graph = nullptr;
       check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "capturing a step");
@@ -629,36 +668,64 @@ struct CudaSession::Impl {
   // One position: token in; out, as `wanted`, the logits into logits_out, or the greedy token
   // (returned), or nothing (-1 returned).
   int32_t step(int32_t token, StepOutput wanted, float* logits_out = nullptr) {
+    int32_t greedy = -1;
+    step(std::span(&token, 1), wanted, logits_out, &greedy, nullptr);
+    return greedy;
+  }
+
+  // Tokens at the next positions in one step (a verify window: each row computed as a one-token
+  // step computes it); out, as `wanted`, each row's logits [n][vocab] into logits_out or its greedy
+  // token into greedy_out [n] (-1 where there is none), and each row's final-normed hidden state
+  // [n][hidden] into hidden_out when it is not null (not with StepOutput::none).
+  void step(std::span<const int32_t> tokens, StepOutput wanted, float* logits_out, int32_t* greedy_out,
+            float* hidden_out) {
     const model::Qwen35MoeConfig& c = config;
+    const int n = int(tokens.size());
     assert(wanted != StepOutput::logits || logits_out);
-    if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
-    if (position >= options.max_context)
+    assert(!hidden_out || wanted != StepOutput::none);
+    if (n < 1 || n > options.step_rows)
+      fail("cuda session: a step of {} tokens; this session takes 1 to {} (step_rows)", n, options.step_rows);
+    for (int32_t token : tokens)
+      if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
+    if (position + n > options.max_context)
       fail("cuda session: the context of {} positions is full; raise max_context", options.max_context);
     clock.start();
     const auto started = std::chrono::steady_clock::now();
-    model::dequantize_row(host.token_embd, token, pinned_embedding);
+    for (int t = 0; t < n; ++t) model::dequantize_row(host.token_embd, tokens[size_t(t)], pinned_embedding + t * c.hidden);
     *pinned_position = position;
-    check_cuda(cudaMemcpyAsync(h, pinned_embedding, size_t(c.hidden) * sizeof(float), cudaMemcpyHostToDevice, stream),
+    check_cuda(cudaMemcpyAsync(h, pinned_embedding, size_t(n * c.hidden) * sizeof(float), cudaMemcpyHostToDevice, stream),
                "embedding to the device");
     check_cuda(cudaMemcpyAsync(device_position, pinned_position, sizeof(int64_t), cudaMemcpyHostToDevice, stream),
                "position to the device");
     mark(Phase::embedding);
     if (timing_kernels()) kernel_clock.begin(stream);
-    run_step(wanted);
+    window = n;
+    try {
+      run_step(wanted);
+    } catch (...) {
+      window = 1;
+      throw;
+    }
+    window = 1;
     if (wanted == StepOutput::logits)
-      check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
+      check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(n * c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
                  "logits to the host");
     if (wanted == StepOutput::greedy_token)
-      check_cuda(cudaMemcpyAsync(pinned_token, device_token, sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
+      check_cuda(cudaMemcpyAsync(pinned_token, device_token, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
                  "the greedy token to the host");
+    if (hidden_out)
+      check_cuda(cudaMemcpyAsync(pinned_hidden, normed, size_t(n * c.hidden) * sizeof(float), cudaMemcpyDeviceToHost, stream),
+                 "hidden states to the host");
     check_cuda(cudaStreamSynchronize(stream), "a step");
     mark(Phase::output_copy);
     if (timing_kernels()) kernel_clock.settle();
-    if (wanted == StepOutput::logits) std::copy_n(pinned_logits, c.vocab, logits_out);
-    ++position;
-    if (miss) miss->after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), stream);
+    if (wanted == StepOutput::logits) std::copy_n(pinned_logits, n * c.vocab, logits_out);
+    if (wanted == StepOutput::greedy_token) std::copy_n(pinned_token, n, greedy_out);
+    if (hidden_out) std::copy_n(pinned_hidden, n * c.hidden, hidden_out);
+    position += n;
+    if (miss && n == 1)
+      miss->after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), stream);
     tier->between_steps(stream);
-    return wanted == StepOutput::greedy_token ? *pinned_token : -1;
   }
 
   // The CPU miss path, where decode steps can miss and options.miss_path allows it.
@@ -729,24 +796,28 @@ struct CudaSession::Impl {
     check_cuda(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "creating an event");
     check_cuda(cudaEventCreateWithFlags(&hint_fork, cudaEventDisableTiming), "creating an event");
     check_cuda(cudaEventCreateWithFlags(&hint_join, cudaEventDisableTiming), "creating an event");
-    check_cuda(cudaMallocHost(&pinned_embedding, size_t(config.hidden) * sizeof(float)), "pinned memory");
-    check_cuda(cudaMallocHost(&pinned_logits, size_t(config.vocab) * sizeof(float)), "pinned memory");
+    const size_t rows = size_t(options.step_rows);
+    check_cuda(cudaMallocHost(&pinned_embedding, rows * size_t(config.hidden) * sizeof(float)), "pinned memory");
+    check_cuda(cudaMallocHost(&pinned_hidden, rows * size_t(config.hidden) * sizeof(float)), "pinned memory");
+    check_cuda(cudaMallocHost(&pinned_logits, rows * size_t(config.vocab) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_position, sizeof(int64_t)), "pinned memory");
-    check_cuda(cudaMallocHost(&pinned_token, sizeof(int32_t)), "pinned memory");
+    check_cuda(cudaMallocHost(&pinned_token, rows * sizeof(int32_t)), "pinned memory");
     if (plan.prompt_chunk > 0) create_prompt_pass();
   }
 
   // The step's captured graphs, recaptured at the next step.
   void drop_graphs() {
-    for (cudaGraphExec_t& exec : graphs) {
-      if (exec) cudaGraphExecDestroy(exec);
-      exec = nullptr;
-    }
+    for (auto& outputs : graphs)
+      for (cudaGraphExec_t& exec : outputs) {
+        if (exec) cudaGraphExecDestroy(exec);
+        exec = nullptr;
+      }
   }
 
   ~Impl() {
     drop_graphs();
     cudaFreeHost(pinned_embedding);
+    cudaFreeHost(pinned_hidden);
     cudaFreeHost(pinned_logits);
     cudaFreeHost(pinned_position);
     cudaFreeHost(pinned_token);
@@ -767,8 +838,10 @@ struct CudaSession::Impl {
   cudaEvent_t fork = nullptr, join = nullptr;
   cudaEvent_t hint_fork = nullptr, hint_join = nullptr;  // the miss hint's branch
   bool hint_pending = false;                              // forked, not yet joined (while capturing)
-  cudaGraphExec_t graphs[size_t(StepOutput::count)] = {};
-  float* pinned_embedding = nullptr;
+  // [window - 1][StepOutput]: made on first use.
+  std::vector<std::array<cudaGraphExec_t, size_t(StepOutput::count)>> graphs;
+  float* pinned_embedding = nullptr;  // [step_rows][hidden]
+  float* pinned_hidden = nullptr;     // likewise, the final-normed states back
   float* pinned_logits = nullptr;
   int64_t* pinned_position = nullptr;
   int32_t* pinned_token = nullptr;
@@ -804,12 +877,15 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
     : impl_(std::make_unique<Impl>(reader, weights, with_heads_checked(options, weights->config))) {
   const model::Qwen35MoeConfig& config = weights->config;
   if (options.max_context <= 0) fail("cuda session: max_context must be positive");
+  if (options.step_rows < 1 || options.step_rows > kMaxStepRows)
+    fail("cuda session: step_rows {} is outside 1..{}", options.step_rows, kMaxStepRows);
   Impl& s = *impl_;
   // The plan first: nothing is uploaded for a budget it refuses.
   s.plan = plan::plan_memory(s.host, {.budget = s.vram.budget(),
                                       .kv = options.kv_format,
                                       .context = options.max_context,
                                       .parallel = 1,
+                                      .step_rows = options.step_rows,
                                       .prompt_chunk = options.prompt_chunk > 1 ? options.prompt_chunk : 0,
                                       .max_resident_experts = options.max_resident_experts});
   s.tier = std::make_unique<ExpertTier>(s.host, s.plan, s.vram);
@@ -852,6 +928,22 @@ int32_t CudaSession::decode_greedy(int32_t token) {
     fail("cuda session: the step's logits hold NaN or +inf, or are all -inf, so there is no greedy token (a damaged "
          "model file?)");
   return next;
+}
+
+CudaSession::Window CudaSession::decode_window(std::span<const int32_t> tokens, bool greedy_only, bool want_hidden) {
+  Impl& s = *impl_;
+  const size_t n = tokens.size();
+  Window out;
+  if (greedy_only) out.greedy.resize(n);
+  else out.logits.resize(n * size_t(s.config.vocab));
+  if (want_hidden) out.hidden.resize(n * size_t(s.config.hidden));
+  s.step(tokens, greedy_only ? Impl::StepOutput::greedy_token : Impl::StepOutput::logits, out.logits.data(),
+         out.greedy.data(), want_hidden ? out.hidden.data() : nullptr);
+  for (int32_t next : out.greedy)
+    if (next < 0 && s.left_out.empty())
+      fail("cuda session: a window row's logits hold NaN or +inf, or are all -inf, so there is no greedy token (a "
+           "damaged model file?)");
+  return out;
 }
 
 void CudaSession::reset() {
@@ -1029,6 +1121,7 @@ ExpertStats CudaSession::expert_stats() const {
 }
 
 int64_t CudaSession::prompt_chunk() const { return impl_->prompt ? impl_->prompt->chunk() : 0; }
+int64_t CudaSession::step_rows() const { return impl_->options.step_rows; }
 int64_t CudaSession::position() const { return impl_->position; }
 int64_t CudaSession::max_context() const { return impl_->options.max_context; }
 int64_t CudaSession::vocab() const { return impl_->config.vocab; }

@@ -2,7 +2,8 @@
 // the trunk (every matrix but the routed experts, uploaded as stored, no dequantized copies), the
 // K/V cache in the session's format (kv/format.h), the DeltaNet states (float32), the scratch, and
 // as many whole experts as fit; the rest of the experts are read in place from pinned host RAM over
-// PCIe (cuda/expert_tier.h). A decode step runs one token through the model on the kernels of
+// PCIe (cuda/expert_tier.h). A decode step runs one token (or a verify window of a few consecutive
+// tokens, each row with the bits of its own one-token step) through the model on the kernels of
 // cuda/matvec.h and cuda/forward_kernels.h, captured once as a CUDA graph; a prompt runs in chunks
 // through cuda/prompt_pass.h (tensor-core products). Products reach their experts through the
 // tier's (layer, expert) tables, so where an expert lives never changes the arithmetic: the tokens
@@ -31,8 +32,14 @@ namespace lode::cuda {
 
 class VramAccountant;
 
+// The most tokens one decode step takes (CudaSessionOptions::step_rows).
+constexpr int64_t kMaxStepRows = 64;
+
 struct CudaSessionOptions {
   int64_t max_context = 4096;  // positions of K/V kept on the device
+  // Tokens one decode step takes at most (decode_window's verify windows; the scratch holds a row
+  // for each).
+  int64_t step_rows = 1;
   size_t vram_budget = 0;      // bytes; 0: the device's free memory less a margin
   // At most this many experts in VRAM (-1: as many as the budget holds after everything else).
   int64_t max_resident_experts = -1;
@@ -109,6 +116,17 @@ class CudaSession {
   // on the device: the step copies 4 bytes to the host instead of the vocabulary's logits. Fails
   // where the host's sampler would (a NaN or +inf logit, or all -inf).
   int32_t decode_greedy(int32_t token);
+  // A verify window (speculative decoding): tokens at the next positions, 1 to options.step_rows of
+  // them, in one step, each row computed as decode() computes it alone (the same bits). Out: every
+  // row's logits [n][vocab], or with greedy_only its greedy token (as decode_greedy chooses it,
+  // failing where it would) and no logits; with want_hidden, every row's final-normed hidden state
+  // [n][hidden] (what the MTP drafter follows).
+  struct Window {
+    std::vector<float> logits;
+    std::vector<int32_t> greedy;
+    std::vector<float> hidden;
+  };
+  Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false);
   void reset();  // empty sequence: K/V forgotten, DeltaNet states zeroed
   // For benchmarks of decode at a depth that a prompt would take long to reach: the sequence
   // becomes `depth` positions long, every attention layer's cells written by the format's own
@@ -171,6 +189,7 @@ class CudaSession {
 
   // Tokens per prompt pass (0: prompts run token by token).
   int64_t prompt_chunk() const;
+  int64_t step_rows() const;  // the most tokens one decode step (a verify window) takes
   int64_t position() const;
   int64_t max_context() const;
   int64_t vocab() const;

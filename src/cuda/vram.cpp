@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "cuda/device.h"
@@ -127,6 +129,20 @@ void DeviceBuffer::reset() {
 
 void copy_to_device(void* device, const void* host, size_t bytes) {
   check_cuda(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice), "copy to the device");
+}
+
+void copy_mapped_to_device(void* device, const void* host, size_t bytes) {
+  const cudaError_t err = cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice);
+  if (err == cudaSuccess) return;
+  cudaGetLastError();
+  if (err != cudaErrorInvalidValue) check_cuda(err, "copy to the device");
+  constexpr size_t kBounce = size_t(64) << 20;
+  std::vector<uint8_t> bounce(std::min(bytes, kBounce));
+  for (size_t at = 0; at < bytes; at += bounce.size()) {
+    const size_t n = std::min(bounce.size(), bytes - at);
+    std::memcpy(bounce.data(), static_cast<const uint8_t*>(host) + at, n);
+    copy_to_device(static_cast<uint8_t*>(device) + at, bounce.data(), n);
+  }
 }
 
 void copy_to_host(void* host, const void* device, size_t bytes) {

@@ -86,6 +86,10 @@ class DeviceBuffer {
 
 // Synchronous copies (tests, uploads); fail with the runtime's message.
 void copy_to_device(void* device, const void* host, size_t bytes);
+// copy_to_device from a model file's mapping: where the runtime refuses the source because it
+// straddles the edge of pages another session's expert tier registered in place
+// (cuda/expert_tier.h pins the experts' pages of the same mapping), through a bounce buffer.
+void copy_mapped_to_device(void* device, const void* host, size_t bytes);
 void copy_to_host(void* host, const void* device, size_t bytes);
 // Waits for the device; fails with the first error a kernel raised.
 void synchronize();

@@ -31,7 +31,7 @@ Fixed fixed_at(const model::ModelWeights& w, const PlanOptions& o, int64_t chunk
   const model::Qwen35MoeConfig& c = w.config;
   const int64_t sequences = std::max<int64_t>(o.parallel, 1);
   return {trunk_bytes(w), size_t(sequences) * kv_bytes(c, o.kv, o.context), size_t(sequences) * state_bytes(c),
-          decode_scratch(c, o.context).total,
+          decode_scratch(c, o.context, o.step_rows).total,
           chunk > 0 ? prompt_scratch(w, std::min(chunk, o.context), o.context).total : 0};
 }
 

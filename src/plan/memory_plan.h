@@ -27,6 +27,7 @@ struct PlanOptions {
   kv::Format kv = kv::Format::f16;
   int64_t context = 4096;     // positions of K/V per sequence
   int64_t parallel = 1;       // sequences held at once (K/V and DeltaNet states each)
+  int64_t step_rows = 1;      // tokens one decode step takes at most (a verify window's)
   int64_t prompt_chunk = 4096;  // tokens per prompt pass wanted (0: prompts run token by token)
   // At most this many experts in VRAM (-1: as many as the budget holds); tests and benchmarks
   // use it to place a given share of the experts.

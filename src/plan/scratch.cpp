@@ -43,26 +43,27 @@ void Layout::end_union() {
 
 int attention_splits(int64_t max_context) { return int(std::clamp<int64_t>(max_context / 256, 1, 256)); }
 
-DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_context) {
-  const int64_t k = c.n_experts_used;
+DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_context, int64_t rows) {
+  const int64_t k = c.n_experts_used, n = std::max<int64_t>(rows, 1);
   Layout l;
   DecodeScratch s{};
-  s.h = l.floats(c.hidden), s.normed = l.floats(c.hidden), s.mixed = l.floats(c.hidden);
-  s.attention_partials = l.floats(c.n_heads * attention_splits(max_context) * (c.head_dim + 2));
-  s.qg = l.floats(2 * c.q_dim() + 2 * c.kv_dim());
-  s.attn = l.floats(c.q_dim());
-  s.qkv = l.floats(c.conv_channels() + c.ssm_value_dim() + 2 * c.ssm_dt_rank);
-  s.o = l.floats(c.ssm_value_dim());
-  s.router_logits = l.floats(c.n_experts + 1);
-  s.weights = l.floats(k);
-  s.ids = l.take(size_t(2 * k) * 4);
-  s.gu = l.floats(2 * k * c.expert_ff);
-  s.y = l.floats(k * c.hidden);
-  s.shared_gu = l.floats(2 * c.shared_ff);
-  s.pair_ids = l.take(2 * 4);
-  s.shared_out = l.floats(c.hidden);
-  s.logits = l.floats(c.vocab);
-  s.router_arrivals = l.take(4);
+  s.rows = n;
+  s.h = l.floats(n * c.hidden), s.normed = l.floats(n * c.hidden), s.mixed = l.floats(n * c.hidden);
+  s.attention_partials = l.floats(n * c.n_heads * attention_splits(max_context) * (c.head_dim + 2));
+  s.qg = l.floats(n * (2 * c.q_dim() + 2 * c.kv_dim()));
+  s.attn = l.floats(n * c.q_dim());
+  s.qkv = l.floats(n * (c.conv_channels() + c.ssm_value_dim() + 2 * c.ssm_dt_rank));
+  s.o = l.floats(n * c.ssm_value_dim());
+  s.router_logits = l.floats(n * (c.n_experts + 1));
+  s.weights = l.floats(n * k);
+  s.ids = l.take(size_t(n * 2 * k) * 4);
+  s.gu = l.floats(n * 2 * k * c.expert_ff);
+  s.y = l.floats(n * k * c.hidden);
+  s.shared_gu = l.floats(n * 2 * c.shared_ff);
+  s.pair_ids = l.take(size_t(2 * n) * 4);
+  s.shared_out = l.floats(n * c.hidden);
+  s.logits = l.floats(n * c.vocab);
+  s.router_arrivals = l.take(size_t(n) * 4);
   s.position = l.take(8);
   s.route_counts = l.take(size_t(c.n_layers * c.n_experts) * 4);
   s.route_misses = l.take(size_t(2 * c.n_layers) * 4);
@@ -71,7 +72,8 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.hint_ids = l.take(size_t(2 * k) * 4), s.hint_arrivals = l.take(4);
   s.stage_table = l.take(size_t(3 * k) * 8), s.stage_ids = l.take(size_t(2 * k) * 4);
   s.stage_copies = l.take(size_t(1 + k) * 4);
-  s.greedy_partials = l.take(size_t(kGreedyBlocks) * 8), s.greedy_token = l.take(4), s.greedy_arrivals = l.take(4);
+  s.greedy_partials = l.take(size_t(n * kGreedyBlocks) * 8), s.greedy_token = l.take(size_t(n) * 4);
+  s.greedy_arrivals = l.take(size_t(n) * 4);
   s.total = l.total();
   return s;
 }

@@ -33,9 +33,13 @@ class Layout {
 // context, 1 to 256): fixed when the step is captured.
 int attention_splits(int64_t max_context);
 
-// The decode step's scratch for one token (offsets in bytes).
 // Blocks of the device's greedy choice over the vocabulary (kernels::greedy_token).
 constexpr int kGreedyBlocks = 128;
+
+// The decode step's scratch for up to `rows` tokens of one sequence (a verify window), offsets in
+// bytes; the sizes below are one row's, a buffer of rows holds that many one after another (the
+// expert ids: kernels::moe_route_window's [2][rows][k]). The CPU miss path's hint and stage serve
+// one-token steps only.
 
 struct DecodeScratch {
   size_t h, normed, mixed;                 // [hidden] each
@@ -50,10 +54,10 @@ struct DecodeScratch {
   size_t gu;                               // [2k ff]: gate outputs then up outputs
   size_t y;                                // [k hidden] expert outputs
   size_t shared_gu;                        // [2 shared_ff]
-  size_t pair_ids;                         // [2] int32 {0, 1}
+  size_t pair_ids;                         // [2 rows] int32: rows zeros, then rows ones
   size_t shared_out;                       // [hidden]
   size_t logits;                           // [vocab]
-  size_t router_arrivals;                  // one unsigned, kept zeroed
+  size_t router_arrivals;                  // one unsigned a row, kept zeroed
   size_t position;                         // int64
   size_t route_counts;                     // [layers][n_experts] unsigned: routings per expert
   size_t route_misses;                     // [2][layers] unsigned: routings to experts not in VRAM, by decode
@@ -68,11 +72,12 @@ struct DecodeScratch {
   // index), the chosen token (int32), a block counter (kept zeroed).
   size_t greedy_partials, greedy_token, greedy_arrivals;
   size_t total;
+  int64_t rows;
 };
 // The CPU miss path's device words (cuda/miss_path.h): its request number, a layer's CPU experts
 // and their positions, the split table.
 constexpr size_t kMissPathScratch = 1024;
-DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_context);
+DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_context, int64_t rows = 1);
 
 // The prompt pass stages a layer's absent experts this many at a time (gate|up, then down), one
 // group into each of two staging buffers.

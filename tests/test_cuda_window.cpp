@@ -1,0 +1,189 @@
+// Verify windows on the GPU (issue 19's multi-row step, issue 18's rows of one sequence): T tokens
+// at consecutive positions in one step give every row the bits that T one-token decode steps give
+// (logits, greedy tokens, final-normed hidden states), and leave the same state behind, on the
+// quantized synth models (Q8_0, Q4_K, Q5_K, Q6_K; the 35B geometry with few layers), lode-mini, in
+// each K/V format, and with a third of the experts in VRAM (the window reads the absent ones over
+// PCIe; the one-token steps beside it have every expert resident). Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "core/error.h"
+#include "gguf/reader.h"
+#include "model/synth.h"
+#include "model/weights.h"
+#include "support/fixtures.h"
+#include "support/gpu.h"
+#include "support/paths.h"
+#include "test_gguf_helpers.h"
+
+#ifdef LODE_HAVE_CUDA
+#include "cuda/engine.h"
+#include "cuda/session.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using lode::cuda::CudaSession;
+using lode::cuda::CudaSessionOptions;
+
+void synth_model(const fs::path& path, const char* preset, const char* recipe, uint64_t seed, int layers = 0) {
+  lode::model::SynthOptions synth;
+  synth.preset = preset;
+  synth.recipe = recipe;
+  synth.seed = seed;
+  if (layers > 0) synth.layers = layers;
+  lode::model::write_synth(path, synth);
+}
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+// The lowest index among the largest (decode_greedy's rule).
+int32_t argmax(const float* v, int64_t n) { return int32_t(std::max_element(v, v + n) - v); }
+
+// Tokens for the tests: spread over the vocabulary, deterministic.
+std::vector<int32_t> tokens_from(int64_t vocab, int n, int seed) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(int32_t((int64_t(i) * 7919 + seed * 104729 + 13) % vocab));
+  return t;
+}
+
+// `windowed` runs windows of the sizes in `sizes` after a prompt; `stepwise` (same model, its own
+// options) runs the same tokens one decode step at a time. Every row must match bit for bit.
+void compare_windows(const fs::path& model, CudaSessionOptions windowed, CudaSessionOptions stepwise,
+                     const std::vector<int>& sizes, const std::string& what) {
+  SCOPED_TRACE(what);
+  const lode::gguf::Reader reader(model);
+  const auto config = lode::model::read_config(reader.metadata());
+  const auto weights = std::make_shared<const lode::model::ModelWeights>(lode::model::bind_weights(reader, config));
+  CudaSession a(reader, weights, windowed), b(reader, weights, stepwise);
+  const int64_t vocab = config.vocab, hidden = config.hidden;
+  const std::vector<int32_t> prompt = tokens_from(vocab, 21, 1);
+  a.prefill(prompt);
+  b.prefill(prompt);
+  int seed = 2;
+  for (int size : sizes) {
+    SCOPED_TRACE("a window of " + std::to_string(size) + " at position " + std::to_string(a.position()));
+    const std::vector<int32_t> tokens = tokens_from(vocab, size, seed++);
+    const bool greedy = seed % 3 == 0;  // some windows take the greedy tokens, the rest the logits
+    const CudaSession::Window w = a.decode_window(tokens, greedy, true);
+    for (int t = 0; t < size; ++t) {
+      const CudaSession::Window one = b.decode_window(std::span(&tokens[size_t(t)], 1), false, true);
+      ASSERT_TRUE(same_bits(w.hidden.data() + t * hidden, one.hidden.data(), size_t(hidden))) << "row " << t;
+      if (greedy)
+        ASSERT_EQ(w.greedy[size_t(t)], argmax(one.logits.data(), vocab)) << "row " << t;
+      else
+        ASSERT_TRUE(same_bits(w.logits.data() + t * vocab, one.logits.data(), size_t(vocab))) << "row " << t;
+    }
+    ASSERT_EQ(a.position(), b.position());
+  }
+  // The states left behind: the next one-token step is the same in both.
+  const std::vector<int32_t> next = tokens_from(vocab, 1, 99);
+  const std::vector<float> la = a.decode(next[0]), lb = b.decode(next[0]);
+  EXPECT_TRUE(same_bits(la.data(), lb.data(), size_t(vocab)));
+}
+
+const std::vector<int> kSizes = {2, 1, 3, 4, 2, 4, 3};
+
+TEST(CudaWindow, RowsGetTheBitsOfOneTokenStepsOnQuantizedSynths) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "k.gguf", "tiny", "ud-q4_k_xl", 5);
+  synth_model(dir / "q8.gguf", "tiny", "q8_0", 6);
+  synth_model(dir / "big.gguf", "qwen3.6-35b-a3b", "ud-q4_k_xl", 7, 4);
+  for (const char* name : {"k.gguf", "q8.gguf", "big.gguf"})
+    compare_windows(dir / name, {.max_context = 256, .step_rows = 4}, {.max_context = 256}, kSizes, name);
+}
+
+TEST(CudaWindow, RowsGetTheBitsOfOneTokenStepsInEveryKvFormat) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 8);
+  for (lode::kv::Format f : lode::kv::all_formats())
+    compare_windows(dir / "m.gguf", {.max_context = 512, .step_rows = 4, .kv_format = f},
+                    {.max_context = 512, .kv_format = f}, kSizes, lode::kv::to_string(f));
+}
+
+// Windows of up to 8 rows (the products' largest group of inputs) and float32 activations (the
+// float kernels' several inputs), on lode-mini.
+TEST(CudaWindow, RowsGetTheBitsOfOneTokenStepsOnLodeMini) {
+  LODE_REQUIRE_GPU();
+  const fs::path mini = lode::test::mini_model_path();
+  compare_windows(mini, {.max_context = 256, .step_rows = 8}, {.max_context = 256}, {8, 5, 1, 7}, "q8 products");
+  constexpr auto f32 = lode::model::Activations::f32;
+  compare_windows(mini, {.max_context = 256, .step_rows = 3, .activations = f32}, {.max_context = 256, .activations = f32},
+                  {3, 2, 3}, "float32 products");
+}
+
+// A window under a budget that holds a third of the experts reads the others over PCIe (the CPU
+// miss path takes one-token steps only): the bits of one-token steps with every expert in VRAM.
+TEST(CudaWindow, RowsDoNotDependOnWhereTheExpertsAre) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 10);
+  const lode::gguf::Reader reader(dir / "m.gguf");
+  const auto config = lode::model::read_config(reader.metadata());
+  const int64_t third = config.n_layers * config.n_experts / 3;
+  compare_windows(dir / "m.gguf", {.max_context = 256, .step_rows = 4, .max_resident_experts = third},
+                  {.max_context = 256}, kSizes, "a third of the experts in VRAM");
+}
+
+// Through the engine interface: a row computed as decode steps (StepRow::as_decode) longer than
+// the session's step_rows runs in windows, and gives every position's logits and hidden state as
+// one-token steps do; a greedy-only row gives the last position's greedy token.
+TEST(CudaWindow, DecodeRowsThroughTheEngine) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 11);
+  const lode::gguf::Reader reader(dir / "m.gguf");
+  const auto config = lode::model::read_config(reader.metadata());
+  const auto weights = std::make_shared<const lode::model::ModelWeights>(lode::model::bind_weights(reader, config));
+  auto model = std::make_shared<lode::cuda::CudaModel>(
+      std::make_unique<CudaSession>(reader, weights, CudaSessionOptions{.max_context = 128, .step_rows = 3}));
+  CudaSession stepwise(reader, weights, {.max_context = 128});
+  const std::unique_ptr<lode::engine::Sequence> sequence = model->open_sequence();
+  const std::vector<int32_t> tokens = tokens_from(config.vocab, 7, 3);
+  lode::engine::StepRow row{.sequence = sequence.get(), .tokens = tokens, .logit_rows = 7, .want_hidden = true,
+                            .as_decode = true};
+  model->step(std::span(&row, 1));
+  ASSERT_EQ(row.logits.size(), size_t(7 * config.vocab));
+  ASSERT_EQ(row.hidden.size(), size_t(7 * config.hidden));
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const CudaSession::Window one = stepwise.decode_window(std::span(&tokens[t], 1), false, true);
+    ASSERT_TRUE(same_bits(row.logits.data() + t * config.vocab, one.logits.data(), size_t(config.vocab))) << t;
+    ASSERT_TRUE(same_bits(row.hidden.data() + t * config.hidden, one.hidden.data(), size_t(config.hidden))) << t;
+  }
+  const std::vector<int32_t> more = tokens_from(config.vocab, 4, 4);
+  lode::engine::StepRow greedy{.sequence = sequence.get(), .tokens = more, .as_decode = true, .greedy_only = true};
+  model->step(std::span(&greedy, 1));
+  std::vector<float> last;
+  for (int32_t t : more) last = stepwise.decode(t);
+  EXPECT_EQ(greedy.greedy, argmax(last.data(), config.vocab));
+  EXPECT_EQ(sequence->position(), stepwise.position());
+}
+
+TEST(CudaWindow, RefusesMoreTokensThanItsRows) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "q8_0", 12);
+  const lode::gguf::Reader reader(dir / "m.gguf");
+  const auto config = lode::model::read_config(reader.metadata());
+  CudaSession session(reader, config, {.max_context = 64, .step_rows = 2});
+  const std::vector<int32_t> three = tokens_from(config.vocab, 3, 5);
+  try {
+    session.decode_window(three);
+    FAIL() << "a window of 3 tokens ran in a session of 2 rows";
+  } catch (const lode::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step_rows"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(session.position(), 0);
+}
+
+}  // namespace
+
+#else
+TEST(CudaWindow, NeedsACudaBuild) { LODE_REQUIRE_GPU(); }
+#endif
