@@ -60,3 +60,19 @@ TEST(BenchReport, TextShowsTheTiersFiguresOnlyWhenExpertsLiveInHostRam) {
 }
 
 }  // namespace
+
+// A verify window's row: its cost in one-token steps, and the speedup that implies at each draft
+// acceptance (tokens a window yields, 1 + a + ... + a^(T-1), over its cost).
+TEST(BenchReport, WindowsShowTheirCostInStepsAndTheSpeedupItImplies) {
+  measure::BenchRun b = a_run("m.gguf", 10240);
+  b.windows.push_back({.depth = 0, .tokens = 2, .seconds = 0.009, .step_ratio = 1.25});
+  EXPECT_DOUBLE_EQ(b.windows[0].tokens_at(0.8), 1.8);
+  const std::string text = measure::to_text(h200_like(), b);
+  EXPECT_NE(text.find("window 2 @ depth 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("9.000 ms a window = 1.25 one-token steps"), std::string::npos) << text;
+  EXPECT_NE(text.find("1.28x / 1.44x / 1.52x"), std::string::npos) << text;
+  const auto parsed = nlohmann::json::parse(measure::to_json(h200_like(), b).dump());
+  ASSERT_EQ(parsed.at("windows").size(), 1u);
+  EXPECT_EQ(parsed["windows"][0].at("tokens"), 2);
+  EXPECT_DOUBLE_EQ(parsed["windows"][0].at("speedup_at_acceptance").at("0.9").get<double>(), 1.52);
+}

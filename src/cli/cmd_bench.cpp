@@ -1,5 +1,5 @@
 // `lode bench -m MODEL [-p 512,8192] [-n 128] [--depth 0,8192,32768] [--fill prompt|random] [--ctx N]
-// [--repeats 3] [--vram-budget A,B,C] [--json]`: the CUDA backend's speed on a model, each figure
+// [--window 2,3,4] [--repeats 3] [--vram-budget A,B,C] [--json]`: the CUDA backend's speed on a model, each figure
 // beside its fraction of the device's limits measured in the same run (device-to-device copy
 // bandwidth; bf16 and TF32 matrix throughput), and under each VRAM budget asked for, the expert
 // tier's share of experts in VRAM, hit rate and bytes read over PCIe.
@@ -33,6 +33,7 @@ struct BenchOptions {
   std::string model;
   std::vector<int64_t> prompts = {512};
   std::vector<int64_t> depths = {0};
+  std::vector<int64_t> windows;  // verify windows timed at each depth (tokens in one step)
   int64_t generate = 128;
   int repeats = 3;
   int64_t prompt_chunk = 4096;
@@ -131,6 +132,31 @@ DecodeFigures bench_decode(cuda::CudaSession& session, const std::vector<int32_t
   return {depth, rate, per_token, per_token * rate / 1e9, tier};
 }
 
+// Verify windows of `n` tokens where bench_decode left the session: `generate` tokens' worth of
+// windows per run after a warm-up window (which captures the window's graph), each row's greedy
+// token chosen on the device (the drafts are the window's last greedy token again: what they are
+// does not change the work); the median run, against the one-token step of `step`.
+measure::WindowFigures bench_window(cuda::CudaSession& session, const DecodeFigures& step, int64_t n,
+                                    int64_t generate, int repeats) {
+  const int64_t windows = std::max<int64_t>(generate / n, 1);
+  int32_t token = 1;
+  const auto run = [&] {
+    const std::vector<int32_t> tokens(size_t(n), token);
+    token = session.decode_window(tokens, true).greedy.back();
+  };
+  run();
+  std::vector<double> seconds;
+  const cuda::ExpertStats before = session.expert_stats();
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    for (int64_t w = 0; w < windows; ++w) run();
+    seconds.push_back(seconds_since(t0) / double(windows));
+  }
+  const double s = median(seconds);
+  return {.depth = step.depth, .tokens = n, .seconds = s, .step_ratio = s * step.tokens_per_s,
+          .tier = per(tier_delta(before, session.expert_stats()), double(windows * repeats))};
+}
+
 cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_context, int64_t budget_mib,
                                          const std::vector<double>& expert_scores) {
   cuda::CudaSessionOptions options;
@@ -141,12 +167,27 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
   options.miss_path = miss_path_from(o.miss_path);
   options.prompt_chunk = o.prompt_chunk;
   options.kv_format = chosen_kv_format(o.kv);
+  options.step_rows = o.windows.empty() ? 1 : *std::max_element(o.windows.begin(), o.windows.end());
   return options;
 }
 
 // The profile sessions' context: the bench's when one is given (decode attention's splits follow
-// it), else room for the longest prompt and twice the decoded tokens.
-int64_t profile_context(const BenchOptions& o) { return std::max(o.ctx, o.prompts.back() + 2 * o.generate + 8); }
+// it), else room for the longest prompt, twice the decoded tokens and the windows' as many again.
+int64_t profile_context(const BenchOptions& o) {
+  int64_t windows = 0;
+  for (int64_t n : o.windows) windows += std::max<int64_t>(o.generate / n, 1) * n;
+  return std::max(o.ctx, o.prompts.back() + 2 * o.generate + windows + 8);
+}
+
+// The kernel classes' time and launches since `before` (kernel_profile's totals then).
+std::vector<cuda::KernelClassTime> since(std::vector<cuda::KernelClassTime> now,
+                                         const std::vector<cuda::KernelClassTime>& before) {
+  for (cuda::KernelClassTime& c : now)
+    for (const cuda::KernelClassTime& b : before)
+      if (b.name == c.name) c.launches -= b.launches, c.seconds -= b.seconds, c.bytes -= b.bytes;
+  std::erase_if(now, [](const cuda::KernelClassTime& c) { return c.launches == 0; });
+  return now;
+}
 
 // A second session that waits for the GPU between phases: where the time of one decode step and of
 // one prompt goes; then the same number of steps timed kernel by kernel (those kernel classes).
@@ -185,6 +226,14 @@ std::vector<cuda::KernelClassTime> print_profile(const gguf::Reader& reader, con
   decode_greedily();
   const std::vector<cuda::KernelClassTime> classes = session.kernel_profile();
   fmt::print("{}", measure::kernel_table_text(classes, o.generate, depth, copy_gbps));
+  for (int64_t n : o.windows) {  // verify windows, kernel by kernel
+    const std::vector<cuda::KernelClassTime> before = session.kernel_profile();
+    const int64_t windows = std::max<int64_t>(o.generate / n, 1), at = session.position();
+    for (int64_t w = 0; w < windows; ++w)
+      token = session.decode_window(std::vector<int32_t>(size_t(n), token), true).greedy.back();
+    fmt::print("verify windows of {} tokens, {} of them (below, a step is one window of {} tokens):\n", n, windows, n);
+    fmt::print("{}", measure::kernel_table_text(since(session.kernel_profile(), before), windows, at, copy_gbps));
+  }
   return classes;
 }
 
@@ -246,8 +295,10 @@ measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeCon
   b.weights_mib = double(session.vram().held(cuda::VramUse::weights) + session.vram().held(cuda::VramUse::experts)) /
                   double(1 << 20);
   for (int64_t n : o.prompts) b.prefills.push_back(bench_prefill(session, tokens, n, o.repeats));
-  for (int64_t depth : o.depths)
+  for (int64_t depth : o.depths) {
     b.decodes.push_back(bench_decode(session, tokens, depth, o.generate, o.repeats, o.fill == "random"));
+    for (int64_t n : o.windows) b.windows.push_back(bench_window(session, b.decodes.back(), n, o.generate, o.repeats));
+  }
   b.peak_mib = double(session.vram().peak()) / double(1 << 20);
   b.prompt_chunk = session.prompt_chunk();
   b.context = session.max_context();
@@ -260,11 +311,14 @@ void run_bench(const BenchOptions& o) {
   gguf::Reader reader(o.model);
   const auto config = model::read_config(reader.metadata());
   const Ceilings ceilings = measure_ceilings();
+  // Each window size decodes about as many tokens again, and a warm-up window.
+  int64_t after_depth = 2 + o.generate * o.repeats;
+  for (int64_t n : o.windows) after_depth += n * (std::max<int64_t>(o.generate / n, 1) * o.repeats + 1);
   const int64_t longest = std::max(*std::max_element(o.prompts.begin(), o.prompts.end()),
-                                   *std::max_element(o.depths.begin(), o.depths.end()) + 2 + o.generate * o.repeats);
+                                   *std::max_element(o.depths.begin(), o.depths.end()) + after_depth);
   if (o.ctx > 0 && o.ctx < longest + 8)
-    fail("--ctx {}: the runs asked for need {} positions (the deepest depth, 2 warm-up steps and {} x {} decoded "
-         "tokens, or the longest prompt, plus 8)", o.ctx, longest + 8, o.repeats, o.generate);
+    fail("--ctx {}: the runs asked for need {} positions (the deepest depth, 2 warm-up steps, {} x {} decoded "
+         "tokens and the windows', or the longest prompt, plus 8)", o.ctx, longest + 8, o.repeats, o.generate);
   const std::vector<double> scores = o.expert_profile.empty()
                                          ? std::vector<double>{}
                                          : expert_scores_from(o.expert_profile, model::bind_weights(reader, config));
@@ -308,6 +362,12 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-d,--depth", o->depths, "Context depths to decode at, comma-separated (default 0)")
       ->delimiter(',')
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--window", o->windows,
+                  "Verify windows to time at each depth, comma-separated token counts (speculative decoding's step: "
+                  "that many tokens in one step, each row's greedy token chosen on the device), beside the one-token "
+                  "step and the speedup they imply at draft acceptance 0.6, 0.8 and 0.9")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(64)));
   cmd->add_option("-r,--repeats", o->repeats, "Timed runs per figure, after a warm-up; the median is shown (default 3)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--prompt-chunk", o->prompt_chunk,

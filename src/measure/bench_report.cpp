@@ -72,18 +72,44 @@ std::string decode_line(const Ceilings& c, const BenchRun& b, const DecodeFigure
   return line + "\n";
 }
 
+constexpr double kAcceptances[] = {0.6, 0.8, 0.9};
+
+nlohmann::json window_json(const WindowFigures& w) {
+  nlohmann::json speedups = nlohmann::json::object();
+  for (double a : kAcceptances) speedups[fmt::format("{:.1f}", a)] = rounded(w.tokens_at(a) / w.step_ratio, 3);
+  return {{"depth", w.depth}, {"tokens", w.tokens}, {"ms_per_window", rounded(1e3 * w.seconds, 4)},
+          {"one_token_steps", rounded(w.step_ratio, 3)}, {"speedup_at_acceptance", speedups},
+          {"pcie_bytes_per_window", rounded(w.tier.pcie_bytes, 0)}};
+}
+
+std::string window_line(const WindowFigures& w) {
+  std::string speedups;
+  for (double a : kAcceptances) speedups += fmt::format("{}{:.2f}x", speedups.empty() ? "" : " / ", w.tokens_at(a) / w.step_ratio);
+  return fmt::format("window {} @ depth {:<6} {:7.3f} ms a window = {:.2f} one-token steps; at acceptance 0.6 / 0.8 / "
+                     "0.9 it would decode {} faster\n",
+                     w.tokens, w.depth, 1e3 * w.seconds, w.step_ratio, speedups);
+}
+
 }  // namespace
 
+double WindowFigures::tokens_at(double acceptance) const {
+  double sum = 0, term = 1;
+  for (int64_t i = 0; i < tokens; ++i, term *= acceptance) sum += term;
+  return sum;
+}
+
 nlohmann::json to_json(const Ceilings& c, const BenchRun& b) {
-  nlohmann::json prefill = nlohmann::json::array(), decode = nlohmann::json::array();
+  nlohmann::json prefill = nlohmann::json::array(), decode = nlohmann::json::array(), windows = nlohmann::json::array();
   for (const auto& r : b.prefills) prefill.push_back(prefill_json(c, r));
   for (const auto& r : b.decodes) decode.push_back(decode_json(c, r));
+  for (const auto& w : b.windows) windows.push_back(window_json(w));
   return {{"model", b.model},
           {"vram_budget_MiB", rounded(double(b.plan.options.budget) / double(1 << 20), 1)},
           {"experts_resident", b.plan.experts_resident},
           {"experts_total", b.plan.experts_total},
           {"prefill", prefill},
           {"decode", decode},
+          {"windows", windows},
           {"generated_tokens", b.generated},
           {"repeats", b.repeats},
           {"copy_ceiling_GBps", rounded(c.copy_gbps, 1)},
@@ -111,6 +137,7 @@ std::string to_text(const Ceilings& c, const BenchRun& b) {
   if (!b.plan.all_resident()) text += fmt::format("decode misses: {}\n", b.miss_path);
   for (const auto& r : b.prefills) text += prefill_line(c, b, r);
   for (const auto& r : b.decodes) text += decode_line(c, b, r);
+  for (const auto& w : b.windows) text += window_line(w);
   text += fmt::format("peak VRAM held by lode: {:.1f} MiB (median of {} runs after a warm-up each)\n", b.peak_mib,
                       b.repeats);
   return text;

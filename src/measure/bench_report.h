@@ -34,6 +34,18 @@ struct DecodeFigures {
   TierFigures tier;  // per token
 };
 
+// Verify windows at a depth (speculative decoding's step: `tokens` tokens in one step), against the
+// one-token step measured at the same depth.
+struct WindowFigures {
+  int64_t depth = 0, tokens = 0;
+  double seconds = 0;     // per window
+  double step_ratio = 0;  // seconds over the one-token step's
+  TierFigures tier;       // per window
+  // Tokens a window yields on average when each draft is accepted with probability `acceptance`
+  // (independently, until the first rejection): 1 + a + ... + a^(tokens - 1).
+  double tokens_at(double acceptance) const;
+};
+
 // The device's limits, measured once per process, in memory of their own (outside lode's budget).
 struct Ceilings {
   double copy_gbps = 0, bf16_tflops = 0, tf32_tflops = 0;
@@ -49,6 +61,7 @@ struct BenchRun {
   int repeats = 0;        // timed runs per figure
   std::vector<PrefillFigures> prefills;
   std::vector<DecodeFigures> decodes;
+  std::vector<WindowFigures> windows;
   double load_s = 0, peak_mib = 0, weights_mib = 0;
   int64_t prompt_chunk = 0, context = 0;
   plan::MemoryPlan plan;
