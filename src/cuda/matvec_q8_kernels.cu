@@ -207,7 +207,8 @@ __device__ __forceinline__ void stage_rows(uint8_t* to, const uint8_t* from, int
 // going while one of them computes (on the H200, the 35B synth's Q6_K lm head: 461.0-461.5
 // tokens/s against 455.6-458.3 for rows in registers, two sets of two a warp). Lanes, slices and
 // sums as matvec_q8_kernel's: the same bits. Block (b, j) takes inputs j kInputs .. + kInputs - 1
-// that are problems, each reading the staged rows again.
+// (those past the last problem: its x again, not stored); each staged slice is read once and
+// dotted with every input's x (its unpacking shared by them).
 template <GgmlType T, int kRows, int kInputs>
 __global__ void __launch_bounds__(256)
     matvec_q8_staged_kernel(const uint8_t* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
@@ -218,41 +219,43 @@ __global__ void __launch_bounds__(256)
   const int group = lane / lanes, sub = lane % lanes, groups = kWarp / lanes;
   const int rows_per_block = warps * kRows * groups;
   const int64_t first = int64_t(blockIdx.x) * rows_per_block, p = int64_t(blockIdx.y) * kInputs;
+  const auto problem = [&](int i) { return kInputs == 1 ? p : min(p + i, n_problems - 1); };
   uint8_t* const staged = reinterpret_cast<uint8_t*>(shared_rows);
   int4* const x_at = shared_rows + size_t(rows_per_block) * row_bytes / 16;  // input i's RoundedX: x_at + i x_words
-  const RoundedX rx = rounded_x_in(x_at, size_t(cols), cols);
+  const size_t x_words = rounded_x_words(size_t(cols), cols);
+  RoundedX rx[kInputs];
+#pragma unroll
+  for (int i = 0; i < kInputs; ++i) rx[i] = rounded_x_in(x_at + i * x_words, size_t(cols), cols);
   stage_rows(staged, w + first * int64_t(row_bytes), int(min(int64_t(rows_per_block), rows - first)), row_bytes);
   kernels::begin_after_inputs();
-  const size_t x_words = rounded_x_words(size_t(cols), cols);
-  const int inputs = this_blocks_inputs<kInputs>(p, n_problems);
-  round_x<S::kRounding>(x + io.x_at(p), cols, swiglu_up, rx);
-#pragma unroll 1
-  for (int i = 1; i < inputs; ++i)
-    round_x<S::kRounding>(x + io.x_at(p + i), cols, swiglu_up, rounded_x_in(x_at + i * x_words, size_t(cols), cols));
+#pragma unroll
+  for (int i = 0; i < kInputs; ++i) round_x<S::kRounding>(x + io.x_at(problem(i)), cols, swiglu_up, rx[i]);
   copies_arrived();
   __syncthreads();
-  // Rows past the end compute on whatever the shared memory holds and are not written. With several
-  // inputs, each reads the rows again from shared memory (registers for one input's sums).
+  // Rows past the end compute on whatever the shared memory holds and are not written.
   const int local = warp * kRows * groups + group, n_slices = int(cols / S::kValues);
   const uint8_t* const rows_at = staged + size_t(local) * row_bytes;
-#pragma unroll 1
-  for (int i = 0; i < inputs; ++i) {
-    const RoundedX xi = rounded_x_in(x_at + i * x_words, size_t(cols), cols);
-    float sum[kRows];
+  float sum[kRows][kInputs];
 #pragma unroll
-    for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
-    for (int s = sub; s < n_slices; s += lanes)
+  for (int k = 0; k < kRows; ++k)
 #pragma unroll
-      for (int k = 0; k < kRows; ++k)
-        sum[k] = exact::add(sum[k], S::dot(S::template load<FromShared>(rows_at + size_t(k * groups) * row_bytes, s), s, xi));
+    for (int i = 0; i < kInputs; ++i) sum[k][i] = 0.0f;
+  for (int s = sub; s < n_slices; s += lanes)
 #pragma unroll
     for (int k = 0; k < kRows; ++k) {
-      for (int offset = lanes / 2; offset > 0; offset /= 2)
-        sum[k] = exact::add(sum[k], __shfl_xor_sync(0xffffffffu, sum[k], offset));
-      const int64_t r = first + local + k * groups;
-      if (sub == 0 && r < rows) y[(p + i) * io.y_stride + r] = sum[k];
+      const typename S::Raw raw = S::template load<FromShared>(rows_at + size_t(k * groups) * row_bytes, s);
+#pragma unroll
+      for (int i = 0; i < kInputs; ++i) sum[k][i] = exact::add(sum[k][i], S::dot(raw, s, rx[i]));
     }
-  }
+#pragma unroll
+  for (int k = 0; k < kRows; ++k)
+#pragma unroll
+    for (int i = 0; i < kInputs; ++i) {
+      for (int offset = lanes / 2; offset > 0; offset /= 2)
+        sum[k][i] = exact::add(sum[k][i], __shfl_xor_sync(0xffffffffu, sum[k][i], offset));
+      const int64_t r = first + local + k * groups;
+      if (sub == 0 && r < rows && (kInputs == 1 || p + i < n_problems)) y[(p + i) * io.y_stride + r] = sum[k][i];
+    }
 }
 
 // Q8_0 rows of 256 k values (quant::q8_0_in_spans): the block's rows are copied whole into shared
@@ -418,13 +421,13 @@ cudaError_t launch_q8_staged(const MatvecLaunch& m, int lanes) {
 // Two slices of each row per lane and pass where a lane has them and their registers stay within
 // 32 words, else one. (Q4_K's gate|up rows in one pass, 64 words, measured slower on the H200:
 // 435.3-436.3 tokens/s against 439.5-440.1.)
-template <GgmlType T, int kRows>
+template <GgmlType T, int kRows, int kInputs = 1>
 cudaError_t launch_q8_slices(const MatvecLaunch& m, int lanes, int sets, int64_t slices_per_lane) {
   constexpr bool kTwoFit = kRows * 2 * sizeof(typename Slice<T>::Raw) <= 128;
   if constexpr (kTwoFit) {
-    if (slices_per_lane >= 2) return launch_q8_rows<T, kRows, 2>(m, lanes, sets);
+    if (slices_per_lane >= 2) return launch_q8_rows<T, kRows, 2, kInputs>(m, lanes, sets);
   }
-  return launch_q8_rows<T, kRows, 1>(m, lanes, sets);
+  return launch_q8_rows<T, kRows, 1, kInputs>(m, lanes, sets);
 }
 
 // Q6_K's slices need many registers: four rows at once halve the blocks a multiprocessor holds
@@ -460,7 +463,8 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
   if (!m.table && m.n_problems > 1)
     return with_inputs(m, [&](auto k) {
       constexpr int kInputs = decltype(k)::value;
-      return launch_q8_rows<T, kInputs <= 2 ? 2 : 1, 1, kInputs>(m, lanes, 1);
+      if constexpr (kInputs == 2) return launch_q8_slices<T, 2, 2>(m, lanes, 1, slices_per_lane);
+      else return launch_q8_rows<T, 1, 1, kInputs>(m, lanes, 1);
     });
   const int64_t all_rows = m.rows * m.n_problems;
   const int at_once = std::min(rows_in_flight(slices_per_lane, all_rows, kWarp / lanes), kMaxRowsAtOnce<T>);
