@@ -279,7 +279,8 @@ TEST(CudaKernels, TheDeltaNetStepMatchesTheCpu) {
 
 // A verify window of T tokens in one launch of the conv and one of the step (cuda::kernels::
 // TokenRows: the rows of the stacked qkv|z|b|alpha product, [T][rows]) leaves every token's
-// outputs and the final conv and DeltaNet states with the bits of T one-token launches.
+// outputs and the final conv and DeltaNet states with the bits of T one-token launches, and keeps
+// the states before each token where asked (a rollback into the window).
 TEST(CudaKernels, TheDeltaNetConvAndStepOverAWindowGiveEachTokensBits) {
   LODE_REQUIRE_GPU();
   constexpr int kTokens = 3;
@@ -301,23 +302,41 @@ TEST(CudaKernels, TheDeltaNetConvAndStepOverAWindowGiveEachTokensBits) {
   const auto fresh = [&] {
     return Run{dev.upload(rows), dev.upload(conv_state), dev.upload(ssm_state), dev.zeros<float>(size_t(kTokens * kOut))};
   };
-  const auto step = [&](const Run& r, int64_t first, lode::cuda::kernels::TokenRows tokens) {
+  using lode::cuda::kernels::TokenRows;
+  // (conv_rows and step_rows differ only in where they keep the states before each token.)
+  const auto step = [&](const Run& r, int64_t first, TokenRows conv_rows, TokenRows step_rows) {
     float* qkv = r.rows + first * kRow;
     ASSERT_EQ(lode::cuda::kernels::deltanet_prepare(qkv, r.conv, dconv_w, kChannels, kConv, kKeyHeads, kDk, nullptr,
-                                                    tokens),
+                                                    conv_rows),
               nullptr);
     ASSERT_EQ(lode::cuda::kernels::deltanet_step(r.ssm, qkv, qkv + kChannels, qkv + kChannels + kOut,
                                                  qkv + kChannels + kOut + kValueHeads, da, ddt_bias, dnorm_w, kKeyHeads,
-                                                 kValueHeads, kDk, kDv, kEps, r.o + first * kOut, nullptr, tokens),
+                                                 kValueHeads, kDk, kDv, kEps, r.o + first * kOut, nullptr, step_rows),
               nullptr);
   };
   const Run one = fresh(), window = fresh();
-  for (int64_t t = 0; t < kTokens; ++t) step(one, t, {});
-  step(window, 0, {.n = kTokens, .in_stride = kRow, .out_stride = kOut});
+  std::vector<std::vector<float>> conv_before, ssm_before;  // the one-token run's states before each token
+  for (int64_t t = 0; t < kTokens; ++t) {
+    conv_before.push_back(dev.download(one.conv, conv_state.size()));
+    ssm_before.push_back(dev.download(one.ssm, ssm_state.size()));
+    step(one, t, {}, {});
+  }
+  const int64_t conv_n = int64_t(conv_state.size()), ssm_n = int64_t(ssm_state.size());
+  float* conv_kept = dev.zeros<float>(size_t(kTokens * conv_n));
+  float* ssm_kept = dev.zeros<float>(size_t(kTokens * ssm_n));
+  const TokenRows rows_of{.n = kTokens, .in_stride = kRow, .out_stride = kOut};
+  TokenRows conv_rows = rows_of, step_rows = rows_of;
+  conv_rows.kept = conv_kept, conv_rows.kept_stride = conv_n;
+  step_rows.kept = ssm_kept, step_rows.kept_stride = ssm_n;
+  step(window, 0, conv_rows, step_rows);
   EXPECT_EQ(dev.download(window.rows, rows.size()), dev.download(one.rows, rows.size())) << "conv outputs";
   EXPECT_EQ(dev.download(window.conv, conv_state.size()), dev.download(one.conv, conv_state.size())) << "conv state";
   EXPECT_EQ(dev.download(window.ssm, ssm_state.size()), dev.download(one.ssm, ssm_state.size())) << "DeltaNet state";
   EXPECT_EQ(dev.download(window.o, size_t(kTokens * kOut)), dev.download(one.o, size_t(kTokens * kOut))) << "outputs";
+  for (int64_t t = 0; t < kTokens; ++t) {
+    EXPECT_EQ(dev.download(conv_kept + t * conv_n, size_t(conv_n)), conv_before[size_t(t)]) << "conv state before " << t;
+    EXPECT_EQ(dev.download(ssm_kept + t * ssm_n, size_t(ssm_n)), ssm_before[size_t(t)]) << "DeltaNet state before " << t;
+  }
 }
 
 // The step refuses heads wider than its threads hold, saying so, before it queues anything (no GPU

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <tuple>
 
 #include "core/error.h"
 #include "gguf/reader.h"
@@ -133,7 +134,8 @@ TEST(CudaWindow, RowsDoNotDependOnWhereTheExpertsAre) {
 
 // Through the engine interface: a row computed as decode steps (StepRow::as_decode) longer than
 // the session's step_rows runs in windows, and gives every position's logits and hidden state as
-// one-token steps do; a greedy-only row gives the last position's greedy token.
+// one-token steps do; a greedy-only row gives the last position's greedy token; a row is cut within
+// its last window (Sequence::cut_window).
 TEST(CudaWindow, DecodeRowsThroughTheEngine) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -163,6 +165,62 @@ TEST(CudaWindow, DecodeRowsThroughTheEngine) {
   for (int32_t t : more) last = stepwise.decode(t);
   EXPECT_EQ(greedy.greedy, argmax(last.data(), config.vocab));
   EXPECT_EQ(sequence->position(), stepwise.position());
+  // A row of 5 tokens runs as windows of 3 and 2: it can be cut within its last window only.
+  ASSERT_TRUE(sequence->cuts_windows());
+  const std::vector<int32_t> five = tokens_from(config.vocab, 5, 5);
+  lode::engine::StepRow verify{.sequence = sequence.get(), .tokens = five, .logit_rows = 5, .as_decode = true};
+  model->step(std::span(&verify, 1));
+  EXPECT_THROW(sequence->cut_window(2), lode::Error);
+  sequence->cut_window(4);
+  for (size_t t = 0; t < 4; ++t) stepwise.decode(five[t]);
+  ASSERT_EQ(sequence->position(), stepwise.position());
+  const std::vector<float> after = lode::engine::decode(*sequence, five[0]), want = stepwise.decode(five[0]);
+  EXPECT_TRUE(same_bits(after.data(), want.data(), size_t(config.vocab)));
+}
+
+// A window cut to its first j tokens (0..T) leaves the state j one-token steps leave: the next
+// steps give the same bits; a cut window can be cut again, shorter. Cuts without a window to cut,
+// or longer than the window, are refused.
+TEST(CudaWindow, ACutWindowLeavesTheStateOfTheTokensItKeeps) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 13);
+  const lode::gguf::Reader reader(dir / "m.gguf");
+  const auto config = lode::model::read_config(reader.metadata());
+  const auto weights = std::make_shared<const lode::model::ModelWeights>(lode::model::bind_weights(reader, config));
+  CudaSession a(reader, weights, {.max_context = 256, .step_rows = 4}), b(reader, weights, {.max_context = 256});
+  const int64_t vocab = config.vocab, hidden = config.hidden;
+  const std::vector<int32_t> prompt = tokens_from(vocab, 9, 1);
+  a.prefill(prompt);
+  b.prefill(prompt);
+  int seed = 20;
+  // (window tokens, tokens kept, then kept again after a second cut; -1: no second cut)
+  for (const auto& [n, keep, again] : std::vector<std::tuple<int, int, int>>{
+           {4, 1, -1}, {3, 0, -1}, {4, 4, 2}, {2, 1, 0}, {4, 3, 1}, {3, 2, -1}}) {
+    SCOPED_TRACE(std::to_string(n) + " tokens, keeping " + std::to_string(keep) + " then " + std::to_string(again));
+    const std::vector<int32_t> tokens = tokens_from(vocab, n, seed++);
+    a.decode_window(tokens);
+    a.cut_window(keep);
+    if (again >= 0) a.cut_window(again);
+    const int kept = again >= 0 ? again : keep;
+    for (int t = 0; t < kept; ++t) b.decode(tokens[size_t(t)]);
+    ASSERT_EQ(a.position(), b.position());
+    const std::vector<int32_t> next = tokens_from(vocab, 1, seed++);
+    const CudaSession::Window wa = a.decode_window(next, false, true), wb = b.decode_window(next, false, true);
+    ASSERT_TRUE(same_bits(wa.logits.data(), wb.logits.data(), size_t(vocab)));
+    ASSERT_TRUE(same_bits(wa.hidden.data(), wb.hidden.data(), size_t(hidden)));
+  }
+  const auto refused = [&](int64_t keep, const char* why) {
+    try {
+      a.cut_window(keep);
+      ADD_FAILURE() << "cut to " << keep << " was not refused";
+    } catch (const lode::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused(0, "no verify window");  // the last step was one token
+  a.decode_window(tokens_from(vocab, 3, 40));
+  refused(4, "cannot keep 4 tokens of a window of 3");
 }
 
 TEST(CudaWindow, RefusesMoreTokensThanItsRows) {

@@ -62,6 +62,9 @@ struct DeviceLayer {
 struct LayerState {
   KvView kv;                                        // attention: this layer's paged K/V cache
   float *conv_state = nullptr, *ssm_state = nullptr;  // DeltaNet: [channels][kernel - 1], [Hv][dk][dv]
+  // A verify window's kept states (null without windows): [step_rows] of each, the states before
+  // each of the window's tokens (kernels::TokenRows::kept).
+  float *conv_kept = nullptr, *ssm_kept = nullptr;
 };
 
 }  // namespace lode::cuda

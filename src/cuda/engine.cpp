@@ -50,6 +50,17 @@ class CudaSequence final : public engine::Sequence {
     session().restore(snapshot_of(checkpoint));
   }
 
+  bool cuts_windows() const override { return session().step_rows() > 1; }
+  // Within the last window of the last row computed as decode steps (the session keeps its states).
+  void cut_window(int64_t tokens) override {
+    CudaModel& m = *model_;
+    if (tokens < m.window_offset_ || tokens > m.row_tokens_)
+      fail("cuda engine: cannot cut a verify row of {} tokens to {}: the GPU keeps the states of its last window "
+           "(from token {} on)", m.row_tokens_, tokens, m.window_offset_);
+    session().cut_window(tokens - m.window_offset_);
+    m.row_tokens_ = tokens;
+  }
+
   CudaSession& session() const { return *model_->session_; }
 
  private:
@@ -68,8 +79,8 @@ std::unique_ptr<engine::Sequence> CudaModel::open_sequence() {
 namespace {
 
 // A row computed as decode steps compute it (StepRow::as_decode): windows of at most the session's
-// step_rows tokens, each a one-step verify window.
-void decode_rows(CudaSession& session, engine::StepRow& row) {
+// step_rows tokens, each a one-step verify window; the last one's first token is at window_offset.
+void decode_rows(CudaSession& session, engine::StepRow& row, int64_t& window_offset) {
   const int64_t n = int64_t(row.tokens.size()), vocab = session.vocab(), hidden = session.config().hidden;
   const int64_t most = session.step_rows();
   const bool all_logits = row.logit_rows == n && !row.greedy_only;
@@ -80,6 +91,7 @@ void decode_rows(CudaSession& session, engine::StepRow& row) {
     const auto tokens = row.tokens.subspan(size_t(at), size_t(std::min(most, n - at)));
     const bool last = at + int64_t(tokens.size()) == n;
     const bool greedy = row.greedy_only && last;
+    window_offset = at;
     CudaSession::Window w = session.decode_window(tokens, greedy, row.want_hidden);
     if (all_logits) row.logits.insert(row.logits.end(), w.logits.begin(), w.logits.end());
     else if (last && row.logit_rows == 1 && !greedy) row.logits.assign(w.logits.end() - vocab, w.logits.end());
@@ -99,7 +111,12 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
   if (row.logit_rows < 0 || row.logit_rows > n || (row.logit_rows > 1 && row.logit_rows < n))
     fail("cuda engine: {} logit rows asked of a {}-token row (0, 1 or all)", row.logit_rows, n);
   if (row.greedy_only && row.logit_rows != 1) fail("cuda engine: a greedy-only row needs one logit row");
-  if (row.as_decode) return decode_rows(*session_, row);
+  row_tokens_ = 0, window_offset_ = 0;
+  if (row.as_decode) {
+    decode_rows(*session_, row, window_offset_);
+    row_tokens_ = n;
+    return;
+  }
   if (row.want_hidden)
     fail("cuda engine: hidden states come with rows computed as decode steps (StepRow::as_decode) only");
   if (row.greedy_only) {

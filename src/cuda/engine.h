@@ -33,6 +33,9 @@ class CudaModel final : public engine::Model {
   friend class CudaSequence;
   std::unique_ptr<CudaSession> session_;
   bool sequence_open_ = false;
+  // The last step's row, when it was computed as decode steps: its tokens, and where its last
+  // window began (what CudaSequence::cut_window can cut); 0 after other steps.
+  int64_t row_tokens_ = 0, window_offset_ = 0;
 };
 
 }  // namespace lode::cuda

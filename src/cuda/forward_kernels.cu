@@ -239,8 +239,16 @@ __global__ void conv_l2_kernel(float* qkv, float* state, const float* w, int cha
   };
   if constexpr (!kWindow) {
     token(qkv, true);
-  } else {  // the tokens in order; the state written after the last
-    for (int t = 0; t < tokens.n; ++t) token(qkv + t * tokens.in_stride, t + 1 == tokens.n);
+  } else {  // the tokens in order; the state written after the last (and, where kept, before each)
+    for (int t = 0; t < tokens.n; ++t) {
+      if (tokens.kept && inside) {
+        float* to = tokens.kept + t * tokens.kept_stride + int64_t(c) * keep;
+#pragma unroll
+        for (int k = 0; k < kMaxConvTaps; ++k)
+          if (k < keep) to[k] = kept[k];
+      }
+      token(qkv + t * tokens.in_stride, t + 1 == tokens.n);
+    }
   }
 }
 
@@ -350,6 +358,12 @@ __global__ void __launch_bounds__(kStepMaxThreads)
     token(qkv, z, b, alpha, o, true);
   } else {  // the tokens in order, the state in registers between them, written after the last
     for (int t = 0; t < tokens.n; ++t) {
+      if (tokens.kept) {  // the state before token t, where it is kept
+        float4* to = reinterpret_cast<float4*>(tokens.kept + t * tokens.kept_stride + int64_t(s) * dk * dv + j0);
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+          if (const int i = g + G * r; column && i < dk) to[int64_t(i) * dv / 4] = st[r];
+      }
       const int64_t in = t * tokens.in_stride;
       token(qkv + in, z + in, b + in, alpha + in, o + t * tokens.out_stride, t + 1 == tokens.n);
       __syncthreads();  // warp_squares, read by every warp, is written again by the next token

@@ -290,6 +290,10 @@ struct CudaSession::Impl {
       }
       states[l].conv_state = floats(conv_floats(), VramUse::state, at + "conv state");
       states[l].ssm_state = floats(recurrent_floats(), VramUse::state, at + "DeltaNet state");
+      if (options.step_rows > 1) {  // the states a window keeps before each token (plan::state_layer_bytes)
+        states[l].conv_kept = floats(options.step_rows * conv_floats(), VramUse::state, at + "a window's conv states");
+        states[l].ssm_kept = floats(options.step_rows * recurrent_floats(), VramUse::state, at + "a window's DeltaNet states");
+      }
     }
   }
   int64_t conv_floats() const { return config.conv_channels() * (config.ssm_conv_kernel - 1); }
@@ -331,6 +335,7 @@ struct CudaSession::Impl {
   }
 
   void zero_states() {
+    window_start = -1;
     for (const LayerState& st : states) {
       if (!st.conv_state) continue;
       cudaMemset(st.conv_state, 0, size_t(conv_floats()) * sizeof(float));
@@ -416,17 +421,23 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     mixer_inputs("DeltaNet qkv|z|b|alpha", d, qkv);  // qkv, z, b, alpha are consecutive
     mark(Phase::deltanet_proj);
+    // A window keeps the states before each of its tokens, for cut_window.
     const kernels::TokenRows rows{window, mixer_rows(d), c.ssm_value_dim()};
+    kernels::TokenRows conv_rows = rows, step_rows = rows;
+    if (window > 1) {
+      conv_rows.kept = st.conv_kept, conv_rows.kept_stride = conv_floats();
+      step_rows.kept = st.ssm_kept, step_rows.kept_stride = recurrent_floats();
+    }
     launch("DeltaNet conv", [&] {
       return kernels::deltanet_prepare(qkv, st.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
-                                       int(c.ssm_groups), int(c.ssm_state), stream, rows);
+                                       int(c.ssm_groups), int(c.ssm_state), stream, conv_rows);
     });
     launch(
         "DeltaNet step and gated norm",
         [&] {
           return kernels::deltanet_step(st.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
                                         int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o,
-                                        stream, rows);
+                                        stream, step_rows);
         },
         2.0 * double(recurrent_floats()) * sizeof(float));
     mark(Phase::deltanet_core);
@@ -722,6 +733,7 @@ struct CudaSession::Impl {
     if (wanted == StepOutput::logits) std::copy_n(pinned_logits, n * c.vocab, logits_out);
     if (wanted == StepOutput::greedy_token) std::copy_n(pinned_token, n, greedy_out);
     if (hidden_out) std::copy_n(pinned_hidden, n * c.hidden, hidden_out);
+    window_start = n > 1 ? position : -1, window_tokens = n;
     position += n;
     if (miss && n == 1)
       miss->after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), stream);
@@ -757,6 +769,7 @@ struct CudaSession::Impl {
       fail("cuda session: a prompt of {} tokens after {} does not fit the context of {} positions; raise max_context",
            tokens.size(), position, options.max_context);
     const int64_t chunk = prompt->chunk(), hidden = c.hidden;
+    window_start = -1;
     for (size_t at = 0; at < tokens.size(); at += size_t(chunk)) {
       const int64_t n = std::min<int64_t>(chunk, int64_t(tokens.size() - at));
       for (int64_t t = 0; t < n; ++t) model::dequantize_row(host.token_embd, tokens[at + size_t(t)], pinned_rows + t * hidden);
@@ -838,6 +851,8 @@ struct CudaSession::Impl {
   cudaEvent_t fork = nullptr, join = nullptr;
   cudaEvent_t hint_fork = nullptr, hint_join = nullptr;  // the miss hint's branch
   bool hint_pending = false;                              // forked, not yet joined (while capturing)
+  // The last step's window, while cut_window may cut it: its first position (-1: none) and tokens.
+  int64_t window_start = -1, window_tokens = 0;
   // [window - 1][StepOutput]: made on first use.
   std::vector<std::array<cudaGraphExec_t, size_t(StepOutput::count)>> graphs;
   float* pinned_embedding = nullptr;  // [step_rows][hidden]
@@ -946,6 +961,30 @@ CudaSession::Window CudaSession::decode_window(std::span<const int32_t> tokens, 
   return out;
 }
 
+void CudaSession::cut_window(int64_t tokens) {
+  Impl& s = *impl_;
+  if (s.window_start < 0)
+    fail("cuda session: no verify window to cut (the last step was not a window of several tokens)");
+  if (tokens < 0 || tokens > s.window_tokens)
+    fail("cuda session: cannot keep {} tokens of a window of {}", tokens, s.window_tokens);
+  if (tokens == s.window_tokens) return;
+  const size_t conv = size_t(s.conv_floats()), recurrent = size_t(s.recurrent_floats());
+  for (const LayerState& st : s.states) {
+    if (!st.conv_state) continue;
+    check_cuda(cudaMemcpyAsync(st.conv_state, st.conv_kept + tokens * int64_t(conv), conv * sizeof(float),
+                               cudaMemcpyDeviceToDevice, s.stream),
+               "cutting a window");
+    check_cuda(cudaMemcpyAsync(st.ssm_state, st.ssm_kept + tokens * int64_t(recurrent), recurrent * sizeof(float),
+                               cudaMemcpyDeviceToDevice, s.stream),
+               "cutting a window");
+  }
+  check_cuda(cudaStreamSynchronize(s.stream), "cutting a window");
+  // The K/V rows past the kept tokens stay where they are: attention reads up to the position, and
+  // the next steps write over them.
+  s.position = s.window_start + tokens;
+  s.window_tokens = tokens;
+}
+
 void CudaSession::reset() {
   impl_->zero_states();
   synchronize();
@@ -1016,6 +1055,7 @@ void CudaSession::restore(const Snapshot& snapshot) {
     at += conv + recurrent;
   }
   s.position = snapshot.positions;
+  s.window_start = -1;
 }
 
 CudaSession::StepBytes CudaSession::decode_bytes(int64_t depth) const {

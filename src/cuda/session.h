@@ -127,6 +127,11 @@ class CudaSession {
     std::vector<float> hidden;
   };
   Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false);
+  // Right after a decode_window of n > 1 tokens: the sequence as it stood after its first `tokens`
+  // (0..n; again, shorter, after a cut), from the DeltaNet states the window kept before each token,
+  // nothing run again (speculative decoding's rollback). Fails when the last step was not such a
+  // window, or for more tokens than it kept.
+  void cut_window(int64_t tokens);
   void reset();  // empty sequence: K/V forgotten, DeltaNet states zeroed
   // For benchmarks of decode at a depth that a prompt would take long to reach: the sequence
   // becomes `depth` positions long, every attention layer's cells written by the format's own

@@ -34,6 +34,10 @@ Drafter& Sequence::drafter() {
   fail("this engine cannot draft tokens yet: MTP speculative decoding runs on the CPU engine");
 }
 
+void Sequence::cut_window(int64_t) {
+  fail("this engine cannot cut a verify window: rewind to a checkpoint taken before it instead");
+}
+
 std::vector<float> decode(Sequence& sequence, int32_t token) {
   StepRow row{.sequence = &sequence, .tokens = std::span(&token, 1)};
   sequence.model().step(std::span(&row, 1));

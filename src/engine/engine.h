@@ -75,6 +75,12 @@ class Sequence {
   // Its drafter, made on first use. Fails, saying why, when the model has no MTP block or the
   // backend cannot draft yet.
   virtual Drafter& drafter();
+  // Whether cut_window works (so that a verify step needs no checkpoint before it).
+  virtual bool cuts_windows() const { return false; }
+  // Right after a step whose row for this sequence ran n tokens as decode steps (StepRow::as_decode):
+  // the sequence as it stood after the first `tokens` of them (0..n), nothing run again (the GPU
+  // keeps a window's DeltaNet states before each token). Fails where cuts_windows() is false.
+  virtual void cut_window(int64_t tokens);
 };
 
 // One row of a step: tokens appended to a sequence, and the logits of its last logit_rows

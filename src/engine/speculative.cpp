@@ -30,6 +30,10 @@ StepRow verify_row(Sequence& sequence, std::span<const int32_t> window) {
           .as_decode = true};
 }
 
+std::shared_ptr<const Checkpoint> window_checkpoint(const Sequence& sequence, std::span<const int32_t> window) {
+  return window.size() > 1 && !sequence.cuts_windows() ? sequence.checkpoint() : nullptr;
+}
+
 std::optional<int32_t> accept_window(Sequence& sequence, Drafter& drafter, Generation& generation,
                                      std::span<const int32_t> window, const StepRow& row, const Checkpoint* before,
                                      WindowCounts& counts) {
@@ -44,12 +48,15 @@ std::optional<int32_t> accept_window(Sequence& sequence, Drafter& drafter, Gener
     }
   } catch (...) {  // the text sink failed: leave the sequence as it was before the window
     if (before) sequence.rewind(*before);
+    else if (window.size() > 1 && sequence.cuts_windows()) sequence.cut_window(0);
     throw;
   }
   ++counts.windows;
   counts.drafted += int64_t(window.size()) - 1;
   counts.accepted += int64_t(used) - 1;
-  if (used < window.size()) {  // back to the last token sampled from, recomputed as the window did
+  if (used < window.size() && sequence.cuts_windows()) {  // back to the last token sampled from
+    sequence.cut_window(int64_t(used));
+  } else if (used < window.size()) {  // likewise, recomputed as the window did
     sequence.rewind(*before);
     StepRow again{.sequence = &sequence, .tokens = window.first(used), .logit_rows = 0, .as_decode = true};
     sequence.model().step(std::span(&again, 1));
@@ -77,7 +84,7 @@ GenerateResult generate_with_drafts(Sequence& sequence, const tokenizer::Tokeniz
       break;
     }
     const std::vector<int32_t> window = next_window(sequence, drafter, generation, *next, options);
-    const std::shared_ptr<const Checkpoint> before = window.size() > 1 ? sequence.checkpoint() : nullptr;
+    const std::shared_ptr<const Checkpoint> before = window_checkpoint(sequence, window);
     StepRow row = verify_row(sequence, window);
     sequence.model().step(std::span(&row, 1));
     next = accept_window(sequence, drafter, generation, window, row, before.get(), counts);

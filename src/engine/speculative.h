@@ -32,6 +32,9 @@ std::vector<int32_t> next_window(const Sequence& sequence, Drafter& drafter, con
 
 // The step row that verifies a window (every position's logits and state, computed as decode steps).
 StepRow verify_row(Sequence& sequence, std::span<const int32_t> window);
+// What accept_window goes back to when it stops early, taken before the verify step: a checkpoint,
+// or nothing where there are no drafts or the sequence cuts windows itself (Sequence::cut_window).
+std::shared_ptr<const Checkpoint> window_checkpoint(const Sequence& sequence, std::span<const int32_t> window);
 
 struct WindowCounts {
   int64_t windows = 0, drafted = 0, accepted = 0;
@@ -39,8 +42,7 @@ struct WindowCounts {
 
 // After the verify step of `window` (row: its verify_row, run): samples in order while each
 // sample equals the next draft, puts the sequence back to the tokens sampled from when it stopped
-// early (from `before`, the checkpoint taken before the step; null when there were no drafts) and
-// has the drafter follow them. Returns the next pending token, or nothing when generation ended.
+// early (cutting the window, or from `before`, window_checkpoint's) and has the drafter follow them. Returns the next pending token, or nothing when generation ended.
 std::optional<int32_t> accept_window(Sequence& sequence, Drafter& drafter, Generation& generation,
                                      std::span<const int32_t> window, const StepRow& row, const Checkpoint* before,
                                      WindowCounts& counts);

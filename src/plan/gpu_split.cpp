@@ -29,7 +29,7 @@ std::vector<LayerBytes> layer_bytes(const model::ModelWeights& w, const PlanOpti
   for (size_t l = 0; l < w.layers.size(); ++l) {
     LayerBytes b{.trunk = layer_trunk_bytes(w, l), .attention = !w.layers[l].recurrent};
     (b.attention ? b.kv : b.states) =
-        sequences * (b.attention ? kv_layer_bytes(w.config, o.kv, o.context) : state_layer_bytes(w.config));
+        sequences * (b.attention ? kv_layer_bytes(w.config, o.kv, o.context) : state_layer_bytes(w.config, o.step_rows));
     out.push_back(b);
   }
   return out;

@@ -82,8 +82,10 @@ size_t layer_trunk_bytes(const model::ModelWeights& weights, size_t layer);
 size_t kv_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t context);
 size_t kv_layer_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t context);
 size_t kv_page_table_bytes(int64_t context);
-size_t state_bytes(const model::Qwen35MoeConfig& config);
-size_t state_layer_bytes(const model::Qwen35MoeConfig& config);
+// A sequence's DeltaNet states (per layer: the conv's and the recurrent one), and with step_rows > 1
+// the states a verify window keeps before each of its tokens (a rollback without recomputing).
+size_t state_bytes(const model::Qwen35MoeConfig& config, int64_t step_rows = 1);
+size_t state_layer_bytes(const model::Qwen35MoeConfig& config, int64_t step_rows = 1);
 std::vector<ExpertBytes> expert_bytes(const model::ModelWeights& weights);
 
 // Host RAM: fails (lode::Error) when `bytes` of experts cannot be held in what the machine has

@@ -311,7 +311,7 @@ engine::StepRow EngineWorker::decode_row(Slot& slot) {
   if (options_.mtp == 0)  // plain greedy: only the token (the GPU chooses it where the logits are)
     return {.sequence = &sequence, .tokens = std::span(&*seq.pending, 1), .greedy_only = seq.generation->greedy_only()};
   seq.window = engine::next_window(sequence, sequence.drafter(), *seq.generation, *seq.pending, seq.options);
-  seq.before = seq.window.size() > 1 ? sequence.checkpoint() : nullptr;
+  seq.before = engine::window_checkpoint(sequence, seq.window);
   return engine::verify_row(sequence, seq.window);
 }
 
