@@ -39,10 +39,11 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
 namespace {
 
 std::unique_ptr<engine::Sequence> open_gpu_sequence(const BackendOptions& o, LoadedModel& model,
-                                                    const ModelRunOptions& run) {
+                                                    const ModelRunOptions& run, int64_t mtp) {
   const GpuRun gpu{.ctx = gpu_context(model.config, run.ctx),
                    .activations = run.activations_or(model::Activations::q8),
-                   .kv_format = run.kv_format()};
+                   .kv_format = run.kv_format(),
+                   .mtp = mtp};
   return open_gpu_model(o, model.reader, model.config, model.weights, gpu)->open_sequence();
 }
 
@@ -60,6 +61,8 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
   if (!o.expert_profile.empty()) options.expert_scores = expert_scores_from(o.expert_profile, *weights);
   options.swaps.enabled = o.expert_swaps == "on";
   options.miss_path = miss_path_from(o.miss_path);
+  options.mtp = run.mtp > 0;
+  options.step_rows = std::min(run.mtp + 1, cuda::kMaxStepRows);
   auto session = std::make_unique<cuda::CudaSession>(reader, std::move(weights), options);
   const cuda::VramAccountant& vram = session->vram();
   fmt::print(stderr, "lode: K/V cache {} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",
@@ -108,13 +111,13 @@ std::unique_ptr<engine::Sequence> open_cpu_sequence(LoadedModel& model) {
 }  // namespace
 
 std::unique_ptr<engine::Sequence> open_sequence(const BackendOptions& o, LoadedModel& model,
-                                                const ModelRunOptions& run) {
+                                                const ModelRunOptions& run, int64_t mtp) {
   if (o.backend == "cpu") return open_cpu_sequence(model);
-  if (o.backend == "cuda") return open_gpu_sequence(o, model, run);
+  if (o.backend == "cuda") return open_gpu_sequence(o, model, run, mtp);
   const std::string gpu = first_gpu();  // auto
   if (gpu.empty()) return open_cpu_sequence(model);
   try {
-    auto sequence = open_gpu_sequence(o, model, run);
+    auto sequence = open_gpu_sequence(o, model, run, mtp);
     fmt::print(stderr, "lode: on the GPU ({}); --backend cpu for the CPU engine\n", gpu);
     return sequence;
   } catch (const Error& e) {

@@ -47,6 +47,7 @@ struct GpuRun {
   int64_t ctx = 0;
   model::Activations activations = model::Activations::q8;
   kv::Format kv_format = kv::Format::f16;
+  int64_t mtp = 0;  // drafts per verify step (--mtp): the MTP block on the GPU, verify windows of mtp + 1
 };
 // The CUDA engine on these weights (the budget, expert placement and miss path from `o`), its
 // VRAM plan on stderr. Fails as open_sequence does on the GPU.
@@ -58,8 +59,9 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
 // GPU, K/V is kept for run.ctx positions (0: the
 // model's context, at most 8192), and decode's products follow run's --activations (default q8).
 // Fails clearly when lode was built without CUDA, there is no usable GPU, or the budget is too
-// small (saying by how many MiB).
+// small (saying by how many MiB). With mtp > 0 (--mtp) the GPU holds the MTP block and verify
+// windows of mtp + 1 tokens.
 std::unique_ptr<engine::Sequence> open_sequence(const BackendOptions& o, LoadedModel& model,
-                                                const ModelRunOptions& run);
+                                                const ModelRunOptions& run, int64_t mtp = 0);
 
 }  // namespace lode::cli

@@ -38,7 +38,7 @@ class Chat {
         sampler_(params_, model_.vocab()), thinking_(!o.no_think),
         tty_(isatty(fileno(stdout)) != 0) {
     model_.text();  // fail now, not at the first turn, when the model has no tokenizer
-    sequence_ = open_sequence(o.backend, model_, o.run);
+    sequence_ = open_sequence(o.backend, model_, o.run, o.draft.mtp);
     if (o.draft.mtp > 0)
       fmt::print(stderr, "lode: {}; up to {} drafted tokens per step\n", sequence_->drafter().describe(), o.draft.mtp);
   }

@@ -45,7 +45,7 @@ void run_generate(const RunOptions& o) {
                             .chunk = o.run.chunk, .cancel = nullptr, .steer = std::nullopt,
                             .mtp = o.draft.mtp, .mtp_min_p = o.draft.min_p};
   if (o.ids && o.draft.mtp > 0) fail("--mtp drafts text generation; run it without --ids");
-  const std::unique_ptr<engine::Sequence> sequence = open_sequence(o.backend, model, o.run);
+  const std::unique_ptr<engine::Sequence> sequence = open_sequence(o.backend, model, o.run, o.draft.mtp);
   if (o.draft.mtp > 0)
     fmt::print(stderr, "lode: {}; up to {} drafted tokens per step\n", sequence->drafter().describe(), o.draft.mtp);
   engine::GenerateResult result;

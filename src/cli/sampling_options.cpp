@@ -47,7 +47,7 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const std::string& text)
 void add_draft_options(CLI::App& cmd, DraftCliOptions& o) {
   cmd.add_option("--mtp", o.mtp,
                  "Draft up to N tokens per step with the model's MTP block and verify them in one step; the output "
-                 "is the same as without (default 0: off; CPU engine)")
+                 "is the same as without (default 0: off; both engines)")
       ->check(CLI::Range(int64_t(0), int64_t(16)));
   cmd.add_option("--mtp-min-p", o.min_p, "Stop drafting when the MTP block's most likely token is below this "
                                          "probability (default 0)")

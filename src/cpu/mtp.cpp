@@ -40,17 +40,9 @@ void mtp_forward(const model::ModelWeights& main, const model::MtpWeights& w, Kv
   if (last_logits) matmul(main.output, out + (n - 1) * h, last_logits, 1, compute);
 }
 
-namespace {
-
-kv::Format drafter_format(const model::Qwen35MoeConfig& c, kv::Format fallback) {
-  return kv::unsupported_reason(kv::Format::k8v8, c.head_dim).empty() ? kv::Format::k8v8 : fallback;
-}
-
-}  // namespace
-
 MtpDrafter::MtpDrafter(std::shared_ptr<const model::ModelWeights> weights, kv::Format fallback, Compute compute)
     : weights_(std::move(weights)), compute_(compute),
-      cache_(drafter_format(weights_->config, fallback), weights_->config.n_kv_heads, weights_->config.head_dim) {
+      cache_(kv::mtp_format(weights_->config.head_dim, fallback), weights_->config.n_kv_heads, weights_->config.head_dim) {
   if (!weights_->mtp) fail("--mtp: {}", weights_->mtp_unavailable);
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "cuda/mtp_drafter.h"
 #include "sample/sampler.h"
 
 namespace lode::cuda {
@@ -61,10 +62,17 @@ class CudaSequence final : public engine::Sequence {
     m.row_tokens_ = tokens;
   }
 
+  // The GPU's MTP drafter, when the session holds the block (CudaSessionOptions::mtp).
+  engine::Drafter& drafter() override {
+    if (!drafter_) drafter_ = std::make_unique<GpuDrafter>(session());
+    return *drafter_;
+  }
+
   CudaSession& session() const { return *model_->session_; }
 
  private:
   std::shared_ptr<CudaModel> model_;
+  std::unique_ptr<GpuDrafter> drafter_;
 };
 
 std::unique_ptr<engine::Sequence> CudaModel::open_sequence() {
@@ -117,18 +125,17 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
     row_tokens_ = n;
     return;
   }
-  if (row.want_hidden)
-    fail("cuda engine: hidden states come with rows computed as decode steps (StepRow::as_decode) only");
+  std::vector<float>* hidden = row.want_hidden ? &row.hidden : nullptr;
   if (row.greedy_only) {
-    if (n == 1) {  // the token chosen on the device
+    if (n == 1 && !hidden) {  // the token chosen on the device
       row.greedy = session_->decode_greedy(row.tokens[0]);
       row.logits.clear();
       return;
     }
-    row.greedy = sample::greedy(session_->prefill(row.tokens));
+    row.greedy = sample::greedy(session_->prefill(row.tokens, false, hidden));
     return;
   }
-  row.logits = session_->prefill(row.tokens, row.logit_rows > 1);
+  row.logits = session_->prefill(row.tokens, row.logit_rows > 1, hidden);
   if (row.logit_rows == 0) row.logits.clear();
 }
 

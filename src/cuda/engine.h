@@ -1,7 +1,8 @@
 // The CUDA engine behind engine/engine.h. A model is one CudaSession: the weights, K/V cache and
 // DeltaNet states of one sequence on the GPU, so it opens one sequence (the GPU's multi-sequence
 // steps come with GPU serving, issue 18). Its checkpoints are the session's snapshots (K/V cells
-// and DeltaNet states copied to host memory).
+// and DeltaNet states copied to host memory); a session with several step rows cuts verify
+// windows instead, and one with the MTP block drafts on the GPU (cuda/mtp_drafter.h).
 #pragma once
 #include <memory>
 #include <string>

@@ -150,10 +150,11 @@ __device__ void norm_and_rotate(float* v, const float* w, int head_dim, int rope
 template <Store KS, Store VS>
 __global__ void attention_prepare_kernel(float* qg, float* k, const float* v, const float* q_norm,
                                          const float* k_norm, KvView kv, const int64_t* position, int n_heads,
-                                         int head_dim, int rope_dims, double theta, float eps, int64_t stacked_stride) {
+                                         int head_dim, int rope_dims, double theta, float eps, int64_t stacked_stride,
+                                         const int64_t* rotary_shift) {
   const int t = blockIdx.y;  // the token of a prompt chunk or a window
   const int64_t pos = *position + t;  // written before the step (or the prompt's chunk) began
-  const PairRotation turn(rope_dims, pos, theta);
+  const PairRotation turn(rope_dims, pos + (rotary_shift ? *rotary_shift : 0), theta);
   begin_after_inputs();
   const int n_kv_heads = int(gridDim.x) - n_heads;
   const int64_t row = int64_t(n_kv_heads) * head_dim;
@@ -685,14 +686,15 @@ const char* add_rms_norm(float* h, const float* d, const float* w, float* out, i
 
 const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
                               KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim, int rope_dims,
-                              double rope_theta, float eps, int n_tokens, void* stream, int64_t stacked_stride) {
+                              double rope_theta, float eps, int n_tokens, void* stream, int64_t stacked_stride,
+                              const int64_t* rotary_shift) {
   if (head_dim > kKvMaxHeadDim) return "head_dim over 512";
   const dim3 grid(n_heads + n_kv_heads, n_tokens);
   return with_stores(kv.format, [&](auto stores) {
     using S = decltype(stores);
     return error_text(launch_overlapped(attention_prepare_kernel<S::k, S::v>, grid, dim3(128), 0, stream, qg, k, v,
                                         q_norm, k_norm, kv, pos, n_heads, head_dim, rope_dims, rope_theta, eps,
-                                        stacked_stride));
+                                        stacked_stride, rotary_shift));
   });
 }
 

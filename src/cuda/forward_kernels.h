@@ -36,10 +36,13 @@ struct TokenRows {
 // row of the paged cache `kv`, in its format (kv/codec.h's bytes). When the format stores keys
 // rotated (q4), q is rotated by H too, so q·k is unchanged. Token t's rows are t times their own
 // widths apart (a prompt chunk's separate products), or stacked_stride apart when it is not 0 (a
-// verify window's stacked q|k|v product: [n_tokens][rows]).
+// verify window's stacked q|k|v product: [n_tokens][rows]). With rotary_shift (device memory), the
+// rotation's position is the row's plus *rotary_shift (the MTP block's cache, whose rows start at
+// the first position it followed).
 const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
                               KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim, int rope_dims,
-                              double rope_theta, float eps, int n_tokens, void* stream, int64_t stacked_stride = 0);
+                              double rope_theta, float eps, int n_tokens, void* stream, int64_t stacked_stride = 0,
+                              const int64_t* rotary_shift = nullptr);
 // Rows k and v ([n_tokens][heads * head_dim], device memory) written as they are into positions
 // first, first + 1, ... of the paged cache: the same writers as attention_prepare's (tests compare
 // their bytes with kv/codec.h's; benchmarks fill a context with it).

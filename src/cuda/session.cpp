@@ -6,6 +6,7 @@
 #include <array>
 #include <cassert>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <random>
 #include <set>
@@ -184,9 +185,14 @@ struct CudaSession::Impl {
   }
 
   void bind_layer(int64_t index) {
-    const model::LayerWeights& w = host.layers[size_t(index)];
+    DeviceLayer d = bind_trunk(host.layers[size_t(index)], "blk." + std::to_string(index) + " ");
+    bind_experts(d, index);
+    layers.push_back(d);
+  }
+
+  // A layer's matrices and vectors but its routed experts, uploaded.
+  DeviceLayer bind_trunk(const model::LayerWeights& w, const std::string& at) {
     const model::Qwen35MoeConfig& c = config;
-    const std::string at = "blk." + std::to_string(index) + " ";
     DeviceLayer d;
     d.recurrent = w.recurrent;
     d.attn_norm = upload(w.attn_norm, at + "attn_norm");
@@ -205,14 +211,13 @@ struct CudaSession::Impl {
     }
     const model::MoeWeights& m = w.moe;
     bind_router(d, m, at);
-    bind_experts(d, index);
     if (c.shared_ff > 0) {
       d.shared_gate = matrix(m.shared_gate), d.shared_up = matrix(m.shared_up), d.shared_down = matrix(m.shared_down);
       if (same_shape(d.shared_gate, d.shared_up))
         d.shared_gate_up = {d.shared_gate.type, table_of({d.shared_gate.data, d.shared_up.data}, at + "shared gate|up"),
                             d.shared_gate.rows, d.shared_gate.cols, d.shared_gate.row_bytes};
     }
-    layers.push_back(d);
+    return d;
   }
 
   // The mixer's input matrices, in order, uploaded as stored; runs of the same type and width go
@@ -303,8 +308,9 @@ struct CudaSession::Impl {
   // routing counters in it are zeroed here and only ever added to).
   void allocate_scratch() {
     const model::Qwen35MoeConfig& c = config;
-    const plan::DecodeScratch l = plan::decode_scratch(c, options.max_context, options.step_rows);
+    const plan::DecodeScratch l = plan::decode_scratch(c, options.max_context, options.step_rows, options.mtp);
     auto* base = static_cast<uint8_t*>(allocate(l.total, VramUse::scratch, "decode scratch"));
+    scratch_layout = l, scratch_base = base;
     check_cuda(cudaMemset(base, 0, l.total), "zeroing the decode scratch");
     const auto f = [&](size_t offset) { return reinterpret_cast<float*>(base + offset); };
     h = f(l.h), normed = f(l.normed), mixed = f(l.mixed), attention_partials = f(l.attention_partials);
@@ -343,6 +349,9 @@ struct CudaSession::Impl {
     }
     position = 0;
   }
+
+  plan::DecodeScratch scratch_layout{};  // where allocate_scratch carved the buffers from
+  uint8_t* scratch_base = nullptr;
 
   // The tokens the step being queued takes (a verify window's; 1 outside one): every launch below
   // runs them all, each row computed as a one-token step computes it.
@@ -395,19 +404,26 @@ struct CudaSession::Impl {
     }
   }
 
-  void attention(const DeviceLayer& d, const LayerState& st) {
+  // The attention layer's q, k and v, the new K/V rows written at *at (device memory; rotated at
+  // *at + *shift where shift is not null: the MTP block's cache).
+  void attention_kv(const DeviceLayer& d, const LayerState& st, const int64_t* at, const int64_t* shift = nullptr) {
     const model::Qwen35MoeConfig& c = config;
     mixer_inputs("attention q|k|v", d, qg);  // qg, kbuf, vbuf are consecutive
     mark(Phase::attention_proj);
     launch("attention prepare", [&] {
-      return kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, st.kv, device_position, int(c.n_heads),
+      return kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, st.kv, at, int(c.n_heads),
                                         int(c.n_kv_heads), int(c.head_dim), int(c.rope_dims), c.rope_theta,
-                                        float(c.rms_eps), window, stream, mixer_rows(d));
+                                        float(c.rms_eps), window, stream, mixer_rows(d), shift);
     });
+  }
+
+  void attention(const DeviceLayer& d, const LayerState& st, const int64_t* at, const int64_t* shift = nullptr) {
+    const model::Qwen35MoeConfig& c = config;
+    attention_kv(d, st, at, shift);
     launch(
         "attention (split-K and merge)",
         [&] {
-          return kernels::attention_decode(qg, st.kv, device_position, int(c.n_heads), int(c.n_kv_heads),
+          return kernels::attention_decode(qg, st.kv, at, int(c.n_heads), int(c.n_kv_heads),
                                            int(c.head_dim), attention_splits(), attention_partials, attn, stream,
                                            {window, mixer_rows(d), c.q_dim()});
         },
@@ -560,9 +576,9 @@ struct CudaSession::Impl {
     // first. The GPU's own absent ones are staged into VRAM, and the products read the chosen
     // experts through the stage's table. (A window's steps read every absent expert over PCIe:
     // the CPU miss path serves one-token steps.)
-    const bool cpu_misses = miss && window == 1;
+    const bool cpu_misses = miss && window == 1 && layer < int64_t(layers.size());  // not the MTP block's
     const kernels::MissStage stage = cpu_misses ? stages[size_t(layer)] : kernels::MissStage{};
-    const void* const* table = tier->table(layer);
+    const void* const* table = cpu_misses ? tier->table(layer) : nullptr;
     if (cpu_misses)
       launch(kMissDispatch, [&] {
         return kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, table,
@@ -638,7 +654,7 @@ struct CudaSession::Impl {
       mark(Phase::norms);
       // The first layer's hint from the embedding, beside the mixer (later layers': in moe()).
       if (l == 0 && hints() && window == 1) hint_misses(d, 0);
-      d.recurrent ? deltanet(d, states[l]) : attention(d, states[l]);
+      d.recurrent ? deltanet(d, states[l]) : attention(d, states[l], device_position);
       join_hint();
       // Each residual add is fused with the norm that reads its result.
       launch("residual and norm",
@@ -740,6 +756,106 @@ struct CudaSession::Impl {
     tier->between_steps(stream);
   }
 
+  // The MTP block (options.mtp): its layer bound as a main layer is, its experts all in VRAM behind
+  // a table of its own, its K/V cache in kv::mtp_format, its rows in the decode scratch. Its cache
+  // rows are dense from the first position the drafter followed; the rotation adds `shift`.
+  struct Mtp {
+    DeviceLayer layer;
+    LayerState state;
+    std::unique_ptr<KvCache> kv;
+    DeviceMatrix eh_proj;
+    const float *enorm = nullptr, *hnorm = nullptr, *head_norm = nullptr;
+    float* rows = nullptr;            // [step_rows][2 hidden]: embedding | hidden state
+    int64_t* position = nullptr;      // device: {K/V row, rotary shift}
+    cudaGraphExec_t draft = nullptr;  // one draft step, captured on first use
+  };
+  std::unique_ptr<Mtp> mtp;
+
+  void bind_mtp(const plan::DecodeScratch& scratch, uint8_t* base) {
+    const model::MtpWeights& w = *host.mtp;
+    const model::Qwen35MoeConfig& c = config;
+    mtp = std::make_unique<Mtp>();
+    Mtp& m = *mtp;
+    m.enorm = upload(w.enorm, "mtp enorm"), m.hnorm = upload(w.hnorm, "mtp hnorm");
+    m.head_norm = upload(w.shared_head_norm, "mtp shared_head_norm");
+    m.eh_proj = matrix(w.eh_proj);
+    m.layer = bind_trunk(w.layer, "mtp ");
+    const model::MoeWeights& e = w.layer.moe;
+    std::vector<const void*> pointers;
+    for (const model::ExpertStack* s : {&e.gate, &e.up, &e.down})
+      for (int64_t x = 0; x < c.n_experts; ++x) pointers.push_back(device_of(s->expert(x).data, VramUse::weights));
+    const void* const* t = table_of(pointers, "mtp experts");
+    const int64_t n = c.n_experts;
+    m.layer.gate = experts_of(e.gate.first, t), m.layer.up = experts_of(e.up.first, t + n);
+    m.layer.down = experts_of(e.down.first, t + 2 * n);
+    if (model::same_shape(e.gate.first, e.up.first)) m.layer.gate_up = m.layer.gate;
+    m.kv = std::make_unique<KvCache>(vram, kv::mtp_format(c.head_dim, options.kv_format), 1, c.n_kv_heads, c.head_dim,
+                                     options.max_context, std::vector<int32_t>{});
+    m.state.kv = m.kv->layer(0);
+    m.rows = reinterpret_cast<float*>(base + scratch.mtp_rows);
+    m.position = reinterpret_cast<int64_t*>(base + scratch.mtp_position);
+  }
+
+  // The block's rows for `n` tokens: each token's embedding and the hidden state it pairs with
+  // (host memory, [n][hidden]; null: the block's own output of the last draft, in `normed`), at K/V
+  // rows row.. with the rotation's positions `shift` further on; then eh_proj into h and the
+  // layer's norm into normed, the step's scratch (free between steps).
+  void mtp_inputs(const int32_t* tokens, const float* hidden, int64_t n, int64_t row, int64_t shift) {
+    const model::Qwen35MoeConfig& c = config;
+    const int64_t hd = c.hidden;
+    Mtp& m = *mtp;
+    for (int64_t t = 0; t < n; ++t) {
+      model::dequantize_row(host.token_embd, tokens[t], pinned_rows_mtp + t * 2 * hd);
+      if (hidden) std::copy_n(hidden + t * hd, hd, pinned_rows_mtp + t * 2 * hd + hd);
+    }
+    pinned_position[0] = row, pinned_position[1] = shift;
+    if (hidden) {
+      check_cuda(cudaMemcpyAsync(m.rows, pinned_rows_mtp, size_t(n * 2 * hd) * sizeof(float), cudaMemcpyHostToDevice,
+                                 stream), "the MTP block's rows");
+    } else {  // one row: its embedding from the host, its state the last draft's output
+      check_cuda(cudaMemcpyAsync(m.rows, pinned_rows_mtp, size_t(hd) * sizeof(float), cudaMemcpyHostToDevice, stream),
+                 "the MTP block's rows");
+      check_cuda(cudaMemcpyAsync(m.rows + hd, normed, size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+                 "the MTP block's rows");
+    }
+    check_cuda(cudaMemcpyAsync(m.position, pinned_position, 2 * sizeof(int64_t), cudaMemcpyHostToDevice, stream),
+               "the MTP block's position");
+  }
+
+  // The block's layer input for the window's rows in m.rows: both halves normed, eh_proj into h,
+  // the layer's norm into normed.
+  void mtp_layer_input() {
+    const model::Qwen35MoeConfig& c = config;
+    const int hd = int(c.hidden);
+    const float eps = float(c.rms_eps);
+    Mtp& m = *mtp;
+    for (int t = 0; t < window; ++t) {
+      float* r = m.rows + int64_t(t) * 2 * hd;
+      launch("MTP norms", [&] { return kernels::rms_norm(r, m.enorm, r, 1, hd, eps, stream); });
+      launch("MTP norms", [&] { return kernels::rms_norm(r + hd, m.hnorm, r + hd, 1, hd, eps, stream); });
+    }
+    mv("MTP eh_proj", m.eh_proj, m.rows, h);
+    launch("MTP norms", [&] { return kernels::rms_norm(h, m.layer.attn_norm, normed, window, hd, eps, stream); });
+  }
+
+  // One draft: the block's forward for the row in m.rows, its output (shared_head_norm) left in
+  // normed, its logits in logits and their greedy token in device_token.
+  void mtp_draft_step() {
+    const model::Qwen35MoeConfig& c = config;
+    Mtp& m = *mtp;
+    mtp_layer_input();
+    attention(m.layer, m.state, m.position, m.position + 1);
+    launch("MTP residual and norm", [&] {
+      return kernels::add_rms_norm(h, mixed, m.layer.post_norm, normed, 1, int(c.hidden), float(c.rms_eps), stream);
+    });
+    moe(m.layer, int64_t(layers.size()), m.head_norm);
+    mv("lm head", output, normed, logits);
+    launch("greedy token", [&] {
+      return kernels::greedy_token(logits, int(c.vocab), greedy_partials, plan::kGreedyBlocks, greedy_arrivals,
+                                   device_token, stream);
+    });
+  }
+
   // The CPU miss path, where decode steps can miss and options.miss_path allows it.
   void create_miss_path() {
     const plan::MissPath path = options.miss_path;
@@ -761,7 +877,8 @@ struct CudaSession::Impl {
 
   // A prompt of several tokens, chunk by chunk through the prompt pass; logits of every position
   // into `out` when all_logits, else of the last.
-  void prefill_chunks(std::span<const int32_t> tokens, bool all_logits, float* out) {
+  // With hidden, every position's final-normed hidden state into it ([n][hidden]).
+  void prefill_chunks(std::span<const int32_t> tokens, bool all_logits, float* out, float* hidden_out = nullptr) {
     const model::Qwen35MoeConfig& c = config;
     for (int32_t token : tokens)
       if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
@@ -780,6 +897,10 @@ struct CudaSession::Impl {
       check_cuda(cudaMemcpyAsync(device_position, pinned_position, sizeof(int64_t), cudaMemcpyHostToDevice, stream),
                  "position to the device");
       prompt->run(states, n, device_position, position);
+      if (hidden_out)
+        check_cuda(cudaMemcpyAsync(hidden_out + int64_t(at) * hidden, prompt->output_rows(),
+                                   size_t(n * hidden) * sizeof(float), cudaMemcpyDeviceToHost, stream),
+                   "hidden states to the host");
       const bool last_chunk = at + size_t(n) == tokens.size();
       for (int64_t t = all_logits ? 0 : n - 1; t < n && (all_logits || last_chunk); ++t) {
         mv("lm head", output, prompt->output_rows() + t * hidden, logits);
@@ -813,7 +934,9 @@ struct CudaSession::Impl {
     check_cuda(cudaMallocHost(&pinned_embedding, rows * size_t(config.hidden) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_hidden, rows * size_t(config.hidden) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_logits, rows * size_t(config.vocab) * sizeof(float)), "pinned memory");
-    check_cuda(cudaMallocHost(&pinned_position, sizeof(int64_t)), "pinned memory");
+    check_cuda(cudaMallocHost(&pinned_position, 2 * sizeof(int64_t)), "pinned memory");
+    if (options.mtp)
+      check_cuda(cudaMallocHost(&pinned_rows_mtp, rows * size_t(2 * config.hidden) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_token, rows * sizeof(int32_t)), "pinned memory");
     if (plan.prompt_chunk > 0) create_prompt_pass();
   }
@@ -835,6 +958,8 @@ struct CudaSession::Impl {
     cudaFreeHost(pinned_position);
     cudaFreeHost(pinned_token);
     cudaFreeHost(pinned_rows);
+    cudaFreeHost(pinned_rows_mtp);
+    if (mtp && mtp->draft) cudaGraphExecDestroy(mtp->draft);
     prompt.reset();
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
@@ -858,10 +983,11 @@ struct CudaSession::Impl {
   float* pinned_embedding = nullptr;  // [step_rows][hidden]
   float* pinned_hidden = nullptr;     // likewise, the final-normed states back
   float* pinned_logits = nullptr;
-  int64_t* pinned_position = nullptr;
+  int64_t* pinned_position = nullptr;  // [2]: a step's position (and the MTP block's rotary shift)
   int32_t* pinned_token = nullptr;
   int64_t* device_position = nullptr;
   float* pinned_rows = nullptr;         // a prompt chunk's embeddings
+  float* pinned_rows_mtp = nullptr;     // the MTP block's rows ([step_rows][2 hidden])
   std::unique_ptr<PromptPass> prompt;  // null: prompts run token by token
   void* miss_words = nullptr;          // the CPU miss path's device words, in the decode scratch
   std::unique_ptr<MissPath> miss;      // null: decode misses are read over PCIe
@@ -894,6 +1020,7 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
   if (options.max_context <= 0) fail("cuda session: max_context must be positive");
   if (options.step_rows < 1 || options.step_rows > kMaxStepRows)
     fail("cuda session: step_rows {} is outside 1..{}", options.step_rows, kMaxStepRows);
+  if (options.mtp && !weights->mtp) fail("--mtp: {}", weights->mtp_unavailable);
   Impl& s = *impl_;
   // The plan first: nothing is uploaded for a budget it refuses.
   s.plan = plan::plan_memory(s.host, {.budget = s.vram.budget(),
@@ -901,6 +1028,7 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
                                       .context = options.max_context,
                                       .parallel = 1,
                                       .step_rows = options.step_rows,
+                                      .mtp = options.mtp,
                                       .prompt_chunk = options.prompt_chunk > 1 ? options.prompt_chunk : 0,
                                       .max_resident_experts = options.max_resident_experts});
   s.tier = std::make_unique<ExpertTier>(s.host, s.plan, s.vram);
@@ -908,6 +1036,7 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
   for (int64_t layer = 0; layer < config.n_layers; ++layer) s.bind_layer(layer);
   s.output_norm = s.upload(s.host.output_norm, "output_norm");
   s.output = s.matrix(s.host.output);
+  if (options.mtp) s.bind_mtp(s.scratch_layout, s.scratch_base);
   s.tier->load(options.expert_scores);  // after the trunk's uploads (see ExpertTier::load)
   s.tier->enable_swaps(options.swaps, s.route_counts);
   s.allocate_sequence();
@@ -919,17 +1048,25 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
 
 CudaSession::~CudaSession() = default;
 
-std::vector<float> CudaSession::prefill(std::span<const int32_t> tokens, bool all_logits) {
+std::vector<float> CudaSession::prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* hidden) {
   if (tokens.empty()) fail("cuda session: prefill needs at least one token");
-  const int64_t vocab = impl_->config.vocab;
+  const int64_t vocab = impl_->config.vocab, width = impl_->config.hidden;
   std::vector<float> logits(size_t((all_logits ? int64_t(tokens.size()) : 1) * vocab));
+  if (hidden) hidden->resize(tokens.size() * size_t(width));
   if (tokens.size() > 1 && impl_->prompt) {
-    impl_->prefill_chunks(tokens, all_logits, logits.data());
+    impl_->prefill_chunks(tokens, all_logits, logits.data(), hidden ? hidden->data() : nullptr);
     return logits;
   }
+  std::vector<float> scratch(hidden ? size_t(vocab) : 0);  // logits of positions whose logits are not wanted
   for (size_t i = 0; i < tokens.size(); ++i) {
     const bool last = i + 1 == tokens.size();
     float* out = all_logits ? logits.data() + i * size_t(vocab) : (last ? logits.data() : nullptr);
+    if (hidden) {  // (the hidden state is the lm head's input: a step with logits)
+      int32_t greedy = -1;
+      impl_->step(tokens.subspan(i, 1), Impl::StepOutput::logits, out ? out : scratch.data(), &greedy,
+                  hidden->data() + i * size_t(width));
+      continue;
+    }
     impl_->step(tokens[i], out ? Impl::StepOutput::logits : Impl::StepOutput::none, out);
   }
   return logits;
@@ -983,6 +1120,69 @@ void CudaSession::cut_window(int64_t tokens) {
   // the next steps write over them.
   s.position = s.window_start + tokens;
   s.window_tokens = tokens;
+}
+
+bool CudaSession::has_mtp() const { return impl_->mtp != nullptr; }
+
+void CudaSession::mtp_append(std::span<const int32_t> tokens, std::span<const float> hidden, int64_t row, int64_t shift) {
+  Impl& s = *impl_;
+  const int64_t n = int64_t(tokens.size()), width = s.config.hidden;
+  if (!s.mtp) fail("cuda session: made without the MTP block (options.mtp)");
+  if (int64_t(hidden.size()) != n * width) fail("cuda session: {} hidden values for {} MTP rows", hidden.size(), n);
+  if (row < 0 || row + n > s.options.max_context)
+    fail("cuda session: MTP rows {}..{} past the context of {}", row, row + n, s.options.max_context);
+  for (int64_t at = 0; at < n; at += s.options.step_rows) {  // in pieces the step's scratch holds
+    const int64_t piece = std::min(s.options.step_rows, n - at);
+    s.mtp_inputs(tokens.data() + at, hidden.data() + at * width, piece, row + at, shift);
+    s.window = int(piece);
+    try {
+      s.mtp_layer_input();
+      s.attention_kv(s.mtp->layer, s.mtp->state, s.mtp->position, s.mtp->position + 1);
+    } catch (...) {
+      s.window = 1;
+      throw;
+    }
+    s.window = 1;
+  }
+  check_cuda(cudaStreamSynchronize(s.stream), "the MTP block's rows");
+}
+
+int32_t CudaSession::mtp_draft(int32_t token, std::span<const float> hidden, int64_t row, int64_t shift,
+                               float* probability) {
+  Impl& s = *impl_;
+  const model::Qwen35MoeConfig& c = s.config;
+  if (!s.mtp) fail("cuda session: made without the MTP block (options.mtp)");
+  if (!hidden.empty() && int64_t(hidden.size()) != c.hidden) fail("cuda session: an MTP row of {} hidden values", hidden.size());
+  if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
+  if (row < 0 || row >= s.options.max_context) fail("cuda session: MTP row {} past the context of {}", row, s.options.max_context);
+  s.mtp_inputs(&token, hidden.empty() ? nullptr : hidden.data(), 1, row, shift);
+  if (s.options.profile) {
+    s.mtp_draft_step();
+  } else {
+    if (!s.mtp->draft) {
+      cudaGraph_t graph = nullptr;
+      check_cuda(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeRelaxed), "capturing a draft");
+      s.mtp_draft_step();
+      check_cuda(cudaStreamEndCapture(s.stream, &graph), "capturing a draft");
+      check_cuda(cudaGraphInstantiate(&s.mtp->draft, graph, 0), "instantiating a draft's graph");
+      cudaGraphDestroy(graph);
+    }
+    check_cuda(cudaGraphLaunch(s.mtp->draft, s.stream), "a draft");
+  }
+  check_cuda(cudaMemcpyAsync(s.pinned_token, s.device_token, sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream),
+             "the draft to the host");
+  if (probability)
+    check_cuda(cudaMemcpyAsync(s.pinned_logits, s.logits, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, s.stream),
+               "the draft's logits to the host");
+  check_cuda(cudaStreamSynchronize(s.stream), "a draft");
+  const int32_t best = *s.pinned_token;
+  if (best < 0) fail("cuda session: the MTP block's logits hold NaN or +inf, or are all -inf (a damaged model file?)");
+  if (probability) {
+    double sum = 0;
+    for (int64_t i = 0; i < c.vocab; ++i) sum += std::exp(double(s.pinned_logits[i]) - double(s.pinned_logits[best]));
+    *probability = float(1.0 / sum);
+  }
+  return best;
 }
 
 void CudaSession::reset() {

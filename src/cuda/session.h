@@ -40,6 +40,9 @@ struct CudaSessionOptions {
   // Tokens one decode step takes at most (decode_window's verify windows; the scratch holds a row
   // for each).
   int64_t step_rows = 1;
+  // The MTP block on the GPU too, for drafting (mtp_append, mtp_draft): its weights, all its
+  // experts and its K/V cache in VRAM. Fails for a file without the block.
+  bool mtp = false;
   size_t vram_budget = 0;      // bytes; 0: the device's free memory less a margin
   // At most this many experts in VRAM (-1: as many as the budget holds after everything else).
   int64_t max_resident_experts = -1;
@@ -109,8 +112,10 @@ class CudaSession {
   CudaSession(const CudaSession&) = delete;
   CudaSession& operator=(const CudaSession&) = delete;
 
-  // Appends tokens; the logits of every new position [n, vocab] when all_logits, else of the last.
-  std::vector<float> prefill(std::span<const int32_t> tokens, bool all_logits = false);
+  // Appends tokens; the logits of every new position [n, vocab] when all_logits, else of the last;
+  // with `hidden`, every new position's final-normed hidden state into it ([n][hidden]).
+  std::vector<float> prefill(std::span<const int32_t> tokens, bool all_logits = false,
+                             std::vector<float>* hidden = nullptr);
   std::vector<float> decode(int32_t token);
   // Appends token and returns the most likely next one (the lowest id among equal logits), chosen
   // on the device: the step copies 4 bytes to the host instead of the vocabulary's logits. Fails
@@ -132,6 +137,17 @@ class CudaSession {
   // nothing run again (speculative decoding's rollback). Fails when the last step was not such a
   // window, or for more tokens than it kept.
   void cut_window(int64_t tokens);
+
+  // The MTP block (options.mtp; cuda/mtp_drafter.h drafts with it). Its K/V cache holds a row per
+  // token it has followed, dense from row 0; a row's rotary position is its row plus `shift`.
+  bool has_mtp() const;
+  // Adds the block's K/V rows for tokens at rows row.. (token t paired with the main model's hidden
+  // state before it, hidden [n][hidden], host memory); nothing drafted from them.
+  void mtp_append(std::span<const int32_t> tokens, std::span<const float> hidden, int64_t row, int64_t shift);
+  // One draft: the block's row for `token` at K/V row `row`, paired with `hidden` ([hidden]; empty:
+  // the previous draft's output), through the lm head; its greedy token, and when probability is
+  // not null that token's probability (the logits come to the host for it).
+  int32_t mtp_draft(int32_t token, std::span<const float> hidden, int64_t row, int64_t shift, float* probability);
   void reset();  // empty sequence: K/V forgotten, DeltaNet states zeroed
   // For benchmarks of decode at a depth that a prompt would take long to reach: the sequence
   // becomes `depth` positions long, every attention layer's cells written by the format's own

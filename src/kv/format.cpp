@@ -115,6 +115,10 @@ std::string describe(Format format, int64_t attention_layers, int64_t heads, int
                      double(cell * attention_layers * positions) / double(1 << 20), positions);
 }
 
+Format mtp_format(int64_t head_dim, Format fallback) {
+  return unsupported_reason(Format::k8v8, head_dim).empty() ? Format::k8v8 : fallback;
+}
+
 std::string unsupported_reason(Format format, int64_t head_dim) {
   const Layout l = layout(format);
   std::string problem = store_problem(l.k, head_dim);

@@ -47,6 +47,9 @@ std::string describe(Format format, int64_t attention_layers, int64_t heads, int
 // Why `format` cannot hold heads of head_dim values (int8 groups need a multiple of 64; q4 blocks
 // a multiple of 32 and the rotation a power of two), with the formats that can; empty when it can.
 std::string unsupported_reason(Format format, int64_t head_dim);
+// The MTP block's K/V format (its drafter's cache, on either engine): int8 (k8v8, a quarter of
+// fp32's bytes), or `fallback` (the sequence's) where int8 cannot hold heads of head_dim.
+Format mtp_format(int64_t head_dim, Format fallback);
 // Fails with unsupported_reason when there is one.
 void check_head_dim(Format format, int64_t head_dim);
 

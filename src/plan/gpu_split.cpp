@@ -165,7 +165,7 @@ GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std
   const int64_t smallest = o.prompt_chunk > 0 ? std::min({o.prompt_chunk, kMinPromptChunk, o.context}) : 0;
   for (;;) {
     const size_t scratch =
-        decode_scratch(c, o.context, o.step_rows).total + (chunk > 0 ? prompt_scratch(w, chunk, o.context).total : 0);
+        decode_scratch(c, o.context, o.step_rows, o.mtp).total + (chunk > 0 ? prompt_scratch(w, chunk, o.context).total : 0);
     std::vector<double> room;
     for (int64_t g = 0; g < n_gpus; ++g) {
       const double held = double(scratch + (g + 1 == n_gpus ? head : 0));

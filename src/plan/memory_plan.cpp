@@ -16,6 +16,32 @@ double mib(size_t bytes) { return double(bytes) / double(1 << 20); }
 
 size_t matrix_bytes(const model::MatrixView& m) { return m.empty() ? 0 : size_t(m.rows) * m.row_bytes; }
 size_t vector_bytes(const std::vector<float>& v) { return std::max<size_t>(v.size(), 1) * 4; }
+
+// A layer's trunk as the GPU holds it (layer_trunk_bytes).
+size_t layer_bytes_of(const model::Qwen35MoeConfig& c, const model::LayerWeights& l) {
+  size_t total = vector_bytes(l.attn_norm) + vector_bytes(l.post_attention_norm);
+  if (l.recurrent) {
+    const model::DeltaNetWeights& d = l.deltanet;
+    total += matrix_bytes(d.qkv) + matrix_bytes(d.gate) + matrix_bytes(d.beta) + matrix_bytes(d.alpha) +
+             matrix_bytes(d.out);
+    total += vector_bytes(d.conv) + vector_bytes(d.dt_bias) + vector_bytes(d.a) + vector_bytes(d.norm);
+  } else {
+    const model::AttentionWeights& a = l.attention;
+    total += matrix_bytes(a.q) + matrix_bytes(a.k) + matrix_bytes(a.v) + matrix_bytes(a.output);
+    total += vector_bytes(a.q_norm) + vector_bytes(a.k_norm);
+  }
+  const model::MoeWeights& m = l.moe;
+  total += matrix_bytes(m.router);
+  // The (expert -> gate | up | down) table and the residency flags the routing counts misses by.
+  total += size_t(3 * c.n_experts) * sizeof(void*) + size_t(c.n_experts);
+  if (c.shared_ff > 0) {
+    total += size_t(c.hidden) * 4;  // the shared expert's gate vector
+    total += matrix_bytes(m.shared_gate) + matrix_bytes(m.shared_up) + matrix_bytes(m.shared_down);
+    if (model::same_shape(m.shared_gate, m.shared_up)) total += 2 * sizeof(void*);  // its gate|up pair table
+  }
+  return total;
+}
+
 size_t floats_bytes(int64_t n) { return size_t(std::max<int64_t>(n, 1)) * 4; }
 
 // Positions of K/V the cache allocates: whole pages of 64 (cuda/kv_format.h's kKvPagePositions).
@@ -30,8 +56,10 @@ struct Fixed {
 Fixed fixed_at(const model::ModelWeights& w, const PlanOptions& o, int64_t chunk) {
   const model::Qwen35MoeConfig& c = w.config;
   const int64_t sequences = std::max<int64_t>(o.parallel, 1);
-  return {trunk_bytes(w), size_t(sequences) * kv_bytes(c, o.kv, o.context), size_t(sequences) * state_bytes(c, o.step_rows),
-          decode_scratch(c, o.context, o.step_rows).total,
+  const size_t mtp_kv = o.mtp ? size_t(sequences) * mtp_kv_bytes(c, o.kv, o.context) : 0;
+  return {trunk_bytes(w) + (o.mtp ? mtp_trunk_bytes(w) : 0), size_t(sequences) * kv_bytes(c, o.kv, o.context) + mtp_kv,
+          size_t(sequences) * state_bytes(c, o.step_rows),
+          decode_scratch(c, o.context, o.step_rows, o.mtp).total,
           chunk > 0 ? prompt_scratch(w, std::min(chunk, o.context), o.context).total : 0};
 }
 
@@ -75,31 +103,24 @@ size_t trunk_bytes(const model::ModelWeights& w) {
   return total;
 }
 
-size_t layer_trunk_bytes(const model::ModelWeights& w, size_t layer) {
-  const model::Qwen35MoeConfig& c = w.config;
-  const model::LayerWeights& l = w.layers[layer];
-  size_t total = vector_bytes(l.attn_norm) + vector_bytes(l.post_attention_norm);
-  if (l.recurrent) {
-    const model::DeltaNetWeights& d = l.deltanet;
-    total += matrix_bytes(d.qkv) + matrix_bytes(d.gate) + matrix_bytes(d.beta) + matrix_bytes(d.alpha) +
-             matrix_bytes(d.out);
-    total += vector_bytes(d.conv) + vector_bytes(d.dt_bias) + vector_bytes(d.a) + vector_bytes(d.norm);
-  } else {
-    const model::AttentionWeights& a = l.attention;
-    total += matrix_bytes(a.q) + matrix_bytes(a.k) + matrix_bytes(a.v) + matrix_bytes(a.output);
-    total += vector_bytes(a.q_norm) + vector_bytes(a.k_norm);
-  }
-  const model::MoeWeights& m = l.moe;
-  total += matrix_bytes(m.router);
-  // The (expert -> gate | up | down) table and the residency flags the routing counts misses by.
-  total += size_t(3 * c.n_experts) * sizeof(void*) + size_t(c.n_experts);
-  if (c.shared_ff > 0) {
-    total += size_t(c.hidden) * 4;  // the shared expert's gate vector
-    total += matrix_bytes(m.shared_gate) + matrix_bytes(m.shared_up) + matrix_bytes(m.shared_down);
-    if (model::same_shape(m.shared_gate, m.shared_up)) total += 2 * sizeof(void*);  // its gate|up pair table
-  }
+size_t layer_trunk_bytes(const model::ModelWeights& w, size_t layer) { return layer_bytes_of(w.config, w.layers[layer]); }
+
+size_t mtp_trunk_bytes(const model::ModelWeights& w) {
+  if (!w.mtp) return 0;
+  const model::MtpWeights& m = *w.mtp;
+  // Its layer as a main layer's, less the residency flags (its experts are all in VRAM), plus the
+  // experts' stacks whole.
+  size_t total = vector_bytes(m.enorm) + vector_bytes(m.hnorm) + vector_bytes(m.shared_head_norm) +
+                 matrix_bytes(m.eh_proj) + layer_bytes_of(w.config, m.layer) - size_t(w.config.n_experts);
+  for (const model::ExpertStack* s : {&m.layer.moe.gate, &m.layer.moe.up, &m.layer.moe.down})
+    total += size_t(s->n_experts) * s->expert_stride;
   return total;
 }
+
+size_t mtp_kv_bytes(const model::Qwen35MoeConfig& c, kv::Format fallback, int64_t context) {
+  return kv_layer_bytes(c, kv::mtp_format(c.head_dim, fallback), context) + kv_page_table_bytes(context);
+}
+
 
 size_t kv_layer_bytes(const model::Qwen35MoeConfig& c, kv::Format format, int64_t context) {
   const kv::Layout layout = kv::layout(format);

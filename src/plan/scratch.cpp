@@ -43,7 +43,7 @@ void Layout::end_union() {
 
 int attention_splits(int64_t max_context) { return int(std::clamp<int64_t>(max_context / 256, 1, 256)); }
 
-DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_context, int64_t rows) {
+DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_context, int64_t rows, bool mtp) {
   const int64_t k = c.n_experts_used, n = std::max<int64_t>(rows, 1);
   Layout l;
   DecodeScratch s{};
@@ -74,6 +74,7 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.stage_copies = l.take(size_t(1 + k) * 4);
   s.greedy_partials = l.take(size_t(n * kGreedyBlocks) * 8), s.greedy_token = l.take(size_t(n) * 4);
   s.greedy_arrivals = l.take(size_t(n) * 4);
+  if (mtp) s.mtp_rows = l.floats(n * 2 * c.hidden), s.mtp_position = l.take(2 * 8);
   s.total = l.total();
   return s;
 }

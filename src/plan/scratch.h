@@ -71,13 +71,17 @@ struct DecodeScratch {
   // Greedy sampling on the device: each block's largest logit [kGreedyBlocks] (float, then int32
   // index), the chosen token (int32), a block counter (kept zeroed).
   size_t greedy_partials, greedy_token, greedy_arrivals;
+  // The MTP block's rows (with mtp): [rows][2 hidden], each row's embedding then the hidden state it
+  // pairs with; and its step's positions (int64): the K/V row, then what the rotary position adds.
+  size_t mtp_rows, mtp_position;
   size_t total;
   int64_t rows;
 };
 // The CPU miss path's device words (cuda/miss_path.h): its request number, a layer's CPU experts
 // and their positions, the split table.
 constexpr size_t kMissPathScratch = 1024;
-DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_context, int64_t rows = 1);
+DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_context, int64_t rows = 1,
+                             bool mtp = false);
 
 // The prompt pass stages a layer's absent experts this many at a time (gate|up, then down), one
 // group into each of two staging buffers.

@@ -1,0 +1,62 @@
+#include "cuda/mtp_drafter.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "kv/format.h"
+
+namespace lode::cuda {
+
+GpuDrafter::GpuDrafter(CudaSession& session) : session_(session) {
+  if (!session.has_mtp()) fail("--mtp: this GPU session was opened without the MTP block");
+}
+
+std::string GpuDrafter::describe() const {
+  return fmt::format("MTP drafter on the GPU, its K/V cache {}",
+                     kv::to_string(kv::mtp_format(session_.config().head_dim, session_.kv_format())));
+}
+
+void GpuDrafter::reset(int64_t position) {
+  last_hidden_.clear();
+  start_ = position, seen_ = 0, rows_ = 0;
+}
+
+void GpuDrafter::advance(std::span<const int32_t> tokens, std::span<const float> hidden) {
+  const int64_t h = session_.config().hidden, n = int64_t(tokens.size());
+  if (int64_t(hidden.size()) != n * h) fail("mtp drafter: {} hidden values for {} tokens of {} each", hidden.size(), n, h);
+  if (n == 0) return;
+  // Token i pairs with the state before it: the last one kept, then this call's rows. The first
+  // position followed has no state before it, and no row.
+  std::vector<float> before;
+  std::span<const int32_t> paired = tokens;
+  if (last_hidden_.empty()) {
+    paired = tokens.subspan(1);
+    before.assign(hidden.begin(), hidden.begin() + (n - 1) * h);
+  } else {
+    before = last_hidden_;
+    before.insert(before.end(), hidden.begin(), hidden.begin() + (n - 1) * h);
+  }
+  if (!paired.empty()) {  // committed rows are never drafted from: their K/V is all that is needed
+    session_.mtp_append(paired, before, rows_, shift());
+    rows_ += int64_t(paired.size());
+  }
+  last_hidden_.assign(hidden.end() - h, hidden.end());
+  seen_ += n;
+}
+
+std::vector<int32_t> GpuDrafter::draft(int32_t pending, int64_t n, float min_p) {
+  std::vector<int32_t> drafts;
+  if (last_hidden_.empty()) return drafts;
+  // The drafts' rows are written after the committed ones and written over by the next advance.
+  int32_t token = pending;
+  for (int64_t i = 0; i < n && rows_ + i < session_.max_context(); ++i) {
+    float probability = 1.0f;
+    token = session_.mtp_draft(token, i == 0 ? std::span<const float>(last_hidden_) : std::span<const float>(),
+                               rows_ + i, shift(), min_p > 0 ? &probability : nullptr);
+    if (probability < min_p) break;
+    drafts.push_back(token);
+  }
+  return drafts;
+}
+
+}  // namespace lode::cuda
