@@ -675,6 +675,37 @@ struct CudaSession::Impl {
     mark(Phase::lm_head);  // with the greedy pick
   }
 
+  // What queue() queues on the stream, captured as a graph into `exec` the first time and replayed
+  // after (profiling queues it directly, to time it).
+  template <class Queue>
+  void replay(cudaGraphExec_t& exec, const char* what, Queue&& queue) {
+    if (options.profile) return queue();
+    if (!exec) {
+      cudaGraph_t graph = nullptr;
+      check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), what);
+      queue();
+      check_cuda(cudaStreamEndCapture(stream, &graph), what);
+      check_cuda(cudaGraphInstantiate(&exec, graph, 0), what);
+      cudaGraphDestroy(graph);
+    }
+    check_cuda(cudaGraphLaunch(exec, stream), what);
+  }
+
+  // A cut to the window's first j tokens: the DeltaNet states it kept before token j copied back.
+  void queue_cut(int64_t j) {
+    const size_t conv = size_t(conv_floats()), recurrent = size_t(recurrent_floats());
+    for (const LayerState& st : states) {
+      if (!st.conv_state) continue;
+      check_cuda(cudaMemcpyAsync(st.conv_state, st.conv_kept + j * int64_t(conv), conv * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, stream),
+                 "cutting a window");
+      check_cuda(cudaMemcpyAsync(st.ssm_state, st.ssm_kept + j * int64_t(recurrent), recurrent * sizeof(float),
+                                 cudaMemcpyDeviceToDevice, stream),
+                 "cutting a window");
+    }
+  }
+  std::vector<cudaGraphExec_t> cuts;  // [j]: queue_cut(j), made on first use
+
   // The step captured once as a CUDA graph (one for each window size and StepOutput) and
   // replayed: one launch instead of ~700. Profiling runs the kernels directly, to time them.
   void run_step(StepOutput wanted) {
@@ -768,6 +799,7 @@ struct CudaSession::Impl {
     float* rows = nullptr;            // [step_rows][2 hidden]: embedding | hidden state
     int64_t* position = nullptr;      // device: {K/V row, rotary shift}
     cudaGraphExec_t draft = nullptr;  // one draft step, captured on first use
+    std::vector<cudaGraphExec_t> append;  // [n - 1]: n rows' K/V, likewise
   };
   std::unique_ptr<Mtp> mtp;
 
@@ -792,6 +824,7 @@ struct CudaSession::Impl {
     m.kv = std::make_unique<KvCache>(vram, kv::mtp_format(c.head_dim, options.kv_format), 1, c.n_kv_heads, c.head_dim,
                                      options.max_context, std::vector<int32_t>{});
     m.state.kv = m.kv->layer(0);
+    m.append.assign(size_t(options.step_rows), nullptr);
     m.rows = reinterpret_cast<float*>(base + scratch.mtp_rows);
     m.position = reinterpret_cast<int64_t*>(base + scratch.mtp_position);
   }
@@ -943,11 +976,16 @@ struct CudaSession::Impl {
 
   // The step's captured graphs, recaptured at the next step.
   void drop_graphs() {
+    const auto drop = [](cudaGraphExec_t& exec) {
+      if (exec) cudaGraphExecDestroy(exec);
+      exec = nullptr;
+    };
     for (auto& outputs : graphs)
-      for (cudaGraphExec_t& exec : outputs) {
-        if (exec) cudaGraphExecDestroy(exec);
-        exec = nullptr;
-      }
+      for (cudaGraphExec_t& exec : outputs) drop(exec);
+    for (cudaGraphExec_t& exec : cuts) drop(exec);
+    if (!mtp) return;
+    drop(mtp->draft);
+    for (cudaGraphExec_t& exec : mtp->append) drop(exec);
   }
 
   ~Impl() {
@@ -959,7 +997,6 @@ struct CudaSession::Impl {
     cudaFreeHost(pinned_token);
     cudaFreeHost(pinned_rows);
     cudaFreeHost(pinned_rows_mtp);
-    if (mtp && mtp->draft) cudaGraphExecDestroy(mtp->draft);
     prompt.reset();
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
@@ -1105,17 +1142,9 @@ void CudaSession::cut_window(int64_t tokens) {
   if (tokens < 0 || tokens > s.window_tokens)
     fail("cuda session: cannot keep {} tokens of a window of {}", tokens, s.window_tokens);
   if (tokens == s.window_tokens) return;
-  const size_t conv = size_t(s.conv_floats()), recurrent = size_t(s.recurrent_floats());
-  for (const LayerState& st : s.states) {
-    if (!st.conv_state) continue;
-    check_cuda(cudaMemcpyAsync(st.conv_state, st.conv_kept + tokens * int64_t(conv), conv * sizeof(float),
-                               cudaMemcpyDeviceToDevice, s.stream),
-               "cutting a window");
-    check_cuda(cudaMemcpyAsync(st.ssm_state, st.ssm_kept + tokens * int64_t(recurrent), recurrent * sizeof(float),
-                               cudaMemcpyDeviceToDevice, s.stream),
-               "cutting a window");
-  }
-  check_cuda(cudaStreamSynchronize(s.stream), "cutting a window");
+  // Queued on the step's stream, which the next step follows (no wait here).
+  if (s.cuts.empty()) s.cuts.resize(size_t(s.options.step_rows), nullptr);
+  s.replay(s.cuts[size_t(tokens)], "cutting a window", [&] { s.queue_cut(tokens); });
   // The K/V rows past the kept tokens stay where they are: attention reads up to the position, and
   // the next steps write over them.
   s.position = s.window_start + tokens;
@@ -1136,8 +1165,10 @@ void CudaSession::mtp_append(std::span<const int32_t> tokens, std::span<const fl
     s.mtp_inputs(tokens.data() + at, hidden.data() + at * width, piece, row + at, shift);
     s.window = int(piece);
     try {
-      s.mtp_layer_input();
-      s.attention_kv(s.mtp->layer, s.mtp->state, s.mtp->position, s.mtp->position + 1);
+      s.replay(s.mtp->append[size_t(piece - 1)], "the MTP block's rows", [&] {
+        s.mtp_layer_input();
+        s.attention_kv(s.mtp->layer, s.mtp->state, s.mtp->position, s.mtp->position + 1);
+      });
     } catch (...) {
       s.window = 1;
       throw;
@@ -1156,19 +1187,7 @@ int32_t CudaSession::mtp_draft(int32_t token, std::span<const float> hidden, int
   if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
   if (row < 0 || row >= s.options.max_context) fail("cuda session: MTP row {} past the context of {}", row, s.options.max_context);
   s.mtp_inputs(&token, hidden.empty() ? nullptr : hidden.data(), 1, row, shift);
-  if (s.options.profile) {
-    s.mtp_draft_step();
-  } else {
-    if (!s.mtp->draft) {
-      cudaGraph_t graph = nullptr;
-      check_cuda(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeRelaxed), "capturing a draft");
-      s.mtp_draft_step();
-      check_cuda(cudaStreamEndCapture(s.stream, &graph), "capturing a draft");
-      check_cuda(cudaGraphInstantiate(&s.mtp->draft, graph, 0), "instantiating a draft's graph");
-      cudaGraphDestroy(graph);
-    }
-    check_cuda(cudaGraphLaunch(s.mtp->draft, s.stream), "a draft");
-  }
+  s.replay(s.mtp->draft, "a draft", [&] { s.mtp_draft_step(); });
   check_cuda(cudaMemcpyAsync(s.pinned_token, s.device_token, sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream),
              "the draft to the host");
   if (probability)
