@@ -45,8 +45,8 @@ std::string serving_backend(const ServeOptions& o) {
     fail("--backend cuda runs one request at a time (several sequences in one GPU step come with GPU serving): "
          "leave out --parallel, or --backend cpu for {} at once", o.server.worker.parallel);
   if (o.backend.backend == "cuda" && drafts)
-    fail("--mtp drafts on the CPU engine only (the GPU does not run the MTP block yet): leave out --mtp, or "
-         "--backend cpu");
+    fail("lode serve drafts with --mtp on the CPU engine only for now (`lode run` and `lode chat` draft on the "
+         "GPU): leave out --mtp, or --backend cpu");
   if (o.backend.backend != "auto") return o.backend.backend;
   const std::string gpu = first_gpu();
   if (gpu.empty()) return "cpu";
