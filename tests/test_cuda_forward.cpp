@@ -22,6 +22,7 @@
 #include "plan/memory_plan.h"
 #include "support/fixtures.h"
 #include "support/gpu.h"
+#include "support/synth_model.h"
 #include "test_gguf_helpers.h"
 
 #ifdef LODE_HAVE_CUDA
@@ -34,15 +35,7 @@ namespace fs = std::filesystem;
 
 int argmax(const std::vector<float>& v) { return int(std::max_element(v.begin(), v.end()) - v.begin()); }
 
-// A synthesized model at `path` (layers 0: the preset's count).
-void synth_model(const fs::path& path, const char* preset, const char* recipe, uint64_t seed, int layers = 0) {
-  lode::model::SynthOptions synth;
-  synth.preset = preset;
-  synth.recipe = recipe;
-  synth.seed = seed;
-  if (layers > 0) synth.layers = layers;
-  lode::model::write_synth(path, synth);
-}
+using lode::test::synth_model;
 
 // Every-position logits and `greedy` greedy tokens from both engines, compared.
 // TF32 rounds each product's inputs to 11 significant bits (relative error up to 2^-11, ~5e-4, per

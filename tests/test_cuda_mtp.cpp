@@ -20,6 +20,7 @@
 #include "sample/sampler.h"
 #include "support/fixtures.h"
 #include "support/gpu.h"
+#include "support/mtp_fixtures.h"
 #include "support/paths.h"
 #include "support/run_lode.h"
 #include "test_gguf_helpers.h"
@@ -33,21 +34,8 @@ namespace {
 
 using namespace lode;
 
-struct Loaded {
-  explicit Loaded(const std::filesystem::path& path)
-      : reader(path), config(model::read_config(reader.metadata())),
-        weights(std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config))),
-        text(tokenizer::Tokenizer::from_metadata(reader.metadata())) {}
-  gguf::Reader reader;
-  model::Qwen35MoeConfig config;
-  std::shared_ptr<const model::ModelWeights> weights;
-  tokenizer::Tokenizer text;
-};
-
-const Loaded& mini() {
-  static const Loaded loaded(test::repo_root() / "models/lode-mini.gguf");
-  return loaded;
-}
+using Loaded = test::LoadedFile;
+using test::mini;
 
 // A GPU model of one sequence; with mtp > 0 it holds the MTP block and windows of mtp + 1.
 std::shared_ptr<cuda::CudaModel> gpu_model(const Loaded& m, int64_t mtp, cuda::CudaSessionOptions options = {}) {
@@ -56,28 +44,13 @@ std::shared_ptr<cuda::CudaModel> gpu_model(const Loaded& m, int64_t mtp, cuda::C
   return std::make_shared<cuda::CudaModel>(std::make_unique<cuda::CudaSession>(m.reader, m.weights, options));
 }
 
-struct Generated {
-  std::vector<int32_t> tokens;
-  std::string text;
-  engine::GenerateResult result;
-};
+using test::Generated;
 
 Generated generate(const Loaded& m, const std::string& prompt, int64_t mtp, cuda::CudaSessionOptions options,
                    float temperature, uint64_t seed, int64_t max_tokens = 48) {
   const auto model = gpu_model(m, mtp, options);
   const auto sequence = model->open_sequence();
-  engine::GenerateOptions g;
-  g.max_tokens = max_tokens;
-  g.sampling.temperature = temperature;
-  g.sampling.seed = seed;
-  g.stop_at_end_of_generation = false;
-  g.mtp = mtp;
-  sample::Sampler sampler(g.sampling, m.config.vocab);
-  Generated r;
-  r.result = engine::generate(*sequence, m.text, sampler, m.text.encode(prompt, false), g,
-                              [&](std::string_view piece) { r.text += piece; });
-  r.tokens = r.result.tokens;
-  return r;
+  return test::generate_on(*sequence, m, prompt, mtp, temperature, seed, max_tokens);
 }
 
 TEST(CudaMtp, GreedyOutputIsTheSameWithDraftsInEveryKvFormat) {
@@ -130,34 +103,12 @@ TEST(CudaMtp, ARandomBlockAndExpertsInHostRamChangeNothing) {
 }
 
 // Teacher-forced on lode-mini's held-out sample, as tests/test_mtp.cpp does on the CPU: the GPU
-// block's draft for position p+1 (from the model's state at p-1 and the token at p) against the
-// model's own greedy token after p.
+// block's drafts agree with the model's next greedy token about as often as training measured.
 TEST(CudaMtp, TheBlocksDraftsAgreeWithTheModelAsInTraining) {
   LODE_REQUIRE_GPU();
-  const Loaded& m = mini();
-  const std::string text = test::slurp(test::repo_root() / "tests/data/mini/heldout_sample.txt").substr(0, 4000);
-  std::vector<int32_t> tokens = m.text.encode(text, false);
-  tokens.resize(std::min<size_t>(tokens.size(), 600));
-  const auto model = gpu_model(m, 1, {.max_context = 1024});
+  const auto model = gpu_model(mini(), 1, {.max_context = 1024});
   const auto sequence = model->open_sequence();
-  engine::StepRow row{.sequence = sequence.get(), .tokens = tokens, .logit_rows = int64_t(tokens.size()),
-                      .want_hidden = true};
-  model->step(std::span(&row, 1));
-  engine::Drafter& drafter = sequence->drafter();
-  const int64_t vocab = m.config.vocab, hidden = m.config.hidden;
-  int64_t agree = 0, n = 0;
-  for (size_t p = 0; p + 1 < tokens.size(); ++p) {
-    if (p > 0) {
-      const std::vector<int32_t> draft = drafter.draft(tokens[p], 1, 0.0f);
-      ASSERT_EQ(draft.size(), 1u);
-      agree += draft[0] == sample::detail::argmax(std::span(row.logits).subspan(p * size_t(vocab), size_t(vocab)));
-      ++n;
-    }
-    drafter.advance(std::span(&tokens[p], 1), std::span(row.hidden).subspan(p * size_t(hidden), size_t(hidden)));
-  }
-  const double share = double(agree) / double(n);
-  std::printf("[ cuda ] MTP drafts on the GPU agreeing with the model's greedy next token: %.1f%% of %lld positions\n",
-              100 * share, static_cast<long long>(n));
+  const double share = test::held_out_agreement(*sequence);
   EXPECT_GT(share, 0.45);
   EXPECT_LT(share, 0.75);
 }

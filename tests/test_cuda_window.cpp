@@ -19,6 +19,7 @@
 #include "support/fixtures.h"
 #include "support/gpu.h"
 #include "support/paths.h"
+#include "support/synth_model.h"
 #include "test_gguf_helpers.h"
 
 #ifdef LODE_HAVE_CUDA
@@ -31,14 +32,7 @@ namespace fs = std::filesystem;
 using lode::cuda::CudaSession;
 using lode::cuda::CudaSessionOptions;
 
-void synth_model(const fs::path& path, const char* preset, const char* recipe, uint64_t seed, int layers = 0) {
-  lode::model::SynthOptions synth;
-  synth.preset = preset;
-  synth.recipe = recipe;
-  synth.seed = seed;
-  if (layers > 0) synth.layers = layers;
-  lode::model::write_synth(path, synth);
-}
+using lode::test::synth_model;
 
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 

@@ -19,6 +19,7 @@
 #include "model/synth.h"
 #include "model/weights.h"
 #include "sample/sampler.h"
+#include "support/mtp_fixtures.h"
 #include "support/paths.h"
 #include "support/run_lode.h"
 #include "test_gguf_helpers.h"
@@ -28,43 +29,15 @@ namespace {
 
 using namespace lode;
 
-struct Loaded {
-  explicit Loaded(const std::filesystem::path& path)
-      : reader(path), config(model::read_config(reader.metadata())),
-        weights(std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config))),
-        text(tokenizer::Tokenizer::from_metadata(reader.metadata())) {}
-  gguf::Reader reader;
-  model::Qwen35MoeConfig config;
-  std::shared_ptr<const model::ModelWeights> weights;
-  tokenizer::Tokenizer text;
-};
+using Loaded = test::LoadedFile;
+using test::mini;
 
-const Loaded& mini() {
-  static const Loaded loaded(test::repo_root() / "models/lode-mini.gguf");
-  return loaded;
-}
-
-struct Generated {
-  std::vector<int32_t> tokens;
-  std::string text;
-  engine::GenerateResult result;
-};
+using test::Generated;
 
 Generated generate(const Loaded& m, const std::string& prompt, int64_t mtp, kv::Format format, float temperature,
              uint64_t seed, int64_t max_tokens = 48) {
   auto sequence = cpu::open_sequence(m.weights, {.threads = 2, .max_context = 512, .kv_format = format});
-  engine::GenerateOptions g;
-  g.max_tokens = max_tokens;
-  g.sampling.temperature = temperature;
-  g.sampling.seed = seed;
-  g.stop_at_end_of_generation = false;
-  g.mtp = mtp;
-  sample::Sampler sampler(g.sampling, m.config.vocab);
-  Generated r;
-  r.result = engine::generate(*sequence, m.text, sampler, m.text.encode(prompt, false), g,
-                              [&](std::string_view piece) { r.text += piece; });
-  r.tokens = r.result.tokens;
-  return r;
+  return test::generate_on(*sequence, m, prompt, mtp, temperature, seed, max_tokens);
 }
 
 TEST(Mtp, GreedyOutputIsTheSameWithDraftsInEveryKvFormat) {
@@ -139,32 +112,11 @@ TEST(Mtp, AConversationStopStringsAndLimitsInsideAWindowChangeNothing) {
   EXPECT_GT(drafted.second, 0) << "the second turn's drafts follow the conversation";
 }
 
-// Teacher-forced on lode-mini's held-out sample: the block's draft for position p+1 (from the
-// model's state at p-1 and the token at p) against the model's own greedy token after p.
+// Teacher-forced on lode-mini's held-out sample (support/mtp_fixtures.h): the block's drafts agree
+// with the model's next greedy token about as often as training measured.
 TEST(Mtp, TheBlocksDraftsAgreeWithTheModelAsInTraining) {
-  const Loaded& m = mini();
-  const std::string text = test::slurp(test::repo_root() / "tests/data/mini/heldout_sample.txt").substr(0, 4000);
-  std::vector<int32_t> tokens = m.text.encode(text, false);
-  tokens.resize(std::min<size_t>(tokens.size(), 600));
-  auto sequence = cpu::open_sequence(m.weights, {.threads = 2, .max_context = 1024});
-  engine::StepRow row{.sequence = sequence.get(), .tokens = tokens, .logit_rows = int64_t(tokens.size()),
-                      .want_hidden = true};
-  sequence->model().step(std::span(&row, 1));
-  engine::Drafter& drafter = sequence->drafter();
-  const int64_t vocab = m.config.vocab, hidden = m.config.hidden;
-  int64_t agree = 0, n = 0;
-  for (size_t p = 0; p + 1 < tokens.size(); ++p) {
-    if (p > 0) {
-      const std::vector<int32_t> draft = drafter.draft(tokens[p], 1, 0.0f);
-      ASSERT_EQ(draft.size(), 1u);
-      agree += draft[0] == sample::detail::argmax(std::span(row.logits).subspan(p * size_t(vocab), size_t(vocab)));
-      ++n;
-    }
-    drafter.advance(std::span(&tokens[p], 1), std::span(row.hidden).subspan(p * size_t(hidden), size_t(hidden)));
-  }
-  const double share = double(agree) / double(n);
-  std::printf("MTP drafts agreeing with the model's greedy next token: %.1f%% of %lld positions\n", 100 * share,
-              static_cast<long long>(n));
+  auto sequence = cpu::open_sequence(mini().weights, {.threads = 2, .max_context = 1024});
+  const double share = test::held_out_agreement(*sequence);
   EXPECT_GT(share, 0.45);
   EXPECT_LT(share, 0.75);
 }

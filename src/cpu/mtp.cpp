@@ -59,25 +59,11 @@ void MtpDrafter::reset(int64_t position) {
 
 void MtpDrafter::advance(std::span<const int32_t> tokens, std::span<const float> hidden) {
   const int64_t h = weights_->config.hidden, n = int64_t(tokens.size());
-  if (int64_t(hidden.size()) != n * h)
-    fail("mtp drafter: {} hidden values for {} tokens of {} each", hidden.size(), n, h);
+  const engine::FollowedRows rows = engine::followed_rows(tokens, hidden, last_hidden_, followed(), h);
   if (n == 0) return;
-  // Token i pairs with the state before it: the last one kept, then this call's rows. The first
-  // position followed has no state before it, and no row.
-  std::vector<float> before;
-  std::span<const int32_t> paired = tokens;
-  int64_t first = followed();
-  if (last_hidden_.empty()) {
-    paired = tokens.subspan(1);
-    before.assign(hidden.begin(), hidden.begin() + (n - 1) * h);
-    ++first;
-  } else {
-    before = last_hidden_;
-    before.insert(before.end(), hidden.begin(), hidden.begin() + (n - 1) * h);
-  }
-  if (!paired.empty())  // committed rows are never drafted from: their K/V is all that is needed
-    mtp_forward(*weights_, *weights_->mtp, cache_, before.data(), paired.data(), int64_t(paired.size()), first,
-                compute_, nullptr, nullptr);
+  if (!rows.tokens.empty())  // committed rows are never drafted from: their K/V is all that is needed
+    mtp_forward(*weights_, *weights_->mtp, cache_, rows.before.data(), rows.tokens.data(), int64_t(rows.tokens.size()),
+                rows.first, compute_, nullptr, nullptr);
   last_hidden_.assign(hidden.end() - h, hidden.end());
   seen_ += n;
 }

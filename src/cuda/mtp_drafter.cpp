@@ -23,22 +23,11 @@ void GpuDrafter::reset(int64_t position) {
 
 void GpuDrafter::advance(std::span<const int32_t> tokens, std::span<const float> hidden) {
   const int64_t h = session_.config().hidden, n = int64_t(tokens.size());
-  if (int64_t(hidden.size()) != n * h) fail("mtp drafter: {} hidden values for {} tokens of {} each", hidden.size(), n, h);
+  const engine::FollowedRows rows = engine::followed_rows(tokens, hidden, last_hidden_, followed(), h);
   if (n == 0) return;
-  // Token i pairs with the state before it: the last one kept, then this call's rows. The first
-  // position followed has no state before it, and no row.
-  std::vector<float> before;
-  std::span<const int32_t> paired = tokens;
-  if (last_hidden_.empty()) {
-    paired = tokens.subspan(1);
-    before.assign(hidden.begin(), hidden.begin() + (n - 1) * h);
-  } else {
-    before = last_hidden_;
-    before.insert(before.end(), hidden.begin(), hidden.begin() + (n - 1) * h);
-  }
-  if (!paired.empty()) {  // committed rows are never drafted from: their K/V is all that is needed
-    session_.mtp_append(paired, before, rows_, shift());
-    rows_ += int64_t(paired.size());
+  if (!rows.tokens.empty()) {  // committed rows are never drafted from: their K/V is all that is needed
+    session_.mtp_append(rows.tokens, rows.before, rows_, shift());
+    rows_ += int64_t(rows.tokens.size());
   }
   last_hidden_.assign(hidden.end() - h, hidden.end());
   seen_ += n;

@@ -34,6 +34,24 @@ Drafter& Sequence::drafter() {
   fail("this engine cannot draft tokens yet: MTP speculative decoding runs on the CPU engine");
 }
 
+FollowedRows followed_rows(std::span<const int32_t> tokens, std::span<const float> hidden,
+                           std::span<const float> last_hidden, int64_t followed, int64_t width) {
+  const int64_t n = int64_t(tokens.size());
+  if (int64_t(hidden.size()) != n * width)
+    fail("mtp drafter: {} hidden values for {} tokens of {} each", hidden.size(), n, width);
+  FollowedRows rows{.tokens = tokens, .first = followed};
+  if (n == 0) return rows;
+  if (last_hidden.empty()) {
+    rows.tokens = tokens.subspan(1);
+    rows.before.assign(hidden.begin(), hidden.begin() + (n - 1) * width);
+    ++rows.first;
+  } else {
+    rows.before.assign(last_hidden.begin(), last_hidden.end());
+    rows.before.insert(rows.before.end(), hidden.begin(), hidden.begin() + (n - 1) * width);
+  }
+  return rows;
+}
+
 void Sequence::cut_window(int64_t) {
   fail("this engine cannot cut a verify window: rewind to a checkpoint taken before it instead");
 }

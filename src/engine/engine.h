@@ -56,6 +56,18 @@ class Drafter {
   virtual std::string describe() const = 0;  // for the run log
 };
 
+// The MTP block's rows for tokens a drafter follows (Drafter::advance): token i pairs with the
+// main model's state before it, `last_hidden` (the state at the last position followed) and then
+// hidden's rows; with no last state (the first position followed), the first token has none, and
+// no row. `followed`: the drafter's position before these tokens.
+struct FollowedRows {
+  std::span<const int32_t> tokens;  // the tokens that have a row
+  std::vector<float> before;        // [tokens][width]: the state each pairs with
+  int64_t first = 0;                // the first one's position
+};
+FollowedRows followed_rows(std::span<const int32_t> tokens, std::span<const float> hidden,
+                           std::span<const float> last_hidden, int64_t followed, int64_t width);
+
 class Sequence {
  public:
   virtual ~Sequence() = default;
