@@ -297,6 +297,45 @@ TEST(CliServe, OnTheGpuOneRequestAtATime) {
   EXPECT_EQ(server.stop(10s), 0) << "lode serve did not exit 0 within 10 s of SIGTERM; its output:\n" << server.log();
 }
 
+// `lode serve --backend cuda --mtp 2` drafts on the GPU: a greedy reply is the reply of the same
+// server without drafts, and /metrics counts verify steps and accepted drafts. Skips without a GPU.
+TEST(CliServe, DraftsOnTheGpuChangeNoReply) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  const httplib::Headers auth{{"Authorization", std::string("Bearer ") + kApiKey}};
+  const auto reply_of = [&](const std::vector<std::string>& args, const std::string& log, double* accepted) {
+    ServeProcess server(dir / log, args);
+    const int port = server.wait_until_ready(60s);
+    EXPECT_NE(port, 0) << server.log();
+    if (port == 0) return std::string();
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    const nlohmann::json body = {{"model", "lode-mini"},
+                                 {"messages", {{{"role", "user"}, {"content", "How do I list the files in a folder?"}}}},
+                                 {"max_tokens", 48},
+                                 {"temperature", 0}};
+    auto res = c.Post("/v1/chat/completions", auth, body.dump(), "application/json");
+    EXPECT_TRUE(res && res->status == 200) << (res ? res->body : std::string("no reply"));
+    if (accepted) {
+      auto metrics = c.Get("/metrics", auth);
+      EXPECT_TRUE(metrics);
+      const std::string text = metrics ? metrics->body : std::string();
+      const std::string name = "\nlode_mtp_accepted_tokens_total ";
+      const size_t at = text.find(name);
+      *accepted = at == std::string::npos ? -1 : std::stod(text.substr(at + name.size()));
+    }
+    EXPECT_EQ(server.stop(10s), 0) << server.log();
+    return res && res->status == 200 ? nlohmann::json::parse(res->body)["choices"][0]["message"]["content"].get<std::string>()
+                                     : std::string();
+  };
+  double accepted = 0;
+  const std::string plain = reply_of({"--backend", "cuda", "--api-key", kApiKey}, "plain.log", nullptr);
+  const std::string drafted = reply_of({"--backend", "cuda", "--api-key", kApiKey, "--mtp", "2"}, "mtp.log", &accepted);
+  EXPECT_FALSE(plain.empty());
+  EXPECT_EQ(drafted, plain);
+  EXPECT_GT(accepted, 0) << "lode-mini's drafts are sometimes right";
+}
+
 // The GPU engine runs one request at a time: asking it for several is refused at once, saying what
 // to do, before any model is loaded (on any machine).
 TEST(CliServe, SeveralAtOnceOnTheGpuIsRefused) {

@@ -40,20 +40,16 @@ constexpr size_t kGpuCheckpoints = 8;
 // "cpu" or "cuda": --backend, with auto the GPU when there is one, unless --parallel asks for
 // several sequences at once (the GPU engine runs one).
 std::string serving_backend(const ServeOptions& o) {
-  const bool several = o.parallel_given && o.server.worker.parallel > 1, drafts = o.server.worker.mtp > 0;
+  const bool several = o.parallel_given && o.server.worker.parallel > 1;
   if (o.backend.backend == "cuda" && several)
     fail("--backend cuda runs one request at a time (several sequences in one GPU step come with GPU serving): "
          "leave out --parallel, or --backend cpu for {} at once", o.server.worker.parallel);
-  if (o.backend.backend == "cuda" && drafts)
-    fail("lode serve drafts with --mtp on the CPU engine only for now (`lode run` and `lode chat` draft on the "
-         "GPU): leave out --mtp, or --backend cpu");
   if (o.backend.backend != "auto") return o.backend.backend;
   const std::string gpu = first_gpu();
   if (gpu.empty()) return "cpu";
-  if (several || drafts) {
-    fmt::print(stderr, "lode serve: {} runs on the CPU engine (the GPU, {}, runs one request at a time without "
-               "drafts: leave it out for the GPU)\n",
-               several && drafts ? "--parallel with --mtp" : several ? "--parallel" : "--mtp", gpu);
+  if (several) {
+    fmt::print(stderr, "lode serve: --parallel runs on the CPU engine (the GPU, {}, runs one request at a time: "
+               "leave it out for the GPU)\n", gpu);
     return "cpu";
   }
   return "cuda";
@@ -64,7 +60,8 @@ std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedM
                                           std::shared_ptr<const model::ModelWeights> weights, kv::Format kv) {
   const GpuRun run{.ctx = gpu_context(model.config, o.context),
                    .activations = model::Activations::q8,
-                   .kv_format = kv};
+                   .kv_format = kv,
+                   .mtp = o.server.worker.mtp};
   auto engine = open_gpu_model(o.backend, model.reader, model.config, std::move(weights), run);
   o.server.worker.parallel = 1;
   o.server.worker.chunk = std::max<int64_t>(kGpuChunk, run.ctx / int64_t(kGpuCheckpoints));
