@@ -829,29 +829,43 @@ struct CudaSession::Impl {
     m.position = reinterpret_cast<int64_t*>(base + scratch.mtp_position);
   }
 
-  // The block's rows for `n` tokens: each token's embedding and the hidden state it pairs with
-  // (host memory, [n][hidden]; null: the block's own output of the last draft, in `normed`), at K/V
-  // rows row.. with the rotation's positions `shift` further on; then eh_proj into h and the
-  // layer's norm into normed, the step's scratch (free between steps).
-  void mtp_inputs(const int32_t* tokens, const float* hidden, int64_t n, int64_t row, int64_t shift) {
+  // Pinned staging of the MTP block's rows, room for `pieces` pieces of step_rows rows (and their
+  // positions) at once: a call stages every piece first, since the stream copies each later.
+  void mtp_stage_for(int64_t pieces) {
+    if (pieces <= mtp_stage_pieces) return;
+    cudaFreeHost(pinned_mtp_rows);
+    cudaFreeHost(pinned_mtp_position);
+    pinned_mtp_rows = nullptr, pinned_mtp_position = nullptr, mtp_stage_pieces = 0;
+    const size_t rows = size_t(pieces * options.step_rows);
+    check_cuda(cudaMallocHost(&pinned_mtp_rows, rows * size_t(2 * config.hidden) * sizeof(float)), "pinned memory");
+    check_cuda(cudaMallocHost(&pinned_mtp_position, size_t(2 * pieces) * sizeof(int64_t)), "pinned memory");
+    mtp_stage_pieces = pieces;
+  }
+
+  // The block's rows for `n` tokens (at most step_rows), staged as piece p: each token's embedding
+  // and the hidden state it pairs with (host memory, [n][hidden]; null: the block's own output of
+  // the last draft, in `normed`), at K/V rows row.. with the rotation's positions `shift` further on.
+  void mtp_inputs(const int32_t* tokens, const float* hidden, int64_t n, int64_t row, int64_t shift, int64_t p = 0) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t hd = c.hidden;
     Mtp& m = *mtp;
+    float* stage = pinned_mtp_rows + p * options.step_rows * 2 * hd;
+    int64_t* position = pinned_mtp_position + 2 * p;
     for (int64_t t = 0; t < n; ++t) {
-      model::dequantize_row(host.token_embd, tokens[t], pinned_rows_mtp + t * 2 * hd);
-      if (hidden) std::copy_n(hidden + t * hd, hd, pinned_rows_mtp + t * 2 * hd + hd);
+      model::dequantize_row(host.token_embd, tokens[t], stage + t * 2 * hd);
+      if (hidden) std::copy_n(hidden + t * hd, hd, stage + t * 2 * hd + hd);
     }
-    pinned_position[0] = row, pinned_position[1] = shift;
+    position[0] = row, position[1] = shift;
     if (hidden) {
-      check_cuda(cudaMemcpyAsync(m.rows, pinned_rows_mtp, size_t(n * 2 * hd) * sizeof(float), cudaMemcpyHostToDevice,
-                                 stream), "the MTP block's rows");
+      check_cuda(cudaMemcpyAsync(m.rows, stage, size_t(n * 2 * hd) * sizeof(float), cudaMemcpyHostToDevice, stream),
+                 "the MTP block's rows");
     } else {  // one row: its embedding from the host, its state the last draft's output
-      check_cuda(cudaMemcpyAsync(m.rows, pinned_rows_mtp, size_t(hd) * sizeof(float), cudaMemcpyHostToDevice, stream),
+      check_cuda(cudaMemcpyAsync(m.rows, stage, size_t(hd) * sizeof(float), cudaMemcpyHostToDevice, stream),
                  "the MTP block's rows");
       check_cuda(cudaMemcpyAsync(m.rows + hd, normed, size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, stream),
                  "the MTP block's rows");
     }
-    check_cuda(cudaMemcpyAsync(m.position, pinned_position, 2 * sizeof(int64_t), cudaMemcpyHostToDevice, stream),
+    check_cuda(cudaMemcpyAsync(m.position, position, 2 * sizeof(int64_t), cudaMemcpyHostToDevice, stream),
                "the MTP block's position");
   }
 
@@ -967,9 +981,8 @@ struct CudaSession::Impl {
     check_cuda(cudaMallocHost(&pinned_embedding, rows * size_t(config.hidden) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_hidden, rows * size_t(config.hidden) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_logits, rows * size_t(config.vocab) * sizeof(float)), "pinned memory");
-    check_cuda(cudaMallocHost(&pinned_position, 2 * sizeof(int64_t)), "pinned memory");
-    if (options.mtp)
-      check_cuda(cudaMallocHost(&pinned_rows_mtp, rows * size_t(2 * config.hidden) * sizeof(float)), "pinned memory");
+    check_cuda(cudaMallocHost(&pinned_position, sizeof(int64_t)), "pinned memory");
+    if (options.mtp) mtp_stage_for(1);
     check_cuda(cudaMallocHost(&pinned_token, rows * sizeof(int32_t)), "pinned memory");
     if (plan.prompt_chunk > 0) create_prompt_pass();
   }
@@ -994,9 +1007,10 @@ struct CudaSession::Impl {
     cudaFreeHost(pinned_hidden);
     cudaFreeHost(pinned_logits);
     cudaFreeHost(pinned_position);
+    cudaFreeHost(pinned_mtp_rows);
+    cudaFreeHost(pinned_mtp_position);
     cudaFreeHost(pinned_token);
     cudaFreeHost(pinned_rows);
-    cudaFreeHost(pinned_rows_mtp);
     prompt.reset();
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
@@ -1020,11 +1034,13 @@ struct CudaSession::Impl {
   float* pinned_embedding = nullptr;  // [step_rows][hidden]
   float* pinned_hidden = nullptr;     // likewise, the final-normed states back
   float* pinned_logits = nullptr;
-  int64_t* pinned_position = nullptr;  // [2]: a step's position (and the MTP block's rotary shift)
+  int64_t* pinned_position = nullptr;  // a step's position
+  float* pinned_mtp_rows = nullptr;     // the MTP block's rows staged: [pieces][step_rows][2 hidden]
+  int64_t* pinned_mtp_position = nullptr;  // [pieces][2]: the MTP block's K/V row and rotary shift
+  int64_t mtp_stage_pieces = 0;
   int32_t* pinned_token = nullptr;
   int64_t* device_position = nullptr;
   float* pinned_rows = nullptr;         // a prompt chunk's embeddings
-  float* pinned_rows_mtp = nullptr;     // the MTP block's rows ([step_rows][2 hidden])
   std::unique_ptr<PromptPass> prompt;  // null: prompts run token by token
   void* miss_words = nullptr;          // the CPU miss path's device words, in the decode scratch
   std::unique_ptr<MissPath> miss;      // null: decode misses are read over PCIe
@@ -1160,9 +1176,11 @@ void CudaSession::mtp_append(std::span<const int32_t> tokens, std::span<const fl
   if (int64_t(hidden.size()) != n * width) fail("cuda session: {} hidden values for {} MTP rows", hidden.size(), n);
   if (row < 0 || row + n > s.options.max_context)
     fail("cuda session: MTP rows {}..{} past the context of {}", row, row + n, s.options.max_context);
-  for (int64_t at = 0; at < n; at += s.options.step_rows) {  // in pieces the step's scratch holds
+  // In pieces the step's scratch holds, all staged before the stream copies any.
+  s.mtp_stage_for((n + s.options.step_rows - 1) / s.options.step_rows);
+  for (int64_t at = 0, p = 0; at < n; at += s.options.step_rows, ++p) {
     const int64_t piece = std::min(s.options.step_rows, n - at);
-    s.mtp_inputs(tokens.data() + at, hidden.data() + at * width, piece, row + at, shift);
+    s.mtp_inputs(tokens.data() + at, hidden.data() + at * width, piece, row + at, shift, p);
     s.window = int(piece);
     try {
       s.replay(s.mtp->append[size_t(piece - 1)], "the MTP block's rows", [&] {
