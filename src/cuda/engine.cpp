@@ -55,6 +55,7 @@ class CudaSequence final : public engine::Sequence {
   // Within the last window of the last row computed as decode steps (the session keeps its states).
   void cut_window(int64_t tokens) override {
     CudaModel& m = *model_;
+    if (tokens == m.row_tokens_) return;  // nothing to cut
     if (tokens < m.window_offset_ || tokens > m.row_tokens_)
       fail("cuda engine: cannot cut a verify row of {} tokens to {}: the GPU keeps the states of its last window "
            "(from token {} on)", m.row_tokens_, tokens, m.window_offset_);

@@ -340,7 +340,10 @@ struct CudaSession::Impl {
     greedy_arrivals = reinterpret_cast<unsigned*>(base + l.greedy_arrivals);
   }
 
+  // (cudaMemset and the snapshots' copies run on the default stream: whatever the step's stream
+  // still holds, a cut window's copies say, goes first.)
   void zero_states() {
+    if (stream) check_cuda(cudaStreamSynchronize(stream), "the step's stream");
     window_start = -1;
     for (const LayerState& st : states) {
       if (!st.conv_state) continue;
@@ -427,7 +430,7 @@ struct CudaSession::Impl {
                                            int(c.head_dim), attention_splits(), attention_partials, attn, stream,
                                            {window, mixer_rows(d), c.q_dim()});
         },
-        kv_bytes_per_layer() * double(position + 1));
+        kv_bytes_per_layer() * double(position + 1) * window);
     mark(Phase::attention_core);
     mv("attention out", d.o, attn, mixed);
     mark(Phase::attention_proj);
@@ -439,10 +442,10 @@ struct CudaSession::Impl {
     mark(Phase::deltanet_proj);
     // A window keeps the states before each of its tokens, for cut_window.
     const kernels::TokenRows rows{window, mixer_rows(d), c.ssm_value_dim()};
-    kernels::TokenRows conv_rows = rows, step_rows = rows;
+    kernels::TokenRows conv_rows = rows, recurrent_rows = rows;
     if (window > 1) {
       conv_rows.kept = st.conv_kept, conv_rows.kept_stride = conv_floats();
-      step_rows.kept = st.ssm_kept, step_rows.kept_stride = recurrent_floats();
+      recurrent_rows.kept = st.ssm_kept, recurrent_rows.kept_stride = recurrent_floats();
     }
     launch("DeltaNet conv", [&] {
       return kernels::deltanet_prepare(qkv, st.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
@@ -453,7 +456,7 @@ struct CudaSession::Impl {
         [&] {
           return kernels::deltanet_step(st.ssm_state, qkv, z, b, alpha, d.a, d.dt_bias, d.norm, int(c.ssm_groups),
                                         int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o,
-                                        stream, step_rows);
+                                        stream, recurrent_rows);
         },
         2.0 * double(recurrent_floats()) * sizeof(float));
     mark(Phase::deltanet_core);
@@ -677,19 +680,34 @@ struct CudaSession::Impl {
 
   // What queue() queues on the stream, captured as a graph into `exec` the first time and replayed
   // after (profiling queues it directly, to time it).
+  // A queue() that fails ends the capture (the stream stays usable) and throws on.
   template <class Queue>
   void replay(cudaGraphExec_t& exec, const char* what, Queue&& queue) {
     if (options.profile) return queue();
     if (!exec) {
       cudaGraph_t graph = nullptr;
       check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), what);
-      queue();
+      try {
+        queue();
+      } catch (...) {
+        if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+        cudaGetLastError();
+        throw;
+      }
       check_cuda(cudaStreamEndCapture(stream, &graph), what);
-      check_cuda(cudaGraphInstantiate(&exec, graph, 0), what);
+      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
       cudaGraphDestroy(graph);
+      check_cuda(made, what);
     }
     check_cuda(cudaGraphLaunch(exec, stream), what);
   }
+
+  // The rows the launches queued in its lifetime take (Impl::window), 1 again after.
+  struct WindowRows {
+    Impl& s;
+    WindowRows(Impl& impl, int64_t n) : s(impl) { s.window = int(n); }
+    ~WindowRows() { s.window = 1; }
+  };
 
   // A cut to the window's first j tokens: the DeltaNet states it kept before token j copied back.
   void queue_cut(int64_t j) {
@@ -709,18 +727,8 @@ struct CudaSession::Impl {
   // The step captured once as a CUDA graph (one for each window size and StepOutput) and
   // replayed: one launch instead of ~700. Profiling runs the kernels directly, to time them.
   void run_step(StepOutput wanted) {
-    if (options.profile) return layers_and_head(wanted);
     if (graphs.empty()) graphs.resize(size_t(options.step_rows));
-    cudaGraphExec_t& exec = graphs[size_t(window - 1)][size_t(wanted)];
-    if (!exec) {
-      cudaGraph_t graph = nullptr;
-      check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "capturing a step");
-      layers_and_head(wanted);
-      check_cuda(cudaStreamEndCapture(stream, &graph), "capturing a step");
-      check_cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiating the step's graph");
-      cudaGraphDestroy(graph);
-    }
-    check_cuda(cudaGraphLaunch(exec, stream), "running a step");
+    replay(graphs[size_t(window - 1)][size_t(wanted)], "a step", [&] { layers_and_head(wanted); });
   }
 
   // One position: token in; out, as `wanted`, the logits into logits_out, or the greedy token
@@ -757,14 +765,10 @@ struct CudaSession::Impl {
                "position to the device");
     mark(Phase::embedding);
     if (timing_kernels()) kernel_clock.begin(stream);
-    window = n;
-    try {
+    {
+      const WindowRows rows(*this, n);
       run_step(wanted);
-    } catch (...) {
-      window = 1;
-      throw;
     }
-    window = 1;
     if (wanted == StepOutput::logits)
       check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(n * c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
                  "logits to the host");
@@ -833,6 +837,7 @@ struct CudaSession::Impl {
   // positions) at once: a call stages every piece first, since the stream copies each later.
   void mtp_stage_for(int64_t pieces) {
     if (pieces <= mtp_stage_pieces) return;
+    pieces = std::max(pieces, 2 * mtp_stage_pieces);  // (growing synchronises the device: rarely)
     cudaFreeHost(pinned_mtp_rows);
     cudaFreeHost(pinned_mtp_position);
     pinned_mtp_rows = nullptr, pinned_mtp_position = nullptr, mtp_stage_pieces = 0;
@@ -893,7 +898,7 @@ struct CudaSession::Impl {
     mtp_layer_input();
     attention(m.layer, m.state, m.position, m.position + 1);
     launch("MTP residual and norm", [&] {
-      return kernels::add_rms_norm(h, mixed, m.layer.post_norm, normed, 1, int(c.hidden), float(c.rms_eps), stream);
+      return kernels::add_rms_norm(h, mixed, m.layer.post_norm, normed, window, int(c.hidden), float(c.rms_eps), stream);
     });
     moe(m.layer, int64_t(layers.size()), m.head_norm);
     mv("lm head", output, normed, logits);
@@ -1181,17 +1186,11 @@ void CudaSession::mtp_append(std::span<const int32_t> tokens, std::span<const fl
   for (int64_t at = 0, p = 0; at < n; at += s.options.step_rows, ++p) {
     const int64_t piece = std::min(s.options.step_rows, n - at);
     s.mtp_inputs(tokens.data() + at, hidden.data() + at * width, piece, row + at, shift, p);
-    s.window = int(piece);
-    try {
-      s.replay(s.mtp->append[size_t(piece - 1)], "the MTP block's rows", [&] {
-        s.mtp_layer_input();
-        s.attention_kv(s.mtp->layer, s.mtp->state, s.mtp->position, s.mtp->position + 1);
-      });
-    } catch (...) {
-      s.window = 1;
-      throw;
-    }
-    s.window = 1;
+    const Impl::WindowRows rows(s, piece);
+    s.replay(s.mtp->append[size_t(piece - 1)], "the MTP block's rows", [&] {
+      s.mtp_layer_input();
+      s.attention_kv(s.mtp->layer, s.mtp->state, s.mtp->position, s.mtp->position + 1);
+    });
   }
   check_cuda(cudaStreamSynchronize(s.stream), "the MTP block's rows");
 }
@@ -1257,6 +1256,7 @@ void CudaSession::fill_with_random_cells(int64_t depth) {
 
 CudaSession::Snapshot CudaSession::save() const {
   const Impl& s = *impl_;
+  check_cuda(cudaStreamSynchronize(s.stream), "the step's stream");  // a cut window's copies first
   Snapshot snapshot{.format = s.options.kv_format, .positions = s.position, .cells = s.kv->save(s.position)};
   const size_t conv = size_t(s.conv_floats()), recurrent = size_t(s.recurrent_floats());
   for (const LayerState& st : s.states) {
@@ -1271,6 +1271,7 @@ CudaSession::Snapshot CudaSession::save() const {
 
 void CudaSession::restore(const Snapshot& snapshot) {
   Impl& s = *impl_;
+  check_cuda(cudaStreamSynchronize(s.stream), "the step's stream");  // a cut window's copies first
   if (snapshot.format != s.options.kv_format)
     fail("cuda session: a snapshot of {} K/V cells cannot continue in a {} cache", kv::to_string(snapshot.format),
          kv::to_string(s.options.kv_format));

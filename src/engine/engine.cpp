@@ -31,7 +31,7 @@ std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, 
 }
 
 Drafter& Sequence::drafter() {
-  fail("this engine cannot draft tokens yet: MTP speculative decoding runs on the CPU engine");
+  fail("this engine cannot draft tokens (MTP speculative decoding runs on the CPU engine, and on the GPU with --mtp)");
 }
 
 FollowedRows followed_rows(std::span<const int32_t> tokens, std::span<const float> hidden,
