@@ -73,6 +73,26 @@ TEST(CudaMtp, GreedyOutputIsTheSameWithDraftsInEveryKvFormat) {
   }
 }
 
+// --mtp-min-p: drafting stops where the block's best token is less likely than that (its
+// probability from the logits the GPU copies back); at 1 nothing is drafted, at 0.5 only some.
+TEST(CudaMtp, TheMinimumProbabilityStopsDrafting) {
+  LODE_REQUIRE_GPU();
+  const std::string prompt = "The shell reads a line of text and";
+  const Generated plain = generate(mini(), prompt, 0, {}, 0.0f, 1);
+  int64_t drafted[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    const auto m = gpu_model(mini(), 3);
+    const auto sequence = m->open_sequence();
+    const Generated r = test::generate_on(*sequence, mini(), prompt, 3, 0.0f, 1, 48, i == 0 ? 1.0f : 0.5f);
+    EXPECT_EQ(r.tokens, plain.tokens);
+    drafted[i] = r.result.drafted;
+  }
+  EXPECT_EQ(drafted[0], 0);
+  const Generated all = generate(mini(), prompt, 3, {}, 0.0f, 1);
+  EXPECT_GT(drafted[1], 0);
+  EXPECT_LT(drafted[1], all.result.drafted);
+}
+
 TEST(CudaMtp, SampledOutputIsTheSameWithDraftsForEverySeed) {
   LODE_REQUIRE_GPU();
   for (uint64_t seed = 1; seed <= 6; ++seed) {

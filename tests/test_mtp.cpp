@@ -56,6 +56,24 @@ TEST(Mtp, GreedyOutputIsTheSameWithDraftsInEveryKvFormat) {
   }
 }
 
+// --mtp-min-p: drafting stops where the block's best token is less likely than that; at 1 nothing
+// is drafted, at 0.5 only some, and the output is the same.
+TEST(Mtp, TheMinimumProbabilityStopsDrafting) {
+  const std::string prompt = "The shell reads a line of text and";
+  const Generated plain = generate(mini(), prompt, 0, kv::Format::f16, 0.0f, 1);
+  const Generated all = generate(mini(), prompt, 3, kv::Format::f16, 0.0f, 1);
+  int64_t drafted[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    auto sequence = cpu::open_sequence(mini().weights, {.threads = 2, .max_context = 512});
+    const Generated r = test::generate_on(*sequence, mini(), prompt, 3, 0.0f, 1, 48, i == 0 ? 1.0f : 0.5f);
+    EXPECT_EQ(r.tokens, plain.tokens);
+    drafted[i] = r.result.drafted;
+  }
+  EXPECT_EQ(drafted[0], 0);
+  EXPECT_GT(drafted[1], 0);
+  EXPECT_LT(drafted[1], all.result.drafted);
+}
+
 TEST(Mtp, SampledOutputIsTheSameWithDraftsForEverySeed) {
   for (uint64_t seed = 1; seed <= 12; ++seed) {
     SCOPED_TRACE(seed);

@@ -87,6 +87,14 @@ TEST(SamplerRng, UniformIsInUnitIntervalWithMeanOneHalf) {
   EXPECT_NEAR(sum / n, 0.5, 0.005);
 }
 
+// A token's probability under the softmax at temperature 1 (the MTP drafters' --mtp-min-p).
+TEST(Sampler, ProbabilityOfATokenIsItsSoftmaxShare) {
+  const std::vector<float> logits = {0.0f, std::log(3.0f), -1e30f};
+  EXPECT_NEAR(lode::sample::probability_of(logits, 1), 0.75, 1e-6);
+  EXPECT_NEAR(lode::sample::probability_of(logits, 0), 0.25, 1e-6);
+  EXPECT_NEAR(lode::sample::probability_of(std::vector<float>{2.0f}, 0), 1.0, 1e-12);
+}
+
 TEST(Sampler, GreedyIsArgmaxWithLowestIdOnTies) {
   Sampler sampler(plain(0.0f), 6);
   EXPECT_EQ(sampler.sample(std::vector<float>{1, 5, 2, 5, 5, -1}), 1);

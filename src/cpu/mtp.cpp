@@ -3,13 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "core/error.h"
 #include "cpu/attention.h"
 #include "cpu/matmul.h"
 #include "cpu/moe.h"
 #include "cpu/ops.h"
+#include "sample/sampler.h"
 
 namespace lode::cpu {
 
@@ -85,12 +85,9 @@ std::vector<int32_t> MtpDrafter::draft(int32_t pending, int64_t n, float min_p) 
     mtp_forward(*weights_, *weights_->mtp, cache_, state.data(), &token, 1, followed() + i, compute_, out.data(),
                 logits.data());
     const auto best = std::max_element(logits.begin(), logits.end());
-    if (min_p > 0) {  // the most likely token's probability, only where it can stop the drafts
-      double sum = 0;
-      for (float l : logits) sum += std::exp(double(l) - double(*best));
-      if (1.0 / sum < double(min_p)) break;
-    }
     token = int32_t(best - logits.begin());
+    // The most likely token's probability, only where it can stop the drafts.
+    if (min_p > 0 && sample::probability_of(logits, token) < double(min_p)) break;
     drafts.push_back(token);
     state = out;
   }

@@ -6,7 +6,6 @@
 #include <array>
 #include <cassert>
 #include <chrono>
-#include <cmath>
 #include <optional>
 #include <random>
 #include <set>
@@ -29,6 +28,7 @@
 #include "cuda/vram.h"
 #include "model/weights.h"
 #include "plan/memory_plan.h"
+#include "sample/sampler.h"
 
 namespace lode::cuda {
 
@@ -1213,11 +1213,7 @@ int32_t CudaSession::mtp_draft(int32_t token, std::span<const float> hidden, int
   check_cuda(cudaStreamSynchronize(s.stream), "a draft");
   const int32_t best = *s.pinned_token;
   if (best < 0) fail("cuda session: the MTP block's logits hold NaN or +inf, or are all -inf (a damaged model file?)");
-  if (probability) {
-    double sum = 0;
-    for (int64_t i = 0; i < c.vocab; ++i) sum += std::exp(double(s.pinned_logits[i]) - double(s.pinned_logits[best]));
-    *probability = float(1.0 / sum);
-  }
+  if (probability) *probability = float(sample::probability_of(std::span(s.pinned_logits, size_t(c.vocab)), best));
   return best;
 }
 

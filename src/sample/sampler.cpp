@@ -258,6 +258,12 @@ int32_t greedy(std::span<const float> logits) {
   return detail::argmax(logits);
 }
 
+double probability_of(std::span<const float> logits, int32_t index) {
+  double sum = 0;
+  for (float l : logits) sum += std::exp(double(l) - double(logits[size_t(index)]));
+  return 1.0 / sum;
+}
+
 bool Sampler::plain_greedy() const {
   const SamplingParams& p = params_;
   const bool penalties = p.penalty_last_n != 0 && (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||

@@ -78,6 +78,9 @@ void build_distribution(std::span<const float> logits, const SamplingParams& par
 // The token plain greedy sampling takes from logits [n_vocab]: the lowest id among the largest.
 // Fails as Sampler::sample does (a NaN or +inf logit, every logit -inf).
 int32_t greedy(std::span<const float> logits);
+// Token `index`'s probability under the softmax of logits at temperature 1 (the MTP drafters'
+// --mtp-min-p test of their best token).
+double probability_of(std::span<const float> logits, int32_t index);
 
 class Sampler {
 public:

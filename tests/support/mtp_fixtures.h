@@ -48,13 +48,14 @@ struct Generated {
 // engine::generate on `sequence` (empty) of m's model: `max_tokens` after the prompt, not stopping
 // at the end of generation, with up to mtp drafts a step.
 inline Generated generate_on(engine::Sequence& sequence, const LoadedFile& m, const std::string& prompt, int64_t mtp,
-                             float temperature, uint64_t seed, int64_t max_tokens) {
+                             float temperature, uint64_t seed, int64_t max_tokens, float mtp_min_p = 0.0f) {
   engine::GenerateOptions g;
   g.max_tokens = max_tokens;
   g.sampling.temperature = temperature;
   g.sampling.seed = seed;
   g.stop_at_end_of_generation = false;
   g.mtp = mtp;
+  g.mtp_min_p = mtp_min_p;
   sample::Sampler sampler(g.sampling, m.config.vocab);
   Generated r;
   r.result = engine::generate(sequence, m.text, sampler, m.text.encode(prompt, false), g,
