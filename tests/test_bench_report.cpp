@@ -76,3 +76,20 @@ TEST(BenchReport, WindowsShowTheirCostInStepsAndTheSpeedupItImplies) {
   EXPECT_EQ(parsed["windows"][0].at("tokens"), 2);
   EXPECT_DOUBLE_EQ(parsed["windows"][0].at("speedup_at_acceptance").at("0.9").get<double>(), 1.52);
 }
+
+// A step of several sequences: its cost in one-token steps, every sequence's tokens per second
+// together, and how many sequences' worth of one-sequence decoding that is.
+TEST(BenchReport, StepsOfSeveralSequencesShowTheirAggregateRate) {
+  measure::BenchRun b = a_run("m.gguf", 10240);
+  b.sequences.push_back({.depth = 4096, .sequences = 16, .seconds = 0.008, .step_ratio = 4.0});
+  EXPECT_DOUBLE_EQ(b.sequences[0].tokens_per_s(), 2000.0);
+  const std::string text = measure::to_text(h200_like(), b);
+  EXPECT_NE(text.find("16 sequences @ depth 4096"), std::string::npos) << text;
+  EXPECT_NE(text.find("8.000 ms a step = 4.00 one-token steps;   2000.0 tokens/s in all, 4.00x one sequence's"),
+            std::string::npos)
+      << text;
+  const auto parsed = nlohmann::json::parse(measure::to_json(h200_like(), b).dump());
+  ASSERT_EQ(parsed.at("sequences").size(), 1u);
+  EXPECT_EQ(parsed["sequences"][0].at("sequences"), 16);
+  EXPECT_DOUBLE_EQ(parsed["sequences"][0].at("tokens_per_s").get<double>(), 2000.0);
+}

@@ -398,6 +398,43 @@ TEST(CudaKernels, TheGreedyTokenIsTheFirstLargestLogit) {
   EXPECT_EQ(dev.download(arrivals, 1)[0], 0u);
 }
 
+// A step's (row, slot) pairs grouped by expert: experts ascending, each expert's pairs in order, at
+// most 8 a group (an expert of 19 pairs makes groups of 8, 8 and 3), every pair once, and the
+// groups after the last empty; against a host grouping of random routes of up to 64 rows.
+TEST(CudaKernels, ExpertGroupsHoldEveryPairOnceByExpert) {
+  LODE_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  for (const int rows : {1, 2, 5, 64}) {
+    SCOPED_TRACE(rows);
+    const int pairs = rows * kUsed;
+    std::vector<int32_t> ids(static_cast<size_t>(pairs));
+    for (int32_t& id : ids) id = int32_t(rng() % 40);  // few experts: long groups
+    if (rows == 64) std::fill(ids.begin(), ids.begin() + 19, 3);
+    std::vector<lode::cuda::ExpertGroup> want;
+    for (int e = 0; e < kExperts; ++e)
+      for (int p = 0; p < pairs; ++p) {
+        if (ids[size_t(p)] != e) continue;
+        if (want.empty() || want.back().id != e || want.back().count == lode::cuda::kGroupInputs)
+          want.push_back({e, 0, {}});
+        want.back().pairs[want.back().count++] = p;
+      }
+    Device dev;
+    auto* groups = dev.zeros<lode::cuda::ExpertGroup>(size_t(pairs));
+    ASSERT_EQ(lode::cuda::kernels::expert_groups(dev.upload(ids), pairs, kExperts, groups, nullptr), nullptr);
+    const auto got = dev.download(groups, size_t(pairs));
+    for (size_t g = 0; g < got.size(); ++g) {
+      SCOPED_TRACE(g);
+      if (g >= want.size()) {
+        EXPECT_EQ(got[g].count, 0);
+        continue;
+      }
+      ASSERT_EQ(got[g].id, want[g].id);
+      ASSERT_EQ(got[g].count, want[g].count);
+      for (int i = 0; i < got[g].count; ++i) EXPECT_EQ(got[g].pairs[i], want[g].pairs[i]);
+    }
+  }
+}
+
 }  // namespace
 
 #else

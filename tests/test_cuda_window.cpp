@@ -19,6 +19,7 @@
 #include "support/fixtures.h"
 #include "support/gpu.h"
 #include "support/paths.h"
+#include "support/step_checks.h"
 #include "support/synth_model.h"
 #include "test_gguf_helpers.h"
 
@@ -32,19 +33,10 @@ namespace fs = std::filesystem;
 using lode::cuda::CudaSession;
 using lode::cuda::CudaSessionOptions;
 
+using lode::test::argmax;
+using lode::test::same_bits;
 using lode::test::synth_model;
-
-bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
-
-// The lowest index among the largest (decode_greedy's rule).
-int32_t argmax(const float* v, int64_t n) { return int32_t(std::max_element(v, v + n) - v); }
-
-// Tokens for the tests: spread over the vocabulary, deterministic.
-std::vector<int32_t> tokens_from(int64_t vocab, int n, int seed) {
-  std::vector<int32_t> t;
-  for (int i = 0; i < n; ++i) t.push_back(int32_t((int64_t(i) * 7919 + seed * 104729 + 13) % vocab));
-  return t;
-}
+using lode::test::tokens_from;
 
 // `windowed` runs windows of the sizes in `sizes` after a prompt; `stepwise` (same model, its own
 // options) runs the same tokens one decode step at a time. Every row must match bit for bit.

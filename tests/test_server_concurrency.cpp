@@ -1,10 +1,16 @@
 // Continuous batching: eight clients streaming greedy chats at once, batched together in the
 // worker's steps, get exactly the text each gets alone on a one-slot server (prefix reuse between
 // them must not leak one conversation into another either); a long prompt is prefilled in chunks
-// beside sequences that keep decoding.
+// beside sequences that keep decoding. On the GPU, the same streams batched in its steps get what
+// each gets alone on a one-sequence GPU server.
 #include <thread>
 
+#include "support/gpu.h"
 #include "test_server_support.h"
+
+#ifdef LODE_HAVE_CUDA
+#include "cuda/engine.h"
+#endif
 
 namespace lode::test {
 namespace {
@@ -34,11 +40,12 @@ json streamed_request(int i) {
           {"max_tokens", 10}, {"temperature", 0}, {"stream", true}, {"stream_options", {{"include_usage", true}}}};
 }
 
-// The texts of requests 0 .. n-1, one after another on a one-slot server without drafts.
-std::vector<std::string> solo_texts(int n) {
+// The texts of requests 0 .. n-1, one after another on a one-slot server without drafts (on
+// `engine`, or the CPU's).
+std::vector<std::string> solo_texts(int n, std::shared_ptr<engine::Model> engine = nullptr) {
   server::ServerOptions solo;
   solo.worker.parallel = 1;
-  TestServer server(solo);
+  TestServer server(solo, engine ? engine : mini_engine());
   std::vector<std::string> texts;
   for (int i = 0; i < n; ++i) {
     auto res = server.post("/v1/chat/completions", streamed_request(i).dump());
@@ -120,6 +127,39 @@ TEST(ServerConcurrency, LongPromptIsPrefilledBesideDecodingSequences) {
   const json status = server.get_json("/v1/status");
   EXPECT_GE(status["steps"]["mixed"], 2) << status.dump();  // prompt chunks ran beside decoding
 }
+
+#ifdef LODE_HAVE_CUDA
+// lode-mini on the GPU, holding `sequences` sequences of 512 positions.
+std::shared_ptr<engine::Model> gpu_mini(int64_t sequences) {
+  static const auto weights = std::make_shared<const model::ModelWeights>(
+      model::bind_weights(mini_model()->reader, mini_model()->config));
+  cuda::CudaSessionOptions o{.max_context = 512, .step_rows = sequences, .sequences = sequences};
+  o.kv_format = kv::Format::f16;
+  return std::make_shared<cuda::CudaModel>(std::make_unique<cuda::CudaSession>(mini_model()->reader, weights, o));
+}
+
+// Eight streams on a GPU server of eight sequences run in its steps together and get exactly the
+// text each gets alone on a GPU server of one; prompt chunks ran beside decoding rows.
+TEST(ServerConcurrency, GpuStreamsEqualTheirSoloRuns) {
+  LODE_REQUIRE_GPU();
+  constexpr int kClients = 8;
+  const std::vector<std::string> alone = solo_texts(kClients, gpu_mini(1));
+  server::ServerOptions batched;
+  batched.worker.parallel = kClients;
+  TestServer server(batched, gpu_mini(kClients));
+  const std::vector<std::string> together = concurrent_texts(server, kClients);
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
+    EXPECT_FALSE(alone[size_t(i)].empty());
+  }
+  const json status = server.get_json("/v1/status");
+  EXPECT_EQ(status["backend"], "cuda") << status.dump();
+  EXPECT_GE(status["steps"]["max_batch"], 2) << status.dump();  // they did run together
+  EXPECT_EQ(status["sequences"]["active"], 0);
+}
+#else
+TEST(ServerConcurrency, GpuStreamsNeedACudaBuild) { LODE_REQUIRE_GPU(); }
+#endif
 
 }  // namespace
 }  // namespace lode::test

@@ -248,12 +248,12 @@ TEST(ServerNpm, TheLoadGeneratorAccountsForEveryRequest) {
   server.stop();
 }
 
-// `lode serve --backend cuda`: on the GPU machine it answers on the GPU, one request at a time
-// (/v1/status: backend cuda, one slot), two requests sent together both complete (the second
-// queued), and SIGTERM ends it with exit code 0; elsewhere it exits at once with a clear error.
-TEST(CliServe, OnTheGpuOneRequestAtATime) {
+// `lode serve --backend cuda --parallel 2`: on the GPU machine it answers on the GPU (/v1/status:
+// backend cuda, two slots), two requests sent together both complete, and SIGTERM ends it with
+// exit code 0; elsewhere it exits at once with a clear error.
+TEST(CliServe, OnTheGpuSeveralAtOnce) {
   const lode::test::TempDir dir;
-  ServeProcess server(dir / "serve.log", {"--backend", "cuda", "--api-key", kApiKey});
+  ServeProcess server(dir / "serve.log", {"--backend", "cuda", "--parallel", "2", "--api-key", kApiKey});
   ASSERT_TRUE(server.spawned()) << "could not start " << lode::test::lode_binary();
   const int port = server.wait_until_ready(60s);
   std::string why;
@@ -292,8 +292,7 @@ TEST(CliServe, OnTheGpuOneRequestAtATime) {
   ASSERT_TRUE(res);
   const auto status = nlohmann::json::parse(res->body);
   EXPECT_EQ(status["backend"], "cuda") << res->body;
-  EXPECT_EQ(status["sequences"]["parallel"], 1) << res->body;
-  EXPECT_EQ(status["steps"]["max_batch"], 1) << res->body;  // the second request waited its turn
+  EXPECT_EQ(status["sequences"]["parallel"], 2) << res->body;
   EXPECT_EQ(server.stop(10s), 0) << "lode serve did not exit 0 within 10 s of SIGTERM; its output:\n" << server.log();
 }
 
@@ -336,18 +335,18 @@ TEST(CliServe, DraftsOnTheGpuChangeNoReply) {
   EXPECT_GT(accepted, 0) << "lode-mini's drafts are sometimes right";
 }
 
-// The GPU engine runs one request at a time: asking it for several is refused at once, saying what
-// to do, before any model is loaded (on any machine).
-TEST(CliServe, SeveralAtOnceOnTheGpuIsRefused) {
+// The GPU's MTP block drafts for one sequence: asking for drafts and several sequences at once on
+// the GPU is refused, saying what to do, before the GPU is touched (on any machine).
+TEST(CliServe, DraftsForSeveralAtOnceOnTheGpuAreRefused) {
   const lode::test::TempDir dir;
   const std::string command = "timeout 30 '" + lode::test::lode_binary() + "' serve -m '" + kMini.string() +
-                              "' --backend cuda --parallel 2 --port 0 2>'" + (dir / "err.txt").string() + "'";
+                              "' --backend cuda --parallel 2 --mtp 1 --port 0 2>'" + (dir / "err.txt").string() + "'";
   const int raw = std::system(command.c_str());
   ASSERT_TRUE(raw != -1 && WIFEXITED(raw));
   EXPECT_EQ(WEXITSTATUS(raw), 1);
   const std::string err = lode::test::slurp(dir / "err.txt");
-  EXPECT_NE(err.find("one request at a time"), std::string::npos) << err;
-  EXPECT_NE(err.find("--backend cpu"), std::string::npos) << err;
+  EXPECT_NE(err.find("--mtp on the GPU drafts for one sequence"), std::string::npos) << err;
+  EXPECT_NE(err.find("--mtp 0"), std::string::npos) << err;
 }
 
 }  // namespace

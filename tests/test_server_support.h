@@ -38,9 +38,12 @@ inline std::shared_ptr<engine::Model> mini_engine(cpu::SessionOptions options = 
 
 // A server on a free loopback port, stopped when it goes out of scope.
 struct TestServer {
-  explicit TestServer(server::ServerOptions options = {}, cpu::SessionOptions engine = {}) {
+  explicit TestServer(server::ServerOptions options = {}, cpu::SessionOptions engine = {})
+      : TestServer(options, mini_engine(engine)) {}
+  // On another engine of lode-mini (the GPU's).
+  TestServer(server::ServerOptions options, std::shared_ptr<engine::Model> engine) {
     options.port = 0;
-    server = std::make_unique<server::Server>(options, mini_model(), mini_engine(engine));
+    server = std::make_unique<server::Server>(options, mini_model(), std::move(engine));
     port = server->start();
   }
   httplib::Client client() const {

@@ -62,11 +62,15 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
   options.swaps.enabled = o.expert_swaps == "on";
   options.miss_path = miss_path_from(o.miss_path);
   options.mtp = run.mtp > 0;
-  options.step_rows = std::min(run.mtp + 1, cuda::kMaxStepRows);
+  if (run.sequences < 1 || run.sequences > cuda::kMaxStepRows)
+    fail("--parallel {}: the GPU runs 1 to {} sequences in one step", run.sequences, cuda::kMaxStepRows);
+  options.sequences = run.sequences;
+  options.step_rows = std::max(std::min(run.mtp + 1, cuda::kMaxStepRows), run.sequences);
   auto session = std::make_unique<cuda::CudaSession>(reader, std::move(weights), options);
   const cuda::VramAccountant& vram = session->vram();
-  fmt::print(stderr, "lode: K/V cache {} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",
+  fmt::print(stderr, "lode: K/V cache {}{} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",
              describe_kv(config, options.kv_format, options.max_context),
+             run.sequences > 1 ? fmt::format(" for each of {} sequences", run.sequences) : std::string(),
              double(vram.budget() - vram.held()) / double(1 << 20), double(vram.budget()) / double(1 << 20));
   const cuda::ExpertStats stats = session->expert_stats();
   fmt::print(stderr, "lode: {}; experts in host RAM: {}\n", plan::summary(session->plan()), stats.host_tier);

@@ -48,6 +48,7 @@ struct GpuRun {
   model::Activations activations = model::Activations::q8;
   kv::Format kv_format = kv::Format::f16;
   int64_t mtp = 0;  // drafts per verify step (--mtp): the MTP block on the GPU, verify windows of mtp + 1
+  int64_t sequences = 1;  // sequences held at once, each ctx positions (lode serve --parallel)
 };
 // The CUDA engine on these weights (the budget, expert placement and miss path from `o`), its
 // VRAM plan on stderr. Fails as open_sequence does on the GPU.

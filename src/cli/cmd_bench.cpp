@@ -1,5 +1,5 @@
 // `lode bench -m MODEL [-p 512,8192] [-n 128] [--depth 0,8192,32768] [--fill prompt|random] [--ctx N]
-// [--window 2,3,4] [--repeats 3] [--vram-budget A,B,C] [--json]`: the CUDA backend's speed on a model, each figure
+// [--window 2,3,4] [--sequences 4,16,64] [--repeats 3] [--vram-budget A,B,C] [--json]`: the CUDA backend's speed on a model, each figure
 // beside its fraction of the device's limits measured in the same run (device-to-device copy
 // bandwidth; bf16 and TF32 matrix throughput), and under each VRAM budget asked for, the expert
 // tier's share of experts in VRAM, hit rate and bytes read over PCIe.
@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 
 #include "cli/backend.h"
@@ -34,6 +35,7 @@ struct BenchOptions {
   std::vector<int64_t> prompts = {512};
   std::vector<int64_t> depths = {0};
   std::vector<int64_t> windows;  // verify windows timed at each depth (tokens in one step)
+  std::vector<int64_t> sequences;  // steps of that many sequences timed at each depth (a token each)
   int64_t generate = 128;
   int repeats = 3;
   int64_t prompt_chunk = 4096;
@@ -132,6 +134,18 @@ DecodeFigures bench_decode(cuda::CudaSession& session, const std::vector<int32_t
   return {depth, rate, per_token, per_token * rate / 1e9, tier};
 }
 
+// Seconds a call of `run` takes: the median over `repeats` runs of `calls` calls each.
+template <class Run>
+double median_seconds_per_call(const Run& run, int64_t calls, int repeats) {
+  std::vector<double> seconds;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < calls; ++i) run();
+    seconds.push_back(seconds_since(t0) / double(calls));
+  }
+  return median(seconds);
+}
+
 // Verify windows of `n` tokens where bench_decode left the session: `generate` tokens' worth of
 // windows per run after a warm-up window (which captures the window's graph), each row's greedy
 // token chosen on the device (the drafts are the window's last greedy token again: what they are
@@ -145,16 +159,35 @@ measure::WindowFigures bench_window(cuda::CudaSession& session, const DecodeFigu
     token = session.decode_window(tokens, true).greedy.back();
   };
   run();
-  std::vector<double> seconds;
   const cuda::ExpertStats before = session.expert_stats();
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    for (int64_t w = 0; w < windows; ++w) run();
-    seconds.push_back(seconds_since(t0) / double(windows));
-  }
-  const double s = median(seconds);
+  const double s = median_seconds_per_call(run, windows, repeats);
   return {.depth = step.depth, .tokens = n, .seconds = s, .step_ratio = s * step.tokens_per_s,
           .tier = per(tier_delta(before, session.expert_stats()), double(windows * repeats))};
+}
+
+// Steps of `n` sequences, each at the depth sequence 0 was filled to (`start`, restored into each,
+// or random cells), `generate` steps a run after a warm-up step, each row's greedy token chosen on
+// the device; the median run, against the one-token step of `step`. Sequence 0 is left as it was.
+measure::SequencesFigures bench_sequences(cuda::CudaSession& session, const DecodeFigures& step, int64_t n,
+                                          int64_t generate, int repeats, const cuda::CudaSession::Snapshot* start) {
+  const cuda::CudaSession::Snapshot zero = session.save();
+  std::vector<cuda::CudaSession::Row> rows(static_cast<size_t>(n));
+  for (int64_t s = 0; s < n; ++s) {
+    session.use_sequence(s);
+    start ? session.restore(*start) : session.fill_with_random_cells(step.depth);
+    rows[size_t(s)] = {s, int32_t(1 + s)};
+  }
+  const auto run = [&] {
+    const std::vector<int32_t> next = session.decode_rows(rows, true).greedy;
+    for (int64_t s = 0; s < n; ++s) rows[size_t(s)].token = next[size_t(s)];
+  };
+  run();
+  const cuda::ExpertStats before = session.expert_stats();
+  const double s = median_seconds_per_call(run, generate, repeats);
+  session.use_sequence(0);
+  session.restore(zero);
+  return {.depth = step.depth, .sequences = n, .seconds = s, .step_ratio = s * step.tokens_per_s,
+          .tier = per(tier_delta(before, session.expert_stats()), double(generate * repeats))};
 }
 
 cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_context, int64_t budget_mib,
@@ -168,6 +201,10 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
   options.prompt_chunk = o.prompt_chunk;
   options.kv_format = chosen_kv_format(o.kv);
   options.step_rows = o.windows.empty() ? 1 : *std::max_element(o.windows.begin(), o.windows.end());
+  if (!o.sequences.empty()) {
+    options.sequences = *std::max_element(o.sequences.begin(), o.sequences.end());
+    options.step_rows = std::max(options.step_rows, options.sequences);
+  }
   return options;
 }
 
@@ -298,6 +335,12 @@ measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeCon
   for (int64_t depth : o.depths) {
     b.decodes.push_back(bench_decode(session, tokens, depth, o.generate, o.repeats, o.fill == "random"));
     for (int64_t n : o.windows) b.windows.push_back(bench_window(session, b.decodes.back(), n, o.generate, o.repeats));
+    if (o.sequences.empty()) continue;
+    // The other sequences start where a prompt left sequence 0 (or from random cells, as it did).
+    const std::optional<cuda::CudaSession::Snapshot> start =
+        o.fill == "random" ? std::nullopt : std::optional(session.save());
+    for (int64_t n : o.sequences)
+      b.sequences.push_back(bench_sequences(session, b.decodes.back(), n, o.generate, o.repeats, start ? &*start : nullptr));
   }
   b.peak_mib = double(session.vram().peak()) / double(1 << 20);
   b.prompt_chunk = session.prompt_chunk();
@@ -314,6 +357,7 @@ void run_bench(const BenchOptions& o) {
   // Each window size decodes about as many tokens again, and a warm-up window.
   int64_t after_depth = 2 + o.generate * o.repeats;
   for (int64_t n : o.windows) after_depth += n * (std::max<int64_t>(o.generate / n, 1) * o.repeats + 1);
+  if (!o.sequences.empty()) after_depth += o.generate * o.repeats + 1;  // (from where sequence 0 got to)
   const int64_t longest = std::max(*std::max_element(o.prompts.begin(), o.prompts.end()),
                                    *std::max_element(o.depths.begin(), o.depths.end()) + after_depth);
   if (o.ctx > 0 && o.ctx < longest + 8)
@@ -366,6 +410,12 @@ void add_bench_command(CLI::App& app) {
                   "Verify windows to time at each depth, comma-separated token counts (speculative decoding's step: "
                   "that many tokens in one step, each row's greedy token chosen on the device), beside the one-token "
                   "step and the speedup they imply at draft acceptance 0.6, 0.8 and 0.9")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(64)));
+  cmd->add_option("--sequences", o->sequences,
+                  "Steps of several sequences to time at each depth, comma-separated counts (serving: every "
+                  "sequence's next token in one step, each at the depth), beside the one-token step: tokens per "
+                  "second in all and the cost in one-token steps")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(64)));
   cmd->add_option("-r,--repeats", o->repeats, "Timed runs per figure, after a warm-up; the median is shown (default 3)")

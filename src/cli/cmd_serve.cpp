@@ -1,8 +1,7 @@
 // `lode serve -m MODEL [--host H] [--port P] [--api-key K] ...`: an OpenAI- and Anthropic-compatible HTTP server
-// (docs/SERVER.md), on the GPU when there is one (one request at a time there, the rest queued,
-// until GPU serving runs several sequences in a step), else on the CPU engine with --parallel
-// slots. SIGINT and SIGTERM stop it gracefully: no new connections, generations in flight
-// cancelled, exit 0.
+// (docs/SERVER.md), on the GPU when there is one, else on the CPU engine, with --parallel slots
+// (sequences decoded together in one step). SIGINT and SIGTERM stop it gracefully: no new
+// connections, generations in flight cancelled, exit 0.
 #include <fmt/format.h>
 #include <signal.h>
 
@@ -37,37 +36,38 @@ struct ServeOptions {
 constexpr int64_t kGpuChunk = 1024;
 constexpr size_t kGpuCheckpoints = 8;
 
-// "cpu" or "cuda": --backend, with auto the GPU when there is one, unless --parallel asks for
-// several sequences at once (the GPU engine runs one).
+// "cpu" or "cuda": --backend, with auto the GPU when there is one.
 std::string serving_backend(const ServeOptions& o) {
-  const bool several = o.parallel_given && o.server.worker.parallel > 1;
-  if (o.backend.backend == "cuda" && several)
-    fail("--backend cuda runs one request at a time (several sequences in one GPU step come with GPU serving): "
-         "leave out --parallel, or --backend cpu for {} at once", o.server.worker.parallel);
   if (o.backend.backend != "auto") return o.backend.backend;
-  const std::string gpu = first_gpu();
-  if (gpu.empty()) return "cpu";
-  if (several) {
-    fmt::print(stderr, "lode serve: --parallel runs on the CPU engine (the GPU, {}, runs one request at a time: "
-               "leave it out for the GPU)\n", gpu);
-    return "cpu";
-  }
-  return "cuda";
+  return first_gpu().empty() ? "cpu" : "cuda";
 }
 
-// The engine on the GPU, one request at a time; the worker's chunks and checkpoints sized for it.
+// The sequences the GPU holds: --parallel, or with --mtp (whose block drafts for one sequence on
+// the GPU) one, refusing an explicit --parallel above 1.
+int gpu_sequences(const ServeOptions& o) {
+  const int parallel = o.server.worker.parallel;
+  if (o.server.worker.mtp == 0) return parallel;
+  if (o.parallel_given && parallel > 1)
+    fail("--mtp on the GPU drafts for one sequence: leave out --parallel (or --parallel 1), or --mtp 0 for {} at once",
+         parallel);
+  return 1;
+}
+
+// The engine on the GPU, --parallel sequences; the worker's chunks and checkpoints sized for it.
 std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedModel& model,
                                           std::shared_ptr<const model::ModelWeights> weights, kv::Format kv) {
+  const int sequences = gpu_sequences(o);
   const GpuRun run{.ctx = gpu_context(model.config, o.context),
                    .activations = model::Activations::q8,
                    .kv_format = kv,
-                   .mtp = o.server.worker.mtp};
+                   .mtp = o.server.worker.mtp,
+                   .sequences = sequences};
   auto engine = open_gpu_model(o.backend, model.reader, model.config, std::move(weights), run);
-  o.server.worker.parallel = 1;
+  o.server.worker.parallel = sequences;
   o.server.worker.chunk = std::max<int64_t>(kGpuChunk, run.ctx / int64_t(kGpuCheckpoints));
   o.server.worker.checkpoints_per_slot = kGpuCheckpoints;
-  fmt::print(stderr, "lode serve: on the GPU ({}), one request at a time (others queue, up to --max-queue); "
-             "--backend cpu for several at once\n", first_gpu());
+  fmt::print(stderr, "lode serve: on the GPU ({}), {} sequence(s) at once (others queue, up to --max-queue)\n",
+             first_gpu(), sequences);
   return engine;
 }
 
@@ -127,8 +127,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--ctx", o->context, "Context length per request (default: the model's; on the GPU the model's up to 8192)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
   auto* parallel = cmd->add_option("--parallel", o->server.worker.parallel,
-                                    "Requests generated together on the CPU engine, each keeping its conversation's "
-                                    "prefix cached (default 4; the GPU runs one)")
+                                    "Requests generated together (one step runs them all), each keeping its "
+                                    "conversation's prefix cached (default 4; at most 64 on the GPU, 1 with --mtp there)")
                        ->check(CLI::PositiveNumber);
   add_backend_options(*cmd, o->backend);
   add_kv_option(*cmd, o->kv);

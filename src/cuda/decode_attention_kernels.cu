@@ -43,20 +43,25 @@ struct BlockShare {
   int64_t begin, end, per_split;
 };
 
-__device__ BlockShare block_share(int n_heads, int n_kv_heads, const int64_t* position, int min_keys) {
+// (The block's row's place: row_place, whose page table the block then reads.)
+__device__ BlockShare block_share(int n_heads, int n_kv_heads, int64_t position, int min_keys) {
   const int group = n_heads / n_kv_heads, blocks_per_kv = (group + kAttentionGroup - 1) / kAttentionGroup;
   const int kvh = int(blockIdx.x) / blocks_per_kv;
   const int h0 = kvh * group + int(blockIdx.x) % blocks_per_kv * kAttentionGroup;
-  const int64_t n_all = *position + blockIdx.z + 1, per_split = keys_per_split(n_all, gridDim.y, min_keys);
+  const int64_t n_all = position + 1, per_split = keys_per_split(n_all, gridDim.y, min_keys);
   const int64_t begin = int64_t(blockIdx.y) * per_split;
   return {kvh, h0, min(kAttentionGroup, (kvh + 1) * group - h0), begin, min(n_all, begin + per_split), per_split};
 }
 
-// Block (b, split, t) works for token t of a window (kernels::TokenRows): its query row qg + t
-// q_stride, its partials after the earlier tokens' [n_heads][splits][head_dim + 2].
-__device__ __forceinline__ void to_token(const float*& qg, int64_t q_stride, float*& partials, int n_heads, int head_dim) {
+// Block (b, split, t) works for token t of a window (kernels::TokenRows) or row t of a step of
+// several sequences (KvView::row_sequence): its query row qg + t q_stride, its partials after the
+// earlier tokens' [n_heads][splits][head_dim + 2], its position and page table the row's (the
+// kernel's KvView, a parameter, stays as it is: its other fields are read from parameter space).
+__device__ __forceinline__ RowPlace to_token(const float*& qg, int64_t q_stride, float*& partials, const KvView& kv,
+                                             const int64_t* position, int n_heads, int head_dim) {
   qg += int64_t(blockIdx.z) * q_stride;
   partials += int64_t(blockIdx.z) * n_heads * gridDim.y * (head_dim + 2);
+  return row_place(kv, position, int(blockIdx.z));
 }
 
 // The block's partials from its warps' (max, sum, unnormalised output) per head (o: warp w's head g
@@ -115,8 +120,9 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
     attention_decode_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads, int n_kv_heads,
                             int head_dim, float* partials, int64_t q_stride) {
   begin_after_inputs();
-  to_token(qg, q_stride, partials, n_heads, head_dim);
-  const BlockShare share = block_share(n_heads, n_kv_heads, position, kFloatSplitKeys);
+  const RowPlace place = to_token(qg, q_stride, partials, kv, position, n_heads, head_dim);
+  const int32_t* pages = place.pages;
+  const BlockShare share = block_share(n_heads, n_kv_heads, place.position, kFloatSplitKeys);
   const int kvh = share.kvh, h0 = share.h0, heads = share.heads;
   const int64_t begin = share.begin, end = share.end;
   if (begin >= end) return;  // a split past the keys: the merge does not read it
@@ -143,8 +149,8 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
   for (int64_t tile = begin + int64_t(warp) * kWarp; tile < end; tile += kAttentionWarps * kWarp) {
     const int n_tile = int(min(int64_t(kWarp), end - tile));
     const bool valid = lane < n_tile;
-    const uint8_t* k_row = valid ? kv_row(kv.k, kv.pages, tile + lane, kv.k_row_bytes) : nullptr;
-    const uint8_t* v_row = valid ? kv_row(kv.v, kv.pages, tile + lane, kv.v_row_bytes) : nullptr;
+    const uint8_t* k_row = valid ? kv_row(kv.k, pages, tile + lane, kv.k_row_bytes) : nullptr;
+    const uint8_t* v_row = valid ? kv_row(kv.v, pages, tile + lane, kv.v_row_bytes) : nullptr;
     float s[kAttentionGroup];
 #pragma unroll
     for (int g = 0; g < kAttentionGroup; ++g) s[g] = 0.0f;
@@ -661,7 +667,8 @@ constexpr int kTensorSharedBytes = TensorAttention<KS, VS, HD, HD>::kSharedBytes
 // stream sums the slices' scores in slice order, so all hold the same), then the streams' outputs
 // merged into the block's partials.
 template <Store KS, Store VS, int HD, int SD>
-__device__ __forceinline__ void attend_tiles(const float* qg, const KvView& kv, int n_kv_heads, const BlockShare& share,
+__device__ __forceinline__ void attend_tiles(const float* qg, const KvView& kv, const int32_t* pages, int n_kv_heads,
+                                             const BlockShare& share,
                                              uint8_t* shared, float* partials) {
   using A = TensorAttention<KS, VS, HD, SD>;
   using K = typename A::K;
@@ -684,7 +691,7 @@ __device__ __forceinline__ void attend_tiles(const float* qg, const KvView& kv, 
   const auto send = [&](int64_t tile, int stage) {
     if (tile < end) {
       uint8_t* slots = own + stage * A::kStageBytes;
-      const int64_t physical = int64_t(kv.pages[tile / kKvPagePositions]) * kKvPagePositions + tile % kKvPagePositions;
+      const int64_t physical = int64_t(pages[tile / kKvPagePositions]) * kKvPagePositions + tile % kKvPagePositions;
       const int valid = int(min(int64_t(kTileKeys), end - tile));
       if (valid == kTileKeys) {
         copy_side<K, false>(k_side, physical, valid, slots, K::kKeyStride, lane);
@@ -788,16 +795,16 @@ __global__ void __launch_bounds__(kAttentionWarps * kWarp)
     attention_decode_tensor_kernel(const float* qg, KvView kv, const int64_t* position, int n_heads, int n_kv_heads,
                                    float* partials, int64_t q_stride) {
   begin_after_inputs();
-  to_token(qg, q_stride, partials, n_heads, HD);
-  const BlockShare share = block_share(n_heads, n_kv_heads, position, kTensorSplitKeys);
+  const RowPlace place = to_token(qg, q_stride, partials, kv, position, n_heads, HD);
+  const BlockShare share = block_share(n_heads, n_kv_heads, place.position, kTensorSplitKeys);
   if (share.begin >= share.end) return;  // a split past the keys: the merge does not read it
   static_assert(TensorAttention<KS, VS, HD, kShallowSliceDims>::kSharedBytes <= kTensorSharedBytes<KS, VS, HD>,
                 "shallow splits' layout inside the deep splits' shared memory");
   extern __shared__ __align__(16) uint8_t shared[];
   if (share.per_split <= kShallowSplitKeys)
-    attend_tiles<KS, VS, HD, kShallowSliceDims>(qg, kv, n_kv_heads, share, shared, partials);
+    attend_tiles<KS, VS, HD, kShallowSliceDims>(qg, kv, place.pages, n_kv_heads, share, shared, partials);
   else
-    attend_tiles<KS, VS, HD, HD>(qg, kv, n_kv_heads, share, shared, partials);
+    attend_tiles<KS, VS, HD, HD>(qg, kv, place.pages, n_kv_heads, share, shared, partials);
 }
 
 constexpr int kMaxAttentionSplits = 1024;
@@ -811,13 +818,14 @@ constexpr int kMergeThreads = 1024;
 // each warp's first split are loaded before the weights' reductions, so their trips to memory
 // overlap those (the sums are the same, in the same order).
 template <bool kRotatedValues>
-__global__ void attention_merge_kernel(const float* qg, const float* partials, const int64_t* position, int n_splits,
-                                       int min_keys, int head_dim, float* out, kernels::TokenRows tokens) {
+__global__ void attention_merge_kernel(const float* qg, const float* partials, const int64_t* position,
+                                       bool row_positions, int n_splits, int min_keys, int head_dim, float* out,
+                                       kernels::TokenRows tokens) {
   begin_after_inputs();
-  const int h = blockIdx.x, t = blockIdx.y;  // head h of the window's token t
+  const int h = blockIdx.x, t = blockIdx.y;  // head h of the window's token t (or the step's row t)
   qg += t * tokens.in_stride, out += t * tokens.out_stride;
   partials += int64_t(t) * gridDim.x * n_splits * (head_dim + 2);
-  const int64_t n_all = *position + t + 1, per_split = keys_per_split(n_all, n_splits, min_keys), stride = head_dim + 2;
+  const int64_t n_all = (row_positions ? position[t] : *position + t) + 1, per_split = keys_per_split(n_all, n_splits, min_keys), stride = head_dim + 2;
   const float* first = partials + int64_t(h) * n_splits * stride;
   n_splits = int(min(int64_t(n_splits), (n_all + per_split - 1) / per_split));  // the splits that had keys
   constexpr int kWarps = kMergeThreads / kWarp, kDimsPerLane = kAttentionHeadDim / kWarp;
@@ -922,7 +930,8 @@ const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int
                           pos, n_heads, n_kv_heads, head_dim, partials, tokens.in_stride);
     if (err != cudaSuccess) return error_text(err);
     return error_text(launch_overlapped(attention_merge_kernel<KvSide<S::v>::rotated>, dim3(n_heads, tokens.n),
-                                        dim3(kMergeThreads), 0, stream, qg, partials, pos, splits,
+                                        dim3(kMergeThreads), 0, stream, qg, partials, pos,
+                                        kv.row_sequence != nullptr, splits,
                                         tensor ? kTensorSplitKeys : kFloatSplitKeys, head_dim, out, tokens));
   });
 }

@@ -58,7 +58,8 @@ struct DeviceLayer {
   RouteTally tally;               // this layer's routing counters
 };
 
-// One sequence's state of one layer (device memory).
+// One layer's state (device memory): one sequence's, or as the decode step reads it, every
+// sequence's (the K/V view's row_sequence set, the DeltaNet states of sequence 0, the others after).
 struct LayerState {
   KvView kv;                                        // attention: this layer's paged K/V cache
   float *conv_state = nullptr, *ssm_state = nullptr;  // DeltaNet: [channels][kernel - 1], [Hv][dk][dv]

@@ -28,8 +28,8 @@ const CudaSession::Snapshot& snapshot_of(const engine::Checkpoint& checkpoint) {
 
 class CudaSequence final : public engine::Sequence {
  public:
-  explicit CudaSequence(std::shared_ptr<CudaModel> model) : model_(std::move(model)) {}
-  ~CudaSequence() override { model_->sequence_open_ = false; }
+  CudaSequence(std::shared_ptr<CudaModel> model, int64_t slot) : model_(std::move(model)), slot_(slot) {}
+  ~CudaSequence() override { model_->open_[size_t(slot_)] = false; }
 
   engine::Model& model() const override { return *model_; }
   int64_t position() const override { return session().position(); }
@@ -45,43 +45,58 @@ class CudaSequence final : public engine::Sequence {
            position());
     session().restore(snapshot_of(checkpoint));
   }
-  // The model holds one sequence: a prefix can only come from this one (which restore() then is).
+  // Any sequence's checkpoint of this model: its cells and states copied into this one's.
   void copy_prefix(const engine::Sequence& other, const engine::Checkpoint& checkpoint) override {
     if (&other.model() != &model()) fail("cuda engine: cannot copy a prefix from another model's sequence");
     session().restore(snapshot_of(checkpoint));
   }
 
   bool cuts_windows() const override { return session().step_rows() > 1; }
-  // Within the last window of the last row computed as decode steps (the session keeps its states).
+  // Within the last window of the sequence's last row computed as decode steps (the session keeps
+  // its states).
   void cut_window(int64_t tokens) override {
-    CudaModel& m = *model_;
-    if (tokens == m.row_tokens_) return;  // nothing to cut
-    if (tokens < m.window_offset_ || tokens > m.row_tokens_)
+    if (tokens == row_tokens_) return;  // nothing to cut
+    if (tokens < window_offset_ || tokens > row_tokens_)
       fail("cuda engine: cannot cut a verify row of {} tokens to {}: the GPU keeps the states of its last window "
-           "(from token {} on)", m.row_tokens_, tokens, m.window_offset_);
-    session().cut_window(tokens - m.window_offset_);
-    m.row_tokens_ = tokens;
+           "(from token {} on)", row_tokens_, tokens, window_offset_);
+    session().cut_window(tokens - window_offset_);
+    row_tokens_ = tokens;
   }
 
-  // The GPU's MTP drafter, when the session holds the block (CudaSessionOptions::mtp).
+  // The GPU's MTP drafter, when the session holds the block (CudaSessionOptions::mtp; one sequence).
   engine::Drafter& drafter() override {
     if (!drafter_) drafter_ = std::make_unique<GpuDrafter>(session());
     return *drafter_;
   }
 
-  CudaSession& session() const { return *model_->session_; }
+  // The session, working on this sequence.
+  CudaSession& session() const {
+    model_->session_->use_sequence(slot_);
+    return *model_->session_;
+  }
+  int64_t slot() const { return slot_; }
+
+  // The tokens of the last step's row when it was computed as decode steps, and where its last
+  // window began (what cut_window can cut); 0 after other steps.
+  int64_t row_tokens_ = 0, window_offset_ = 0;
 
  private:
   std::shared_ptr<CudaModel> model_;
+  int64_t slot_;
   std::unique_ptr<GpuDrafter> drafter_;
 };
 
+CudaModel::CudaModel(std::unique_ptr<CudaSession> session)
+    : session_(std::move(session)), open_(size_t(session_->sequences()), false) {}
+
 std::unique_ptr<engine::Sequence> CudaModel::open_sequence() {
-  if (sequence_open_)
-    fail("cuda engine: this model already holds its one sequence (several sequences on the GPU come with GPU "
-         "serving)");
-  auto sequence = std::make_unique<CudaSequence>(std::static_pointer_cast<CudaModel>(shared_from_this()));
-  sequence_open_ = true;
+  const auto free = std::find(open_.begin(), open_.end(), false);
+  if (free == open_.end())
+    fail("cuda engine: the GPU holds {} sequence(s), all open (the session's room: --parallel)", open_.size());
+  auto sequence = std::make_unique<CudaSequence>(std::static_pointer_cast<CudaModel>(shared_from_this()),
+                                                 int64_t(free - open_.begin()));
+  sequence->reset();  // (what a closed sequence left there)
+  *free = true;
   return sequence;
 }
 
@@ -109,35 +124,97 @@ void decode_rows(CudaSession& session, engine::StepRow& row, int64_t& window_off
   }
 }
 
+// Whether a row can share a step with other sequences' rows: one token, one logit row at most.
+bool joins_rows(const engine::StepRow& row) { return row.tokens.size() == 1 && row.logit_rows <= 1; }
+
 }  // namespace
 
-void CudaModel::step(std::span<engine::StepRow> rows) {
-  if (rows.size() != 1) fail("cuda engine: a step runs one sequence on the GPU, {} were given", rows.size());
-  engine::StepRow& row = rows[0];
-  const auto* sequence = dynamic_cast<const CudaSequence*>(row.sequence);
+CudaSequence& CudaModel::sequence_of(const engine::StepRow& row) const {
+  auto* sequence = dynamic_cast<CudaSequence*>(row.sequence);
   if (!sequence || &sequence->model() != this) fail("cuda engine: a step row names no sequence of this model");
+  return *sequence;
+}
+
+void CudaModel::step(std::span<engine::StepRow> rows) {
+  std::vector<bool> seen(open_.size(), false);
+  for (const engine::StepRow& row : rows) {
+    const CudaSequence& sequence = sequence_of(row);
+    if (seen[size_t(sequence.slot())]) fail("cuda engine: a sequence appears twice in one step");
+    seen[size_t(sequence.slot())] = true;
+    const int64_t n = int64_t(row.tokens.size());
+    if (n == 0) fail("cuda engine: a step row without tokens");
+    if (row.logit_rows < 0 || row.logit_rows > n || (row.logit_rows > 1 && row.logit_rows < n))
+      fail("cuda engine: {} logit rows asked of a {}-token row (0, 1 or all)", row.logit_rows, n);
+    if (row.greedy_only && row.logit_rows != 1) fail("cuda engine: a greedy-only row needs one logit row");
+    for (int32_t token : row.tokens)
+      if (token < 0 || token >= session_->vocab())
+        fail("cuda engine: token id {} is outside the vocabulary [0, {})", token, session_->vocab());
+    if (sequence.position() + n > sequence.max_context())
+      fail("cuda engine: {} tokens after {} do not fit the context of {} positions", n, sequence.position(),
+           sequence.max_context());
+  }
+  std::vector<engine::StepRow*> joined;
+  for (engine::StepRow& row : rows) {
+    sequence_of(row).row_tokens_ = 0, sequence_of(row).window_offset_ = 0;
+    if (joins_rows(row)) joined.push_back(&row);
+  }
+  if (joined.size() < 2) joined.clear();
+  for (engine::StepRow& row : rows)
+    if (std::find(joined.begin(), joined.end(), &row) == joined.end()) step_alone(row);
+  for (size_t at = 0; at < joined.size(); at += size_t(session_->step_rows()))
+    step_joined(std::span(joined).subspan(at, std::min(joined.size() - at, size_t(session_->step_rows()))));
+}
+
+// One row through the session alone: a decode step, the prompt pass, or verify windows.
+void CudaModel::step_alone(engine::StepRow& row) {
+  CudaSequence& sequence = sequence_of(row);
+  CudaSession& session = sequence.session();
   const int64_t n = int64_t(row.tokens.size());
-  if (row.logit_rows < 0 || row.logit_rows > n || (row.logit_rows > 1 && row.logit_rows < n))
-    fail("cuda engine: {} logit rows asked of a {}-token row (0, 1 or all)", row.logit_rows, n);
-  if (row.greedy_only && row.logit_rows != 1) fail("cuda engine: a greedy-only row needs one logit row");
-  row_tokens_ = 0, window_offset_ = 0;
   if (row.as_decode) {
-    decode_rows(*session_, row, window_offset_);
-    row_tokens_ = n;
+    decode_rows(session, row, sequence.window_offset_);
+    sequence.row_tokens_ = n;
     return;
   }
   std::vector<float>* hidden = row.want_hidden ? &row.hidden : nullptr;
   if (row.greedy_only) {
     if (n == 1 && !hidden) {  // the token chosen on the device
-      row.greedy = session_->decode_greedy(row.tokens[0]);
+      row.greedy = session.decode_greedy(row.tokens[0]);
       row.logits.clear();
       return;
     }
-    row.greedy = sample::greedy(session_->prefill(row.tokens, false, hidden));
+    row.greedy = sample::greedy(session.prefill(row.tokens, false, hidden));
     return;
   }
-  row.logits = session_->prefill(row.tokens, row.logit_rows > 1, hidden);
+  row.logits = session.prefill(row.tokens, row.logit_rows > 1, hidden);
   if (row.logit_rows == 0) row.logits.clear();
+}
+
+// One-token rows of several sequences in one step of the session (CudaSession::decode_rows): the
+// greedy tokens chosen on the device when every row wants only that, else every row's logits to the
+// host (and a greedy-only row's token chosen there, by the same rule).
+void CudaModel::step_joined(std::span<engine::StepRow* const> rows) {
+  std::vector<CudaSession::Row> tokens;
+  bool greedy_only = true, want_hidden = false;
+  for (const engine::StepRow* row : rows) {
+    tokens.push_back({sequence_of(*row).slot(), row->tokens[0]});
+    greedy_only = greedy_only && row->greedy_only && !row->want_hidden;
+    want_hidden = want_hidden || row->want_hidden;
+  }
+  CudaSession::Window out = session_->decode_rows(tokens, greedy_only, want_hidden);
+  const size_t vocab = size_t(session_->vocab()), width = size_t(session_->config().hidden);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    engine::StepRow& row = *rows[r];
+    row.logits.clear(), row.hidden.clear();
+    if (want_hidden && row.want_hidden) row.hidden.assign(out.hidden.begin() + long(r * width),
+                                                          out.hidden.begin() + long((r + 1) * width));
+    if (greedy_only) {
+      row.greedy = out.greedy[r];
+      continue;
+    }
+    const std::span<const float> logits(out.logits.data() + r * vocab, vocab);
+    if (row.greedy_only) row.greedy = sample::greedy(logits);
+    else if (row.logit_rows == 1) row.logits.assign(logits.begin(), logits.end());
+  }
 }
 
 std::string CudaModel::activity() const {

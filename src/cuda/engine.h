@@ -1,27 +1,32 @@
-// The CUDA engine behind engine/engine.h. A model is one CudaSession: the weights, K/V cache and
-// DeltaNet states of one sequence on the GPU, so it opens one sequence (the GPU's multi-sequence
-// steps come with GPU serving, issue 18). Its checkpoints are the session's snapshots (K/V cells
-// and DeltaNet states copied to host memory); a session with several step rows cuts verify
-// windows instead, and one with the MTP block drafts on the GPU (cuda/mtp_drafter.h).
+// The CUDA engine behind engine/engine.h. A model is one CudaSession: the weights, and the K/V
+// caches and DeltaNet states of the session's sequences (CudaSessionOptions::sequences) on the
+// GPU, each an engine sequence; a step's one-token rows of several sequences run as one step of the
+// session. Its checkpoints are the session's snapshots (K/V cells and DeltaNet states copied to
+// host memory); a session with several step rows cuts verify windows instead, and one with the MTP
+// block drafts on the GPU (cuda/mtp_drafter.h).
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda/session.h"
 #include "engine/engine.h"
 
 namespace lode::cuda {
 
+class CudaSequence;
+
 class CudaModel final : public engine::Model {
  public:
-  explicit CudaModel(std::unique_ptr<CudaSession> session) : session_(std::move(session)) {}
+  explicit CudaModel(std::unique_ptr<CudaSession> session);
 
   const model::Qwen35MoeConfig& config() const override { return session_->config(); }
-  // The model's one sequence; fails when it is already open.
+  // One of the session's sequences (CudaSessionOptions::sequences); fails when all are open.
   std::unique_ptr<engine::Sequence> open_sequence() override;
-  // One row: the GPU runs one sequence. A one-token row is a decode step; longer rows go through
-  // the prompt pass in its own chunks, or, computed as decode steps (as_decode: a verify window,
-  // with hidden states if wanted), through verify windows of up to the session's step_rows tokens.
+  // One-token rows of several sequences run in one step of the session (its step_rows at a time).
+  // Any other row runs alone: a longer row goes through the prompt pass in its own chunks, or,
+  // computed as decode steps (as_decode: a verify window, with hidden states if wanted), through
+  // verify windows of up to the session's step_rows tokens.
   void step(std::span<engine::StepRow> rows) override;
   bool chunks_prompts() const override { return true; }
   engine::EngineInfo info() const override { return {"cuda", 0, session_->kv_format()}; }
@@ -32,11 +37,12 @@ class CudaModel final : public engine::Model {
 
  private:
   friend class CudaSequence;
+  CudaSequence& sequence_of(const engine::StepRow& row) const;
+  void step_alone(engine::StepRow& row);
+  void step_joined(std::span<engine::StepRow* const> rows);
+
   std::unique_ptr<CudaSession> session_;
-  bool sequence_open_ = false;
-  // The last step's row, when it was computed as decode steps: its tokens, and where its last
-  // window began (what CudaSequence::cut_window can cut); 0 after other steps.
-  int64_t row_tokens_ = 0, window_offset_ = 0;
+  std::vector<bool> open_;  // per session sequence: whether a CudaSequence holds it
 };
 
 }  // namespace lode::cuda

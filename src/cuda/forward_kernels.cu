@@ -152,8 +152,9 @@ __global__ void attention_prepare_kernel(float* qg, float* k, const float* v, co
                                          const float* k_norm, KvView kv, const int64_t* position, int n_heads,
                                          int head_dim, int rope_dims, double theta, float eps, int64_t stacked_stride,
                                          const int64_t* rotary_shift) {
-  const int t = blockIdx.y;  // the token of a prompt chunk or a window
-  const int64_t pos = *position + t;  // written before the step (or the prompt's chunk) began
+  const int t = blockIdx.y;  // the token of a prompt chunk or a window, or a step's row
+  const RowPlace place = row_place(kv, position, t);  // written before the step (or the prompt's chunk) began
+  const int64_t pos = place.position;
   const PairRotation turn(rope_dims, pos + (rotary_shift ? *rotary_shift : 0), theta);
   begin_after_inputs();
   const int n_kv_heads = int(gridDim.x) - n_heads;
@@ -170,7 +171,8 @@ __global__ void attention_prepare_kernel(float* qg, float* k, const float* v, co
   const int h = int(blockIdx.x) - n_heads;
   norm_and_rotate(k + int64_t(h) * head_dim, k_norm, head_dim, rope_dims, turn, eps);
   __shared__ float x[kKvMaxHeadDim];
-  store_head<KS, VS>(kv, k + int64_t(h) * head_dim, v + int64_t(h) * head_dim, pos, h, n_kv_heads, head_dim, x);
+  store_head<KS, VS>(kv, place.pages, k + int64_t(h) * head_dim, v + int64_t(h) * head_dim, pos, h, n_kv_heads,
+                     head_dim, x);
 }
 
 // Rows k and v [n_tokens][heads * head_dim] written as they are into positions first.. of the cache:
@@ -179,7 +181,7 @@ template <Store KS, Store VS>
 __global__ void kv_write_kernel(KvView kv, const float* k, const float* v, int64_t first, int heads, int head_dim) {
   const int64_t t = blockIdx.y, offset = t * heads * head_dim + int64_t(blockIdx.x) * head_dim;
   __shared__ float x[kKvMaxHeadDim];
-  store_head<KS, VS>(kv, k + offset, v + offset, first + t, int(blockIdx.x), heads, head_dim, x);
+  store_head<KS, VS>(kv, kv.pages, k + offset, v + offset, first + t, int(blockIdx.x), heads, head_dim, x);
 }
 
 // Decode's causal conv and L2 norms in one pass: block b takes channels [b dk, (b + 1) dk) of the
@@ -189,12 +191,34 @@ __global__ void kv_write_kernel(KvView kv, const float* k, const float* v, int64
 // step earlier) are loaded before the wait, so that after it only the new input is a trip to memory.
 constexpr int kMaxConvTaps = 8;
 
+// The DeltaNet kernels' rows (kernels::TokenRows): runs of consecutive rows of one sequence, each
+// taken in order by the blocks of its first row (blockIdx.y; the others return at once), its state
+// state_offset floats on. Without sequences, all the rows are one run of sequence 0's.
+struct RowRun {
+  int begin, end;  // begin -1: not this block's
+  int64_t state_offset;
+};
+__device__ __forceinline__ RowRun row_run(const kernels::TokenRows& tokens) {
+  if (!tokens.sequence) return {0, tokens.n, 0};
+  const int t = blockIdx.y;
+  const int32_t q = tokens.sequence[t];
+  if (t > 0 && tokens.sequence[t - 1] == q) return {-1, -1, 0};
+  int end = t + 1;
+  while (end < tokens.n && tokens.sequence[end] == q) ++end;
+  return {t, end, int64_t(q) * tokens.state_stride};
+}
+// Blocks in y a launch of these rows takes: one per row, with sequences.
+inline unsigned run_blocks(const kernels::TokenRows& tokens) { return tokens.sequence ? unsigned(tokens.n) : 1u; }
+
 template <bool kWindow>
 __global__ void conv_l2_kernel(float* qkv, float* state, const float* w, int channels, int kernel, int hk, int dk,
                                kernels::TokenRows tokens) {
   const int c = blockIdx.x * dk + threadIdx.x;
   const bool inside = int(threadIdx.x) < dk && c < channels;
   const int keep = kernel - 1;
+  const RowRun run = row_run(tokens);
+  if (run.begin < 0) return;
+  state += run.state_offset;
   const float* wc = w + int64_t(c) * kernel;
   float* sc = state + int64_t(c) * keep;
   float taps[kMaxConvTaps], kept[kMaxConvTaps];
@@ -240,15 +264,15 @@ __global__ void conv_l2_kernel(float* qkv, float* state, const float* w, int cha
   };
   if constexpr (!kWindow) {
     token(qkv, true);
-  } else {  // the tokens in order; the state written after the last (and, where kept, before each)
-    for (int t = 0; t < tokens.n; ++t) {
+  } else {  // the run's tokens in order; the state written after the last (and, where kept, before each)
+    for (int t = run.begin; t < run.end; ++t) {
       if (tokens.kept && inside) {
         float* to = tokens.kept + t * tokens.kept_stride + int64_t(c) * keep;
 #pragma unroll
         for (int k = 0; k < kMaxConvTaps; ++k)
           if (k < keep) to[k] = kept[k];
       }
-      token(qkv + t * tokens.in_stride, t + 1 == tokens.n);
+      token(qkv + t * tokens.in_stride, t + 1 == run.end);
     }
   }
 }
@@ -285,6 +309,9 @@ __global__ void __launch_bounds__(kStepMaxThreads)
   const int s = blockIdx.x, lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
   const int g = lane / Q, j0 = 4 * (Q * warp + lane % Q);
   const bool column = j0 < dv;  // dv is a multiple of 4
+  const RowRun run = row_run(tokens);
+  if (run.begin < 0) return;
+  state += run.state_offset;
   float4* S = reinterpret_cast<float4*>(state + int64_t(s) * dk * dv + j0);
   float4 st[R];
 #pragma unroll
@@ -357,8 +384,8 @@ __global__ void __launch_bounds__(kStepMaxThreads)
   };
   if constexpr (!kWindow) {
     token(qkv, z, b, alpha, o, true);
-  } else {  // the tokens in order, the state in registers between them, written after the last
-    for (int t = 0; t < tokens.n; ++t) {
+  } else {  // the run's tokens in order, the state in registers between them, written after the last
+    for (int t = run.begin; t < run.end; ++t) {
       if (tokens.kept) {  // the state before token t, where it is kept
         float4* to = reinterpret_cast<float4*>(tokens.kept + t * tokens.kept_stride + int64_t(s) * dk * dv + j0);
 #pragma unroll
@@ -366,7 +393,7 @@ __global__ void __launch_bounds__(kStepMaxThreads)
           if (const int i = g + G * r; column && i < dk) to[int64_t(i) * dv / 4] = st[r];
       }
       const int64_t in = t * tokens.in_stride;
-      token(qkv + in, z + in, b + in, alpha + in, o + t * tokens.out_stride, t + 1 == tokens.n);
+      token(qkv + in, z + in, b + in, alpha + in, o + t * tokens.out_stride, t + 1 == run.end);
       __syncthreads();  // warp_squares, read by every warp, is written again by the next token
     }
   }
@@ -476,6 +503,41 @@ __global__ void moe_route_kernel(const float* logits, int64_t logits_stride, int
   const RouteSlot slot = route_one_token<P>(logits + int64_t(blockIdx.x) * logits_stride, n, k, int(threadIdx.x));
   write_route(slot, int(threadIdx.x), n, k, ids + int64_t(blockIdx.x) * ids_stride, up,
               weights + int64_t(blockIdx.x) * k, tally, tally.resident);
+}
+
+// expert_groups: the pairs' ids into shared memory; each thread counts the pairs of its experts and
+// how many groups they make; thread 0 adds those up in expert order (each expert's first group);
+// each thread then writes its experts' groups, pairs in order, and the rest of the groups empty.
+constexpr int kGroupThreads = 256;
+
+__global__ void __launch_bounds__(kGroupThreads)
+    expert_groups_kernel(const int32_t* ids, int pairs, int n_experts, ExpertGroup* groups) {
+  __shared__ int32_t id[kMaxGroupPairs];
+  __shared__ int32_t first[kMaxExperts + 1];  // expert e's first group; first[n_experts]: the groups in all
+  begin_after_inputs();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) id[p] = ids[p];
+  __syncthreads();
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+    int count = 0;
+    for (int p = 0; p < pairs; ++p) count += id[p] == e;
+    first[e + 1] = (count + kGroupInputs - 1) / kGroupInputs;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    first[0] = 0;
+    for (int e = 0; e < n_experts; ++e) first[e + 1] += first[e];
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+    int g = first[e], n = 0;
+    for (int p = 0; p < pairs; ++p) {
+      if (id[p] != e) continue;
+      groups[g].pairs[n++] = p;
+      if (n == kGroupInputs) groups[g].id = e, groups[g].count = n, ++g, n = 0;
+    }
+    if (n > 0) groups[g].id = e, groups[g].count = n;
+  }
+  for (int g = first[n_experts] + int(threadIdx.x); g < pairs; g += blockDim.x) groups[g].id = -1, groups[g].count = 0;
 }
 
 // The fewest experts a lane holds (a power of two) for n experts, as launch(P).
@@ -716,7 +778,8 @@ const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w,
   if (tokens.n < 1) return "a DeltaNet conv of no tokens";
   const int threads = (dk + kWarp - 1) / kWarp * kWarp;
   const auto kernel_for = tokens.n == 1 ? conv_l2_kernel<false> : conv_l2_kernel<true>;
-  return error_text(launch_overlapped(kernel_for, dim3((channels + dk - 1) / dk), dim3(threads), 0, stream, qkv,
+  return error_text(launch_overlapped(kernel_for, dim3((channels + dk - 1) / dk, run_blocks(tokens)), dim3(threads), 0,
+                                      stream, qkv,
                                       conv_state, conv_w, channels, kernel, hk, dk, tokens));
 }
 
@@ -738,7 +801,7 @@ const char* deltanet_step(float* state, const float* qkv, const float* z, const 
   if (tokens.n < 1) return "a DeltaNet step of no tokens";
   const int threads = (dv + kStepColumnsPerWarp - 1) / kStepColumnsPerWarp * kWarp;
   const auto kernel = tokens.n == 1 ? deltanet_step_kernel<false> : deltanet_step_kernel<true>;
-  return error_text(launch_overlapped(kernel, dim3(hv), dim3(threads), 0, stream, state, qkv, z, b, alpha, a, dt_bias,
+  return error_text(launch_overlapped(kernel, dim3(hv, run_blocks(tokens)), dim3(threads), 0, stream, state, qkv, z, b, alpha, a, dt_bias,
                                       norm_w, hk, dk, dv, eps, o, tokens));
 }
 
@@ -785,6 +848,13 @@ const char* moe_route_window(const float* logits, int64_t logits_stride, int n_e
                              float* weights, RouteTally tally, void* stream) {
   if (const char* err = routing_refused(n_experts, k)) return err;
   return error_text(route_rows(logits, logits_stride, n_experts, k, n, ids, k, n * k, weights, tally, stream));
+}
+
+const char* expert_groups(const int32_t* ids, int pairs, int n_experts, ExpertGroup* groups, void* stream) {
+  if (pairs < 1 || pairs > kMaxGroupPairs) return "expert groups of 1 to 1024 pairs";
+  if (n_experts < 1 || n_experts > kMaxExperts) return "expert groups of 1 to 512 experts";
+  return error_text(launch_overlapped(expert_groups_kernel, dim3(1), dim3(kGroupThreads), 0, stream, ids, pairs,
+                                      n_experts, groups));
 }
 
 const char* greedy_token(const float* logits, int n, void* partials, int blocks, unsigned* arrivals, int32_t* token,

@@ -8,6 +8,7 @@
 
 #include "cuda/device_model.h"
 #include "cuda/kv_format.h"
+#include "cuda/matvec_launch.h"
 
 namespace lode::cuda::kernels {
 
@@ -27,6 +28,11 @@ struct TokenRows {
   // kept): token t's at kept + t * kept_stride, laid out as the state.
   float* kept = nullptr;
   int64_t kept_stride = 0;
+  // Each row's sequence (device memory, [n]; null: every row is sequence 0's, in order): the
+  // DeltaNet kernels take a run of consecutive rows of one sequence in order (a verify window's
+  // tokens), its state at state + sequence * state_stride; runs of different sequences apart.
+  const int32_t* sequence = nullptr;
+  int64_t state_stride = 0;
 };
 
 // Attention, n_tokens tokens at positions *pos, *pos + 1, ... (device memory, so that a captured step
@@ -38,7 +44,8 @@ struct TokenRows {
 // widths apart (a prompt chunk's separate products), or stacked_stride apart when it is not 0 (a
 // verify window's stacked q|k|v product: [n_tokens][rows]). With rotary_shift (device memory), the
 // rotation's position is the row's plus *rotary_shift (the MTP block's cache, whose rows start at
-// the first position it followed).
+// the first position it followed). Rows of several sequences (kv.row_sequence): row t's K/V row
+// written at position pos[t] of its own sequence's pages, and rotated for that position.
 const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
                               KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim, int rope_dims,
                               double rope_theta, float eps, int n_tokens, void* stream, int64_t stacked_stride = 0,
@@ -58,7 +65,8 @@ const char* kv_write(KvView kv, const float* k, const float* v, int64_t first, i
 // keys' domain (attention_prepare puts it there). A window's token t (tokens) is at position *pos +
 // t over positions [0, *pos + t], its qg row in_stride floats on, its out row out_stride, and its
 // partials after the earlier tokens' (room for tokens.n times one token's), with the splits one token
-// has: its bits are those of its own launch.
+// has: its bits are those of its own launch. Rows of several sequences (kv.row_sequence): row t at
+// position pos[t] over positions [0, pos[t]] of its own sequence's pages.
 const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim,
                              int n_splits, float* partials, float* out, void* stream, TokenRows tokens = {});
 
@@ -103,6 +111,13 @@ const char* router_topk(const float* w, int rows, int cols, const float* x, floa
 // [n][k]. One row: moe_route's layout.
 const char* moe_route_window(const float* logits, int64_t logits_stride, int n_experts, int k, int n, int32_t* ids,
                              float* weights, RouteTally tally, void* stream);
+// A step's (row, slot) pairs grouped by expert, so that its products read each expert once
+// (cuda/matvec_launch.h's ExpertGroup): ids [pairs] (row t's k choices at t k: moe_route_window's
+// first half), experts ascending, each expert's pairs in order, up to kGroupInputs a group; groups
+// [pairs] (the most there can be), those after the last empty. One block; pairs at most
+// kMaxGroupPairs.
+constexpr int kMaxGroupPairs = 1024;
+const char* expert_groups(const int32_t* ids, int pairs, int n_experts, ExpertGroup* groups, void* stream);
 // Greedy sampling on the device: *token = the index of the largest of n logits (the lowest index
 // among equals), or -1 when a logit is NaN or +inf or all are -inf (where the host's sampler
 // fails), in one launch of `blocks` blocks, each reducing its share to a (value, index) pair in

@@ -25,6 +25,16 @@ __device__ __forceinline__ uint8_t* kv_row(void* store, const int32_t* pages, in
   return static_cast<uint8_t*>(store) + physical * row_bytes;
 }
 
+// Where row t of a step sits (KvView::row_sequence): its position, and its sequence's page table.
+struct RowPlace {
+  int64_t position;
+  const int32_t* pages;
+};
+__device__ __forceinline__ RowPlace row_place(const KvView& kv, const int64_t* position, int t) {
+  if (kv.row_sequence) return {position[t], kv.pages + int64_t(kv.row_sequence[t]) * kv.pages_stride};
+  return {*position + t, kv.pages};
+}
+
 // x <- H·x for the n (a power of two) values at x, by the whole block: kv::hadamard's butterflies
 // stage by stage (span 1, 2, 4, ...), then the scale 1/sqrt(n), so the result is the host's to the bit.
 __device__ inline void block_hadamard(float* x, int n) {
@@ -212,17 +222,18 @@ struct KvSide<Store::q4r> {
   }
 };
 
-// Writes head h of position pos (K and V, head_dim values each at k and v) into the cache, by the
-// whole block; x: shared scratch of head_dim floats.
+// Writes head h of position pos (K and V, head_dim values each at k and v) into the cache through
+// the page table `pages` (kv's, or a row's: row_place), by the whole block; x: shared scratch of
+// head_dim floats.
 template <Store KS, Store VS>
-__device__ void store_head(const KvView& kv, const float* k, const float* v, int64_t pos, int h, int heads,
-                           int head_dim, float* x) {
+__device__ void store_head(const KvView& kv, const int32_t* pages, const float* k, const float* v, int64_t pos, int h,
+                           int heads, int head_dim, float* x) {
   const int64_t row_values = int64_t(heads) * head_dim, first = int64_t(h) * head_dim;
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) x[i] = k[i];
-  KvSide<KS>::encode_head(x, kv_row(kv.k, kv.pages, pos, kv.k_row_bytes), row_values, first, head_dim);
+  KvSide<KS>::encode_head(x, kv_row(kv.k, pages, pos, kv.k_row_bytes), row_values, first, head_dim);
   __syncthreads();
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) x[i] = v[i];
-  KvSide<VS>::encode_head(x, kv_row(kv.v, kv.pages, pos, kv.v_row_bytes), row_values, first, head_dim);
+  KvSide<VS>::encode_head(x, kv_row(kv.v, pages, pos, kv.v_row_bytes), row_values, first, head_dim);
 }
 
 // The stores of each side of a format, as types: with_stores(format, fn) calls

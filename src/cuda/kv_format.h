@@ -27,6 +27,12 @@ struct KvView {
   void* v = nullptr;
   const int32_t* pages = nullptr;
   int64_t k_row_bytes = 0, v_row_bytes = 0;
+  // A step's rows of several sequences (device memory, [rows]; null: the rows are consecutive
+  // positions of the one sequence whose page table is `pages`): row t's page table starts at
+  // pages + row_sequence[t] * pages_stride, and the kernels take its position from their position
+  // array's entry t rather than the first position plus t.
+  const int32_t* row_sequence = nullptr;
+  int64_t pages_stride = 0;
 };
 
 }  // namespace lode::cuda

@@ -1,5 +1,6 @@
 #include "cuda/matvec.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "core/error.h"
@@ -51,8 +52,12 @@ void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row
 void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids, int64_t n_problems, int64_t rows,
                     int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, void* stream,
                     MatvecInput input) {
-  run({type, nullptr, table, ids, rows, cols, row_bytes, x, problem_io(x_stride, rows, input), y, n_problems, stream,
-       input.swiglu_up, input.q8, input.ahead, input.ids_before_wait});
+  if (input.groups && !(input.q8 && has_q8_matvec(type)))
+    fail("cuda matvec: products by expert groups need 8-bit activations and {} has no such kernel", traits(type).name);
+  ProblemIo io = problem_io(x_stride, rows, input);
+  if (input.groups) io.x_inputs = ProblemIo{}.x_inputs;  // (pairs, not problems, index the inputs)
+  run({type, nullptr, table, ids, rows, cols, row_bytes, x, io, y, n_problems, stream, input.swiglu_up, input.q8,
+       input.ahead, input.ids_before_wait, input.groups, std::clamp(input.group_inputs, 1, kGroupInputs)});
 }
 
 }  // namespace lode::cuda

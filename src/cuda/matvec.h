@@ -30,6 +30,10 @@ struct MatvecInput {
   // with its k experts: x_run k, x_inputs T.
   int32_t x_run = 1, x_inputs = 0;
   int64_t y_stride = 0;
+  // Grouped q8 products (has_q8_matvec types): the problems are these groups (MatvecLaunch::groups)
+  // instead of ids: pair p's x at x + (p / x_run) * x_stride, its y at y + p * y_stride.
+  const ExpertGroup* groups = nullptr;
+  int32_t group_inputs = kGroupInputs;  // the most pairs a group has (a step's rows, up to 8)
 };
 bool has_q8_matvec(GgmlType type);
 

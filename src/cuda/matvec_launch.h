@@ -36,6 +36,17 @@ struct ProblemIo {
   }
 };
 
+// A grouped product's problem that multiplies one expert's matrix with several inputs (a step's
+// rows routed to the same expert: kernels::expert_groups makes them): the matrix at table[id], read
+// once for `count` inputs (0: an empty group, nothing to do), input i the (row, slot) pair pairs[i],
+// whose x is at x + (pair / x_run) * x_stride and whose y at y + pair * y_stride (ProblemIo's
+// fields). Each input's products have the bits a problem of its own gives.
+constexpr int kGroupInputs = 8;
+struct ExpertGroup {
+  int32_t id, count;
+  int32_t pairs[kGroupInputs];
+};
+
 // n_problems products of the same shape in one launch. Problem p multiplies the matrix at
 // table[ids[p]] (or w when table is null) with its x, into its y (io).
 struct MatvecLaunch {
@@ -56,6 +67,10 @@ struct MatvecLaunch {
   // q8 grouped products: ids and the table were written before the kernel queued just before this
   // one, so they are read and the weights sent for before waiting for that kernel.
   bool ids_before_wait = false;
+  // q8 grouped products: the problems are groups [n_problems] (device memory; ids unused), each an
+  // expert's matrix with its inputs.
+  const ExpertGroup* groups = nullptr;
+  int32_t group_inputs = kGroupInputs;  // the most inputs a group has (at most kGroupInputs)
 };
 
 // The grid i-quants' codebooks, which their kernels read from device memory: uploaded once per

@@ -65,26 +65,31 @@ __device__ __forceinline__ int this_blocks_inputs(int64_t p, int64_t n_problems)
 // expert is computed elsewhere: the CPU miss path). Block (b, j) takes problem j; with kInputs > 1
 // (plain matrices only: the launcher refuses a table) problems j kInputs .. + kInputs - 1, each
 // weight slice dotted with every one's x (those past the last problem: its x again, not stored).
-template <GgmlType T, int kRows, int kSlices, int kInputs>
+template <GgmlType T, int kRows, int kSlices, int kInputs, bool kGroups = false>
 __global__ void __launch_bounds__(256)
     matvec_q8_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t cols,
                      size_t row_bytes, const float* x, ProblemIo io, float* y, int lanes, int sets,
-                     int64_t swiglu_up, L2Ahead ahead, bool ids_before_wait, int64_t n_problems) {
+                     int64_t swiglu_up, L2Ahead ahead, bool ids_before_wait, int64_t n_problems,
+                     const ExpertGroup* groups) {
   using S = Slice<T>;
   extern __shared__ int4 shared_x[];
   const size_t x_words = rounded_x_words(size_t(cols), cols);
   RoundedX rx[kInputs];
 #pragma unroll
   for (int i = 0; i < kInputs; ++i) rx[i] = rounded_x_in(shared_x + i * x_words, size_t(cols), cols);
-  // Problems p .. p + kInputs - 1 (those past n_problems: the last again, not stored).
-  const int64_t p = int64_t(blockIdx.y) * kInputs;
-  const auto problem = [&](int i) { return kInputs == 1 ? p : min(p + i, n_problems - 1); };
+  // Problems p .. p + kInputs - 1 (as many as there are), or with groups group p's inputs.
+  const int64_t p = kGroups ? int64_t(blockIdx.y) : int64_t(blockIdx.y) * kInputs;
+  int inputs = kGroups ? 0 : this_blocks_inputs<kInputs>(p, n_problems);
+  const auto x_of = [&](int i) {
+    return kGroups ? x + int64_t(groups[p].pairs[i] / io.x_run) * io.x_stride : x + io.x_at(p + i);
+  };
+  const auto y_of = [&](int i) { return y + (kGroups ? int64_t(groups[p].pairs[i]) : p + i) * io.y_stride; };
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  const int group = lane / lanes, sub = lane % lanes, groups = kWarp / lanes;
+  const int group = lane / lanes, sub = lane % lanes, lane_groups = kWarp / lanes;
   const int n_slices = int(cols / S::kValues), per_pass = lanes * kSlices;
   // The warp's rows: `sets` sets one after another, each kRows row groups at once.
   const auto first_of = [&](int set) {
-    return ((int64_t(blockIdx.x) * warps + warp) * sets + set) * kRows * groups + group;  // rows first + k groups
+    return ((int64_t(blockIdx.x) * warps + warp) * sets + set) * kRows * lane_groups + group;  // rows first + k groups
   };
   const uint8_t* matrix = w;
   const auto row_at = [&](int64_t r) { return matrix + min(r, rows - 1) * row_bytes; };  // past the end: the last row
@@ -95,7 +100,7 @@ __global__ void __launch_bounds__(256)
       const int s = pass_begin + sub + lanes * j;
       if (s >= n_slices) continue;
 #pragma unroll
-      for (int k = 0; k < kRows; ++k) raw[k][j] = S::load(row_at(first_of(set) + int64_t(k) * groups), s);
+      for (int k = 0; k < kRows; ++k) raw[k][j] = S::load(row_at(first_of(set) + int64_t(k) * lane_groups), s);
     }
   };
   // The first pass in registers; the first set's rows, whole, asked of L2 (later passes find them
@@ -104,14 +109,15 @@ __global__ void __launch_bounds__(256)
     load(0, 0);
 #pragma unroll
     for (int k = 0; k < kRows; ++k)
-      kernels::prefetch_lines(row_at(first_of(0) + int64_t(k) * groups), int64_t(row_bytes), sub, lanes);
+      kernels::prefetch_lines(row_at(first_of(0) + int64_t(k) * lane_groups), int64_t(row_bytes), sub, lanes);
   };
   // The problem's matrix from the table, its first pass sent for; false: computed elsewhere. Before
   // the wait the ids and table are read from L2 (written by a kernel that has finished, but this
   // multiprocessor's L1 may hold the lines from an earlier layer).
   const auto open = [&](bool before_wait) {
-    const int32_t id = before_wait ? __ldcg(ids + p) : ids[p];
-    if (id < 0) return false;
+    if (kGroups) inputs = groups[p].count;
+    const int32_t id = kGroups ? groups[p].id : before_wait ? __ldcg(ids + p) : ids[p];
+    if (id < 0 || (kGroups && inputs == 0)) return false;
     matrix = before_wait ? reinterpret_cast<const uint8_t*>(__ldcg(reinterpret_cast<const unsigned long long*>(table) + id))
                          : static_cast<const uint8_t*>(table[id]);
     start();
@@ -129,7 +135,8 @@ __global__ void __launch_bounds__(256)
   if (!mine) return;
   if (ahead.table) ask_ahead(ahead, ids, p);
 #pragma unroll
-  for (int i = 0; i < kInputs; ++i) round_x<S::kRounding>(x + io.x_at(problem(i)), cols, swiglu_up, rx[i]);
+  for (int i = 0; i < kInputs; ++i)
+    if (i < inputs) round_x<S::kRounding>(x_of(i), cols, swiglu_up, rx[i]);
   __syncthreads();
   for (int set = 0; set < sets; ++set) {
     const int64_t first = first_of(set);
@@ -147,17 +154,19 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int k = 0; k < kRows; ++k)
 #pragma unroll
-          for (int i = 0; i < kInputs; ++i) sum[k][i] = exact::add(sum[k][i], S::dot(raw[k][j], s, rx[i]));
+          for (int i = 0; i < kInputs; ++i)
+            if (kInputs == 1 || i < inputs) sum[k][i] = exact::add(sum[k][i], S::dot(raw[k][j], s, rx[i]));
       }
     }
 #pragma unroll
     for (int k = 0; k < kRows; ++k)
 #pragma unroll
       for (int i = 0; i < kInputs; ++i) {
+        if (kInputs > 1 && i >= inputs) continue;  // (inputs is the block's: the shuffles stay whole)
         for (int offset = lanes / 2; offset > 0; offset /= 2)
           sum[k][i] = exact::add(sum[k][i], __shfl_xor_sync(0xffffffffu, sum[k][i], offset));
-        const int64_t r = first + int64_t(k) * groups;
-        if (sub == 0 && r < rows && (kInputs == 1 || p + i < n_problems)) y[(p + i) * io.y_stride + r] = sum[k][i];
+        const int64_t r = first + int64_t(k) * lane_groups;
+        if (sub == 0 && r < rows) y_of(i)[r] = sum[k][i];
       }
   }
 }
@@ -311,19 +320,24 @@ __device__ __forceinline__ float q8_0_span_dot(const uint8_t* w, const RoundedX&
   return sum;
 }
 
-template <int kInputs>
+template <int kInputs, bool kGroups = false>
 __global__ void __launch_bounds__(256)
     matvec_q8_0_spans_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows,
                              int64_t cols, size_t row_bytes, const float* x, ProblemIo io, float* y, int lanes,
-                             int64_t swiglu_up, int64_t n_problems) {
+                             int64_t swiglu_up, int64_t n_problems, const ExpertGroup* groups) {
   extern __shared__ int4 shared_rows[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int group = lane / lanes, sub = lane % lanes, groups = kWarp / lanes;
-  const int rows_per_block = int(blockDim.x / kWarp) * groups;
-  const int64_t first = int64_t(blockIdx.x) * rows_per_block, p = int64_t(blockIdx.y) * kInputs;
+  const int group = lane / lanes, sub = lane % lanes, lane_groups = kWarp / lanes;
+  const int rows_per_block = int(blockDim.x / kWarp) * lane_groups;
+  const int64_t first = int64_t(blockIdx.x) * rows_per_block;
+  const int64_t p = kGroups ? int64_t(blockIdx.y) : int64_t(blockIdx.y) * kInputs;  // (as matvec_q8_kernel's)
   uint8_t* const staged = reinterpret_cast<uint8_t*>(shared_rows);
   const size_t x_words = rounded_x_words(row_bytes, cols);
-  const int inputs = this_blocks_inputs<kInputs>(p, n_problems);
+  int inputs = kGroups ? 0 : this_blocks_inputs<kInputs>(p, n_problems);
+  const auto x_of = [&](int i) {
+    return kGroups ? x + int64_t(groups[p].pairs[i] / io.x_run) * io.x_stride : x + io.x_at(p + i);
+  };
+  const auto y_of = [&](int i) { return y + (kGroups ? int64_t(groups[p].pairs[i]) : p + i) * io.y_stride; };
   int4* const x_at = shared_rows + size_t(rows_per_block) * row_bytes / 16;  // input i's RoundedX: x_at + i x_words
   const auto stage = [&](const uint8_t* matrix) {
     stage_rows(staged, matrix + size_t(first) * row_bytes, int(min(int64_t(rows_per_block), rows - first)), row_bytes);
@@ -331,17 +345,19 @@ __global__ void __launch_bounds__(256)
   if (!table) stage(w);
   kernels::begin_after_inputs();
   if (table) {
-    if (ids[p] < 0) return;  // computed elsewhere, as in matvec_q8_kernel
-    stage(static_cast<const uint8_t*>(table[ids[p]]));
+    if (kGroups) inputs = groups[p].count;
+    const int32_t id = kGroups ? groups[p].id : ids[p];
+    if (id < 0 || inputs == 0) return;  // computed elsewhere, as in matvec_q8_kernel, or an empty group
+    stage(static_cast<const uint8_t*>(table[id]));
   }
 #pragma unroll 1
   for (int i = 0; i < inputs; ++i)
-    round_x<XRounding::q8_0, true>(x + io.x_at(p + i), cols, swiglu_up, rounded_x_in(x_at + i * x_words, row_bytes, cols));
+    round_x<XRounding::q8_0, true>(x_of(i), cols, swiglu_up, rounded_x_in(x_at + i * x_words, row_bytes, cols));
   copies_arrived();
   __syncthreads();
   // Rows past the end compute on whatever the shared memory holds and are not written. Each input
   // reads the staged row again.
-  const int local = warp * groups + group, n_spans = int(cols / kQ8_0SpanValues);
+  const int local = warp * lane_groups + group, n_spans = int(cols / kQ8_0SpanValues);
   const uint8_t* row = staged + size_t(local) * row_bytes;
 #pragma unroll 1
   for (int i = 0; i < inputs; ++i) {
@@ -349,8 +365,13 @@ __global__ void __launch_bounds__(256)
     float sum = 0.0f;
     for (int span = sub; span < n_spans; span += lanes) sum = exact::add(sum, q8_0_span_dot(row, xi, span));
     for (int offset = lanes / 2; offset > 0; offset /= 2) sum = exact::add(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
-    if (sub == 0 && first + local < rows) y[(p + i) * io.y_stride + first + local] = sum;
+    if (sub == 0 && first + local < rows) y_of(i)[first + local] = sum;
   }
+}
+
+// Blocks in y: a group each (MatvecLaunch::groups), else one per kInputs problems.
+unsigned problem_blocks(const MatvecLaunch& m, int inputs) {
+  return unsigned(m.groups ? m.n_problems : (m.n_problems + inputs - 1) / inputs);
 }
 
 // The most dynamic shared memory a block may take (opted in).
@@ -359,39 +380,44 @@ size_t max_shared_per_block() {
   return bytes;
 }
 
-template <int kInputs>
+template <int kInputs, bool kGroups = false>
 cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
-  const auto kernel = matvec_q8_0_spans_kernel<kInputs>;
+  const auto kernel = matvec_q8_0_spans_kernel<kInputs, kGroups>;
   const int lanes = lanes_for(m.cols / kQ8_0SpanValues);
   const int rows_per_block = (256 / kWarp) * (kWarp / lanes);
   const size_t shared = size_t(rows_per_block) * m.row_bytes + inputs_x_bytes(kInputs, m.row_bytes, m.cols);
   if constexpr (kInputs > 1) {  // long rows: fewer inputs a block, so their rounded x fit beside the rows
-    if (shared > max_shared_per_block()) return launch_q8_0_spans<kInputs / 2>(m);
+    if (shared > max_shared_per_block()) {
+      if (kGroups) return cudaErrorInvalidConfiguration;  // a group's inputs go together
+      return launch_q8_0_spans<kInputs / 2>(m);
+    }
   }
   if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
-  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block),
-                  unsigned((m.n_problems + kInputs - 1) / kInputs));
+  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), problem_blocks(m, kInputs));
   return kernels::launch_overlapped(kernel, grid, dim3(256), shared, m.stream, static_cast<const uint8_t*>(m.w), m.table,
                                     m.ids, m.rows, m.cols, m.row_bytes, m.x, m.io, m.y, lanes, m.swiglu_up,
-                                    m.n_problems);
+                                    m.n_problems, m.groups);
 }
 
 constexpr int kThreads = 256;
 
-template <GgmlType T, int kRows, int kSlices, int kInputs = 1>
+
+template <GgmlType T, int kRows, int kSlices, int kInputs = 1, bool kGroups = false>
 cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
-  const auto kernel = matvec_q8_kernel<T, kRows, kSlices, kInputs>;
+  const auto kernel = matvec_q8_kernel<T, kRows, kSlices, kInputs, kGroups>;
   const size_t shared = inputs_x_bytes(kInputs, size_t(m.cols), m.cols);
   if constexpr (kInputs > 1) {
-    if (shared > max_shared_per_block()) return launch_q8_rows<T, kRows, kSlices, kInputs / 2>(m, lanes, sets);
+    if (shared > max_shared_per_block()) {
+      if (kGroups) return cudaErrorInvalidConfiguration;  // a group's inputs go together
+      return launch_q8_rows<T, kRows, kSlices, kInputs / 2>(m, lanes, sets);
+    }
   }
   if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
   const int64_t rows_per_block = int64_t(kThreads / kWarp) * kRows * sets * (kWarp / lanes);
-  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block),
-                  unsigned((m.n_problems + kInputs - 1) / kInputs));
+  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), problem_blocks(m, kInputs));
   return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, static_cast<const uint8_t*>(m.w),
                                     m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.io, m.y, lanes, sets,
-                                    m.swiglu_up, m.ahead, m.ids_before_wait, m.n_problems);
+                                    m.swiglu_up, m.ahead, m.ids_before_wait, m.n_problems, m.groups);
 }
 
 // The staged kernel's rows per block: four a warp (a warp per row where the rows are long).
@@ -421,13 +447,13 @@ cudaError_t launch_q8_staged(const MatvecLaunch& m, int lanes) {
 // Two slices of each row per lane and pass where a lane has them and their registers stay within
 // 32 words, else one. (Q4_K's gate|up rows in one pass, 64 words, measured slower on the H200:
 // 435.3-436.3 tokens/s against 439.5-440.1.)
-template <GgmlType T, int kRows, int kInputs = 1>
+template <GgmlType T, int kRows, int kInputs = 1, bool kGroups = false>
 cudaError_t launch_q8_slices(const MatvecLaunch& m, int lanes, int sets, int64_t slices_per_lane) {
   constexpr bool kTwoFit = kRows * 2 * sizeof(typename Slice<T>::Raw) <= 128;
   if constexpr (kTwoFit) {
-    if (slices_per_lane >= 2) return launch_q8_rows<T, kRows, 2, kInputs>(m, lanes, sets);
+    if (slices_per_lane >= 2) return launch_q8_rows<T, kRows, 2, kInputs, kGroups>(m, lanes, sets);
   }
-  return launch_q8_rows<T, kRows, 1, kInputs>(m, lanes, sets);
+  return launch_q8_rows<T, kRows, 1, kInputs, kGroups>(m, lanes, sets);
 }
 
 // Q6_K's slices need many registers: four rows at once halve the blocks a multiprocessor holds
@@ -438,9 +464,16 @@ constexpr int kMaxRowsAtOnce = T == GgmlType::Q6_K ? 2 : 4;
 // Several inputs of one plain matrix (decode rows of several sequences): a block rounds up to 8 of
 // them and dots each weight slice it loads with every one, so the matrix is read once for all.
 // Calls launch(std::integral_constant<int, K>) with K inputs a block: 1, 2, 4 or 8; always 1 for
-// an expert table (the kernels' several inputs share one matrix: this is where that is kept).
+// an expert table (the kernels' several inputs share one matrix: this is where that is kept), as
+// many as its groups hold at most for groups (MatvecLaunch::group_inputs).
 template <class Launch>
 cudaError_t with_inputs(const MatvecLaunch& m, Launch&& launch) {
+  if (m.groups) {
+    if (m.group_inputs <= 1) return launch(std::integral_constant<int, 1>{});
+    if (m.group_inputs == 2) return launch(std::integral_constant<int, 2>{});
+    if (m.group_inputs <= 4) return launch(std::integral_constant<int, 4>{});
+    return launch(std::integral_constant<int, kGroupInputs>{});
+  }
   if (m.table || m.n_problems == 1) return launch(std::integral_constant<int, 1>{});
   if (m.n_problems == 2) return launch(std::integral_constant<int, 2>{});
   if (m.n_problems <= 4) return launch(std::integral_constant<int, 4>{});
@@ -459,7 +492,23 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
       staged_shared_bytes((kThreads / kWarp) * kStagedRowsPerWarp * (kWarp / lanes), m.row_bytes, m.cols) <= 72 * 1024)
     return with_inputs(m, [&](auto k) { return launch_q8_staged<T, decltype(k)::value>(m, lanes); });
   // Several inputs: one slice a pass, and fewer rows at once the more inputs (each row's sums are
-  // kept for every input).
+  // kept for every input); an expert's group likewise.
+  // Groups of experts' rows: as a single input's rows where groups are single, else as several
+  // inputs'.
+  if (m.groups)
+    return with_inputs(m, [&](auto k) {
+      constexpr int kInputs = decltype(k)::value;
+      if constexpr (kInputs == 1) {
+        const int at_once = std::min(rows_in_flight(slices_per_lane, m.rows * m.n_problems, kWarp / lanes), kMaxRowsAtOnce<T>);
+        if (at_once >= 4) return launch_q8_slices<T, 4, 1, true>(m, lanes, 1, slices_per_lane);
+        if (at_once == 2) return launch_q8_slices<T, 2, 1, true>(m, lanes, 1, slices_per_lane);
+        return launch_q8_slices<T, 1, 1, true>(m, lanes, 1, slices_per_lane);
+      } else if constexpr (kInputs == 2) {
+        return launch_q8_slices<T, 2, 2, true>(m, lanes, 1, slices_per_lane);
+      } else {
+        return launch_q8_rows<T, 1, 1, kInputs, true>(m, lanes, 1);
+      }
+    });
   if (!m.table && m.n_problems > 1)
     return with_inputs(m, [&](auto k) {
       constexpr int kInputs = decltype(k)::value;
@@ -481,8 +530,10 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
 }  // namespace
 
 cudaError_t launch_matvec_q8(const MatvecLaunch& m) {
-  if (m.type == GgmlType::Q8_0 && q8_0_in_spans(m.cols))
+  if (m.type == GgmlType::Q8_0 && q8_0_in_spans(m.cols)) {
+    if (m.groups) return with_inputs(m, [&](auto k) { return launch_q8_0_spans<decltype(k)::value, true>(m); });
     return with_inputs(m, [&](auto k) { return launch_q8_0_spans<decltype(k)::value>(m); });
+  }
   cudaError_t err = cudaErrorInvalidValue;
   for_weight_type<WeightKernel::q8>(m.type, [&](auto t) { err = launch_q8<decltype(t)::value>(m); });
   return err;

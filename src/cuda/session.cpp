@@ -6,6 +6,8 @@
 #include <array>
 #include <cassert>
 #include <chrono>
+#include <map>
+#include <tuple>
 #include <optional>
 #include <random>
 #include <set>
@@ -71,11 +73,24 @@ struct CudaSession::Impl {
   plan::MemoryPlan plan;
   std::unique_ptr<ExpertTier> tier;
   std::vector<DeviceLayer> layers;
-  std::vector<LayerState> states;  // the sequence's
+  // Every layer's state as the decode step reads it: the K/V view of every sequence's page tables
+  // (the step's rows say whose: KvView::row_sequence), sequence 0's DeltaNet states (the others'
+  // follow, state_stride apart: kernels::TokenRows::sequence). sequence_states() gives one
+  // sequence's own.
+  std::vector<LayerState> states;
   std::unique_ptr<KvCache> kv;
   const float* output_norm = nullptr;
   DeviceMatrix output;
-  int64_t position = 0;
+  // Each sequence's place on the host: its position, and the last step's window while cut_window
+  // may cut it (its first position, -1: none, and its tokens).
+  struct Place {
+    int64_t position = 0;
+    int64_t window_start = -1, window_tokens = 0;
+  };
+  std::vector<Place> places;
+  int64_t current = 0;  // the sequence the one-sequence calls work on (CudaSession::use_sequence)
+  Place& place() { return places[size_t(current)]; }
+  const Place& place() const { return places[size_t(current)]; }
   PhaseClock clock{std::vector<std::string>(std::begin(kPhaseNames), std::end(kPhaseNames)), options.profile};
   StepProfile step_profile = StepProfile::phases;
   KernelClock kernel_clock;
@@ -107,6 +122,7 @@ struct CudaSession::Impl {
   float *h, *normed, *mixed, *qg, *kbuf, *vbuf, *attn, *qkv, *z, *b, *alpha, *o, *router_logits, *weights;
   float *g, *y, *sg, *shared_out, *logits;
   int32_t* ids;
+  ExpertGroup* expert_groups;  // a step's (row, slot) pairs by expert (kernels::expert_groups)
   int32_t* pair_ids;  // rows zeros, then rows ones: the shared expert's gate and up in one grouped launch
   unsigned* router_arrivals;    // for router_topk's last block, one a row (kept zeroed)
   void* greedy_partials;        // greedy_token's per-block pairs
@@ -278,23 +294,26 @@ struct CudaSession::Impl {
   // One attention layer's K/V bytes a position holds.
   double kv_bytes_per_layer() const { return double(kv->bytes_per_position()) / kv->n_layers(); }
 
-  // The sequence's state: one paged K/V cache for the attention layers (each layer its view of it)
-  // and the DeltaNet layers' states.
-  void allocate_sequence() {
+  // The sequences' state: one paged K/V cache for the attention layers (each layer its view of it)
+  // and the DeltaNet layers' states, options.sequences of each.
+  void allocate_sequences() {
+    const int64_t n = options.sequences;
     int n_attention = 0;
     for (const DeviceLayer& d : layers) n_attention += !d.recurrent;
     kv = std::make_unique<KvCache>(vram, options.kv_format, n_attention, config.n_kv_heads, config.head_dim,
-                                   options.max_context, options.kv_page_order);
+                                   options.max_context, options.kv_page_order, n);
+    places.assign(size_t(n), Place{});
     int index = 0;
     states.resize(layers.size());
     for (size_t l = 0; l < layers.size(); ++l) {
       const std::string at = "blk." + std::to_string(l) + " ";
       if (!layers[l].recurrent) {
         states[l].kv = kv->layer(index++);
+        states[l].kv.row_sequence = device_sequences, states[l].kv.pages_stride = kv->pages_per_sequence();
         continue;
       }
-      states[l].conv_state = floats(conv_floats(), VramUse::state, at + "conv state");
-      states[l].ssm_state = floats(recurrent_floats(), VramUse::state, at + "DeltaNet state");
+      states[l].conv_state = floats(n * conv_floats(), VramUse::state, at + "conv states");
+      states[l].ssm_state = floats(n * recurrent_floats(), VramUse::state, at + "DeltaNet states");
       if (options.step_rows > 1) {  // the states a window keeps before each token (plan::state_layer_bytes)
         states[l].conv_kept = floats(options.step_rows * conv_floats(), VramUse::state, at + "a window's conv states");
         states[l].ssm_kept = floats(options.step_rows * recurrent_floats(), VramUse::state, at + "a window's DeltaNet states");
@@ -303,6 +322,21 @@ struct CudaSession::Impl {
   }
   int64_t conv_floats() const { return config.conv_channels() * (config.ssm_conv_kernel - 1); }
   int64_t recurrent_floats() const { return config.ssm_dt_rank * config.ssm_state * config.ssm_state; }
+
+  // Sequence s's own state of each layer (its page table, its DeltaNet states): the prompt pass's,
+  // the snapshots' and the cuts'.
+  std::vector<LayerState> sequence_states(int64_t s) const {
+    std::vector<LayerState> own = states;
+    int index = 0;
+    for (LayerState& st : own) {
+      if (st.conv_state) {
+        st.conv_state += s * conv_floats(), st.ssm_state += s * recurrent_floats();
+        continue;
+      }
+      st.kv = kv->layer(index++, s);
+    }
+    return own;
+  }
 
   // The step's scratch, carved from one allocation as plan::decode_scratch lays it out (the
   // routing counters in it are zeroed here and only ever added to).
@@ -320,6 +354,8 @@ struct CudaSession::Impl {
     qkv = f(l.qkv), z = qkv + c.conv_channels(), b = z + c.ssm_value_dim(), alpha = b + c.ssm_dt_rank, o = f(l.o);
     router_logits = f(l.router_logits), weights = f(l.weights);
     ids = reinterpret_cast<int32_t*>(base + l.ids);
+    static_assert(sizeof(ExpertGroup) == plan::kExpertGroupBytes);
+    expert_groups = reinterpret_cast<ExpertGroup*>(base + l.expert_groups);
     g = f(l.gu), y = f(l.y), sg = f(l.shared_gu);  // the up halves follow: see moe() and shared_expert()
     pair_ids = reinterpret_cast<int32_t*>(base + l.pair_ids);
     std::vector<int32_t> pairs(size_t(2 * l.rows), 0);
@@ -327,7 +363,8 @@ struct CudaSession::Impl {
     copy_to_device(pair_ids, pairs.data(), pairs.size() * sizeof(int32_t));
     shared_out = f(l.shared_out), logits = f(l.logits);
     router_arrivals = reinterpret_cast<unsigned*>(base + l.router_arrivals);
-    device_position = reinterpret_cast<int64_t*>(base + l.position);
+    device_positions = reinterpret_cast<int64_t*>(base + l.positions);
+    device_sequences = reinterpret_cast<int32_t*>(base + l.sequences);
     route_counts = reinterpret_cast<unsigned*>(base + l.route_counts);
     route_misses = reinterpret_cast<unsigned*>(base + l.route_misses);
     miss_words = base + l.miss_path;
@@ -342,15 +379,15 @@ struct CudaSession::Impl {
 
   // (cudaMemset and the snapshots' copies run on the default stream: whatever the step's stream
   // still holds, a cut window's copies say, goes first.)
+  // The current sequence's.
   void zero_states() {
     if (stream) check_cuda(cudaStreamSynchronize(stream), "the step's stream");
-    window_start = -1;
-    for (const LayerState& st : states) {
+    for (const LayerState& st : sequence_states(current)) {
       if (!st.conv_state) continue;
       cudaMemset(st.conv_state, 0, size_t(conv_floats()) * sizeof(float));
       cudaMemset(st.ssm_state, 0, size_t(recurrent_floats()) * sizeof(float));
     }
-    position = 0;
+    place() = Place{};
   }
 
   plan::DecodeScratch scratch_layout{};  // where allocate_scratch carved the buffers from
@@ -359,6 +396,7 @@ struct CudaSession::Impl {
   // The tokens the step being queued takes (a verify window's; 1 outside one): every launch below
   // runs them all, each row computed as a one-token step computes it.
   int window = 1;
+  bool keeping = false;  // and whether they are a window that keeps its states before each token
 
   // How decode's products read their input (swiglu_up: see MatvecInput).
   MatvecInput input(int64_t swiglu_up = 0) const {
@@ -430,7 +468,7 @@ struct CudaSession::Impl {
                                            int(c.head_dim), attention_splits(), attention_partials, attn, stream,
                                            {window, mixer_rows(d), c.q_dim()});
         },
-        kv_bytes_per_layer() * double(position + 1) * window);
+        kv_bytes_per_layer() * double(place().position + 1) * window);
     mark(Phase::attention_core);
     mv("attention out", d.o, attn, mixed);
     mark(Phase::attention_proj);
@@ -440,10 +478,13 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     mixer_inputs("DeltaNet qkv|z|b|alpha", d, qkv);  // qkv, z, b, alpha are consecutive
     mark(Phase::deltanet_proj);
-    // A window keeps the states before each of its tokens, for cut_window.
-    const kernels::TokenRows rows{window, mixer_rows(d), c.ssm_value_dim()};
+    // Each row's state is its sequence's; a window keeps the states before each of its tokens, for
+    // cut_window.
+    kernels::TokenRows rows{window, mixer_rows(d), c.ssm_value_dim()};
+    if (stepping == &states) rows.sequence = device_sequences;  // rows of several sequences
     kernels::TokenRows conv_rows = rows, recurrent_rows = rows;
-    if (window > 1) {
+    conv_rows.state_stride = conv_floats(), recurrent_rows.state_stride = recurrent_floats();
+    if (keeping) {
       conv_rows.kept = st.conv_kept, conv_rows.kept_stride = conv_floats();
       recurrent_rows.kept = st.ssm_kept, recurrent_rows.kept_stride = recurrent_floats();
     }
@@ -541,7 +582,7 @@ struct CudaSession::Impl {
 
   void moe(const DeviceLayer& d, int64_t layer, const float* next_norm) {
     const model::Qwen35MoeConfig& c = config;
-    const int64_t k = c.n_experts_used, ff = c.expert_ff;
+    const int64_t k = c.n_experts_used;
     const bool shared = c.shared_ff > 0;
     // The shared expert does not depend on the routing: it runs on a second stream beside the
     // router and the routed experts (a parallel branch of the step's graph; on the H200 247.6
@@ -598,6 +639,68 @@ struct CudaSession::Impl {
       return stage.table ? DeviceExperts{e.type, stage.table + at, e.rows, e.cols, e.row_bytes} : e;
     };
     const int32_t* which = stage.table ? stage.ids : ids;
+    if (window > 1 && by_expert(d) && !plan.all_resident()) {
+      experts_by_group(d);
+    } else {
+      routed_experts(d, which, through_stage);
+    }
+    if (cpu_misses)
+      launch(kMissGather,
+             [&] { return kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream); });
+    mark(Phase::experts);
+    if (beside) {
+      check_cuda(cudaStreamWaitEvent(stream, join), "joining the shared expert");
+    } else if (shared) {
+      shared_expert(d, stream);
+      mark(Phase::shared_expert);
+    }
+    // The expert sum goes straight into the residual, followed by the next norm (none: after the
+    // last layer of a step without logits).
+    join_hint();
+    launch("expert sum, residual and norm", [&] {
+      return kernels::moe_combine_add_norm(y, weights, int(k), shared ? shared_out : nullptr, shared_gate_logit,
+                                           int(c.hidden), h, next_norm, normed, float(c.rms_eps), stream, window,
+                                           logit_row);
+    });
+    mark(Phase::expert_sum);
+  }
+
+  // Whether a step of several rows can multiply the layer's experts by expert groups (each expert
+  // read once for all its rows): the grouped q8 kernels read all three projections' types. moe()
+  // groups only where some experts live in host RAM, whose reads over PCIe grouping saves: with
+  // every expert in VRAM a problem per (row, slot) pair measured faster (H200, the 35B synth, full
+  // VRAM: 16 sequences 15.0 ms a step against 19.0 grouped, 64 sequences 56.5 against 66.8, a
+  // window of 2 3.03 ms against 3.49).
+  bool by_expert(const DeviceLayer& d) const {
+    return options.activations == model::Activations::q8 && has_q8_matvec(d.gate.type) &&
+           has_q8_matvec(d.up.type) && has_q8_matvec(d.down.type);
+  }
+
+  // The step's rows' routed experts by expert: the (row, slot) pairs grouped by expert
+  // (kernels::expert_groups), then gate, up and down each one launch over the groups, every pair's
+  // products the bits of its own problem. (No CPU miss path here: it serves one-token steps.)
+  void experts_by_group(const DeviceLayer& d) {
+    const model::Qwen35MoeConfig& c = config;
+    const int64_t k = c.n_experts_used, ff = c.expert_ff, n = window * k;
+    launch("expert groups", [&] { return kernels::expert_groups(ids, int(n), int(c.n_experts), expert_groups, stream); });
+    MatvecInput in = input();
+    // (An expert has at most one pair a row: a group holds at most the step's rows.)
+    const int32_t most = int32_t(std::min<int64_t>(window, kGroupInputs));
+    in.groups = expert_groups, in.x_run = int32_t(k), in.group_inputs = most;
+    float* u = g + n * ff;
+    grouped("experts gate (by expert)", d.gate, nullptr, n, normed, c.hidden, g, in);
+    grouped("experts up (by expert)", d.up, nullptr, n, normed, c.hidden, u, in);
+    MatvecInput down = input(u - g);  // the SwiGLU applied as the gate and up outputs are read
+    down.groups = expert_groups, down.group_inputs = most;
+    grouped("experts down (by expert, SwiGLU inside)", d.down, nullptr, n, g, ff, y, down);
+  }
+
+  // The routed experts a problem a (row, slot) pair, through the stage's table where the CPU miss
+  // path staged them (through_stage).
+  template <class ThroughStage>
+  void routed_experts(const DeviceLayer& d, const int32_t* which, const ThroughStage& through_stage) {
+    const model::Qwen35MoeConfig& c = config;
+    const int64_t k = c.n_experts_used, ff = c.expert_ff;
     // The gate|up product asks L2 for the down matrices of its experts once it has read their ids,
     // and the down product, whose ids were written before gate|up ran, reads them and sends for its
     // first rows before it waits for gate|up (on the H200 447.8-448.2 tokens/s against 441.7-441.9;
@@ -620,25 +723,6 @@ struct CudaSession::Impl {
     MatvecInput down_input = input(u - g);
     down_input.ids_before_wait = left_out.empty();
     grouped("experts down (SwiGLU inside)", down, which, n, g, ff, y, down_input);
-    if (cpu_misses)
-      launch(kMissGather,
-             [&] { return kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream); });
-    mark(Phase::experts);
-    if (beside) {
-      check_cuda(cudaStreamWaitEvent(stream, join), "joining the shared expert");
-    } else if (shared) {
-      shared_expert(d, stream);
-      mark(Phase::shared_expert);
-    }
-    // The expert sum goes straight into the residual, followed by the next norm (none: after the
-    // last layer of a step without logits).
-    join_hint();
-    launch("expert sum, residual and norm", [&] {
-      return kernels::moe_combine_add_norm(y, weights, int(k), shared ? shared_out : nullptr, shared_gate_logit,
-                                           int(c.hidden), h, next_norm, normed, float(c.rms_eps), stream, window,
-                                           logit_row);
-    });
-    mark(Phase::expert_sum);
   }
 
   // Everything of a step after the embedding, on `stream`, reading the position from the device.
@@ -657,7 +741,7 @@ struct CudaSession::Impl {
       mark(Phase::norms);
       // The first layer's hint from the embedding, beside the mixer (later layers': in moe()).
       if (l == 0 && hints() && window == 1) hint_misses(d, 0);
-      d.recurrent ? deltanet(d, states[l]) : attention(d, states[l], device_position);
+      d.recurrent ? deltanet(d, (*stepping)[l]) : attention(d, (*stepping)[l], device_positions);
       join_hint();
       // Each residual add is fused with the norm that reads its result.
       launch("residual and norm",
@@ -702,17 +786,19 @@ struct CudaSession::Impl {
     check_cuda(cudaGraphLaunch(exec, stream), what);
   }
 
-  // The rows the launches queued in its lifetime take (Impl::window), 1 again after.
+  // The rows the launches queued in its lifetime take (Impl::window), and whether they are a window
+  // that keeps its states (Impl::keeping); one row, kept nothing, again after.
   struct WindowRows {
     Impl& s;
-    WindowRows(Impl& impl, int64_t n) : s(impl) { s.window = int(n); }
-    ~WindowRows() { s.window = 1; }
+    WindowRows(Impl& impl, int64_t n, bool keep = false) : s(impl) { s.window = int(n), s.keeping = keep && n > 1; }
+    ~WindowRows() { s.window = 1, s.keeping = false; }
   };
 
-  // A cut to the window's first j tokens: the DeltaNet states it kept before token j copied back.
+  // A cut to the current sequence's window's first j tokens: the DeltaNet states it kept before
+  // token j copied back.
   void queue_cut(int64_t j) {
     const size_t conv = size_t(conv_floats()), recurrent = size_t(recurrent_floats());
-    for (const LayerState& st : states) {
+    for (const LayerState& st : sequence_states(current)) {
       if (!st.conv_state) continue;
       check_cuda(cudaMemcpyAsync(st.conv_state, st.conv_kept + j * int64_t(conv), conv * sizeof(float),
                                  cudaMemcpyDeviceToDevice, stream),
@@ -722,29 +808,57 @@ struct CudaSession::Impl {
                  "cutting a window");
     }
   }
-  std::vector<cudaGraphExec_t> cuts;  // [j]: queue_cut(j), made on first use
+  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> cuts;  // (sequence, j): queue_cut(j), made on first use
 
-  // The step captured once as a CUDA graph (one for each window size and StepOutput) and
-  // replayed: one launch instead of ~700. Profiling runs the kernels directly, to time them.
+  // The step captured once as a CUDA graph (one for each number of rows, whether they keep states,
+  // and StepOutput) and replayed: one launch instead of ~700. What the rows are (their sequences
+  // and positions) the graph reads from the device. Profiling runs the kernels directly, to time them.
   void run_step(StepOutput wanted) {
-    if (graphs.empty()) graphs.resize(size_t(options.step_rows));
-    replay(graphs[size_t(window - 1)][size_t(wanted)], "a step", [&] { layers_and_head(wanted); });
+    replay(graphs[{stepping == &states ? -1 : current, keeping, window, int(wanted)}], "a step",
+           [&] { layers_and_head(wanted); });
   }
 
-  // One position: token in; out, as `wanted`, the logits into logits_out, or the greedy token
-  // (returned), or nothing (-1 returned).
+  // One position of the current sequence: token in; out, as `wanted`, the logits into logits_out,
+  // or the greedy token (returned), or nothing (-1 returned).
   int32_t step(int32_t token, StepOutput wanted, float* logits_out = nullptr) {
     int32_t greedy = -1;
-    step(std::span(&token, 1), wanted, logits_out, &greedy, nullptr);
+    step(std::span(&token, 1), {}, wanted, logits_out, &greedy, nullptr);
     return greedy;
   }
 
-  // Tokens at the next positions in one step (a verify window: each row computed as a one-token
-  // step computes it); out, as `wanted`, each row's logits [n][vocab] into logits_out or its greedy
-  // token into greedy_out [n] (-1 where there is none), and each row's final-normed hidden state
-  // [n][hidden] into hidden_out when it is not null (not with StepOutput::none).
-  void step(std::span<const int32_t> tokens, StepOutput wanted, float* logits_out, int32_t* greedy_out,
-            float* hidden_out) {
+  // Each row's sequence (`sequences`: every row's own, distinct; empty: all the current sequence's,
+  // a window), checked; its position.
+  std::vector<int64_t> row_positions(std::span<const int32_t> tokens, std::span<const int64_t> sequences) const {
+    const int64_t n = int64_t(tokens.size());
+    std::vector<int64_t> positions(static_cast<size_t>(n));
+    if (sequences.empty()) {
+      if (place().position + n > options.max_context)
+        fail("cuda session: the context of {} positions is full; raise max_context", options.max_context);
+      for (int64_t t = 0; t < n; ++t) positions[size_t(t)] = place().position + t;
+      return positions;
+    }
+    std::vector<bool> seen(places.size(), false);
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t q = sequences[size_t(t)];
+      if (q < 0 || q >= int64_t(places.size()))
+        fail("cuda session: row {} names sequence {}; this session holds {}", t, q, places.size());
+      if (seen[size_t(q)]) fail("cuda session: sequence {} has two rows in one step", q);
+      seen[size_t(q)] = true;
+      positions[size_t(t)] = places[size_t(q)].position;
+      if (positions[size_t(t)] + 1 > options.max_context)
+        fail("cuda session: sequence {}'s context of {} positions is full; raise max_context", q, options.max_context);
+    }
+    return positions;
+  }
+
+  // Tokens in one step, each row computed as a one-token step of its sequence computes it: rows of
+  // distinct sequences (`sequences`, a token each), or with `sequences` empty a verify window, the
+  // tokens at the current sequence's next positions (its states before each kept for cut_window).
+  // Out, as `wanted`, each row's logits [n][vocab] into logits_out or its greedy token into
+  // greedy_out [n] (-1 where there is none), and each row's final-normed hidden state [n][hidden]
+  // into hidden_out when it is not null (not with StepOutput::none).
+  void step(std::span<const int32_t> tokens, std::span<const int64_t> sequences, StepOutput wanted, float* logits_out,
+            int32_t* greedy_out, float* hidden_out) {
     const model::Qwen35MoeConfig& c = config;
     const int n = int(tokens.size());
     assert(wanted != StepOutput::logits || logits_out);
@@ -753,20 +867,30 @@ struct CudaSession::Impl {
       fail("cuda session: a step of {} tokens; this session takes 1 to {} (step_rows)", n, options.step_rows);
     for (int32_t token : tokens)
       if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
-    if (position + n > options.max_context)
-      fail("cuda session: the context of {} positions is full; raise max_context", options.max_context);
+    const std::vector<int64_t> positions = row_positions(tokens, sequences);
     clock.start();
     const auto started = std::chrono::steady_clock::now();
-    for (int t = 0; t < n; ++t) model::dequantize_row(host.token_embd, tokens[size_t(t)], pinned_embedding + t * c.hidden);
-    *pinned_position = position;
-    check_cuda(cudaMemcpyAsync(h, pinned_embedding, size_t(n * c.hidden) * sizeof(float), cudaMemcpyHostToDevice, stream),
-               "embedding to the device");
-    check_cuda(cudaMemcpyAsync(device_position, pinned_position, sizeof(int64_t), cudaMemcpyHostToDevice, stream),
-               "position to the device");
+    for (int t = 0; t < n; ++t) {
+      model::dequantize_row(host.token_embd, tokens[size_t(t)], pinned_embedding + t * c.hidden);
+      pinned_positions[t] = positions[size_t(t)];
+      pinned_sequences[t] = int32_t(sequences.empty() ? current : sequences[size_t(t)]);
+    }
+    // The rows' sequences, positions and embeddings in one copy (plan::DecodeScratch lays them out
+    // one after another, and the pinned stage likewise).
+    const size_t header = scratch_layout.h - scratch_layout.sequences;
+    check_cuda(cudaMemcpyAsync(device_sequences, pinned_sequences, header + size_t(n * c.hidden) * sizeof(float),
+                               cudaMemcpyHostToDevice, stream),
+               "a step's rows to the device");
     mark(Phase::embedding);
     if (timing_kernels()) kernel_clock.begin(stream);
+    if (sequences.empty()) {
+      one_sequence_states = sequence_states(current);
+      stepping = &one_sequence_states;
+    } else {
+      stepping = &states;
+    }
     {
-      const WindowRows rows(*this, n);
+      const WindowRows rows(*this, n, sequences.empty());
       run_step(wanted);
     }
     if (wanted == StepOutput::logits)
@@ -784,11 +908,24 @@ struct CudaSession::Impl {
     if (wanted == StepOutput::logits) std::copy_n(pinned_logits, n * c.vocab, logits_out);
     if (wanted == StepOutput::greedy_token) std::copy_n(pinned_token, n, greedy_out);
     if (hidden_out) std::copy_n(pinned_hidden, n * c.hidden, hidden_out);
-    window_start = n > 1 ? position : -1, window_tokens = n;
-    position += n;
+    if (sequences.empty()) {
+      place().window_start = n > 1 ? place().position : -1, place().window_tokens = n;
+      place().position += n;
+    } else {
+      for (int64_t q : sequences) places[size_t(q)].position += 1, places[size_t(q)].window_start = -1;
+    }
     if (miss && n == 1)
       miss->after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), stream);
     tier->between_steps(stream);
+  }
+
+  // Fails for a row without a greedy token (-1: NaN or +inf logits, or all -inf), unless launches
+  // were left out (whose steps compute nothing meaningful).
+  void check_greedy(std::span<const int32_t> greedy) const {
+    for (int32_t next : greedy)
+      if (next < 0 && left_out.empty())
+        fail("cuda session: a row's logits hold NaN or +inf, or are all -inf, so there is no greedy token (a "
+             "damaged model file?)");
   }
 
   // The MTP block (options.mtp): its layer bound as a main layer is, its experts all in VRAM behind
@@ -934,21 +1071,23 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     for (int32_t token : tokens)
       if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
-    if (position + int64_t(tokens.size()) > options.max_context)
+    if (place().position + int64_t(tokens.size()) > options.max_context)
       fail("cuda session: a prompt of {} tokens after {} does not fit the context of {} positions; raise max_context",
-           tokens.size(), position, options.max_context);
+           tokens.size(), place().position, options.max_context);
     const int64_t chunk = prompt->chunk(), hidden = c.hidden;
-    window_start = -1;
+    place().window_start = -1;
+    const std::vector<LayerState> own = sequence_states(current);
     for (size_t at = 0; at < tokens.size(); at += size_t(chunk)) {
       const int64_t n = std::min<int64_t>(chunk, int64_t(tokens.size() - at));
       for (int64_t t = 0; t < n; ++t) model::dequantize_row(host.token_embd, tokens[at + size_t(t)], pinned_rows + t * hidden);
-      *pinned_position = position;
+      const int64_t position = place().position;
+      *pinned_positions = position;
       check_cuda(cudaMemcpyAsync(prompt->input_rows(), pinned_rows, size_t(n * hidden) * sizeof(float),
                                  cudaMemcpyHostToDevice, stream),
                  "embeddings to the device");
-      check_cuda(cudaMemcpyAsync(device_position, pinned_position, sizeof(int64_t), cudaMemcpyHostToDevice, stream),
+      check_cuda(cudaMemcpyAsync(device_positions, pinned_positions, sizeof(int64_t), cudaMemcpyHostToDevice, stream),
                  "position to the device");
-      prompt->run(states, n, device_position, position);
+      prompt->run(own, n, device_positions, position);
       if (hidden_out)
         check_cuda(cudaMemcpyAsync(hidden_out + int64_t(at) * hidden, prompt->output_rows(),
                                    size_t(n * hidden) * sizeof(float), cudaMemcpyDeviceToHost, stream),
@@ -962,7 +1101,7 @@ struct CudaSession::Impl {
         std::copy_n(pinned_logits, c.vocab, out + (all_logits ? int64_t(at) + t : 0) * c.vocab);
       }
       check_cuda(cudaStreamSynchronize(stream), "a prompt chunk");
-      position += n;
+      place().position += n;
     }
   }
 
@@ -983,10 +1122,15 @@ struct CudaSession::Impl {
     check_cuda(cudaEventCreateWithFlags(&hint_fork, cudaEventDisableTiming), "creating an event");
     check_cuda(cudaEventCreateWithFlags(&hint_join, cudaEventDisableTiming), "creating an event");
     const size_t rows = size_t(options.step_rows);
-    check_cuda(cudaMallocHost(&pinned_embedding, rows * size_t(config.hidden) * sizeof(float)), "pinned memory");
+    // A step's inputs as plan::DecodeScratch lays them out: sequences, positions, embeddings.
+    const plan::DecodeScratch& l = scratch_layout;
+    void* inputs = nullptr;
+    check_cuda(cudaMallocHost(&inputs, l.h - l.sequences + rows * size_t(config.hidden) * sizeof(float)), "pinned memory");
+    pinned_sequences = static_cast<int32_t*>(inputs);
+    pinned_positions = reinterpret_cast<int64_t*>(static_cast<uint8_t*>(inputs) + (l.positions - l.sequences));
+    pinned_embedding = reinterpret_cast<float*>(static_cast<uint8_t*>(inputs) + (l.h - l.sequences));
     check_cuda(cudaMallocHost(&pinned_hidden, rows * size_t(config.hidden) * sizeof(float)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_logits, rows * size_t(config.vocab) * sizeof(float)), "pinned memory");
-    check_cuda(cudaMallocHost(&pinned_position, sizeof(int64_t)), "pinned memory");
     if (options.mtp) mtp_stage_for(1);
     check_cuda(cudaMallocHost(&pinned_token, rows * sizeof(int32_t)), "pinned memory");
     if (plan.prompt_chunk > 0) create_prompt_pass();
@@ -998,9 +1142,8 @@ struct CudaSession::Impl {
       if (exec) cudaGraphExecDestroy(exec);
       exec = nullptr;
     };
-    for (auto& outputs : graphs)
-      for (cudaGraphExec_t& exec : outputs) drop(exec);
-    for (cudaGraphExec_t& exec : cuts) drop(exec);
+    for (auto& [key, exec] : graphs) drop(exec);
+    for (auto& [at, exec] : cuts) drop(exec);
     if (!mtp) return;
     drop(mtp->draft);
     for (cudaGraphExec_t& exec : mtp->append) drop(exec);
@@ -1008,10 +1151,9 @@ struct CudaSession::Impl {
 
   ~Impl() {
     drop_graphs();
-    cudaFreeHost(pinned_embedding);
+    cudaFreeHost(pinned_sequences);  // (with the positions and embeddings after it)
     cudaFreeHost(pinned_hidden);
     cudaFreeHost(pinned_logits);
-    cudaFreeHost(pinned_position);
     cudaFreeHost(pinned_mtp_rows);
     cudaFreeHost(pinned_mtp_position);
     cudaFreeHost(pinned_token);
@@ -1032,19 +1174,29 @@ struct CudaSession::Impl {
   cudaEvent_t fork = nullptr, join = nullptr;
   cudaEvent_t hint_fork = nullptr, hint_join = nullptr;  // the miss hint's branch
   bool hint_pending = false;                              // forked, not yet joined (while capturing)
-  // The last step's window, while cut_window may cut it: its first position (-1: none) and tokens.
-  int64_t window_start = -1, window_tokens = 0;
   // [window - 1][StepOutput]: made on first use.
-  std::vector<std::array<cudaGraphExec_t, size_t(StepOutput::count)>> graphs;
-  float* pinned_embedding = nullptr;  // [step_rows][hidden]
+  // (sequence, keeps states, rows, StepOutput): made on first use. A step of one sequence's tokens
+  // (one, or a verify window) reads that sequence's state as kernel arguments, as a session of one
+  // sequence does (a graph per sequence); a step of rows of several sequences (sequence -1) looks
+  // each row's up on the device.
+  std::map<std::tuple<int64_t, bool, int, int>, cudaGraphExec_t> graphs;
+  // The states the step being queued reads: `states` (rows of several sequences), or
+  // one_sequence_states (the current sequence's).
+  const std::vector<LayerState>* stepping = nullptr;
+  std::vector<LayerState> one_sequence_states;
+  // A step's inputs in one pinned allocation, laid out as in the scratch: [step_rows] sequences,
+  // [step_rows] positions, [step_rows][hidden] embeddings.
+  int32_t* pinned_sequences = nullptr;
+  int64_t* pinned_positions = nullptr;
+  float* pinned_embedding = nullptr;
   float* pinned_hidden = nullptr;     // likewise, the final-normed states back
   float* pinned_logits = nullptr;
-  int64_t* pinned_position = nullptr;  // a step's position
   float* pinned_mtp_rows = nullptr;     // the MTP block's rows staged: [pieces][step_rows][2 hidden]
   int64_t* pinned_mtp_position = nullptr;  // [pieces][2]: the MTP block's K/V row and rotary shift
   int64_t mtp_stage_pieces = 0;
   int32_t* pinned_token = nullptr;
-  int64_t* device_position = nullptr;
+  int64_t* device_positions = nullptr;  // [step_rows] (a prompt chunk's: its first position)
+  int32_t* device_sequences = nullptr;  // [step_rows]
   float* pinned_rows = nullptr;         // a prompt chunk's embeddings
   std::unique_ptr<PromptPass> prompt;  // null: prompts run token by token
   void* miss_words = nullptr;          // the CPU miss path's device words, in the decode scratch
@@ -1079,12 +1231,18 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
   if (options.step_rows < 1 || options.step_rows > kMaxStepRows)
     fail("cuda session: step_rows {} is outside 1..{}", options.step_rows, kMaxStepRows);
   if (options.mtp && !weights->mtp) fail("--mtp: {}", weights->mtp_unavailable);
+  if (options.sequences < 1 || options.sequences > options.step_rows)
+    fail("cuda session: {} sequences; it takes 1 to step_rows ({}), the most rows one step runs", options.sequences,
+         options.step_rows);
+  if (options.mtp && options.sequences > 1)
+    fail("cuda session: the MTP block drafts for one sequence on the GPU; {} sequences were asked for",
+         options.sequences);
   Impl& s = *impl_;
   // The plan first: nothing is uploaded for a budget it refuses.
   s.plan = plan::plan_memory(s.host, {.budget = s.vram.budget(),
                                       .kv = options.kv_format,
                                       .context = options.max_context,
-                                      .parallel = 1,
+                                      .parallel = options.sequences,
                                       .step_rows = options.step_rows,
                                       .mtp = options.mtp,
                                       .prompt_chunk = options.prompt_chunk > 1 ? options.prompt_chunk : 0,
@@ -1097,10 +1255,11 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
   if (options.mtp) s.bind_mtp(s.scratch_layout, s.scratch_base);
   s.tier->load(options.expert_scores);  // after the trunk's uploads (see ExpertTier::load)
   s.tier->enable_swaps(options.swaps, s.route_counts);
-  s.allocate_sequence();
+  s.allocate_sequences();
   s.create_stream_and_pinned();
   s.create_miss_path();
-  s.zero_states();
+  for (s.current = 0; s.current < options.sequences; ++s.current) s.zero_states();
+  s.current = 0;
   synchronize();
 }
 
@@ -1121,7 +1280,7 @@ std::vector<float> CudaSession::prefill(std::span<const int32_t> tokens, bool al
     float* out = all_logits ? logits.data() + i * size_t(vocab) : (last ? logits.data() : nullptr);
     if (hidden) {  // (the hidden state is the lm head's input: a step with logits)
       int32_t greedy = -1;
-      impl_->step(tokens.subspan(i, 1), Impl::StepOutput::logits, out ? out : scratch.data(), &greedy,
+      impl_->step(tokens.subspan(i, 1), {}, Impl::StepOutput::logits, out ? out : scratch.data(), &greedy,
                   hidden->data() + i * size_t(width));
       continue;
     }
@@ -1147,29 +1306,54 @@ CudaSession::Window CudaSession::decode_window(std::span<const int32_t> tokens, 
   if (greedy_only) out.greedy.resize(n);
   else out.logits.resize(n * size_t(s.config.vocab));
   if (want_hidden) out.hidden.resize(n * size_t(s.config.hidden));
-  s.step(tokens, greedy_only ? Impl::StepOutput::greedy_token : Impl::StepOutput::logits, out.logits.data(),
+  s.step(tokens, {}, greedy_only ? Impl::StepOutput::greedy_token : Impl::StepOutput::logits, out.logits.data(),
          out.greedy.data(), want_hidden ? out.hidden.data() : nullptr);
-  for (int32_t next : out.greedy)
-    if (next < 0 && s.left_out.empty())
-      fail("cuda session: a window row's logits hold NaN or +inf, or are all -inf, so there is no greedy token (a "
-           "damaged model file?)");
+  s.check_greedy(out.greedy);
   return out;
 }
 
+CudaSession::Window CudaSession::decode_rows(std::span<const Row> rows, bool greedy_only, bool want_hidden) {
+  Impl& s = *impl_;
+  const size_t n = rows.size();
+  std::vector<int32_t> tokens(n);
+  std::vector<int64_t> sequences(n);
+  for (size_t r = 0; r < n; ++r) tokens[r] = rows[r].token, sequences[r] = rows[r].sequence;
+  Window out;
+  if (greedy_only) out.greedy.resize(n);
+  else out.logits.resize(n * size_t(s.config.vocab));
+  if (want_hidden) out.hidden.resize(n * size_t(s.config.hidden));
+  if (n == 0) fail("cuda session: a step of no rows");
+  s.step(tokens, sequences, greedy_only ? Impl::StepOutput::greedy_token : Impl::StepOutput::logits,
+         out.logits.data(), out.greedy.data(), want_hidden ? out.hidden.data() : nullptr);
+  s.check_greedy(out.greedy);
+  return out;
+}
+
+void CudaSession::use_sequence(int64_t sequence) {
+  Impl& s = *impl_;
+  if (sequence < 0 || sequence >= s.options.sequences)
+    fail("cuda session: sequence {}; this session holds {} (options.sequences)", sequence, s.options.sequences);
+  s.current = sequence;
+}
+
+int64_t CudaSession::sequence() const { return impl_->current; }
+int64_t CudaSession::sequences() const { return impl_->options.sequences; }
+
 void CudaSession::cut_window(int64_t tokens) {
   Impl& s = *impl_;
-  if (s.window_start < 0)
-    fail("cuda session: no verify window to cut (the last step was not a window of several tokens)");
-  if (tokens < 0 || tokens > s.window_tokens)
-    fail("cuda session: cannot keep {} tokens of a window of {}", tokens, s.window_tokens);
-  if (tokens == s.window_tokens) return;
-  // Queued on the step's stream, which the next step follows (no wait here).
-  if (s.cuts.empty()) s.cuts.resize(size_t(s.options.step_rows), nullptr);
-  s.replay(s.cuts[size_t(tokens)], "cutting a window", [&] { s.queue_cut(tokens); });
+  Impl::Place& at = s.place();
+  if (at.window_start < 0)
+    fail("cuda session: no verify window to cut (the sequence's last step was not a window of several tokens)");
+  if (tokens < 0 || tokens > at.window_tokens)
+    fail("cuda session: cannot keep {} tokens of a window of {}", tokens, at.window_tokens);
+  if (tokens == at.window_tokens) return;
+  // Queued on the step's stream, which the next step follows (no wait here). The kept states are
+  // the last window's, whichever sequence it was of: a step of other rows since keeps none.
+  s.replay(s.cuts[{s.current, tokens}], "cutting a window", [&] { s.queue_cut(tokens); });
   // The K/V rows past the kept tokens stay where they are: attention reads up to the position, and
   // the next steps write over them.
-  s.position = s.window_start + tokens;
-  s.window_tokens = tokens;
+  at.position = at.window_start + tokens;
+  at.window_tokens = tokens;
 }
 
 bool CudaSession::has_mtp() const { return impl_->mtp != nullptr; }
@@ -1186,7 +1370,7 @@ void CudaSession::mtp_append(std::span<const int32_t> tokens, std::span<const fl
   for (int64_t at = 0, p = 0; at < n; at += s.options.step_rows, ++p) {
     const int64_t piece = std::min(s.options.step_rows, n - at);
     s.mtp_inputs(tokens.data() + at, hidden.data() + at * width, piece, row + at, shift, p);
-    const Impl::WindowRows rows(s, piece);
+    const Impl::WindowRows rows(s, piece);  // (the MTP block's layer has no DeltaNet states)
     s.replay(s.mtp->append[size_t(piece - 1)], "the MTP block's rows", [&] {
       s.mtp_layer_input();
       s.attention_kv(s.mtp->layer, s.mtp->state, s.mtp->position, s.mtp->position + 1);
@@ -1243,19 +1427,20 @@ void CudaSession::fill_with_random_cells(int64_t depth) {
   copy_to_device(k, rows.data(), rows.size() * sizeof(float));
   for (int layer = 0; layer < s.kv->n_layers(); ++layer)
     for (int64_t first = 0; first < depth; first += block)
-      check(kernels::kv_write(s.kv->layer(layer), k, k + block * row, first, int(std::min(block, depth - first)),
+      check(kernels::kv_write(s.kv->layer(layer, s.current), k, k + block * row, first, int(std::min(block, depth - first)),
                               int(c.n_kv_heads), int(c.head_dim), s.stream),
             "writing random K/V cells");
   synchronize();
-  s.position = depth;
+  s.place().position = depth;
 }
 
 CudaSession::Snapshot CudaSession::save() const {
   const Impl& s = *impl_;
   check_cuda(cudaStreamSynchronize(s.stream), "the step's stream");  // a cut window's copies first
-  Snapshot snapshot{.format = s.options.kv_format, .positions = s.position, .cells = s.kv->save(s.position)};
+  const int64_t positions = s.place().position;
+  Snapshot snapshot{.format = s.options.kv_format, .positions = positions, .cells = s.kv->save(positions, s.current)};
   const size_t conv = size_t(s.conv_floats()), recurrent = size_t(s.recurrent_floats());
-  for (const LayerState& st : s.states) {
+  for (const LayerState& st : s.sequence_states(s.current)) {
     if (!st.conv_state) continue;
     const size_t at = snapshot.states.size();
     snapshot.states.resize(at + conv + recurrent);
@@ -1280,16 +1465,15 @@ void CudaSession::restore(const Snapshot& snapshot) {
   if (snapshot.states.size() != n_recurrent * (conv + recurrent))
     fail("cuda session: the snapshot's DeltaNet states ({} floats) are not this model's ({})", snapshot.states.size(),
          n_recurrent * (conv + recurrent));
-  s.kv->restore(snapshot.cells, snapshot.positions);
+  s.kv->restore(snapshot.cells, snapshot.positions, s.current);
   const float* at = snapshot.states.data();
-  for (const LayerState& st : s.states) {
+  for (const LayerState& st : s.sequence_states(s.current)) {
     if (!st.conv_state) continue;
     copy_to_device(st.conv_state, at, conv * sizeof(float));
     copy_to_device(st.ssm_state, at + conv, recurrent * sizeof(float));
     at += conv + recurrent;
   }
-  s.position = snapshot.positions;
-  s.window_start = -1;
+  s.place() = {.position = snapshot.positions};
 }
 
 CudaSession::StepBytes CudaSession::decode_bytes(int64_t depth) const {
@@ -1396,7 +1580,7 @@ ExpertStats CudaSession::expert_stats() const {
 
 int64_t CudaSession::prompt_chunk() const { return impl_->prompt ? impl_->prompt->chunk() : 0; }
 int64_t CudaSession::step_rows() const { return impl_->options.step_rows; }
-int64_t CudaSession::position() const { return impl_->position; }
+int64_t CudaSession::position() const { return impl_->place().position; }
 int64_t CudaSession::max_context() const { return impl_->options.max_context; }
 int64_t CudaSession::vocab() const { return impl_->config.vocab; }
 const model::Qwen35MoeConfig& CudaSession::config() const { return impl_->config; }

@@ -2,12 +2,14 @@
 // the trunk (every matrix but the routed experts, uploaded as stored, no dequantized copies), the
 // K/V cache in the session's format (kv/format.h), the DeltaNet states (float32), the scratch, and
 // as many whole experts as fit; the rest of the experts are read in place from pinned host RAM over
-// PCIe (cuda/expert_tier.h). A decode step runs one token (or a verify window of a few consecutive
-// tokens, each row with the bits of its own one-token step) through the model on the kernels of
-// cuda/matvec.h and cuda/forward_kernels.h, captured once as a CUDA graph; a prompt runs in chunks
-// through cuda/prompt_pass.h (tensor-core products). Products reach their experts through the
-// tier's (layer, expert) tables, so where an expert lives never changes the arithmetic: the tokens
-// are the same at every budget. Embeddings are looked up on the host.
+// PCIe (cuda/expert_tier.h). The session holds one or several sequences (K/V pages, DeltaNet states
+// and a position each). A decode step runs one token (or a verify window of a few consecutive
+// tokens, or one token each of several sequences, each row with the bits of its own one-token step)
+// through the model on the kernels of cuda/matvec.h and cuda/forward_kernels.h, captured once as a
+// CUDA graph; a prompt runs in chunks through cuda/prompt_pass.h (tensor-core products). Products
+// reach their experts through the tier's (layer, expert) tables, so where an expert lives never
+// changes the arithmetic: the tokens are the same at every budget. Embeddings are looked up on the
+// host.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -40,6 +42,10 @@ struct CudaSessionOptions {
   // Tokens one decode step takes at most (decode_window's verify windows; the scratch holds a row
   // for each).
   int64_t step_rows = 1;
+  // Sequences the session holds (each its own K/V pages and DeltaNet states; at most step_rows):
+  // the one-sequence calls below work on the one use_sequence() chose, and decode_rows runs a step
+  // of several at once.
+  int64_t sequences = 1;
   // The MTP block on the GPU too, for drafting (mtp_append, mtp_draft): its weights, all its
   // experts and its K/V cache in VRAM. Fails for a file without the block.
   bool mtp = false;
@@ -132,6 +138,19 @@ class CudaSession {
     std::vector<float> hidden;
   };
   Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false);
+  // One step over rows of distinct sequences (1 to step_rows), each its sequence's next token:
+  // each row computed as a one-token step of its sequence computes it (the same bits), every
+  // sequence one position on. Out as decode_window's, a row each.
+  struct Row {
+    int64_t sequence = 0;
+    int32_t token = 0;
+  };
+  Window decode_rows(std::span<const Row> rows, bool greedy_only = false, bool want_hidden = false);
+  // The sequence that prefill, decode, decode_window, cut_window, reset, the snapshots, position()
+  // and the others of one sequence work on from now on (0 to options.sequences - 1; 0 at first).
+  void use_sequence(int64_t sequence);
+  int64_t sequence() const;
+  int64_t sequences() const;
   // Right after a decode_window of n > 1 tokens: the sequence as it stood after its first `tokens`
   // (0..n; again, shorter, after a cut), from the DeltaNet states the window kept before each token,
   // nothing run again (speculative decoding's rollback). Fails when the last step was not such a

@@ -90,6 +90,21 @@ std::string window_line(const WindowFigures& w) {
                      w.tokens, w.depth, 1e3 * w.seconds, w.step_ratio, speedups);
 }
 
+nlohmann::json sequences_json(const SequencesFigures& f) {
+  return {{"depth", f.depth}, {"sequences", f.sequences}, {"ms_per_step", rounded(1e3 * f.seconds, 4)},
+          {"tokens_per_s", rounded(f.tokens_per_s(), 1)}, {"one_token_steps", rounded(f.step_ratio, 3)},
+          {"pcie_bytes_per_step", rounded(f.tier.pcie_bytes, 0)}};
+}
+
+std::string sequences_line(const BenchRun& b, const SequencesFigures& f) {
+  std::string line = fmt::format("{} sequences @ depth {:<6} {:7.3f} ms a step = {:.2f} one-token steps; {:8.1f} "
+                                 "tokens/s in all, {:.2f}x one sequence's",
+                                 f.sequences, f.depth, 1e3 * f.seconds, f.step_ratio, f.tokens_per_s(),
+                                 double(f.sequences) / f.step_ratio);
+  if (!b.plan.all_resident()) line += fmt::format("; {:.1f} MB a step over PCIe", f.tier.pcie_bytes / 1e6);
+  return line + "\n";
+}
+
 }  // namespace
 
 double WindowFigures::tokens_at(double acceptance) const {
@@ -103,6 +118,8 @@ nlohmann::json to_json(const Ceilings& c, const BenchRun& b) {
   for (const auto& r : b.prefills) prefill.push_back(prefill_json(c, r));
   for (const auto& r : b.decodes) decode.push_back(decode_json(c, r));
   for (const auto& w : b.windows) windows.push_back(window_json(w));
+  nlohmann::json sequences = nlohmann::json::array();
+  for (const auto& f : b.sequences) sequences.push_back(sequences_json(f));
   return {{"model", b.model},
           {"vram_budget_MiB", rounded(double(b.plan.options.budget) / double(1 << 20), 1)},
           {"experts_resident", b.plan.experts_resident},
@@ -110,6 +127,7 @@ nlohmann::json to_json(const Ceilings& c, const BenchRun& b) {
           {"prefill", prefill},
           {"decode", decode},
           {"windows", windows},
+          {"sequences", sequences},
           {"generated_tokens", b.generated},
           {"repeats", b.repeats},
           {"copy_ceiling_GBps", rounded(c.copy_gbps, 1)},
@@ -138,6 +156,7 @@ std::string to_text(const Ceilings& c, const BenchRun& b) {
   for (const auto& r : b.prefills) text += prefill_line(c, b, r);
   for (const auto& r : b.decodes) text += decode_line(c, b, r);
   for (const auto& w : b.windows) text += window_line(w);
+  for (const auto& f : b.sequences) text += sequences_line(b, f);
   text += fmt::format("peak VRAM held by lode: {:.1f} MiB (median of {} runs after a warm-up each)\n", b.peak_mib,
                       b.repeats);
   return text;

@@ -46,6 +46,16 @@ struct WindowFigures {
   double tokens_at(double acceptance) const;
 };
 
+// Steps of several sequences at a depth (serving: every sequence's next token in one step), against
+// the one-token step of one sequence measured at the same depth.
+struct SequencesFigures {
+  int64_t depth = 0, sequences = 0;
+  double seconds = 0;     // per step
+  double step_ratio = 0;  // seconds over the one-token step's
+  TierFigures tier;       // per step
+  double tokens_per_s() const { return seconds > 0 ? double(sequences) / seconds : 0; }  // all sequences'
+};
+
 // The device's limits, measured once per process, in memory of their own (outside lode's budget).
 struct Ceilings {
   double copy_gbps = 0, bf16_tflops = 0, tf32_tflops = 0;
@@ -62,6 +72,7 @@ struct BenchRun {
   std::vector<PrefillFigures> prefills;
   std::vector<DecodeFigures> decodes;
   std::vector<WindowFigures> windows;
+  std::vector<SequencesFigures> sequences;
   double load_s = 0, peak_mib = 0, weights_mib = 0;
   int64_t prompt_chunk = 0, context = 0;
   plan::MemoryPlan plan;

@@ -83,15 +83,16 @@ size_t layer_trunk_bytes(const model::ModelWeights& weights, size_t layer);
 size_t kv_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t context);
 size_t kv_layer_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t context);
 size_t kv_page_table_bytes(int64_t context);
-// A sequence's DeltaNet states (per layer: the conv's and the recurrent one), and with step_rows > 1
-// the states a verify window keeps before each of its tokens (a rollback without recomputing).
-size_t state_bytes(const model::Qwen35MoeConfig& config, int64_t step_rows = 1);
+// The DeltaNet states (per layer: the conv's and the recurrent one) of `sequences` sequences, and
+// with step_rows > 1 the states a verify window keeps before each of its tokens (a rollback
+// without recomputing; one set, whichever sequence the window is of).
+size_t state_bytes(const model::Qwen35MoeConfig& config, int64_t step_rows = 1, int64_t sequences = 1);
 // The MTP block as the GPU holds it with PlanOptions::mtp (counted in the trunk): its norms, eh_proj,
 // its layer's matrices and all its experts (behind a table of its own), and its K/V cache's bytes
 // (counted with the K/V) in kv::mtp_format.
 size_t mtp_trunk_bytes(const model::ModelWeights& weights);
 size_t mtp_kv_bytes(const model::Qwen35MoeConfig& config, kv::Format fallback, int64_t context);
-size_t state_layer_bytes(const model::Qwen35MoeConfig& config, int64_t step_rows = 1);
+size_t state_layer_bytes(const model::Qwen35MoeConfig& config, int64_t step_rows = 1, int64_t sequences = 1);
 std::vector<ExpertBytes> expert_bytes(const model::ModelWeights& weights);
 
 // Host RAM: fails (lode::Error) when `bytes` of experts cannot be held in what the machine has

@@ -48,6 +48,8 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   Layout l;
   DecodeScratch s{};
   s.rows = n;
+  // A step's inputs first, in the order one copy from the host writes them.
+  s.sequences = l.take(size_t(n) * 4), s.positions = l.take(size_t(n) * 8);
   s.h = l.floats(n * c.hidden), s.normed = l.floats(n * c.hidden), s.mixed = l.floats(n * c.hidden);
   s.attention_partials = l.floats(n * c.n_heads * attention_splits(max_context) * (c.head_dim + 2));
   s.qg = l.floats(n * (2 * c.q_dim() + 2 * c.kv_dim()));
@@ -57,6 +59,7 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.router_logits = l.floats(n * (c.n_experts + 1));
   s.weights = l.floats(n * k);
   s.ids = l.take(size_t(n * 2 * k) * 4);
+  s.expert_groups = l.take(size_t(n * k) * kExpertGroupBytes);
   s.gu = l.floats(n * 2 * k * c.expert_ff);
   s.y = l.floats(n * k * c.hidden);
   s.shared_gu = l.floats(n * 2 * c.shared_ff);
@@ -64,7 +67,6 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.shared_out = l.floats(n * c.hidden);
   s.logits = l.floats(n * c.vocab);
   s.router_arrivals = l.take(size_t(n) * 4);
-  s.position = l.take(8);
   s.route_counts = l.take(size_t(c.n_layers * c.n_experts) * 4);
   s.route_misses = l.take(size_t(2 * c.n_layers) * 4);
   s.miss_path = l.take(kMissPathScratch);

@@ -36,12 +36,16 @@ int attention_splits(int64_t max_context);
 // Blocks of the device's greedy choice over the vocabulary (kernels::greedy_token).
 constexpr int kGreedyBlocks = 128;
 
-// The decode step's scratch for up to `rows` tokens of one sequence (a verify window), offsets in
+// The decode step's scratch for up to `rows` rows (a verify window's tokens, or one token each of
+// several sequences), offsets in
 // bytes; the sizes below are one row's, a buffer of rows holds that many one after another (the
 // expert ids: kernels::moe_route_window's [2][rows][k]). The CPU miss path's hint and stage serve
 // one-token steps only.
 
 struct DecodeScratch {
+  // A step's inputs, one after another (one copy from the host writes them): each row's sequence
+  // (int32) and position (int64), then its embedding (the residual stream h).
+  size_t sequences, positions;             // [rows] each
   size_t h, normed, mixed;                 // [hidden] each
   size_t attention_partials;               // [heads][splits][head_dim + 2]
   size_t qg;                               // q|gate [2 q_dim], then k [kv_dim], then v [kv_dim]
@@ -51,6 +55,7 @@ struct DecodeScratch {
   size_t router_logits;                    // [n_experts + 1]: the router's, then the shared gate's
   size_t weights;                          // [k] route weights
   size_t ids;                              // [2k] int32: chosen experts, then their up halves
+  size_t expert_groups;                    // [k] groups of kExpertGroupBytes: a step's pairs by expert
   size_t gu;                               // [2k ff]: gate outputs then up outputs
   size_t y;                                // [k hidden] expert outputs
   size_t shared_gu;                        // [2 shared_ff]
@@ -58,7 +63,6 @@ struct DecodeScratch {
   size_t shared_out;                       // [hidden]
   size_t logits;                           // [vocab]
   size_t router_arrivals;                  // one unsigned a row, kept zeroed
-  size_t position;                         // int64
   size_t route_counts;                     // [layers][n_experts] unsigned: routings per expert
   size_t route_misses;                     // [2][layers] unsigned: routings to experts not in VRAM, by decode
                                            // steps, then by prompts
@@ -77,6 +81,9 @@ struct DecodeScratch {
   size_t total;
   int64_t rows;
 };
+// One group of a step's (row, slot) pairs routed to one expert (cuda::ExpertGroup: its id, count
+// and up to 8 pairs, int32 each).
+constexpr size_t kExpertGroupBytes = 40;
 // The CPU miss path's device words (cuda/miss_path.h): its request number, a layer's CPU experts
 // and their positions, the split table.
 constexpr size_t kMissPathScratch = 1024;

@@ -1,0 +1,259 @@
+// Steps of several sequences on the GPU (issue 18): one session holds several sequences, each with
+// its own K/V pages, DeltaNet states and position, and a step of rows of different sequences gives
+// every row the bits its own one-token step gives (logits, greedy tokens, hidden states) and leaves
+// each sequence where its own steps leave it; on the quantized synths, lode-mini, every K/V format,
+// a third of the experts in VRAM, beside verify windows and cuts, through the engine interface, and
+// with snapshots moved between sequences. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/reader.h"
+#include "model/weights.h"
+#include "support/fixtures.h"
+#include "support/gpu.h"
+#include "support/paths.h"
+#include "support/step_checks.h"
+#include "support/synth_model.h"
+#include "test_gguf_helpers.h"
+
+#ifdef LODE_HAVE_CUDA
+#include "cuda/engine.h"
+#include "cuda/session.h"
+#include "engine/engine.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using lode::cuda::CudaSession;
+using lode::cuda::CudaSessionOptions;
+using lode::test::argmax;
+using lode::test::same_bits;
+using lode::test::synth_model;
+using lode::test::tokens_from;
+
+struct Loaded {
+  explicit Loaded(const fs::path& path)
+      : reader(path),
+        config(lode::model::read_config(reader.metadata())),
+        weights(std::make_shared<const lode::model::ModelWeights>(lode::model::bind_weights(reader, config))) {}
+  lode::gguf::Reader reader;
+  lode::model::Qwen35MoeConfig config;
+  std::shared_ptr<const lode::model::ModelWeights> weights;
+};
+
+// The steps the comparison runs: each a list of sequences (a row each, in this order), or one
+// sequence's verify window of `window` tokens cut to `keep`.
+struct Step {
+  std::vector<int64_t> sequences;
+  int window = 0, keep = 0;
+};
+
+// `batched` holds `n` sequences and runs `steps`; `alone` (its own options, one sequence) is made
+// once per sequence and runs the same tokens one step at a time. Every row must match bit for bit,
+// and each sequence's next one-token step after all of them too.
+void compare_rows(const fs::path& path, CudaSessionOptions batched, CudaSessionOptions alone,
+                  const std::vector<Step>& steps, const std::string& what) {
+  SCOPED_TRACE(what);
+  const Loaded m(path);
+  const int64_t vocab = m.config.vocab, hidden = m.config.hidden, n = batched.sequences;
+  CudaSession many(m.reader, m.weights, batched);
+  std::vector<std::unique_ptr<CudaSession>> own;
+  for (int64_t s = 0; s < n; ++s) {  // prompts of different lengths: every sequence at its own position
+    own.push_back(std::make_unique<CudaSession>(m.reader, m.weights, alone));
+    const std::vector<int32_t> prompt = tokens_from(vocab, int(5 + 7 * s), int(s) + 1);
+    many.use_sequence(s);
+    many.prefill(prompt);
+    own.back()->prefill(prompt);
+  }
+  int seed = 50;
+  for (const Step& step : steps) {
+    if (step.window > 0) {  // a window of one sequence between steps of several, cut
+      const int64_t s = step.sequences.front();
+      const std::vector<int32_t> tokens = tokens_from(vocab, step.window, seed++);
+      many.use_sequence(s);
+      many.decode_window(tokens);
+      many.cut_window(step.keep);
+      for (int t = 0; t < step.keep; ++t) own[size_t(s)]->decode(tokens[size_t(t)]);
+      continue;
+    }
+    SCOPED_TRACE("a step of " + std::to_string(step.sequences.size()) + " rows");
+    std::vector<CudaSession::Row> rows;
+    for (int64_t s : step.sequences) rows.push_back({s, tokens_from(vocab, 1, seed++)[0]});
+    const bool greedy = seed % 3 == 0;  // some steps take the greedy tokens, the rest the logits
+    const CudaSession::Window w = many.decode_rows(rows, greedy, true);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      CudaSession& one = *own[size_t(rows[r].sequence)];
+      const CudaSession::Window o = one.decode_window(std::span(&rows[r].token, 1), false, true);
+      ASSERT_TRUE(same_bits(w.hidden.data() + r * hidden, o.hidden.data(), size_t(hidden))) << "row " << r;
+      if (greedy) ASSERT_EQ(w.greedy[r], argmax(o.logits.data(), vocab)) << "row " << r;
+      else ASSERT_TRUE(same_bits(w.logits.data() + r * vocab, o.logits.data(), size_t(vocab))) << "row " << r;
+    }
+  }
+  for (int64_t s = 0; s < n; ++s) {
+    SCOPED_TRACE("sequence " + std::to_string(s) + " afterwards");
+    many.use_sequence(s);
+    ASSERT_EQ(many.position(), own[size_t(s)]->position());
+    const int32_t next = tokens_from(vocab, 1, 99)[0];
+    const std::vector<float> a = many.decode(next), b = own[size_t(s)]->decode(next);
+    EXPECT_TRUE(same_bits(a.data(), b.data(), size_t(vocab)));
+  }
+}
+
+// Rows of all the sequences, some, one, in changing orders, and windows of one sequence (cut)
+// between them.
+const std::vector<Step> kSteps = {{{0, 1, 2, 3, 4}}, {{3, 1}},    {{4}},         {{2}, 3, 1}, {{2, 0, 4}},
+                                  {{1, 2, 3, 4, 0}}, {{0}, 4, 4}, {{4, 3, 2, 1}}, {{0, 2}}};
+
+TEST(CudaRows, RowsOfSeveralSequencesGetTheBitsOfTheirOwnSteps) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "k.gguf", "tiny", "ud-q4_k_xl", 21);
+  synth_model(dir / "q8.gguf", "tiny", "q8_0", 22);
+  synth_model(dir / "big.gguf", "qwen3.6-35b-a3b", "ud-q4_k_xl", 23, 4);
+  for (const char* name : {"k.gguf", "q8.gguf", "big.gguf"})
+    compare_rows(dir / name, {.max_context = 256, .step_rows = 5, .sequences = 5}, {.max_context = 256}, kSteps, name);
+}
+
+TEST(CudaRows, RowsOfSeveralSequencesInEveryKvFormat) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 24);
+  for (lode::kv::Format f : lode::kv::all_formats())
+    compare_rows(dir / "m.gguf", {.max_context = 320, .step_rows = 5, .sequences = 5, .kv_format = f},
+                 {.max_context = 320, .kv_format = f}, kSteps, lode::kv::to_string(f));
+}
+
+TEST(CudaRows, RowsOfSeveralSequencesOnLodeMini) {
+  LODE_REQUIRE_GPU();
+  const fs::path mini = lode::test::mini_model_path();
+  compare_rows(mini, {.max_context = 256, .step_rows = 8, .sequences = 5}, {.max_context = 256}, kSteps, "q8 products");
+  constexpr auto f32 = lode::model::Activations::f32;
+  compare_rows(mini, {.max_context = 256, .step_rows = 5, .sequences = 5, .activations = f32},
+               {.max_context = 256, .activations = f32}, kSteps, "float32 products");
+}
+
+// Under a budget that holds a third of the experts, a step of several rows reads the absent ones
+// over PCIe: the bits of one-token steps with every expert in VRAM.
+TEST(CudaRows, RowsDoNotDependOnWhereTheExpertsAre) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 25);
+  const Loaded m(dir / "m.gguf");
+  const int64_t third = m.config.n_layers * m.config.n_experts / 3;
+  compare_rows(dir / "m.gguf", {.max_context = 256, .step_rows = 5, .sequences = 5, .max_resident_experts = third},
+               {.max_context = 256}, kSteps, "a third of the experts in VRAM");
+}
+
+// A snapshot of one sequence restored into another continues as the first does; resetting one
+// sequence leaves the others as they were.
+TEST(CudaRows, SnapshotsMoveBetweenSequences) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 26);
+  const Loaded m(dir / "m.gguf");
+  const int64_t vocab = m.config.vocab;
+  CudaSession s(m.reader, m.weights, {.max_context = 256, .step_rows = 3, .sequences = 3});
+  s.use_sequence(0);
+  s.prefill(tokens_from(vocab, 40, 1));
+  const CudaSession::Snapshot at40 = s.save();
+  s.use_sequence(2);
+  s.prefill(tokens_from(vocab, 9, 2));
+  s.restore(at40);
+  EXPECT_EQ(s.position(), 40);
+  s.use_sequence(1);
+  s.prefill(tokens_from(vocab, 13, 3));
+  s.reset();  // sequence 1 only
+  EXPECT_EQ(s.position(), 0);
+  const int32_t next = tokens_from(vocab, 1, 4)[0];
+  const CudaSession::Window both = s.decode_rows(std::vector<CudaSession::Row>{{0, next}, {2, next}});
+  EXPECT_TRUE(same_bits(both.logits.data(), both.logits.data() + vocab, size_t(vocab)));
+  s.use_sequence(1);
+  EXPECT_EQ(s.position(), 0);
+}
+
+// Through the engine: a model of three sequences opens three and refuses a fourth; a step of a
+// prompt row, one-token rows and a greedy-only row gives each what its own steps give; a closed
+// sequence's place is opened again, empty.
+TEST(CudaRows, SeveralSequencesThroughTheEngine) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 27);
+  const Loaded m(dir / "m.gguf");
+  const int64_t vocab = m.config.vocab;
+  auto model = std::make_shared<lode::cuda::CudaModel>(std::make_unique<CudaSession>(
+      m.reader, m.weights, CudaSessionOptions{.max_context = 128, .step_rows = 3, .sequences = 3}));
+  std::vector<std::unique_ptr<lode::engine::Sequence>> open;
+  for (int i = 0; i < 3; ++i) open.push_back(model->open_sequence());
+  EXPECT_THROW(model->open_sequence(), lode::Error);
+  std::vector<std::unique_ptr<CudaSession>> own;
+  const std::vector<int32_t> first = tokens_from(vocab, 6, 1), second = tokens_from(vocab, 11, 2);
+  for (int i = 0; i < 3; ++i)
+    own.push_back(std::make_unique<CudaSession>(m.reader, m.weights, CudaSessionOptions{.max_context = 128}));
+  lode::engine::prefill(*open[0], first, 0);
+  own[0]->prefill(first);
+  lode::engine::prefill(*open[1], second, 0);
+  own[1]->prefill(second);
+  const std::vector<int32_t> prompt = tokens_from(vocab, 17, 3);
+  const int32_t a = tokens_from(vocab, 1, 4)[0], b = tokens_from(vocab, 1, 5)[0];
+  std::vector<lode::engine::StepRow> rows = {
+      {.sequence = open[2].get(), .tokens = prompt},
+      {.sequence = open[0].get(), .tokens = std::span(&a, 1)},
+      {.sequence = open[1].get(), .tokens = std::span(&b, 1), .greedy_only = true}};
+  model->step(rows);
+  const std::vector<float> want_prompt = own[2]->prefill(prompt), want_a = own[0]->decode(a), want_b = own[1]->decode(b);
+  EXPECT_TRUE(same_bits(rows[0].logits.data(), want_prompt.data(), size_t(vocab)));
+  EXPECT_TRUE(same_bits(rows[1].logits.data(), want_a.data(), size_t(vocab)));
+  EXPECT_EQ(rows[2].greedy, argmax(want_b.data(), vocab));
+  EXPECT_TRUE(rows[2].logits.empty());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(open[size_t(i)]->position(), own[size_t(i)]->position());
+  // A sequence in two rows of one step is refused, changing nothing.
+  std::vector<lode::engine::StepRow> twice = {{.sequence = open[0].get(), .tokens = std::span(&a, 1)},
+                                              {.sequence = open[0].get(), .tokens = std::span(&b, 1)}};
+  EXPECT_THROW(model->step(twice), lode::Error);
+  EXPECT_EQ(open[0]->position(), own[0]->position());
+  open[1].reset();  // closed with 12 positions; opened again, empty
+  open[1] = model->open_sequence();
+  EXPECT_EQ(open[1]->position(), 0);
+  const std::vector<float> fresh = lode::engine::prefill(*open[1], first, 0);
+  CudaSession again(m.reader, m.weights, CudaSessionOptions{.max_context = 128});
+  const std::vector<float> want = again.prefill(first);
+  EXPECT_TRUE(same_bits(fresh.data(), want.data(), size_t(vocab)));
+}
+
+TEST(CudaRows, RefusesWhatItCannotHold) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "q8_0", 28);
+  const Loaded m(dir / "m.gguf");
+  const auto refused = [&](const auto& call, const char* why) {
+    try {
+      call();
+      ADD_FAILURE() << "not refused: " << why;
+    } catch (const lode::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused([&] { CudaSession s(m.reader, m.weights, {.max_context = 64, .step_rows = 2, .sequences = 3}); },
+          "3 sequences");
+  CudaSession s(m.reader, m.weights, {.max_context = 64, .step_rows = 3, .sequences = 3});
+  const std::vector<CudaSession::Row> twice = {{1, 5}, {1, 6}};
+  refused([&] { s.decode_rows(twice); }, "two rows");
+  const std::vector<CudaSession::Row> outside = {{3, 5}};
+  refused([&] { s.decode_rows(outside); }, "sequence 3");
+  refused([&] { s.use_sequence(-1); }, "sequence -1");
+  s.use_sequence(1);
+  EXPECT_EQ(s.position(), 0);
+}
+
+}  // namespace
+
+#else
+TEST(CudaRows, NeedsACudaBuild) { LODE_REQUIRE_GPU(); }
+#endif
