@@ -227,6 +227,8 @@ TEST(CudaRows, SeveralSequencesThroughTheEngine) {
   EXPECT_TRUE(same_bits(fresh.data(), want.data(), size_t(vocab)));
 }
 
+// Refused: more sequences than rows, a sequence twice in a step or outside the session, and a cut
+// of a window whose kept states another sequence's window has since written over.
 TEST(CudaRows, RefusesWhatItCannotHold) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -250,6 +252,17 @@ TEST(CudaRows, RefusesWhatItCannotHold) {
   refused([&] { s.use_sequence(-1); }, "sequence -1");
   s.use_sequence(1);
   EXPECT_EQ(s.position(), 0);
+  // One set of kept window states: a window of another sequence ends this one's, which can no
+  // longer be cut; the other's can.
+  const std::vector<int32_t> two = {5, 6};
+  s.decode_window(two);
+  s.use_sequence(2);
+  s.decode_window(two);
+  s.use_sequence(1);
+  refused([&] { s.cut_window(1); }, "no verify window");
+  s.use_sequence(2);
+  s.cut_window(1);
+  EXPECT_EQ(s.position(), 1);
 }
 
 }  // namespace

@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(256)
   // the wait the ids and table are read from L2 (written by a kernel that has finished, but this
   // multiprocessor's L1 may hold the lines from an earlier layer).
   const auto open = [&](bool before_wait) {
-    if (kGroups) inputs = groups[p].count;
+    if (kGroups) inputs = min(groups[p].count, kInputs);  // (a group has at most kInputs: one pair a row)
     const int32_t id = kGroups ? groups[p].id : before_wait ? __ldcg(ids + p) : ids[p];
     if (id < 0 || (kGroups && inputs == 0)) return false;
     matrix = before_wait ? reinterpret_cast<const uint8_t*>(__ldcg(reinterpret_cast<const unsigned long long*>(table) + id))
@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(256)
   if (!table) stage(w);
   kernels::begin_after_inputs();
   if (table) {
-    if (kGroups) inputs = groups[p].count;
+    if (kGroups) inputs = min(groups[p].count, kInputs);  // (as matvec_q8_kernel's)
     const int32_t id = kGroups ? groups[p].id : ids[p];
     if (id < 0 || inputs == 0) return;  // computed elsewhere, as in matvec_q8_kernel, or an empty group
     stage(static_cast<const uint8_t*>(table[id]));

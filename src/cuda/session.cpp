@@ -909,6 +909,10 @@ struct CudaSession::Impl {
     if (wanted == StepOutput::greedy_token) std::copy_n(pinned_token, n, greedy_out);
     if (hidden_out) std::copy_n(pinned_hidden, n * c.hidden, hidden_out);
     if (sequences.empty()) {
+      // One set of kept states: a window of this sequence's overwrites another's, which can no
+      // longer be cut.
+      if (n > 1)
+        for (Place& other : places) other.window_start = -1;
       place().window_start = n > 1 ? place().position : -1, place().window_tokens = n;
       place().position += n;
     } else {
@@ -1348,7 +1352,8 @@ void CudaSession::cut_window(int64_t tokens) {
     fail("cuda session: cannot keep {} tokens of a window of {}", tokens, at.window_tokens);
   if (tokens == at.window_tokens) return;
   // Queued on the step's stream, which the next step follows (no wait here). The kept states are
-  // the last window's, whichever sequence it was of: a step of other rows since keeps none.
+  // this sequence's: a window of another one since would have ended its window (Impl::step), and
+  // steps that are not windows keep none.
   s.replay(s.cuts[{s.current, tokens}], "cutting a window", [&] { s.queue_cut(tokens); });
   // The K/V rows past the kept tokens stay where they are: attention reads up to the position, and
   // the next steps write over them.
@@ -1474,6 +1479,7 @@ void CudaSession::restore(const Snapshot& snapshot) {
     at += conv + recurrent;
   }
   s.place() = {.position = snapshot.positions};
+  synchronize();  // (the copies above may still be in flight, and the step's stream does not wait for them)
 }
 
 CudaSession::StepBytes CudaSession::decode_bytes(int64_t depth) const {
