@@ -227,8 +227,9 @@ TEST(CudaRows, SeveralSequencesThroughTheEngine) {
   EXPECT_TRUE(same_bits(fresh.data(), want.data(), size_t(vocab)));
 }
 
-// Refused: more sequences than rows, a sequence twice in a step or outside the session, and a cut
-// of a window whose kept states another sequence's window has since written over.
+// Refused: more sequences than rows, a sequence twice in a step or outside the session, a cut of a
+// window whose kept states another sequence's window has since written over, and a window longer
+// than the session keeps states for.
 TEST(CudaRows, RefusesWhatItCannotHold) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -263,6 +264,11 @@ TEST(CudaRows, RefusesWhatItCannotHold) {
   s.use_sequence(2);
   s.cut_window(1);
   EXPECT_EQ(s.position(), 1);
+  // A session whose windows take one token keeps no states: steps of several sequences only.
+  CudaSession rows_only(m.reader, m.weights, {.max_context = 64, .step_rows = 3, .window_rows = 1, .sequences = 3});
+  refused([&] { rows_only.decode_window(two); }, "window_rows");
+  const std::vector<CudaSession::Row> three = {{0, 5}, {1, 6}, {2, 7}};
+  EXPECT_EQ(rows_only.decode_rows(three, true).greedy.size(), 3u);
 }
 
 }  // namespace

@@ -191,6 +191,25 @@ TEST(MemoryPlan, ACapOnResidentExpertsIsKept) {
   EXPECT_EQ(p.host_pinned, p.experts_host);
 }
 
+// The DeltaNet states: one set per sequence, and one set of a verify window's kept states however
+// many sequences there are (none where windows take one token).
+TEST(MemoryPlan, DeltaNetStatesCountSequencesAndOneWindow) {
+  const gguf::Reader r(lode::test::mini_model_path());
+  const model::ModelWeights w = model::bind_weights(r, model::read_config(r.metadata()));
+  const auto states = [&](int64_t parallel, int64_t step_rows, int64_t window_rows) {
+    return plan::plan_memory(w, {.budget = size_t(4096) * kMiB, .context = 1024, .parallel = parallel,
+                                 .step_rows = step_rows, .window_rows = window_rows})
+        .states;
+  };
+  const size_t one = states(1, 1, 0);
+  ASSERT_GT(one, 0u);
+  EXPECT_EQ(one, plan::state_bytes(w.config));
+  EXPECT_EQ(states(4, 4, 1), 4 * one);      // steps of four sequences, no windows
+  EXPECT_EQ(states(4, 4, 0), 8 * one);      // windows of up to step_rows: four kept
+  EXPECT_EQ(states(1, 3, 3), 4 * one);      // one sequence, windows of 3
+  EXPECT_EQ(states(16, 16, 3), 19 * one);   // sixteen sequences, windows of 3
+}
+
 TEST(MemoryPlan, HostRamTooSmallIsRefusedClearly) {
   EXPECT_NO_THROW(plan::check_host_ram(size_t(1) << 20));
   try {

@@ -65,7 +65,8 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
   if (run.sequences < 1 || run.sequences > cuda::kMaxStepRows)
     fail("--parallel {}: the GPU runs 1 to {} sequences in one step", run.sequences, cuda::kMaxStepRows);
   options.sequences = run.sequences;
-  options.step_rows = std::max(std::min(run.mtp + 1, cuda::kMaxStepRows), run.sequences);
+  options.window_rows = std::min(run.mtp + 1, cuda::kMaxStepRows);  // (1 without drafts: nothing kept)
+  options.step_rows = std::max(options.window_rows, run.sequences);
   auto session = std::make_unique<cuda::CudaSession>(reader, std::move(weights), options);
   const cuda::VramAccountant& vram = session->vram();
   fmt::print(stderr, "lode: K/V cache {}{} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",

@@ -201,6 +201,7 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
   options.prompt_chunk = o.prompt_chunk;
   options.kv_format = chosen_kv_format(o.kv);
   options.step_rows = o.windows.empty() ? 1 : *std::max_element(o.windows.begin(), o.windows.end());
+  options.window_rows = options.step_rows;
   if (!o.sequences.empty()) {
     options.sequences = *std::max_element(o.sequences.begin(), o.sequences.end());
     options.step_rows = std::max(options.step_rows, options.sequences);

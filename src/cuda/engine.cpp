@@ -51,7 +51,7 @@ class CudaSequence final : public engine::Sequence {
     session().restore(snapshot_of(checkpoint));
   }
 
-  bool cuts_windows() const override { return session().step_rows() > 1; }
+  bool cuts_windows() const override { return session().window_rows() > 1; }
   // Within the last window of the sequence's last row computed as decode steps (the session keeps
   // its states).
   void cut_window(int64_t tokens) override {
@@ -103,10 +103,10 @@ std::unique_ptr<engine::Sequence> CudaModel::open_sequence() {
 namespace {
 
 // A row computed as decode steps compute it (StepRow::as_decode): windows of at most the session's
-// step_rows tokens, each a one-step verify window; the last one's first token is at window_offset.
+// window_rows tokens, each a one-step verify window; the last one's first token is at window_offset.
 void decode_rows(CudaSession& session, engine::StepRow& row, int64_t& window_offset) {
   const int64_t n = int64_t(row.tokens.size()), vocab = session.vocab(), hidden = session.config().hidden;
-  const int64_t most = session.step_rows();
+  const int64_t most = session.window_rows();
   const bool all_logits = row.logit_rows == n && !row.greedy_only;
   row.logits.clear(), row.hidden.clear();
   if (all_logits) row.logits.reserve(size_t(n * vocab));

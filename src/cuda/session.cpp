@@ -314,12 +314,13 @@ struct CudaSession::Impl {
       }
       states[l].conv_state = floats(n * conv_floats(), VramUse::state, at + "conv states");
       states[l].ssm_state = floats(n * recurrent_floats(), VramUse::state, at + "DeltaNet states");
-      if (options.step_rows > 1) {  // the states a window keeps before each token (plan::state_layer_bytes)
-        states[l].conv_kept = floats(options.step_rows * conv_floats(), VramUse::state, at + "a window's conv states");
-        states[l].ssm_kept = floats(options.step_rows * recurrent_floats(), VramUse::state, at + "a window's DeltaNet states");
+      if (window_rows() > 1) {  // the states a window keeps before each token (plan::state_layer_bytes)
+        states[l].conv_kept = floats(window_rows() * conv_floats(), VramUse::state, at + "a window's conv states");
+        states[l].ssm_kept = floats(window_rows() * recurrent_floats(), VramUse::state, at + "a window's DeltaNet states");
       }
     }
   }
+  int64_t window_rows() const { return options.window_rows > 0 ? options.window_rows : options.step_rows; }
   int64_t conv_floats() const { return config.conv_channels() * (config.ssm_conv_kernel - 1); }
   int64_t recurrent_floats() const { return config.ssm_dt_rank * config.ssm_state * config.ssm_state; }
 
@@ -867,6 +868,9 @@ struct CudaSession::Impl {
       fail("cuda session: a step of {} tokens; this session takes 1 to {} (step_rows)", n, options.step_rows);
     for (int32_t token : tokens)
       if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
+    if (sequences.empty() && n > window_rows())
+      fail("cuda session: a verify window of {} tokens; this session keeps states for windows of at most {} "
+           "(window_rows)", n, window_rows());
     const std::vector<int64_t> positions = row_positions(tokens, sequences);
     clock.start();
     const auto started = std::chrono::steady_clock::now();
@@ -1235,6 +1239,8 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
   if (options.step_rows < 1 || options.step_rows > kMaxStepRows)
     fail("cuda session: step_rows {} is outside 1..{}", options.step_rows, kMaxStepRows);
   if (options.mtp && !weights->mtp) fail("--mtp: {}", weights->mtp_unavailable);
+  if (options.window_rows < 0 || options.window_rows > options.step_rows)
+    fail("cuda session: window_rows {} is outside 0..step_rows ({})", options.window_rows, options.step_rows);
   if (options.sequences < 1 || options.sequences > options.step_rows)
     fail("cuda session: {} sequences; it takes 1 to step_rows ({}), the most rows one step runs", options.sequences,
          options.step_rows);
@@ -1248,6 +1254,7 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
                                       .context = options.max_context,
                                       .parallel = options.sequences,
                                       .step_rows = options.step_rows,
+                                      .window_rows = options.window_rows,
                                       .mtp = options.mtp,
                                       .prompt_chunk = options.prompt_chunk > 1 ? options.prompt_chunk : 0,
                                       .max_resident_experts = options.max_resident_experts});
@@ -1586,6 +1593,7 @@ ExpertStats CudaSession::expert_stats() const {
 
 int64_t CudaSession::prompt_chunk() const { return impl_->prompt ? impl_->prompt->chunk() : 0; }
 int64_t CudaSession::step_rows() const { return impl_->options.step_rows; }
+int64_t CudaSession::window_rows() const { return impl_->window_rows(); }
 int64_t CudaSession::position() const { return impl_->place().position; }
 int64_t CudaSession::max_context() const { return impl_->options.max_context; }
 int64_t CudaSession::vocab() const { return impl_->config.vocab; }

@@ -42,6 +42,9 @@ struct CudaSessionOptions {
   // Tokens one decode step takes at most (decode_window's verify windows; the scratch holds a row
   // for each).
   int64_t step_rows = 1;
+  // Tokens a verify window (decode_window) takes at most, the DeltaNet states before each kept for
+  // cut_window (1: no windows of several tokens, nothing kept); 0: step_rows.
+  int64_t window_rows = 0;
   // Sequences the session holds (each its own K/V pages and DeltaNet states; at most step_rows):
   // the one-sequence calls below work on the one use_sequence() chose, and decode_rows runs a step
   // of several at once.
@@ -229,7 +232,8 @@ class CudaSession {
 
   // Tokens per prompt pass (0: prompts run token by token).
   int64_t prompt_chunk() const;
-  int64_t step_rows() const;  // the most tokens one decode step (a verify window) takes
+  int64_t step_rows() const;    // the most rows one decode step takes
+  int64_t window_rows() const;  // the most tokens a verify window takes (options.window_rows)
   int64_t position() const;
   int64_t max_context() const;
   int64_t vocab() const;

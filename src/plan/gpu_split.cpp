@@ -29,7 +29,7 @@ std::vector<LayerBytes> layer_bytes(const model::ModelWeights& w, const PlanOpti
   for (size_t l = 0; l < w.layers.size(); ++l) {
     LayerBytes b{.trunk = layer_trunk_bytes(w, l), .attention = !w.layers[l].recurrent};
     if (b.attention) b.kv = sequences * kv_layer_bytes(w.config, o.kv, o.context);
-    else b.states = state_layer_bytes(w.config, o.step_rows, int64_t(sequences));
+    else b.states = state_layer_bytes(w.config, o.kept_rows(), int64_t(sequences));
     out.push_back(b);
   }
   return out;

@@ -58,7 +58,7 @@ Fixed fixed_at(const model::ModelWeights& w, const PlanOptions& o, int64_t chunk
   const int64_t sequences = std::max<int64_t>(o.parallel, 1);
   const size_t mtp_kv = o.mtp ? size_t(sequences) * mtp_kv_bytes(c, o.kv, o.context) : 0;
   return {trunk_bytes(w) + (o.mtp ? mtp_trunk_bytes(w) : 0), size_t(sequences) * kv_bytes(c, o.kv, o.context) + mtp_kv,
-          state_bytes(c, o.step_rows, sequences),
+          state_bytes(c, o.kept_rows(), sequences),
           decode_scratch(c, o.context, o.step_rows, o.mtp).total,
           chunk > 0 ? prompt_scratch(w, std::min(chunk, o.context), o.context).total : 0};
 }
@@ -137,14 +137,14 @@ size_t kv_bytes(const model::Qwen35MoeConfig& c, kv::Format format, int64_t cont
   return size_t(c.n_full_attention_layers()) * kv_layer_bytes(c, format, context) + kv_page_table_bytes(context);
 }
 
-size_t state_layer_bytes(const model::Qwen35MoeConfig& c, int64_t step_rows, int64_t sequences) {
+size_t state_layer_bytes(const model::Qwen35MoeConfig& c, int64_t window_rows, int64_t sequences) {
   const size_t one = floats_bytes(c.conv_channels() * (c.ssm_conv_kernel - 1)) +
                      floats_bytes(c.ssm_dt_rank * c.ssm_state * c.ssm_state);
-  return size_t(std::max<int64_t>(sequences, 1) + (step_rows > 1 ? step_rows : 0)) * one;
+  return size_t(std::max<int64_t>(sequences, 1) + (window_rows > 1 ? window_rows : 0)) * one;
 }
 
-size_t state_bytes(const model::Qwen35MoeConfig& c, int64_t step_rows, int64_t sequences) {
-  return size_t(c.n_layers - c.n_full_attention_layers()) * state_layer_bytes(c, step_rows, sequences);
+size_t state_bytes(const model::Qwen35MoeConfig& c, int64_t window_rows, int64_t sequences) {
+  return size_t(c.n_layers - c.n_full_attention_layers()) * state_layer_bytes(c, window_rows, sequences);
 }
 
 std::vector<ExpertBytes> expert_bytes(const model::ModelWeights& w) {

@@ -27,7 +27,10 @@ struct PlanOptions {
   kv::Format kv = kv::Format::f16;
   int64_t context = 4096;     // positions of K/V per sequence
   int64_t parallel = 1;       // sequences held at once (K/V and DeltaNet states each)
-  int64_t step_rows = 1;      // tokens one decode step takes at most (a verify window's)
+  int64_t step_rows = 1;      // rows one decode step takes at most (a verify window's tokens, or sequences)
+  // Tokens a verify window takes at most, whose DeltaNet states before each it keeps (0: step_rows).
+  int64_t window_rows = 0;
+  int64_t kept_rows() const { return window_rows > 0 ? window_rows : step_rows; }
   bool mtp = false;           // the MTP block on the GPU too (speculative decoding's drafter)
   int64_t prompt_chunk = 4096;  // tokens per prompt pass wanted (0: prompts run token by token)
   // At most this many experts in VRAM (-1: as many as the budget holds); tests and benchmarks
@@ -84,15 +87,15 @@ size_t kv_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t
 size_t kv_layer_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t context);
 size_t kv_page_table_bytes(int64_t context);
 // The DeltaNet states (per layer: the conv's and the recurrent one) of `sequences` sequences, and
-// with step_rows > 1 the states a verify window keeps before each of its tokens (a rollback
+// with window_rows > 1 the states a verify window keeps before each of its tokens (a rollback
 // without recomputing; one set, whichever sequence the window is of).
-size_t state_bytes(const model::Qwen35MoeConfig& config, int64_t step_rows = 1, int64_t sequences = 1);
+size_t state_bytes(const model::Qwen35MoeConfig& config, int64_t window_rows = 1, int64_t sequences = 1);
 // The MTP block as the GPU holds it with PlanOptions::mtp (counted in the trunk): its norms, eh_proj,
 // its layer's matrices and all its experts (behind a table of its own), and its K/V cache's bytes
 // (counted with the K/V) in kv::mtp_format.
 size_t mtp_trunk_bytes(const model::ModelWeights& weights);
 size_t mtp_kv_bytes(const model::Qwen35MoeConfig& config, kv::Format fallback, int64_t context);
-size_t state_layer_bytes(const model::Qwen35MoeConfig& config, int64_t step_rows = 1, int64_t sequences = 1);
+size_t state_layer_bytes(const model::Qwen35MoeConfig& config, int64_t window_rows = 1, int64_t sequences = 1);
 std::vector<ExpertBytes> expert_bytes(const model::ModelWeights& weights);
 
 // Host RAM: fails (lode::Error) when `bytes` of experts cannot be held in what the machine has
