@@ -18,6 +18,7 @@
 #include "model/weights.h"
 #include "support/fixtures.h"
 #include "support/gpu.h"
+#include "support/loaded_weights.h"
 #include "support/paths.h"
 #include "support/step_checks.h"
 #include "support/synth_model.h"
@@ -38,15 +39,7 @@ using lode::test::same_bits;
 using lode::test::synth_model;
 using lode::test::tokens_from;
 
-struct Loaded {
-  explicit Loaded(const fs::path& path)
-      : reader(path),
-        config(lode::model::read_config(reader.metadata())),
-        weights(std::make_shared<const lode::model::ModelWeights>(lode::model::bind_weights(reader, config))) {}
-  lode::gguf::Reader reader;
-  lode::model::Qwen35MoeConfig config;
-  std::shared_ptr<const lode::model::ModelWeights> weights;
-};
+using Loaded = lode::test::LoadedWeights;
 
 // The steps the comparison runs: each a list of sequences (a row each, in this order), or one
 // sequence's verify window of `window` tokens cut to `keep`.

@@ -18,6 +18,7 @@
 #include "model/weights.h"
 #include "support/fixtures.h"
 #include "support/gpu.h"
+#include "support/loaded_weights.h"
 #include "support/paths.h"
 #include "support/step_checks.h"
 #include "support/synth_model.h"
@@ -43,9 +44,8 @@ using lode::test::tokens_from;
 void compare_windows(const fs::path& model, CudaSessionOptions windowed, CudaSessionOptions stepwise,
                      const std::vector<int>& sizes, const std::string& what) {
   SCOPED_TRACE(what);
-  const lode::gguf::Reader reader(model);
-  const auto config = lode::model::read_config(reader.metadata());
-  const auto weights = std::make_shared<const lode::model::ModelWeights>(lode::model::bind_weights(reader, config));
+  const lode::test::LoadedWeights loaded(model);
+  const auto& [reader, config, weights] = loaded;
   CudaSession a(reader, weights, windowed), b(reader, weights, stepwise);
   const int64_t vocab = config.vocab, hidden = config.hidden;
   const std::vector<int32_t> prompt = tokens_from(vocab, 21, 1);
@@ -126,9 +126,8 @@ TEST(CudaWindow, DecodeRowsThroughTheEngine) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
   synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 11);
-  const lode::gguf::Reader reader(dir / "m.gguf");
-  const auto config = lode::model::read_config(reader.metadata());
-  const auto weights = std::make_shared<const lode::model::ModelWeights>(lode::model::bind_weights(reader, config));
+  const lode::test::LoadedWeights loaded(dir / "m.gguf");
+  const auto& [reader, config, weights] = loaded;
   auto model = std::make_shared<lode::cuda::CudaModel>(
       std::make_unique<CudaSession>(reader, weights, CudaSessionOptions{.max_context = 128, .step_rows = 3}));
   CudaSession stepwise(reader, weights, {.max_context = 128});
@@ -171,9 +170,8 @@ TEST(CudaWindow, ACutWindowLeavesTheStateOfTheTokensItKeeps) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
   synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 13);
-  const lode::gguf::Reader reader(dir / "m.gguf");
-  const auto config = lode::model::read_config(reader.metadata());
-  const auto weights = std::make_shared<const lode::model::ModelWeights>(lode::model::bind_weights(reader, config));
+  const lode::test::LoadedWeights loaded(dir / "m.gguf");
+  const auto& [reader, config, weights] = loaded;
   CudaSession a(reader, weights, {.max_context = 256, .step_rows = 4}), b(reader, weights, {.max_context = 256});
   const int64_t vocab = config.vocab, hidden = config.hidden;
   const std::vector<int32_t> prompt = tokens_from(vocab, 9, 1);

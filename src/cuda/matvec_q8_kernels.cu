@@ -63,8 +63,9 @@ __device__ __forceinline__ int this_blocks_inputs(int64_t p, int64_t n_problems)
 // rounded (and, for a plain matrix or ids_before_wait, before the wait for the kernel before: an
 // expert table's ids usually come from that kernel). A problem whose id is negative is skipped (its
 // expert is computed elsewhere: the CPU miss path). Block (b, j) takes problem j; with kInputs > 1
-// (plain matrices only: the launcher refuses a table) problems j kInputs .. + kInputs - 1, each
-// weight slice dotted with every one's x (those past the last problem: its x again, not stored).
+// (plain matrices, or kGroups) problems j kInputs .. + kInputs - 1 (as many as there are), or with
+// kGroups group j's pairs (ExpertGroup: an expert's matrix from the table), each weight slice dotted
+// with every one's x.
 template <GgmlType T, int kRows, int kSlices, int kInputs, bool kGroups = false>
 __global__ void __launch_bounds__(256)
     matvec_q8_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t cols,

@@ -319,14 +319,17 @@ struct CudaSession::Impl {
         states[l].ssm_kept = floats(window_rows() * recurrent_floats(), VramUse::state, at + "a window's DeltaNet states");
       }
     }
+    for (int64_t s = 0; s < n; ++s) own_states.push_back(own_states_of(s));
   }
   int64_t window_rows() const { return options.window_rows > 0 ? options.window_rows : options.step_rows; }
   int64_t conv_floats() const { return config.conv_channels() * (config.ssm_conv_kernel - 1); }
   int64_t recurrent_floats() const { return config.ssm_dt_rank * config.ssm_state * config.ssm_state; }
 
-  // Sequence s's own state of each layer (its page table, its DeltaNet states): the prompt pass's,
-  // the snapshots' and the cuts'.
-  std::vector<LayerState> sequence_states(int64_t s) const {
+  // Sequence s's own state of each layer (its page table, its DeltaNet states): what one-sequence
+  // steps, the prompt pass, the snapshots and the cuts read (own_states, made once).
+  std::vector<std::vector<LayerState>> own_states;
+  const std::vector<LayerState>& sequence_states(int64_t s) const { return own_states[size_t(s)]; }
+  std::vector<LayerState> own_states_of(int64_t s) const {
     std::vector<LayerState> own = states;
     int index = 0;
     for (LayerState& st : own) {
@@ -640,7 +643,7 @@ struct CudaSession::Impl {
       return stage.table ? DeviceExperts{e.type, stage.table + at, e.rows, e.cols, e.row_bytes} : e;
     };
     const int32_t* which = stage.table ? stage.ids : ids;
-    if (window > 1 && by_expert(d) && !plan.all_resident()) {
+    if (window > 1 && by_expert(d)) {
       experts_by_group(d);
     } else {
       routed_experts(d, which, through_stage);
@@ -666,14 +669,14 @@ struct CudaSession::Impl {
     mark(Phase::expert_sum);
   }
 
-  // Whether a step of several rows can multiply the layer's experts by expert groups (each expert
-  // read once for all its rows): the grouped q8 kernels read all three projections' types. moe()
-  // groups only where some experts live in host RAM, whose reads over PCIe grouping saves: with
-  // every expert in VRAM a problem per (row, slot) pair measured faster (H200, the 35B synth, full
-  // VRAM: 16 sequences 15.0 ms a step against 19.0 grouped, 64 sequences 56.5 against 66.8, a
-  // window of 2 3.03 ms against 3.49).
+  // Whether a step of several rows multiplies the layer's experts by expert groups (each expert
+  // read once for all its rows): where the grouped q8 kernels read all three projections' types, and
+  // only where some experts live in host RAM, whose reads over PCIe grouping saves. With every
+  // expert in VRAM a problem per (row, slot) pair measured faster (H200, the 35B synth, full VRAM:
+  // 16 sequences 15.0 ms a step against 19.0 grouped, 64 sequences 56.5 against 66.8, a window of 2
+  // 3.03 ms against 3.49).
   bool by_expert(const DeviceLayer& d) const {
-    return options.activations == model::Activations::q8 && has_q8_matvec(d.gate.type) &&
+    return !plan.all_resident() && options.activations == model::Activations::q8 && has_q8_matvec(d.gate.type) &&
            has_q8_matvec(d.up.type) && has_q8_matvec(d.down.type);
   }
 
@@ -887,12 +890,7 @@ struct CudaSession::Impl {
                "a step's rows to the device");
     mark(Phase::embedding);
     if (timing_kernels()) kernel_clock.begin(stream);
-    if (sequences.empty()) {
-      one_sequence_states = sequence_states(current);
-      stepping = &one_sequence_states;
-    } else {
-      stepping = &states;
-    }
+    stepping = sequences.empty() ? &sequence_states(current) : &states;
     {
       const WindowRows rows(*this, n, sequences.empty());
       run_step(wanted);
@@ -1084,7 +1082,7 @@ struct CudaSession::Impl {
            tokens.size(), place().position, options.max_context);
     const int64_t chunk = prompt->chunk(), hidden = c.hidden;
     place().window_start = -1;
-    const std::vector<LayerState> own = sequence_states(current);
+    const std::vector<LayerState>& own = sequence_states(current);
     for (size_t at = 0; at < tokens.size(); at += size_t(chunk)) {
       const int64_t n = std::min<int64_t>(chunk, int64_t(tokens.size() - at));
       for (int64_t t = 0; t < n; ++t) model::dequantize_row(host.token_embd, tokens[at + size_t(t)], pinned_rows + t * hidden);
@@ -1182,16 +1180,14 @@ struct CudaSession::Impl {
   cudaEvent_t fork = nullptr, join = nullptr;
   cudaEvent_t hint_fork = nullptr, hint_join = nullptr;  // the miss hint's branch
   bool hint_pending = false;                              // forked, not yet joined (while capturing)
-  // [window - 1][StepOutput]: made on first use.
   // (sequence, keeps states, rows, StepOutput): made on first use. A step of one sequence's tokens
   // (one, or a verify window) reads that sequence's state as kernel arguments, as a session of one
   // sequence does (a graph per sequence); a step of rows of several sequences (sequence -1) looks
   // each row's up on the device.
   std::map<std::tuple<int64_t, bool, int, int>, cudaGraphExec_t> graphs;
-  // The states the step being queued reads: `states` (rows of several sequences), or
-  // one_sequence_states (the current sequence's).
+  // The states the step being queued reads: `states` (rows of several sequences), or the current
+  // sequence's own.
   const std::vector<LayerState>* stepping = nullptr;
-  std::vector<LayerState> one_sequence_states;
   // A step's inputs in one pinned allocation, laid out as in the scratch: [step_rows] sequences,
   // [step_rows] positions, [step_rows][hidden] embeddings.
   int32_t* pinned_sequences = nullptr;
@@ -1326,6 +1322,7 @@ CudaSession::Window CudaSession::decode_window(std::span<const int32_t> tokens, 
 CudaSession::Window CudaSession::decode_rows(std::span<const Row> rows, bool greedy_only, bool want_hidden) {
   Impl& s = *impl_;
   const size_t n = rows.size();
+  if (n == 0) fail("cuda session: a step of no rows");
   std::vector<int32_t> tokens(n);
   std::vector<int64_t> sequences(n);
   for (size_t r = 0; r < n; ++r) tokens[r] = rows[r].token, sequences[r] = rows[r].sequence;
@@ -1333,7 +1330,6 @@ CudaSession::Window CudaSession::decode_rows(std::span<const Row> rows, bool gre
   if (greedy_only) out.greedy.resize(n);
   else out.logits.resize(n * size_t(s.config.vocab));
   if (want_hidden) out.hidden.resize(n * size_t(s.config.hidden));
-  if (n == 0) fail("cuda session: a step of no rows");
   s.step(tokens, sequences, greedy_only ? Impl::StepOutput::greedy_token : Impl::StepOutput::logits,
          out.logits.data(), out.greedy.data(), want_hidden ? out.hidden.data() : nullptr);
   s.check_greedy(out.greedy);

@@ -17,20 +17,17 @@
 #include "model/weights.h"
 #include "sample/sampler.h"
 #include "support/fixtures.h"
+#include "support/loaded_weights.h"
 #include "support/paths.h"
 #include "support/run_lode.h"
 #include "tokenizer/tokenizer.h"
 
 namespace lode::test {
 
-struct LoadedFile {
+// Its weights and its tokenizer.
+struct LoadedFile : LoadedWeights {
   explicit LoadedFile(const std::filesystem::path& path)
-      : reader(path), config(model::read_config(reader.metadata())),
-        weights(std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config))),
-        text(tokenizer::Tokenizer::from_metadata(reader.metadata())) {}
-  gguf::Reader reader;
-  model::Qwen35MoeConfig config;
-  std::shared_ptr<const model::ModelWeights> weights;
+      : LoadedWeights(path), text(tokenizer::Tokenizer::from_metadata(reader.metadata())) {}
   tokenizer::Tokenizer text;
 };
 
