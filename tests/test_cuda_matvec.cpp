@@ -1,5 +1,6 @@
 // The CUDA backend's first pieces (issue 7) against the CPU engine: quantized matrix-vector
 // products for every type with a kernel, and the VRAM accountant's budget. Skip without a GPU.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,6 +53,15 @@ void random_blocks(GgmlType type, std::vector<uint8_t>& w, std::mt19937& rng) {
   }
 }
 
+// Scratch where a product of `tokens` inputs rounds each once (MatvecInput::rounded), set in `input`.
+lode::cuda::DeviceBuffer rounded_scratch(lode::cuda::VramAccountant& vram, GgmlType type, int64_t cols,
+                                         int64_t tokens, lode::cuda::MatvecInput& input) {
+  const size_t bytes = lode::cuda::rounded_inputs_bytes(type, cols, lode::row_bytes(type, cols), tokens);
+  lode::cuda::DeviceBuffer scratch(vram, bytes, lode::cuda::VramUse::scratch, "rounded x");
+  input.rounded = scratch.data(), input.rounded_bytes = bytes;
+  return scratch;
+}
+
 // The product W x on the GPU: W (host bytes, rows x cols of `type`) uploaded, x already on the
 // device ([tokens][cols]); y [tokens][rows] back on the host.
 std::vector<float> gpu_product(lode::cuda::VramAccountant& vram, GgmlType type, const std::vector<uint8_t>& w,
@@ -59,6 +69,7 @@ std::vector<float> gpu_product(lode::cuda::VramAccountant& vram, GgmlType type, 
                                lode::cuda::MatvecInput input = {}) {
   lode::cuda::DeviceBuffer dw(vram, w.size(), lode::cuda::VramUse::weights, "w");
   lode::cuda::DeviceBuffer dy(vram, size_t(rows * tokens) * 4, lode::cuda::VramUse::scratch, "y");
+  const lode::cuda::DeviceBuffer rounded = rounded_scratch(vram, type, cols, tokens, input);
   lode::cuda::copy_to_device(dw.data(), w.data(), w.size());
   lode::cuda::matvec(type, dw.data(), rows, cols, lode::row_bytes(type, cols), dx, dy.as<float>(), tokens, nullptr,
                      input);
@@ -82,8 +93,9 @@ void expect_each_inputs_twin(lode::cuda::VramAccountant& vram, GgmlType type, co
   lode::cuda::copy_to_device(dw.data(), w.data(), w.size());
   std::vector<float> got(size_t((tokens + 1) * rows), kUnwritten);
   lode::cuda::copy_to_device(dy.data(), got.data(), got.size() * 4);
-  lode::cuda::matvec(type, dw.data(), rows, cols, row_bytes, dx.as<float>(), dy.as<float>(), tokens, nullptr,
-                     {.q8 = true});
+  lode::cuda::MatvecInput input{.q8 = true};
+  const lode::cuda::DeviceBuffer scratch = rounded_scratch(vram, type, cols, tokens, input);
+  lode::cuda::matvec(type, dw.data(), rows, cols, row_bytes, dx.as<float>(), dy.as<float>(), tokens, nullptr, input);
   lode::cuda::synchronize();
   lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
   lode::cpu::q8twin::RoundedBuffer rounded(cols);
@@ -499,6 +511,27 @@ TEST(CudaMatvec, TypesWithoutAKernelAreRefusedClearly) {
     FAIL() << "no error";
   } catch (const lode::Error& e) {
     EXPECT_NE(std::string(e.what()).find("no kernel for tq2_0"), std::string::npos) << e.what();
+  }
+}
+
+// Several inputs of one matrix are rounded once into scratch the caller gives: without it, or with
+// too little, the launch is refused saying how much it needs.
+TEST(CudaMatvec, SeveralInputsWithoutRoomToRoundThemAreRefused) {
+  LODE_REQUIRE_GPU();
+  const int64_t cols = 2048;
+  const size_t need = lode::cuda::rounded_inputs_bytes(GgmlType::Q4_K, cols, lode::row_bytes(GgmlType::Q4_K, cols), 3);
+  for (const size_t given : {size_t(0), need - 16}) {
+    lode::cuda::MatvecInput input{.q8 = true};
+    input.rounded = given ? reinterpret_cast<void*>(uintptr_t(256)) : nullptr, input.rounded_bytes = given;
+    try {
+      lode::cuda::matvec(GgmlType::Q4_K, nullptr, 8, cols, lode::row_bytes(GgmlType::Q4_K, cols), nullptr, nullptr, 3,
+                         nullptr, input);
+      FAIL() << "no error";
+    } catch (const lode::Error& e) {
+      const std::string text = e.what();
+      EXPECT_NE(text.find(fmt::format("into {} bytes of scratch", need)), std::string::npos) << text;
+      EXPECT_NE(text.find(fmt::format("and {} were given", given)), std::string::npos) << text;
+    }
   }
 }
 

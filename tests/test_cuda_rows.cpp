@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,21 @@ TEST(CudaRows, RowsOfSeveralSequencesGetTheBitsOfTheirOwnSteps) {
   synth_model(dir / "big.gguf", "qwen3.6-35b-a3b", "ud-q4_k_xl", 23, 4);
   for (const char* name : {"k.gguf", "q8.gguf", "big.gguf"})
     compare_rows(dir / name, {.max_context = 256, .step_rows = 5, .sequences = 5}, {.max_context = 256}, kSteps, name);
+}
+
+// Steps of 16 rows and more: the experts by expert groups with every expert in VRAM (the tiny
+// synth's 16 experts, 4 a row: groups of several pairs each), and plain products of more inputs
+// than a block takes.
+TEST(CudaRows, StepsOfManyRowsGetTheBitsOfTheirOwnSteps) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "k.gguf", "tiny", "ud-q4_k_xl", 25);
+  std::vector<int64_t> all(17), sixteen(16);
+  std::iota(all.begin(), all.end(), 0);
+  std::iota(sixteen.rbegin(), sixteen.rend(), 1);  // 16 .. 1
+  const std::vector<Step> steps = {{all}, {sixteen}, {{5, 9}}, {all}};
+  compare_rows(dir / "k.gguf", {.max_context = 128, .step_rows = 17, .sequences = 17}, {.max_context = 128}, steps,
+               "17 sequences");
 }
 
 TEST(CudaRows, RowsOfSeveralSequencesInEveryKvFormat) {

@@ -120,7 +120,10 @@ int main(int argc, char** argv) {
     for (const bool q8 : {false, true}) {
       if (q8 && !lode::cuda::has_q8_matvec(c.type)) continue;
       if (!q8 && !c.grouped && c.problems > 1) continue;  // float x reads a plain matrix once an input
-      const lode::cuda::MatvecInput input{.q8 = q8};
+      lode::cuda::MatvecInput input{.q8 = q8};
+      const size_t rounded_bytes = lode::cuda::rounded_inputs_bytes(c.type, c.cols, row_bytes, c.problems);
+      lode::cuda::DeviceBuffer rounded(vram, rounded_bytes, lode::cuda::VramUse::scratch, "rounded x");
+      input.rounded = rounded.data(), input.rounded_bytes = rounded_bytes;
       const double ms = lode::cuda::median_event_ms(
           [&] {
             if (c.grouped)

@@ -168,19 +168,29 @@ measure::WindowFigures bench_window(cuda::CudaSession& session, const DecodeFigu
 // Steps of `n` sequences, each at the depth sequence 0 was filled to (`start`, restored into each,
 // or random cells), `generate` steps a run after a warm-up step, each row's greedy token chosen on
 // the device; the median run, against the one-token step of `step`. Sequence 0 is left as it was.
-measure::SequencesFigures bench_sequences(cuda::CudaSession& session, const DecodeFigures& step, int64_t n,
-                                          int64_t generate, int repeats, const cuda::CudaSession::Snapshot* start) {
-  const cuda::CudaSession::Snapshot zero = session.save();
+// Rows of sequences 0..n-1, each started from `start` (or random cells to `depth`).
+std::vector<cuda::CudaSession::Row> started_rows(cuda::CudaSession& session, int64_t n, int64_t depth,
+                                                 const cuda::CudaSession::Snapshot* start) {
   std::vector<cuda::CudaSession::Row> rows(static_cast<size_t>(n));
   for (int64_t s = 0; s < n; ++s) {
     session.use_sequence(s);
-    start ? session.restore(*start) : session.fill_with_random_cells(step.depth);
+    start ? session.restore(*start) : session.fill_with_random_cells(depth);
     rows[size_t(s)] = {s, int32_t(1 + s)};
   }
-  const auto run = [&] {
-    const std::vector<int32_t> next = session.decode_rows(rows, true).greedy;
-    for (int64_t s = 0; s < n; ++s) rows[size_t(s)].token = next[size_t(s)];
-  };
+  return rows;
+}
+
+// One step of every row, each row's next token its greedy one.
+void step_rows_greedily(cuda::CudaSession& session, std::vector<cuda::CudaSession::Row>& rows) {
+  const std::vector<int32_t> next = session.decode_rows(rows, true).greedy;
+  for (size_t r = 0; r < rows.size(); ++r) rows[r].token = next[r];
+}
+
+measure::SequencesFigures bench_sequences(cuda::CudaSession& session, const DecodeFigures& step, int64_t n,
+                                          int64_t generate, int repeats, const cuda::CudaSession::Snapshot* start) {
+  const cuda::CudaSession::Snapshot zero = session.save();
+  std::vector<cuda::CudaSession::Row> rows = started_rows(session, n, step.depth, start);
+  const auto run = [&] { step_rows_greedily(session, rows); };
   run();
   const cuda::ExpertStats before = session.expert_stats();
   const double s = median_seconds_per_call(run, generate, repeats);
@@ -210,11 +220,12 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
 }
 
 // The profile sessions' context: the bench's when one is given (decode attention's splits follow
-// it), else room for the longest prompt, twice the decoded tokens and the windows' as many again.
+// it), else room for the longest prompt, twice the decoded tokens, the windows' and the sequences' as many again.
 int64_t profile_context(const BenchOptions& o) {
   int64_t windows = 0;
   for (int64_t n : o.windows) windows += std::max<int64_t>(o.generate / n, 1) * n;
-  return std::max(o.ctx, o.prompts.back() + 2 * o.generate + windows + 8);
+  const int64_t sequences = o.sequences.empty() ? 0 : o.generate + 1;  // (each from where the windows left off)
+  return std::max(o.ctx, o.prompts.back() + 2 * o.generate + windows + sequences + 8);
 }
 
 // The kernel classes' time and launches since `before` (kernel_profile's totals then).
@@ -271,6 +282,20 @@ std::vector<cuda::KernelClassTime> print_profile(const gguf::Reader& reader, con
       token = session.decode_window(std::vector<int32_t>(size_t(n), token), true).greedy.back();
     fmt::print("verify windows of {} tokens, {} of them (below, a step is one window of {} tokens):\n", n, windows, n);
     fmt::print("{}", measure::kernel_table_text(since(session.kernel_profile(), before), windows, at, copy_gbps));
+  }
+  if (!o.sequences.empty()) {  // steps of several sequences, each from where sequence 0 is now
+    const cuda::CudaSession::Snapshot zero = session.save();
+    const int64_t at = session.position();
+    for (int64_t n : o.sequences) {
+      std::vector<cuda::CudaSession::Row> rows = started_rows(session, n, at, &zero);
+      step_rows_greedily(session, rows);  // (captures the step's graph)
+      const std::vector<cuda::KernelClassTime> before = session.kernel_profile();
+      for (int64_t i = 0; i < o.generate; ++i) step_rows_greedily(session, rows);
+      fmt::print("steps of {} sequences, {} of them (below, a step is one token of each):\n", n, o.generate);
+      fmt::print("{}", measure::kernel_table_text(since(session.kernel_profile(), before), o.generate, at, copy_gbps));
+    }
+    session.use_sequence(0);
+    session.restore(zero);
   }
   return classes;
 }
@@ -446,7 +471,8 @@ void add_bench_command(CLI::App& app) {
                 "Also run the longest prompt and a decode once more, waiting for the GPU between phases, and show "
                 "where the time goes; then decode as many steps again timed kernel by kernel (per kernel class: "
                 "launches, microseconds, bytes moved, GB/s against the copy ceiling); then what each class costs "
-                "inside the overlapped step (the step timed without its launches)");
+                "inside the overlapped step (the step timed without its launches); with --window or --sequences, "
+                "a kernel table for each window size and each count of sequences too");
   cmd->callback([o] { run_bench(*o); });
 }
 

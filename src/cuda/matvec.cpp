@@ -31,6 +31,13 @@ void run(const MatvecLaunch& m) {
     });
     if (upload_error) fail("CUDA: uploading the i-quant codebooks: {}", upload_error);
   }
+  if (rounds_inputs_first(m)) {
+    const size_t need = rounded_inputs_bytes(m.type, m.cols, m.row_bytes, m.io.inputs(m.n_problems));
+    if (!m.rounded || m.rounded_bytes < need)
+      fail("cuda matvec: {} inputs of {} x {} {} weights are rounded to 8 bits once, into {} bytes of scratch "
+           "(MatvecInput::rounded), and {} were given", m.io.inputs(m.n_problems), m.rows, m.cols,
+           traits(m.type).name, need, m.rounded ? m.rounded_bytes : 0);
+  }
   if (const char* err = launch_matvec(m))
     fail("CUDA: matvec on {} weights ({} x {}): {}", traits(m.type).name, m.rows, m.cols, err);
 }
@@ -45,8 +52,10 @@ ProblemIo problem_io(int64_t x_stride, int64_t rows, const MatvecInput& input) {
 
 void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x, float* y,
             int64_t n_tokens, void* stream, MatvecInput input) {
-  run({type, w, nullptr, nullptr, rows, cols, row_bytes, x, problem_io(cols, rows, input), y, n_tokens, stream,
-       input.swiglu_up, input.q8});
+  MatvecLaunch m{type, w, nullptr, nullptr, rows, cols, row_bytes, x, problem_io(cols, rows, input), y, n_tokens, stream,
+                 input.swiglu_up, input.q8};
+  m.rounded = input.rounded, m.rounded_bytes = input.rounded_bytes;
+  run(m);
 }
 
 void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids, int64_t n_problems, int64_t rows,
@@ -57,7 +66,8 @@ void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids,
   ProblemIo io = problem_io(x_stride, rows, input);
   if (input.groups) io.x_inputs = ProblemIo{}.x_inputs;  // (pairs, not problems, index the inputs)
   run({type, nullptr, table, ids, rows, cols, row_bytes, x, io, y, n_problems, stream, input.swiglu_up, input.q8,
-       input.ahead, input.ids_before_wait, input.groups, std::clamp(input.group_inputs, 1, kGroupInputs)});
+       input.ahead, input.ids_before_wait, input.groups, std::clamp(input.group_inputs, 1, kGroupInputs),
+       input.rounded, input.rounded_bytes});
 }
 
 }  // namespace lode::cuda

@@ -34,6 +34,11 @@ struct MatvecInput {
   // instead of ids: pair p's x at x + (p / x_run) * x_stride, its y at y + p * y_stride.
   const ExpertGroup* groups = nullptr;
   int32_t group_inputs = kGroupInputs;  // the most pairs a group has (a step's rows, up to 8)
+  // 8-bit products of several inputs of one matrix, and grouped ones: device scratch where each
+  // input is rounded once before the product (MatvecLaunch::rounded; rounded_inputs_bytes says how
+  // much a launch needs, and a launch without enough fails saying so).
+  void* rounded = nullptr;
+  size_t rounded_bytes = 0;
 };
 bool has_q8_matvec(GgmlType type);
 
@@ -43,7 +48,8 @@ bool has_matvec(GgmlType type);
 // W: `rows` rows of `cols` values stored as `type`, row r at w + r * row_bytes; x: [n_tokens, cols];
 // y: [n_tokens, rows]; all device memory. With 8-bit x and a type with integer kernels (Q8_0, Q5_0,
 // the K-quants) the matrix is read once for up to 8 tokens (fewer where their rounded x would not
-// fit in shared memory), each token's products the bits it gets alone. Queued on `stream` (a
+// fit in shared memory), each token's products the bits it gets alone; several tokens are rounded
+// once each into input.rounded first. Queued on `stream` (a
 // cudaStream_t; null: the default stream). Fails (lode::Error) for a type without a kernel. Plain float rows may have any length
 // (a slower path when it is not a multiple of 32); quantized rows are whole blocks by construction.
 void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,

@@ -27,12 +27,22 @@ struct ProblemIo {
 #ifdef __CUDACC__
   __host__ __device__
 #endif
-  int64_t x_at(int64_t p) const {  // (the divisions only where there are runs or cycles)
-    if (x_stride == 0) return 0;
+  int64_t input(int64_t p) const {  // problem p's input (0 where all share one; the divisions only
+    if (x_stride == 0) return 0;     // where there are runs or cycles)
     int32_t i = int32_t(p);
     if (x_run > 1) i /= x_run;
     if (i >= x_inputs) i %= x_inputs;
-    return int64_t(i) * x_stride;
+    return i;
+  }
+#ifdef __CUDACC__
+  __host__ __device__
+#endif
+  int64_t x_at(int64_t p) const { return input(p) * x_stride; }
+  // The inputs that n problems read (input(p) < this).
+  int64_t inputs(int64_t n) const {
+    if (x_stride == 0) return 1;
+    const int64_t runs = (n + x_run - 1) / x_run;
+    return runs < x_inputs ? runs : x_inputs;
   }
 };
 
@@ -71,7 +81,19 @@ struct MatvecLaunch {
   // expert's matrix with its inputs.
   const ExpertGroup* groups = nullptr;
   int32_t group_inputs = kGroupInputs;  // the most inputs a group has (at most kGroupInputs)
+  // 8-bit products of several inputs of one matrix, and grouped products: device scratch of
+  // rounded_bytes where each input is rounded once (round_inputs_kernel) before the product, whose
+  // blocks copy the rounded inputs they take instead of each rounding them again.
+  void* rounded = nullptr;
+  size_t rounded_bytes = 0;
 };
+
+// The scratch such a launch rounds its inputs into: `inputs` inputs of `cols` values for a matrix of
+// `type` (per input never more than plan::rounded_input_bytes(cols), which the plan counts).
+// Defined beside the kernels.
+size_t rounded_inputs_bytes(GgmlType type, int64_t cols, size_t row_bytes, int64_t inputs);
+// Whether launch_matvec rounds this launch's inputs once first (needs MatvecLaunch::rounded).
+bool rounds_inputs_first(const MatvecLaunch& launch);
 
 // The grid i-quants' codebooks, which their kernels read from device memory: uploaded once per
 // process (the host tables live in core/quant/iq_grids.h; the kernels library does not link them).

@@ -12,7 +12,10 @@
 // positions) is read once for up to 8 of them (kInputs): a block rounds each input's x and dots
 // every weight slice it holds with each, in the order a single input's launch does, so every
 // input's products have the bits they have alone (on the H200, bench_cuda_matvec: the DeltaNet
-// qkv product, Q8_0, 12.6 us for one input, 15.4 for two, 27.4 for eight).
+// qkv product, Q8_0, 12.6 us for one input, 15.4 for two, 27.4 for eight). Such launches, and
+// grouped ones, round each input once first (round_inputs_kernel, into MatvecLaunch::rounded), and
+// their blocks copy the rounded inputs they take into shared memory: the same bytes a block's own
+// rounding writes, without every block of the grid rounding them again.
 #include <cuda_fp16.h>
 #include <algorithm>
 #include <type_traits>
@@ -56,6 +59,23 @@ __device__ __forceinline__ int this_blocks_inputs(int64_t p, int64_t n_problems)
   return kInputs == 1 ? 1 : int(min(int64_t(kInputs), n_problems - p));
 }
 
+// Each distinct input of a launch rounded once, into global memory: block i rounds input i (at
+// x + i x_stride) into out + i words, the layout a product's block rounds it into shared memory.
+template <XRounding R, bool kRowLayout>
+__global__ void __launch_bounds__(256)
+    round_inputs_kernel(const float* x, int64_t x_stride, int64_t cols, int64_t swiglu_up, size_t q_bytes, int4* out) {
+  kernels::begin_after_inputs();
+  const size_t words = rounded_x_words(q_bytes, cols);
+  round_x<R, kRowLayout>(x + int64_t(blockIdx.x) * x_stride, cols, swiglu_up,
+                         rounded_x_in(out + size_t(blockIdx.x) * words, q_bytes, cols));
+}
+
+// A rounded input's words from round_inputs_kernel's output (in L2) into the block's shared memory;
+// a __syncthreads() later the block may read them.
+__device__ __forceinline__ void copy_rounded(int4* to, const int4* from, size_t words) {
+  for (size_t w = threadIdx.x; w < words; w += blockDim.x) to[w] = __ldcg(from + w);
+}
+
 // Block: each warp takes kRows row groups at once; a group of `lanes` lanes (a power of two up to
 // 32) sums one row's slices: lane i of the group adds slices i, i + lanes, ... in order, then the
 // group's sums meet in a butterfly (offsets lanes / 2 .. 1). A pass loads kSlices slices of each
@@ -71,8 +91,9 @@ __global__ void __launch_bounds__(256)
     matvec_q8_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows, int64_t cols,
                      size_t row_bytes, const float* x, ProblemIo io, float* y, int lanes, int sets,
                      int64_t swiglu_up, L2Ahead ahead, bool ids_before_wait, int64_t n_problems,
-                     const ExpertGroup* groups) {
+                     const ExpertGroup* groups, const int4* rounded) {
   using S = Slice<T>;
+  constexpr bool kRoundedFirst = kInputs > 1 || kGroups;  // (rounded: round_inputs_kernel's)
   extern __shared__ int4 shared_x[];
   const size_t x_words = rounded_x_words(size_t(cols), cols);
   RoundedX rx[kInputs];
@@ -81,8 +102,8 @@ __global__ void __launch_bounds__(256)
   // Problems p .. p + kInputs - 1 (as many as there are), or with groups group p's inputs.
   const int64_t p = kGroups ? int64_t(blockIdx.y) : int64_t(blockIdx.y) * kInputs;
   int inputs = kGroups ? 0 : this_blocks_inputs<kInputs>(p, n_problems);
-  const auto x_of = [&](int i) {
-    return kGroups ? x + int64_t(groups[p].pairs[i] / io.x_run) * io.x_stride : x + io.x_at(p + i);
+  const auto input_of = [&](int i) {
+    return kGroups ? (io.x_stride == 0 ? 0 : int64_t(groups[p].pairs[i] / io.x_run)) : io.input(p + i);
   };
   const auto y_of = [&](int i) { return y + (kGroups ? int64_t(groups[p].pairs[i]) : p + i) * io.y_stride; };
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
@@ -135,9 +156,11 @@ __global__ void __launch_bounds__(256)
   if (table && !ids_before_wait) mine = open(false);
   if (!mine) return;
   if (ahead.table) ask_ahead(ahead, ids, p);
-#pragma unroll
-  for (int i = 0; i < kInputs; ++i)
-    if (i < inputs) round_x<S::kRounding>(x_of(i), cols, swiglu_up, rx[i]);
+  if constexpr (kRoundedFirst) {
+    for (int i = 0; i < inputs; ++i) copy_rounded(shared_x + i * x_words, rounded + input_of(i) * x_words, x_words);
+  } else {
+    round_x<S::kRounding>(x + io.x_at(p), cols, swiglu_up, rx[0]);
+  }
   __syncthreads();
   for (int set = 0; set < sets; ++set) {
     const int64_t first = first_of(set);
@@ -204,10 +227,11 @@ int rows_in_flight(int64_t loads_per_lane, int64_t all_rows, int64_t rows_per_wa
 }
 
 // `count` rows of row_bytes (a multiple of 16) from global to shared memory, 16 bytes a copy by
-// the block's threads, as one group of copies, streaming (a step reads each weight once).
+// the block's threads, as one group of copies; kOnce: streaming (a step reads each weight once).
+template <bool kOnce = true>
 __device__ __forceinline__ void stage_rows(uint8_t* to, const uint8_t* from, int count, size_t row_bytes) {
   const int64_t pieces = int64_t(count) * int64_t(row_bytes / 16);
-  for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) copy_async<16, true>(to + i * 16, from + i * 16, true);
+  for (int64_t i = threadIdx.x; i < pieces; i += blockDim.x) copy_async<16, kOnce>(to + i * 16, from + i * 16, true);
   copies_sent();
 }
 
@@ -222,7 +246,8 @@ __device__ __forceinline__ void stage_rows(uint8_t* to, const uint8_t* from, int
 template <GgmlType T, int kRows, int kInputs>
 __global__ void __launch_bounds__(256)
     matvec_q8_staged_kernel(const uint8_t* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
-                            ProblemIo io, float* y, int lanes, int64_t swiglu_up, int64_t n_problems) {
+                            ProblemIo io, float* y, int lanes, int64_t swiglu_up, int64_t n_problems,
+                            const int4* rounded) {
   using S = Slice<T>;
   extern __shared__ int4 shared_rows[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
@@ -236,10 +261,16 @@ __global__ void __launch_bounds__(256)
   RoundedX rx[kInputs];
 #pragma unroll
   for (int i = 0; i < kInputs; ++i) rx[i] = rounded_x_in(x_at + i * x_words, size_t(cols), cols);
-  stage_rows(staged, w + first * int64_t(row_bytes), int(min(int64_t(rows_per_block), rows - first)), row_bytes);
+  // (Several inputs' blocks read the rows once for each block of inputs, and ptxas 13.0 made the
+  // evict-first copies of this kernel with several inputs an illegal instruction on the H200.)
+  stage_rows<kInputs == 1>(staged, w + first * int64_t(row_bytes), int(min(int64_t(rows_per_block), rows - first)),
+                           row_bytes);
   kernels::begin_after_inputs();
-#pragma unroll
-  for (int i = 0; i < kInputs; ++i) round_x<S::kRounding>(x + io.x_at(problem(i)), cols, swiglu_up, rx[i]);
+  if constexpr (kInputs > 1) {  // (rounded: round_inputs_kernel's)
+    for (int i = 0; i < kInputs; ++i) copy_rounded(x_at + i * x_words, rounded + io.input(problem(i)) * x_words, x_words);
+  } else {
+    round_x<S::kRounding>(x + io.x_at(p), cols, swiglu_up, rx[0]);
+  }
   copies_arrived();
   __syncthreads();
   // Rows past the end compute on whatever the shared memory holds and are not written.
@@ -325,7 +356,9 @@ template <int kInputs, bool kGroups = false>
 __global__ void __launch_bounds__(256)
     matvec_q8_0_spans_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows,
                              int64_t cols, size_t row_bytes, const float* x, ProblemIo io, float* y, int lanes,
-                             int64_t swiglu_up, int64_t n_problems, const ExpertGroup* groups) {
+                             int64_t swiglu_up, int64_t n_problems, const ExpertGroup* groups,
+                             const int4* rounded) {
+  constexpr bool kRoundedFirst = kInputs > 1 || kGroups;  // (rounded: round_inputs_kernel's)
   extern __shared__ int4 shared_rows[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int group = lane / lanes, sub = lane % lanes, lane_groups = kWarp / lanes;
@@ -335,8 +368,8 @@ __global__ void __launch_bounds__(256)
   uint8_t* const staged = reinterpret_cast<uint8_t*>(shared_rows);
   const size_t x_words = rounded_x_words(row_bytes, cols);
   int inputs = kGroups ? 0 : this_blocks_inputs<kInputs>(p, n_problems);
-  const auto x_of = [&](int i) {
-    return kGroups ? x + int64_t(groups[p].pairs[i] / io.x_run) * io.x_stride : x + io.x_at(p + i);
+  const auto input_of = [&](int i) {
+    return kGroups ? (io.x_stride == 0 ? 0 : int64_t(groups[p].pairs[i] / io.x_run)) : io.input(p + i);
   };
   const auto y_of = [&](int i) { return y + (kGroups ? int64_t(groups[p].pairs[i]) : p + i) * io.y_stride; };
   int4* const x_at = shared_rows + size_t(rows_per_block) * row_bytes / 16;  // input i's RoundedX: x_at + i x_words
@@ -351,9 +384,11 @@ __global__ void __launch_bounds__(256)
     if (id < 0 || inputs == 0) return;  // computed elsewhere, as in matvec_q8_kernel, or an empty group
     stage(static_cast<const uint8_t*>(table[id]));
   }
-#pragma unroll 1
-  for (int i = 0; i < inputs; ++i)
-    round_x<XRounding::q8_0, true>(x_of(i), cols, swiglu_up, rounded_x_in(x_at + i * x_words, row_bytes, cols));
+  if constexpr (kRoundedFirst) {
+    for (int i = 0; i < inputs; ++i) copy_rounded(x_at + i * x_words, rounded + input_of(i) * x_words, x_words);
+  } else {
+    round_x<XRounding::q8_0, true>(x + io.x_at(p), cols, swiglu_up, rounded_x_in(x_at, row_bytes, cols));
+  }
   copies_arrived();
   __syncthreads();
   // Rows past the end compute on whatever the shared memory holds and are not written. Each input
@@ -397,7 +432,7 @@ cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), problem_blocks(m, kInputs));
   return kernels::launch_overlapped(kernel, grid, dim3(256), shared, m.stream, static_cast<const uint8_t*>(m.w), m.table,
                                     m.ids, m.rows, m.cols, m.row_bytes, m.x, m.io, m.y, lanes, m.swiglu_up,
-                                    m.n_problems, m.groups);
+                                    m.n_problems, m.groups, static_cast<const int4*>(m.rounded));
 }
 
 constexpr int kThreads = 256;
@@ -418,7 +453,8 @@ cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), problem_blocks(m, kInputs));
   return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, static_cast<const uint8_t*>(m.w),
                                     m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.io, m.y, lanes, sets,
-                                    m.swiglu_up, m.ahead, m.ids_before_wait, m.n_problems, m.groups);
+                                    m.swiglu_up, m.ahead, m.ids_before_wait, m.n_problems, m.groups,
+                                    static_cast<const int4*>(m.rounded));
 }
 
 // The staged kernel's rows per block: four a warp (a warp per row where the rows are long).
@@ -442,7 +478,8 @@ cudaError_t launch_q8_staged(const MatvecLaunch& m, int lanes) {
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block),
                   unsigned((m.n_problems + kInputs - 1) / kInputs));
   return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, static_cast<const uint8_t*>(m.w),
-                                    m.rows, m.cols, m.row_bytes, m.x, m.io, m.y, lanes, m.swiglu_up, m.n_problems);
+                                    m.rows, m.cols, m.row_bytes, m.x, m.io, m.y, lanes, m.swiglu_up, m.n_problems,
+                                    static_cast<const int4*>(m.rounded));
 }
 
 // Two slices of each row per lane and pass where a lane has them and their registers stay within
@@ -528,10 +565,45 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
   }
 }
 
+// Q8_0 rows the spans kernel takes, whose x is rounded in the row's own layout.
+bool in_spans(GgmlType type, int64_t cols) { return type == GgmlType::Q8_0 && q8_0_in_spans(cols); }
+
+// The bytes of one input's rounded q (rounded_x_in's q_bytes) for such a launch.
+size_t rounded_q_bytes(GgmlType type, int64_t cols, size_t row_bytes) {
+  return in_spans(type, cols) ? row_bytes : size_t(cols);
+}
+
+// round_inputs_kernel over the launch's inputs (ProblemIo::inputs), with its type's rounding.
+cudaError_t round_inputs(const MatvecLaunch& m) {
+  const int64_t inputs = m.io.inputs(m.n_problems);
+  if (rounded_inputs_bytes(m.type, m.cols, m.row_bytes, inputs) > m.rounded_bytes) return cudaErrorInvalidValue;
+  const size_t q_bytes = rounded_q_bytes(m.type, m.cols, m.row_bytes);
+  const auto launch = [&](auto kernel) {
+    return kernels::launch_overlapped(kernel, dim3(unsigned(inputs)), dim3(kThreads), 0, m.stream, m.x, m.io.x_stride,
+                                      m.cols, m.swiglu_up, q_bytes, static_cast<int4*>(m.rounded));
+  };
+  if (in_spans(m.type, m.cols)) return launch(round_inputs_kernel<XRounding::q8_0, true>);
+  cudaError_t err = cudaErrorInvalidValue;
+  for_weight_type<WeightKernel::q8>(m.type, [&](auto t) {
+    err = launch(round_inputs_kernel<Slice<decltype(t)::value>::kRounding, false>);
+  });
+  return err;
+}
+
 }  // namespace
 
+size_t rounded_inputs_bytes(GgmlType type, int64_t cols, size_t row_bytes, int64_t inputs) {
+  return size_t(inputs) * 16 * rounded_x_words(rounded_q_bytes(type, cols, row_bytes), cols);
+}
+
+bool rounds_inputs_first(const MatvecLaunch& m) {
+  return m.q8_input && read_by(m.type, WeightKernel::q8) && (m.groups || (!m.table && m.n_problems > 1));
+}
+
 cudaError_t launch_matvec_q8(const MatvecLaunch& m) {
-  if (m.type == GgmlType::Q8_0 && q8_0_in_spans(m.cols)) {
+  if (rounds_inputs_first(m))
+    if (const cudaError_t err = round_inputs(m)) return err;
+  if (in_spans(m.type, m.cols)) {
     if (m.groups) return with_inputs(m, [&](auto k) { return launch_q8_0_spans<decltype(k)::value, true>(m); });
     return with_inputs(m, [&](auto k) { return launch_q8_0_spans<decltype(k)::value>(m); });
   }

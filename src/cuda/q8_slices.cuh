@@ -84,9 +84,10 @@ __host__ __device__ constexpr size_t rounded_x_bytes(size_t q_bytes, int64_t col
 __host__ __device__ constexpr size_t rounded_x_words(size_t q_bytes, int64_t cols) {
   return (rounded_x_bytes(q_bytes, cols) + 15) / 16;
 }
-// The bytes `inputs` such RoundedX take one after another (one input: rounded_x_bytes).
+// The bytes `inputs` such RoundedX take one after another, each in whole words (rounded inputs are
+// copied in whole words: copy_rounded).
 constexpr size_t inputs_x_bytes(int inputs, size_t q_bytes, int64_t cols) {
-  return rounded_x_bytes(q_bytes, cols) + size_t(inputs - 1) * 16 * rounded_x_words(q_bytes, cols);
+  return size_t(inputs) * 16 * rounded_x_words(q_bytes, cols);
 }
 __device__ __forceinline__ RoundedX rounded_x_in(int4* shared, size_t q_bytes, int64_t cols) {
   RoundedX rx;

@@ -124,6 +124,8 @@ struct CudaSession::Impl {
   int32_t* ids;
   ExpertGroup* expert_groups;  // a step's (row, slot) pairs by expert (kernels::expert_groups)
   int32_t* pair_ids;  // rows zeros, then rows ones: the shared expert's gate and up in one grouped launch
+  void* rounded_x;       // where a product of several rows rounds them (MatvecInput::rounded; null for one row)
+  void* rounded_x_side;  // and the side stream's (the shared expert's products, beside the routed ones)
   unsigned* router_arrivals;    // for router_topk's last block, one a row (kept zeroed)
   void* greedy_partials;        // greedy_token's per-block pairs
   int32_t* device_token;        // and its token
@@ -366,6 +368,8 @@ struct CudaSession::Impl {
     std::fill(pairs.begin() + l.rows, pairs.end(), 1);
     copy_to_device(pair_ids, pairs.data(), pairs.size() * sizeof(int32_t));
     shared_out = f(l.shared_out), logits = f(l.logits);
+    rounded_x = l.rounded_x_bytes ? base + l.rounded_x : nullptr;
+    rounded_x_side = l.rounded_x_side_bytes ? base + l.rounded_x_side : nullptr;
     router_arrivals = reinterpret_cast<unsigned*>(base + l.router_arrivals);
     device_positions = reinterpret_cast<int64_t*>(base + l.positions);
     device_sequences = reinterpret_cast<int32_t*>(base + l.sequences);
@@ -403,8 +407,13 @@ struct CudaSession::Impl {
   bool keeping = false;  // and whether they are a window that keeps its states before each token
 
   // How decode's products read their input (swiglu_up: see MatvecInput).
-  MatvecInput input(int64_t swiglu_up = 0) const {
-    return {.swiglu_up = swiglu_up, .q8 = options.activations == model::Activations::q8};
+  // Products queued on the side stream (`on`) round their inputs into scratch of their own.
+  MatvecInput input(int64_t swiglu_up = 0, cudaStream_t on = nullptr) const {
+    MatvecInput in{.swiglu_up = swiglu_up, .q8 = options.activations == model::Activations::q8};
+    const bool side = on && on == side_stream;
+    in.rounded = side ? rounded_x_side : rounded_x;
+    in.rounded_bytes = side ? scratch_layout.rounded_x_side_bytes : scratch_layout.rounded_x_bytes;
+    return in;
   }
   // A grouped product's problems over the window's rows: runs of `per_row` problems, one run a row,
   // and the runs start again after the last row (gate|up: every row's gates, then its ups).
@@ -426,7 +435,7 @@ struct CudaSession::Impl {
   void mv(std::string_view what, const DeviceMatrix& m, const float* x, float* out, int64_t swiglu_up = 0,
           cudaStream_t on = nullptr, int64_t y_stride = 0) {
     if (is_left_out(what)) return;
-    MatvecInput in = input(swiglu_up);
+    MatvecInput in = input(swiglu_up, on);
     in.y_stride = y_stride;
     matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, x, out, window, on ? on : stream, in);
     queued(what, double(m.rows) * double(m.row_bytes), m.type);
@@ -516,8 +525,8 @@ struct CudaSession::Impl {
     float* su = sg + window * c.shared_ff;
     if (d.shared_gate_up.table) {  // window zeros then window ones: the tail of pair_ids' rows and rows
       const int32_t* pairs = pair_ids + (options.step_rows - window);
-      grouped("shared expert gate|up", d.shared_gate_up, pairs, 2 * window, normed, c.hidden, sg, rows_of(input(), 1),
-              on);
+      grouped("shared expert gate|up", d.shared_gate_up, pairs, 2 * window, normed, c.hidden, sg,
+              rows_of(input(0, on), 1), on);
     } else {
       mv("shared expert gate", d.shared_gate, normed, sg, 0, on);
       mv("shared expert up", d.shared_up, normed, su, 0, on);
@@ -670,14 +679,15 @@ struct CudaSession::Impl {
   }
 
   // Whether a step of several rows multiplies the layer's experts by expert groups (each expert
-  // read once for all its rows): where the grouped q8 kernels read all three projections' types, and
-  // only where some experts live in host RAM, whose reads over PCIe grouping saves. With every
-  // expert in VRAM a problem per (row, slot) pair measured faster (H200, the 35B synth, full VRAM:
-  // 16 sequences 15.0 ms a step against 19.0 grouped, 64 sequences 56.5 against 66.8, a window of 2
-  // 3.03 ms against 3.49).
+  // read once for all its rows): where the grouped q8 kernels read all three projections' types,
+  // and where some experts live in host RAM (grouping saves reads over PCIe) or the step has
+  // kGroupedFromRows rows or more. With every expert in VRAM and inputs rounded once (H200, the
+  // 35B synth, per pair against grouped): a window of 2 3.02 ms against 3.28, 4 sequences 4.52
+  // against 4.83; 16 sequences 14.85 against 14.65, 64 sequences 54.3 against 49.7.
+  static constexpr int kGroupedFromRows = 16;
   bool by_expert(const DeviceLayer& d) const {
-    return !plan.all_resident() && options.activations == model::Activations::q8 && has_q8_matvec(d.gate.type) &&
-           has_q8_matvec(d.up.type) && has_q8_matvec(d.down.type);
+    return (!plan.all_resident() || window >= kGroupedFromRows) && options.activations == model::Activations::q8 &&
+           has_q8_matvec(d.gate.type) && has_q8_matvec(d.up.type) && has_q8_matvec(d.down.type);
   }
 
   // The step's rows' routed experts by expert: the (row, slot) pairs grouped by expert

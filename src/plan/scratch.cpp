@@ -41,6 +41,11 @@ void Layout::end_union() {
   end_ = union_end_;
 }
 
+size_t rounded_input_bytes(int64_t cols) {
+  const size_t blocks = size_t(cols + 31) / 32;  // each 32 values: 34 bytes at most, a scale, two sums of 16
+  return (blocks * (34 + 4 + 8) + 15) / 16 * 16;
+}
+
 int attention_splits(int64_t max_context) { return int(std::clamp<int64_t>(max_context / 256, 1, 256)); }
 
 DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_context, int64_t rows, bool mtp) {
@@ -77,6 +82,13 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.greedy_partials = l.take(size_t(n * kGreedyBlocks) * 8), s.greedy_token = l.take(size_t(n) * 4);
   s.greedy_arrivals = l.take(size_t(n) * 4);
   if (mtp) s.mtp_rows = l.floats(n * 2 * c.hidden), s.mtp_position = l.take(2 * 8);
+  if (n > 1) {  // several rows' inputs rounded once per product: each row's, or each (row, slot) pair's
+    const int64_t widest = std::max({c.hidden, c.q_dim(), c.ssm_value_dim(), c.shared_ff});
+    s.rounded_x = l.take(std::max(size_t(n) * rounded_input_bytes(widest), size_t(n * k) * rounded_input_bytes(c.expert_ff)));
+    s.rounded_x_bytes = l.total() - s.rounded_x;
+    s.rounded_x_side = l.take(size_t(n) * rounded_input_bytes(std::max(c.hidden, c.shared_ff)));
+    s.rounded_x_side_bytes = l.total() - s.rounded_x_side;
+  }
   s.total = l.total();
   return s;
 }

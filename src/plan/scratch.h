@@ -78,6 +78,10 @@ struct DecodeScratch {
   // The MTP block's rows (with mtp): [rows][2 hidden], each row's embedding then the hidden state it
   // pairs with; and its step's positions (int64): the K/V row, then what the rotary position adds.
   size_t mtp_rows, mtp_position;
+  // Steps of several rows: where a product of several inputs rounds each of them to 8 bits once
+  // (cuda::MatvecInput::rounded), rounded_x_bytes of it (none for one row); and the same for the
+  // shared expert's products, which run on a stream of their own.
+  size_t rounded_x, rounded_x_bytes, rounded_x_side, rounded_x_side_bytes;
   size_t total;
   int64_t rows;
 };
@@ -89,6 +93,10 @@ constexpr size_t kExpertGroupBytes = 40;
 constexpr size_t kMissPathScratch = 1024;
 DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_context, int64_t rows = 1,
                              bool mtp = false);
+// The most bytes one input of `cols` values takes rounded to 8 bits for an integer product, for any
+// weight type (cuda::rounded_inputs_bytes: its values, their scales and sums of 16, or a Q8_0 row's
+// layout of them).
+size_t rounded_input_bytes(int64_t cols);
 
 // The prompt pass stages a layer's absent experts this many at a time (gate|up, then down), one
 // group into each of two staging buffers.
