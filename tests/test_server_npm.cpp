@@ -240,6 +240,10 @@ TEST(ServerNpm, TheLoadGeneratorAccountsForEveryRequest) {
   EXPECT_GT(report["ttft_ms"]["p50"].get<double>(), 0) << text;
   EXPECT_GT(report["itl_ms"]["p99"].get<double>(), 0) << text;
   EXPECT_GT(report["decode_tokens_per_s"].get<double>(), 0) << text;
+  // Decoding is part of the wall time.
+  EXPECT_GT(report["decoding_seconds"].get<double>(), 0) << text;
+  EXPECT_LE(report["decoding_seconds"].get<double>(), report["seconds"].get<double>()) << text;
+  EXPECT_GT(report["tokens_per_s_all_in"].get<double>(), 0) << text;
   httplib::Client status("127.0.0.1", port);
   EXPECT_TRUE(lode::test::eventually([&] {
     auto res = status.Get("/v1/status");

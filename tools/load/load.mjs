@@ -2,7 +2,9 @@
 // `openai` npm client (the pinned copy tools/server/fetch installs). N concurrent streams run
 // chat requests of given prompt and reply lengths, a share of each prompt common to all (a system
 // prompt), a share of requests abandoned after their first tokens; it reports aggregate decode
-// tokens/s, time to first token and inter-token latency (p50 / p99), and errors.
+// tokens/s (over the time some stream was decoding), tokens/s all in (over the wall time, prompts
+// and gaps between requests included), time to first token and inter-token latency (p50 / p99),
+// and errors.
 //
 //   node tools/load/load.mjs --url http://127.0.0.1:8080 [--concurrency 4] [--requests 16]
 //        [--prompt-words 200] [--max-tokens 128] [--shared-prefix 0.5] [--disconnect 0]
@@ -61,14 +63,33 @@ function messagesFor(o, i) {
   return messages;
 }
 
+// Seconds during which at least one of the requests was decoding: the union of their [first, last]
+// piece intervals (ms).
+function decodingSeconds(results) {
+  const spans = results.filter((r) => r.first !== null && r.last > r.first).map((r) => [r.first, r.last])
+    .sort((a, b) => a[0] - b[0]);
+  let total = 0, begin = null, end = null;
+  for (const [b, e] of spans) {
+    if (end === null || b > end) {
+      if (end !== null) total += end - begin;
+      begin = b, end = e;
+    } else {
+      end = Math.max(end, e);
+    }
+  }
+  if (end !== null) total += end - begin;
+  return total / 1000;
+}
+
 function percentile(sorted, p) {
   if (sorted.length === 0) return null;
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
 }
 
-async function runOne(client, o, i, abandon) {
+async function runOne(client, o, i, abandon, runBegan) {
   const began = performance.now();
-  const r = { ttft: null, gaps: [], completion: 0, prompt: 0, abandoned: false, error: null };
+  // first, last: when the first and the last piece came (ms since the run began, for decoding time).
+  const r = { ttft: null, gaps: [], completion: 0, prompt: 0, abandoned: false, error: null, first: null, last: null };
   const controller = new AbortController();
   let last = null;
   let pieces = 0;
@@ -85,9 +106,10 @@ async function runOne(client, o, i, abandon) {
       const delta = chunk.choices?.[0]?.delta;
       if (!delta || !(delta.content || delta.reasoning_content || delta.tool_calls)) continue;
       const now = performance.now();
-      if (r.ttft === null) r.ttft = now - began;
+      if (r.ttft === null) r.ttft = now - began, r.first = now - runBegan;
       else r.gaps.push(now - last);
       last = now;
+      r.last = now - runBegan;
       if (abandon && ++pieces >= 3) {
         r.abandoned = true;
         controller.abort();
@@ -111,7 +133,7 @@ async function main() {
   let next = 0;
   const began = performance.now();
   await Promise.all(Array.from({ length: o.concurrency }, async () => {
-    for (let i = next++; i < o.requests; i = next++) results[i] = await runOne(client, o, i, abandon[i]);
+    for (let i = next++; i < o.requests; i = next++) results[i] = await runOne(client, o, i, abandon[i], began);
   }));
   const seconds = (performance.now() - began) / 1000;
 
@@ -119,6 +141,10 @@ async function main() {
   const ttft = done.map((r) => r.ttft).filter((t) => t !== null).sort((a, b) => a - b);
   const gaps = done.flatMap((r) => r.gaps).sort((a, b) => a - b);
   const completion = done.reduce((n, r) => n + r.completion, 0);
+  // Decode tokens: each reply's tokens after its first (which the prompt's pass gives), over the
+  // time some reply was between its first and last piece.
+  const decoded = done.reduce((n, r) => n + Math.max(0, r.completion - 1), 0);
+  const decoding = decodingSeconds(done);
   const report = {
     url: o.url, concurrency: o.concurrency, requests: o.requests, prompt_words: o["prompt-words"],
     max_tokens: o["max-tokens"], shared_prefix: o["shared-prefix"],
@@ -127,7 +153,9 @@ async function main() {
     seconds: +seconds.toFixed(3),
     prompt_tokens_mean: done.length ? +(done.reduce((n, r) => n + r.prompt, 0) / done.length).toFixed(1) : 0,
     completion_tokens: completion,
-    decode_tokens_per_s: +(completion / seconds).toFixed(2),
+    decode_tokens_per_s: decoding > 0 ? +(decoded / decoding).toFixed(2) : 0,
+    decoding_seconds: +decoding.toFixed(3),
+    tokens_per_s_all_in: +(completion / seconds).toFixed(2),
     ttft_ms: { p50: percentile(ttft, 50), p99: percentile(ttft, 99) },
     itl_ms: { p50: percentile(gaps, 50), p99: percentile(gaps, 99) },
   };
@@ -138,7 +166,8 @@ async function main() {
   } else {
     console.log(`${report.completed} of ${o.requests} requests completed, ${report.abandoned} abandoned, ` +
                 `${report.errors} errors, in ${report.seconds} s at concurrency ${o.concurrency}`);
-    console.log(`decode: ${report.completion_tokens} tokens, ${report.decode_tokens_per_s} tokens/s in all; ` +
+    console.log(`decode: ${report.completion_tokens} tokens, ${report.decode_tokens_per_s} tokens/s in all over ` +
+                `${report.decoding_seconds} s of decoding (${report.tokens_per_s_all_in} over the wall time); ` +
                 `prompts ${report.prompt_tokens_mean} tokens on average`);
     console.log(`time to first token: p50 ${report.ttft_ms.p50} ms, p99 ${report.ttft_ms.p99} ms; ` +
                 `inter-token latency: p50 ${report.itl_ms.p50} ms, p99 ${report.itl_ms.p99} ms`);
