@@ -222,7 +222,8 @@ TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
 }
 
 // Several inputs of one plain matrix (decode rows of several sequences) in one launch: 2, 3, 8 and 9
-// inputs (one block's 2, 4 and 8, and two blocks' worth) give each input the bits it gets alone,
+// inputs (one block's 2, 4 and 8, two blocks' worth, and from 16 the tensor-core tiles': whole
+// and partial tiles of 8 inputs, several blocks of inputs) give each input the bits it gets alone,
 // for every kernel form: Q8_0 rows of 256 values and more (spans), shorter Q8_0 and Q5_0 rows (whose
 // rounded x are not whole 16-byte words: 32, 96 and 160 values) and the K-quants (rows in
 // registers); and rows so long that a block takes fewer inputs (Q4_K, 21,504 values: eight inputs'
@@ -241,15 +242,16 @@ TEST(CudaMatvec, SeveralInputsOfOneMatrixGetTheBitsOfOne) {
       std::vector<uint8_t> w(row_bytes * size_t(rows));
       const auto values = normal_floats(size_t(rows * cols), rng);
       for (int64_t r = 0; r < rows; ++r) traits.quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
-      const auto x = normal_floats(size_t(9 * cols), rng);
+      const auto x = normal_floats(size_t(40 * cols), rng);
       SCOPED_TRACE(std::string(traits.name) + ", " + std::to_string(cols) + " columns");
-      expect_each_inputs_twin(vram, type, w, rows, cols, x, {2, 3, 8, 9});
+      expect_each_inputs_twin(vram, type, w, rows, cols, x, {2, 3, 8, 9, 16, 17, 40});
     }
   }
 }
 
 // The lm head's own shape with several inputs: Q6_K rows of 2,048 values (1,680 bytes, staged in
-// shared memory), 65,573 of them, random codes with a modest scale in every block.
+// shared memory; 17 inputs: the tensor-core tiles, two tiles of inputs a block), 65,573 of them,
+// random codes with a modest scale in every block.
 TEST(CudaMatvec, SeveralInputsOfTheLmHeadGetTheBitsOfOne) {
   LODE_REQUIRE_GPU();
   lode::cuda::VramAccountant vram;
@@ -261,7 +263,7 @@ TEST(CudaMatvec, SeveralInputsOfTheLmHeadGetTheBitsOfOne) {
   const uint16_t d = lode::fp32_to_fp16(0.01f);
   for (size_t b = 0; b < w.size(); b += sizeof(lode::quant::BlockQ6_K))
     std::memcpy(&w[b + offsetof(lode::quant::BlockQ6_K, d)], &d, 2);
-  expect_each_inputs_twin(vram, type, w, rows, cols, normal_floats(size_t(5 * cols), rng), {2, 5});
+  expect_each_inputs_twin(vram, type, w, rows, cols, normal_floats(size_t(17 * cols), rng), {2, 5, 11, 17});
 }
 
 // The MoE's form: experts picked through a device-side table, one launch for all of them, with
@@ -384,6 +386,77 @@ TEST(CudaMatvec, GroupedIntegerProductsAreTheTwinsBits) {
           else
             EXPECT_EQ(mine, want[p]) << "problem " << p;
         }
+      }
+    }
+  }
+}
+
+// Products by expert groups (kernels::expert_groups's: a step's pairs by expert, up to 8 a group,
+// the groups after the last empty) bit for bit the host twin's for every pair: groups of 1 to 8
+// pairs, x shared by a row's slots; the 35B-A3B's gate|up and down (the SwiGLU of gate and up as
+// x) shapes and a ragged small one, for every type with grouped integer kernels.
+TEST(CudaMatvec, ExpertGroupsGetTheTwinsBitsForEveryPair) {
+  LODE_REQUIRE_GPU();
+  lode::cuda::VramAccountant vram;
+  std::mt19937 rng(19);
+  constexpr int64_t kStepRows = 13, kSlots = 4, kExperts = 5, kPairs = kStepRows * kSlots;
+  std::vector<int32_t> route(static_cast<size_t>(kPairs));
+  for (size_t p = 0; p < route.size(); ++p) route[p] = p < 11 ? 0 : int32_t(1 + rng() % (kExperts - 1));
+  std::vector<lode::cuda::ExpertGroup> groups;
+  for (int32_t e = 0; e < kExperts; ++e)
+    for (int32_t p = 0; p < kPairs; ++p) {
+      if (route[size_t(p)] != e) continue;
+      if (groups.empty() || groups.back().id != e || groups.back().count == lode::cuda::kGroupInputs)
+        groups.push_back({e, 0, {}});
+      groups.back().pairs[groups.back().count++] = p;
+    }
+  int32_t most = 0;
+  for (const auto& g : groups) most = std::max(most, g.count);
+  groups.resize(size_t(kPairs), lode::cuda::ExpertGroup{0, 0, {}});
+  struct Shape {
+    int64_t rows, cols;
+    bool swiglu;
+  };
+  for (const Shape shape : {Shape{512, 2048, false}, Shape{2048, 512, true}, Shape{67, 256, false}}) {
+    for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0}) {
+      const auto& traits = lode::traits(type);
+      const int64_t rows = shape.rows, cols = shape.cols;
+      SCOPED_TRACE(std::string(traits.name) + " " + std::to_string(rows) + " x " + std::to_string(cols));
+      const size_t row_bytes = lode::row_bytes(type, cols), matrix_bytes = row_bytes * size_t(rows);
+      std::vector<uint8_t> experts(matrix_bytes * kExperts);
+      const auto values = normal_floats(size_t(rows * cols), rng);
+      for (int64_t r = 0; r < rows * kExperts; ++r)
+        traits.quantize(values.data() + (r * 7 % rows) * cols, experts.data() + r * row_bytes, cols);
+      const int64_t x_stride = shape.swiglu ? 2 * cols : cols;
+      const auto x = normal_floats(size_t(kStepRows * x_stride), rng);
+      lode::cuda::DeviceBuffer dexperts(vram, experts.size(), lode::cuda::VramUse::experts, "experts");
+      lode::cuda::copy_to_device(dexperts.data(), experts.data(), experts.size());
+      std::vector<const void*> table;
+      for (int64_t e = 0; e < kExperts; ++e) table.push_back(dexperts.as<uint8_t>() + e * matrix_bytes);
+      lode::cuda::DeviceBuffer dtable(vram, table.size() * sizeof(void*), lode::cuda::VramUse::scratch, "table");
+      lode::cuda::DeviceBuffer dgroups(vram, groups.size() * sizeof(lode::cuda::ExpertGroup),
+                                       lode::cuda::VramUse::scratch, "groups");
+      lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
+      lode::cuda::DeviceBuffer dy(vram, size_t(rows * kPairs) * 4, lode::cuda::VramUse::scratch, "y");
+      lode::cuda::copy_to_device(dtable.data(), table.data(), table.size() * sizeof(void*));
+      lode::cuda::copy_to_device(dgroups.data(), groups.data(), groups.size() * sizeof(lode::cuda::ExpertGroup));
+      lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
+      lode::cuda::MatvecInput input{.swiglu_up = shape.swiglu ? cols : 0, .q8 = true};
+      input.x_run = int32_t(kSlots), input.groups = dgroups.as<lode::cuda::ExpertGroup>(), input.group_inputs = most;
+      const lode::cuda::DeviceBuffer scratch = rounded_scratch(vram, type, cols, kStepRows, input);
+      lode::cuda::grouped_matvec(type, dtable.as<const void*>(), nullptr, kPairs, rows, cols, row_bytes,
+                                 dx.as<float>(), x_stride, dy.as<float>(), nullptr, input);
+      lode::cuda::synchronize();
+      std::vector<float> got(size_t(rows * kPairs));
+      lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
+      lode::cpu::q8twin::RoundedBuffer rounded(cols);
+      for (int64_t p = 0; p < kPairs; ++p) {
+        const float* xp = x.data() + (p / kSlots) * x_stride;
+        lode::cpu::q8twin::round(type, xp, shape.swiglu ? xp + cols : nullptr, cols, rounded.x());
+        std::vector<float> want(static_cast<size_t>(rows));
+        lode::cpu::q8twin::rows(type, experts.data() + size_t(route[size_t(p)]) * matrix_bytes, row_bytes, rows, cols,
+                                rounded.x(), want.data());
+        EXPECT_EQ(std::vector<float>(got.begin() + p * rows, got.begin() + (p + 1) * rows), want) << "pair " << p;
       }
     }
   }

@@ -58,7 +58,13 @@ std::vector<uint8_t> random_weights(GgmlType type, size_t bytes, std::mt19937& r
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
+  // Arguments: --json, and a piece of the cases' names to run only those.
+  bool json = false;
+  const char* only = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) json = true;
+    else only = argv[i];
+  }
   lode::cuda::VramAccountant vram;
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
@@ -78,25 +84,33 @@ int main(int argc, char** argv) {
       {"lm head (vocab 248320 x 2048)", GgmlType::Q6_K, 248320, 2048, 1, false},
       {"lm head, 2 inputs", GgmlType::Q6_K, 248320, 2048, 2, false},
       {"lm head, 8 inputs", GgmlType::Q6_K, 248320, 2048, 8, false},
+      {"lm head, 16 inputs", GgmlType::Q6_K, 248320, 2048, 16, false},
+      {"lm head, 64 inputs", GgmlType::Q6_K, 248320, 2048, 64, false},
       {"deltanet qkv (8192 x 2048)", GgmlType::Q8_0, 8192, 2048, 1, false},
       {"deltanet qkv, 2 inputs", GgmlType::Q8_0, 8192, 2048, 2, false},
       {"deltanet qkv, 4 inputs", GgmlType::Q8_0, 8192, 2048, 4, false},
       {"deltanet qkv, 8 inputs", GgmlType::Q8_0, 8192, 2048, 8, false},
+      {"deltanet qkv, 16 inputs", GgmlType::Q8_0, 8192, 2048, 16, false},
+      {"deltanet qkv, 64 inputs", GgmlType::Q8_0, 8192, 2048, 64, false},
       {"q4_K trunk (8192 x 2048)", GgmlType::Q4_K, 8192, 2048, 1, false},
       {"q4_K trunk, 8 inputs", GgmlType::Q4_K, 8192, 2048, 8, false},
       {"attention q|gate (8192 x 2048)", GgmlType::Q8_0, 8192, 2048, 1, false},
       {"8 experts gate (8 x 512 x 2048)", GgmlType::Q4_K, 512, 2048, 8, true},
       {"8 experts down (8 x 2048 x 512)", GgmlType::Q5_K, 2048, 512, 8, true},
       {"deltanet out (2048 x 4096)", GgmlType::Q8_0, 2048, 4096, 1, false},
+      {"deltanet out, 16 inputs", GgmlType::Q8_0, 2048, 4096, 16, false},
+      {"deltanet out, 64 inputs", GgmlType::Q8_0, 2048, 4096, 64, false},
       {"shared down (2048 x 512)", GgmlType::Q8_0, 2048, 512, 1, false},
       {"f16 (8192 x 2048)", GgmlType::F16, 8192, 2048, 1, false},
       {"f32 (8192 x 2048)", GgmlType::F32, 8192, 2048, 1, false},
   };
   std::mt19937 rng(1);
+  int printed = 0;  // (JSON: the commas between cases)
   if (json) std::printf("{\"device\": \"%s\", \"copy_GBps\": %.1f, \"cases\": [", prop.name, ceiling);
   else std::printf("%s: device-to-device copy %.1f GB/s (the ceiling below)\n", prop.name, ceiling);
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
+    if (only && !std::strstr(c.name, only)) continue;
     const size_t row_bytes = lode::row_bytes(c.type, c.cols);
     const size_t matrix_bytes = row_bytes * size_t(c.rows);
     // Grouped cases pick 8 of 32 stored experts, as a token picks 8 of 256.
@@ -141,7 +155,7 @@ int main(int argc, char** argv) {
       if (json)
         std::printf("%s{\"case\": \"%s\", \"type\": \"%s\", \"x\": \"%s\", \"MB\": %.2f, \"us\": %.1f, "
                     "\"GBps\": %.1f, \"of_ceiling\": %.3f}",
-                    i || q8 ? ", " : "", c.name, lode::traits(c.type).name, x_type, bytes / 1e6, ms * 1e3, gbps,
+                    printed++ ? ", " : "", c.name, lode::traits(c.type).name, x_type, bytes / 1e6, ms * 1e3, gbps,
                     gbps / ceiling);
       else
         std::printf("  %-34s %-5s x %-3s %8.2f MB %9.1f us %8.1f GB/s  %5.1f%% of the copy ceiling\n", c.name,

@@ -81,6 +81,25 @@ cudaError_t allow_shared(void (*kernel)(Params...), size_t bytes) {
                            : cudaSuccess;
 }
 
+// An attribute of the current device, or `fallback` where it cannot be read (read once a process:
+// lode runs one kind of GPU).
+inline int device_attribute(cudaDeviceAttr attribute, int fallback) {
+  int device = 0, n = 0;
+  cudaGetDevice(&device);
+  return cudaDeviceGetAttribute(&n, attribute, device) == cudaSuccess && n > 0 ? n : fallback;
+}
+
+inline int multiprocessors() {
+  static const int count = device_attribute(cudaDevAttrMultiProcessorCount, 132);
+  return count;
+}
+
+// The most dynamic shared memory a block may take (opted in).
+inline size_t max_shared_per_block() {
+  static const size_t bytes = size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024));
+  return bytes;
+}
+
 // kernel<<<grid, block, shared, stream>>>(args...), allowed to overlap the kernel before it (see
 // wait_for_inputs) where the device and the kernel's code support it.
 template <class... Params, class... Args>

@@ -48,9 +48,10 @@ bool has_matvec(GgmlType type);
 // W: `rows` rows of `cols` values stored as `type`, row r at w + r * row_bytes; x: [n_tokens, cols];
 // y: [n_tokens, rows]; all device memory. With 8-bit x and a type with integer kernels (Q8_0, Q5_0,
 // the K-quants) the matrix is read once for up to 8 tokens (fewer where their rounded x would not
-// fit in shared memory), each token's products the bits it gets alone; several tokens are rounded
-// once each into input.rounded first. Queued on `stream` (a
-// cudaStream_t; null: the default stream). Fails (lode::Error) for a type without a kernel. Plain float rows may have any length
+// fit in shared memory), from 16 tokens on the tensor cores 16 at a time (Q8_0 rows of 256 values
+// and more, the K-quants), each token's products the bits it gets alone; several tokens are
+// rounded once each into input.rounded first. Queued on `stream` (a cudaStream_t; null: the
+// default stream). Fails (lode::Error) for a type without a kernel. Plain float rows may have any length
 // (a slower path when it is not a multiple of 32); quantized rows are whole blocks by construction.
 void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
             float* y, int64_t n_tokens, void* stream = nullptr, MatvecInput input = {});

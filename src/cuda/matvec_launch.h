@@ -110,6 +110,10 @@ const char* launch_matvec(const MatvecLaunch& launch);
 // The 8-bit-activation kernels (matvec_q8_kernels.cu), which launch_matvec picks for q8_input.
 #ifdef __CUDACC__
 cudaError_t launch_matvec_q8(const MatvecLaunch& launch);
+// Their tensor-core form for several inputs (matvec_q8_tile_kernels.cu): whether it takes this
+// launch (whose inputs are then rounded in the plain layout), and the launch.
+bool q8_tiles_take(const MatvecLaunch& launch);
+cudaError_t launch_q8_tiles(const MatvecLaunch& launch);
 #endif
 
 }  // namespace lode::cuda

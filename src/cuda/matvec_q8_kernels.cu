@@ -15,7 +15,8 @@
 // qkv product, Q8_0, 12.6 us for one input, 15.4 for two, 27.4 for eight). Such launches, and
 // grouped ones, round each input once first (round_inputs_kernel, into MatvecLaunch::rounded), and
 // their blocks copy the rounded inputs they take into shared memory: the same bytes a block's own
-// rounding writes, without every block of the grid rounding them again.
+// rounding writes, without every block of the grid rounding them again. From 16 inputs of a plain
+// matrix the tensor-core tiles take over (matvec_q8_tile_kernels.cu), with the same bits.
 #include <cuda_fp16.h>
 #include <algorithm>
 #include <type_traits>
@@ -68,12 +69,6 @@ __global__ void __launch_bounds__(256)
   const size_t words = rounded_x_words(q_bytes, cols);
   round_x<R, kRowLayout>(x + int64_t(blockIdx.x) * x_stride, cols, swiglu_up,
                          rounded_x_in(out + size_t(blockIdx.x) * words, q_bytes, cols));
-}
-
-// A rounded input's words from round_inputs_kernel's output (in L2) into the block's shared memory;
-// a __syncthreads() later the block may read them.
-__device__ __forceinline__ void copy_rounded(int4* to, const int4* from, size_t words) {
-  for (size_t w = threadIdx.x; w < words; w += blockDim.x) to[w] = __ldcg(from + w);
 }
 
 // Block: each warp takes kRows row groups at once; a group of `lanes` lanes (a power of two up to
@@ -195,33 +190,12 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// The lanes that share a row of `slices` slices (spans): the largest power of two <= min(32,
-// slices), as the host twin counts them.
-int lanes_for(int64_t slices) {
-  int lanes = kWarp;
-  while (lanes > 1 && lanes > slices) lanes /= 2;
-  return lanes;
-}
-
-// An attribute of the current device, or `fallback` where it cannot be read (read once a process:
-// lode runs one kind of GPU).
-int device_attribute(cudaDeviceAttr attribute, int fallback) {
-  int device = 0, n = 0;
-  cudaGetDevice(&device);
-  return cudaDeviceGetAttribute(&n, attribute, device) == cudaSuccess && n > 0 ? n : fallback;
-}
-
-int multiprocessors() {
-  static const int count = device_attribute(cudaDevAttrMultiProcessorCount, 132);
-  return count;
-}
-
 // Rows a warp works on at once: enough weight loads in flight per lane (about 8), while keeping at
 // least two blocks of eight warps per multiprocessor.
 int rows_in_flight(int64_t loads_per_lane, int64_t all_rows, int64_t rows_per_warp_step) {
   int rows = 1;
   while (rows < 4 && loads_per_lane * rows < 8 &&
-         all_rows / (8 * rows_per_warp_step * rows * 2) >= multiprocessors())
+         all_rows / (8 * rows_per_warp_step * rows * 2) >= kernels::multiprocessors())
     rows *= 2;
   return rows;
 }
@@ -410,12 +384,6 @@ unsigned problem_blocks(const MatvecLaunch& m, int inputs) {
   return unsigned(m.groups ? m.n_problems : (m.n_problems + inputs - 1) / inputs);
 }
 
-// The most dynamic shared memory a block may take (opted in).
-size_t max_shared_per_block() {
-  static const size_t bytes = size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, 48 * 1024));
-  return bytes;
-}
-
 template <int kInputs, bool kGroups = false>
 cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
   const auto kernel = matvec_q8_0_spans_kernel<kInputs, kGroups>;
@@ -423,7 +391,7 @@ cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
   const int rows_per_block = (256 / kWarp) * (kWarp / lanes);
   const size_t shared = size_t(rows_per_block) * m.row_bytes + inputs_x_bytes(kInputs, m.row_bytes, m.cols);
   if constexpr (kInputs > 1) {  // long rows: fewer inputs a block, so their rounded x fit beside the rows
-    if (shared > max_shared_per_block()) {
+    if (shared > kernels::max_shared_per_block()) {
       if (kGroups) return cudaErrorInvalidConfiguration;  // a group's inputs go together
       return launch_q8_0_spans<kInputs / 2>(m);
     }
@@ -443,7 +411,7 @@ cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
   const auto kernel = matvec_q8_kernel<T, kRows, kSlices, kInputs, kGroups>;
   const size_t shared = inputs_x_bytes(kInputs, size_t(m.cols), m.cols);
   if constexpr (kInputs > 1) {
-    if (shared > max_shared_per_block()) {
+    if (shared > kernels::max_shared_per_block()) {
       if (kGroups) return cudaErrorInvalidConfiguration;  // a group's inputs go together
       return launch_q8_rows<T, kRows, kSlices, kInputs / 2>(m, lanes, sets);
     }
@@ -472,7 +440,7 @@ cudaError_t launch_q8_staged(const MatvecLaunch& m, int lanes) {
   // of one input's staging.)
   const size_t shared = staged_shared_bytes(rows_per_block, m.row_bytes, m.cols, kInputs);
   if constexpr (kInputs > 1) {
-    if (shared > max_shared_per_block()) return launch_q8_staged<T, kInputs / 2>(m, lanes);
+    if (shared > kernels::max_shared_per_block()) return launch_q8_staged<T, kInputs / 2>(m, lanes);
   }
   if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block),
@@ -568,7 +536,8 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
 // Q8_0 rows the spans kernel takes, whose x is rounded in the row's own layout.
 bool in_spans(GgmlType type, int64_t cols) { return type == GgmlType::Q8_0 && q8_0_in_spans(cols); }
 
-// The bytes of one input's rounded q (rounded_x_in's q_bytes) for such a launch.
+// The bytes of one input's rounded q (rounded_x_in's q_bytes) for the spans kernel, and the most
+// for any launch of the type.
 size_t rounded_q_bytes(GgmlType type, int64_t cols, size_t row_bytes) {
   return in_spans(type, cols) ? row_bytes : size_t(cols);
 }
@@ -577,12 +546,13 @@ size_t rounded_q_bytes(GgmlType type, int64_t cols, size_t row_bytes) {
 cudaError_t round_inputs(const MatvecLaunch& m) {
   const int64_t inputs = m.io.inputs(m.n_problems);
   if (rounded_inputs_bytes(m.type, m.cols, m.row_bytes, inputs) > m.rounded_bytes) return cudaErrorInvalidValue;
-  const size_t q_bytes = rounded_q_bytes(m.type, m.cols, m.row_bytes);
+  const bool row_layout = in_spans(m.type, m.cols) && !q8_tiles_take(m);  // the spans kernel's
+  const size_t q_bytes = row_layout ? m.row_bytes : size_t(m.cols);
   const auto launch = [&](auto kernel) {
     return kernels::launch_overlapped(kernel, dim3(unsigned(inputs)), dim3(kThreads), 0, m.stream, m.x, m.io.x_stride,
                                       m.cols, m.swiglu_up, q_bytes, static_cast<int4*>(m.rounded));
   };
-  if (in_spans(m.type, m.cols)) return launch(round_inputs_kernel<XRounding::q8_0, true>);
+  if (row_layout) return launch(round_inputs_kernel<XRounding::q8_0, true>);
   cudaError_t err = cudaErrorInvalidValue;
   for_weight_type<WeightKernel::q8>(m.type, [&](auto t) {
     err = launch(round_inputs_kernel<Slice<decltype(t)::value>::kRounding, false>);
@@ -603,6 +573,7 @@ bool rounds_inputs_first(const MatvecLaunch& m) {
 cudaError_t launch_matvec_q8(const MatvecLaunch& m) {
   if (rounds_inputs_first(m))
     if (const cudaError_t err = round_inputs(m)) return err;
+  if (q8_tiles_take(m)) return launch_q8_tiles(m);
   if (in_spans(m.type, m.cols)) {
     if (m.groups) return with_inputs(m, [&](auto k) { return launch_q8_0_spans<decltype(k)::value, true>(m); });
     return with_inputs(m, [&](auto k) { return launch_q8_0_spans<decltype(k)::value>(m); });

@@ -7,7 +7,7 @@
 //
 // Every float step is rounded on its own (core/exact_math.h): the CPU miss path
 // (cpu/q8_twin.h) computes an expert's products on the host with this arithmetic, in this
-// order, and must get the same bits. Included by matvec_q8_kernels.cu only.
+// order, and must get the same bits. Included by matvec_q8_kernels.cu and matvec_q8_tile_kernels.cu.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -95,6 +95,20 @@ __device__ __forceinline__ RoundedX rounded_x_in(int4* shared, size_t q_bytes, i
   rx.d = reinterpret_cast<float*>(rx.q + q_bytes);
   rx.sum16 = reinterpret_cast<int*>(rx.d + cols / 32);
   return rx;
+}
+
+// A rounded input's words from round_inputs_kernel's output (in L2) into the block's shared memory;
+// a __syncthreads() later the block may read them.
+__device__ __forceinline__ void copy_rounded(int4* to, const int4* from, size_t words) {
+  for (size_t w = threadIdx.x; w < words; w += blockDim.x) to[w] = __ldcg(from + w);
+}
+
+// The lanes that share a row of `slices` slices (spans): the largest power of two <= min(32,
+// slices), as the host twin counts them.
+inline int lanes_for(int64_t slices) {
+  int lanes = kWarp;
+  while (lanes > 1 && lanes > slices) lanes /= 2;
+  return lanes;
 }
 
 __device__ __forceinline__ int pack4(int a, int b, int c, int d) {

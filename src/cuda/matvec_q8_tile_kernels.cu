@@ -1,0 +1,519 @@
+// Products of 16 and more 8-bit inputs of one matrix on the tensor cores (decode rows of many
+// sequences, or of one sequence's positions), for Q8_0 rows of 256 values and more, Q4_K, Q5_K and
+// Q6_K: launch_matvec_q8 hands such launches here (q8_tiles_take). A warp takes 16 rows by 8 inputs
+// (an mma tile) or by 16; where the tiles are few, several warps share one.
+//
+// Every input's products keep the bits they get alone (matvec_q8_kernel, and the CPU miss path's
+// twin, cpu/q8_twin.h):
+// - a row is cut into units (a K-quant's 32-value slice; 8 Q8_0 blocks, a span), each one float
+//   made from integer dot products and the unit's scales. Integer sums are exact in any order, so
+//   int8 mma computes them; the float steps around them follow q8_slices.cuh step for step.
+// - the single-input kernel sums a row's units over `lanes` lanes (lane l adds units l, l + lanes,
+//   ... from 0), then in a butterfly (offsets lanes / 2, ..., 1). Here one lane holds a (row,
+//   input)'s every unit, so it visits the leaves (those lanes' sums) in bit-reversed order: then the
+//   butterfly's pairs complete one after another, and a stack of one partial sum per level adds each
+//   pair as it completes, the butterfly's sums in its order (a + b and b + a are the same float).
+//
+// The leaves' order reads a row's units out of address order, so weights are read through L1 (a
+// sector's other half serves another unit later from L1 or L2), and a warp first asks L2 for its
+// rows whole.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/exact_math.h"
+#include "core/quant/blocks.h"
+#include "core/quant/q8_0_spans.h"
+#include "cuda/kernel_math.cuh"
+#include "cuda/matvec_launch.h"
+#include "cuda/q8_slices.cuh"
+
+namespace lode::cuda {
+
+namespace {
+
+using namespace lode::quant;
+
+using kernels::kWarp;
+
+constexpr int kTileRows = 16, kTileInputs = 8;  // an mma tile: rows (M) by inputs (N)
+constexpr int kTileWarps = 8;                   // a block's warps, one tile of rows each
+constexpr int kMaxLevels = 6;                   // a butterfly of up to 32 lanes: 5 levels of pairs, and its sum
+
+// Weight bytes through L1 (ld.global.nc).
+struct FromCache {
+  template <class W>
+  __device__ static W at(const void* p) { return __ldg(static_cast<const W*>(p)); }
+};
+
+// C += A B, A 16 x 16 int8 (rows g and g + 8 of lane 4 g + t: a0, a1, k 4 t .. 4 t + 3), B 16 x 8
+// (input g, the same k), C 16 x 8 int32 (rows g, g + 8 by inputs 2 t, 2 t + 1: c0 c1, c2 c3).
+__device__ __forceinline__ void mma_k16(int (&c)[4], int a0, int a1, int b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(b));
+}
+
+// The same with k 32: a0, a1 k 4 t .., a2, a3 k 16 + 4 t ..; b0, b1 likewise.
+__device__ __forceinline__ void mma_k32(int (&c)[4], int a0, int a1, int a2, int a3, int b0, int b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, "
+      "%3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The block's inputs rounded in shared memory (round_inputs_kernel's layout, q_bytes = cols): input
+// i's at at + i * stride words; those past `last` read the last one's (their results are not
+// stored).
+struct TileX {
+  const int4* at;
+  int stride, cols, last;
+  __device__ const int8_t* q(int i) const { return reinterpret_cast<const int8_t*>(at + min(i, last) * stride); }
+  __device__ const float* d(int i) const { return reinterpret_cast<const float*>(q(i) + cols); }
+  __device__ const int* sum16(int i) const { return reinterpret_cast<const int*>(d(i) + cols / 32); }
+};
+
+// A lane's place in the tile: g = lane / 4 (A's rows g and g + 8, B's input g), t = lane % 4 (k
+// slots; C's inputs 2 t and 2 t + 1). C's element e: row g + 8 (e / 2), input 2 t + e % 2.
+struct TileLane {
+  int g, t;
+  __device__ int input(int tile, int e) const { return kTileInputs * tile + 2 * t + e % 2; }
+};
+
+// Each type's unit: kValues values of a row, in kSteps steps. load() reads a step's weight bytes of
+// rows row[0] (g) and row[1] (g + 8) into registers (Raw); step() adds the step's float term to
+// the lane's C elements' unit sums for each of kN tiles of inputs (a unit of one step sets it).
+// The kernel keeps kDepth steps' loads in flight. kPad: each input's shared words are kPad past a
+// multiple of 8 (128 bytes), so a warp's B loads (4 lanes an input, 16 bytes; Q8_0's 32 bytes, in
+// two half-warp phases) meet different banks.
+template <GgmlType T>
+struct TileUnit;
+
+// Q4_K and Q5_K slice s (k45_dot's): 16 qs bytes holding 16 values of sub-block 2 pair (low
+// nibbles) and 16 of sub-block 2 pair + 1 (high); lane t takes bytes 4 t .. 4 t + 3, so one load
+// gives A of both halves, each its own mma (the halves' scales differ).
+template <bool kFifthBit>
+struct K45Tile {
+  static constexpr int kValues = 32, kSteps = 1, kDepth = kFifthBit ? 3 : 4, kPad = 1;  // (registers)
+  using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+  struct Raw {
+    uint4 head[2];
+    uint32_t q[2], fifth[2];
+  };
+  __device__ static Raw load(const uint8_t* const (&row)[2], int s, int, TileLane lane) {
+    Raw raw;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const Block& b = reinterpret_cast<const Block*>(row[r])[s / 8];
+      raw.head[r] = __ldg(reinterpret_cast<const uint4*>(&b));
+      raw.q[r] = __ldg(reinterpret_cast<const uint32_t*>(b.qs + 16 * (s % 8) + 4 * lane.t));
+      raw.fifth[r] = 0;
+      if constexpr (kFifthBit) raw.fifth[r] = __ldg(reinterpret_cast<const uint32_t*>(b.qh + 16 * (s % 2) + 4 * lane.t));
+    }
+    return raw;
+  }
+  template <int kN>
+  __device__ static void step(const Raw& raw, int s, int, TileLane lane, const TileX& x, float (&unit)[kN][4]) {
+    const int sb = s / 8, ss = s % 8, pair = ss / 2, t = lane.t;
+    const int lo_base = 256 * sb + 64 * pair + 16 * (ss % 2), hi_base = lo_base + 32;
+    int lo[2], hi[2];
+    uint32_t scales[2], mins[2];
+    float d[2], dmin[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      uint32_t l = raw.q[r] & 0x0f0f0f0fu, h = (raw.q[r] >> 4) & 0x0f0f0f0fu;
+      if constexpr (kFifthBit) {
+        l |= ((raw.fifth[r] >> (2 * pair)) & 0x01010101u) << 4;
+        h |= ((raw.fifth[r] >> (2 * pair + 1)) & 0x01010101u) << 4;
+      }
+      lo[r] = int(l), hi[r] = int(h);
+      const uint4 head = raw.head[r];
+      scale_min_pair_k4(head.y, head.z, head.w, pair, &scales[r], &mins[r]);
+      d[r] = __half2float(__ushort_as_half(uint16_t(head.x)));
+      dmin[r] = __half2float(__ushort_as_half(uint16_t(head.x >> 16)));
+    }
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const int8_t* bq = x.q(kTileInputs * j + lane.g);
+      int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
+      mma_k16(clo, lo[0], lo[1], *reinterpret_cast<const int*>(bq + lo_base + 4 * t));
+      mma_k16(chi, hi[0], hi[1], *reinterpret_cast<const int*>(bq + hi_base + 4 * t));
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2, i = lane.input(j, e);
+        const int* sum16 = x.sum16(i);
+        const int scaled = int(scales[r] & 0xffu) * clo[e] + int(scales[r] >> 8) * chi[e];
+        const int sum_mins = int(mins[r] & 0xffu) * sum16[lo_base / 16] + int(mins[r] >> 8) * sum16[hi_base / 16];
+        unit[j][e] = exact::mul(x.d(i)[lo_base / 32],
+                                exact::sub(exact::mul(d[r], float(scaled)), exact::mul(dmin[r], float(sum_mins))));
+      }
+    }
+  }
+};
+
+template <>
+struct TileUnit<GgmlType::Q4_K> : K45Tile<false> {};
+template <>
+struct TileUnit<GgmlType::Q5_K> : K45Tile<true> {};
+
+// Q6_K slice s (Slice<Q6_K>'s): 8 values of each of a half's four quarters, each quarter's its own
+// scale, so four mmas of k 16 whose slots 8 .. 15 are zero (lanes t >= 2); A holds the values less
+// 32 (-32 .. 31), so each mma gives a quarter's dot - 32 sum.
+template <>
+struct TileUnit<GgmlType::Q6_K> {
+  static constexpr int kValues = 32, kSteps = 1, kDepth = 3, kPad = 1;  // (registers)
+  struct Raw {
+    uint32_t qa[2], qb[2], qh[2];
+    uint2 scales[2];
+    float d[2];
+  };
+  __device__ static Raw load(const uint8_t* const (&row)[2], int s, int, TileLane lane) {
+    const int blk = s / 8, half = (s % 8) / 4, tq = s % 4, t = lane.t;
+    Raw raw;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint8_t* block = row[r] + blk * int(sizeof(BlockQ6_K));
+      raw.qa[r] = raw.qb[r] = raw.qh[r] = 0;
+      if (t < 2) {
+        const uint8_t* ql = block + 64 * half + 8 * tq + 4 * t;
+        raw.qa[r] = uint32_t(u32_at_b2<FromCache>(ql));
+        raw.qb[r] = uint32_t(u32_at_b2<FromCache>(ql + 32));
+        raw.qh[r] = uint32_t(u32_at_b2<FromCache>(block + offsetof(BlockQ6_K, qh) + 32 * half + 8 * tq + 4 * t));
+      }
+      raw.scales[r] = u64_at_b2<FromCache>(block + offsetof(BlockQ6_K, scales) + 8 * half);
+      raw.d[r] = half_at<FromCache>(block + offsetof(BlockQ6_K, d));
+    }
+    return raw;
+  }
+  template <int kN>
+  __device__ static void step(const Raw& raw, int s, int, TileLane lane, const TileX& x, float (&unit)[kN][4]) {
+    const int blk = s / 8, tq = s % 4, t = lane.t;
+    const int base = 256 * blk + 128 * ((s % 8) / 4) + 8 * tq;
+    int a[2][4], scale[2][4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t qa = raw.qa[r], qb = raw.qb[r], qh = raw.qh[r];
+      const uint32_t u[4] = {(qa & 0x0f0f0f0fu) | ((qh & 0x03030303u) << 4),
+                             (qb & 0x0f0f0f0fu) | (((qh >> 2) & 0x03030303u) << 4),
+                             ((qa >> 4) & 0x0f0f0f0fu) | (((qh >> 4) & 0x03030303u) << 4),
+                             ((qb >> 4) & 0x0f0f0f0fu) | (((qh >> 6) & 0x03030303u) << 4)};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        a[r][q] = t < 2 ? int(__vsub4(u[q], 0x20202020u)) : 0;
+        const uint32_t word = q < 2 ? raw.scales[r].x : raw.scales[r].y;
+        scale[r][q] = int(word << (24 - 8 * (tq / 2 + 2 * (q % 2)))) >> 24;  // the signed byte tq / 2 + 2 q
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const int8_t* bq = x.q(kTileInputs * j + lane.g) + base + 4 * t;
+      int c[4][4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        c[q][0] = c[q][1] = c[q][2] = c[q][3] = 0;
+        mma_k16(c[q], a[0][q], a[1][q], t < 2 ? *reinterpret_cast<const int*>(bq + 32 * q) : 0);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e / 2;
+        int total = 0;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) total += scale[r][q] * c[q][e];
+        unit[j][e] = exact::mul(exact::mul(raw.d[r], x.d(lane.input(j, e))[8 * blk]), float(total));
+      }
+    }
+  }
+};
+
+// Q8_0 span s (q8_0_span_dot's): 8 blocks, a step each: an mma of k 32 (lane t: the block's bytes
+// 8 t .. 8 t + 7, A's slots 4 t .. and 16 + 4 t ..), its float term added to the span's sum.
+template <>
+struct TileUnit<GgmlType::Q8_0> {
+  static constexpr int kValues = kQ8_0SpanValues, kSteps = kQ8_0SpanBlocks, kDepth = 6, kPad = 2;  // (registers)
+  struct Raw {
+    uint2 w[2];
+    float d[2];
+  };
+  __device__ static Raw load(const uint8_t* const (&row)[2], int s, int b, TileLane lane) {
+    Raw raw;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint8_t* block = row[r] + (kQ8_0SpanBlocks * s + b) * int(sizeof(BlockQ8_0));
+      raw.w[r] = u64_at_b2<FromCache>(block + 2 + 8 * lane.t);
+      raw.d[r] = half_at<FromCache>(block);
+    }
+    return raw;
+  }
+  template <int kN>
+  __device__ static void step(const Raw& raw, int s, int b, TileLane lane, const TileX& x, float (&unit)[kN][4]) {
+    const int blk = kQ8_0SpanBlocks * s + b;
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      const int2 xv = *reinterpret_cast<const int2*>(x.q(kTileInputs * j + lane.g) + 32 * blk + 8 * lane.t);
+      int c[4] = {0, 0, 0, 0};
+      mma_k32(c, int(raw.w[0].x), int(raw.w[1].x), int(raw.w[0].y), int(raw.w[1].y), xv.x, xv.y);
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        unit[j][e] = exact::add(unit[j][e], exact::mul(exact::mul(raw.d[e / 2], x.d(lane.input(j, e))[blk]), float(c[e])));
+    }
+  }
+};
+
+// The butterfly's partial sums, one per level: leaves pushed in bit-reversed order complete its
+// pairs like carries in a binary counter (leaf number i adds the levels below i's lowest zero bit
+// and is kept there).
+template <int kN>
+struct LeafStack {
+  float level[kMaxLevels][kN][4];
+
+  // Leaf number i's sum: added to the partial sums it completes, then kept at the first level
+  // where i has a zero bit.
+  __device__ void push(int i, float (&sum)[kN][4]) {
+    bool carry = true;
+#pragma unroll
+    for (int b = 0; b < kMaxLevels; ++b) {
+      const bool bit = (i >> b) & 1;
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (carry && bit) sum[j][e] = exact::add(level[b][j][e], sum[j][e]);
+          if (carry && !bit) level[b][j][e] = sum[j][e];
+        }
+      carry = carry && bit;
+    }
+  }
+  // The butterfly's result after all 2^levels leaves.
+  __device__ void result(int levels, float (&sum)[kN][4]) const {
+#pragma unroll
+    for (int b = 0; b < kMaxLevels; ++b)
+      if (b == levels)
+#pragma unroll
+        for (int j = 0; j < kN; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sum[j][e] = level[b][j][e];
+  }
+};
+
+template <int kN>
+__device__ __forceinline__ void set_zero(float (&v)[kN][4]) {
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[j][e] = 0.0f;
+}
+
+// The leaves' sums of processing numbers `first` .. first + count - 1 (a subtree of the butterfly:
+// count a power of two, first a multiple of it), each leaf's units in order, the steps' loads
+// U::kDepth ahead (half that with two tiles of inputs); on return the stack's level log2(count)
+// holds the subtree's sum.
+template <class U, int kN>
+__device__ void sum_leaves(const uint8_t* const (&row)[2], TileLane lane, const TileX& x, int lanes, int per_leaf,
+                           int first, int count, LeafStack<kN>& stack) {
+  constexpr int kDepth = kN == 1 ? U::kDepth : U::kDepth / 2;  // (two tiles: twice the work a step, and registers)
+  const int levels = 31 - __clz(lanes), steps_per_leaf = per_leaf * U::kSteps, total = count * steps_per_leaf;
+  // Step k of the warp's: (leaf number i, the leaf's unit j, step b), and the unit's index.
+  const auto unit_of = [&](int k, int& i, int& j, int& b) {
+    i = k / steps_per_leaf;
+    const int rest = k % steps_per_leaf;
+    j = rest / U::kSteps, b = rest % U::kSteps;
+    const int n = first + i;
+    return (levels ? int(__brev(unsigned(n)) >> (32 - levels)) : 0) + lanes * j;
+  };
+  typename U::Raw ring[kDepth];
+#pragma unroll
+  for (int d = 0; d < kDepth; ++d) {
+    int i, j, b;
+    const int u = unit_of(d, i, j, b);
+    if (d < total) ring[d] = U::load(row, u, b, lane);
+  }
+  float unit[kN][4], leaf[kN][4];
+  set_zero(unit), set_zero(leaf);
+  for (int k0 = 0; k0 < total; k0 += kDepth) {
+#pragma unroll
+    for (int d = 0; d < kDepth; ++d) {
+      const int k = k0 + d;
+      if (k >= total) break;
+      const typename U::Raw raw = ring[d];
+      int i, j, b;
+      if (k + kDepth < total) {
+        const int next = unit_of(k + kDepth, i, j, b);
+        ring[d] = U::load(row, next, b, lane);
+      }
+      const int u = unit_of(k, i, j, b);
+      if (b == 0) set_zero(unit);
+      U::template step<kN>(raw, u, b, lane, x, unit);
+      if (b < U::kSteps - 1) continue;
+#pragma unroll
+      for (int jj = 0; jj < kN; ++jj)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) leaf[jj][e] = exact::add(leaf[jj][e], unit[jj][e]);
+      if (j < per_leaf - 1) continue;
+      stack.push(i, leaf);
+      set_zero(leaf);
+    }
+  }
+}
+
+// Block (c, r): tiles of 16 rows, 8 / split of them (rows 128 / split r ..), each by `split` warps
+// that sum a part of its leaves (a subtree of the butterfly; the parts meet in shared memory, in the
+// butterfly's order), for inputs 8 kN c .. + 8 kN - 1 (as many as there are). Blocks of one row
+// tile side by side in x, so a matrix read for several tiles of inputs comes from L2 the second
+// time.
+template <GgmlType T, int kN>
+__global__ void __launch_bounds__(kTileWarps* kWarp, 2)
+    matvec_q8_tiles_kernel(const uint8_t* matrix, int64_t rows, int64_t cols, size_t row_bytes, ProblemIo io,
+                           float* y, int lanes, int split, int64_t n_problems, const int4* rounded, int stride) {
+  using U = TileUnit<T>;
+  extern __shared__ int4 shared_x[];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, part = warp % split;
+  const int64_t first = (int64_t(blockIdx.y) * (kTileWarps / split) + warp / split) * kTileRows;
+  const int64_t p = int64_t(blockIdx.x) * kTileInputs * kN;
+  const auto row_of = [&](int64_t r) { return min(r, rows - 1); };  // rows past the end: the last row
+  if (first < rows && part == 0)  // the tile's rows asked of L2 while the kernel before finishes
+    kernels::prefetch_lines(matrix + first * int64_t(row_bytes), min(int64_t(kTileRows), rows - first) * int64_t(row_bytes),
+                            lane, kWarp);
+  kernels::begin_after_inputs();
+  const int inputs = int(min(int64_t(kTileInputs * kN), n_problems - p));
+  const size_t words = rounded_x_words(size_t(cols), cols);
+  for (int i = 0; i < inputs; ++i) copy_rounded(shared_x + i * stride, rounded + io.input(p + i) * words, words);
+  __syncthreads();
+
+  // (Tiles past the last row sum the last row again, unstored: every warp reaches the barrier.)
+  const TileLane tl{lane / 4, lane % 4};
+  const TileX x{shared_x, stride, int(cols), inputs - 1};
+  const uint8_t* const row[2] = {matrix + row_of(first + tl.g) * row_bytes, matrix + row_of(first + tl.g + 8) * row_bytes};
+  const int per_part = lanes / split, part_levels = 31 - __clz(per_part);
+  LeafStack<kN> stack;
+  sum_leaves<U, kN>(row, tl, x, lanes, int(cols / U::kValues) / lanes, part * per_part, per_part, stack);
+  float result[kN][4];
+  stack.result(part_levels, result);
+  if (split > 1) {  // the parts' sums through shared memory, after the inputs
+    float* parts = reinterpret_cast<float*>(shared_x + kN * kTileInputs * stride);
+    const auto at = [&](int w_, int j, int e) { return parts + ((w_ * kN + j) * 4 + e) * kWarp + lane; };
+#pragma unroll
+    for (int j = 0; j < kN; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) *at(warp, j, e) = result[j][e];
+    __syncthreads();
+    if (part != 0) return;
+    LeafStack<kN> top;
+    for (int q = 0; q < split; ++q) {
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) result[j][e] = *at(warp + q, j, e);
+      top.push(q, result);
+    }
+    top.result(31 - __clz(split), result);
+  }
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t r = first + tl.g + 8 * (e / 2);
+      const int i = tl.input(j, e);
+      if (r >= rows || i >= inputs) continue;
+      y[(p + i) * io.y_stride + r] = result[j][e];
+    }
+}
+
+// An input's shared words: its rounded words, rounded up to kPad past a multiple of 8.
+int tile_stride(int64_t cols, int pad) {
+  const int words = int(rounded_x_words(size_t(cols), cols));
+  return words + ((pad - words % 8) + 8) % 8;
+}
+
+// Tiles of inputs a block takes: two where a plain matrix has more than 8 inputs, their x fit
+// twice in a multiprocessor, and the tiles of rows are many (the lm head, the DeltaNet input).
+template <class Unit>
+int tiles_of_inputs(const MatvecLaunch& m) {
+  const size_t two = size_t(2 * kTileInputs) * size_t(tile_stride(m.cols, Unit::kPad)) * 16;
+  const int64_t tiles = (m.rows + kTileRows - 1) / kTileRows * ((m.n_problems + 2 * kTileInputs - 1) / (2 * kTileInputs));
+  return m.n_problems > kTileInputs && two <= kernels::max_shared_per_block() / 2 &&
+                 tiles >= 4 * int64_t(kernels::multiprocessors())
+             ? 2
+             : 1;
+}
+
+// Warps that share a tile (split its leaves): enough warps for every multiprocessor's 16 where the
+// tiles are few (the 2,048 rows of an attention or DeltaNet output for 16 sequences), at most a
+// warp per leaf and 8.
+int split_for(int64_t tiles, int lanes) {
+  int split = 1;
+  const int64_t enough = 16 * int64_t(kernels::multiprocessors());
+  while (split < kTileWarps && split * 2 <= lanes && tiles * split < enough) split *= 2;
+  return split;
+}
+
+template <GgmlType T, int kN>
+cudaError_t launch_tiles(const MatvecLaunch& m) {
+  using U = TileUnit<T>;
+  const auto kernel = matvec_q8_tiles_kernel<T, kN>;
+  const int stride = tile_stride(m.cols, U::kPad), lanes = lanes_for(m.cols / U::kValues);
+  const int64_t per_block = int64_t(kN) * kTileInputs, row_tiles = (m.rows + kTileRows - 1) / kTileRows;
+  const int64_t columns = (m.n_problems + per_block - 1) / per_block;
+  const int split = split_for(row_tiles * columns, lanes);
+  const size_t shared = size_t(kN * kTileInputs) * size_t(stride) * 16 +
+                        (split > 1 ? size_t(kTileWarps) * kN * 4 * kWarp * sizeof(float) : 0);
+  if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
+  const int64_t block_rows = int64_t(kTileWarps / split) * kTileRows;
+  const dim3 grid(unsigned(columns), unsigned((m.rows + block_rows - 1) / block_rows));
+  return kernels::launch_overlapped(kernel, grid, dim3(kTileWarps * kWarp), shared, m.stream,
+                                    static_cast<const uint8_t*>(m.w), m.rows, m.cols, m.row_bytes, m.io, m.y, lanes,
+                                    split, m.n_problems, static_cast<const int4*>(m.rounded), stride);
+}
+
+template <GgmlType T>
+cudaError_t launch_tiles_of(const MatvecLaunch& m) {
+  if (tiles_of_inputs<TileUnit<T>>(m) == 2) return launch_tiles<T, 2>(m);
+  return launch_tiles<T, 1>(m);
+}
+
+// The fewest inputs the tiles take. On the H200 (the 35B synth, lode bench --profile, us a launch,
+// the CUDA-core kernels against the tiles; those at 16 and 64 inputs from before inputs were
+// rounded once, docs/SERVER.md): 4 inputs, DeltaNet qkv 25.4 against 37.9 and the lm head 307
+// against 968; 16 inputs, 57.0 against 51.1, 1,545 against 1,107, DeltaNet out 32.9 against 25.9;
+// 64 inputs, 243 against 117, 5,004 against 3,229, DeltaNet out 154 against 68. (Expert groups, a
+// step's few rows an expert, stay with the CUDA-core kernels: at 16 sequences the tiles took 124,
+// 119 and 111 us a layer for gate, up and down, against 103 for gate|up and 90 for down a pair at a
+// time.)
+constexpr int kTilesFromInputs = 16;
+
+}  // namespace
+
+bool q8_tiles_take(const MatvecLaunch& m) {
+  if (!m.q8_input || m.table || m.groups || m.n_problems < kTilesFromInputs) return false;
+  int pad = 0;
+  switch (m.type) {
+    case GgmlType::Q8_0:
+      if (!q8_0_in_spans(m.cols)) return false;
+      pad = TileUnit<GgmlType::Q8_0>::kPad;
+      break;
+    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+      if (m.cols % 256 != 0) return false;
+      pad = 1;
+      break;
+    default: return false;
+  }
+  // Every leaf the same count of units (rows whose units are not a multiple of their lanes stay
+  // with the single-row kernels), and 8 inputs' x and the parts' sums in shared memory.
+  const int64_t units = m.cols / (m.type == GgmlType::Q8_0 ? kQ8_0SpanValues : 32);
+  return units % lanes_for(units) == 0 &&
+         size_t(kTileInputs) * size_t(tile_stride(m.cols, pad)) * 16 + size_t(kTileWarps) * 4 * kWarp * sizeof(float) <=
+             kernels::max_shared_per_block();
+}
+
+cudaError_t launch_q8_tiles(const MatvecLaunch& m) {
+  switch (m.type) {
+    case GgmlType::Q8_0: return launch_tiles_of<GgmlType::Q8_0>(m);
+    case GgmlType::Q4_K: return launch_tiles_of<GgmlType::Q4_K>(m);
+    case GgmlType::Q5_K: return launch_tiles_of<GgmlType::Q5_K>(m);
+    case GgmlType::Q6_K: return launch_tiles_of<GgmlType::Q6_K>(m);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace lode::cuda
