@@ -362,11 +362,10 @@ __device__ void sum_leaves(const uint8_t* const (&row)[2], TileLane lane, const 
 // butterfly's order), for inputs 8 kN c .. + 8 kN - 1 (as many as there are). Blocks of one row
 // tile side by side in x, so a matrix read for several tiles of inputs comes from L2 the second
 // time.
-template <GgmlType T, int kN>
+template <class U, int kN>
 __global__ void __launch_bounds__(kTileWarps* kWarp, 2)
     matvec_q8_tiles_kernel(const uint8_t* matrix, int64_t rows, int64_t cols, size_t row_bytes, ProblemIo io,
                            float* y, int lanes, int split, int64_t n_problems, const int4* rounded, int stride) {
-  using U = TileUnit<T>;
   extern __shared__ int4 shared_x[];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, part = warp % split;
   const int64_t first = (int64_t(blockIdx.y) * (kTileWarps / split) + warp / split) * kTileRows;
@@ -448,10 +447,9 @@ int split_for(int64_t tiles, int lanes) {
   return split;
 }
 
-template <GgmlType T, int kN>
+template <class U, int kN>
 cudaError_t launch_tiles(const MatvecLaunch& m) {
-  using U = TileUnit<T>;
-  const auto kernel = matvec_q8_tiles_kernel<T, kN>;
+  const auto kernel = matvec_q8_tiles_kernel<U, kN>;
   const int stride = tile_stride(m.cols, U::kPad), lanes = lanes_for(m.cols / U::kValues);
   const int64_t per_block = int64_t(kN) * kTileInputs, row_tiles = (m.rows + kTileRows - 1) / kTileRows;
   const int64_t columns = (m.n_problems + per_block - 1) / per_block;
@@ -466,10 +464,16 @@ cudaError_t launch_tiles(const MatvecLaunch& m) {
                                     split, m.n_problems, static_cast<const int4*>(m.rounded), stride);
 }
 
-template <GgmlType T>
-cudaError_t launch_tiles_of(const MatvecLaunch& m) {
-  if (tiles_of_inputs<TileUnit<T>>(m) == 2) return launch_tiles<T, 2>(m);
-  return launch_tiles<T, 1>(m);
+// f(TileUnit<T>{}) for a type the tiles read; false for others (the one list of them).
+template <class F>
+bool with_tile_unit(GgmlType type, F&& f) {
+  switch (type) {
+    case GgmlType::Q8_0: f(TileUnit<GgmlType::Q8_0>{}); return true;
+    case GgmlType::Q4_K: f(TileUnit<GgmlType::Q4_K>{}); return true;
+    case GgmlType::Q5_K: f(TileUnit<GgmlType::Q5_K>{}); return true;
+    case GgmlType::Q6_K: f(TileUnit<GgmlType::Q6_K>{}); return true;
+    default: return false;
+  }
 }
 
 // The fewest inputs the tiles take. On the H200 (the 35B synth, lode bench --profile, us a launch,
@@ -486,34 +490,29 @@ constexpr int kTilesFromInputs = 16;
 
 bool q8_tiles_take(const MatvecLaunch& m) {
   if (!m.q8_input || m.table || m.groups || m.n_problems < kTilesFromInputs) return false;
-  int pad = 0;
-  switch (m.type) {
-    case GgmlType::Q8_0:
-      if (!q8_0_in_spans(m.cols)) return false;
-      pad = TileUnit<GgmlType::Q8_0>::kPad;
-      break;
-    case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
-      if (m.cols % 256 != 0) return false;
-      pad = 1;
-      break;
-    default: return false;
-  }
-  // Every leaf the same count of units (rows whose units are not a multiple of their lanes stay
-  // with the single-row kernels), and 8 inputs' x and the parts' sums in shared memory.
-  const int64_t units = m.cols / (m.type == GgmlType::Q8_0 ? kQ8_0SpanValues : 32);
-  return units % lanes_for(units) == 0 &&
-         size_t(kTileInputs) * size_t(tile_stride(m.cols, pad)) * 16 + size_t(kTileWarps) * 4 * kWarp * sizeof(float) <=
-             kernels::max_shared_per_block();
+  bool takes = false;
+  with_tile_unit(m.type, [&](auto unit) {
+    using U = decltype(unit);
+    // Whole super-blocks (Q8_0: whole spans, quant::q8_0_in_spans), every leaf the same count of
+    // units (rows whose units are not a multiple of their lanes stay with the single-row kernels),
+    // and 8 inputs' x and the parts' sums in shared memory.
+    const int64_t units = m.cols / U::kValues;
+    takes = m.cols % 256 == 0 && (m.type != GgmlType::Q8_0 || q8_0_in_spans(m.cols)) &&
+            units % lanes_for(units) == 0 &&
+            size_t(kTileInputs) * size_t(tile_stride(m.cols, U::kPad)) * 16 +
+                    size_t(kTileWarps) * 4 * kWarp * sizeof(float) <=
+                kernels::max_shared_per_block();
+  });
+  return takes;
 }
 
 cudaError_t launch_q8_tiles(const MatvecLaunch& m) {
-  switch (m.type) {
-    case GgmlType::Q8_0: return launch_tiles_of<GgmlType::Q8_0>(m);
-    case GgmlType::Q4_K: return launch_tiles_of<GgmlType::Q4_K>(m);
-    case GgmlType::Q5_K: return launch_tiles_of<GgmlType::Q5_K>(m);
-    case GgmlType::Q6_K: return launch_tiles_of<GgmlType::Q6_K>(m);
-    default: return cudaErrorInvalidValue;
-  }
+  cudaError_t err = cudaErrorInvalidValue;
+  with_tile_unit(m.type, [&](auto unit) {
+    using U = decltype(unit);
+    err = tiles_of_inputs<U>(m) == 2 ? launch_tiles<U, 2>(m) : launch_tiles<U, 1>(m);
+  });
+  return err;
 }
 
 }  // namespace lode::cuda
