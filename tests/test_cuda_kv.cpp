@@ -404,9 +404,9 @@ TEST(CudaKv, ASavedSequenceContinuesAsItWouldHave) {
   }
 }
 
-// The CUDA engine behind engine/engine.h: its one sequence, its checkpoints (the session's
-// snapshots) rewinding bit for bit, its K/V bytes, and clear refusals of what it cannot do yet.
-TEST(CudaKv, TheEngineInterfaceRewindsThroughSnapshots) {
+// The CUDA engine behind engine/engine.h: its one sequence, its checkpoints (the session's kept
+// prefixes) rewinding bit for bit, its K/V bytes, and clear refusals of what it cannot do yet.
+TEST(CudaKv, TheEngineInterfaceRewindsThroughKeptPrefixes) {
   LODE_REQUIRE_GPU();
   const TinyModel model(23);
   const std::vector<int32_t> prompt = model.tokens(40, 331, 9);

@@ -187,6 +187,63 @@ TEST(CudaRows, SnapshotsMoveBetweenSequences) {
   EXPECT_EQ(s.position(), 0);
 }
 
+// A kept prefix (the engine's checkpoints) shares its K/V pages instead of copying them: a sequence
+// resumed from another's prefix, and the first one going on and coming back to it, each continue
+// as a fresh sequence fed the same tokens does, bit for bit, though both write into the prefix's
+// half-full last page (copied on write) in one step of two rows. With no page free (one sequence,
+// every page held), a new text writing over the prefix's pages moves its cells to host memory
+// first, and the prefix still resumes.
+TEST(CudaRows, KeptPrefixesSharePagesAndContinueAsAFreshSequence) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 29);
+  const Loaded m(dir / "m.gguf");
+  const int64_t vocab = m.config.vocab;
+  const CudaSessionOptions one{.max_context = 256, .prompt_chunk = 16};
+  const std::vector<int32_t> prompt = tokens_from(vocab, 100, 1);  // a page and a half
+  const std::vector<int32_t> x = tokens_from(vocab, 3, 2), y = tokens_from(vocab, 3, 3);
+  // What a fresh sequence gives for the prompt, then each of `next`.
+  const auto fresh = [&](const std::vector<int32_t>& next) {
+    CudaSession f(m.reader, m.weights, one);
+    f.prefill(prompt);
+    std::vector<std::vector<float>> out;
+    for (int32_t t : next) out.push_back(f.decode(t));
+    return out;
+  };
+  const auto want_x = fresh(x), want_y = fresh(y);
+
+  CudaSession s(m.reader, m.weights, {.max_context = 256, .step_rows = 2, .sequences = 2, .prompt_chunk = 16});
+  s.use_sequence(0);
+  s.prefill(prompt);
+  const std::shared_ptr<const CudaSession::Prefix> kept = s.keep();
+  EXPECT_EQ(kept->positions(), 100);
+  const int64_t states_bytes = kept->host_bytes();  // its cells stay on the pages
+  s.use_sequence(1);
+  s.resume(*kept);
+  EXPECT_EQ(s.position(), 100);
+  for (size_t t = 0; t < x.size(); ++t) {
+    const CudaSession::Window w = s.decode_rows(std::vector<CudaSession::Row>{{0, x[t]}, {1, y[t]}});
+    EXPECT_TRUE(same_bits(w.logits.data(), want_x[t].data(), size_t(vocab))) << "sequence 0, token " << t;
+    EXPECT_TRUE(same_bits(w.logits.data() + vocab, want_y[t].data(), size_t(vocab))) << "sequence 1, token " << t;
+  }
+  s.use_sequence(0);
+  s.resume(*kept);  // back to its own prefix after going another way
+  for (size_t t = 0; t < y.size(); ++t)
+    EXPECT_TRUE(same_bits(s.decode(y[t]).data(), want_y[t].data(), size_t(vocab))) << "back at the prefix, token " << t;
+  EXPECT_EQ(kept->host_bytes(), states_bytes);
+
+  CudaSession alone(m.reader, m.weights, {.max_context = 128, .prompt_chunk = 16});  // two pages, both held
+  alone.prefill(prompt);
+  const auto held = alone.keep();
+  alone.reset();
+  alone.prefill(tokens_from(vocab, 70, 4));  // writes over the held pages: their cells go to the host
+  EXPECT_GT(held->host_bytes(), states_bytes);
+  alone.resume(*held);
+  for (size_t t = 0; t < x.size(); ++t)
+    EXPECT_TRUE(same_bits(alone.decode(x[t]).data(), want_x[t].data(), size_t(vocab))) << "from the host, token " << t;
+  EXPECT_THROW(s.resume(*held), lode::Error);  // another session's
+}
+
 // Through the engine: a model of three sequences opens three and refuses a fourth; a step of a
 // prompt row, one-token rows and a greedy-only row gives each what its own steps give; a closed
 // sequence's place is opened again, empty.

@@ -8,9 +8,6 @@
 #include "support/gpu.h"
 #include "test_server_support.h"
 
-#ifdef LODE_HAVE_CUDA
-#include "cuda/engine.h"
-#endif
 
 namespace lode::test {
 namespace {
@@ -129,24 +126,15 @@ TEST(ServerConcurrency, LongPromptIsPrefilledBesideDecodingSequences) {
 }
 
 #ifdef LODE_HAVE_CUDA
-// lode-mini on the GPU, holding `sequences` sequences of 512 positions.
-std::shared_ptr<engine::Model> gpu_mini(int64_t sequences) {
-  static const auto weights = std::make_shared<const model::ModelWeights>(
-      model::bind_weights(mini_model()->reader, mini_model()->config));
-  cuda::CudaSessionOptions o{.max_context = 512, .step_rows = sequences, .sequences = sequences};
-  o.kv_format = kv::Format::f16;
-  return std::make_shared<cuda::CudaModel>(std::make_unique<cuda::CudaSession>(mini_model()->reader, weights, o));
-}
-
 // Eight streams on a GPU server of eight sequences run in its steps together and get exactly the
 // text each gets alone on a GPU server of one; prompt chunks ran beside decoding rows.
 TEST(ServerConcurrency, GpuStreamsEqualTheirSoloRuns) {
   LODE_REQUIRE_GPU();
   constexpr int kClients = 8;
-  const std::vector<std::string> alone = solo_texts(kClients, gpu_mini(1));
+  const std::vector<std::string> alone = solo_texts(kClients, gpu_mini_engine(1));
   server::ServerOptions batched;
   batched.worker.parallel = kClients;
-  TestServer server(batched, gpu_mini(kClients));
+  TestServer server(batched, gpu_mini_engine(kClients));
   const std::vector<std::string> together = concurrent_texts(server, kClients);
   for (int i = 0; i < kClients; ++i) {
     EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;

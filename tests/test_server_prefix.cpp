@@ -6,6 +6,7 @@
 #include "cpu/engine.h"
 #include "engine/generate.h"
 #include "server/prefix_cache.h"
+#include "support/gpu.h"
 #include "test_server_support.h"
 
 namespace lode::test {
@@ -80,16 +81,10 @@ TEST(ServerPrefix, TheNextTurnReusesTheConversationAndMatchesAColdRun) {
 // Two agents with the same long system prompt take turns on a two-slot server. The second one's
 // first request copies the shared system prompt from the first one's slot into a free slot (cached
 // 64) without disturbing it; each next turn then finds its whole earlier conversation in its own
-// slot (cached >= 128, more than the two conversations share) and still returns what a cold run
-// returns. In the plain fp32 cache and in k8v4 (int8 keys, rotated 4-bit values), whose copies and
-// cuts move encoded rows.
-class ServerPrefixFormats : public ::testing::TestWithParam<kv::Format> {};
-
-TEST_P(ServerPrefixFormats, InterleavedConversationsEachKeepTheirCache) {
-  server::ServerOptions o;
-  o.worker.parallel = 2;
-  TestServer server(o, {.kv_format = GetParam()});
-  EXPECT_EQ(server.get_json("/v1/status")["kv_format"], kv::to_string(GetParam()));
+// slot (cached >= 128, more than the two conversations share) and still returns the text
+// cold(messages, max_tokens) gives.
+template <class Cold>
+void interleave_two_conversations(const TestServer& server, const Cold& cold) {
   const std::string question[2] = {
       "I keep a directory of shell scripts and text notes in my home folder. What does cat do with "
       "several file names, and how would I use it to join two of my notes into a third file?",
@@ -107,7 +102,7 @@ TEST_P(ServerPrefixFormats, InterleavedConversationsEachKeepTheirCache) {
       if (turn == 0 && c == 0) EXPECT_EQ(cached, 0) << what;
       if (turn == 0 && c == 1) EXPECT_EQ(cached, 64) << what;  // the shared system prompt
       if (turn == 1) EXPECT_GE(cached, 128) << what;           // its own conversation
-      EXPECT_EQ(full_text(reply), parsed_text(cold_run(messages, 8, GetParam()))) << what;
+      EXPECT_EQ(full_text(reply), cold(messages, 8)) << what;
       const json& said = reply["choices"][0]["message"];
       json assistant = {{"role", "assistant"}, {"content", said["content"].is_string() ? said["content"] : json("")}};
       if (said.contains("reasoning_content")) assistant["reasoning_content"] = said["reasoning_content"];
@@ -116,6 +111,37 @@ TEST_P(ServerPrefixFormats, InterleavedConversationsEachKeepTheirCache) {
     }
   }
   EXPECT_GT(server.get_json("/v1/status")["memory"]["prefix_checkpoint_bytes"], 0);
+}
+
+// In the plain fp32 cache and in k8v4 (int8 keys, rotated 4-bit values), whose copies and cuts
+// move encoded rows.
+class ServerPrefixFormats : public ::testing::TestWithParam<kv::Format> {};
+
+TEST_P(ServerPrefixFormats, InterleavedConversationsEachKeepTheirCache) {
+  server::ServerOptions o;
+  o.worker.parallel = 2;
+  TestServer server(o, {.kv_format = GetParam()});
+  EXPECT_EQ(server.get_json("/v1/status")["kv_format"], kv::to_string(GetParam()));
+  interleave_two_conversations(server, [](const json& messages, int max_tokens) {
+    return parsed_text(cold_run(messages, max_tokens, GetParam()));
+  });
+}
+
+// On the GPU, where a slot's checkpoints keep its K/V pages and the second agent's copy of the
+// system prompt shares the first one's pages (cuda/kv_cache.h): every turn returns what the same
+// messages return on a fresh one-sequence GPU server.
+TEST(ServerPrefix, GpuSlotsSharePagesAndMatchColdRuns) {
+  LODE_REQUIRE_GPU();
+#ifdef LODE_HAVE_CUDA
+  server::ServerOptions two, one;
+  two.worker.parallel = 2;
+  one.worker.parallel = 1;
+  TestServer server(two, gpu_mini_engine(2));
+  interleave_two_conversations(server, [&](const json& messages, int max_tokens) {
+    const TestServer cold(one, gpu_mini_engine(1));
+    return full_text(cold.post_json("/v1/chat/completions", request(messages, max_tokens)));
+  });
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Kv, ServerPrefixFormats, ::testing::Values(kv::Format::f32, kv::Format::k8v4),

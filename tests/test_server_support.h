@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "cpu/engine.h"
+#ifdef LODE_HAVE_CUDA
+#include "cuda/engine.h"
+#endif
 #include "model/weights.h"
 #include "server/server.h"
 #include "support/paths.h"
@@ -35,6 +38,17 @@ inline std::shared_ptr<engine::Model> mini_engine(cpu::SessionOptions options = 
   if (options.max_context == 0) options.max_context = 512;
   return cpu::CpuModel::make(weights, options);
 }
+
+#ifdef LODE_HAVE_CUDA
+// lode-mini on the GPU, holding `sequences` sequences of 512 positions, K/V in fp16.
+inline std::shared_ptr<engine::Model> gpu_mini_engine(int64_t sequences) {
+  static const auto weights = std::make_shared<const model::ModelWeights>(
+      model::bind_weights(mini_model()->reader, mini_model()->config));
+  cuda::CudaSessionOptions o{.max_context = 512, .step_rows = sequences, .sequences = sequences};
+  o.kv_format = kv::Format::f16;
+  return std::make_shared<cuda::CudaModel>(std::make_unique<cuda::CudaSession>(mini_model()->reader, weights, o));
+}
+#endif
 
 // A server on a free loopback port, stopped when it goes out of scope.
 struct TestServer {

@@ -31,8 +31,9 @@ struct ServeOptions {
 };
 
 // On the GPU: prompts in chunks of at least kGpuChunk tokens and at least the context over
-// kGpuCheckpoints, a prefix checkpoint after each (a checkpoint copies the sequence's K/V cells and
-// DeltaNet states to host memory, so fewer of them for a long context), kGpuCheckpoints kept.
+// kGpuCheckpoints, a prefix checkpoint after each (a checkpoint shares the sequence's K/V pages but
+// copies its DeltaNet states to host memory, tens of MiB for the 35B, so not many of them),
+// kGpuCheckpoints kept.
 constexpr int64_t kGpuChunk = 1024;
 constexpr size_t kGpuCheckpoints = 8;
 

@@ -11,17 +11,18 @@
 namespace lode::cuda {
 namespace {
 
+// A prefix kept in the session: its K/V pages shared with the sequences (cuda/kv_cache.h).
 struct CudaCheckpoint final : engine::Checkpoint {
-  explicit CudaCheckpoint(CudaSession::Snapshot s) : snapshot(std::move(s)) {}
-  int64_t position() const override { return snapshot.positions; }
-  int64_t bytes() const override { return int64_t(snapshot.cells.size() + snapshot.states.size() * sizeof(float)); }
-  CudaSession::Snapshot snapshot;
+  explicit CudaCheckpoint(std::shared_ptr<const CudaSession::Prefix> p) : prefix(std::move(p)) {}
+  int64_t position() const override { return prefix->positions(); }
+  int64_t bytes() const override { return prefix->host_bytes(); }
+  std::shared_ptr<const CudaSession::Prefix> prefix;
 };
 
-const CudaSession::Snapshot& snapshot_of(const engine::Checkpoint& checkpoint) {
+const CudaSession::Prefix& prefix_of(const engine::Checkpoint& checkpoint) {
   const auto* c = dynamic_cast<const CudaCheckpoint*>(&checkpoint);
   if (!c) fail("cuda engine: the checkpoint was taken by another backend");
-  return c->snapshot;
+  return *c->prefix;
 }
 
 }  // namespace
@@ -37,18 +38,19 @@ class CudaSequence final : public engine::Sequence {
   int64_t kv_bytes() const override { return session().kv_bytes(); }
   void reset() override { session().reset(); }
   std::shared_ptr<const engine::Checkpoint> checkpoint() const override {
-    return std::make_shared<CudaCheckpoint>(session().save());
+    return std::make_shared<CudaCheckpoint>(session().keep());
   }
   void rewind(const engine::Checkpoint& checkpoint) override {
     if (checkpoint.position() > position())
       fail("cuda engine: cannot rewind to position {}: the sequence holds {} positions", checkpoint.position(),
            position());
-    session().restore(snapshot_of(checkpoint));
+    session().resume(prefix_of(checkpoint));
   }
-  // Any sequence's checkpoint of this model: its cells and states copied into this one's.
+  // Any sequence's checkpoint of this model: its K/V pages shared with this one, its DeltaNet
+  // states copied in.
   void copy_prefix(const engine::Sequence& other, const engine::Checkpoint& checkpoint) override {
     if (&other.model() != &model()) fail("cuda engine: cannot copy a prefix from another model's sequence");
-    session().restore(snapshot_of(checkpoint));
+    session().resume(prefix_of(checkpoint));
   }
 
   bool cuts_windows() const override { return session().window_rows() > 1; }

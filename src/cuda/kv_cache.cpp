@@ -1,6 +1,8 @@
 #include "cuda/kv_cache.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <numeric>
 #include <string>
 
@@ -8,93 +10,171 @@
 
 namespace lode::cuda {
 
+struct KvCache::Ledger {
+  explicit Ledger(kv::PageTables t) : tables(std::move(t)) {}
+  std::mutex mutex;
+  kv::PageTables tables;
+  std::map<int64_t, KvPrefix*> prefixes;  // by hold: the prefixes whose cells are on pages
+};
+
 KvCache::KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t n_kv_heads, int64_t head_dim,
                  int64_t max_positions, std::vector<int32_t> page_order, int64_t sequences)
     : format_(format),
       k_row_bytes_(kv::row_bytes(kv::layout(format).k, n_kv_heads, head_dim)),
-      v_row_bytes_(kv::row_bytes(kv::layout(format).v, n_kv_heads, head_dim)),
-      sequences_(sequences) {
+      v_row_bytes_(kv::row_bytes(kv::layout(format).v, n_kv_heads, head_dim)) {
   kv::check_head_dim(format, head_dim);
   const int64_t n_pages = (max_positions + kKvPagePositions - 1) / kKvPagePositions;
   if (page_order.empty()) {
     page_order.resize(size_t(n_pages));
     std::iota(page_order.begin(), page_order.end(), 0);
   }
-  std::vector<int32_t> sorted = page_order;
-  std::sort(sorted.begin(), sorted.end());
-  for (int64_t p = 0; p < int64_t(sorted.size()); ++p)
-    if (sorted[size_t(p)] != p || int64_t(sorted.size()) != n_pages)
-      fail("K/V cache: the page order must be a permutation of the {} pages", n_pages);
-  if (sequences < 1) fail("K/V cache: room for {} sequences", sequences);
+  if (int64_t(page_order.size()) != n_pages)
+    fail("K/V cache: the page order must be a permutation of the {} pages", n_pages);
+  ledger_ = std::make_shared<Ledger>(kv::PageTables(sequences, std::move(page_order), kKvPagePositions));
   const std::string name = kv::to_string(format);
-  const int64_t all_pages = n_pages * sequences;
+  const int64_t all_pages = ledger_->tables.pages();
   for (int l = 0; l < n_layers; ++l) {
     stores_.emplace_back(vram, size_t(all_pages * kKvPagePositions * k_row_bytes_), VramUse::kv,
                          "K cache (" + name + "), attention layer " + std::to_string(l));
     stores_.emplace_back(vram, size_t(all_pages * kKvPagePositions * v_row_bytes_), VramUse::kv,
                          "V cache (" + name + "), attention layer " + std::to_string(l));
   }
-  std::vector<int32_t> tables(static_cast<size_t>(all_pages));
-  for (int64_t s = 0; s < sequences; ++s)
-    for (int64_t p = 0; p < n_pages; ++p) tables[size_t(s * n_pages + p)] = int32_t(s * n_pages + page_order[size_t(p)]);
-  pages_ = DeviceBuffer(vram, std::max<size_t>(tables.size(), 1) * sizeof(int32_t), VramUse::kv, "K/V page tables");
-  copy_to_device(pages_.data(), tables.data(), tables.size() * sizeof(int32_t));
-  page_order_ = std::move(page_order);
+  tables_ = DeviceBuffer(vram, std::max<size_t>(size_t(all_pages), 1) * sizeof(int32_t), VramUse::kv, "K/V page tables");
+  for (int64_t s = 0; s < sequences; ++s) upload_table(s);
 }
 
-void KvCache::check_sequence(int64_t sequence) const {
-  if (sequence < 0 || sequence >= sequences_)
-    fail("K/V cache: sequence {} of a cache of {} sequences", sequence, sequences_);
+// Prefixes that outlive the cache keep nothing (their cells were on its pages): the ledger outlives
+// it only while one of them is letting go of its hold.
+KvCache::~KvCache() = default;
+
+int64_t KvCache::pages_per_sequence() const { return ledger_->tables.pages_per_sequence(); }
+int64_t KvCache::sequences() const { return ledger_->tables.sequences(); }
+
+void KvCache::upload_table(int64_t sequence) {
+  const std::span<const int32_t> table = ledger_->tables.table(sequence);
+  copy_to_device(tables_.as<int32_t>() + sequence * int64_t(table.size()), table.data(), table.size_bytes());
 }
 
-void KvCache::copy_rows(int store, int64_t sequence, int64_t positions, uint8_t* to_host,
+void KvCache::copy_rows(std::span<const int32_t> pages, int64_t positions, uint8_t* to_host,
                         const uint8_t* from_host) const {
-  const int64_t row_bytes = store % 2 == 0 ? k_row_bytes_ : v_row_bytes_;
-  auto* device = static_cast<uint8_t*>(stores_[size_t(store)].data());
-  const int64_t own = sequence * pages_per_sequence();  // the sequence's first physical page
-  for (int64_t first = 0; first < positions; first += kKvPagePositions) {
-    const int64_t page = own + page_order_[size_t(first / kKvPagePositions)];
-    uint8_t* cells = device + page * kKvPagePositions * row_bytes;
-    const size_t bytes = size_t(std::min(kKvPagePositions, positions - first) * row_bytes);
-    if (to_host) copy_to_host(to_host + first * row_bytes, cells, bytes);
-    else copy_to_device(cells, from_host + first * row_bytes, bytes);
+  size_t at = 0;  // the store's rows start here in the host layout
+  for (int store = 0; store < int(stores_.size()); ++store) {
+    const int64_t row = row_bytes(store);
+    auto* device = static_cast<uint8_t*>(stores_[size_t(store)].data());
+    for (int64_t first = 0; first < positions; first += kKvPagePositions) {
+      uint8_t* cells = device + pages[size_t(first / kKvPagePositions)] * kKvPagePositions * row;
+      const size_t bytes = size_t(std::min(kKvPagePositions, positions - first) * row);
+      if (to_host) copy_to_host(to_host + at + first * row, cells, bytes);
+      else copy_to_device(cells, from_host + at + first * row, bytes);
+    }
+    at += size_t(positions * row);
   }
 }
 
 std::vector<uint8_t> KvCache::save(int64_t positions, int64_t sequence) const {
-  check_sequence(sequence);
-  if (positions < 0 || positions > int64_t(page_order_.size()) * kKvPagePositions)
-    fail("K/V cache: cannot save {} positions of a cache of {}", positions, int64_t(page_order_.size()) * kKvPagePositions);
+  std::lock_guard lock(ledger_->mutex);
+  const std::span<const int32_t> table = ledger_->tables.table(sequence);
+  if (positions < 0 || positions > int64_t(table.size()) * kKvPagePositions)
+    fail("K/V cache: cannot save {} positions of a cache of {}", positions, int64_t(table.size()) * kKvPagePositions);
   std::vector<uint8_t> rows(size_t(positions) * bytes_per_position());
-  uint8_t* at = rows.data();
-  for (int store = 0; store < int(stores_.size()); ++store) {
-    copy_rows(store, sequence, positions, at, nullptr);
-    at += positions * (store % 2 == 0 ? k_row_bytes_ : v_row_bytes_);
-  }
+  copy_rows(table, positions, rows.data(), nullptr);
   return rows;
 }
 
 void KvCache::restore(const std::vector<uint8_t>& rows, int64_t positions, int64_t sequence) {
-  check_sequence(sequence);
+  std::lock_guard lock(ledger_->mutex);
+  const std::span<const int32_t> table = ledger_->tables.table(sequence);
   if (rows.size() != size_t(positions) * bytes_per_position())
     fail("K/V cache: {} bytes do not hold {} positions of this cache ({} bytes each)", rows.size(), positions,
          bytes_per_position());
-  if (positions > int64_t(page_order_.size()) * kKvPagePositions)
+  if (positions > int64_t(table.size()) * kKvPagePositions)
     fail("K/V cache: {} saved positions do not fit a cache of {}; raise max_context", positions,
-         int64_t(page_order_.size()) * kKvPagePositions);
-  const uint8_t* at = rows.data();
-  for (int store = 0; store < int(stores_.size()); ++store) {
-    copy_rows(store, sequence, positions, nullptr, at);
-    at += positions * (store % 2 == 0 ? k_row_bytes_ : v_row_bytes_);
+         int64_t(table.size()) * kKvPagePositions);
+  make_writable(sequence, 0, positions);
+  copy_rows(table, positions, nullptr, rows.data());
+}
+
+bool KvCache::writable(int64_t sequence, int64_t first, int64_t end) const {
+  std::lock_guard lock(ledger_->mutex);
+  return ledger_->tables.first_shared(sequence, first, end) < 0;
+}
+
+void KvCache::prepare_write(int64_t sequence, int64_t first, int64_t end) {
+  std::lock_guard lock(ledger_->mutex);
+  make_writable(sequence, first, end);
+}
+
+void KvCache::make_writable(int64_t sequence, int64_t first, int64_t end) {
+  Ledger& l = *ledger_;
+  // A prefix given up for a free page: its cells to the host, then its pages let go.
+  const auto give_up = [&](int64_t hold) {
+    KvPrefix& prefix = *l.prefixes.at(hold);
+    prefix.cells_.resize(size_t(prefix.positions_) * bytes_per_position());
+    copy_rows(l.tables.held(hold), prefix.positions_, prefix.cells_.data(), nullptr);
+    prefix.hold_ = -1;
+    l.prefixes.erase(hold);
+    l.tables.release(hold);
+  };
+  // A page taken over: the rows before the write, in every store.
+  const auto copy = [&](kv::PageTables::Move move, int64_t rows) {
+    for (int store = 0; store < int(stores_.size()); ++store) {
+      const int64_t page = kKvPagePositions * row_bytes(store);
+      auto* device = static_cast<uint8_t*>(stores_[size_t(store)].data());
+      copy_on_device(device + move.to * page, device + move.from * page, size_t(rows * row_bytes(store)));
+    }
+  };
+  if (l.tables.make_writable(sequence, first, end, give_up, copy)) upload_table(sequence);
+}
+
+std::shared_ptr<const KvPrefix> KvCache::keep(int64_t sequence, int64_t positions) {
+  std::lock_guard lock(ledger_->mutex);
+  const int64_t hold = ledger_->tables.hold(sequence, positions);
+  std::shared_ptr<KvPrefix> prefix(new KvPrefix(ledger_, hold, positions));
+  ledger_->prefixes[hold] = prefix.get();
+  return prefix;
+}
+
+void KvCache::resume(const KvPrefix& prefix, int64_t sequence) {
+  if (prefix.ledger_.lock() != ledger_) fail("K/V cache: the prefix was kept by another cache");
+  std::lock_guard lock(ledger_->mutex);
+  if (prefix.hold_ >= 0) {
+    ledger_->tables.adopt(sequence, prefix.hold_);
+    upload_table(sequence);
+    return;
   }
+  make_writable(sequence, 0, prefix.positions_);
+  copy_rows(ledger_->tables.table(sequence), prefix.positions_, nullptr, prefix.cells_.data());
+}
+
+int64_t KvCache::held_only_pages() const {
+  std::lock_guard lock(ledger_->mutex);
+  return ledger_->tables.held_only_pages();
 }
 
 KvView KvCache::layer(int index, int64_t sequence) const {
-  check_sequence(sequence);
+  const int64_t per_sequence = pages_per_sequence();
+  if (sequence < 0 || sequence >= sequences())
+    fail("K/V cache: sequence {} of a cache of {} sequences", sequence, sequences());
   return {format_, stores_[size_t(2 * index)].data(), stores_[size_t(2 * index + 1)].data(),
-          pages_.as<int32_t>() + sequence * pages_per_sequence(), k_row_bytes_, v_row_bytes_};
+          tables_.as<int32_t>() + sequence * per_sequence, k_row_bytes_, v_row_bytes_};
 }
 
 size_t KvCache::bytes_per_position() const { return size_t(n_layers()) * size_t(k_row_bytes_ + v_row_bytes_); }
+
+KvPrefix::~KvPrefix() {
+  const std::shared_ptr<KvCache::Ledger> ledger = ledger_.lock();
+  if (!ledger) return;
+  std::lock_guard lock(ledger->mutex);
+  if (hold_ < 0) return;
+  ledger->prefixes.erase(hold_);
+  ledger->tables.release(hold_);
+}
+
+int64_t KvPrefix::host_bytes() const {
+  const std::shared_ptr<KvCache::Ledger> ledger = ledger_.lock();
+  if (!ledger) return int64_t(cells_.size());
+  std::lock_guard lock(ledger->mutex);
+  return int64_t(cells_.size());
+}
 
 }  // namespace lode::cuda

@@ -398,6 +398,46 @@ struct CudaSession::Impl {
     place() = Place{};
   }
 
+  // The current sequence's DeltaNet states on the host: every DeltaNet layer's conv state, then
+  // its recurrent state (Snapshot::states); and back.
+  std::vector<float> states_to_host() const {
+    const size_t conv = size_t(conv_floats()), recurrent = size_t(recurrent_floats());
+    std::vector<float> out;
+    for (const LayerState& st : sequence_states(current)) {
+      if (!st.conv_state) continue;
+      const size_t at = out.size();
+      out.resize(at + conv + recurrent);
+      copy_to_host(out.data() + at, st.conv_state, conv * sizeof(float));
+      copy_to_host(out.data() + at + conv, st.ssm_state, recurrent * sizeof(float));
+    }
+    return out;
+  }
+  void check_states(const std::vector<float>& saved) const {
+    size_t n_recurrent = 0;
+    for (const DeviceLayer& d : layers) n_recurrent += d.recurrent;
+    const size_t want = n_recurrent * size_t(conv_floats() + recurrent_floats());
+    if (saved.size() != want)
+      fail("cuda session: the snapshot's DeltaNet states ({} floats) are not this model's ({})", saved.size(), want);
+  }
+  void states_from_host(const std::vector<float>& saved) {
+    check_states(saved);
+    const size_t conv = size_t(conv_floats()), recurrent = size_t(recurrent_floats());
+    const float* at = saved.data();
+    for (const LayerState& st : sequence_states(current)) {
+      if (!st.conv_state) continue;
+      copy_to_device(st.conv_state, at, conv * sizeof(float));
+      copy_to_device(st.ssm_state, at + conv, recurrent * sizeof(float));
+      at += conv + recurrent;
+    }
+  }
+  // Before cells of positions [first, end) of a sequence are written: its shared pages there
+  // exchanged for pages of its own (cuda/kv_cache.h), once the step's stream is done with them.
+  void prepare_kv(int64_t sequence, int64_t first, int64_t end) {
+    if (kv->writable(sequence, first, end)) return;
+    check_cuda(cudaStreamSynchronize(stream), "the step's stream");
+    kv->prepare_write(sequence, first, end);
+  }
+
   plan::DecodeScratch scratch_layout{};  // where allocate_scratch carved the buffers from
   uint8_t* scratch_base = nullptr;
 
@@ -885,6 +925,8 @@ struct CudaSession::Impl {
       fail("cuda session: a verify window of {} tokens; this session keeps states for windows of at most {} "
            "(window_rows)", n, window_rows());
     const std::vector<int64_t> positions = row_positions(tokens, sequences);
+    if (sequences.empty()) prepare_kv(current, positions.front(), positions.front() + n);
+    for (size_t r = 0; r < sequences.size(); ++r) prepare_kv(sequences[r], positions[r], positions[r] + 1);
     clock.start();
     const auto started = std::chrono::steady_clock::now();
     for (int t = 0; t < n; ++t) {
@@ -1092,6 +1134,7 @@ struct CudaSession::Impl {
            tokens.size(), place().position, options.max_context);
     const int64_t chunk = prompt->chunk(), hidden = c.hidden;
     place().window_start = -1;
+    prepare_kv(current, place().position, place().position + int64_t(tokens.size()));
     const std::vector<LayerState>& own = sequence_states(current);
     for (size_t at = 0; at < tokens.size(); at += size_t(chunk)) {
       const int64_t n = std::min<int64_t>(chunk, int64_t(tokens.size() - at));
@@ -1443,6 +1486,7 @@ void CudaSession::fill_with_random_cells(int64_t depth) {
   if (!s.prompt) own = DeviceBuffer(s.vram, rows.size() * sizeof(float), VramUse::scratch, "random K/V rows");
   float* k = s.prompt ? s.prompt->input_rows() : own.as<float>();
   copy_to_device(k, rows.data(), rows.size() * sizeof(float));
+  s.prepare_kv(s.current, 0, depth);
   for (int layer = 0; layer < s.kv->n_layers(); ++layer)
     for (int64_t first = 0; first < depth; first += block)
       check(kernels::kv_write(s.kv->layer(layer, s.current), k, k + block * row, first, int(std::min(block, depth - first)),
@@ -1456,16 +1500,10 @@ CudaSession::Snapshot CudaSession::save() const {
   const Impl& s = *impl_;
   check_cuda(cudaStreamSynchronize(s.stream), "the step's stream");  // a cut window's copies first
   const int64_t positions = s.place().position;
-  Snapshot snapshot{.format = s.options.kv_format, .positions = positions, .cells = s.kv->save(positions, s.current)};
-  const size_t conv = size_t(s.conv_floats()), recurrent = size_t(s.recurrent_floats());
-  for (const LayerState& st : s.sequence_states(s.current)) {
-    if (!st.conv_state) continue;
-    const size_t at = snapshot.states.size();
-    snapshot.states.resize(at + conv + recurrent);
-    copy_to_host(snapshot.states.data() + at, st.conv_state, conv * sizeof(float));
-    copy_to_host(snapshot.states.data() + at + conv, st.ssm_state, recurrent * sizeof(float));
-  }
-  return snapshot;
+  return {.format = s.options.kv_format,
+          .positions = positions,
+          .cells = s.kv->save(positions, s.current),
+          .states = s.states_to_host()};
 }
 
 void CudaSession::restore(const Snapshot& snapshot) {
@@ -1477,22 +1515,36 @@ void CudaSession::restore(const Snapshot& snapshot) {
   if (snapshot.positions > s.options.max_context)
     fail("cuda session: a snapshot of {} positions does not fit the context of {}; raise max_context",
          snapshot.positions, s.options.max_context);
-  const size_t conv = size_t(s.conv_floats()), recurrent = size_t(s.recurrent_floats());
-  size_t n_recurrent = 0;
-  for (const DeviceLayer& d : s.layers) n_recurrent += d.recurrent;
-  if (snapshot.states.size() != n_recurrent * (conv + recurrent))
-    fail("cuda session: the snapshot's DeltaNet states ({} floats) are not this model's ({})", snapshot.states.size(),
-         n_recurrent * (conv + recurrent));
+  s.check_states(snapshot.states);
   s.kv->restore(snapshot.cells, snapshot.positions, s.current);
-  const float* at = snapshot.states.data();
-  for (const LayerState& st : s.sequence_states(s.current)) {
-    if (!st.conv_state) continue;
-    copy_to_device(st.conv_state, at, conv * sizeof(float));
-    copy_to_device(st.ssm_state, at + conv, recurrent * sizeof(float));
-    at += conv + recurrent;
-  }
+  s.states_from_host(snapshot.states);
   s.place() = {.position = snapshot.positions};
   synchronize();  // (the copies above may still be in flight, and the step's stream does not wait for them)
+}
+
+int64_t CudaSession::Prefix::positions() const { return cells->positions(); }
+int64_t CudaSession::Prefix::host_bytes() const {
+  return cells->host_bytes() + int64_t(states.size() * sizeof(float));
+}
+
+std::shared_ptr<const CudaSession::Prefix> CudaSession::keep() {
+  Impl& s = *impl_;
+  check_cuda(cudaStreamSynchronize(s.stream), "the step's stream");  // a cut window's copies first
+  auto prefix = std::make_shared<Prefix>();
+  prefix->cells = s.kv->keep(s.current, s.place().position);
+  prefix->states = s.states_to_host();
+  prefix->session = this;
+  return prefix;
+}
+
+void CudaSession::resume(const Prefix& prefix) {
+  Impl& s = *impl_;
+  if (prefix.session != this) fail("cuda session: the prefix was kept by another session");
+  check_cuda(cudaStreamSynchronize(s.stream), "the step's stream");  // a cut window's copies first
+  s.kv->resume(*prefix.cells, s.current);
+  s.states_from_host(prefix.states);
+  s.place() = {.position = prefix.positions()};
+  synchronize();
 }
 
 CudaSession::StepBytes CudaSession::decode_bytes(int64_t depth) const {

@@ -32,6 +32,7 @@
 
 namespace lode::cuda {
 
+class KvPrefix;
 class VramAccountant;
 
 // The most tokens one decode step takes (CudaSessionOptions::step_rows).
@@ -190,6 +191,23 @@ class CudaSession {
   // Fails (lode::Error) for another K/V format, a snapshot longer than max_context, or one of
   // another model's size.
   void restore(const Snapshot& snapshot);
+
+  // The current sequence's first positions (all it holds now) kept for later in this session:
+  // what the engine's checkpoints are on the GPU. Its K/V pages are shared, not copied (a sequence
+  // writing into a shared page first copies it to a page of its own; when pages run short, the
+  // oldest prefixes move their cells to host memory: cuda/kv_cache.h); its DeltaNet states are
+  // copied to host memory. Immutable once kept; it may outlive the session (keeping nothing then).
+  struct Prefix {
+    std::shared_ptr<const KvPrefix> cells;
+    std::vector<float> states;  // as Snapshot::states
+    const CudaSession* session = nullptr;
+    int64_t positions() const;
+    int64_t host_bytes() const;  // its states, and its cells once moved to host memory
+  };
+  std::shared_ptr<const Prefix> keep();
+  // The current sequence continues from a prefix kept by any sequence of this session. Fails for
+  // another session's.
+  void resume(const Prefix& prefix);
 
   // Bytes one decode step reads at context depth `depth`: the weights it touches (every matrix
   // but the experts, n_experts_used experts per layer, the lm head, one embedding row) and the

@@ -149,6 +149,10 @@ void copy_to_host(void* host, const void* device, size_t bytes) {
   check_cuda(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost), "copy from the device");
 }
 
+void copy_on_device(void* to, const void* from, size_t bytes) {
+  check_cuda(cudaMemcpy(to, from, bytes, cudaMemcpyDeviceToDevice), "copy on the device");
+}
+
 void synchronize() { check_cuda(cudaDeviceSynchronize(), "running kernels"); }
 
 }  // namespace lode::cuda

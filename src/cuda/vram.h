@@ -91,6 +91,7 @@ void copy_to_device(void* device, const void* host, size_t bytes);
 // (cuda/expert_tier.h pins the experts' pages of the same mapping), through a bounce buffer.
 void copy_mapped_to_device(void* device, const void* host, size_t bytes);
 void copy_to_host(void* host, const void* device, size_t bytes);
+void copy_on_device(void* to, const void* from, size_t bytes);
 // Waits for the device; fails with the first error a kernel raised.
 void synchronize();
 

@@ -32,7 +32,7 @@ class Checkpoint {
  public:
   virtual ~Checkpoint() = default;
   virtual int64_t position() const = 0;
-  virtual int64_t bytes() const = 0;  // the memory it holds
+  virtual int64_t bytes() const = 0;  // the host memory it holds (device memory it shares is not counted)
 };
 
 // Draft tokens for one sequence from its model's MTP block (speculative decoding:

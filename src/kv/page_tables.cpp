@@ -1,0 +1,140 @@
+#include "kv/page_tables.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace lode::kv {
+
+PageTables::PageTables(int64_t sequences, std::vector<int32_t> page_order, int64_t page_positions)
+    : sequences_(sequences), pages_per_sequence_(int64_t(page_order.size())), page_positions_(page_positions) {
+  if (sequences < 1) fail("K/V pages: room for {} sequences", sequences);
+  if (page_positions < 1) fail("K/V pages: pages of {} positions", page_positions);
+  std::vector<int32_t> sorted = page_order;
+  std::sort(sorted.begin(), sorted.end());
+  for (int64_t p = 0; p < int64_t(sorted.size()); ++p)
+    if (sorted[size_t(p)] != p) fail("K/V pages: the page order must be a permutation of the {} pages", sorted.size());
+  const int64_t all = sequences * pages_per_sequence_;
+  tables_.resize(size_t(all));
+  for (int64_t s = 0; s < sequences; ++s)
+    for (int64_t p = 0; p < pages_per_sequence_; ++p)
+      tables_[size_t(s * pages_per_sequence_ + p)] = int32_t(s * pages_per_sequence_ + page_order[size_t(p)]);
+  table_refs_.assign(size_t(all), 1);
+  hold_refs_.assign(size_t(all), 0);
+}
+
+void PageTables::check_sequence(int64_t sequence) const {
+  if (sequence < 0 || sequence >= sequences_)
+    fail("K/V pages: sequence {} of a cache of {} sequences", sequence, sequences_);
+}
+
+std::span<const int32_t> PageTables::table(int64_t sequence) const {
+  check_sequence(sequence);
+  return std::span(tables_).subspan(size_t(sequence * pages_per_sequence_), size_t(pages_per_sequence_));
+}
+
+int64_t PageTables::first_shared(int64_t sequence, int64_t first, int64_t end) const {
+  const std::span<const int32_t> own = table(sequence);
+  if (first < 0 || end > pages_per_sequence_ * page_positions_)
+    fail("K/V pages: positions {}..{} of a sequence of {}", first, end, pages_per_sequence_ * page_positions_);
+  if (end <= first) return -1;
+  for (int64_t p = first / page_positions_; p <= (end - 1) / page_positions_; ++p)
+    if (shared(own[size_t(p)])) return p;
+  return -1;
+}
+
+void PageTables::let_go(int32_t page) {
+  if (table_refs_[size_t(page)] == 0 && hold_refs_[size_t(page)] == 0) free_.push_back(page);
+}
+
+PageTables::Move PageTables::own_page(int64_t sequence, int64_t logical) {
+  check_sequence(sequence);
+  if (logical < 0 || logical >= pages_per_sequence_) fail("K/V pages: logical page {} of {}", logical, pages_per_sequence_);
+  int32_t& entry = tables_[size_t(sequence * pages_per_sequence_ + logical)];
+  if (!shared(entry)) fail("K/V pages: sequence {}'s page {} is already its own", sequence, logical);
+  if (free_.empty()) fail("K/V pages: no free page (give up a hold first)");
+  const Move move{entry, free_.back()};
+  free_.pop_back();
+  --table_refs_[size_t(move.from)];  // (still referred to: it was shared)
+  ++table_refs_[size_t(move.to)];
+  entry = move.to;
+  return move;
+}
+
+int64_t PageTables::hold(int64_t sequence, int64_t positions) {
+  const std::span<const int32_t> own = table(sequence);
+  if (positions < 0 || positions > pages_per_sequence_ * page_positions_)
+    fail("K/V pages: a hold on {} positions of a sequence of {}", positions, pages_per_sequence_ * page_positions_);
+  const int64_t n = (positions + page_positions_ - 1) / page_positions_;
+  std::vector<int32_t> pages(own.begin(), own.begin() + n);
+  for (int32_t page : pages) ++hold_refs_[size_t(page)];
+  holds_.emplace(next_hold_, std::move(pages));
+  return next_hold_++;
+}
+
+std::span<const int32_t> PageTables::held(int64_t id) const {
+  const auto it = holds_.find(id);
+  if (it == holds_.end()) fail("K/V pages: no hold {}", id);
+  return it->second;
+}
+
+void PageTables::release(int64_t id) {
+  const auto it = holds_.find(id);
+  if (it == holds_.end()) fail("K/V pages: no hold {}", id);
+  for (int32_t page : it->second) {
+    --hold_refs_[size_t(page)];
+    let_go(page);
+  }
+  holds_.erase(it);
+}
+
+int64_t PageTables::hold_to_give_up(int32_t page) const {
+  for (const auto& [id, pages] : holds_)
+    for (int32_t p : pages)
+      if (table_refs_[size_t(p)] == 0) return id;
+  for (const auto& [id, pages] : holds_)
+    if (std::find(pages.begin(), pages.end(), page) != pages.end()) return id;
+  return -1;
+}
+
+void PageTables::adopt(int64_t sequence, int64_t id) {
+  check_sequence(sequence);
+  const std::span<const int32_t> pages = held(id);
+  for (size_t p = 0; p < pages.size(); ++p) {
+    int32_t& entry = tables_[size_t(sequence * pages_per_sequence_) + p];
+    if (entry == pages[p]) continue;
+    ++table_refs_[size_t(pages[p])];
+    --table_refs_[size_t(entry)];
+    let_go(entry);
+    entry = pages[p];
+  }
+}
+
+bool PageTables::make_writable(int64_t sequence, int64_t first, int64_t end,
+                               const std::function<void(int64_t id)>& give_up,
+                               const std::function<void(Move, int64_t rows)>& copy) {
+  bool changed = false;
+  // Each round unshares a page or ends a hold, so this ends.
+  for (int64_t logical; (logical = first_shared(sequence, first, end)) >= 0;) {
+    if (free_.empty()) {
+      const int64_t id = hold_to_give_up(table(sequence)[size_t(logical)]);
+      if (id < 0) fail("K/V pages: no free page and no hold to give up (a bookkeeping error)");
+      give_up(id);
+      if (holds_.count(id)) fail("K/V pages: hold {} was given up but not released", id);
+      continue;
+    }
+    const Move move = own_page(sequence, logical);
+    const int64_t rows = std::clamp<int64_t>(first - logical * page_positions_, 0, page_positions_);
+    if (rows > 0) copy(move, rows);
+    changed = true;
+  }
+  return changed;
+}
+
+int64_t PageTables::held_only_pages() const {
+  int64_t n = 0;
+  for (size_t p = 0; p < table_refs_.size(); ++p) n += table_refs_[p] == 0 && hold_refs_[p] > 0;
+  return n;
+}
+
+}  // namespace lode::kv

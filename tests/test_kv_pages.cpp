@@ -1,0 +1,214 @@
+// The paged K/V cache's bookkeeping (kv/page_tables.h), on cells simulated in host memory: every
+// sequence reads back what it wrote, every kept prefix what it held when it was taken, whatever
+// mix of writes, holds, adoptions, rewinds, releases and pages given up came between; pages are
+// shared rather than copied, and none is lost.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "core/error.h"
+#include "kv/page_tables.h"
+
+namespace lode::kv {
+namespace {
+
+constexpr int64_t kPage = 4;  // positions per page
+
+// Cells in "device" pages, what each sequence should read, what each hold should keep: the way
+// cuda/kv_cache.h drives PageTables, with ints for cells.
+struct Simulated {
+  PageTables tables;
+  std::vector<std::vector<int>> device;     // [page][position in page]
+  std::vector<std::vector<int>> sequences;  // what each sequence holds, position by position
+  struct Kept {
+    int64_t id = -1;                 // the hold while on pages, -1 once given up
+    std::vector<int> cells;          // what it keeps
+    std::optional<std::vector<int>> host;  // its cells once given up (moved to the "host")
+  };
+  std::map<int64_t, Kept> kept;  // by the number the test gave it
+  int64_t given_up = 0, copied_rows = 0;
+
+  Simulated(int64_t n, std::vector<int32_t> order)
+      : tables(n, std::move(order), kPage),
+        device(size_t(tables.pages()), std::vector<int>(kPage, -1)),
+        sequences(size_t(n)) {}
+
+  int cell(int64_t sequence, int64_t position) const {
+    const int32_t page = tables.table(sequence)[size_t(position / kPage)];
+    return device[size_t(page)][size_t(position % kPage)];
+  }
+  void give_up(int64_t id) {
+    for (auto& [name, k] : kept) {
+      if (k.id != id) continue;
+      std::vector<int> host;
+      const std::span<const int32_t> pages = tables.held(id);
+      for (size_t p = 0; p < k.cells.size(); ++p) host.push_back(device[size_t(pages[p / kPage])][p % kPage]);
+      k.host = host, k.id = -1;
+    }
+    tables.release(id);
+    ++given_up;
+  }
+  void make_writable(int64_t s, int64_t first, int64_t end) {
+    tables.make_writable(
+        s, first, end, [&](int64_t id) { give_up(id); },
+        [&](PageTables::Move move, int64_t rows) {
+          for (int64_t r = 0; r < rows; ++r) device[size_t(move.to)][size_t(r)] = device[size_t(move.from)][size_t(r)];
+          copied_rows += rows;
+        });
+  }
+  void write(int64_t s, std::span<const int> values) {
+    const int64_t first = int64_t(sequences[size_t(s)].size()), end = first + int64_t(values.size());
+    make_writable(s, first, end);
+    for (int64_t p = first; p < end; ++p) {
+      const int32_t page = tables.table(s)[size_t(p / kPage)];
+      device[size_t(page)][size_t(p % kPage)] = values[size_t(p - first)];
+      sequences[size_t(s)].push_back(values[size_t(p - first)]);
+    }
+  }
+  void keep(int64_t name, int64_t s) {
+    kept[name] = {tables.hold(s, int64_t(sequences[size_t(s)].size())), sequences[size_t(s)], std::nullopt};
+  }
+  void release(int64_t name) {
+    if (kept[name].id >= 0) tables.release(kept[name].id);
+    kept.erase(name);
+  }
+  // The sequence becomes the kept prefix: its pages adopted, or its cells written back from the host.
+  void resume(int64_t s, int64_t name) {
+    const Kept& k = kept.at(name);
+    if (k.id >= 0) {
+      tables.adopt(s, k.id);
+    } else {
+      make_writable(s, 0, int64_t(k.cells.size()));
+      for (size_t p = 0; p < k.host->size(); ++p)
+        device[size_t(tables.table(s)[p / kPage])][p % kPage] = (*k.host)[p];
+    }
+    sequences[size_t(s)] = k.cells;
+  }
+
+  // Everything reads back, and the page counts add up.
+  void check() const {
+    for (int64_t s = 0; s < tables.sequences(); ++s)
+      for (size_t p = 0; p < sequences[size_t(s)].size(); ++p)
+        ASSERT_EQ(cell(s, int64_t(p)), sequences[size_t(s)][p]) << "sequence " << s << " position " << p;
+    std::set<int32_t> referenced;
+    for (int64_t s = 0; s < tables.sequences(); ++s)
+      for (int32_t page : tables.table(s)) referenced.insert(page);
+    for (const auto& [name, k] : kept) {
+      if (k.id < 0) {
+        ASSERT_EQ(*k.host, k.cells) << "kept " << name << " (given up)";
+        continue;
+      }
+      const std::span<const int32_t> pages = tables.held(k.id);
+      for (size_t p = 0; p < k.cells.size(); ++p)
+        ASSERT_EQ(device[size_t(pages[p / kPage])][p % kPage], k.cells[p]) << "kept " << name << " position " << p;
+      referenced.insert(pages.begin(), pages.end());
+    }
+    ASSERT_EQ(tables.free_pages() + int64_t(referenced.size()), tables.pages());
+  }
+};
+
+std::vector<int> values(int first, int n) {
+  std::vector<int> v(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) v[size_t(i)] = first + i;
+  return v;
+}
+
+TEST(KvPages, APrefixIsSharedNotCopiedAndTheLastPartialPageIsCopiedOnWrite) {
+  Simulated sim(2, {1, 0, 3, 2});
+  sim.write(0, values(100, 6));  // a page and a half
+  sim.keep(1, 0);
+  sim.resume(1, 1);  // sequence 1 starts from sequence 0's six positions
+  EXPECT_EQ(sim.tables.table(1)[0], sim.tables.table(0)[0]);
+  EXPECT_EQ(sim.tables.table(1)[1], sim.tables.table(0)[1]);
+  EXPECT_EQ(sim.copied_rows, 0);
+  sim.check();
+  // Both go on differently: each first takes its own copy of the half page (its two rows), and the
+  // whole first page stays shared.
+  sim.write(0, values(200, 3));
+  sim.write(1, values(300, 3));
+  EXPECT_EQ(sim.copied_rows, 4);
+  EXPECT_EQ(sim.tables.table(1)[0], sim.tables.table(0)[0]);
+  EXPECT_NE(sim.tables.table(1)[1], sim.tables.table(0)[1]);
+  EXPECT_EQ(sim.given_up, 0);
+  sim.check();
+  // Back to the kept prefix and on again: the kept half page is unchanged.
+  sim.resume(0, 1);
+  sim.write(0, values(400, 5));
+  sim.check();
+}
+
+TEST(KvPages, WhenNoPageIsFreeTheOldestHoldThatFreesOneIsGivenUp) {
+  Simulated sim(1, {0, 1, 2});
+  sim.write(0, values(0, 9));
+  sim.keep(1, 0);  // all three pages held, and the sequence's: no page free
+  EXPECT_EQ(sim.tables.free_pages(), 0);
+  // A new text from position 0: the hold on the page it writes into is given up (no other page is
+  // free), its cells kept on the host, and the sequence writes in place.
+  sim.sequences[0].clear();
+  sim.write(0, values(50, 2));
+  EXPECT_EQ(sim.given_up, 1);
+  EXPECT_EQ(sim.copied_rows, 0);
+  sim.check();
+  // The given-up prefix still resumes, from the host.
+  sim.resume(0, 1);
+  sim.write(0, values(90, 1));
+  sim.check();
+}
+
+TEST(KvPages, RandomMixesReadBackWhatWasWritten) {
+  for (int seed = 0; seed < 40; ++seed) {
+    SCOPED_TRACE(seed);
+    std::mt19937 rng{uint32_t(seed)};
+    const int64_t n = 1 + seed % 3, per_sequence = 5;
+    std::vector<int32_t> order(per_sequence);
+    for (int32_t p = 0; p < int32_t(per_sequence); ++p) order[size_t(p)] = p;
+    std::shuffle(order.begin(), order.end(), rng);
+    Simulated sim(n, order);
+    int next_value = 0;
+    int64_t next_name = 0;
+    const auto pick = [&](int64_t below) { return int64_t(rng() % uint64_t(below)); };
+    for (int op = 0; op < 300; ++op) {
+      const int64_t s = pick(n);
+      const int64_t room = per_sequence * kPage - int64_t(sim.sequences[size_t(s)].size());
+      switch (pick(6)) {
+        case 0:
+        case 1:
+          if (room > 0) sim.write(s, values(next_value += 10, int(1 + pick(std::min<int64_t>(room, 7)))));
+          break;
+        case 2:
+          if (sim.kept.size() < 6) sim.keep(next_name++, s);
+          break;
+        case 3:
+          if (!sim.kept.empty()) sim.release(std::next(sim.kept.begin(), pick(int64_t(sim.kept.size())))->first);
+          break;
+        case 4:
+          if (!sim.kept.empty()) sim.resume(s, std::next(sim.kept.begin(), pick(int64_t(sim.kept.size())))->first);
+          break;
+        case 5:
+          sim.sequences[size_t(s)].resize(size_t(pick(int64_t(sim.sequences[size_t(s)].size()) + 1)));  // rewound
+          break;
+      }
+      sim.check();
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+
+    EXPECT_GT(sim.given_up + sim.copied_rows, 0);  // the mixes did reach the sharing paths
+  }
+}
+
+TEST(KvPages, BadUseFailsSayingWhy) {
+  EXPECT_THROW(PageTables(1, {0, 0}, kPage), Error);
+  EXPECT_THROW(PageTables(0, {0}, kPage), Error);
+  PageTables tables(1, {0, 1}, kPage);
+  EXPECT_THROW(tables.own_page(0, 0), Error);  // not shared
+  EXPECT_THROW(tables.hold(0, 3 * kPage), Error);
+  EXPECT_THROW(tables.release(7), Error);
+  EXPECT_THROW(tables.table(1), Error);
+}
+
+}  // namespace
+}  // namespace lode::kv
