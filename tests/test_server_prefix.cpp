@@ -3,6 +3,7 @@
 // an unrelated request reuses nothing.
 #include "chat/output_parser.h"
 #include "chat/template.h"
+#include "core/error.h"
 #include "cpu/engine.h"
 #include "engine/generate.h"
 #include "server/prefix_cache.h"
@@ -76,6 +77,36 @@ TEST(ServerPrefix, TheNextTurnReusesTheConversationAndMatchesAColdRun) {
                                       request(json::array({{{"role", "user"}, {"content", "hello"}}}), 6));
   EXPECT_EQ(other["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   EXPECT_EQ(full_text(other), parsed_text(cold_run(json::array({{{"role", "user"}, {"content", "hello"}}}), 6)));
+}
+
+// A server that takes 16 prompt tokens a step (WorkerOptions::prompt_step) still checkpoints every
+// 64 and cuts prompts at the same boundaries cold or resumed: both turns of a conversation return
+// what a server taking 64 a step returns, the first turn in at least a step per 16 prompt tokens.
+// (DeltaNet in its recurrent form: the chunked form's bits depend on the chunk.)
+TEST(ServerPrefix, PromptsTakenAFewTokensAStepKeepTheirCheckpointsAndText) {
+  server::ServerOptions small_steps, whole_chunks;
+  small_steps.worker.parallel = whole_chunks.worker.parallel = 1;
+  small_steps.worker.prompt_step = 16;
+  TestServer a(small_steps, {.deltanet_chunk = 0}), b(whole_chunks, {.deltanet_chunk = 0});
+  json messages = {{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", "What does chmod do?"}}};
+  const json first = a.post_json("/v1/chat/completions", request(messages, 6));
+  EXPECT_EQ(full_text(first), full_text(b.post_json("/v1/chat/completions", request(messages, 6))));
+  const int64_t prompt_tokens = first["usage"]["prompt_tokens"];
+  EXPECT_GE(a.get_json("/v1/status")["steps"]["total"].get<int64_t>(), prompt_tokens / 16);
+  messages.push_back({{"role", "assistant"}, {"content", first["choices"][0]["message"]["content"]}});
+  messages.push_back({{"role", "user"}, {"content", "And chown?"}});
+  const json second = a.post_json("/v1/chat/completions", request(messages, 6));
+  const int64_t cached = second["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_GE(cached, 64) << second.dump();
+  EXPECT_EQ(cached % 64, 0);
+  EXPECT_EQ(full_text(second), full_text(b.post_json("/v1/chat/completions", request(messages, 6))));
+}
+
+// A step's prompt tokens must divide the checkpoint interval.
+TEST(ServerPrefix, APromptStepThatDoesNotDivideTheChunkIsRefused) {
+  server::ServerOptions o;
+  o.worker.prompt_step = 24;
+  EXPECT_THROW(TestServer server(o), lode::Error);
 }
 
 // Two agents with the same long system prompt take turns on a two-slot server. The second one's

@@ -30,10 +30,11 @@ struct ServeOptions {
   bool parallel_given = false;  // --parallel on the command line
 };
 
-// On the GPU: prompts in chunks of at least kGpuChunk tokens and at least the context over
-// kGpuCheckpoints, a prefix checkpoint after each (a checkpoint shares the sequence's K/V pages but
+// On the GPU: a prefix checkpoint every kGpuChunk prompt tokens, or every whole number of them that
+// is at least the context over kGpuCheckpoints (a checkpoint shares the sequence's K/V pages but
 // copies its DeltaNet states to host memory, tens of MiB for the 35B, so not many of them),
-// kGpuCheckpoints kept.
+// kGpuCheckpoints kept; a step takes kGpuChunk tokens of a prompt at most, so that decoding
+// sequences wait for no more than that at a time.
 constexpr int64_t kGpuChunk = 1024;
 constexpr size_t kGpuCheckpoints = 8;
 
@@ -65,7 +66,9 @@ std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedM
                    .sequences = sequences};
   auto engine = open_gpu_model(o.backend, model.reader, model.config, std::move(weights), run);
   o.server.worker.parallel = sequences;
-  o.server.worker.chunk = std::max<int64_t>(kGpuChunk, run.ctx / int64_t(kGpuCheckpoints));
+  const int64_t interval = std::max<int64_t>(kGpuChunk, run.ctx / int64_t(kGpuCheckpoints));
+  o.server.worker.chunk = (interval + kGpuChunk - 1) / kGpuChunk * kGpuChunk;
+  o.server.worker.prompt_step = kGpuChunk;
   o.server.worker.checkpoints_per_slot = kGpuCheckpoints;
   fmt::print(stderr, "lode serve: on the GPU ({}), {} sequence(s) at once (others queue, up to --max-queue)\n",
              first_gpu(), sequences);

@@ -85,6 +85,8 @@ EngineWorker::EngineWorker(const ServedModel& model, std::shared_ptr<engine::Mod
     : model_(model), engine_(std::move(engine)), options_(std::move(options)), on_finished_(std::move(on_finished)) {
   if (options_.parallel < 1) fail("--parallel must be at least 1, got {}", options_.parallel);
   if (options_.chunk < 1) fail("the prefill chunk must be at least 1 token, got {}", options_.chunk);
+  if (options_.prompt_step < 0 || (options_.prompt_step > 0 && options_.chunk % options_.prompt_step != 0))
+    fail("the prompt tokens a step takes ({}) must divide the prefill chunk ({})", options_.prompt_step, options_.chunk);
   for (int i = 0; i < options_.parallel; ++i)
     slots_.push_back(std::make_unique<Slot>(
         Slot{engine_->open_sequence(), PrefixCache(options_.chunk, options_.checkpoints_per_slot), 0, nullptr}));
@@ -271,7 +273,8 @@ void EngineWorker::step() {
     Slot& slot = *slots_[(prefill_turn_ + i) % slots_.size()];
     if (!slot.running || !slot.running->prefilling()) continue;
     const Running& seq = *slot.running;
-    const int64_t end = std::min((seq.prefilled / options_.chunk + 1) * options_.chunk, int64_t(seq.prompt().size()));
+    const int64_t step = options_.prompt_step > 0 ? options_.prompt_step : options_.chunk;
+    const int64_t end = std::min((seq.prefilled / step + 1) * step, int64_t(seq.prompt().size()));
     const bool last = end == int64_t(seq.prompt().size());
     batch.push_back({.sequence = slot.sequence.get(),
                      .tokens = seq.prompt().subspan(size_t(seq.prefilled), size_t(end - seq.prefilled)),

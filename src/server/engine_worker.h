@@ -66,7 +66,11 @@ class JobStream {
 struct WorkerOptions {
   int parallel = 4;       // sequences generated together, each in a slot that keeps its prefix
   int max_queue = 16;     // jobs that may wait for a free slot; more are refused (429)
-  int64_t chunk = 64;     // prompt tokens per prefill chunk, and the prefix checkpoint interval
+  int64_t chunk = 64;     // the prefix checkpoint interval, and the prompt tokens a step takes
+  // Prompt tokens one step takes at most where fewer than `chunk` (0: chunk), so that a long
+  // prompt holds up the decoding sequences for less at a time. A divisor of chunk: a prompt is cut
+  // at the same boundaries whether it starts cold or from a checkpoint.
+  int64_t prompt_step = 0;
   size_t checkpoints_per_slot = 64;  // prefix checkpoints each slot keeps (bounds their memory)
   // Speculative decoding per sequence (engine/speculative.h): a decoding sequence's row of a step
   // is its pending token and up to `mtp` drafts; 0: off. The output does not change.
