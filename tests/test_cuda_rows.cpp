@@ -232,7 +232,9 @@ TEST(CudaRows, KeptPrefixesSharePagesAndContinueAsAFreshSequence) {
     EXPECT_TRUE(same_bits(s.decode(y[t]).data(), want_y[t].data(), size_t(vocab))) << "back at the prefix, token " << t;
   EXPECT_EQ(kept->host_bytes(), states_bytes);
 
-  CudaSession alone(m.reader, m.weights, {.max_context = 128, .prompt_chunk = 16});  // two pages, both held
+  // One sequence: its four pages all its own, two of them held (the context as above: the prompt
+  // pass's shapes follow it).
+  CudaSession alone(m.reader, m.weights, one);
   alone.prefill(prompt);
   const auto held = alone.keep();
   alone.reset();

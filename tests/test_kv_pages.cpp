@@ -141,7 +141,7 @@ TEST(KvPages, APrefixIsSharedNotCopiedAndTheLastPartialPageIsCopiedOnWrite) {
   sim.check();
 }
 
-TEST(KvPages, WhenNoPageIsFreeTheOldestHoldThatFreesOneIsGivenUp) {
+TEST(KvPages, WhenNoPageIsFreeTheHoldOnThePageWrittenIsGivenUp) {
   Simulated sim(1, {0, 1, 2});
   sim.write(0, values(0, 9));
   sim.keep(1, 0);  // all three pages held, and the sequence's: no page free
@@ -156,6 +156,25 @@ TEST(KvPages, WhenNoPageIsFreeTheOldestHoldThatFreesOneIsGivenUp) {
   // The given-up prefix still resumes, from the host.
   sim.resume(0, 1);
   sim.write(0, values(90, 1));
+  sim.check();
+}
+
+// Nested prefixes of one text, on pages no sequence maps any more: a page is freed by giving up the
+// longest alone (the only one holding its last page), not the older ones, whose pages it shares.
+TEST(KvPages, TheHoldGivenUpIsOneWhoseReleaseFreesAPage) {
+  Simulated sim(2, {0, 1, 2});
+  sim.write(1, values(500, 12));
+  sim.keep(9, 1);
+  for (int64_t name = 1; name <= 3; ++name) {  // prefixes of one, two and three pages
+    sim.write(0, values(int(10 * name), 4));
+    sim.keep(name, 0);
+  }
+  sim.resume(0, 9);  // sequence 0 leaves its pages to the three prefixes
+  EXPECT_EQ(sim.tables.free_pages(), 0);
+  sim.sequences[1].resize(10);
+  sim.write(1, values(900, 2));  // into a shared page: needs a free one
+  EXPECT_EQ(sim.given_up, 1);
+  EXPECT_EQ(sim.kept[3].id, -1);  // the longest, the only one on its last page
   sim.check();
 }
 

@@ -41,6 +41,7 @@ KvCache::KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t n_
   }
   tables_ = DeviceBuffer(vram, std::max<size_t>(size_t(all_pages), 1) * sizeof(int32_t), VramUse::kv, "K/V page tables");
   for (int64_t s = 0; s < sequences; ++s) upload_table(s);
+  synchronize();
 }
 
 // Prefixes that outlive the cache keep nothing (their cells were on its pages): the ledger outlives
@@ -92,6 +93,7 @@ void KvCache::restore(const std::vector<uint8_t>& rows, int64_t positions, int64
          int64_t(table.size()) * kKvPagePositions);
   make_writable(sequence, 0, positions);
   copy_rows(table, positions, nullptr, rows.data());
+  synchronize();  // (an upload from pageable memory returns once it is staged)
 }
 
 bool KvCache::writable(int64_t sequence, int64_t first, int64_t end) const {
@@ -123,7 +125,11 @@ void KvCache::make_writable(int64_t sequence, int64_t first, int64_t end) {
       copy_on_device(device + move.to * page, device + move.from * page, size_t(rows * row_bytes(store)));
     }
   };
-  if (l.tables.make_writable(sequence, first, end, give_up, copy)) upload_table(sequence);
+  if (!l.tables.make_writable(sequence, first, end, give_up, copy)) return;
+  upload_table(sequence);
+  // A copy on the device and an upload from pageable memory may still be running: the step that
+  // writes next runs on another stream.
+  synchronize();
 }
 
 std::shared_ptr<const KvPrefix> KvCache::keep(int64_t sequence, int64_t positions) {
@@ -140,10 +146,11 @@ void KvCache::resume(const KvPrefix& prefix, int64_t sequence) {
   if (prefix.hold_ >= 0) {
     ledger_->tables.adopt(sequence, prefix.hold_);
     upload_table(sequence);
-    return;
+  } else {
+    make_writable(sequence, 0, prefix.positions_);
+    copy_rows(ledger_->tables.table(sequence), prefix.positions_, nullptr, prefix.cells_.data());
   }
-  make_writable(sequence, 0, prefix.positions_);
-  copy_rows(ledger_->tables.table(sequence), prefix.positions_, nullptr, prefix.cells_.data());
+  synchronize();
 }
 
 int64_t KvCache::held_only_pages() const {

@@ -7,8 +7,9 @@
 // pages as the sequences fill: sharing frees pages for kept prefixes, and when none is free the
 // oldest prefix that can free one moves its cells to host memory.
 //
-// The copies here are synchronous on the default stream: a caller whose own stream may still read
-// the tables or write the cells waits for it first (prepare_write's writable() says when).
+// The copies here run on the default stream, and whatever changes the tables or the cells waits for
+// the device before it returns. A caller whose own stream may still read the tables or write the
+// cells waits for that stream first (writable() says when prepare_write has anything to do).
 #pragma once
 #include <cstddef>
 #include <cstdint>

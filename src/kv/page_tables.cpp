@@ -89,11 +89,17 @@ void PageTables::release(int64_t id) {
 }
 
 int64_t PageTables::hold_to_give_up(int32_t page) const {
-  for (const auto& [id, pages] : holds_)
-    for (int32_t p : pages)
-      if (table_refs_[size_t(p)] == 0) return id;
-  for (const auto& [id, pages] : holds_)
-    if (std::find(pages.begin(), pages.end(), page) != pages.end()) return id;
+  // Each pass takes the oldest hold that does what it asks, if any.
+  const auto oldest = [&](auto&& does) {
+    for (const auto& [id, pages] : holds_)
+      for (int32_t p : pages)
+        if (does(p)) return id;
+    return int64_t(-1);
+  };
+  const auto frees = [&](int32_t p) { return table_refs_[size_t(p)] == 0 && hold_refs_[size_t(p)] == 1; };
+  const auto untabled = [&](int32_t p) { return table_refs_[size_t(p)] == 0; };
+  for (const int64_t id : {oldest(frees), oldest(untabled), oldest([&](int32_t p) { return p == page; })})
+    if (id >= 0) return id;
   return -1;
 }
 

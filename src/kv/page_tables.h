@@ -48,9 +48,9 @@ class PageTables {
   std::span<const int32_t> held(int64_t id) const;  // its pages, by logical page
   void release(int64_t id);
   int64_t holds() const { return int64_t(holds_.size()); }
-  // The hold to give up for a free page: the oldest one on a page no table maps (its release frees
-  // the page, or brings it closer to free when other holds share it), else the oldest one on `page`
-  // (its release unshares it), else -1.
+  // The hold to give up for a free page: the oldest one whose release frees a page (one no table
+  // maps and no other hold holds), else the oldest one on a page no table maps (other holds share
+  // it: one fewer), else the oldest one on `page` (its release unshares it), else -1.
   int64_t hold_to_give_up(int32_t page) const;
   // The sequence's first pages become the hold's (shared with it); the pages they mapped are let go.
   void adopt(int64_t sequence, int64_t id);
