@@ -71,9 +71,13 @@ std::vector<float> test_row(int64_t p, int64_t values, std::mt19937& rng) {
   return row;
 }
 
+// One sequence's cache with every page mapped (in `order`: the pages are handed out so as the
+// sequence first writes from position 0), for kernels that write its cells directly.
 struct DeviceCache {
   DeviceCache(Format format, int64_t heads, int64_t head_dim, int64_t positions, std::vector<int32_t> order)
-      : cache(vram, format, 1, heads, head_dim, positions, std::move(order)) {}
+      : cache(vram, format, 1, heads, head_dim, positions, std::move(order)) {
+    cache.prepare_write(0, 0, positions);
+  }
   cuda::VramAccountant vram;
   cuda::KvCache cache;
 };

@@ -246,6 +246,53 @@ TEST(CudaRows, KeptPrefixesSharePagesAndContinueAsAFreshSequence) {
   EXPECT_THROW(s.resume(*held), lode::Error);  // another session's
 }
 
+// Two sequences sharing a pool of five pages (kv_positions 320) where each could hold four: a
+// promise beyond the pool is refused, steps of both give the bits of sequences with room for all,
+// a reset gives the pages back, and a sequence writing past its promise into a pool whose pages are
+// all promised is refused, saying why.
+TEST(CudaRows, ASharedKvPoolServesWhatItPromised) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 30);
+  const Loaded m(dir / "m.gguf");
+  const int64_t vocab = m.config.vocab;
+  const CudaSessionOptions roomy{.max_context = 256, .prompt_chunk = 16};
+  CudaSession s(m.reader, m.weights,
+                {.max_context = 256, .step_rows = 2, .sequences = 2, .kv_positions = 320, .prompt_chunk = 16});
+  EXPECT_EQ(s.kv_pool_positions(), 320);
+  const std::vector<int32_t> a = tokens_from(vocab, 150, 1), b = tokens_from(vocab, 40, 2);
+  s.use_sequence(0);
+  EXPECT_TRUE(s.reserve_kv(200));   // four pages
+  s.use_sequence(1);
+  EXPECT_FALSE(s.reserve_kv(128));  // two more do not fit
+  EXPECT_TRUE(s.reserve_kv(64));
+  s.use_sequence(0);
+  s.prefill(a);
+  s.use_sequence(1);
+  s.prefill(b);
+  CudaSession fresh_a(m.reader, m.weights, roomy), fresh_b(m.reader, m.weights, roomy);
+  fresh_a.prefill(a);
+  fresh_b.prefill(b);
+  const std::vector<int32_t> x = tokens_from(vocab, 3, 3), y = tokens_from(vocab, 3, 4);
+  for (size_t t = 0; t < x.size(); ++t) {
+    const CudaSession::Window w = s.decode_rows(std::vector<CudaSession::Row>{{0, x[t]}, {1, y[t]}});
+    EXPECT_TRUE(same_bits(w.logits.data(), fresh_a.decode(x[t]).data(), size_t(vocab))) << "sequence 0, token " << t;
+    EXPECT_TRUE(same_bits(w.logits.data() + vocab, fresh_b.decode(y[t]).data(), size_t(vocab))) << "sequence 1, token " << t;
+  }
+  s.use_sequence(0);
+  s.reset();  // its three pages back
+  EXPECT_TRUE(s.reserve_kv(0));
+  s.use_sequence(1);
+  EXPECT_TRUE(s.reserve_kv(256));  // now all four of its own
+  s.use_sequence(0);
+  try {
+    s.prefill(tokens_from(vocab, 70, 5));  // two pages, none promised to it and none unpromised
+    ADD_FAILURE() << "a sequence took pages promised to another";
+  } catch (const lode::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reserved"), std::string::npos) << e.what();
+  }
+}
+
 // Through the engine: a model of three sequences opens three and refuses a fourth; a step of a
 // prompt row, one-token rows and a greedy-only row gives each what its own steps give; a closed
 // sequence's place is opened again, empty.

@@ -8,6 +8,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -32,8 +33,8 @@ struct Simulated {
   std::map<int64_t, Kept> kept;  // by the number the test gave it
   int64_t given_up = 0, copied_rows = 0;
 
-  Simulated(int64_t n, std::vector<int32_t> order)
-      : tables(n, std::move(order), kPage),
+  Simulated(int64_t n, std::vector<int32_t> order, int64_t pool = 0)
+      : tables(n, std::move(order), kPage, pool),
         device(size_t(tables.pages()), std::vector<int>(kPage, -1)),
         sequences(size_t(n)) {}
 
@@ -81,12 +82,18 @@ struct Simulated {
     const Kept& k = kept.at(name);
     if (k.id >= 0) {
       tables.adopt(s, k.id);
+      tables.trim(s, int64_t(k.cells.size()));
     } else {
       make_writable(s, 0, int64_t(k.cells.size()));
       for (size_t p = 0; p < k.host->size(); ++p)
         device[size_t(tables.table(s)[p / kPage])][p % kPage] = (*k.host)[p];
     }
     sequences[size_t(s)] = k.cells;
+  }
+  // Cut back to its first n positions; with `trim`, its pages past them given back.
+  void cut(int64_t s, int64_t n, bool trim) {
+    sequences[size_t(s)].resize(size_t(n));
+    if (trim) tables.trim(s, n);
   }
 
   // Everything reads back, and the page counts add up.
@@ -96,7 +103,8 @@ struct Simulated {
         ASSERT_EQ(cell(s, int64_t(p)), sequences[size_t(s)][p]) << "sequence " << s << " position " << p;
     std::set<int32_t> referenced;
     for (int64_t s = 0; s < tables.sequences(); ++s)
-      for (int32_t page : tables.table(s)) referenced.insert(page);
+      for (int32_t page : tables.table(s))
+        if (page != PageTables::kUnmapped) referenced.insert(page);
     for (const auto& [name, k] : kept) {
       if (k.id < 0) {
         ASSERT_EQ(*k.host, k.cells) << "kept " << name << " (given up)";
@@ -108,8 +116,20 @@ struct Simulated {
       referenced.insert(pages.begin(), pages.end());
     }
     ASSERT_EQ(tables.free_pages() + int64_t(referenced.size()), tables.pages());
+    ASSERT_LE(tables.committed(), tables.pages());
   }
 };
+
+// Whether `write` fails saying the sequence wrote past what it reserved.
+template <class Write>
+bool test_fails_with_reserve_message(Write&& write) {
+  try {
+    write();
+  } catch (const Error& e) {
+    return std::string(e.what()).find("reserved") != std::string::npos;
+  }
+  return false;
+}
 
 std::vector<int> values(int first, int n) {
   std::vector<int> v(static_cast<size_t>(n));
@@ -178,25 +198,36 @@ TEST(KvPages, TheHoldGivenUpIsOneWhoseReleaseFreesAPage) {
   sim.check();
 }
 
+// Random mixes of writes, holds, releases, resumes and cuts, in pools of every sequence's whole
+// context and in smaller ones, where a sequence writes only what it could reserve first.
 TEST(KvPages, RandomMixesReadBackWhatWasWritten) {
-  for (int seed = 0; seed < 40; ++seed) {
+  int64_t refused_in_small_pools = 0;
+  for (int seed = 0; seed < 60; ++seed) {
     SCOPED_TRACE(seed);
     std::mt19937 rng{uint32_t(seed)};
     const int64_t n = 1 + seed % 3, per_sequence = 5;
+    const int64_t pool = seed % 2 ? 0 : n * per_sequence - 1 - seed % 3;  // 0: the whole context each
     std::vector<int32_t> order(per_sequence);
     for (int32_t p = 0; p < int32_t(per_sequence); ++p) order[size_t(p)] = p;
     std::shuffle(order.begin(), order.end(), rng);
-    Simulated sim(n, order);
+    Simulated sim(n, order, pool);
     int next_value = 0;
-    int64_t next_name = 0;
+    int64_t next_name = 0, refused = 0;
     const auto pick = [&](int64_t below) { return int64_t(rng() % uint64_t(below)); };
     for (int op = 0; op < 300; ++op) {
-      const int64_t s = pick(n);
-      const int64_t room = per_sequence * kPage - int64_t(sim.sequences[size_t(s)].size());
-      switch (pick(6)) {
+      const int64_t s = pick(n), held = int64_t(sim.sequences[size_t(s)].size());
+      const int64_t room = per_sequence * kPage - held;
+      switch (pick(7)) {
         case 0:
         case 1:
-          if (room > 0) sim.write(s, values(next_value += 10, int(1 + pick(std::min<int64_t>(room, 7)))));
+          if (room > 0) {
+            const int count = int(1 + pick(std::min<int64_t>(room, 7)));
+            if (!sim.tables.reserve(s, held + count)) {
+              ++refused;
+              break;
+            }
+            sim.write(s, values(next_value += 10, count));
+          }
           break;
         case 2:
           if (sim.kept.size() < 6) sim.keep(next_name++, s);
@@ -205,25 +236,68 @@ TEST(KvPages, RandomMixesReadBackWhatWasWritten) {
           if (!sim.kept.empty()) sim.release(std::next(sim.kept.begin(), pick(int64_t(sim.kept.size())))->first);
           break;
         case 4:
-          if (!sim.kept.empty()) sim.resume(s, std::next(sim.kept.begin(), pick(int64_t(sim.kept.size())))->first);
+          if (!sim.kept.empty()) {
+            const int64_t name = std::next(sim.kept.begin(), pick(int64_t(sim.kept.size())))->first;
+            if (sim.tables.reserve(s, int64_t(sim.kept[name].cells.size()))) sim.resume(s, name);
+          }
           break;
         case 5:
-          sim.sequences[size_t(s)].resize(size_t(pick(int64_t(sim.sequences[size_t(s)].size()) + 1)));  // rewound
+          sim.cut(s, pick(held + 1), pick(2) == 0);
+          break;
+        case 6:
+          sim.cut(s, 0, true), sim.tables.reserve(s, 0);  // a sequence done with
           break;
       }
       sim.check();
       if (::testing::Test::HasFatalFailure()) return;
     }
-
     EXPECT_GT(sim.given_up + sim.copied_rows, 0);  // the mixes did reach the sharing paths
+    if (pool > 0) refused_in_small_pools += refused;
   }
+  EXPECT_GT(refused_in_small_pools, 0);  // and the small pools their limit
+}
+
+// A pool smaller than every sequence's whole context promises room while it has it; a sequence
+// cut short gives its pages back; one that writes past its promise into a full pool is refused,
+// saying why.
+TEST(KvPages, ReservationsPromiseNoMoreThanThePool) {
+  Simulated sim(2, {0, 1, 2}, 4);  // room for 16 positions, 24 wanted
+  EXPECT_TRUE(sim.tables.reserve(0, 10));  // three pages
+  EXPECT_FALSE(sim.tables.reserve(1, 8));  // two more do not fit
+  EXPECT_TRUE(sim.tables.reserve(1, 4));
+  sim.write(0, values(0, 10));
+  sim.write(1, values(100, 4));
+  EXPECT_EQ(sim.tables.free_pages(), 0);
+  EXPECT_EQ(sim.tables.committed(), 4);
+  sim.cut(0, 3, true);  // back to one page
+  EXPECT_TRUE(sim.tables.reserve(0, 3));
+  EXPECT_EQ(sim.tables.free_pages(), 2);
+  EXPECT_TRUE(sim.tables.reserve(1, 12));
+  sim.write(1, values(200, 8));
+  sim.check();
+  EXPECT_TRUE(test_fails_with_reserve_message([&] { sim.write(0, values(300, 2)); }));
+
+  // Free pages promised to a sequence that has not written yet are not another's to take.
+  Simulated promised(2, {0, 1, 2}, 4);
+  EXPECT_TRUE(promised.tables.reserve(1, 12));
+  EXPECT_TRUE(promised.tables.reserve(0, 4));
+  EXPECT_TRUE(test_fails_with_reserve_message([&] { promised.write(0, values(0, 6)); }));
+  EXPECT_EQ(promised.tables.free_pages(), 3);
+  promised.sequences[0].clear();
+  promised.tables.trim(0, 0);
+  promised.write(1, values(100, 12));
+  promised.check();
 }
 
 TEST(KvPages, BadUseFailsSayingWhy) {
   EXPECT_THROW(PageTables(1, {0, 0}, kPage), Error);
   EXPECT_THROW(PageTables(0, {0}, kPage), Error);
+  EXPECT_THROW(PageTables(1, {0, 1}, kPage, 3), Error);  // a pool larger than the whole context
   PageTables tables(1, {0, 1}, kPage);
-  EXPECT_THROW(tables.own_page(0, 0), Error);  // not shared
+  EXPECT_THROW(tables.hold(0, kPage), Error);  // not written yet
+  tables.own_page(0, 0);
+  EXPECT_THROW(tables.own_page(0, 0), Error);  // its own already
+  EXPECT_THROW(tables.reserve(0, 3 * kPage), Error);
   EXPECT_THROW(tables.hold(0, 3 * kPage), Error);
   EXPECT_THROW(tables.release(7), Error);
   EXPECT_THROW(tables.table(1), Error);

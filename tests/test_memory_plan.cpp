@@ -210,6 +210,37 @@ TEST(MemoryPlan, DeltaNetStatesCountSequencesAndOneWindow) {
   EXPECT_EQ(states(16, 16, 3), 19 * one);   // sixteen sequences, windows of 3
 }
 
+// A pool shared by the sequences (kv_positions) holds its own positions' pages in every attention
+// layer plus each sequence's page table, and what it saves against every sequence's whole context
+// goes to experts; `lode plan --kv-positions` says so and refuses a pool outside [ctx, parallel x ctx].
+TEST(MemoryPlan, ASharedKvPoolCountsItsOwnPositions) {
+  const gguf::Reader r(lode::test::mini_model_path());
+  const model::ModelWeights w = model::bind_weights(r, model::read_config(r.metadata()));
+  const model::Qwen35MoeConfig& c = w.config;
+  const plan::PlanOptions each{.budget = size_t(160) * kMiB, .context = 2048, .parallel = 8};
+  plan::PlanOptions shared = each;
+  shared.kv_positions = 4096;
+  const plan::MemoryPlan whole = plan::plan_memory(w, each), pooled = plan::plan_memory(w, shared);
+  EXPECT_EQ(whole.kv, 8 * plan::kv_bytes(c, kv::Format::f16, 2048));
+  EXPECT_EQ(pooled.kv, size_t(c.n_full_attention_layers()) * plan::kv_layer_bytes(c, kv::Format::f16, 4096) +
+                           8 * plan::kv_page_table_bytes(2048));
+  EXPECT_LT(pooled.kv, whole.kv / 3);
+  EXPECT_GE(pooled.experts_resident, whole.experts_resident);
+  EXPECT_EQ(shared.kv_pool_positions(), 4096);
+  EXPECT_EQ(each.kv_pool_positions(), 8 * 2048);
+
+  const lode::test::TempDir dir;
+  const std::string mini = lode::test::mini_model_path().string();
+  const auto ok = lode::test::run_lode("plan -m '" + mini + "' --vram-budget 160 --ctx 2048 --parallel 8 --kv-positions 4096",
+                                       dir.path());
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(ok.out.find("4096 positions shared by 8 sequence(s) of up to 2048"), std::string::npos) << ok.out;
+  const auto small = lode::test::run_lode("plan -m '" + mini + "' --vram-budget 160 --ctx 2048 --parallel 8 --kv-positions 1000",
+                                          dir.path());
+  EXPECT_EQ(small.status, 1);
+  EXPECT_NE(small.err.find("at least one sequence's context"), std::string::npos) << small.err;
+}
+
 TEST(MemoryPlan, HostRamTooSmallIsRefusedClearly) {
   EXPECT_NO_THROW(plan::check_host_ram(size_t(1) << 20));
   try {

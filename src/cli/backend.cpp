@@ -65,13 +65,20 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
   if (run.sequences < 1 || run.sequences > cuda::kMaxStepRows)
     fail("--parallel {}: the GPU runs 1 to {} sequences in one step", run.sequences, cuda::kMaxStepRows);
   options.sequences = run.sequences;
+  if (run.kv_positions > 0 && (run.kv_positions < run.ctx || run.kv_positions > run.sequences * run.ctx))
+    fail("--kv-positions {}: give at least one sequence's context ({}) and at most --parallel x --ctx ({})",
+         run.kv_positions, run.ctx, run.sequences * run.ctx);
+  options.kv_positions = run.kv_positions == run.sequences * run.ctx ? 0 : run.kv_positions;
   options.window_rows = std::min(run.mtp + 1, cuda::kMaxStepRows);  // (1 without drafts: nothing kept)
   options.step_rows = std::max(options.window_rows, run.sequences);
   auto session = std::make_unique<cuda::CudaSession>(reader, std::move(weights), options);
   const cuda::VramAccountant& vram = session->vram();
+  const std::string shared =
+      options.kv_positions > 0
+          ? fmt::format(" for each of {} sequences, sharing {} positions", run.sequences, options.kv_positions)
+          : run.sequences > 1 ? fmt::format(" for each of {} sequences", run.sequences) : std::string();
   fmt::print(stderr, "lode: K/V cache {}{} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",
-             describe_kv(config, options.kv_format, options.max_context),
-             run.sequences > 1 ? fmt::format(" for each of {} sequences", run.sequences) : std::string(),
+             describe_kv(config, options.kv_format, options.max_context), shared,
              double(vram.budget() - vram.held()) / double(1 << 20), double(vram.budget()) / double(1 << 20));
   const cuda::ExpertStats stats = session->expert_stats();
   fmt::print(stderr, "lode: {}; experts in host RAM: {}\n", plan::summary(session->plan()), stats.host_tier);

@@ -49,6 +49,7 @@ struct GpuRun {
   kv::Format kv_format = kv::Format::f16;
   int64_t mtp = 0;  // drafts per verify step (--mtp): the MTP block on the GPU, verify windows of mtp + 1
   int64_t sequences = 1;  // sequences held at once, each ctx positions (lode serve --parallel)
+  int64_t kv_positions = 0;  // positions of K/V they share (lode serve --kv-positions; 0: ctx each)
 };
 // The CUDA engine on these weights (the budget, expert placement and miss path from `o`), its
 // VRAM plan on stderr. Fails as open_sequence does on the GPU.

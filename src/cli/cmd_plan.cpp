@@ -1,4 +1,4 @@
-// `lode plan -m MODEL [--vram-budget MiB] [--kv F] [--ctx N] [--parallel N] [--prompt-chunk N] [--gpus N]`:
+// `lode plan -m MODEL [--vram-budget MiB] [--kv F] [--ctx N] [--parallel N] [--kv-positions N] [--prompt-chunk N] [--gpus N]`:
 // how the GPU session would spend a VRAM budget on a model (plan/memory_plan.h), computed from the
 // file alone, and for each K/V format how many experts the same budget would keep in VRAM; with
 // --gpus N above 1, how N GPUs of that budget each would share it (plan/gpu_split.h: their layers,
@@ -33,6 +33,7 @@ struct PlanCommandOptions {
   int64_t parallel = 1;
   int64_t prompt_chunk = 4096;
   int64_t gpus = 1;
+  int64_t kv_positions = 0;  // --kv-positions (0: --parallel x --ctx)
 };
 
 // The budget asked for, or the first GPU's default one.
@@ -63,6 +64,13 @@ void run_plan(const PlanCommandOptions& o) {
   options.context = gpu_context(config, o.ctx);
   options.parallel = o.parallel;
   options.prompt_chunk = o.prompt_chunk;
+  if (o.kv_positions > 0) {
+    if (o.kv_positions < options.context || o.kv_positions > o.parallel * options.context)
+      fail("--kv-positions {}: give at least one sequence's context ({}) and at most --parallel x --ctx ({})",
+           o.kv_positions, options.context, o.parallel * options.context);
+    if (o.gpus > 1) fail("--kv-positions with --gpus: the plan over several GPUs gives each sequence its whole context");
+    options.kv_positions = o.kv_positions == o.parallel * options.context ? 0 : o.kv_positions;
+  }
   fmt::print("model: {} ({} layers, {} experts per layer, top {})\n", o.model, config.n_layers, config.n_experts,
              config.n_experts_used);
   if (o.gpus > 1) {
@@ -103,6 +111,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "Positions of K/V per sequence (default: the model's context, at most 8192)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--parallel", o->parallel, "Sequences held at once, each with its K/V and states (default 1)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--kv-positions", o->kv_positions,
+                  "Positions of K/V the sequences share, as lode serve --kv-positions (default --parallel x --ctx)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--prompt-chunk", o->prompt_chunk,
                   "Prompt tokens per pass wanted (default 4096; halved while the budget cannot hold it)")

@@ -28,6 +28,7 @@ struct ServeOptions {
   int64_t max_body_bytes = 8 << 20;
   BackendOptions backend;
   bool parallel_given = false;  // --parallel on the command line
+  int64_t kv_positions = 0;     // --kv-positions (the GPU's shared pool; 0: --parallel x --ctx)
 };
 
 // On the GPU: a prefix checkpoint every kGpuChunk prompt tokens, or every whole number of them that
@@ -63,7 +64,8 @@ std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedM
                    .activations = model::Activations::q8,
                    .kv_format = kv,
                    .mtp = o.server.worker.mtp,
-                   .sequences = sequences};
+                   .sequences = sequences,
+                   .kv_positions = o.kv_positions};
   auto engine = open_gpu_model(o.backend, model.reader, model.config, std::move(weights), run);
   o.server.worker.parallel = sequences;
   const int64_t interval = std::max<int64_t>(kGpuChunk, run.ctx / int64_t(kGpuCheckpoints));
@@ -101,6 +103,8 @@ void serve(ServeOptions& o) {
     }
   }
   if (!engine) {
+    if (o.kv_positions > 0)
+      fmt::print(stderr, "lode serve: --kv-positions is the GPU's; the CPU engine's K/V grows as each sequence writes\n");
     const cpu::SessionOptions cpu{.threads = o.threads,
                                   .max_context = o.context > 0 ? o.context : model->config.context_length,
                                   .kv_format = kv_format};
@@ -136,6 +140,11 @@ void add_serve_command(CLI::App& app) {
                        ->check(CLI::PositiveNumber);
   add_backend_options(*cmd, o->backend);
   add_kv_option(*cmd, o->kv);
+  cmd->add_option("--kv-positions", o->kv_positions,
+                  "On the GPU: positions of K/V all sequences share, taken page by page as they write (default "
+                  "--parallel x --ctx, each its whole context); a request waits until the running ones leave room "
+                  "for its prompt and max_tokens, and one larger than this is refused. What it saves goes to experts")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--mtp", o->server.worker.mtp,
                   "Draft up to N tokens per sequence and step with the model's MTP block, verified in the same step; "
                   "the replies do not change (default 0: off)")

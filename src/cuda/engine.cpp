@@ -30,13 +30,23 @@ const CudaSession::Prefix& prefix_of(const engine::Checkpoint& checkpoint) {
 class CudaSequence final : public engine::Sequence {
  public:
   CudaSequence(std::shared_ptr<CudaModel> model, int64_t slot) : model_(std::move(model)), slot_(slot) {}
-  ~CudaSequence() override { model_->open_[size_t(slot_)] = false; }
+  ~CudaSequence() override {
+    try {
+      session().reset();  // its pages and its promise back to the pool
+      session().reserve_kv(0);
+    } catch (const std::exception&) {  // (a failing device fails the next call clearly)
+    }
+    model_->open_[size_t(slot_)] = false;
+  }
 
   engine::Model& model() const override { return *model_; }
   int64_t position() const override { return session().position(); }
   int64_t max_context() const override { return session().max_context(); }
   int64_t kv_bytes() const override { return session().kv_bytes(); }
   void reset() override { session().reset(); }
+  bool reserve(int64_t positions) override {
+    return positions <= max_context() && session().reserve_kv(positions);
+  }
   std::shared_ptr<const engine::Checkpoint> checkpoint() const override {
     return std::make_shared<CudaCheckpoint>(session().keep());
   }

@@ -18,7 +18,7 @@ struct KvCache::Ledger {
 };
 
 KvCache::KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t n_kv_heads, int64_t head_dim,
-                 int64_t max_positions, std::vector<int32_t> page_order, int64_t sequences)
+                 int64_t max_positions, std::vector<int32_t> page_order, int64_t sequences, int64_t pool_positions)
     : format_(format),
       k_row_bytes_(kv::row_bytes(kv::layout(format).k, n_kv_heads, head_dim)),
       v_row_bytes_(kv::row_bytes(kv::layout(format).v, n_kv_heads, head_dim)) {
@@ -30,7 +30,8 @@ KvCache::KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t n_
   }
   if (int64_t(page_order.size()) != n_pages)
     fail("K/V cache: the page order must be a permutation of the {} pages", n_pages);
-  ledger_ = std::make_shared<Ledger>(kv::PageTables(sequences, std::move(page_order), kKvPagePositions));
+  const int64_t pool_pages = (pool_positions + kKvPagePositions - 1) / kKvPagePositions;
+  ledger_ = std::make_shared<Ledger>(kv::PageTables(sequences, std::move(page_order), kKvPagePositions, pool_pages));
   const std::string name = kv::to_string(format);
   const int64_t all_pages = ledger_->tables.pages();
   for (int l = 0; l < n_layers; ++l) {
@@ -39,7 +40,8 @@ KvCache::KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t n_
     stores_.emplace_back(vram, size_t(all_pages * kKvPagePositions * v_row_bytes_), VramUse::kv,
                          "V cache (" + name + "), attention layer " + std::to_string(l));
   }
-  tables_ = DeviceBuffer(vram, std::max<size_t>(size_t(all_pages), 1) * sizeof(int32_t), VramUse::kv, "K/V page tables");
+  const size_t entries = size_t(sequences * ledger_->tables.pages_per_sequence());
+  tables_ = DeviceBuffer(vram, std::max<size_t>(entries, 1) * sizeof(int32_t), VramUse::kv, "K/V page tables");
   for (int64_t s = 0; s < sequences; ++s) upload_table(s);
   synchronize();
 }
@@ -52,8 +54,11 @@ int64_t KvCache::pages_per_sequence() const { return ledger_->tables.pages_per_s
 int64_t KvCache::sequences() const { return ledger_->tables.sequences(); }
 
 void KvCache::upload_table(int64_t sequence) {
-  const std::span<const int32_t> table = ledger_->tables.table(sequence);
-  copy_to_device(tables_.as<int32_t>() + sequence * int64_t(table.size()), table.data(), table.size_bytes());
+  // Entries no page backs point at page 0 on the device: the kernels read only the positions a
+  // sequence holds, but a tile may look up the page past them.
+  std::vector<int32_t> table(ledger_->tables.table(sequence).begin(), ledger_->tables.table(sequence).end());
+  std::replace(table.begin(), table.end(), kv::PageTables::kUnmapped, 0);
+  copy_to_device(tables_.as<int32_t>() + sequence * int64_t(table.size()), table.data(), table.size() * sizeof(int32_t));
 }
 
 void KvCache::copy_rows(std::span<const int32_t> pages, int64_t positions, uint8_t* to_host,
@@ -84,21 +89,34 @@ std::vector<uint8_t> KvCache::save(int64_t positions, int64_t sequence) const {
 
 void KvCache::restore(const std::vector<uint8_t>& rows, int64_t positions, int64_t sequence) {
   std::lock_guard lock(ledger_->mutex);
-  const std::span<const int32_t> table = ledger_->tables.table(sequence);
+  const int64_t capacity = ledger_->tables.pages_per_sequence() * kKvPagePositions;
   if (rows.size() != size_t(positions) * bytes_per_position())
     fail("K/V cache: {} bytes do not hold {} positions of this cache ({} bytes each)", rows.size(), positions,
          bytes_per_position());
-  if (positions > int64_t(table.size()) * kKvPagePositions)
-    fail("K/V cache: {} saved positions do not fit a cache of {}; raise max_context", positions,
-         int64_t(table.size()) * kKvPagePositions);
+  if (positions > capacity)
+    fail("K/V cache: {} saved positions do not fit a cache of {}; raise max_context", positions, capacity);
   make_writable(sequence, 0, positions);
-  copy_rows(table, positions, nullptr, rows.data());
+  ledger_->tables.trim(sequence, positions);
+  upload_table(sequence);
+  copy_rows(ledger_->tables.table(sequence), positions, nullptr, rows.data());
   synchronize();  // (an upload from pageable memory returns once it is staged)
+}
+
+bool KvCache::reserve(int64_t sequence, int64_t positions) {
+  std::lock_guard lock(ledger_->mutex);
+  return ledger_->tables.reserve(sequence, positions);
+}
+
+void KvCache::trim(int64_t sequence, int64_t positions) {
+  std::lock_guard lock(ledger_->mutex);
+  ledger_->tables.trim(sequence, positions);
+  upload_table(sequence);
+  synchronize();
 }
 
 bool KvCache::writable(int64_t sequence, int64_t first, int64_t end) const {
   std::lock_guard lock(ledger_->mutex);
-  return ledger_->tables.first_shared(sequence, first, end) < 0;
+  return ledger_->tables.first_unwritable(sequence, first, end) < 0;
 }
 
 void KvCache::prepare_write(int64_t sequence, int64_t first, int64_t end) {
@@ -145,17 +163,25 @@ void KvCache::resume(const KvPrefix& prefix, int64_t sequence) {
   std::lock_guard lock(ledger_->mutex);
   if (prefix.hold_ >= 0) {
     ledger_->tables.adopt(sequence, prefix.hold_);
-    upload_table(sequence);
   } else {
     make_writable(sequence, 0, prefix.positions_);
     copy_rows(ledger_->tables.table(sequence), prefix.positions_, nullptr, prefix.cells_.data());
   }
+  ledger_->tables.trim(sequence, prefix.positions_);
+  upload_table(sequence);
   synchronize();
 }
 
 int64_t KvCache::held_only_pages() const {
   std::lock_guard lock(ledger_->mutex);
   return ledger_->tables.held_only_pages();
+}
+
+int64_t KvCache::pages() const { return ledger_->tables.pages(); }
+
+int64_t KvCache::free_pages() const {
+  std::lock_guard lock(ledger_->mutex);
+  return ledger_->tables.free_pages();
 }
 
 KvView KvCache::layer(int index, int64_t sequence) const {

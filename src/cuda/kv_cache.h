@@ -1,11 +1,12 @@
 // The K/V cache of a session's sequences on the GPU: for every full-attention layer, K and V stores
-// in pages of kKvPagePositions positions (cuda/kv_format.h), and each sequence's page table, shared
-// by the layers (the tables one after another, pages_per_sequence() entries each). Which page a
-// position lies in is kv/page_tables.h's bookkeeping: pages are shared between sequences and kept
-// prefixes (KvPrefix) instead of copied, and a sequence about to write into a shared page first
-// takes a page of its own (prepare_write). Allocated through the VRAM accountant (as kv), as many
-// pages as the sequences fill: sharing frees pages for kept prefixes, and when none is free the
-// oldest prefix that can free one moves its cells to host memory.
+// in pages of kKvPagePositions positions (cuda/kv_format.h), one pool for all sequences, and each
+// sequence's page table, shared by the layers (the tables one after another, pages_per_sequence()
+// entries each). Which page a position lies in is kv/page_tables.h's bookkeeping: a sequence takes
+// pages as it writes (prepare_write) and gives them back when cut short (trim); pages are shared
+// between sequences and kept prefixes (KvPrefix) instead of copied, and a sequence about to write
+// into a shared page first takes a page of its own. Room is promised by reservation (reserve);
+// when no page is free, the oldest prefix that can free one moves its cells to host memory.
+// Allocated through the VRAM accountant (as kv).
 //
 // The copies here run on the default stream, and whatever changes the tables or the cells waits for
 // the device before it returns. A caller whose own stream may still read the tables or write the
@@ -27,13 +28,15 @@ class KvPrefix;
 
 class KvCache {
  public:
-  // Room for max_positions positions (rounded up to whole pages) for each of `sequences` sequences
-  // in n_layers layers of n_kv_heads heads of head_dim values, each side in its store's bytes
-  // (kv::row_bytes). Fails (lode::Error) when the format cannot hold heads of head_dim values.
-  // page_order: the physical page of each logical page within a sequence's first pages (empty: in
-  // order; tests scramble it to show nothing depends on the order).
+  // Sequences of up to max_positions positions each (rounded up to whole pages), `sequences` of
+  // them, in n_layers layers of n_kv_heads heads of head_dim values, each side in its store's bytes
+  // (kv::row_bytes); a pool of pool_positions positions (rounded up to whole pages; 0: every
+  // sequence's whole context). Fails (lode::Error) when the format cannot hold heads of head_dim
+  // values. page_order: the order pages are handed out in (kv::PageTables; empty: in order; tests
+  // scramble it to show nothing depends on the order).
   KvCache(VramAccountant& vram, KvFormat format, int n_layers, int64_t n_kv_heads, int64_t head_dim,
-          int64_t max_positions, std::vector<int32_t> page_order = {}, int64_t sequences = 1);
+          int64_t max_positions, std::vector<int32_t> page_order = {}, int64_t sequences = 1,
+          int64_t pool_positions = 0);
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
@@ -43,8 +46,14 @@ class KvCache {
   // The rows of positions [0, positions) of a sequence in every layer (K then V of layer 0, then
   // layer 1, ...), in logical order and in the format's own bytes: positions * bytes_per_position().
   std::vector<uint8_t> save(int64_t positions, int64_t sequence = 0) const;
-  // Writes rows saved by save() (from a cache of the same format and geometry, in any page order).
+  // Writes rows saved by save() (from a cache of the same format and geometry, in any page order);
+  // the sequence's pages past them given back.
   void restore(const std::vector<uint8_t>& rows, int64_t positions, int64_t sequence = 0);
+  // Promises the sequence room for `positions` positions (kv::PageTables::reserve); false, changing
+  // nothing, when the pool cannot.
+  bool reserve(int64_t sequence, int64_t positions);
+  // The sequence's pages past its first `positions` positions given back.
+  void trim(int64_t sequence, int64_t positions);
 
   // Whether positions [first, end) of the sequence can be written as they are (no shared page
   // among them): when not, prepare_write must come first.
@@ -55,10 +64,13 @@ class KvCache {
   // The sequence's first `positions` positions kept, on the pages they lie in (nothing copied).
   std::shared_ptr<const KvPrefix> keep(int64_t sequence, int64_t positions);
   // The sequence's first positions become the prefix's: its pages taken as they are, or its cells
-  // copied back from host memory. Fails for a prefix of another cache.
+  // copied back from host memory; its pages past them given back. Fails for a prefix of another
+  // cache.
   void resume(const KvPrefix& prefix, int64_t sequence);
-  // Pages that only kept prefixes hold (beyond what the sequences map).
+  // Pages that only kept prefixes hold (beyond what the sequences map), and the pool's.
   int64_t held_only_pages() const;
+  int64_t pages() const;
+  int64_t free_pages() const;
 
   int64_t pages_per_sequence() const;
   int64_t sequences() const;

@@ -303,7 +303,7 @@ struct CudaSession::Impl {
     int n_attention = 0;
     for (const DeviceLayer& d : layers) n_attention += !d.recurrent;
     kv = std::make_unique<KvCache>(vram, options.kv_format, n_attention, config.n_kv_heads, config.head_dim,
-                                   options.max_context, options.kv_page_order, n);
+                                   options.max_context, options.kv_page_order, n, options.kv_positions);
     places.assign(size_t(n), Place{});
     int index = 0;
     states.resize(layers.size());
@@ -1022,6 +1022,7 @@ struct CudaSession::Impl {
     if (model::same_shape(e.gate.first, e.up.first)) m.layer.gate_up = m.layer.gate;
     m.kv = std::make_unique<KvCache>(vram, kv::mtp_format(c.head_dim, options.kv_format), 1, c.n_kv_heads, c.head_dim,
                                      options.max_context, std::vector<int32_t>{});
+    m.kv->prepare_write(0, 0, options.max_context);  // every page mapped: the block's rows go straight in
     m.state.kv = m.kv->layer(0);
     m.append.assign(size_t(options.step_rows), nullptr);
     m.rows = reinterpret_cast<float*>(base + scratch.mtp_rows);
@@ -1296,12 +1297,16 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
   if (options.mtp && options.sequences > 1)
     fail("cuda session: the MTP block drafts for one sequence on the GPU; {} sequences were asked for",
          options.sequences);
+  if (options.kv_positions < 0 || options.kv_positions > options.sequences * options.max_context)
+    fail("cuda session: {} positions of K/V shared by {} sequences of {} (at most {}; 0: all of them)",
+         options.kv_positions, options.sequences, options.max_context, options.sequences * options.max_context);
   Impl& s = *impl_;
   // The plan first: nothing is uploaded for a budget it refuses.
   s.plan = plan::plan_memory(s.host, {.budget = s.vram.budget(),
                                       .kv = options.kv_format,
                                       .context = options.max_context,
                                       .parallel = options.sequences,
+                                      .kv_positions = options.kv_positions,
                                       .step_rows = options.step_rows,
                                       .window_rows = options.window_rows,
                                       .mtp = options.mtp,
@@ -1464,8 +1469,11 @@ int32_t CudaSession::mtp_draft(int32_t token, std::span<const float> hidden, int
 
 void CudaSession::reset() {
   impl_->zero_states();
+  impl_->kv->trim(impl_->current, 0);
   synchronize();
 }
+
+bool CudaSession::reserve_kv(int64_t positions) { return impl_->kv->reserve(impl_->current, positions); }
 
 void CudaSession::fill_with_random_cells(int64_t depth) {
   Impl& s = *impl_;
@@ -1657,6 +1665,8 @@ int64_t CudaSession::max_context() const { return impl_->options.max_context; }
 int64_t CudaSession::vocab() const { return impl_->config.vocab; }
 const model::Qwen35MoeConfig& CudaSession::config() const { return impl_->config; }
 KvFormat CudaSession::kv_format() const { return impl_->options.kv_format; }
+int64_t CudaSession::kv_pool_positions() const { return impl_->options.kv_positions; }
+
 int64_t CudaSession::kv_bytes() const {
   const model::Qwen35MoeConfig& c = impl_->config;
   return position() * c.n_full_attention_layers() * kv::cell_bytes(impl_->options.kv_format, c.n_kv_heads, c.head_dim);

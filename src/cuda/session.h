@@ -50,6 +50,10 @@ struct CudaSessionOptions {
   // the one-sequence calls below work on the one use_sequence() chose, and decode_rows runs a step
   // of several at once.
   int64_t sequences = 1;
+  // Positions of K/V the sequences share, taken page by page as they write (cuda/kv_cache.h);
+  // 0: sequences x max_context, every sequence its whole context. A sequence that has not
+  // reserved room (reserve_kv) may find the pool full.
+  int64_t kv_positions = 0;
   // The MTP block on the GPU too, for drafting (mtp_append, mtp_draft): its weights, all its
   // experts and its K/V cache in VRAM. Fails for a file without the block.
   bool mtp = false;
@@ -171,7 +175,12 @@ class CudaSession {
   // the previous draft's output), through the lm head; its greedy token, and when probability is
   // not null that token's probability (the logits come to the host for it).
   int32_t mtp_draft(int32_t token, std::span<const float> hidden, int64_t row, int64_t shift, float* probability);
-  void reset();  // empty sequence: K/V forgotten, DeltaNet states zeroed
+  void reset();  // empty sequence: K/V forgotten (its pages back to the pool), DeltaNet states zeroed
+  // Promises the current sequence room for `positions` positions of K/V in the shared pool
+  // (options.kv_positions; replacing its promise, 0 letting it go): false, changing nothing, when
+  // the pool cannot promise that beside the other sequences' promises and pages. Always true for a
+  // pool of every sequence's whole context.
+  bool reserve_kv(int64_t positions);
   // For benchmarks of decode at a depth that a prompt would take long to reach: the sequence
   // becomes `depth` positions long, every attention layer's cells written by the format's own
   // writer from random rows (DeltaNet states as after reset()). A decode step then does the work
@@ -254,6 +263,7 @@ class CudaSession {
   int64_t window_rows() const;  // the most tokens a verify window takes (options.window_rows)
   int64_t position() const;
   int64_t max_context() const;
+  int64_t kv_pool_positions() const;  // options.kv_positions (0: every sequence its whole context)
   int64_t vocab() const;
   const model::Qwen35MoeConfig& config() const;
   int64_t kv_bytes() const;  // the K/V cells the sequence holds, in its format's bytes

@@ -84,6 +84,12 @@ class Sequence {
   // This sequence becomes `other`'s prefix up to one of `other`'s checkpoints; `other` is left as
   // it was. Fails unless both are sequences of the same model.
   virtual void copy_prefix(const Sequence& other, const Checkpoint& checkpoint) = 0;
+  // Promises room for `positions` positions of K/V (the prompt and the most tokens the sequence
+  // may generate), replacing its promise (0 lets it go): false, changing nothing, when the device
+  // cannot promise it now beside the other sequences (a pool they share: the GPU's with --kv-positions).
+  // A sequence that writes past its promise may find the pool full. Backends that give every
+  // sequence its whole context always promise.
+  virtual bool reserve(int64_t positions) { return positions <= max_context(); }
   // Its drafter, made on first use. Fails, saying why, when the model has no MTP block or the
   // backend cannot draft yet.
   virtual Drafter& drafter();
@@ -119,6 +125,9 @@ struct EngineInfo {
   std::string backend;  // "cpu" or "cuda"
   int threads = 0;      // CPU threads that compute the model (0: it runs on a device)
   kv::Format kv_format = kv::Format::f32;  // its sequences' K/V caches
+  // Positions of K/V its sequences share (a pool: the GPU's with --kv-positions); 0: each sequence
+  // its whole context. One sequence is promised at most this many.
+  int64_t kv_pool_positions = 0;
 };
 
 // A model loaded on a device. Sequences keep their model alive.

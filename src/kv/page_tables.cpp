@@ -6,7 +6,7 @@
 
 namespace lode::kv {
 
-PageTables::PageTables(int64_t sequences, std::vector<int32_t> page_order, int64_t page_positions)
+PageTables::PageTables(int64_t sequences, std::vector<int32_t> page_order, int64_t page_positions, int64_t pages)
     : sequences_(sequences), pages_per_sequence_(int64_t(page_order.size())), page_positions_(page_positions) {
   if (sequences < 1) fail("K/V pages: room for {} sequences", sequences);
   if (page_positions < 1) fail("K/V pages: pages of {} positions", page_positions);
@@ -14,13 +14,21 @@ PageTables::PageTables(int64_t sequences, std::vector<int32_t> page_order, int64
   std::sort(sorted.begin(), sorted.end());
   for (int64_t p = 0; p < int64_t(sorted.size()); ++p)
     if (sorted[size_t(p)] != p) fail("K/V pages: the page order must be a permutation of the {} pages", sorted.size());
-  const int64_t all = sequences * pages_per_sequence_;
-  tables_.resize(size_t(all));
-  for (int64_t s = 0; s < sequences; ++s)
-    for (int64_t p = 0; p < pages_per_sequence_; ++p)
-      tables_[size_t(s * pages_per_sequence_ + p)] = int32_t(s * pages_per_sequence_ + page_order[size_t(p)]);
-  table_refs_.assign(size_t(all), 1);
-  hold_refs_.assign(size_t(all), 0);
+  const int64_t whole = sequences * pages_per_sequence_;
+  if (pages == 0) pages = whole;
+  if (pages < 0 || pages > whole)
+    fail("K/V pages: a pool of {} pages for {} sequences of {} pages (at most {})", pages, sequences,
+         pages_per_sequence_, whole);
+  tables_.assign(size_t(whole), kUnmapped);
+  table_refs_.assign(size_t(pages), 0);
+  hold_refs_.assign(size_t(pages), 0);
+  reserved_.assign(size_t(sequences), 0);
+  mapped_.assign(size_t(sequences), 0);
+  // Handed out from the back: page_order's pages first, run after run of pages_per_sequence.
+  for (int64_t run = 0; run < sequences; ++run)
+    for (int32_t p : page_order)
+      if (run * pages_per_sequence_ + p < pages) free_.push_back(int32_t(run * pages_per_sequence_ + p));
+  std::reverse(free_.begin(), free_.end());
 }
 
 void PageTables::check_sequence(int64_t sequence) const {
@@ -33,13 +41,35 @@ std::span<const int32_t> PageTables::table(int64_t sequence) const {
   return std::span(tables_).subspan(size_t(sequence * pages_per_sequence_), size_t(pages_per_sequence_));
 }
 
-int64_t PageTables::first_shared(int64_t sequence, int64_t first, int64_t end) const {
+int64_t PageTables::reserved(int64_t sequence) const {
+  check_sequence(sequence);
+  return reserved_[size_t(sequence)];
+}
+
+int64_t PageTables::committed() const {
+  int64_t total = 0;
+  for (int64_t s = 0; s < sequences_; ++s) total += std::max(reserved_[size_t(s)], mapped(s));
+  return total;
+}
+
+bool PageTables::reserve(int64_t sequence, int64_t positions) {
+  check_sequence(sequence);
+  if (positions < 0 || positions > pages_per_sequence_ * page_positions_)
+    fail("K/V pages: room for {} positions of a sequence of {}", positions, pages_per_sequence_ * page_positions_);
+  const int64_t want = (positions + page_positions_ - 1) / page_positions_, own = mapped(sequence);
+  const int64_t others = committed() - std::max(reserved_[size_t(sequence)], own);
+  if (others + std::max(want, own) > pages()) return false;
+  reserved_[size_t(sequence)] = want;
+  return true;
+}
+
+int64_t PageTables::first_unwritable(int64_t sequence, int64_t first, int64_t end) const {
   const std::span<const int32_t> own = table(sequence);
   if (first < 0 || end > pages_per_sequence_ * page_positions_)
     fail("K/V pages: positions {}..{} of a sequence of {}", first, end, pages_per_sequence_ * page_positions_);
   if (end <= first) return -1;
   for (int64_t p = first / page_positions_; p <= (end - 1) / page_positions_; ++p)
-    if (shared(own[size_t(p)])) return p;
+    if (own[size_t(p)] == kUnmapped || shared(own[size_t(p)])) return p;
   return -1;
 }
 
@@ -50,15 +80,28 @@ void PageTables::let_go(int32_t page) {
 PageTables::Move PageTables::own_page(int64_t sequence, int64_t logical) {
   check_sequence(sequence);
   if (logical < 0 || logical >= pages_per_sequence_) fail("K/V pages: logical page {} of {}", logical, pages_per_sequence_);
-  int32_t& entry = tables_[size_t(sequence * pages_per_sequence_ + logical)];
-  if (!shared(entry)) fail("K/V pages: sequence {}'s page {} is already its own", sequence, logical);
+  int32_t& at = entry(sequence, logical);
+  if (at != kUnmapped && !shared(at)) fail("K/V pages: sequence {}'s page {} is already its own", sequence, logical);
   if (free_.empty()) fail("K/V pages: no free page (give up a hold first)");
-  const Move move{entry, free_.back()};
+  const Move move{at, free_.back()};
   free_.pop_back();
-  --table_refs_[size_t(move.from)];  // (still referred to: it was shared)
+  if (at != kUnmapped) --table_refs_[size_t(at)];  // (still referred to: it was shared)
+  else ++mapped_[size_t(sequence)];
   ++table_refs_[size_t(move.to)];
-  entry = move.to;
+  at = move.to;
   return move;
+}
+
+void PageTables::trim(int64_t sequence, int64_t positions) {
+  check_sequence(sequence);
+  for (int64_t p = (std::max<int64_t>(positions, 0) + page_positions_ - 1) / page_positions_; p < pages_per_sequence_; ++p) {
+    int32_t& at = entry(sequence, p);
+    if (at == kUnmapped) continue;
+    --table_refs_[size_t(at)];
+    let_go(at);
+    at = kUnmapped;
+    --mapped_[size_t(sequence)];
+  }
 }
 
 int64_t PageTables::hold(int64_t sequence, int64_t positions) {
@@ -67,6 +110,8 @@ int64_t PageTables::hold(int64_t sequence, int64_t positions) {
     fail("K/V pages: a hold on {} positions of a sequence of {}", positions, pages_per_sequence_ * page_positions_);
   const int64_t n = (positions + page_positions_ - 1) / page_positions_;
   std::vector<int32_t> pages(own.begin(), own.begin() + n);
+  if (std::count(pages.begin(), pages.end(), kUnmapped) > 0)
+    fail("K/V pages: a hold on {} positions of sequence {}, which has not written them all", positions, sequence);
   for (int32_t page : pages) ++hold_refs_[size_t(page)];
   holds_.emplace(next_hold_, std::move(pages));
   return next_hold_++;
@@ -107,12 +152,16 @@ void PageTables::adopt(int64_t sequence, int64_t id) {
   check_sequence(sequence);
   const std::span<const int32_t> pages = held(id);
   for (size_t p = 0; p < pages.size(); ++p) {
-    int32_t& entry = tables_[size_t(sequence * pages_per_sequence_) + p];
-    if (entry == pages[p]) continue;
+    int32_t& at = entry(sequence, int64_t(p));
+    if (at == pages[p]) continue;
     ++table_refs_[size_t(pages[p])];
-    --table_refs_[size_t(entry)];
-    let_go(entry);
-    entry = pages[p];
+    if (at != kUnmapped) {
+      --table_refs_[size_t(at)];
+      let_go(at);
+    } else {
+      ++mapped_[size_t(sequence)];
+    }
+    at = pages[p];
   }
 }
 
@@ -121,7 +170,12 @@ bool PageTables::make_writable(int64_t sequence, int64_t first, int64_t end,
                                const std::function<void(Move, int64_t rows)>& copy) {
   bool changed = false;
   // Each round unshares a page or ends a hold, so this ends.
-  for (int64_t logical; (logical = first_shared(sequence, first, end)) >= 0;) {
+  for (int64_t logical; (logical = first_unwritable(sequence, first, end)) >= 0;) {
+    const bool new_page = table(sequence)[size_t(logical)] == kUnmapped;
+    if (new_page && mapped(sequence) >= reserved_[size_t(sequence)] && committed() >= pages())
+      fail("K/V pages: sequence {} would take a page past the {} it reserved, and all {} pages of {} positions are "
+           "promised or in use; reserve room for the positions first", sequence, reserved_[size_t(sequence)], pages(),
+           page_positions_);
     if (free_.empty()) {
       const int64_t id = hold_to_give_up(table(sequence)[size_t(logical)]);
       if (id < 0) fail("K/V pages: no free page and no hold to give up (a bookkeeping error)");
@@ -131,7 +185,7 @@ bool PageTables::make_writable(int64_t sequence, int64_t first, int64_t end,
     }
     const Move move = own_page(sequence, logical);
     const int64_t rows = std::clamp<int64_t>(first - logical * page_positions_, 0, page_positions_);
-    if (rows > 0) copy(move, rows);
+    if (rows > 0 && move.from != kUnmapped) copy(move, rows);
     changed = true;
   }
   return changed;

@@ -57,7 +57,7 @@ Fixed fixed_at(const model::ModelWeights& w, const PlanOptions& o, int64_t chunk
   const model::Qwen35MoeConfig& c = w.config;
   const int64_t sequences = std::max<int64_t>(o.parallel, 1);
   const size_t mtp_kv = o.mtp ? size_t(sequences) * mtp_kv_bytes(c, o.kv, o.context) : 0;
-  return {trunk_bytes(w) + (o.mtp ? mtp_trunk_bytes(w) : 0), size_t(sequences) * kv_bytes(c, o.kv, o.context) + mtp_kv,
+  return {trunk_bytes(w) + (o.mtp ? mtp_trunk_bytes(w) : 0), kv_pool_bytes(c, o) + mtp_kv,
           state_bytes(c, o.kept_rows(), sequences),
           decode_scratch(c, o.context, o.step_rows, o.mtp).total,
           chunk > 0 ? prompt_scratch(w, std::min(chunk, o.context), o.context).total : 0};
@@ -70,6 +70,15 @@ int64_t smallest_chunk(const PlanOptions& o) {
 
 // What would fit when the budget cannot hold the fixed part: the longest context in this format,
 // and the formats that hold this context.
+// "4 x 8192 positions in fp16", or with a shared pool "16384 positions shared by 4 sequences of up
+// to 8192, in fp16".
+std::string kv_note(const PlanOptions& o) {
+  const int64_t sequences = std::max<int64_t>(o.parallel, 1);
+  if (o.kv_positions <= 0) return fmt::format("{} x {} positions in {}", sequences, o.context, kv::to_string(o.kv));
+  return fmt::format("{} positions shared by {} sequence(s) of up to {}, in {}", o.kv_positions, sequences, o.context,
+                     kv::to_string(o.kv));
+}
+
 std::string what_fits(const model::ModelWeights& w, const PlanOptions& o) {
   std::string out;
   PlanOptions shorter = o;
@@ -77,6 +86,8 @@ std::string what_fits(const model::ModelWeights& w, const PlanOptions& o) {
   while (hi - lo > kPagePositions) {
     shorter.context = (lo + hi) / 2 / kPagePositions * kPagePositions;
     if (shorter.context <= lo) break;
+    if (o.kv_positions > 0)  // (a pool of every sequence's whole context at most)
+      shorter.kv_positions = std::min(o.kv_positions, std::max<int64_t>(o.parallel, 1) * shorter.context);
     (fixed_at(w, shorter, smallest_chunk(shorter)).total() <= o.budget ? lo : hi) = shorter.context;
   }
   if (lo > 0) out += fmt::format("--ctx {} would fit in {}", lo, kv::to_string(o.kv));
@@ -137,6 +148,13 @@ size_t kv_bytes(const model::Qwen35MoeConfig& c, kv::Format format, int64_t cont
   return size_t(c.n_full_attention_layers()) * kv_layer_bytes(c, format, context) + kv_page_table_bytes(context);
 }
 
+size_t kv_pool_bytes(const model::Qwen35MoeConfig& c, const PlanOptions& o) {
+  const int64_t sequences = std::max<int64_t>(o.parallel, 1);
+  if (o.kv_positions <= 0) return size_t(sequences) * kv_bytes(c, o.kv, o.context);
+  return size_t(c.n_full_attention_layers()) * kv_layer_bytes(c, o.kv, o.kv_positions) +
+         size_t(sequences) * kv_page_table_bytes(o.context);
+}
+
 size_t state_layer_bytes(const model::Qwen35MoeConfig& c, int64_t window_rows, int64_t sequences) {
   const size_t one = floats_bytes(c.conv_channels() * (c.ssm_conv_kernel - 1)) +
                      floats_bytes(c.ssm_dt_rank * c.ssm_state * c.ssm_state);
@@ -172,10 +190,10 @@ MemoryPlan plan_memory(const model::ModelWeights& w, const PlanOptions& o) {
     fixed = fixed_at(w, o, chunk);
   }
   if (fixed.total() > o.budget)
-    fail("VRAM budget of {:.1f} MiB cannot hold the trunk ({:.1f} MiB), the K/V cache for {} positions in {} "
-         "({:.1f} MiB), the DeltaNet states ({:.1f} MiB) and the scratch for prompt chunks of {} ({:.1f} MiB): short "
-         "by {:.1f} MiB; raise --vram-budget, or: {}",
-         mib(o.budget), mib(fixed.trunk), o.context, kv::to_string(o.kv), mib(fixed.kv), mib(fixed.states), chunk,
+    fail("VRAM budget of {:.1f} MiB cannot hold the trunk ({:.1f} MiB), the K/V cache ({}: {:.1f} MiB), the "
+         "DeltaNet states ({:.1f} MiB) and the scratch for prompt chunks of {} ({:.1f} MiB): short by {:.1f} MiB; "
+         "raise --vram-budget, or: {}",
+         mib(o.budget), mib(fixed.trunk), kv_note(o), mib(fixed.kv), mib(fixed.states), chunk,
          mib(fixed.decode + fixed.prompt), mib(fixed.total() - o.budget), what_fits(w, o));
   p.trunk = fixed.trunk, p.kv = fixed.kv, p.states = fixed.states;
   p.decode_scratch = fixed.decode, p.prompt_scratch = fixed.prompt, p.prompt_chunk = chunk;
@@ -213,10 +231,10 @@ void check_host_ram(size_t bytes) {
 
 std::string summary(const MemoryPlan& p) {
   return fmt::format(
-      "VRAM plan of {:.1f} MiB: trunk {:.1f}, K/V {:.1f} ({} x {} positions, {}), DeltaNet states {:.1f}, scratch "
+      "VRAM plan of {:.1f} MiB: trunk {:.1f}, K/V {:.1f} ({}), DeltaNet states {:.1f}, scratch "
       "{:.1f} (prompt chunks of {}), experts {:.1f} MiB: {} of {} in VRAM ({:.1f}%); host RAM pinned {:.1f} MiB",
-      mib(p.options.budget), mib(p.trunk), mib(p.kv), std::max<int64_t>(p.options.parallel, 1), p.options.context,
-      kv::to_string(p.options.kv), mib(p.states), mib(p.decode_scratch + p.prompt_scratch), p.prompt_chunk,
+      mib(p.options.budget), mib(p.trunk), mib(p.kv), kv_note(p.options), mib(p.states),
+      mib(p.decode_scratch + p.prompt_scratch), p.prompt_chunk,
       mib(p.expert_slots), p.experts_resident, p.experts_total, 100.0 * p.resident_fraction(), mib(p.host_pinned));
 }
 
@@ -227,8 +245,7 @@ std::string describe(const MemoryPlan& p) {
   const PlanOptions& o = p.options;
   std::string out = fmt::format("VRAM budget {:.1f} MiB\n", mib(o.budget));
   out += row("trunk", p.trunk, "every tensor but the routed experts, and the expert tables");
-  out += row("K/V cache", p.kv,
-             fmt::format("{} x {} positions in {}", std::max<int64_t>(o.parallel, 1), o.context, kv::to_string(o.kv)));
+  out += row("K/V cache", p.kv, kv_note(o));
   out += row("DeltaNet states", p.states, fmt::format("{} sequence(s)", std::max<int64_t>(o.parallel, 1)));
   out += row("decode scratch", p.decode_scratch, "");
   out += row("prompt scratch", p.prompt_scratch,

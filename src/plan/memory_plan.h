@@ -7,6 +7,7 @@
 // host RAM as stored (pinned, so the GPU reads the absent ones over PCIe). The CUDA session
 // allocates exactly these figures; `lode plan` prints them.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -27,6 +28,10 @@ struct PlanOptions {
   kv::Format kv = kv::Format::f16;
   int64_t context = 4096;     // positions of K/V per sequence
   int64_t parallel = 1;       // sequences held at once (K/V and DeltaNet states each)
+  // Positions of K/V the sequences share, as pages they take while they write (0: each sequence
+  // its whole context, parallel x context).
+  int64_t kv_positions = 0;
+  int64_t kv_pool_positions() const { return kv_positions > 0 ? kv_positions : std::max<int64_t>(parallel, 1) * context; }
   int64_t step_rows = 1;      // rows one decode step takes at most (a verify window's tokens, or sequences)
   // Tokens a verify window takes at most, whose DeltaNet states before each it keeps (0: step_rows).
   int64_t window_rows = 0;
@@ -84,6 +89,9 @@ size_t trunk_bytes(const model::ModelWeights& weights);
 size_t head_bytes(const model::ModelWeights& weights);  // the output norm and the lm head
 size_t layer_trunk_bytes(const model::ModelWeights& weights, size_t layer);
 size_t kv_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t context);
+// The K/V cache a plan's options ask for: the pool's pages in every attention layer, and a page
+// table for each sequence's whole context.
+size_t kv_pool_bytes(const model::Qwen35MoeConfig& config, const PlanOptions& options);
 size_t kv_layer_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t context);
 size_t kv_page_table_bytes(int64_t context);
 // The DeltaNet states (per layer: the conv's and the recurrent one) of `sequences` sequences, and

@@ -90,7 +90,9 @@ EngineWorker::EngineWorker(const ServedModel& model, std::shared_ptr<engine::Mod
   for (int i = 0; i < options_.parallel; ++i)
     slots_.push_back(std::make_unique<Slot>(
         Slot{engine_->open_sequence(), PrefixCache(options_.chunk, options_.checkpoints_per_slot), 0, nullptr}));
+  // A request may fill no more than one sequence's context, nor more than a shared pool holds.
   context_ = slots_.front()->sequence->max_context();
+  if (const int64_t pool = engine_->info().kv_pool_positions; pool > 0) context_ = std::min(context_, pool);
   if (options_.mtp > 0)  // a model without an MTP block is refused now, not at the first request
     for (auto& slot : slots_) slot->sequence->drafter();
   thread_ = std::thread([this] { run(); });
@@ -191,11 +193,56 @@ bool EngineWorker::admit_waiting() {
       ++active_;
     }
   }
-  for (Queued& queued : admitted) {
-    const Placement placement = place(queued.job.prompt);  // before the job moves into start()
-    start(placement, std::move(queued));
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    const Placement placement = place(admitted[i].job.prompt);  // before the job moves into start()
+    if (reserve_room(placement, admitted[i].job)) {
+      start(placement, std::move(admitted[i]));
+      continue;
+    }
+    const bool running = std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->running != nullptr; });
+    if (!running) {  // nothing will give pages back: the pool cannot hold it at all
+      {
+        std::lock_guard lock(mutex_);
+        --active_;
+      }
+      admitted[i].stream->fail(fmt::format(
+          "the request needs {} positions of K/V (its prompt and max_tokens), more than the server's shared K/V "
+          "pool holds (lode serve --kv-positions); lower max_tokens or shorten the prompt",
+          room_needed(admitted[i].job)));
+      continue;
+    }
+    // It waits at the head of the queue, and those after it behind it, until a job ends.
+    std::lock_guard lock(mutex_);
+    for (size_t j = admitted.size(); j-- > i;) queue_.push_front(std::move(admitted[j]));
+    active_ -= int(admitted.size() - i);
+    break;
   }
   return true;
+}
+
+int64_t EngineWorker::room_needed(const Job& job) const {
+  // (a verify window may write its drafts past the last token)
+  return std::min(context_, int64_t(job.prompt.size()) + job.generate.max_tokens + options_.mtp);
+}
+
+bool EngineWorker::reserve_room(const Placement& placement, const Job& job) {
+  const int64_t need = room_needed(job);
+  engine::Sequence& sequence = *placement.slot->sequence;
+  if (sequence.reserve(need)) return true;
+  // Idle slots' conversations make room, least recently used first: the ones this job continues or
+  // copies from last.
+  std::vector<Slot*> idle;
+  for (auto& slot : slots_)
+    if (!slot->running && slot.get() != placement.slot && slot.get() != placement.source) idle.push_back(slot.get());
+  std::sort(idle.begin(), idle.end(), [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
+  if (placement.source) idle.push_back(placement.source);
+  idle.push_back(placement.slot);
+  for (Slot* slot : idle) {
+    slot->prefix.clear();
+    slot->sequence->reset();
+    if (sequence.reserve(need)) return true;
+  }
+  return false;
 }
 
 EngineWorker::Placement EngineWorker::place(std::span<const int32_t> prompt) {
@@ -223,6 +270,7 @@ EngineWorker::Placement EngineWorker::place(std::span<const int32_t> prompt) {
 void EngineWorker::start(Placement placement, Queued queued) {
   Slot& slot = *placement.slot;
   const auto done_early = [&] {
+    slot.sequence->reserve(0);
     std::lock_guard lock(mutex_);
     --active_;
   };
@@ -297,6 +345,7 @@ void EngineWorker::step() {
   } catch (const std::exception& e) {
     for (Slot* slot : owners) {
       slot->prefix.clear();
+      slot->sequence->reserve(0);
       slot->running->queued.stream->fail(e.what());
       slot->running.reset();
       std::lock_guard lock(mutex_);
@@ -342,6 +391,7 @@ void EngineWorker::advance(Slot& slot, const engine::StepRow& entry) {
 
 void EngineWorker::finish(Slot& slot) {
   const std::unique_ptr<Running> seq = std::move(slot.running);
+  slot.sequence->reserve(0);  // what it holds stays, for the next turn, until room is wanted
   engine::GenerateResult result = seq->generation->result();
   slot.prefix.record(result.tokens, result.last_token_pending);
   slot.last_used = ++clock_;

@@ -89,7 +89,10 @@ struct WorkerOptions {
 // (engine::Model::step), so a long prompt never freezes the others. Jobs join free slots
 // between steps: the next turn of a conversation continues in the slot that holds it; any other
 // job takes the least recently used free slot, copying into it the longest prefix it shares with
-// any slot's conversation (a common system prompt), so conversations do not evict each other. A job's tokens do not depend on what it ran beside:
+// any slot's conversation (a common system prompt), so conversations do not evict each other. A
+// job joins once its slot can be promised K/V for its prompt and max_tokens (engine::Sequence::
+// reserve: an engine whose sequences share a pool), idle slots' conversations forgotten for room;
+// until then it waits at the head of the queue. A job's tokens do not depend on what it ran beside:
 // every row of a batch is computed as it would be alone, and prompts are cut at the same chunk
 // boundaries.
 class EngineWorker {
@@ -147,6 +150,10 @@ class EngineWorker {
     Slot* source = nullptr;
   };
   Placement place(std::span<const int32_t> prompt);
+  // Promises the job's K/V in its slot (engine::Sequence::reserve), forgetting idle slots'
+  // conversations while the pool cannot: false when the running jobs hold the rest.
+  bool reserve_room(const Placement& placement, const Job& job);
+  int64_t room_needed(const Job& job) const;  // positions of K/V a job may fill
   void start(Placement placement, Queued queued);
   void step();
   void advance(Slot& slot, const engine::StepRow& row);  // after the step: sample, or go on prefilling

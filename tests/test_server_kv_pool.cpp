@@ -1,0 +1,141 @@
+// Admission by K/V room (WorkerOptions, engine::Sequence::reserve): on an engine whose sequences
+// share a pool of positions, a request waits at the head of the queue until the running ones leave
+// it room, idle slots' conversations are forgotten to make room, a request larger than the pool is
+// refused up front (400), and the texts are what a server with room for all gives. The pool here is
+// a test double around the CPU engine that keeps the GPU's promise rule (kv/page_tables.h): for each
+// sequence the larger of its promise and the positions it holds, summed, within the pool.
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "test_server_support.h"
+
+namespace lode::test {
+namespace {
+
+class PooledModel;
+
+class PooledSequence final : public engine::Sequence {
+ public:
+  PooledSequence(std::shared_ptr<PooledModel> model, std::unique_ptr<engine::Sequence> inner);
+  ~PooledSequence() override;
+  engine::Model& model() const override;
+  int64_t position() const override { return inner_->position(); }
+  int64_t max_context() const override { return inner_->max_context(); }
+  int64_t kv_bytes() const override { return inner_->kv_bytes(); }
+  void reset() override { inner_->reset(); }
+  std::shared_ptr<const engine::Checkpoint> checkpoint() const override { return inner_->checkpoint(); }
+  void rewind(const engine::Checkpoint& checkpoint) override { inner_->rewind(checkpoint); }
+  void copy_prefix(const engine::Sequence& other, const engine::Checkpoint& checkpoint) override {
+    inner_->copy_prefix(*static_cast<const PooledSequence&>(other).inner_, checkpoint);
+  }
+  bool reserve(int64_t positions) override;
+
+  engine::Sequence& inner() const { return *inner_; }
+  int64_t reserved = 0;
+
+ private:
+  std::shared_ptr<PooledModel> model_;
+  std::unique_ptr<engine::Sequence> inner_;
+};
+
+class PooledModel final : public engine::Model {
+ public:
+  PooledModel(std::shared_ptr<engine::Model> inner, int64_t pool) : inner_(std::move(inner)), pool_(pool) {}
+  const model::Qwen35MoeConfig& config() const override { return inner_->config(); }
+  std::unique_ptr<engine::Sequence> open_sequence() override {
+    auto sequence = std::make_unique<PooledSequence>(std::static_pointer_cast<PooledModel>(shared_from_this()),
+                                                     inner_->open_sequence());
+    open_.push_back(sequence.get());
+    return sequence;
+  }
+  void step(std::span<engine::StepRow> rows) override {
+    std::vector<engine::StepRow> inner(rows.begin(), rows.end());
+    for (engine::StepRow& row : inner) row.sequence = &static_cast<PooledSequence*>(row.sequence)->inner();
+    inner_->step(inner);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      rows[i].logits = std::move(inner[i].logits);
+      rows[i].hidden = std::move(inner[i].hidden);
+      rows[i].greedy = inner[i].greedy;
+    }
+    EXPECT_LE(committed_without(nullptr), pool_) << "the sequences hold more than the pool";
+  }
+  engine::EngineInfo info() const override {
+    engine::EngineInfo info = inner_->info();
+    info.kv_pool_positions = pool_;
+    return info;
+  }
+  // Sum over the open sequences but `except` of the larger of promise and positions held.
+  int64_t committed_without(const PooledSequence* except) const {
+    int64_t total = 0;
+    for (const PooledSequence* s : open_)
+      if (s != except) total += std::max(s->reserved, s->position());
+    return total;
+  }
+  int64_t pool() const { return pool_; }
+  void closed(const PooledSequence* s) { open_.erase(std::find(open_.begin(), open_.end(), s)); }
+  std::atomic<int64_t> refused{0};
+
+ private:
+  std::shared_ptr<engine::Model> inner_;
+  int64_t pool_;
+  std::vector<const PooledSequence*> open_;
+};
+
+PooledSequence::PooledSequence(std::shared_ptr<PooledModel> model, std::unique_ptr<engine::Sequence> inner)
+    : model_(std::move(model)), inner_(std::move(inner)) {}
+PooledSequence::~PooledSequence() { model_->closed(this); }
+engine::Model& PooledSequence::model() const { return *model_; }
+
+bool PooledSequence::reserve(int64_t positions) {
+  if (model_->committed_without(this) + std::max(positions, position()) > model_->pool()) {
+    ++model_->refused;
+    return false;
+  }
+  reserved = positions;
+  return true;
+}
+
+json chat(const std::string& question, int max_tokens) {
+  return {{"messages", {{{"role", "user"}, {"content", question}}}}, {"max_tokens", max_tokens}, {"temperature", 0}};
+}
+
+std::string content_of(const json& reply) {
+  const json& m = reply["choices"][0]["message"];
+  return m.value("reasoning_content", "") + "|" + (m["content"].is_string() ? m["content"].get<std::string>() : "");
+}
+
+// Two slots sharing 200 positions: while one request holds room for its prompt and 120 tokens, a
+// second one that wants as much waits (not refused), then runs once the first ends, after its slot's
+// conversation is forgotten to make room; both texts are those of a server with room for all.
+TEST(ServerKvPool, ARequestWaitsForRoomThenRunsAsItWouldHave) {
+  const auto pooled = std::make_shared<PooledModel>(mini_engine(), 200);
+  server::ServerOptions o;
+  o.worker.parallel = 2;
+  o.worker.token_delay = std::chrono::milliseconds(5);
+  TestServer server(o, pooled), roomy(o);
+  EXPECT_EQ(server.get_json("/v1/status")["context"], 200);  // one request may fill the pool, no more
+  EXPECT_EQ(server.get_json("/v1/status")["memory"]["kv_pool_positions"], 200);
+  const json first_request = chat("Name three Unix commands for files.", 120);
+  const json second_request = chat("What does grep do?", 120);
+  json first;
+  std::thread running([&] { first = server.post_json("/v1/chat/completions", first_request); });
+  ASSERT_TRUE(eventually([&] { return server.get_json("/v1/status")["steps"]["total"] >= 2; }));
+  const json second = server.post_json("/v1/chat/completions", second_request);
+  running.join();
+  EXPECT_GT(pooled->refused.load(), 0);  // the second did wait for room
+  EXPECT_EQ(content_of(first), content_of(roomy.post_json("/v1/chat/completions", first_request)));
+  EXPECT_EQ(content_of(second), content_of(roomy.post_json("/v1/chat/completions", second_request)));
+  EXPECT_EQ(server.get_json("/v1/status")["sequences"]["active"], 0);
+}
+
+// A request that could not fit even alone is refused before it queues, saying why.
+TEST(ServerKvPool, ARequestLargerThanThePoolIsRefused) {
+  TestServer server({}, std::make_shared<PooledModel>(mini_engine(), 100));
+  const json reply = server.post_json("/v1/chat/completions", chat("What does ls do?", 200), 400);
+  EXPECT_NE(reply.dump().find("max_tokens"), std::string::npos) << reply.dump();
+  server.post_json("/v1/chat/completions", chat("What does ls do?", 20));  // one that fits runs
+}
+
+}  // namespace
+}  // namespace lode::test
