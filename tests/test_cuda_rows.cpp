@@ -190,9 +190,9 @@ TEST(CudaRows, SnapshotsMoveBetweenSequences) {
 // A kept prefix (the engine's checkpoints) shares its K/V pages instead of copying them: a sequence
 // resumed from another's prefix, and the first one going on and coming back to it, each continue
 // as a fresh sequence fed the same tokens does, bit for bit, though both write into the prefix's
-// half-full last page (copied on write) in one step of two rows. With no page free (one sequence,
-// every page held), a new text writing over the prefix's pages moves its cells to host memory
-// first, and the prefix still resumes.
+// half-full last page (copied on write) in one step of two rows. With no page free (one sequence
+// whose new text needs every page, the prefix's too), the prefix moves its cells to host memory
+// first, and still resumes.
 TEST(CudaRows, KeptPrefixesSharePagesAndContinueAsAFreshSequence) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -232,13 +232,13 @@ TEST(CudaRows, KeptPrefixesSharePagesAndContinueAsAFreshSequence) {
     EXPECT_TRUE(same_bits(s.decode(y[t]).data(), want_y[t].data(), size_t(vocab))) << "back at the prefix, token " << t;
   EXPECT_EQ(kept->host_bytes(), states_bytes);
 
-  // One sequence: its four pages all its own, two of them held (the context as above: the prompt
-  // pass's shapes follow it).
+  // One sequence of four pages, two of them held (the context as above: the prompt pass's shapes
+  // follow it).
   CudaSession alone(m.reader, m.weights, one);
   alone.prefill(prompt);
   const auto held = alone.keep();
   alone.reset();
-  alone.prefill(tokens_from(vocab, 70, 4));  // writes over the held pages: their cells go to the host
+  alone.prefill(tokens_from(vocab, 250, 4));  // needs all four pages: the held ones' cells go to the host
   EXPECT_GT(held->host_bytes(), states_bytes);
   alone.resume(*held);
   for (size_t t = 0; t < x.size(); ++t)
