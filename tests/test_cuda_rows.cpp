@@ -286,7 +286,7 @@ TEST(CudaRows, ASharedKvPoolServesWhatItPromised) {
   EXPECT_TRUE(s.reserve_kv(256));  // now all four of its own
   s.use_sequence(0);
   try {
-    s.prefill(tokens_from(vocab, 70, 5));  // two pages, none promised to it and none unpromised
+    s.prefill(tokens_from(vocab, 70, 5));  // two pages: the one nobody is promised, then none
     ADD_FAILURE() << "a sequence took pages promised to another";
   } catch (const lode::Error& e) {
     EXPECT_NE(std::string(e.what()).find("reserved"), std::string::npos) << e.what();

@@ -82,8 +82,8 @@ struct Simulated {
     const Kept& k = kept.at(name);
     if (k.id >= 0) {
       tables.adopt(s, k.id);
-      tables.trim(s, int64_t(k.cells.size()));
     } else {
+      tables.trim(s, int64_t(k.cells.size()));
       make_writable(s, 0, int64_t(k.cells.size()));
       for (size_t p = 0; p < k.host->size(); ++p)
         device[size_t(tables.table(s)[p / kPage])][p % kPage] = (*k.host)[p];
@@ -287,6 +287,17 @@ TEST(KvPages, ReservationsPromiseNoMoreThanThePool) {
   promised.tables.trim(0, 0);
   promised.write(1, values(100, 12));
   promised.check();
+
+  // Nor may a sequence without a promise take a kept prefix's pages over the pool (shared pages
+  // count for each sequence that maps them).
+  Simulated adopting(2, {0, 1, 2, 3}, 4);
+  EXPECT_TRUE(adopting.tables.reserve(0, 16));  // the whole pool, half of it written
+  adopting.write(0, values(0, 8));
+  adopting.keep(1, 0);
+  EXPECT_THROW(adopting.resume(1, 1), Error);
+  EXPECT_EQ(adopting.tables.mapped(1), 0);  // unchanged
+  adopting.resume(0, 1);  // its own prefix, within its promise
+  adopting.check();
 }
 
 TEST(KvPages, BadUseFailsSayingWhy) {

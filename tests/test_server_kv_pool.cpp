@@ -118,12 +118,18 @@ TEST(ServerKvPool, ARequestWaitsForRoomThenRunsAsItWouldHave) {
   EXPECT_EQ(server.get_json("/v1/status")["memory"]["kv_pool_positions"], 200);
   const json first_request = chat("Name three Unix commands for files.", 120);
   const json second_request = chat("What does grep do?", 120);
-  json first;
+  json first, second;
   std::thread running([&] { first = server.post_json("/v1/chat/completions", first_request); });
   ASSERT_TRUE(eventually([&] { return server.get_json("/v1/status")["steps"]["total"] >= 2; }));
-  const json second = server.post_json("/v1/chat/completions", second_request);
+  std::thread waiting([&] { second = server.post_json("/v1/chat/completions", second_request); });
+  // A slot is free, yet the second waits in the queue: the first holds the room.
+  EXPECT_TRUE(eventually([&] {
+    const json status = server.get_json("/v1/status");
+    return status["queue"]["waiting"] == 1 && status["sequences"]["active"] == 1;
+  }));
   running.join();
-  EXPECT_GT(pooled->refused.load(), 0);  // the second did wait for room
+  waiting.join();
+  EXPECT_GT(pooled->refused.load(), 0);
   EXPECT_EQ(content_of(first), content_of(roomy.post_json("/v1/chat/completions", first_request)));
   EXPECT_EQ(content_of(second), content_of(roomy.post_json("/v1/chat/completions", second_request)));
   EXPECT_EQ(server.get_json("/v1/status")["sequences"]["active"], 0);

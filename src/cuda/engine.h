@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/kv_format.h"
 #include "cuda/session.h"
 #include "engine/engine.h"
 
@@ -30,7 +31,7 @@ class CudaModel final : public engine::Model {
   void step(std::span<engine::StepRow> rows) override;
   bool chunks_prompts() const override { return true; }
   engine::EngineInfo info() const override {
-    return {"cuda", 0, session_->kv_format(), session_->kv_pool_positions()};
+    return {"cuda", 0, session_->kv_format(), session_->kv_pool_positions(), kKvPagePositions};
   }
   // "experts: 4719 of 10240 in VRAM, hit rate 54.9%, 1.2 GB over PCIe (decode 0.9, prompts 0.3), 1008 swaps".
   std::string activity() const override;

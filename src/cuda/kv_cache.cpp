@@ -68,7 +68,9 @@ void KvCache::copy_rows(std::span<const int32_t> pages, int64_t positions, uint8
     const int64_t row = row_bytes(store);
     auto* device = static_cast<uint8_t*>(stores_[size_t(store)].data());
     for (int64_t first = 0; first < positions; first += kKvPagePositions) {
-      uint8_t* cells = device + pages[size_t(first / kKvPagePositions)] * kKvPagePositions * row;
+      const int32_t page = pages[size_t(first / kKvPagePositions)];
+      if (page == kv::PageTables::kUnmapped) fail("K/V cache: positions from {} were never written", first);
+      uint8_t* cells = device + page * kKvPagePositions * row;
       const size_t bytes = size_t(std::min(kKvPagePositions, positions - first) * row);
       if (to_host) copy_to_host(to_host + at + first * row, cells, bytes);
       else copy_to_device(cells, from_host + at + first * row, bytes);
@@ -95,8 +97,8 @@ void KvCache::restore(const std::vector<uint8_t>& rows, int64_t positions, int64
          bytes_per_position());
   if (positions > capacity)
     fail("K/V cache: {} saved positions do not fit a cache of {}; raise max_context", positions, capacity);
+  ledger_->tables.trim(sequence, positions);  // (first: what it gives back counts for the promise)
   make_writable(sequence, 0, positions);
-  ledger_->tables.trim(sequence, positions);
   upload_table(sequence);
   copy_rows(ledger_->tables.table(sequence), positions, nullptr, rows.data());
   synchronize();  // (an upload from pageable memory returns once it is staged)
@@ -143,10 +145,17 @@ void KvCache::make_writable(int64_t sequence, int64_t first, int64_t end) {
       copy_on_device(device + move.to * page, device + move.from * page, size_t(rows * row_bytes(store)));
     }
   };
-  if (!l.tables.make_writable(sequence, first, end, give_up, copy)) return;
-  upload_table(sequence);
   // A copy on the device and an upload from pageable memory may still be running: the step that
-  // writes next runs on another stream.
+  // writes next runs on another stream. A refusal part way leaves pages taken: the device's table
+  // follows the host's either way, or a later write would go where the device's old entry points.
+  try {
+    if (!l.tables.make_writable(sequence, first, end, give_up, copy)) return;
+  } catch (...) {
+    upload_table(sequence);
+    synchronize();
+    throw;
+  }
+  upload_table(sequence);
   synchronize();
 }
 
@@ -162,12 +171,12 @@ void KvCache::resume(const KvPrefix& prefix, int64_t sequence) {
   if (prefix.ledger_.lock() != ledger_) fail("K/V cache: the prefix was kept by another cache");
   std::lock_guard lock(ledger_->mutex);
   if (prefix.hold_ >= 0) {
-    ledger_->tables.adopt(sequence, prefix.hold_);
+    ledger_->tables.adopt(sequence, prefix.hold_);  // (its pages and only those)
   } else {
+    ledger_->tables.trim(sequence, prefix.positions_);  // (first: what it gives back counts for the promise)
     make_writable(sequence, 0, prefix.positions_);
     copy_rows(ledger_->tables.table(sequence), prefix.positions_, nullptr, prefix.cells_.data());
   }
-  ledger_->tables.trim(sequence, prefix.positions_);
   upload_table(sequence);
   synchronize();
 }

@@ -128,6 +128,7 @@ struct EngineInfo {
   // Positions of K/V its sequences share (a pool: the GPU's with --kv-positions); 0: each sequence
   // its whole context. One sequence is promised at most this many.
   int64_t kv_pool_positions = 0;
+  int64_t kv_page_positions = 1;  // the pool's pages: promises are whole pages
 };
 
 // A model loaded on a device. Sequences keep their model alive.

@@ -151,6 +151,14 @@ int64_t PageTables::hold_to_give_up(int32_t page) const {
 void PageTables::adopt(int64_t sequence, int64_t id) {
   check_sequence(sequence);
   const std::span<const int32_t> pages = held(id);
+  // Afterwards it maps exactly the hold's pages: within its promise, or within what nobody else is
+  // promised.
+  const int64_t n = int64_t(pages.size()), was = std::max(reserved_[size_t(sequence)], mapped(sequence));
+  if (n > reserved_[size_t(sequence)] && committed() - was + n > this->pages())
+    fail("K/V pages: sequence {} would map the {} pages of a kept prefix, past the {} it reserved, and the pool's "
+         "{} pages are promised or in use; reserve room for the positions first", sequence, n,
+         reserved_[size_t(sequence)], this->pages());
+  trim(sequence, n * page_positions_);
   for (size_t p = 0; p < pages.size(); ++p) {
     int32_t& at = entry(sequence, int64_t(p));
     if (at == pages[p]) continue;

@@ -73,7 +73,9 @@ class PageTables {
   // maps and no other hold holds), else the oldest one on a page no table maps (other holds share
   // it: one fewer), else the oldest one on `page` (its release unshares it), else -1.
   int64_t hold_to_give_up(int32_t page) const;
-  // The sequence's first pages become the hold's (shared with it); the pages they mapped are let go.
+  // The sequence's pages become the hold's (shared with it), and only those: the pages it mapped
+  // are let go. Fails, changing nothing, where that would take it past its promise while the
+  // pool's pages are all promised or mapped.
   void adopt(int64_t sequence, int64_t id);
 
   // Makes positions [first, end) of the sequence writable: each page among them that is shared or

@@ -81,6 +81,19 @@ std::string kv_note(const PlanOptions& o) {
 
 std::string what_fits(const model::ModelWeights& w, const PlanOptions& o) {
   std::string out;
+  if (o.kv_positions > 0) {  // a smaller shared pool first (one context at least)
+    PlanOptions smaller = o;
+    smaller.kv_positions = o.context;
+    if (fixed_at(w, smaller, smallest_chunk(smaller)).total() <= o.budget) {
+      int64_t lo = o.context, hi = o.kv_positions;  // the largest pool (in whole pages) that fits
+      while (hi - lo > kPagePositions) {
+        smaller.kv_positions = (lo + hi) / 2 / kPagePositions * kPagePositions;
+        if (smaller.kv_positions <= lo) break;
+        (fixed_at(w, smaller, smallest_chunk(smaller)).total() <= o.budget ? lo : hi) = smaller.kv_positions;
+      }
+      return fmt::format("--kv-positions {} would fit", lo);
+    }
+  }
   PlanOptions shorter = o;
   int64_t lo = 0, hi = o.context;  // the longest context (in whole pages) that fits
   while (hi - lo > kPagePositions) {

@@ -92,7 +92,9 @@ EngineWorker::EngineWorker(const ServedModel& model, std::shared_ptr<engine::Mod
         Slot{engine_->open_sequence(), PrefixCache(options_.chunk, options_.checkpoints_per_slot), 0, nullptr}));
   // A request may fill no more than one sequence's context, nor more than a shared pool holds.
   context_ = slots_.front()->sequence->max_context();
-  if (const int64_t pool = engine_->info().kv_pool_positions; pool > 0) context_ = std::min(context_, pool);
+  const engine::EngineInfo info = engine_->info();
+  pool_positions_ = info.kv_pool_positions, page_positions_ = std::max<int64_t>(info.kv_page_positions, 1);
+  if (pool_positions_ > 0) context_ = std::min(context_, pool_positions_);
   if (options_.mtp > 0)  // a model without an MTP block is refused now, not at the first request
     for (auto& slot : slots_) slot->sequence->drafter();
   thread_ = std::thread([this] { run(); });
@@ -194,27 +196,49 @@ bool EngineWorker::admit_waiting() {
     }
   }
   for (size_t i = 0; i < admitted.size(); ++i) {
-    const Placement placement = place(admitted[i].job.prompt);  // before the job moves into start()
-    if (reserve_room(placement, admitted[i].job)) {
-      start(placement, std::move(admitted[i]));
+    Queued& queued = admitted[i];
+    const auto give_back_place = [&] {
+      std::lock_guard lock(mutex_);
+      --active_;
+    };
+    if (queued.stream->cancelled()) {  // a client that left while it waited holds no place
+      give_back_place();
+      queued.stream->finish({});
       continue;
     }
-    const bool running = std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->running != nullptr; });
-    if (!running) {  // nothing will give pages back: the pool cannot hold it at all
-      {
-        std::lock_guard lock(mutex_);
-        --active_;
+    Placement placement;
+    bool room = false;
+    try {
+      placement = place(queued.job.prompt);  // before the job moves into start()
+      room = reserve_room(placement, queued.job);
+    } catch (const std::exception& e) {
+      give_back_place();
+      queued.stream->fail(e.what());
+      continue;
+    }
+    if (room) {
+      start(placement, std::move(queued));
+      continue;
+    }
+    if (std::none_of(slots_.begin(), slots_.end(), [](const auto& slot) { return slot->running != nullptr; })) {
+      give_back_place();  // nothing will give room back (the engine refused what its pool should hold)
+      queued.stream->fail(fmt::format("the engine cannot promise the {} positions of K/V this request needs, though "
+                                      "nothing else is running", room_needed(queued.job)));
+      continue;
+    }
+    // It waits at the head of the queue, and those after it behind it, until a job ends (or fails
+    // now, when the server is stopping meanwhile: the queue was already given up).
+    std::vector<Queued> waiting(std::make_move_iterator(admitted.begin() + ptrdiff_t(i)),
+                                std::make_move_iterator(admitted.end()));
+    {
+      std::lock_guard lock(mutex_);
+      active_ -= int(waiting.size());
+      if (!stopping_) {
+        for (size_t j = waiting.size(); j-- > 0;) queue_.push_front(std::move(waiting[j]));
+        waiting.clear();
       }
-      admitted[i].stream->fail(fmt::format(
-          "the request needs {} positions of K/V (its prompt and max_tokens), more than the server's shared K/V "
-          "pool holds (lode serve --kv-positions); lower max_tokens or shorten the prompt",
-          room_needed(admitted[i].job)));
-      continue;
     }
-    // It waits at the head of the queue, and those after it behind it, until a job ends.
-    std::lock_guard lock(mutex_);
-    for (size_t j = admitted.size(); j-- > i;) queue_.push_front(std::move(admitted[j]));
-    active_ -= int(admitted.size() - i);
+    for (Queued& q : waiting) q.stream->fail("the server is shutting down");
     break;
   }
   return true;
@@ -225,19 +249,31 @@ int64_t EngineWorker::room_needed(const Job& job) const {
   return std::min(context_, int64_t(job.prompt.size()) + job.generate.max_tokens + options_.mtp);
 }
 
+bool EngineWorker::room_once_idle_forgotten(int64_t need) const {
+  if (pool_positions_ <= 0) return true;
+  const auto pages = [&](int64_t positions) { return (positions + page_positions_ - 1) / page_positions_; };
+  int64_t promised = pages(need);  // the running jobs' promises, and what they write stays within them
+  for (const auto& slot : slots_)
+    if (slot->running) promised += pages(room_needed(slot->running->queued.job));
+  return promised <= pages(pool_positions_);
+}
+
 bool EngineWorker::reserve_room(const Placement& placement, const Job& job) {
   const int64_t need = room_needed(job);
   engine::Sequence& sequence = *placement.slot->sequence;
   if (sequence.reserve(need)) return true;
-  // Idle slots' conversations make room, least recently used first: the ones this job continues or
-  // copies from last.
-  std::vector<Slot*> idle;
+  if (!room_once_idle_forgotten(need)) return false;  // the running jobs hold the rest: wait, forget nothing
+  // Idle slots' conversations make room: the job's own slot first unless the job continues the
+  // conversation there (its pages go anyway), then the least recently used, the one it copies a
+  // prefix from last but one.
+  const bool continues = !placement.source && placement.slot->prefix.reusable(sequence, job.prompt) > 0;
+  std::vector<Slot*> order;
   for (auto& slot : slots_)
-    if (!slot->running && slot.get() != placement.slot && slot.get() != placement.source) idle.push_back(slot.get());
-  std::sort(idle.begin(), idle.end(), [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
-  if (placement.source) idle.push_back(placement.source);
-  idle.push_back(placement.slot);
-  for (Slot* slot : idle) {
+    if (!slot->running && slot.get() != placement.slot && slot.get() != placement.source) order.push_back(slot.get());
+  std::sort(order.begin(), order.end(), [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
+  if (placement.source) order.push_back(placement.source);
+  order.insert(continues ? order.end() : order.begin(), placement.slot);
+  for (Slot* slot : order) {
     slot->prefix.clear();
     slot->sequence->reset();
     if (sequence.reserve(need)) return true;

@@ -154,6 +154,9 @@ class EngineWorker {
   // conversations while the pool cannot: false when the running jobs hold the rest.
   bool reserve_room(const Placement& placement, const Job& job);
   int64_t room_needed(const Job& job) const;  // positions of K/V a job may fill
+  // Whether `need` positions could be promised once every idle slot's conversation is forgotten:
+  // the running jobs' promises, in whole pages, leave room for it in the engine's pool.
+  bool room_once_idle_forgotten(int64_t need) const;
   void start(Placement placement, Queued queued);
   void step();
   void advance(Slot& slot, const engine::StepRow& row);  // after the step: sample, or go on prefilling
@@ -166,6 +169,7 @@ class EngineWorker {
   WorkerOptions options_;
   FinishedHook on_finished_;
   int64_t context_;
+  int64_t pool_positions_ = 0, page_positions_ = 1;  // the engine's shared K/V pool (EngineInfo), 0: none
   std::vector<std::unique_ptr<Slot>> slots_;  // the worker thread's, but for the counters below
   uint64_t clock_ = 0;       // for least-recently-used slot choice
   size_t prefill_turn_ = 0;  // which prefilling slot gets the next step's chunk
