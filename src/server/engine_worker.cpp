@@ -228,8 +228,15 @@ bool EngineWorker::admit_waiting() {
     }
     // It waits at the head of the queue, and those after it behind it, until a job ends (or fails
     // now, when the server is stopping meanwhile: the queue was already given up).
-    std::vector<Queued> waiting(std::make_move_iterator(admitted.begin() + ptrdiff_t(i)),
-                                std::make_move_iterator(admitted.end()));
+    std::vector<Queued> waiting;
+    for (size_t j = i; j < admitted.size(); ++j) {
+      if (j > i && admitted[j].stream->cancelled()) {  // (their clients left: no place to keep)
+        give_back_place();
+        admitted[j].stream->finish({});
+        continue;
+      }
+      waiting.push_back(std::move(admitted[j]));
+    }
     {
       std::lock_guard lock(mutex_);
       active_ -= int(waiting.size());
@@ -245,8 +252,8 @@ bool EngineWorker::admit_waiting() {
 }
 
 int64_t EngineWorker::room_needed(const Job& job) const {
-  // (a verify window may write its drafts past the last token)
-  return std::min(context_, int64_t(job.prompt.size()) + job.generate.max_tokens + options_.mtp);
+  // (a verify window's drafts stay within max_tokens: engine::next_window)
+  return std::min(context_, int64_t(job.prompt.size()) + job.generate.max_tokens);
 }
 
 bool EngineWorker::room_once_idle_forgotten(int64_t need) const {
@@ -263,22 +270,40 @@ bool EngineWorker::reserve_room(const Placement& placement, const Job& job) {
   engine::Sequence& sequence = *placement.slot->sequence;
   if (sequence.reserve(need)) return true;
   if (!room_once_idle_forgotten(need)) return false;  // the running jobs hold the rest: wait, forget nothing
-  // Idle slots' conversations make room: the job's own slot first unless the job continues the
-  // conversation there (its pages go anyway), then the least recently used, the one it copies a
-  // prefix from last but one.
+  // A job that continues the conversation in its slot goes back to the checkpoint it resumes from
+  // (start() would), giving back the old turn's tail; if that is not enough, idle slots'
+  // conversations make room: the job's own slot first unless it continues there (its pages go
+  // anyway), then the least recently used, then the one it copies a prefix from, then its own.
   const bool continues = !placement.source && placement.slot->prefix.reusable(sequence, job.prompt) > 0;
+  if (continues) {
+    placement.slot->prefix.resume(sequence, job.prompt);
+    if (sequence.reserve(need)) return true;
+  }
   std::vector<Slot*> order;
   for (auto& slot : slots_)
     if (!slot->running && slot.get() != placement.slot && slot.get() != placement.source) order.push_back(slot.get());
   std::sort(order.begin(), order.end(), [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
-  if (placement.source) order.push_back(placement.source);
+  if (placement.source && !placement.source->running) order.push_back(placement.source);
   order.insert(continues ? order.end() : order.begin(), placement.slot);
-  for (Slot* slot : order) {
-    slot->prefix.clear();
-    slot->sequence->reset();
-    if (sequence.reserve(need)) return true;
-  }
-  return false;
+  const auto forget_until_room = [&] {
+    for (Slot* slot : order) {
+      slot->prefix.clear();
+      slot->sequence->reset();
+      if (sequence.reserve(need)) return true;
+    }
+    return false;
+  };
+  const bool room = forget_until_room();
+  count_memory();
+  return room;
+}
+
+void EngineWorker::count_memory() {
+  int64_t bytes = 0, kv = 0;
+  for (const auto& s : slots_) bytes += s->prefix.bytes(), kv += s->sequence->kv_bytes();
+  std::lock_guard lock(mutex_);
+  checkpoint_bytes_ = bytes;
+  kv_bytes_ = kv;
 }
 
 EngineWorker::Placement EngineWorker::place(std::span<const int32_t> prompt) {
@@ -436,13 +461,10 @@ void EngineWorker::finish(Slot& slot) {
   result.windows = seq->counts.windows;
   result.drafted = seq->counts.drafted;
   result.accepted = seq->counts.accepted;
-  int64_t bytes = 0, kv = 0;
-  for (const auto& s : slots_) bytes += s->prefix.bytes(), kv += s->sequence->kv_bytes();
+  count_memory();
   {
     std::lock_guard lock(mutex_);
     --active_;
-    checkpoint_bytes_ = bytes;
-    kv_bytes_ = kv;
   }
   if (on_finished_) on_finished_(result);
   seq->queued.stream->finish(std::move(result));

@@ -157,6 +157,7 @@ class EngineWorker {
   // Whether `need` positions could be promised once every idle slot's conversation is forgotten:
   // the running jobs' promises, in whole pages, leave room for it in the engine's pool.
   bool room_once_idle_forgotten(int64_t need) const;
+  void count_memory();  // the slots' checkpoint and K/V bytes, for the status
   void start(Placement placement, Queued queued);
   void step();
   void advance(Slot& slot, const engine::StepRow& row);  // after the step: sample, or go on prefilling
