@@ -52,8 +52,11 @@ struct Mini {
 
 TEST(GpuSplit, OneGpuIsTheOneGpuPlan) {
   const Mini m;
-  for (const size_t budget : {size_t(48) * kMiB, size_t(1024) * kMiB}) {
-    const plan::PlanOptions o{.budget = budget, .kv = kv::Format::f16, .context = 1024, .prompt_chunk = 512};
+  for (const size_t budget : {size_t(48) * kMiB, size_t(1024) * kMiB})
+  for (const int64_t pool : {int64_t(0), int64_t(1536)}) {  // (a shared K/V pool for two sequences, or none)
+    SCOPED_TRACE(pool);
+    const plan::PlanOptions o{.budget = budget, .kv = kv::Format::f16, .context = 1024, .parallel = pool ? 2 : 1,
+                              .kv_positions = pool, .prompt_chunk = 512};
     const plan::MemoryPlan one = plan::plan_memory(m.weights, o);
     ASSERT_EQ(one.prompt_chunk, 512);  // not shrunk: the split does not shrink chunks
     const plan::GpuSplit s = plan::split_over_gpus(m.weights, o, std::vector<size_t>{budget});

@@ -68,17 +68,14 @@ void run_plan(const PlanCommandOptions& o) {
     if (o.kv_positions < options.context || o.kv_positions > o.parallel * options.context)
       fail("--kv-positions {}: give at least one sequence's context ({}) and at most --parallel x --ctx ({})",
            o.kv_positions, options.context, o.parallel * options.context);
-    if (o.gpus > 1) fail("--kv-positions with --gpus: the plan over several GPUs gives each sequence its whole context");
     options.kv_positions = o.kv_positions == o.parallel * options.context ? 0 : o.kv_positions;
   }
   fmt::print("model: {} ({} layers, {} experts per layer, top {})\n", o.model, config.n_layers, config.n_experts,
              config.n_experts_used);
   if (o.gpus > 1) {
     const plan::GpuSplit split = plan::split_over_gpus(weights, options, std::vector<size_t>(size_t(o.gpus), options.budget));
-    fmt::print("{} GPUs of {:.1f} MiB each, K/V for {} x {} positions in {} (experts spread evenly; no routing "
-               "profile):\n{}",
-               o.gpus, double(options.budget) / double(1 << 20), options.parallel, options.context,
-               kv::to_string(options.kv), plan::describe(split));
+    fmt::print("{} GPUs of {:.1f} MiB each, K/V for {} (experts spread evenly; no routing profile):\n{}", o.gpus,
+               double(options.budget) / double(1 << 20), plan::kv_note(options), plan::describe(split));
     return;
   }
   const plan::MemoryPlan chosen = plan::plan_memory(weights, options);

@@ -28,7 +28,9 @@ std::vector<LayerBytes> layer_bytes(const model::ModelWeights& w, const PlanOpti
   std::vector<LayerBytes> out;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     LayerBytes b{.trunk = layer_trunk_bytes(w, l), .attention = !w.layers[l].recurrent};
-    if (b.attention) b.kv = sequences * kv_layer_bytes(w.config, o.kv, o.context);
+    if (b.attention)  // (a shared pool's positions, or every sequence's whole context)
+      b.kv = o.kv_positions > 0 ? kv_layer_bytes(w.config, o.kv, o.kv_positions)
+                                : sequences * kv_layer_bytes(w.config, o.kv, o.context);
     else b.states = state_layer_bytes(w.config, o.kept_rows(), int64_t(sequences));
     out.push_back(b);
   }

@@ -70,15 +70,6 @@ int64_t smallest_chunk(const PlanOptions& o) {
 
 // What would fit when the budget cannot hold the fixed part: the longest context in this format,
 // and the formats that hold this context.
-// "4 x 8192 positions in fp16", or with a shared pool "16384 positions shared by 4 sequences of up
-// to 8192, in fp16".
-std::string kv_note(const PlanOptions& o) {
-  const int64_t sequences = std::max<int64_t>(o.parallel, 1);
-  if (o.kv_positions <= 0) return fmt::format("{} x {} positions in {}", sequences, o.context, kv::to_string(o.kv));
-  return fmt::format("{} positions shared by {} sequence(s) of up to {}, in {}", o.kv_positions, sequences, o.context,
-                     kv::to_string(o.kv));
-}
-
 std::string what_fits(const model::ModelWeights& w, const PlanOptions& o) {
   std::string out;
   if (o.kv_positions > 0) {  // a smaller shared pool first (one context at least)
@@ -118,6 +109,13 @@ std::string what_fits(const model::ModelWeights& w, const PlanOptions& o) {
 }
 
 }  // namespace
+
+std::string kv_note(const PlanOptions& o) {
+  const int64_t sequences = std::max<int64_t>(o.parallel, 1);
+  if (o.kv_positions <= 0) return fmt::format("{} x {} positions in {}", sequences, o.context, kv::to_string(o.kv));
+  return fmt::format("{} positions shared by {} sequence(s) of up to {}, in {}", o.kv_positions, sequences, o.context,
+                     kv::to_string(o.kv));
+}
 
 size_t head_bytes(const model::ModelWeights& w) { return vector_bytes(w.output_norm) + matrix_bytes(w.output); }
 

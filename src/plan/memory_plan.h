@@ -89,6 +89,9 @@ size_t trunk_bytes(const model::ModelWeights& weights);
 size_t head_bytes(const model::ModelWeights& weights);  // the output norm and the lm head
 size_t layer_trunk_bytes(const model::ModelWeights& weights, size_t layer);
 size_t kv_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t context);
+// The K/V a plan's options ask for, in words: "4 x 8192 positions in fp16", or with a shared pool
+// "16384 positions shared by 4 sequence(s) of up to 8192, in fp16".
+std::string kv_note(const PlanOptions& options);
 // The K/V cache a plan's options ask for: the pool's pages in every attention layer, and a page
 // table for each sequence's whole context.
 size_t kv_pool_bytes(const model::Qwen35MoeConfig& config, const PlanOptions& options);
