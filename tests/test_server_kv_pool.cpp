@@ -59,12 +59,17 @@ class PooledModel final : public engine::Model {
       rows[i].greedy = inner[i].greedy;
     }
     EXPECT_LE(committed_without(nullptr), pool_) << "the sequences hold more than the pool";
+    int64_t held = 0;
+    for (const PooledSequence* s : open_) held += s->position();
+    free_ = pool_ - held;
   }
   engine::EngineInfo info() const override {
     engine::EngineInfo info = inner_->info();
     info.kv_pool_positions = pool_;
     return info;
   }
+  int64_t kv_pool_free_positions() const override { return free_.load(); }
+  std::atomic<int64_t> free_{0};  // (what the status shows: the double's count after each step)
   // Sum over the open sequences but `except` of the larger of promise and positions held.
   int64_t committed_without(const PooledSequence* except) const {
     int64_t total = 0;
@@ -130,6 +135,7 @@ TEST(ServerKvPool, ARequestWaitsForRoomThenRunsAsItWouldHave) {
   running.join();
   waiting.join();
   EXPECT_GT(pooled->refused.load(), 0);
+  EXPECT_EQ(server.get_json("/v1/status")["memory"]["kv_pool_free_positions"], pooled->free_.load());
   EXPECT_EQ(content_of(first), content_of(roomy.post_json("/v1/chat/completions", first_request)));
   EXPECT_EQ(content_of(second), content_of(roomy.post_json("/v1/chat/completions", second_request)));
   EXPECT_EQ(server.get_json("/v1/status")["sequences"]["active"], 0);

@@ -30,6 +30,9 @@ class CudaModel final : public engine::Model {
   // verify windows of up to the session's step_rows tokens.
   void step(std::span<engine::StepRow> rows) override;
   bool chunks_prompts() const override { return true; }
+  int64_t kv_pool_free_positions() const override {
+    return session_->kv_pool_positions() > 0 ? session_->kv_free_pages() * kKvPagePositions : 0;
+  }
   engine::EngineInfo info() const override {
     return {"cuda", 0, session_->kv_format(), session_->kv_pool_positions(), kKvPagePositions};
   }

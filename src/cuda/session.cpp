@@ -1666,6 +1666,7 @@ int64_t CudaSession::vocab() const { return impl_->config.vocab; }
 const model::Qwen35MoeConfig& CudaSession::config() const { return impl_->config; }
 KvFormat CudaSession::kv_format() const { return impl_->options.kv_format; }
 int64_t CudaSession::kv_pool_positions() const { return impl_->options.kv_positions; }
+int64_t CudaSession::kv_free_pages() const { return impl_->kv->free_pages(); }
 
 int64_t CudaSession::kv_bytes() const {
   const model::Qwen35MoeConfig& c = impl_->config;

@@ -264,6 +264,7 @@ class CudaSession {
   int64_t position() const;
   int64_t max_context() const;
   int64_t kv_pool_positions() const;  // options.kv_positions (0: every sequence its whole context)
+  int64_t kv_free_pages() const;      // K/V pages nothing holds now (any thread)
   int64_t vocab() const;
   const model::Qwen35MoeConfig& config() const;
   int64_t kv_bytes() const;  // the K/V cells the sequence holds, in its format's bytes

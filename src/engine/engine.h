@@ -149,6 +149,9 @@ class Model : public std::enable_shared_from_this<Model> {
   // hit rate, bytes over PCIe, swaps); empty when there is nothing to say.
   virtual std::string activity() const { return {}; }
   virtual EngineInfo info() const = 0;
+  // Positions of a shared K/V pool (EngineInfo::kv_pool_positions) on pages nothing holds now;
+  // 0 without a pool. Safe to call from any thread.
+  virtual int64_t kv_pool_free_positions() const { return 0; }
 };
 
 // Called after each chunk of a prefill with its tokens and their final-normed hidden states.

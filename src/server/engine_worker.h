@@ -114,6 +114,8 @@ class EngineWorker {
   // Cancels the running and queued jobs, and joins the thread. Idempotent.
   void stop();
 
+  // Positions of the engine's shared K/V pool on free pages now (0 without a pool).
+  int64_t kv_pool_free_positions() const { return engine_->kv_pool_free_positions(); }
   int64_t context() const { return context_; }
   int max_queue() const { return options_.max_queue; }
   int parallel() const { return options_.parallel; }

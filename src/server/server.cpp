@@ -305,7 +305,8 @@ json Server::status_json() const {
            {{"rss_bytes", resident_bytes()},
             {"prefix_checkpoint_bytes", worker_->checkpoint_bytes()},
             {"kv_bytes", worker_->kv_bytes()},
-            {"kv_pool_positions", engine.kv_pool_positions}}},
+            {"kv_pool_positions", engine.kv_pool_positions},
+            {"kv_pool_free_positions", worker_->kv_pool_free_positions()}}},
           {"kv_format", kv::to_string(engine.kv_format)},
           {"formats", formats}};
 }
