@@ -3,11 +3,13 @@
 // it room, idle slots' conversations are forgotten to make room, a request larger than the pool is
 // refused up front (400), and the texts are what a server with room for all gives. The pool here is
 // a test double around the CPU engine that keeps the GPU's promise rule (kv/page_tables.h): for each
-// sequence the larger of its promise and the positions it holds, summed, within the pool.
+// sequence the larger of its promise and the positions it holds, summed, within the pool; it can
+// also fail as a device would, to show a failing engine fails one request, not the server.
 #include <algorithm>
 #include <atomic>
 #include <thread>
 
+#include "core/error.h"
 #include "test_server_support.h"
 
 namespace lode::test {
@@ -24,7 +26,7 @@ class PooledSequence final : public engine::Sequence {
   int64_t max_context() const override { return inner_->max_context(); }
   int64_t kv_bytes() const override { return inner_->kv_bytes(); }
   void reset() override { inner_->reset(); }
-  std::shared_ptr<const engine::Checkpoint> checkpoint() const override { return inner_->checkpoint(); }
+  std::shared_ptr<const engine::Checkpoint> checkpoint() const override;
   void rewind(const engine::Checkpoint& checkpoint) override { inner_->rewind(checkpoint); }
   void copy_prefix(const engine::Sequence& other, const engine::Checkpoint& checkpoint) override {
     inner_->copy_prefix(*static_cast<const PooledSequence&>(other).inner_, checkpoint);
@@ -80,6 +82,7 @@ class PooledModel final : public engine::Model {
   int64_t pool() const { return pool_; }
   void closed(const PooledSequence* s) { open_.erase(std::find(open_.begin(), open_.end(), s)); }
   std::atomic<int64_t> refused{0};
+  std::atomic<bool> failing_checkpoints{false};  // checkpoint() throws, as a device error would
 
  private:
   std::shared_ptr<engine::Model> inner_;
@@ -91,6 +94,11 @@ PooledSequence::PooledSequence(std::shared_ptr<PooledModel> model, std::unique_p
     : model_(std::move(model)), inner_(std::move(inner)) {}
 PooledSequence::~PooledSequence() { model_->closed(this); }
 engine::Model& PooledSequence::model() const { return *model_; }
+
+std::shared_ptr<const engine::Checkpoint> PooledSequence::checkpoint() const {
+  if (model_->failing_checkpoints) fail("the device failed (a test's)");
+  return inner_->checkpoint();
+}
 
 bool PooledSequence::reserve(int64_t positions) {
   if (model_->committed_without(this) + std::max(positions, position()) > model_->pool()) {
@@ -147,6 +155,21 @@ TEST(ServerKvPool, ARequestLargerThanThePoolIsRefused) {
   const json reply = server.post_json("/v1/chat/completions", chat("What does ls do?", 200), 400);
   EXPECT_NE(reply.dump().find("max_tokens"), std::string::npos) << reply.dump();
   server.post_json("/v1/chat/completions", chat("What does ls do?", 20));  // one that fits runs
+}
+
+// An engine that fails after a step (a checkpoint taken after a prompt chunk) fails that request
+// alone: a 500 saying why, and the server goes on serving.
+TEST(ServerKvPool, AnEngineFailureAfterAStepFailsThatRequestAlone) {
+  const auto pooled = std::make_shared<PooledModel>(mini_engine(), 512);
+  TestServer server({}, pooled);
+  std::string long_text;
+  for (int i = 0; i < 12; ++i) long_text += "line " + std::to_string(i) + " of a file\n";  // past a 64-token chunk
+  pooled->failing_checkpoints = true;
+  const json failed = server.post_json("/v1/chat/completions", chat(long_text, 4), 500);
+  EXPECT_NE(failed.dump().find("the device failed"), std::string::npos) << failed.dump();
+  pooled->failing_checkpoints = false;
+  server.post_json("/v1/chat/completions", chat(long_text, 4));
+  EXPECT_EQ(server.get_json("/v1/status")["sequences"]["active"], 0);
 }
 
 }  // namespace

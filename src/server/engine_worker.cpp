@@ -374,7 +374,12 @@ void EngineWorker::step() {
   std::vector<Slot*> owners;
   for (auto& slot : slots_) {
     if (!slot->running || slot->running->prefilling()) continue;
-    batch.push_back(decode_row(*slot));
+    try {
+      batch.push_back(decode_row(*slot));  // (with drafts, the drafter runs here)
+    } catch (const std::exception& e) {
+      fail_job(*slot, e.what());
+      continue;
+    }
     owners.push_back(slot.get());
   }
   bool prompt_chunk = false;
@@ -404,18 +409,29 @@ void EngineWorker::step() {
   try {
     engine_->step(batch);
   } catch (const std::exception& e) {
-    for (Slot* slot : owners) {
-      slot->prefix.clear();
-      slot->sequence->reserve(0);
-      slot->running->queued.stream->fail(e.what());
-      slot->running.reset();
-      std::lock_guard lock(mutex_);
-      --active_;
-    }
+    for (Slot* slot : owners) fail_job(*slot, e.what());
     return;
   }
-  for (size_t i = 0; i < batch.size(); ++i) advance(*owners[i], batch[i]);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    try {
+      advance(*owners[i], batch[i]);  // (sampling, a checkpoint, the drafter following)
+    } catch (const std::exception& e) {
+      if (owners[i]->running) fail_job(*owners[i], e.what());
+    }
+  }
   if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
+}
+
+void EngineWorker::fail_job(Slot& slot, const std::string& why) {
+  slot.prefix.clear();  // what the sequence holds is not known any more
+  try {
+    slot.sequence->reserve(0);
+  } catch (const std::exception&) {  // (the engine's own failure: nothing more to give back)
+  }
+  slot.running->queued.stream->fail(why);
+  slot.running.reset();
+  std::lock_guard lock(mutex_);
+  --active_;
 }
 
 engine::StepRow EngineWorker::decode_row(Slot& slot) {

@@ -165,6 +165,7 @@ class EngineWorker {
   void advance(Slot& slot, const engine::StepRow& row);  // after the step: sample, or go on prefilling
   engine::StepRow decode_row(Slot& slot);  // a decoding sequence's row: its pending token (and drafts)
   void finish(Slot& slot);
+  void fail_job(Slot& slot, const std::string& why);  // its stream fails, its slot is freed, forgetting its cache
   void run_fake(const Queued& queued);
 
   const ServedModel& model_;
