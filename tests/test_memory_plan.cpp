@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
@@ -235,6 +237,11 @@ TEST(MemoryPlan, ASharedKvPoolCountsItsOwnPositions) {
                                        dir.path());
   ASSERT_EQ(ok.status, 0) << ok.err;
   EXPECT_NE(ok.out.find("4096 positions shared by 8 sequence(s) of up to 2048"), std::string::npos) << ok.out;
+  // The decode scratch of steps of a row for each of the 8 sequences, as lode serve's session has.
+  const double scratch_mib = double(plan::decode_scratch(c, 2048, 8, false).total) / double(kMiB);
+  const size_t line = ok.out.find("decode scratch");
+  ASSERT_NE(line, std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.substr(line, 60).find(fmt::format("{:.1f} MiB", scratch_mib)), std::string::npos) << ok.out;
   const auto small = lode::test::run_lode("plan -m '" + mini + "' --vram-budget 160 --ctx 2048 --parallel 8 --kv-positions 1000",
                                           dir.path());
   EXPECT_EQ(small.status, 1);

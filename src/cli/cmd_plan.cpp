@@ -63,6 +63,9 @@ void run_plan(const PlanCommandOptions& o) {
   options.kv = chosen_kv_format(o.kv);
   options.context = gpu_context(config, o.ctx);
   options.parallel = o.parallel;
+  // As lode serve runs them (without --mtp): a step takes a row of each sequence, no verify windows.
+  options.step_rows = o.parallel;
+  options.window_rows = 1;
   options.prompt_chunk = o.prompt_chunk;
   if (o.kv_positions > 0) {
     if (o.kv_positions < options.context || o.kv_positions > o.parallel * options.context)
