@@ -430,6 +430,21 @@ struct CudaSession::Impl {
       at += conv + recurrent;
     }
   }
+  // Moves saved cells and states into the current sequence; if that fails part way, the sequence is
+  // left empty (its K/V pages back) rather than its old position over cells it no longer holds.
+  template <class Move>
+  void move_in(Move&& move) {
+    try {
+      move();
+    } catch (...) {
+      try {
+        zero_states();
+        kv->trim(current, 0);
+      } catch (...) {  // (the device's own failure: the first error is the one to report)
+      }
+      throw;
+    }
+  }
   // Before cells of positions [first, end) of a sequence are written: its shared pages there
   // exchanged for pages of its own (cuda/kv_cache.h), once the step's stream is done with them.
   void prepare_kv(int64_t sequence, int64_t first, int64_t end) {
@@ -1524,10 +1539,12 @@ void CudaSession::restore(const Snapshot& snapshot) {
     fail("cuda session: a snapshot of {} positions does not fit the context of {}; raise max_context",
          snapshot.positions, s.options.max_context);
   s.check_states(snapshot.states);
-  s.kv->restore(snapshot.cells, snapshot.positions, s.current);
-  s.states_from_host(snapshot.states);
-  s.place() = {.position = snapshot.positions};
-  synchronize();  // (the copies above may still be in flight, and the step's stream does not wait for them)
+  s.move_in([&] {
+    s.kv->restore(snapshot.cells, snapshot.positions, s.current);
+    s.states_from_host(snapshot.states);
+    s.place() = {.position = snapshot.positions};
+    synchronize();  // (the copies above may still be in flight, and the step's stream does not wait for them)
+  });
 }
 
 int64_t CudaSession::Prefix::positions() const { return cells->positions(); }
@@ -1549,10 +1566,12 @@ void CudaSession::resume(const Prefix& prefix) {
   Impl& s = *impl_;
   if (prefix.session != this) fail("cuda session: the prefix was kept by another session");
   check_cuda(cudaStreamSynchronize(s.stream), "the step's stream");  // a cut window's copies first
-  s.kv->resume(*prefix.cells, s.current);
-  s.states_from_host(prefix.states);
-  s.place() = {.position = prefix.positions()};
-  synchronize();
+  s.move_in([&] {
+    s.kv->resume(*prefix.cells, s.current);
+    s.states_from_host(prefix.states);
+    s.place() = {.position = prefix.positions()};
+    synchronize();
+  });
 }
 
 CudaSession::StepBytes CudaSession::decode_bytes(int64_t depth) const {

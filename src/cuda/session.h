@@ -198,7 +198,8 @@ class CudaSession {
   };
   Snapshot save() const;
   // Fails (lode::Error) for another K/V format, a snapshot longer than max_context, or one of
-  // another model's size.
+  // another model's size, changing nothing; a failure part way (the device's, or a pool whose pages
+  // are promised to others) leaves the sequence empty.
   void restore(const Snapshot& snapshot);
 
   // The current sequence's first positions (all it holds now) kept for later in this session:
@@ -215,7 +216,7 @@ class CudaSession {
   };
   std::shared_ptr<const Prefix> keep();
   // The current sequence continues from a prefix kept by any sequence of this session. Fails for
-  // another session's.
+  // another session's, changing nothing; a failure part way leaves the sequence empty.
   void resume(const Prefix& prefix);
 
   // Bytes one decode step reads at context depth `depth`: the weights it touches (every matrix
