@@ -226,29 +226,34 @@ bool EngineWorker::admit_waiting() {
                                       "nothing else is running", room_needed(queued.job)));
       continue;
     }
-    // It waits at the head of the queue, and those after it behind it, until a job ends (or fails
-    // now, when the server is stopping meanwhile: the queue was already given up).
-    std::vector<Queued> waiting;
-    for (size_t j = i; j < admitted.size(); ++j) {
-      if (j > i && admitted[j].stream->cancelled()) {  // (their clients left: no place to keep)
-        give_back_place();
-        admitted[j].stream->finish({});
-        continue;
-      }
-      waiting.push_back(std::move(admitted[j]));
-    }
-    {
-      std::lock_guard lock(mutex_);
-      active_ -= int(waiting.size());
-      if (!stopping_) {
-        for (size_t j = waiting.size(); j-- > 0;) queue_.push_front(std::move(waiting[j]));
-        waiting.clear();
-      }
-    }
-    for (Queued& q : waiting) q.stream->fail("the server is shutting down");
+    wait_at_head(admitted, i);
     break;
   }
   return true;
+}
+
+void EngineWorker::wait_at_head(std::vector<Queued>& admitted, size_t from) {
+  std::vector<Queued> waiting;
+  for (size_t j = from; j < admitted.size(); ++j) {
+    if (j > from && admitted[j].stream->cancelled()) {  // (their clients left: no place to keep)
+      {
+        std::lock_guard lock(mutex_);
+        --active_;
+      }
+      admitted[j].stream->finish({});
+      continue;
+    }
+    waiting.push_back(std::move(admitted[j]));
+  }
+  {
+    std::lock_guard lock(mutex_);
+    active_ -= int(waiting.size());
+    if (!stopping_) {
+      for (size_t j = waiting.size(); j-- > 0;) queue_.push_front(std::move(waiting[j]));
+      waiting.clear();
+    }
+  }
+  for (Queued& q : waiting) q.stream->fail("the server is shutting down");
 }
 
 int64_t EngineWorker::room_needed(const Job& job) const {

@@ -146,6 +146,10 @@ class EngineWorker {
 
   void run();
   bool admit_waiting();  // moves queued jobs into free slots; false when stopping
+  // Jobs admitted[from..] go back to the head of the queue, in order, to wait for room until a job
+  // ends; those after the first whose clients left end now, and all fail when the server is
+  // stopping meanwhile (stop() has already given up the queue).
+  void wait_at_head(std::vector<Queued>& admitted, size_t from);
   // Where a job runs: a free slot, and the slot to copy its prompt's shared prefix from (if any).
   struct Placement {
     Slot* slot = nullptr;
