@@ -248,8 +248,8 @@ TEST(CudaRows, KeptPrefixesSharePagesAndContinueAsAFreshSequence) {
 
 // Two sequences sharing a pool of five pages (kv_positions 320) where each could hold four: a
 // promise beyond the pool is refused, steps of both give the bits of sequences with room for all,
-// a reset gives the pages back, and a sequence writing past its promise into a pool whose pages are
-// all promised is refused, saying why.
+// a reset gives the pages back, a sequence writing past its promise into a pool whose pages are
+// all promised is refused, saying why, and pages used by one sequence then another give the bits.
 TEST(CudaRows, ASharedKvPoolServesWhatItPromised) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -291,6 +291,16 @@ TEST(CudaRows, ASharedKvPoolServesWhatItPromised) {
   } catch (const lode::Error& e) {
     EXPECT_NE(std::string(e.what()).find("reserved"), std::string::npos) << e.what();
   }
+  // The refusal harmed neither: sequence 1 goes on as its fresh twin, and sequence 0, reset, reads
+  // a prompt into pages the others used before and gets the fresh bits.
+  s.use_sequence(1);
+  for (int32_t t : x) EXPECT_TRUE(same_bits(s.decode(t).data(), fresh_b.decode(t).data(), size_t(vocab)));
+  s.use_sequence(0);
+  s.reset();
+  EXPECT_TRUE(s.reserve_kv(64));
+  CudaSession fresh_c(m.reader, m.weights, roomy);
+  const std::vector<int32_t> c = tokens_from(vocab, 50, 6);
+  EXPECT_TRUE(same_bits(s.prefill(c).data(), fresh_c.prefill(c).data(), size_t(vocab)));
 }
 
 // Through the engine: a model of three sequences opens three and refuses a fourth; a step of a
