@@ -38,7 +38,7 @@ void add_vram_budget_option(CLI::App& cmd, int64_t& mib);
 std::string first_gpu();
 
 // The positions of K/V a GPU session keeps: `asked` (--ctx), else the model's context up to 8192
-// (the cells are allocated up front on the GPU).
+// (the pool of pages is allocated up front on the GPU).
 int64_t gpu_context(const model::Qwen35MoeConfig& config, int64_t asked);
 
 // What the GPU engine is made for: K/V for ctx positions, decode's products' activations, the

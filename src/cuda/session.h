@@ -2,8 +2,8 @@
 // the trunk (every matrix but the routed experts, uploaded as stored, no dequantized copies), the
 // K/V cache in the session's format (kv/format.h), the DeltaNet states (float32), the scratch, and
 // as many whole experts as fit; the rest of the experts are read in place from pinned host RAM over
-// PCIe (cuda/expert_tier.h). The session holds one or several sequences (K/V pages, DeltaNet states
-// and a position each). A decode step runs one token (or a verify window of a few consecutive
+// PCIe (cuda/expert_tier.h). The session holds one or several sequences (K/V pages from one pool,
+// DeltaNet states and a position each). A decode step runs one token (or a verify window of a few consecutive
 // tokens, or one token each of several sequences, each row with the bits of its own one-token step)
 // through the model on the kernels of cuda/matvec.h and cuda/forward_kernels.h, captured once as a
 // CUDA graph; a prompt runs in chunks through cuda/prompt_pass.h (tensor-core products). Products
@@ -46,7 +46,7 @@ struct CudaSessionOptions {
   // Tokens a verify window (decode_window) takes at most, the DeltaNet states before each kept for
   // cut_window (1: no windows of several tokens, nothing kept); 0: step_rows.
   int64_t window_rows = 0;
-  // Sequences the session holds (each its own K/V pages and DeltaNet states; at most step_rows):
+  // Sequences the session holds (each its K/V pages, from the pool, and DeltaNet states; at most step_rows):
   // the one-sequence calls below work on the one use_sequence() chose, and decode_rows runs a step
   // of several at once.
   int64_t sequences = 1;
