@@ -109,6 +109,37 @@ TEST(ServerPrefix, PromptsTakenAFewTokensAStepKeepTheirCheckpointsAndText) {
   EXPECT_EQ(full_text(second), full_text(b.post_json("/v1/chat/completions", request(messages, 6))));
 }
 
+// A bound on all slots' checkpoint memory (WorkerOptions::checkpoint_bytes_limit): with room for
+// one conversation's checkpoints, a second conversation's make the least recently used slot's go,
+// so its next turn reuses nothing, while the other's next turn still does; the memory stays within
+// the bound, and the replies are a cold run's either way.
+TEST(ServerPrefix, CheckpointMemoryStaysWithinItsBound) {
+  const json first = {{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", "What does chmod do?"}}};
+  const std::string other_system =  // (nothing in common with kSystem past the template's first tokens)
+      "Windows answers only: explain each PowerShell cmdlet with one example pipeline, name the module it "
+      "ships in, and mention when an older cmd.exe command does the same job. Prefer aliases spelled out "
+      "in full, and warn about execution policy whenever a script file is involved in the answer.";
+  const json second = {{{"role", "system"}, {"content", other_system}}, {{"role", "user"}, {"content", "What does Get-ChildItem do?"}}};
+  server::ServerOptions o;
+  o.worker.parallel = 2;
+  int64_t one = 0;  // what one conversation's checkpoints hold
+  {
+    TestServer unbounded(o);
+    unbounded.post_json("/v1/chat/completions", request(first, 4));
+    one = unbounded.get_json("/v1/status")["memory"]["prefix_checkpoint_bytes"];
+  }
+  ASSERT_GT(one, 0);
+  o.worker.checkpoint_bytes_limit = one;
+  TestServer server(o);
+  server.post_json("/v1/chat/completions", request(first, 4));
+  EXPECT_EQ(server.get_json("/v1/status")["memory"]["prefix_checkpoint_bytes"], one);
+  server.post_json("/v1/chat/completions", request(second, 4));
+  EXPECT_LE(server.get_json("/v1/status")["memory"]["prefix_checkpoint_bytes"].get<int64_t>(), one);
+  const json again = server.post_json("/v1/chat/completions", request(first, 4));
+  EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"], 0);  // its checkpoints went
+  EXPECT_EQ(full_text(again), parsed_text(cold_run(first, 4)));
+}
+
 // A step's prompt tokens must divide the checkpoint interval.
 TEST(ServerPrefix, APromptStepThatDoesNotDivideTheChunkIsRefused) {
   server::ServerOptions o;

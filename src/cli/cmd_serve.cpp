@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "cpu/engine.h"
 #include "model/weights.h"
+#include "plan/memory_plan.h"
 #include "server/server.h"
 
 namespace lode::cli {
@@ -29,6 +30,7 @@ struct ServeOptions {
   BackendOptions backend;
   bool parallel_given = false;  // --parallel on the command line
   int64_t kv_positions = 0;     // --kv-positions (the GPU's shared pool; 0: --parallel x --ctx)
+  int64_t prefix_cache_mib = -1;  // --prefix-cache-mib (-1: a quarter of the machine's RAM)
 };
 
 // On the GPU: a prefix checkpoint every kGpuChunk prompt tokens, or every whole number of them that
@@ -114,6 +116,10 @@ void serve(ServeOptions& o) {
                o.server.worker.parallel);
     engine = cpu::CpuModel::make(std::move(weights), cpu);
   }
+  // (after the engine, which sets the checkpoints per slot)
+  o.server.worker.checkpoint_bytes_limit =
+      o.prefix_cache_mib >= 0 ? o.prefix_cache_mib << 20 : int64_t(plan::host_ram_bytes() / 4);
+  if (o.prefix_cache_mib == 0) o.server.worker.checkpoints_per_slot = 0;
   server::Server http(o.server, model, std::move(engine));
   const int port = http.start();
   fmt::print(stderr, "lode serve: listening on http://{}:{} (model {})\n", o.server.host, port, model->id);
@@ -144,6 +150,11 @@ void add_serve_command(CLI::App& app) {
                   "On the GPU: positions of K/V all sequences share, taken page by page as they write (default "
                   "--parallel x --ctx, each its whole context); a request waits until the running ones leave room "
                   "for its prompt and max_tokens, and one larger than this is refused. What it saves goes to experts")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--prefix-cache-mib", o->prefix_cache_mib,
+                  "Host memory the slots' prefix checkpoints may hold together (DeltaNet states, tens of MiB each "
+                  "for a 35B model); past it the least recently used go first (default: a quarter of the machine's "
+                  "RAM; 0: no checkpoints kept)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--mtp", o->server.worker.mtp,
                   "Draft up to N tokens per sequence and step with the model's MTP block, verified in the same step; "

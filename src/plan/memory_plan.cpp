@@ -222,7 +222,7 @@ MemoryPlan plan_memory(const model::ModelWeights& w, const PlanOptions& o) {
   return p;
 }
 
-void check_host_ram(size_t bytes) {
+size_t host_ram_bytes() {
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
   size_t kib = 0, total = 0;
@@ -230,6 +230,11 @@ void check_host_ram(size_t bytes) {
     if (key == "MemTotal:") total = kib << 10;
     meminfo.ignore(64, '\n');
   }
+  return total;
+}
+
+void check_host_ram(size_t bytes) {
+  const size_t total = host_ram_bytes();
   if (total == 0) return;  // not Linux: nothing to check against
   const size_t keep = size_t(2) << 30;
   const size_t usable = total > keep ? total - keep : 0;

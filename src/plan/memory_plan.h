@@ -112,6 +112,8 @@ std::vector<ExpertBytes> expert_bytes(const model::ModelWeights& weights);
 // Host RAM: fails (lode::Error) when `bytes` of experts cannot be held in what the machine has
 // (MemTotal of /proc/meminfo, less 2 GiB for everything else), saying how much is missing.
 void check_host_ram(size_t bytes);
+// The machine's RAM (MemTotal of /proc/meminfo; 0 where there is none to read).
+size_t host_ram_bytes();
 
 // Lines for logs and `lode plan`: "trunk 1714.2 MiB, K/V 1280.0 MiB, ..., experts 3302 of 10240 (32.2%)".
 std::string summary(const MemoryPlan& plan);

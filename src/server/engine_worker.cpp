@@ -303,6 +303,30 @@ bool EngineWorker::reserve_room(const Placement& placement, const Job& job) {
   return room;
 }
 
+void EngineWorker::bound_checkpoints() {
+  const auto total = [&] {
+    int64_t bytes = 0;
+    for (const auto& slot : slots_) bytes += slot->prefix.bytes();
+    return bytes;
+  };
+  if (total() <= options_.checkpoint_bytes_limit) return;
+  std::vector<Slot*> idle;
+  for (auto& slot : slots_)
+    if (!slot->running && slot->prefix.checkpoints() > 0) idle.push_back(slot.get());
+  std::sort(idle.begin(), idle.end(), [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
+  for (Slot* slot : idle) {
+    slot->prefix.clear();
+    if (total() <= options_.checkpoint_bytes_limit) return count_memory();
+  }
+  for (;;) {  // the running slots' lowest checkpoints, the slot with the most first
+    Slot* most = nullptr;
+    for (auto& slot : slots_)
+      if (!most || slot->prefix.checkpoints() > most->prefix.checkpoints()) most = slot.get();
+    if (!most || !most->prefix.drop_oldest() || total() <= options_.checkpoint_bytes_limit) break;
+  }
+  count_memory();
+}
+
 void EngineWorker::count_memory() {
   int64_t bytes = 0, kv = 0;
   for (const auto& s : slots_) bytes += s->prefix.bytes(), kv += s->sequence->kv_bytes();
@@ -424,6 +448,7 @@ void EngineWorker::step() {
       if (owners[i]->running) fail_job(*owners[i], e.what());
     }
   }
+  if (prompt_chunk && options_.checkpoint_bytes_limit > 0) bound_checkpoints();  // (checkpoints follow chunks)
   if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
 }
 

@@ -72,6 +72,10 @@ struct WorkerOptions {
   // at the same boundaries whether it starts cold or from a checkpoint.
   int64_t prompt_step = 0;
   size_t checkpoints_per_slot = 64;  // prefix checkpoints each slot keeps (bounds their memory)
+  // Host memory all slots' prefix checkpoints may hold together (0: no bound past the count per
+  // slot): past it, idle slots' caches go first, least recently used first, then the lowest
+  // checkpoints of the slot with the most.
+  int64_t checkpoint_bytes_limit = 0;
   // Speculative decoding per sequence (engine/speculative.h): a decoding sequence's row of a step
   // is its pending token and up to `mtp` drafts; 0: off. The output does not change.
   int64_t mtp = 0;
@@ -164,6 +168,7 @@ class EngineWorker {
   // the running jobs' promises, in whole pages, leave room for it in the engine's pool.
   bool room_once_idle_forgotten(int64_t need) const;
   void count_memory();  // the slots' checkpoint and K/V bytes, for the status
+  void bound_checkpoints();  // within options_.checkpoint_bytes_limit
   void start(Placement placement, Queued queued);
   void step();
   void advance(Slot& slot, const engine::StepRow& row);  // after the step: sample, or go on prefilling

@@ -18,6 +18,12 @@ void PrefixCache::clear() {
   checkpoints_.clear();
 }
 
+bool PrefixCache::drop_oldest() {
+  if (checkpoints_.empty()) return false;
+  checkpoints_.erase(checkpoints_.begin());
+  return true;
+}
+
 std::map<int64_t, std::shared_ptr<const engine::Checkpoint>>::const_iterator PrefixCache::usable(
     const engine::Sequence& sequence, std::span<const int32_t> prompt) const {
   if (sequence.position() != int64_t(tokens_.size())) return checkpoints_.end();  // someone else used it

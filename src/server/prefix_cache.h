@@ -41,6 +41,9 @@ class PrefixCache {
   void record(std::span<const int32_t> generated, bool last_pending);
   // The sequence's contents are unknown (an error mid-way): reuse nothing next time.
   void clear();
+  // Lets go of the checkpoint at the lowest position (false when there is none): what the server
+  // does when all slots' checkpoints hold more memory than it allows.
+  bool drop_oldest();
 
   int64_t interval() const { return interval_; }
   int64_t held() const { return int64_t(tokens_.size()); }  // tokens the sequence holds
