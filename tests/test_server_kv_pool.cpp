@@ -113,11 +113,6 @@ json chat(const std::string& question, int max_tokens) {
   return {{"messages", {{{"role", "user"}, {"content", question}}}}, {"max_tokens", max_tokens}, {"temperature", 0}};
 }
 
-std::string content_of(const json& reply) {
-  const json& m = reply["choices"][0]["message"];
-  return m.value("reasoning_content", "") + "|" + (m["content"].is_string() ? m["content"].get<std::string>() : "");
-}
-
 // Two slots sharing 200 positions: while one request holds room for its prompt and 120 tokens, a
 // second one that wants as much waits (not refused), then runs once the first ends, after its slot's
 // conversation is forgotten to make room; both texts are those of a server with room for all.
@@ -144,8 +139,8 @@ TEST(ServerKvPool, ARequestWaitsForRoomThenRunsAsItWouldHave) {
   waiting.join();
   EXPECT_GT(pooled->refused.load(), 0);
   EXPECT_EQ(server.get_json("/v1/status")["memory"]["kv_pool_free_positions"], pooled->free_.load());
-  EXPECT_EQ(content_of(first), content_of(roomy.post_json("/v1/chat/completions", first_request)));
-  EXPECT_EQ(content_of(second), content_of(roomy.post_json("/v1/chat/completions", second_request)));
+  EXPECT_EQ(reply_text(first), reply_text(roomy.post_json("/v1/chat/completions", first_request)));
+  EXPECT_EQ(reply_text(second), reply_text(roomy.post_json("/v1/chat/completions", second_request)));
   EXPECT_EQ(server.get_json("/v1/status")["sequences"]["active"], 0);
 }
 

@@ -47,13 +47,6 @@ json request(const json& messages, int max_tokens) {
   return {{"messages", messages}, {"max_tokens", max_tokens}, {"temperature", 0}};
 }
 
-std::string full_text(const json& reply) {
-  const json& m = reply["choices"][0]["message"];
-  const std::string reasoning = m.value("reasoning_content", "");
-  const std::string content = m["content"].is_string() ? m["content"].get<std::string>() : "";
-  return reasoning + "|" + content;
-}
-
 std::string parsed_text(const std::string& raw) {
   chat::OutputParser parser(true, nullptr);
   auto d = parser.push(raw);
@@ -77,13 +70,13 @@ TEST(ServerPrefix, TheNextTurnReusesTheConversationAndMatchesAColdRun) {
   EXPECT_GE(cached, 64) << second.dump();
   EXPECT_EQ(cached % 64, 0);
   EXPECT_LT(cached, second["usage"]["prompt_tokens"].get<int64_t>());
-  EXPECT_EQ(full_text(second), parsed_text(cold_run(messages, 12)));
+  EXPECT_EQ(reply_text(second), parsed_text(cold_run(messages, 12)));
 
   // An unrelated conversation shares nothing worth a checkpoint.
   const json other = server.post_json("/v1/chat/completions",
                                       request(json::array({{{"role", "user"}, {"content", "hello"}}}), 6));
   EXPECT_EQ(other["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
-  EXPECT_EQ(full_text(other), parsed_text(cold_run(json::array({{{"role", "user"}, {"content", "hello"}}}), 6)));
+  EXPECT_EQ(reply_text(other), parsed_text(cold_run(json::array({{{"role", "user"}, {"content", "hello"}}}), 6)));
 }
 
 // A server that takes 16 prompt tokens a step (WorkerOptions::prompt_step) still checkpoints every
@@ -97,7 +90,7 @@ TEST(ServerPrefix, PromptsTakenAFewTokensAStepKeepTheirCheckpointsAndText) {
   TestServer a(small_steps, {.deltanet_chunk = 0}), b(whole_chunks, {.deltanet_chunk = 0});
   json messages = {{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", "What does chmod do?"}}};
   const json first = a.post_json("/v1/chat/completions", request(messages, 6));
-  EXPECT_EQ(full_text(first), full_text(b.post_json("/v1/chat/completions", request(messages, 6))));
+  EXPECT_EQ(reply_text(first), reply_text(b.post_json("/v1/chat/completions", request(messages, 6))));
   const int64_t prompt_tokens = first["usage"]["prompt_tokens"];
   EXPECT_GE(a.get_json("/v1/status")["steps"]["total"].get<int64_t>(), prompt_tokens / 16);
   messages.push_back({{"role", "assistant"}, {"content", first["choices"][0]["message"]["content"]}});
@@ -106,7 +99,7 @@ TEST(ServerPrefix, PromptsTakenAFewTokensAStepKeepTheirCheckpointsAndText) {
   const int64_t cached = second["usage"]["prompt_tokens_details"]["cached_tokens"];
   EXPECT_GE(cached, 64) << second.dump();
   EXPECT_EQ(cached % 64, 0);
-  EXPECT_EQ(full_text(second), full_text(b.post_json("/v1/chat/completions", request(messages, 6))));
+  EXPECT_EQ(reply_text(second), reply_text(b.post_json("/v1/chat/completions", request(messages, 6))));
 }
 
 // A bound on all slots' checkpoint memory (WorkerOptions::checkpoint_bytes_limit): with room for
@@ -137,7 +130,7 @@ TEST(ServerPrefix, CheckpointMemoryStaysWithinItsBound) {
   EXPECT_LE(server.get_json("/v1/status")["memory"]["prefix_checkpoint_bytes"].get<int64_t>(), one);
   const json again = server.post_json("/v1/chat/completions", request(first, 4));
   EXPECT_EQ(again["usage"]["prompt_tokens_details"]["cached_tokens"], 0);  // its checkpoints went
-  EXPECT_EQ(full_text(again), parsed_text(cold_run(first, 4)));
+  EXPECT_EQ(reply_text(again), parsed_text(cold_run(first, 4)));
 }
 
 // A step's prompt tokens must divide the checkpoint interval.
@@ -174,7 +167,7 @@ void interleave_two_conversations(const TestServer& server, int64_t chunk, const
       if (turn == 0 && c == 0) EXPECT_EQ(cached, 0) << what;
       if (turn == 0 && c == 1) EXPECT_EQ(cached, shared / chunk * chunk) << what;  // the shared system prompt
       if (turn == 1) EXPECT_GE(cached, 128) << what;           // its own conversation
-      EXPECT_EQ(full_text(reply), cold(messages, 8)) << what;
+      EXPECT_EQ(reply_text(reply), cold(messages, 8)) << what;
       const json& said = reply["choices"][0]["message"];
       json assistant = {{"role", "assistant"}, {"content", said["content"].is_string() ? said["content"] : json("")}};
       if (said.contains("reasoning_content")) assistant["reasoning_content"] = said["reasoning_content"];
@@ -213,7 +206,7 @@ TEST(ServerPrefix, GpuSlotsSharePagesAndMatchColdRuns) {
   TestServer server(two, gpu_mini_engine(2));
   interleave_two_conversations(server, 48, [&](const json& messages, int max_tokens) {
     const TestServer cold(one, gpu_mini_engine(1));
-    return full_text(cold.post_json("/v1/chat/completions", request(messages, max_tokens)));
+    return reply_text(cold.post_json("/v1/chat/completions", request(messages, max_tokens)));
   });
 #endif
 }

@@ -50,6 +50,12 @@ inline std::shared_ptr<engine::Model> gpu_mini_engine(int64_t sequences) {
 }
 #endif
 
+// A chat completion's reasoning and content, "reasoning|content".
+inline std::string reply_text(const json& reply) {
+  const json& m = reply["choices"][0]["message"];
+  return m.value("reasoning_content", "") + "|" + (m["content"].is_string() ? m["content"].get<std::string>() : "");
+}
+
 // A server on a free loopback port, stopped when it goes out of scope.
 struct TestServer {
   explicit TestServer(server::ServerOptions options = {}, cpu::SessionOptions engine = {})

@@ -97,10 +97,14 @@ void KvCache::restore(const std::vector<uint8_t>& rows, int64_t positions, int64
          bytes_per_position());
   if (positions > capacity)
     fail("K/V cache: {} saved positions do not fit a cache of {}; raise max_context", positions, capacity);
+  write_rows(sequence, positions, rows.data());
+}
+
+void KvCache::write_rows(int64_t sequence, int64_t positions, const uint8_t* rows) {
   ledger_->tables.trim(sequence, positions);  // (first: what it gives back counts for the promise)
   make_writable(sequence, 0, positions);
-  upload_table(sequence);
-  copy_rows(ledger_->tables.table(sequence), positions, nullptr, rows.data());
+  upload_table(sequence);  // (the trim's, where nothing else changed)
+  copy_rows(ledger_->tables.table(sequence), positions, nullptr, rows);
   synchronize();  // (an upload from pageable memory returns once it is staged)
 }
 
@@ -170,13 +174,8 @@ std::shared_ptr<const KvPrefix> KvCache::keep(int64_t sequence, int64_t position
 void KvCache::resume(const KvPrefix& prefix, int64_t sequence) {
   if (prefix.ledger_.lock() != ledger_) fail("K/V cache: the prefix was kept by another cache");
   std::lock_guard lock(ledger_->mutex);
-  if (prefix.hold_ >= 0) {
-    ledger_->tables.adopt(sequence, prefix.hold_);  // (its pages and only those)
-  } else {
-    ledger_->tables.trim(sequence, prefix.positions_);  // (first: what it gives back counts for the promise)
-    make_writable(sequence, 0, prefix.positions_);
-    copy_rows(ledger_->tables.table(sequence), prefix.positions_, nullptr, prefix.cells_.data());
-  }
+  if (prefix.hold_ < 0) return write_rows(sequence, prefix.positions_, prefix.cells_.data());
+  ledger_->tables.adopt(sequence, prefix.hold_);  // (its pages and only those)
   upload_table(sequence);
   synchronize();
 }

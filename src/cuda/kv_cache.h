@@ -89,6 +89,9 @@ class KvCache {
   // (to_host) or from them (from_host); the other is null. Rows as save() lays them out.
   void copy_rows(std::span<const int32_t> pages, int64_t positions, uint8_t* to_host, const uint8_t* from_host) const;
   void upload_table(int64_t sequence);
+  // With the ledger locked: the sequence's first `positions` positions become `rows` (save()'s
+  // layout), its pages past them given back.
+  void write_rows(int64_t sequence, int64_t positions, const uint8_t* rows);
   // prepare_write's, with the ledger locked.
   void make_writable(int64_t sequence, int64_t first, int64_t end);
 
