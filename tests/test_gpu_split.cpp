@@ -109,6 +109,44 @@ TEST(GpuSplit, SeveralGpusShareTheLayersAndNeverAnExpert) {
             uneven.gpus[1].end_layer - uneven.gpus[1].first_layer);
 }
 
+// Each GPU's figures are what a session for its share of the layers plans (model::layer_share's
+// weights, plan::share_options), its scratch at most the split's: the sessions of several GPUs
+// allocate what the split promised.
+TEST(GpuSplit, EachGpuIsThePlanOfItsShareOfTheLayers) {
+  const Mini m;
+  for (const int64_t pool : {int64_t(0), int64_t(1536)})
+    for (const size_t n : {size_t(2), size_t(3)}) {
+      SCOPED_TRACE(testing::Message() << n << " GPUs, pool " << pool);
+      const plan::PlanOptions o{.kv = kv::Format::k8v8, .context = 1024, .parallel = 2, .kv_positions = pool,
+                                .step_rows = 2, .prompt_chunk = 512};
+      const plan::GpuSplit s = plan::split_over_gpus(m.weights, o, std::vector<size_t>(n, size_t(40) * kMiB));
+      expect_sound(s, m.weights);
+      for (size_t g = 0; g < n; ++g) {
+        const plan::GpuShare& gpu = s.gpus[g];
+        const model::ModelWeights share = model::layer_share(m.weights, gpu.first_layer, gpu.end_layer);
+        EXPECT_EQ(share.config.n_layers, gpu.end_layer - gpu.first_layer);
+        EXPECT_EQ(share.mtp.has_value(), g + 1 == n && m.weights.mtp.has_value());
+        const plan::MemoryPlan p = plan::plan_memory(share, plan::share_options(s, o, g));
+        EXPECT_EQ(p.trunk, gpu.trunk) << "GPU " << g;
+        EXPECT_EQ(p.kv, gpu.kv) << "GPU " << g;
+        EXPECT_EQ(p.states, gpu.states) << "GPU " << g;
+        EXPECT_LE(p.decode_scratch + p.prompt_scratch, gpu.scratch) << "GPU " << g;  // (the split's: counted high)
+        EXPECT_EQ(p.prompt_chunk, s.prompt_chunk);
+        EXPECT_EQ(p.slot_bytes, s.slot_bytes);
+        EXPECT_LE(p.used(), gpu.budget);
+        // Its own layers' experts, as many as fit: at least those the split gives it of them.
+        int64_t own = 0;
+        for (int64_t l = gpu.first_layer; l < gpu.end_layer; ++l)
+          for (int64_t e = 0; e < m.weights.config.n_experts; ++e)
+            own += s.owner[size_t(l * m.weights.config.n_experts + e)] == int32_t(g);
+        EXPECT_GE(p.experts_resident, own);
+        EXPECT_EQ(p.experts_total, share.config.n_layers * m.weights.config.n_experts);
+      }
+    }
+  EXPECT_THROW(model::layer_share(m.weights, 2, 2), Error);
+  EXPECT_THROW(model::layer_share(m.weights, 0, int64_t(m.weights.layers.size()) + 1), Error);
+}
+
 // A routing profile's scores decide which experts are placed: the most wanted first, on their
 // own layer's GPU while it has room, else on another GPU (never left in host RAM while a GPU has
 // room for them).

@@ -175,4 +175,25 @@ ModelWeights bind_weights(const gguf::Reader& reader, const Qwen35MoeConfig& con
   return w;
 }
 
+ModelWeights layer_share(const ModelWeights& weights, int64_t first, int64_t end) {
+  const int64_t n = int64_t(weights.layers.size());
+  if (first < 0 || end > n || first >= end)
+    fail("a share of layers [{}, {}) of a model of {} layers: it must hold at least one of them", first, end, n);
+  ModelWeights share;
+  share.config = weights.config;
+  share.config.n_layers = end - first;
+  share.config.is_recurrent.assign(weights.config.is_recurrent.begin() + first, weights.config.is_recurrent.begin() + end);
+  share.token_embd = weights.token_embd;
+  share.output_norm = weights.output_norm;
+  share.output = weights.output;
+  share.layers.assign(weights.layers.begin() + first, weights.layers.begin() + end);
+  if (end == n) {
+    share.mtp = weights.mtp;
+    share.mtp_unavailable = weights.mtp_unavailable;
+  } else {
+    share.mtp_unavailable = "the MTP block goes with the last layer, on the last GPU";
+  }
+  return share;
+}
+
 }  // namespace lode::model

@@ -98,4 +98,10 @@ ModelWeights bind_weights(const gguf::Reader& reader, const Qwen35MoeConfig& con
 // naming the tensor when one is missing or wrong.
 MtpWeights bind_mtp_weights(const gguf::Reader& reader, const Qwen35MoeConfig& config);
 
+// Layers [first, end) of a model as a model of their own, for one GPU of several (cuda/pipeline.h):
+// the config's n_layers and layer types cut to them; the embeddings, output norm and lm head kept
+// (views; only the share with the last layer reads the head), the MTP block only with the last
+// layer. Fails for an empty or out-of-range span.
+ModelWeights layer_share(const ModelWeights& weights, int64_t first, int64_t end);
+
 }  // namespace lode::model

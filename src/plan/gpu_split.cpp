@@ -107,26 +107,22 @@ LayerCut cut_layers(std::span<const size_t> costs, std::span<const double> room)
 namespace {
 
 // Each GPU's share for `ends` at a prompt chunk.
-std::vector<GpuShare> shares(const std::vector<LayerBytes>& layers, size_t head, size_t page_table,
+// (Each GPU's figures are plan_memory's for its share of the layers: share_options.)
+std::vector<GpuShare> shares(const std::vector<LayerBytes>& layers, size_t head, size_t hand_on, size_t page_table,
                              std::span<const size_t> budgets, const std::vector<int64_t>& ends, size_t scratch) {
   std::vector<GpuShare> out;
   int64_t start = 0;
-  bool any_attention = false;
   for (size_t g = 0; g < ends.size(); ++g) {
     GpuShare s{.budget = budgets[g], .first_layer = start, .end_layer = ends[g], .scratch = scratch};
-    bool attention = false;
     for (int64_t l = start; l < s.end_layer; ++l) {
       const LayerBytes& b = layers[size_t(l)];
       s.trunk += b.trunk, s.kv += b.kv, s.states += b.states;
-      attention = attention || b.attention;
     }
-    if (attention) s.kv += page_table;  // each GPU's cache has its table
-    any_attention = any_attention || attention;
-    if (g + 1 == ends.size()) s.trunk += head;
+    s.kv += page_table;  // each GPU's cache has its tables
+    s.trunk += g + 1 == ends.size() ? head : hand_on;
     out.push_back(s);
     start = s.end_layer;
   }
-  if (!any_attention) out.front().kv += page_table;  // as plan_memory counts it
   return out;
 }
 
@@ -174,7 +170,7 @@ GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std
       room.push_back(std::max(double(budgets[size_t(g)]) - held, 0.0));
     }
     const LayerCut cut = cut_layers(costs, room);
-    std::vector<GpuShare> gpus = shares(layers, head, page_table, budgets, cut.ends, scratch);
+    std::vector<GpuShare> gpus = shares(layers, head, hand_on_bytes(c), page_table, budgets, cut.ends, scratch);
     const bool fits = std::all_of(gpus.begin(), gpus.end(), [](const GpuShare& s) { return s.fixed() <= s.budget; });
     if (!fits && chunk > smallest) {
       chunk = std::max(chunk / 2, smallest);
@@ -190,6 +186,14 @@ GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std
     place_experts(split, c.n_experts, scores, o.max_resident_experts);
     return split;
   }
+}
+
+PlanOptions share_options(const GpuSplit& split, const PlanOptions& options, size_t gpu) {
+  PlanOptions o = options;
+  o.budget = split.gpus[gpu].budget;
+  o.prompt_chunk = split.prompt_chunk;
+  o.head = gpu + 1 == split.gpus.size();
+  return o;
 }
 
 std::string describe(const GpuSplit& split) {

@@ -58,6 +58,13 @@ struct LayerCut {
 };
 LayerCut cut_layers(std::span<const size_t> costs, std::span<const double> room);
 
+// The plan options of GPU `gpu`'s share: its budget and the split's prompt chunk, the head on the
+// last GPU only. plan_memory on model::layer_share's weights for its layers and these options gives
+// the GPU's trunk, K/V, states and scratch; its experts there are its own layers' that fit (the
+// sessions of cuda/pipeline.h hold no other layer's experts yet, so the experts the split lends to
+// a GPU with room to spare stay in host RAM).
+PlanOptions share_options(const GpuSplit& split, const PlanOptions& options, size_t gpu);
+
 // Lines for `lode plan --gpus N`: one per GPU, then the experts' total.
 std::string describe(const GpuSplit& split);
 

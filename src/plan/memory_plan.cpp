@@ -57,7 +57,8 @@ Fixed fixed_at(const model::ModelWeights& w, const PlanOptions& o, int64_t chunk
   const model::Qwen35MoeConfig& c = w.config;
   const int64_t sequences = std::max<int64_t>(o.parallel, 1);
   const size_t mtp_kv = o.mtp ? size_t(sequences) * mtp_kv_bytes(c, o.kv, o.context) : 0;
-  return {trunk_bytes(w) + (o.mtp ? mtp_trunk_bytes(w) : 0), kv_pool_bytes(c, o) + mtp_kv,
+  const size_t trunk = o.head ? trunk_bytes(w) : trunk_bytes(w) - head_bytes(w) + hand_on_bytes(c);
+  return {trunk + (o.mtp ? mtp_trunk_bytes(w) : 0), kv_pool_bytes(c, o) + mtp_kv,
           state_bytes(c, o.kept_rows(), sequences),
           decode_scratch(c, o.context, o.step_rows, o.mtp).total,
           chunk > 0 ? prompt_scratch(w, std::min(chunk, o.context), o.context).total : 0};
@@ -118,6 +119,8 @@ std::string kv_note(const PlanOptions& o) {
 }
 
 size_t head_bytes(const model::ModelWeights& w) { return vector_bytes(w.output_norm) + matrix_bytes(w.output); }
+
+size_t hand_on_bytes(const model::Qwen35MoeConfig& c) { return size_t(c.hidden) * 4; }
 
 size_t trunk_bytes(const model::ModelWeights& w) {
   size_t total = head_bytes(w);

@@ -37,6 +37,10 @@ struct PlanOptions {
   int64_t window_rows = 0;
   int64_t kept_rows() const { return window_rows > 0 ? window_rows : step_rows; }
   bool mtp = false;           // the MTP block on the GPU too (speculative decoding's drafter)
+  // Whether this GPU holds the output norm and the lm head. Without them it is one share of the
+  // layers on several GPUs that hands its rows on (cuda/pipeline.h), holding the next layer's
+  // norm instead.
+  bool head = true;
   int64_t prompt_chunk = 4096;  // tokens per prompt pass wanted (0: prompts run token by token)
   // At most this many experts in VRAM (-1: as many as the budget holds); tests and benchmarks
   // use it to place a given share of the experts.
@@ -87,6 +91,8 @@ MemoryPlan plan_memory(const model::ModelWeights& weights, const PlanOptions& op
 // attention layer's cells + the page table, states = each DeltaNet layer's.
 size_t trunk_bytes(const model::ModelWeights& weights);
 size_t head_bytes(const model::ModelWeights& weights);  // the output norm and the lm head
+// What a share of the layers that hands its rows on holds instead of the head: the next layer's norm.
+size_t hand_on_bytes(const model::Qwen35MoeConfig& config);
 size_t layer_trunk_bytes(const model::ModelWeights& weights, size_t layer);
 size_t kv_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t context);
 // The K/V a plan's options ask for, in words: "4 x 8192 positions in fp16", or with a shared pool
