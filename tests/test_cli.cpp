@@ -187,6 +187,30 @@ TEST(Cli, TheBackendIsTheGpuWhenThereIsOne) {
   EXPECT_EQ(chosen.out, named.out);
 }
 
+// --gpus names GPUs by index (anything else is a clear error); on the GPU machine lode-mini's
+// layers in two shares on GPU 0 (the hand-over between GPUs, on one) give GPU 0's tokens.
+TEST(Cli, RunOverSeveralSharesGivesOneGpusTokens) {
+  const lode::test::TempDir dir;
+  const std::string run = "run -m '" + lode::test::mini_model_path().string() + "' " +
+                          "--tokens 1,1177,201,1924,785 -n 16 --temp 0 --ids --backend cuda --vram-budget 2048";
+  const auto bad = run_lode(run + " --gpus 0,x", dir.path());
+  EXPECT_EQ(bad.status, 1);
+  const bool cuda_build = bad.err.find("built without CUDA") == std::string::npos;
+  if (cuda_build) EXPECT_NE(bad.err.find("--gpus 0,x: give CUDA device indices"), std::string::npos) << bad.err;
+  std::string why;
+  if (!lode::test::gpu_available(&why)) return;
+  const auto one = run_lode(run + " --gpus 0", dir.path());
+  const auto two = run_lode(run + " --gpus 0,0", dir.path());
+  ASSERT_EQ(one.status, 0) << one.err;
+  ASSERT_EQ(two.status, 0) << two.err;
+  EXPECT_NE(two.err.find("in 2 shares of the layers"), std::string::npos) << two.err;
+  EXPECT_EQ(two.out, one.out);
+  EXPECT_FALSE(one.out.empty());
+  const auto missing = run_lode(run + " --gpus 0,99", dir.path());
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("there is no GPU 99"), std::string::npos) << missing.err;
+}
+
 // A GPU budget too small for the model is refused, saying by how many MiB and what to change.
 TEST(Cli, RunOnTheGpuRefusesATooSmallBudget) {
   const lode::test::TempDir dir;

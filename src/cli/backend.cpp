@@ -31,12 +31,55 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
                  "(--ctx defaults to at most 8192 there; --threads and --chunk are the CPU engine's)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   add_vram_budget_option(cmd, o.vram_budget_mib);
+  cmd.add_option("--gpus", o.gpus,
+                 "GPUs to spread the model's layers over, by CUDA index (e.g. 0,1; default: GPU 0 alone): each "
+                 "holds a share of the layers with their K/V and as many of their experts as its --vram-budget "
+                 "holds");
   add_expert_profile_option(cmd, o.expert_profile);
   add_expert_swaps_option(cmd, o.expert_swaps);
   add_miss_path_option(cmd, o.miss_path);
 }
 
+std::vector<int> parse_gpus(const std::string& list) {
+  std::vector<int> gpus;
+  size_t at = 0;
+  for (;;) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string item = list.substr(at, comma - at);
+    if (item.empty() || item.size() > 4 || !std::all_of(item.begin(), item.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      fail("--gpus {}: give CUDA device indices separated by commas, e.g. --gpus 0,1", list);
+    gpus.push_back(std::stoi(item));
+    if (comma == list.size()) return gpus;
+    at = comma + 1;
+  }
+}
+
 namespace {
+
+#ifdef LODE_HAVE_CUDA
+// The run log's lines for the GPU engine: the K/V cache and the budget left, the memory plan and
+// the host tier; on several GPUs, each one's share.
+void log_gpu_engine(const cuda::CudaPipeline& pipeline, const model::Qwen35MoeConfig& config,
+                    const cuda::CudaSessionOptions& options, const GpuRun& run) {
+  const std::string shared =
+      options.kv_positions > 0
+          ? fmt::format(" for each of {} sequences, sharing {} positions", run.sequences, options.kv_positions)
+          : run.sequences > 1 ? fmt::format(" for each of {} sequences", run.sequences) : std::string();
+  size_t budget = 0, held = 0;
+  bool all_resident = true;
+  for (size_t g = 0; g < pipeline.shares(); ++g) {
+    budget += pipeline.share(g).vram().budget(), held += pipeline.share(g).vram().held();
+    all_resident = all_resident && pipeline.share(g).plan().all_resident();
+  }
+  fmt::print(stderr, "lode: K/V cache {}{} of VRAM{}; {:.1f} MiB of the {:.1f} MiB budget left\n",
+             describe_kv(config, options.kv_format, options.max_context), shared,
+             pipeline.shares() > 1 ? fmt::format(", in {} shares of the layers", pipeline.shares()) : std::string(),
+             double(budget - held) / double(1 << 20), double(budget) / double(1 << 20));
+  const cuda::ExpertStats stats = pipeline.expert_stats();
+  fmt::print(stderr, "lode: {}; experts in host RAM: {}\n", pipeline.describe(), stats.host_tier);
+  if (!all_resident) fmt::print(stderr, "lode: decode misses: {}\n", stats.miss_path);
+}
+#endif
 
 std::unique_ptr<engine::Sequence> open_gpu_sequence(const BackendOptions& o, LoadedModel& model,
                                                     const ModelRunOptions& run, int64_t mtp) {
@@ -71,19 +114,10 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
   options.kv_positions = run.kv_positions == run.sequences * run.ctx ? 0 : run.kv_positions;
   options.window_rows = std::min(run.mtp + 1, cuda::kMaxStepRows);  // (1 without drafts: nothing kept)
   options.step_rows = std::max(options.window_rows, run.sequences);
-  auto session = std::make_unique<cuda::CudaSession>(reader, std::move(weights), options);
-  const cuda::VramAccountant& vram = session->vram();
-  const std::string shared =
-      options.kv_positions > 0
-          ? fmt::format(" for each of {} sequences, sharing {} positions", run.sequences, options.kv_positions)
-          : run.sequences > 1 ? fmt::format(" for each of {} sequences", run.sequences) : std::string();
-  fmt::print(stderr, "lode: K/V cache {}{} of VRAM; {:.1f} MiB of the {:.1f} MiB budget left\n",
-             describe_kv(config, options.kv_format, options.max_context), shared,
-             double(vram.budget() - vram.held()) / double(1 << 20), double(vram.budget()) / double(1 << 20));
-  const cuda::ExpertStats stats = session->expert_stats();
-  fmt::print(stderr, "lode: {}; experts in host RAM: {}\n", plan::summary(session->plan()), stats.host_tier);
-  if (!session->plan().all_resident()) fmt::print(stderr, "lode: decode misses: {}\n", stats.miss_path);
-  return std::make_shared<cuda::CudaModel>(std::move(session));
+  const std::vector<int> gpus = o.gpus.empty() ? std::vector<int>{0} : parse_gpus(o.gpus);
+  auto pipeline = std::make_unique<cuda::CudaPipeline>(reader, std::move(weights), options, gpus);
+  log_gpu_engine(*pipeline, config, options, run);
+  return std::make_shared<cuda::CudaModel>(std::move(pipeline));
 #else
   (void)o, (void)reader, (void)config, (void)weights, (void)run;
   fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");

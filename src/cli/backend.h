@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cli/loaded_model.h"
 #include "cli/model_options.h"
@@ -23,13 +24,17 @@ struct BackendOptions {
   std::string expert_profile;   // a routing profile placing experts in VRAM (empty: an even spread)
   std::string expert_swaps = "on";  // on: adaptive placement between decode steps; off: frozen
   std::string miss_path = "auto";   // who computes decode misses (--miss-path)
+  std::string gpus;  // --gpus 0,1,...: the GPUs the layers are spread over (empty: one, GPU 0)
 };
+
+// --gpus' list of CUDA device indices ("0,1,3"); fails clearly on anything else.
+std::vector<int> parse_gpus(const std::string& list);
 
 // The K/V cache line of the run log: format, bytes per cell, bytes for `positions`.
 std::string describe_kv(const model::Qwen35MoeConfig& config, kv::Format format, int64_t positions);
 // "cpu" or "cuda" for o.backend, resolving "auto".
 std::string resolve_backend(const BackendOptions& o);
-// Adds --backend, --vram-budget, --expert-profile, --expert-swaps and --miss-path to a command.
+// Adds --backend, --vram-budget, --gpus, --expert-profile, --expert-swaps and --miss-path to a command.
 void add_backend_options(CLI::App& cmd, BackendOptions& o);
 // Adds --vram-budget alone (lode bench, which is always on the GPU).
 void add_vram_budget_option(CLI::App& cmd, int64_t& mib);

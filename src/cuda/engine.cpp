@@ -11,15 +11,15 @@
 namespace lode::cuda {
 namespace {
 
-// A prefix kept in the session: its K/V pages shared with the sequences (cuda/kv_cache.h).
+// A prefix kept on the GPUs: its K/V pages shared with the sequences (cuda/kv_cache.h).
 struct CudaCheckpoint final : engine::Checkpoint {
-  explicit CudaCheckpoint(std::shared_ptr<const CudaSession::Prefix> p) : prefix(std::move(p)) {}
+  explicit CudaCheckpoint(std::shared_ptr<const CudaPipeline::Prefix> p) : prefix(std::move(p)) {}
   int64_t position() const override { return prefix->positions(); }
   int64_t bytes() const override { return prefix->host_bytes(); }
-  std::shared_ptr<const CudaSession::Prefix> prefix;
+  std::shared_ptr<const CudaPipeline::Prefix> prefix;
 };
 
-const CudaSession::Prefix& prefix_of(const engine::Checkpoint& checkpoint) {
+const CudaPipeline::Prefix& prefix_of(const engine::Checkpoint& checkpoint) {
   const auto* c = dynamic_cast<const CudaCheckpoint*>(&checkpoint);
   if (!c) fail("cuda engine: the checkpoint was taken by another backend");
   return *c->prefix;
@@ -77,14 +77,14 @@ class CudaSequence final : public engine::Sequence {
 
   // The GPU's MTP drafter, when the session holds the block (CudaSessionOptions::mtp; one sequence).
   engine::Drafter& drafter() override {
-    if (!drafter_) drafter_ = std::make_unique<GpuDrafter>(session());
+    if (!drafter_) drafter_ = std::make_unique<GpuDrafter>(session().only("the MTP drafter"));
     return *drafter_;
   }
 
-  // The session, working on this sequence.
-  CudaSession& session() const {
-    model_->session_->use_sequence(slot_);
-    return *model_->session_;
+  // The model's GPUs, working on this sequence.
+  CudaPipeline& session() const {
+    model_->pipeline_->use_sequence(slot_);
+    return *model_->pipeline_;
   }
   int64_t slot() const { return slot_; }
 
@@ -99,7 +99,10 @@ class CudaSequence final : public engine::Sequence {
 };
 
 CudaModel::CudaModel(std::unique_ptr<CudaSession> session)
-    : session_(std::move(session)), open_(size_t(session_->sequences()), false) {}
+    : CudaModel(std::make_unique<CudaPipeline>(std::move(session))) {}
+
+CudaModel::CudaModel(std::unique_ptr<CudaPipeline> pipeline)
+    : pipeline_(std::move(pipeline)), open_(size_t(pipeline_->sequences()), false) {}
 
 std::unique_ptr<engine::Sequence> CudaModel::open_sequence() {
   const auto free = std::find(open_.begin(), open_.end(), false);
@@ -116,7 +119,7 @@ namespace {
 
 // A row computed as decode steps compute it (StepRow::as_decode): windows of at most the session's
 // window_rows tokens, each a one-step verify window; the last one's first token is at window_offset.
-void decode_rows(CudaSession& session, engine::StepRow& row, int64_t& window_offset) {
+void decode_rows(CudaPipeline& session, engine::StepRow& row, int64_t& window_offset) {
   const int64_t n = int64_t(row.tokens.size()), vocab = session.vocab(), hidden = session.config().hidden;
   const int64_t most = session.window_rows();
   const bool all_logits = row.logit_rows == n && !row.greedy_only;
@@ -159,8 +162,8 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
       fail("cuda engine: {} logit rows asked of a {}-token row (0, 1 or all)", row.logit_rows, n);
     if (row.greedy_only && row.logit_rows != 1) fail("cuda engine: a greedy-only row needs one logit row");
     for (int32_t token : row.tokens)
-      if (token < 0 || token >= session_->vocab())
-        fail("cuda engine: token id {} is outside the vocabulary [0, {})", token, session_->vocab());
+      if (token < 0 || token >= pipeline_->vocab())
+        fail("cuda engine: token id {} is outside the vocabulary [0, {})", token, pipeline_->vocab());
     if (sequence.position() + n > sequence.max_context())
       fail("cuda engine: {} tokens after {} do not fit the context of {} positions", n, sequence.position(),
            sequence.max_context());
@@ -173,14 +176,14 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
   if (joined.size() < 2) joined.clear();
   for (engine::StepRow& row : rows)
     if (std::find(joined.begin(), joined.end(), &row) == joined.end()) step_alone(row);
-  for (size_t at = 0; at < joined.size(); at += size_t(session_->step_rows()))
-    step_joined(std::span(joined).subspan(at, std::min(joined.size() - at, size_t(session_->step_rows()))));
+  for (size_t at = 0; at < joined.size(); at += size_t(pipeline_->step_rows()))
+    step_joined(std::span(joined).subspan(at, std::min(joined.size() - at, size_t(pipeline_->step_rows()))));
 }
 
 // One row through the session alone: a decode step, the prompt pass, or verify windows.
 void CudaModel::step_alone(engine::StepRow& row) {
   CudaSequence& sequence = sequence_of(row);
-  CudaSession& session = sequence.session();
+  CudaPipeline& session = sequence.session();
   const int64_t n = int64_t(row.tokens.size());
   if (row.as_decode) {
     decode_rows(session, row, sequence.window_offset_);
@@ -212,8 +215,8 @@ void CudaModel::step_joined(std::span<engine::StepRow* const> rows) {
     greedy_only = greedy_only && row->greedy_only && !row->want_hidden;
     want_hidden = want_hidden || row->want_hidden;
   }
-  CudaSession::Window out = session_->decode_rows(tokens, greedy_only, want_hidden);
-  const size_t vocab = size_t(session_->vocab()), width = size_t(session_->config().hidden);
+  CudaSession::Window out = pipeline_->decode_rows(tokens, greedy_only, want_hidden);
+  const size_t vocab = size_t(pipeline_->vocab()), width = size_t(pipeline_->config().hidden);
   for (size_t r = 0; r < rows.size(); ++r) {
     engine::StepRow& row = *rows[r];
     row.logits.clear(), row.hidden.clear();
@@ -230,7 +233,7 @@ void CudaModel::step_joined(std::span<engine::StepRow* const> rows) {
 }
 
 std::string CudaModel::activity() const {
-  const ExpertStats s = session_->expert_stats();
+  const ExpertStats s = pipeline_->expert_stats();
   if (s.resident == s.total) return fmt::format("experts: all {} in VRAM", s.total);
   return fmt::format("experts: {} of {} in VRAM, hit rate {:.1f}%, {:.2f} GB over PCIe (decode {:.2f}, prompts {:.2f}), "
                      "{} swaps",

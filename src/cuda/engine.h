@@ -1,15 +1,17 @@
-// The CUDA engine behind engine/engine.h. A model is one CudaSession: the weights, and the K/V
-// caches and DeltaNet states of the session's sequences (CudaSessionOptions::sequences) on the
-// GPU, each an engine sequence; a step's one-token rows of several sequences run as one step of the
-// session. Its checkpoints are the session's snapshots (K/V cells and DeltaNet states copied to
-// host memory); a session with several step rows cuts verify windows instead, and one with the MTP
-// block drafts on the GPU (cuda/mtp_drafter.h).
+// The CUDA engine behind engine/engine.h. A model is one CudaPipeline: a CudaSession, or one per
+// share of the layers on several GPUs (cuda/pipeline.h), holding the weights and the K/V pages and
+// DeltaNet states of the sequences (CudaSessionOptions::sequences), each an engine sequence; a
+// step's one-token rows of several sequences run as one step. Its checkpoints are kept prefixes
+// (K/V pages shared on the GPU, DeltaNet states copied to host memory); a session with several
+// step rows cuts verify windows, and one with the MTP block drafts on the GPU (cuda/mtp_drafter.h;
+// one GPU only).
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cuda/kv_format.h"
+#include "cuda/pipeline.h"
 #include "cuda/session.h"
 #include "engine/engine.h"
 
@@ -19,9 +21,10 @@ class CudaSequence;
 
 class CudaModel final : public engine::Model {
  public:
-  explicit CudaModel(std::unique_ptr<CudaSession> session);
+  explicit CudaModel(std::unique_ptr<CudaSession> session);  // one GPU
+  explicit CudaModel(std::unique_ptr<CudaPipeline> pipeline);
 
-  const model::Qwen35MoeConfig& config() const override { return session_->config(); }
+  const model::Qwen35MoeConfig& config() const override { return pipeline_->config(); }
   // One of the session's sequences (CudaSessionOptions::sequences); fails when all are open.
   std::unique_ptr<engine::Sequence> open_sequence() override;
   // One-token rows of several sequences run in one step of the session (its step_rows at a time).
@@ -31,15 +34,15 @@ class CudaModel final : public engine::Model {
   void step(std::span<engine::StepRow> rows) override;
   bool chunks_prompts() const override { return true; }
   int64_t kv_pool_free_positions() const override {
-    return session_->kv_pool_positions() > 0 ? session_->kv_free_pages() * kKvPagePositions : 0;
+    return pipeline_->kv_pool_positions() > 0 ? pipeline_->kv_free_pages() * kKvPagePositions : 0;
   }
   engine::EngineInfo info() const override {
-    return {"cuda", 0, session_->kv_format(), session_->kv_pool_positions(), kKvPagePositions};
+    return {"cuda", 0, pipeline_->kv_format(), pipeline_->kv_pool_positions(), kKvPagePositions};
   }
   // "experts: 4719 of 10240 in VRAM, hit rate 54.9%, 1.2 GB over PCIe (decode 0.9, prompts 0.3), 1008 swaps".
   std::string activity() const override;
 
-  CudaSession& session() { return *session_; }
+  CudaPipeline& pipeline() { return *pipeline_; }
 
  private:
   friend class CudaSequence;
@@ -47,7 +50,7 @@ class CudaModel final : public engine::Model {
   void step_alone(engine::StepRow& row);
   void step_joined(std::span<engine::StepRow* const> rows);
 
-  std::unique_ptr<CudaSession> session_;
+  std::unique_ptr<CudaPipeline> pipeline_;
   std::vector<bool> open_;  // per session sequence: whether a CudaSequence holds it
 };
 

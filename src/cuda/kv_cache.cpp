@@ -164,10 +164,18 @@ void KvCache::make_writable(int64_t sequence, int64_t first, int64_t end) {
 }
 
 std::shared_ptr<const KvPrefix> KvCache::keep(int64_t sequence, int64_t positions) {
+  // Made before the lock, holding nothing yet: if what follows fails, its destructor (which takes
+  // the lock) runs after the lock is let go.
+  std::shared_ptr<KvPrefix> prefix(new KvPrefix(ledger_, -1, positions));
   std::lock_guard lock(ledger_->mutex);
   const int64_t hold = ledger_->tables.hold(sequence, positions);
-  std::shared_ptr<KvPrefix> prefix(new KvPrefix(ledger_, hold, positions));
-  ledger_->prefixes[hold] = prefix.get();
+  try {
+    ledger_->prefixes[hold] = prefix.get();
+  } catch (...) {
+    ledger_->tables.release(hold);
+    throw;
+  }
+  prefix->hold_ = hold;
   return prefix;
 }
 

@@ -502,7 +502,8 @@ struct PromptPass::Impl {
     const float eps = float(c.rms_eps);
     const int hidden = int(c.hidden);
     clock.start();
-    check(kernels::rms_norm(h, layers.front().attn_norm, normed, int(n), hidden, eps, stream), "prompt norm");
+    if (!options.hand_in)
+      check(kernels::rms_norm(h, layers.front().attn_norm, normed, int(n), hidden, eps, stream), "prompt norm");
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
       speculate(int64_t(l), n);
@@ -532,6 +533,7 @@ PromptPass::PromptPass(const model::ModelWeights& weights, const std::vector<Dev
 PromptPass::~PromptPass() = default;
 
 float* PromptPass::input_rows() { return impl_->h; }
+float* PromptPass::normed_rows() { return impl_->normed; }
 
 void PromptPass::run(const std::vector<LayerState>& sequence, int64_t n, const int64_t* device_first, int64_t first) {
   if (n <= 0 || n > impl_->options.chunk) fail("cuda prompt pass: {} tokens for a chunk of {}", n, impl_->options.chunk);

@@ -29,6 +29,9 @@ struct PromptPassOptions {
   int64_t max_context = 4096;  // the K/V length attention may span
   PromptMath math = PromptMath::tf32;
   bool profile = false;  // wait for the GPU between phases and book their time (see profile())
+  // A share of the layers on several GPUs whose rows come from the share before, normed
+  // (CudaSessionOptions::hand_in): the chunk starts from input_rows() and normed_rows().
+  bool hand_in = false;
 };
 
 class PromptPass {
@@ -43,10 +46,14 @@ class PromptPass {
 
   // Where the caller puts the embeddings of the chunk, [chunk][hidden] (device memory).
   float* input_rows();
+  // Where each row's h is normed, [chunk][hidden]: with options.hand_in, where the caller puts
+  // the normed rows beside input_rows(); after a chunk, output_rows().
+  float* normed_rows();
   // Runs n <= chunk tokens of the sequence whose layers' state is `sequence` at positions first,
   // first + 1, ... (*device_first == first, on the device: attention's K/V rows are written there).
   // Afterwards output_rows() holds each token's final hidden state after the output norm,
-  // [n][hidden], ready for the lm head.
+  // [n][hidden], ready for the lm head (on a share of the layers that hands its rows on, `output_norm`
+  // is the next share's first norm, and input_rows() holds each row's h for it).
   void run(const std::vector<LayerState>& sequence, int64_t n, const int64_t* device_first, int64_t first);
   const float* output_rows() const;
   // The two staging buffers of staging_bytes() each (plan::PromptScratch), idle between chunks:

@@ -60,7 +60,7 @@ constexpr std::string_view kMissPathLaunches[] = {kMissHintNorm, kMissHintRouter
 
 struct CudaSession::Impl {
   Impl(const gguf::Reader& r, std::shared_ptr<const model::ModelWeights> w, CudaSessionOptions o)
-      : reader(r), bound(std::move(w)), host(*bound), config(host.config), options(o), vram(o.vram_budget) {}
+      : reader(r), bound(std::move(w)), host(*bound), config(host.config), options(o), vram(o.vram_budget, o.device) {}
 
   const gguf::Reader& reader;
   std::shared_ptr<const model::ModelWeights> bound;
@@ -79,8 +79,11 @@ struct CudaSession::Impl {
   // sequence's own.
   std::vector<LayerState> states;
   std::unique_ptr<KvCache> kv;
+  // The output norm and the lm head; on a share that hands its rows on (options.next_norm), the
+  // next share's first norm and no head.
   const float* output_norm = nullptr;
   DeviceMatrix output;
+  bool hands_on() const { return !options.next_norm.empty(); }
   // Each sequence's place on the host: its position, and the last step's window while cut_window
   // may cut it (its first position, -1: none, and its tokens).
   struct Place {
@@ -804,7 +807,9 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     const float eps = float(c.rms_eps);
     const int hidden = int(c.hidden);
-    launch("norm", [&] { return kernels::rms_norm(h, layers.front().attn_norm, normed, window, hidden, eps, stream); });
+    // (A share of the layers that takes its rows from the share before gets them normed.)
+    if (!options.hand_in)
+      launch("norm", [&] { return kernels::rms_norm(h, layers.front().attn_norm, normed, window, hidden, eps, stream); });
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
       mark(Phase::norms);
@@ -816,7 +821,8 @@ struct CudaSession::Impl {
       launch("residual and norm",
              [&] { return kernels::add_rms_norm(h, mixed, d.post_norm, normed, window, hidden, eps, stream); });
       mark(Phase::norms);
-      moe(d, int64_t(l), l + 1 < layers.size() ? layers[l + 1].attn_norm : with_logits ? output_norm : nullptr);
+      const bool normed_out = with_logits || hands_on();
+      moe(d, int64_t(l), l + 1 < layers.size() ? layers[l + 1].attn_norm : normed_out ? output_norm : nullptr);
     }
     if (!with_logits) return;
     mv("lm head", output, normed, logits);
@@ -930,6 +936,7 @@ struct CudaSession::Impl {
             int32_t* greedy_out, float* hidden_out) {
     const model::Qwen35MoeConfig& c = config;
     const int n = int(tokens.size());
+    if (hands_on()) wanted = StepOutput::none, hidden_out = nullptr;  // (no lm head here: the rows go on)
     assert(wanted != StepOutput::logits || logits_out);
     assert(!hidden_out || wanted != StepOutput::none);
     if (n < 1 || n > options.step_rows)
@@ -945,15 +952,15 @@ struct CudaSession::Impl {
     clock.start();
     const auto started = std::chrono::steady_clock::now();
     for (int t = 0; t < n; ++t) {
-      model::dequantize_row(host.token_embd, tokens[size_t(t)], pinned_embedding + t * c.hidden);
+      if (!options.hand_in) model::dequantize_row(host.token_embd, tokens[size_t(t)], pinned_embedding + t * c.hidden);
       pinned_positions[t] = positions[size_t(t)];
       pinned_sequences[t] = int32_t(sequences.empty() ? current : sequences[size_t(t)]);
     }
     // The rows' sequences, positions and embeddings in one copy (plan::DecodeScratch lays them out
-    // one after another, and the pinned stage likewise).
+    // one after another, and the pinned stage likewise); rows handed in are in h already.
     const size_t header = scratch_layout.h - scratch_layout.sequences;
-    check_cuda(cudaMemcpyAsync(device_sequences, pinned_sequences, header + size_t(n * c.hidden) * sizeof(float),
-                               cudaMemcpyHostToDevice, stream),
+    const size_t embeddings = options.hand_in ? 0 : size_t(n * c.hidden) * sizeof(float);
+    check_cuda(cudaMemcpyAsync(device_sequences, pinned_sequences, header + embeddings, cudaMemcpyHostToDevice, stream),
                "a step's rows to the device");
     mark(Phase::embedding);
     if (timing_kernels()) kernel_clock.begin(stream);
@@ -1138,53 +1145,70 @@ struct CudaSession::Impl {
     miss_summary = fmt::format("{}; {}", plan::to_string(path), miss->describe());
   }
 
+  // A prompt's tokens checked against the vocabulary and the context left.
+  void check_prompt(std::span<const int32_t> tokens) const {
+    for (int32_t token : tokens)
+      if (token < 0 || token >= config.vocab)
+        fail("cuda session: token id {} is outside the vocabulary [0, {})", token, config.vocab);
+    if (place().position + int64_t(tokens.size()) > options.max_context)
+      fail("cuda session: a prompt of {} tokens after {} does not fit the context of {} positions; raise max_context",
+           tokens.size(), place().position, options.max_context);
+  }
+
   // A prompt of several tokens, chunk by chunk through the prompt pass; logits of every position
   // into `out` when all_logits, else of the last.
   // With hidden, every position's final-normed hidden state into it ([n][hidden]).
   void prefill_chunks(std::span<const int32_t> tokens, bool all_logits, float* out, float* hidden_out = nullptr) {
-    const model::Qwen35MoeConfig& c = config;
-    for (int32_t token : tokens)
-      if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
-    if (place().position + int64_t(tokens.size()) > options.max_context)
-      fail("cuda session: a prompt of {} tokens after {} does not fit the context of {} positions; raise max_context",
-           tokens.size(), place().position, options.max_context);
-    const int64_t chunk = prompt->chunk(), hidden = c.hidden;
+    check_prompt(tokens);
     place().window_start = -1;
     prepare_kv(current, place().position, place().position + int64_t(tokens.size()));
-    const std::vector<LayerState>& own = sequence_states(current);
-    for (size_t at = 0; at < tokens.size(); at += size_t(chunk)) {
-      const int64_t n = std::min<int64_t>(chunk, int64_t(tokens.size() - at));
-      for (int64_t t = 0; t < n; ++t) model::dequantize_row(host.token_embd, tokens[at + size_t(t)], pinned_rows + t * hidden);
-      const int64_t position = place().position;
-      *pinned_positions = position;
+    const size_t chunk = size_t(prompt->chunk());
+    for (size_t at = 0; at < tokens.size(); at += chunk) {
+      const size_t n = std::min(chunk, tokens.size() - at);
+      prompt_chunk(tokens.subspan(at, n), all_logits, at + n == tokens.size(),
+                   out + (all_logits ? int64_t(at) * config.vocab : 0), hidden_out ? hidden_out + int64_t(at) * config.hidden : nullptr);
+    }
+  }
+
+  // One chunk of a prompt at the current position (its K/V pages mapped), through the prompt pass:
+  // its embeddings in (unless its rows are handed in); the logits of every row (all_logits) or of
+  // the last (last_logits) into out, [rows][vocab] or [vocab] (a share that hands its rows on has no
+  // lm head); with hidden_out, every row's final-normed hidden state.
+  void prompt_chunk(std::span<const int32_t> tokens, bool all_logits, bool last_logits, float* out, float* hidden_out) {
+    const model::Qwen35MoeConfig& c = config;
+    const int64_t n = int64_t(tokens.size()), hidden = c.hidden;
+    if (!options.hand_in) {
+      for (int64_t t = 0; t < n; ++t) model::dequantize_row(host.token_embd, tokens[size_t(t)], pinned_rows + t * hidden);
       check_cuda(cudaMemcpyAsync(prompt->input_rows(), pinned_rows, size_t(n * hidden) * sizeof(float),
                                  cudaMemcpyHostToDevice, stream),
                  "embeddings to the device");
-      check_cuda(cudaMemcpyAsync(device_positions, pinned_positions, sizeof(int64_t), cudaMemcpyHostToDevice, stream),
-                 "position to the device");
-      prompt->run(own, n, device_positions, position);
-      if (hidden_out)
-        check_cuda(cudaMemcpyAsync(hidden_out + int64_t(at) * hidden, prompt->output_rows(),
-                                   size_t(n * hidden) * sizeof(float), cudaMemcpyDeviceToHost, stream),
-                   "hidden states to the host");
-      const bool last_chunk = at + size_t(n) == tokens.size();
-      for (int64_t t = all_logits ? 0 : n - 1; t < n && (all_logits || last_chunk); ++t) {
-        mv("lm head", output, prompt->output_rows() + t * hidden, logits);
-        check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
-                   "logits to the host");
-        check_cuda(cudaStreamSynchronize(stream), "a prompt chunk");
-        std::copy_n(pinned_logits, c.vocab, out + (all_logits ? int64_t(at) + t : 0) * c.vocab);
-      }
-      check_cuda(cudaStreamSynchronize(stream), "a prompt chunk");
-      place().position += n;
     }
+    const int64_t position = place().position;
+    *pinned_positions = position;
+    check_cuda(cudaMemcpyAsync(device_positions, pinned_positions, sizeof(int64_t), cudaMemcpyHostToDevice, stream),
+               "position to the device");
+    prompt->run(sequence_states(current), n, device_positions, position);
+    if (hidden_out && !hands_on())
+      check_cuda(cudaMemcpyAsync(hidden_out, prompt->output_rows(), size_t(n * hidden) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream),
+                 "hidden states to the host");
+    for (int64_t t = all_logits ? 0 : n - 1; t < n && (all_logits || last_logits) && !hands_on(); ++t) {
+      mv("lm head", output, prompt->output_rows() + t * hidden, logits);
+      check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
+                 "logits to the host");
+      check_cuda(cudaStreamSynchronize(stream), "a prompt chunk");
+      std::copy_n(pinned_logits, c.vocab, out + (all_logits ? t : 0) * c.vocab);
+    }
+    check_cuda(cudaStreamSynchronize(stream), "a prompt chunk");
+    place().position += n;
   }
 
   // The prompt pass for the plan's chunk (options.prompt_chunk, or less where the budget is tight).
   void create_prompt_pass() {
     prompt = std::make_unique<PromptPass>(
         host, layers, *tier, output_norm, vram,
-        PromptPassOptions{plan.prompt_chunk, options.max_context, options.prompt_math, options.profile}, stream);
+        PromptPassOptions{plan.prompt_chunk, options.max_context, options.prompt_math, options.profile, options.hand_in},
+        stream);
     check_cuda(cudaMallocHost(&pinned_rows, size_t(prompt->chunk() * config.hidden) * sizeof(float)), "pinned memory");
   }
 
@@ -1293,6 +1317,20 @@ const CudaSessionOptions& with_heads_checked(const CudaSessionOptions& options, 
 }
 }  // namespace
 
+plan::PlanOptions plan_options(const CudaSessionOptions& options, size_t budget) {
+  return {.budget = budget,
+          .kv = options.kv_format,
+          .context = options.max_context,
+          .parallel = options.sequences,
+          .kv_positions = options.kv_positions,
+          .step_rows = options.step_rows,
+          .window_rows = options.window_rows,
+          .mtp = options.mtp,
+          .head = options.next_norm.empty(),
+          .prompt_chunk = options.prompt_chunk > 1 ? options.prompt_chunk : 0,
+          .max_resident_experts = options.max_resident_experts};
+}
+
 CudaSession::CudaSession(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, CudaSessionOptions options)
     : CudaSession(reader, std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config)), options) {}
 
@@ -1309,6 +1347,11 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
   if (options.sequences < 1 || options.sequences > options.step_rows)
     fail("cuda session: {} sequences; it takes 1 to step_rows ({}), the most rows one step runs", options.sequences,
          options.step_rows);
+  if (options.mtp && !options.next_norm.empty())
+    fail("cuda session: the MTP block goes with the lm head, on the share of the layers that holds the last one");
+  if (!options.next_norm.empty() && int64_t(options.next_norm.size()) != config.hidden)
+    fail("cuda session: the next share's norm has {} values; the model's hidden size is {}", options.next_norm.size(),
+         config.hidden);
   if (options.mtp && options.sequences > 1)
     fail("cuda session: the MTP block drafts for one sequence on the GPU; {} sequences were asked for",
          options.sequences);
@@ -1317,21 +1360,16 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
          options.kv_positions, options.sequences, options.max_context, options.sequences * options.max_context);
   Impl& s = *impl_;
   // The plan first: nothing is uploaded for a budget it refuses.
-  s.plan = plan::plan_memory(s.host, {.budget = s.vram.budget(),
-                                      .kv = options.kv_format,
-                                      .context = options.max_context,
-                                      .parallel = options.sequences,
-                                      .kv_positions = options.kv_positions,
-                                      .step_rows = options.step_rows,
-                                      .window_rows = options.window_rows,
-                                      .mtp = options.mtp,
-                                      .prompt_chunk = options.prompt_chunk > 1 ? options.prompt_chunk : 0,
-                                      .max_resident_experts = options.max_resident_experts});
+  s.plan = plan::plan_memory(s.host, plan_options(options, s.vram.budget()));
   s.tier = std::make_unique<ExpertTier>(s.host, s.plan, s.vram);
   s.allocate_scratch();
   for (int64_t layer = 0; layer < config.n_layers; ++layer) s.bind_layer(layer);
-  s.output_norm = s.upload(s.host.output_norm, "output_norm");
-  s.output = s.matrix(s.host.output);
+  if (s.hands_on()) {
+    s.output_norm = s.upload(options.next_norm, "the next share's attn_norm");
+  } else {
+    s.output_norm = s.upload(s.host.output_norm, "output_norm");
+    s.output = s.matrix(s.host.output);
+  }
   if (options.mtp) s.bind_mtp(s.scratch_layout, s.scratch_base);
   s.tier->load(options.expert_scores);  // after the trunk's uploads (see ExpertTier::load)
   s.tier->enable_swaps(options.swaps, s.route_counts);
@@ -1349,6 +1387,13 @@ std::vector<float> CudaSession::prefill(std::span<const int32_t> tokens, bool al
   if (tokens.empty()) fail("cuda session: prefill needs at least one token");
   const int64_t vocab = impl_->config.vocab, width = impl_->config.hidden;
   std::vector<float> logits(size_t((all_logits ? int64_t(tokens.size()) : 1) * vocab));
+  if (impl_->hands_on()) {  // (no lm head here: the rows go on, nothing comes out)
+    if (tokens.size() > 1 && impl_->prompt) impl_->prefill_chunks(tokens, false, nullptr);
+    else
+      for (int32_t token : tokens) impl_->step(token, Impl::StepOutput::none);
+    if (hidden) hidden->clear();
+    return {};
+  }
   if (hidden) hidden->resize(tokens.size() * size_t(width));
   if (tokens.size() > 1 && impl_->prompt) {
     impl_->prefill_chunks(tokens, all_logits, logits.data(), hidden ? hidden->data() : nullptr);
@@ -1373,7 +1418,9 @@ std::vector<float> CudaSession::decode(int32_t token) { return prefill(std::span
 
 int32_t CudaSession::decode_greedy(int32_t token) {
   const int32_t next = impl_->step(token, Impl::StepOutput::greedy_token);
-  if (next < 0 && impl_->left_out.empty())  // a step with launches left out computes nothing meaningful
+  // (A step with launches left out computes nothing meaningful; a share that hands its rows on
+  // chooses no token.)
+  if (next < 0 && impl_->left_out.empty() && !impl_->hands_on())
     fail("cuda session: the step's logits hold NaN or +inf, or are all -inf, so there is no greedy token (a damaged "
          "model file?)");
   return next;
@@ -1382,6 +1429,7 @@ int32_t CudaSession::decode_greedy(int32_t token) {
 CudaSession::Window CudaSession::decode_window(std::span<const int32_t> tokens, bool greedy_only, bool want_hidden) {
   Impl& s = *impl_;
   const size_t n = tokens.size();
+  if (s.hands_on()) return s.step(tokens, {}, Impl::StepOutput::none, nullptr, nullptr, nullptr), Window{};
   Window out;
   if (greedy_only) out.greedy.resize(n);
   else out.logits.resize(n * size_t(s.config.vocab));
@@ -1399,6 +1447,7 @@ CudaSession::Window CudaSession::decode_rows(std::span<const Row> rows, bool gre
   std::vector<int32_t> tokens(n);
   std::vector<int64_t> sequences(n);
   for (size_t r = 0; r < n; ++r) tokens[r] = rows[r].token, sequences[r] = rows[r].sequence;
+  if (s.hands_on()) return s.step(tokens, sequences, Impl::StepOutput::none, nullptr, nullptr, nullptr), Window{};
   Window out;
   if (greedy_only) out.greedy.resize(n);
   else out.logits.resize(n * size_t(s.config.vocab));
@@ -1408,6 +1457,43 @@ CudaSession::Window CudaSession::decode_rows(std::span<const Row> rows, bool gre
   s.check_greedy(out.greedy);
   return out;
 }
+
+std::vector<float> CudaSession::prefill_chunk(std::span<const int32_t> tokens, bool all_logits, bool last_logits,
+                                             std::vector<float>* hidden) {
+  Impl& s = *impl_;
+  if (!s.prompt) fail("cuda session: prompts run token by token here (no prompt pass)");
+  if (tokens.empty() || int64_t(tokens.size()) > s.prompt->chunk())
+    fail("cuda session: a prompt chunk of {} tokens; this session's chunks take 1 to {}", tokens.size(), s.prompt->chunk());
+  s.check_prompt(tokens);
+  s.place().window_start = -1;
+  s.prepare_kv(s.current, s.place().position, s.place().position + int64_t(tokens.size()));
+  const bool out = !s.hands_on();
+  std::vector<float> logits(out && (all_logits || last_logits) ? (all_logits ? tokens.size() : 1) * size_t(s.config.vocab) : 0);
+  if (hidden) hidden->resize(out ? tokens.size() * size_t(s.config.hidden) : 0);
+  s.prompt_chunk(tokens, all_logits, last_logits, logits.data(), hidden && out ? hidden->data() : nullptr);
+  return logits;
+}
+
+CudaSession::HandOver CudaSession::hand_over(bool prompt) const {
+  const Impl& s = *impl_;
+  if (prompt && !s.prompt) fail("cuda session: prompts run token by token here (no prompt pass)");
+  return prompt ? HandOver{s.prompt->input_rows(), s.prompt->normed_rows()} : HandOver{s.h, s.normed};
+}
+
+void CudaSession::receive(const HandOver& from, int from_device, int64_t rows, bool prompt) {
+  Impl& s = *impl_;
+  if (!s.options.hand_in) fail("cuda session: rows handed in to a session that reads its embeddings");
+  if (rows < 1 || rows > (prompt ? s.prompt->chunk() : s.options.step_rows))
+    fail("cuda session: {} rows handed in; a {} here takes 1 to {}", rows, prompt ? "prompt chunk" : "step",
+         prompt ? s.prompt->chunk() : s.options.step_rows);
+  const HandOver to = hand_over(prompt);
+  const size_t bytes = size_t(rows * s.config.hidden) * sizeof(float);
+  check_cuda(cudaMemcpyPeerAsync(to.h, s.options.device, from.h, from_device, bytes, s.stream), "rows from the GPU before");
+  check_cuda(cudaMemcpyPeerAsync(to.normed, s.options.device, from.normed, from_device, bytes, s.stream),
+             "rows from the GPU before");
+}
+
+bool CudaSession::hands_on() const { return impl_->hands_on(); }
 
 void CudaSession::use_sequence(int64_t sequence) {
   Impl& s = *impl_;
@@ -1589,7 +1675,7 @@ CudaSession::StepBytes CudaSession::decode_bytes(int64_t depth) const {
     s.weights += bytes(d.router) + bytes(d.shared_gate) + bytes(d.shared_up) + bytes(d.shared_down);
     s.weights += c.n_experts_used * (bytes(d.gate) + bytes(d.up) + bytes(d.down));
   }
-  s.weights += bytes(impl_->output) + int64_t(impl_->host.token_embd.row_bytes);
+  s.weights += bytes(impl_->output) + (impl_->options.hand_in ? 0 : int64_t(impl_->host.token_embd.row_bytes));
   return s;
 }
 
@@ -1681,6 +1767,7 @@ int64_t CudaSession::step_rows() const { return impl_->options.step_rows; }
 int64_t CudaSession::window_rows() const { return impl_->window_rows(); }
 int64_t CudaSession::position() const { return impl_->place().position; }
 int64_t CudaSession::max_context() const { return impl_->options.max_context; }
+int CudaSession::device() const { return impl_->options.device; }
 int64_t CudaSession::vocab() const { return impl_->config.vocab; }
 const model::Qwen35MoeConfig& CudaSession::config() const { return impl_->config; }
 KvFormat CudaSession::kv_format() const { return impl_->options.kv_format; }

@@ -57,6 +57,7 @@ struct CudaSessionOptions {
   // The MTP block on the GPU too, for drafting (mtp_append, mtp_draft): its weights, all its
   // experts and its K/V cache in VRAM. Fails for a file without the block.
   bool mtp = false;
+  int device = 0;              // the GPU (a CUDA device index), made current by the constructor
   size_t vram_budget = 0;      // bytes; 0: the device's free memory less a margin
   // At most this many experts in VRAM (-1: as many as the budget holds after everything else).
   int64_t max_resident_experts = -1;
@@ -92,7 +93,18 @@ struct CudaSessionOptions {
   KvFormat kv_format = KvFormat::f32;
   // The physical page of each logical K/V page (empty: in order); tests scramble it.
   std::vector<int32_t> kv_page_order;
+  // One share of the layers on several GPUs (cuda/pipeline.h), the session given
+  // model::layer_share's weights. With hand_in, the rows of a step or a prompt chunk arrive as the
+  // share before left them (h and its normed rows, receive()), not from the embeddings. With
+  // next_norm (the next share's first attn_norm, [hidden], +1 folded), the share ends with that
+  // norm and leaves h and the normed rows for the share after: it holds no lm head, and its steps
+  // give no logits, tokens or hidden states (their results are empty, decode_greedy's -1).
+  bool hand_in = false;
+  std::vector<float> next_norm;
 };
+
+// The memory plan's options for a session's (plan/memory_plan.h), with `budget` bytes of VRAM.
+plan::PlanOptions plan_options(const CudaSessionOptions& options, size_t budget);
 
 // What the expert tier has done so far (decode steps and prompts together, unless named).
 struct ExpertStats {
@@ -130,6 +142,11 @@ class CudaSession {
   // with `hidden`, every new position's final-normed hidden state into it ([n][hidden]).
   std::vector<float> prefill(std::span<const int32_t> tokens, bool all_logits = false,
                              std::vector<float>* hidden = nullptr);
+  // One chunk of a prompt, 1 to prompt_chunk() tokens, through the prompt pass, as prefill runs a
+  // prompt of several tokens chunk by chunk (several GPUs run each chunk share by share); the
+  // logits of every row when all_logits, else of the last when last_logits, else none.
+  std::vector<float> prefill_chunk(std::span<const int32_t> tokens, bool all_logits, bool last_logits,
+                                   std::vector<float>* hidden = nullptr);
   std::vector<float> decode(int32_t token);
   // Appends token and returns the most likely next one (the lowest id among equal logits), chosen
   // on the device: the step copies 4 bytes to the host instead of the vocabulary's logits. Fails
@@ -154,6 +171,19 @@ class CudaSession {
     int32_t token = 0;
   };
   Window decode_rows(std::span<const Row> rows, bool greedy_only = false, bool want_hidden = false);
+  // Several GPUs (cuda/pipeline.h): where the rows of the next step (prompt false) or prompt chunk
+  // (prefill_chunk) meet the shares before and after this one, on this session's GPU: each row's h
+  // and its normed rows, [rows][hidden] each.
+  struct HandOver {
+    float* h = nullptr;
+    float* normed = nullptr;
+  };
+  HandOver hand_over(bool prompt) const;
+  // A share with options.hand_in: the first `rows` rows of the share before's hand_over (on device
+  // from_device; its work done) copied into this one's, ahead of this session's next step or chunk.
+  void receive(const HandOver& from, int from_device, int64_t rows, bool prompt);
+  bool hands_on() const;  // options.next_norm given: no lm head here
+
   // The sequence that prefill, decode, decode_window, cut_window, reset, the snapshots, position()
   // and the others of one sequence work on from now on (0 to options.sequences - 1; 0 at first).
   void use_sequence(int64_t sequence);
@@ -264,6 +294,7 @@ class CudaSession {
   int64_t window_rows() const;  // the most tokens a verify window takes (options.window_rows)
   int64_t position() const;
   int64_t max_context() const;
+  int device() const;  // options.device
   int64_t kv_pool_positions() const;  // options.kv_positions (0: every sequence its whole context)
   int64_t kv_free_pages() const;      // K/V pages nothing holds now (any thread)
   int64_t vocab() const;

@@ -1,0 +1,301 @@
+#include "cuda/pipeline.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "core/error.h"
+#include "cuda/errors.h"
+#include "plan/memory_plan.h"
+
+namespace lode::cuda {
+namespace {
+
+// Makes a GPU current for its lifetime, then the one before it again.
+class OnDevice {
+ public:
+  explicit OnDevice(int device) {
+    check_cuda(cudaGetDevice(&before_), "reading the current device");
+    if (device != before_) check_cuda(cudaSetDevice(device), fmt::format("selecting device {}", device));
+  }
+  ~OnDevice() { cudaSetDevice(before_); }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  int before_ = 0;
+};
+
+void check_gpus(const std::vector<int>& gpus) {
+  if (gpus.empty()) fail("--gpus: name at least one GPU (device indices: 0,1,...)");
+  int count = 0;
+  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess)
+    fail("no usable NVIDIA GPU (CUDA runtime: {}): the CUDA backend needs one", cudaGetErrorString(err));
+  for (int g : gpus)
+    if (g < 0 || g >= count) fail("--gpus: there is no GPU {}; this machine shows {} (0 to {})", g, count, count - 1);
+}
+
+// Each share's budget: `asked`, or its GPU's free memory less a margin, split evenly between the
+// shares that GPU holds.
+std::vector<size_t> budgets_for(const std::vector<int>& gpus, size_t asked) {
+  std::map<int, size_t> shares_on;
+  for (int g : gpus) ++shares_on[g];
+  std::vector<size_t> out;
+  for (int g : gpus) {
+    if (asked > 0) {
+      out.push_back(asked);
+      continue;
+    }
+    const OnDevice on(g);
+    size_t free = 0, total = 0;
+    check_cuda(cudaMemGetInfo(&free, &total), "reading free device memory");
+    out.push_back(plan::default_budget(free, total) / shares_on[g]);
+  }
+  return out;
+}
+
+// The experts the split places on GPU g among its own layers (what its session may hold).
+int64_t own_experts(const plan::GpuSplit& split, size_t g, int64_t n_experts) {
+  const plan::GpuShare& share = split.gpus[g];
+  int64_t n = 0;
+  for (int64_t i = share.first_layer * n_experts; i < share.end_layer * n_experts; ++i)
+    n += split.owner[size_t(i)] == int32_t(g);
+  return n;
+}
+
+}  // namespace
+
+CudaPipeline::CudaPipeline(std::unique_ptr<CudaSession> session) : config_(session->config()) {
+  const int device = session->device();
+  shares_.push_back({device, 0, config_.n_layers, std::move(session)});
+}
+
+CudaPipeline::CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const model::ModelWeights> weights,
+                           const CudaSessionOptions& options, std::vector<int> gpus)
+    : config_(weights->config) {
+  check_gpus(gpus);
+  if (gpus.size() == 1) {
+    CudaSessionOptions one = options;
+    one.device = gpus.front();
+    const OnDevice on(one.device);
+    shares_.push_back({one.device, 0, config_.n_layers, std::make_unique<CudaSession>(reader, std::move(weights), one)});
+    return;
+  }
+  if (options.mtp)
+    fail("--mtp with {} GPUs: the MTP drafter runs on one GPU only for now; give one GPU (--gpus 0) or --mtp 0",
+         gpus.size());
+  const std::vector<size_t> budgets = budgets_for(gpus, options.vram_budget);
+  const plan::GpuSplit split = plan::split_over_gpus(*weights, plan_options(options, 0), budgets, options.expert_scores);
+  const int64_t n_experts = config_.n_experts;
+  for (size_t g = 0; g < gpus.size(); ++g) {
+    const plan::GpuShare& at = split.gpus[g];
+    CudaSessionOptions o = options;
+    o.device = gpus[g];
+    o.vram_budget = budgets[g];
+    if (o.prompt_chunk > 1) o.prompt_chunk = split.prompt_chunk;  // one chunk for all: it is part of the arithmetic
+    o.hand_in = g > 0;
+    if (g + 1 < gpus.size()) o.next_norm = weights->layers[size_t(at.end_layer)].attn_norm;
+    if (!options.expert_scores.empty())
+      o.expert_scores.assign(options.expert_scores.begin() + at.first_layer * n_experts,
+                             options.expert_scores.begin() + at.end_layer * n_experts);
+    if (options.max_resident_experts >= 0) o.max_resident_experts = own_experts(split, g, n_experts);
+    auto share = std::make_shared<const model::ModelWeights>(model::layer_share(*weights, at.first_layer, at.end_layer));
+    const OnDevice on(o.device);
+    shares_.push_back({o.device, at.first_layer, at.end_layer, std::make_unique<CudaSession>(reader, std::move(share), o)});
+  }
+}
+
+CudaPipeline::~CudaPipeline() {
+  // Each session released on its own GPU, the last share first.
+  while (!shares_.empty()) {
+    const OnDevice on(shares_.back().device);
+    shares_.pop_back();
+  }
+}
+
+CudaSession& CudaPipeline::only(std::string_view what) {
+  if (shares_.size() != 1) fail("{} runs on one GPU only for now; this model is spread over {}", what, shares_.size());
+  return *shares_.front().session;
+}
+
+template <class Call>
+void CudaPipeline::each(Call&& call) {
+  for (Share& share : shares_) {
+    const OnDevice on(share.device);
+    call(*share.session);
+  }
+}
+
+template <class Call>
+auto CudaPipeline::through(bool prompt, int64_t rows, std::span<const int64_t> sequences, Call&& call) {
+  const auto hand_in = [&](size_t g) {
+    if (g > 0)
+      shares_[g].session->receive(shares_[g - 1].session->hand_over(prompt), shares_[g - 1].device, rows, prompt);
+  };
+  const size_t last = shares_.size() - 1;
+  try {
+    for (size_t g = 0; g < last; ++g) {
+      const OnDevice on(shares_[g].device);
+      hand_in(g);
+      call(*shares_[g].session);
+    }
+    const OnDevice on(shares_[last].device);
+    hand_in(last);
+    return call(*shares_[last].session);
+  } catch (const Error& e) {
+    if (last == 0) throw;
+    // A share failed after the ones before it ran: their sequences are ahead of its own, so every
+    // share forgets them.
+    reset_sequences(sequences);
+    fail("{} (spread over {} GPUs, the step's sequences were reset)", e.what(), shares_.size());
+  }
+}
+
+void CudaPipeline::reset_sequences(std::span<const int64_t> sequences) {
+  const int64_t current = front().sequence();
+  each([&](CudaSession& s) {
+    for (int64_t q : sequences) s.use_sequence(q), s.reset();
+    if (sequences.empty()) s.reset();
+    s.use_sequence(current);
+  });
+}
+
+std::vector<float> CudaPipeline::prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* hidden) {
+  if (shares_.size() == 1) return through(false, 0, {}, [&](CudaSession& s) { return s.prefill(tokens, all_logits, hidden); });
+  if (tokens.empty()) fail("cuda session: prefill needs at least one token");
+  if (position() + int64_t(tokens.size()) > max_context())
+    fail("cuda session: a prompt of {} tokens after {} does not fit the context of {} positions; raise max_context",
+         tokens.size(), position(), max_context());
+  std::vector<float> logits, rows_hidden;
+  if (hidden) hidden->clear();
+  const auto keep_hidden = [&] {
+    if (hidden) hidden->insert(hidden->end(), rows_hidden.begin(), rows_hidden.end());
+  };
+  const size_t chunk = size_t(back().prompt_chunk());
+  if (tokens.size() > 1 && chunk > 0) {  // chunk by chunk, as one session runs such a prompt
+    for (size_t at = 0; at < tokens.size(); at += chunk) {
+      const std::span<const int32_t> part = tokens.subspan(at, std::min(chunk, tokens.size() - at));
+      const bool last = at + part.size() == tokens.size();
+      const std::vector<float> out = through(true, int64_t(part.size()), {}, [&](CudaSession& s) {
+        return s.prefill_chunk(part, all_logits, last, hidden ? &rows_hidden : nullptr);
+      });
+      logits.insert(logits.end(), out.begin(), out.end());
+      keep_hidden();
+    }
+    return logits;
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {  // token by token
+    const std::vector<float> out = through(false, 1, {}, [&](CudaSession& s) {
+      return s.prefill(tokens.subspan(i, 1), false, hidden ? &rows_hidden : nullptr);
+    });
+    if (all_logits || i + 1 == tokens.size()) logits.insert(logits.end(), out.begin(), out.end());
+    keep_hidden();
+  }
+  return logits;
+}
+
+int32_t CudaPipeline::decode_greedy(int32_t token) {
+  return through(false, 1, {}, [&](CudaSession& s) { return s.decode_greedy(token); });
+}
+
+CudaSession::Window CudaPipeline::decode_window(std::span<const int32_t> tokens, bool greedy_only, bool want_hidden) {
+  return through(false, int64_t(tokens.size()), {},
+                 [&](CudaSession& s) { return s.decode_window(tokens, greedy_only, want_hidden); });
+}
+
+CudaSession::Window CudaPipeline::decode_rows(std::span<const CudaSession::Row> rows, bool greedy_only,
+                                              bool want_hidden) {
+  std::vector<int64_t> sequences;
+  for (const CudaSession::Row& row : rows) sequences.push_back(row.sequence);
+  return through(false, int64_t(rows.size()), sequences,
+                 [&](CudaSession& s) { return s.decode_rows(rows, greedy_only, want_hidden); });
+}
+
+void CudaPipeline::use_sequence(int64_t sequence) {
+  each([&](CudaSession& s) { s.use_sequence(sequence); });
+}
+
+void CudaPipeline::cut_window(int64_t tokens) {
+  each([&](CudaSession& s) { s.cut_window(tokens); });
+}
+
+void CudaPipeline::reset() {
+  each([](CudaSession& s) { s.reset(); });
+}
+
+// The shares' pools are alike and take the same calls, so they answer alike.
+bool CudaPipeline::reserve_kv(int64_t positions) {
+  std::vector<bool> answers;
+  each([&](CudaSession& s) { answers.push_back(s.reserve_kv(positions)); });
+  if (std::adjacent_find(answers.begin(), answers.end(), std::not_equal_to<>()) != answers.end())
+    fail("cuda pipeline: the GPUs' K/V pools answered a promise of {} positions differently (a bug)", positions);
+  return answers.front();
+}
+
+int64_t CudaPipeline::Prefix::positions() const { return shares.front()->positions(); }
+
+int64_t CudaPipeline::Prefix::host_bytes() const {
+  int64_t n = 0;
+  for (const auto& share : shares) n += share->host_bytes();
+  return n;
+}
+
+std::shared_ptr<const CudaPipeline::Prefix> CudaPipeline::keep() {
+  auto prefix = std::make_shared<Prefix>();
+  prefix->pipeline = this;
+  each([&](CudaSession& s) { prefix->shares.push_back(s.keep()); });
+  return prefix;
+}
+
+void CudaPipeline::resume(const Prefix& prefix) {
+  if (prefix.pipeline != this || prefix.shares.size() != shares_.size())
+    fail("cuda pipeline: a prefix kept by another model cannot be resumed here");
+  try {
+    size_t g = 0;
+    each([&](CudaSession& s) { s.resume(*prefix.shares[g++]); });
+  } catch (const Error&) {
+    reset_sequences({});
+    throw;
+  }
+}
+
+int64_t CudaPipeline::kv_free_pages() const {
+  int64_t fewest = front().kv_free_pages();
+  for (const Share& share : shares_) fewest = std::min(fewest, share.session->kv_free_pages());
+  return fewest;
+}
+
+int64_t CudaPipeline::kv_bytes() const {
+  int64_t n = 0;
+  for (const Share& share : shares_) n += share.session->kv_bytes();
+  return n;
+}
+
+ExpertStats CudaPipeline::expert_stats() const {
+  ExpertStats all;
+  for (const Share& share : shares_) {
+    const OnDevice on(share.device);
+    const ExpertStats s = share.session->expert_stats();
+    all.resident += s.resident, all.total += s.total, all.routed += s.routed, all.missed += s.missed;
+    all.decode_miss_bytes += s.decode_miss_bytes, all.cpu_experts += s.cpu_experts;
+    all.cpu_hinted_experts += s.cpu_hinted_experts, all.cpu_expert_bytes += s.cpu_expert_bytes;
+    all.cpu_read_ahead_bytes += s.cpu_read_ahead_bytes, all.cpu_seconds += s.cpu_seconds;
+    all.gpu_share_seconds += s.gpu_share_seconds, all.host_wait_seconds += s.host_wait_seconds;
+    all.prompt_miss_bytes += s.prompt_miss_bytes, all.swaps += s.swaps;
+    if (all.host_tier.empty()) all.host_tier = s.host_tier, all.miss_path = s.miss_path;
+  }
+  return all;
+}
+
+std::string CudaPipeline::describe() const {
+  if (shares_.size() == 1) return plan::summary(front().plan());
+  std::string out;
+  for (const Share& share : shares_)
+    out += fmt::format("{}GPU {}: layers {}-{}: {}", out.empty() ? "" : "\n", share.device, share.first_layer,
+                       share.end_layer - 1, plan::summary(share.session->plan()));
+  return out;
+}
+
+}  // namespace lode::cuda

@@ -1,0 +1,111 @@
+// Several GPUs of one host (docs/SCALE.md): the model's layers cut into contiguous shares as
+// plan/gpu_split.h cuts them, each share a CudaSession of its own on its GPU over
+// model::layer_share's weights, holding its layers' trunk, K/V pages, DeltaNet states and as many
+// of its own layers' experts as fit (every expert stays in host RAM, as on one GPU); the last share
+// also the lm head. A step or a prompt chunk runs share by share: each share hands its rows (h and
+// their normed rows, CudaSession::hand_over) to the next by a peer copy. Every layer's arithmetic is
+// the one-GPU session's and the rows cross unchanged, so the tokens do not depend on the split.
+// With one share the pipeline is that session, called straight through: `--gpus 0` is the one-GPU
+// path. A GPU may hold several shares (tests hand rows over that way on one GPU).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cuda/session.h"
+#include "gguf/reader.h"
+#include "model/weights.h"
+#include "plan/gpu_split.h"
+
+namespace lode::cuda {
+
+class CudaPipeline {
+ public:
+  // One share: the session, on its device (CudaSessionOptions::device).
+  explicit CudaPipeline(std::unique_ptr<CudaSession> session);
+  // The layers cut over `gpus` (CUDA device indices, in order; one may repeat) for
+  // options.vram_budget on each (0: each GPU's free memory less a margin, split evenly between
+  // the shares it holds): fails (lode::Error) as plan::split_over_gpus does, naming the GPU left
+  // short, or for options a share cannot take yet (the MTP block). options.device is not used.
+  CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const model::ModelWeights> weights,
+               const CudaSessionOptions& options, std::vector<int> gpus);
+  ~CudaPipeline();
+  CudaPipeline(const CudaPipeline&) = delete;
+  CudaPipeline& operator=(const CudaPipeline&) = delete;
+
+  size_t shares() const { return shares_.size(); }
+  CudaSession& share(size_t i) { return *shares_[i].session; }
+  const CudaSession& share(size_t i) const { return *shares_[i].session; }
+  int device_of(size_t i) const { return shares_[i].device; }
+  // Each share's first layer, and one past its last.
+  int64_t first_layer(size_t i) const { return shares_[i].first_layer; }
+  int64_t end_layer(size_t i) const { return shares_[i].end_layer; }
+  // The session when there is one share; fails for several, naming `what` needs one.
+  CudaSession& only(std::string_view what);
+
+  // As CudaSession's, share by share; the outputs come from the last share.
+  std::vector<float> prefill(std::span<const int32_t> tokens, bool all_logits = false,
+                             std::vector<float>* hidden = nullptr);
+  int32_t decode_greedy(int32_t token);
+  CudaSession::Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false);
+  CudaSession::Window decode_rows(std::span<const CudaSession::Row> rows, bool greedy_only = false,
+                                  bool want_hidden = false);
+  void use_sequence(int64_t sequence);
+  void cut_window(int64_t tokens);
+  void reset();
+  bool reserve_kv(int64_t positions);
+
+  // Every share's kept prefix of the current sequence (CudaSession::keep), resumed together.
+  struct Prefix {
+    std::vector<std::shared_ptr<const CudaSession::Prefix>> shares;
+    const CudaPipeline* pipeline = nullptr;
+    int64_t positions() const;
+    int64_t host_bytes() const;
+  };
+  std::shared_ptr<const Prefix> keep();
+  // Fails for another pipeline's prefix, changing nothing; a failure part way leaves the sequence
+  // empty in every share.
+  void resume(const Prefix& prefix);
+
+  const model::Qwen35MoeConfig& config() const { return config_; }  // the whole model's
+  int64_t position() const { return front().position(); }
+  int64_t max_context() const { return front().max_context(); }
+  int64_t sequences() const { return front().sequences(); }
+  int64_t step_rows() const { return front().step_rows(); }
+  int64_t window_rows() const { return front().window_rows(); }
+  int64_t vocab() const { return front().vocab(); }
+  KvFormat kv_format() const { return front().kv_format(); }
+  int64_t kv_pool_positions() const { return front().kv_pool_positions(); }
+  int64_t kv_free_pages() const;  // the fewest any share has
+  int64_t kv_bytes() const;       // all shares'
+  // The shares' expert tiers together (counts summed; the first share's host tier and miss path).
+  ExpertStats expert_stats() const;
+  // Lines for logs: each share's GPU, layers and memory plan.
+  std::string describe() const;
+
+ private:
+  struct Share {
+    int device = 0;
+    int64_t first_layer = 0, end_layer = 0;
+    std::unique_ptr<CudaSession> session;
+  };
+  const CudaSession& front() const { return *shares_.front().session; }
+  CudaSession& back() { return *shares_.back().session; }
+  // Runs call(session) on every share in order, each on its GPU, handing the first `rows` rows of
+  // a step (prompt false) or a prompt chunk on between them; returns the last share's result.
+  // When a share fails after others ran, every share forgets the sequences (empty: the current
+  // one) and it fails saying so.
+  template <class Call>
+  auto through(bool prompt, int64_t rows, std::span<const int64_t> sequences, Call&& call);
+  void reset_sequences(std::span<const int64_t> sequences);
+  // Runs call(session) on every share, each on its GPU.
+  template <class Call>
+  void each(Call&& call);
+
+  model::Qwen35MoeConfig config_;
+  std::vector<Share> shares_;
+};
+
+}  // namespace lode::cuda

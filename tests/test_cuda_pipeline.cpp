@@ -1,0 +1,186 @@
+// The layers spread over several GPUs (cuda/pipeline.h, issue 20), run here as several shares on
+// one GPU: the rows cross from share to share by the same peer copies, so a pipeline of two or
+// three shares must give the one-GPU session's bits (prompts in chunks and token by token, decode
+// steps, greedy tokens, verify windows and cuts, rows of several sequences, kept prefixes) with
+// every expert in VRAM and with most in host RAM, and through the engine interface. Skips without
+// a GPU.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "support/fixtures.h"
+#include "test_gguf_helpers.h"
+#include "support/gpu.h"
+#include "support/loaded_weights.h"
+#include "support/step_checks.h"
+#include "support/synth_model.h"
+
+#ifdef LODE_HAVE_CUDA
+#include "cuda/engine.h"
+#include "cuda/pipeline.h"
+#include "cuda/session.h"
+#include "engine/engine.h"
+
+namespace {
+
+using lode::cuda::CudaPipeline;
+using lode::cuda::CudaSession;
+using lode::cuda::CudaSessionOptions;
+using lode::test::argmax;
+using lode::test::same_bits;
+using lode::test::synth_model;
+using lode::test::tokens_from;
+
+using Loaded = lode::test::LoadedWeights;
+
+constexpr size_t kBudget = size_t(2) << 30;  // per share: every expert of the synths fits
+
+// The same calls on one session and on a pipeline; every output must have the same bits.
+void compare(const Loaded& m, const CudaSessionOptions& options, const std::vector<int>& gpus, const std::string& what) {
+  SCOPED_TRACE(what);
+  const int64_t vocab = m.config.vocab, hidden = m.config.hidden;
+  CudaSession one(m.reader, m.weights, options);
+  CudaPipeline many(m.reader, m.weights, options, gpus);
+  ASSERT_EQ(many.shares(), gpus.size());
+  for (size_t g = 1; g < many.shares(); ++g) EXPECT_EQ(many.first_layer(g), many.end_layer(g - 1));
+  EXPECT_EQ(many.end_layer(many.shares() - 1), m.config.n_layers);
+  const auto same = [&](const std::vector<float>& a, const std::vector<float>& b, const char* where) {
+    ASSERT_EQ(a.size(), b.size()) << where;
+    EXPECT_TRUE(same_bits(a.data(), b.data(), a.size())) << where;
+  };
+  // A prompt of several chunks and a partial one, every position's logits and hidden states.
+  const std::vector<int32_t> prompt = tokens_from(vocab, 2 * int(options.prompt_chunk) + 5, 1);
+  std::vector<float> hidden_one, hidden_many;
+  same(one.prefill(prompt, true, &hidden_one), many.prefill(prompt, true, &hidden_many), "prompt logits");
+  same(hidden_one, hidden_many, "prompt hidden states");
+  // Decode steps, a greedy token, a verify window cut short.
+  for (int32_t t : tokens_from(vocab, 3, 2)) same(one.decode(t), many.prefill(std::span(&t, 1)), "a decode step");
+  const int32_t token = tokens_from(vocab, 1, 3)[0];
+  EXPECT_EQ(one.decode_greedy(token), many.decode_greedy(token));
+  const std::vector<int32_t> window = tokens_from(vocab, 3, 4);
+  const CudaSession::Window w1 = one.decode_window(window, false, true), wm = many.decode_window(window, false, true);
+  same(w1.logits, wm.logits, "a window's logits");
+  same(w1.hidden, wm.hidden, "a window's hidden states");
+  one.cut_window(1), many.cut_window(1);
+  EXPECT_EQ(one.position(), many.position());
+  // A kept prefix, gone past and resumed.
+  const auto kept_one = one.keep();
+  const auto kept_many = many.keep();
+  EXPECT_EQ(kept_many->positions(), one.position());
+  one.decode(token), many.decode_greedy(token);
+  one.resume(*kept_one), many.resume(*kept_many);
+  same(one.decode(token), many.prefill(std::span(&token, 1)), "a step after resuming");
+  // Rows of the three sequences, at different positions.
+  for (int64_t s = 1; s < 3; ++s) {
+    const std::vector<int32_t> p = tokens_from(vocab, int(3 + 5 * s), int(10 + s));
+    one.use_sequence(s), many.use_sequence(s);
+    same(one.prefill(p), many.prefill(p), "another sequence's prompt");
+  }
+  for (int step = 0; step < 3; ++step) {
+    std::vector<CudaSession::Row> rows;
+    for (int64_t s : {2, 0, 1}) rows.push_back({s, tokens_from(vocab, 1, 20 + step * 3 + int(s))[0]});
+    const CudaSession::Window r1 = one.decode_rows(rows, step == 1, true);
+    const CudaSession::Window rm = many.decode_rows(rows, step == 1, true);
+    same(r1.logits, rm.logits, "rows' logits");
+    EXPECT_EQ(r1.greedy, rm.greedy);
+    same(r1.hidden, rm.hidden, "rows' hidden states");
+  }
+  EXPECT_EQ(many.kv_bytes(), one.kv_bytes());
+  (void)hidden;
+}
+
+TEST(CudaPipeline, SharesOnOneGpuGiveTheOneGpuBits) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "tiny.gguf", "tiny", "ud-q4_k_xl", 41, 8);
+  synth_model(dir / "big.gguf", "qwen3.6-35b-a3b", "ud-q4_k_xl", 42, 4);
+  const CudaSessionOptions options{.max_context = 256, .step_rows = 3, .window_rows = 3, .sequences = 3,
+                                   .vram_budget = kBudget, .prompt_chunk = 16};
+  for (const char* name : {"tiny.gguf", "big.gguf"}) {
+    const Loaded m(dir / name);
+    compare(m, options, {0, 0}, std::string(name) + ", two shares");
+    compare(m, options, {0, 0, 0}, std::string(name) + ", three shares");
+    CudaSessionOptions few = options;  // most experts in host RAM, read over PCIe or by the CPU
+    few.max_resident_experts = m.config.n_experts;
+    compare(m, few, {0, 0}, std::string(name) + ", two shares, experts in host RAM");
+    CudaSessionOptions token_by_token = options;
+    token_by_token.prompt_chunk = 0;
+    compare(m, token_by_token, {0, 0}, std::string(name) + ", two shares, prompts token by token");
+  }
+}
+
+// The engine on a pipeline: steps of several sequences' rows and a prompt, checkpoints and
+// rewinds, as on one GPU.
+TEST(CudaPipeline, ThroughTheEngine) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 43, 8);
+  const Loaded m(dir / "m.gguf");
+  const int64_t vocab = m.config.vocab;
+  const CudaSessionOptions options{.max_context = 128, .step_rows = 2, .sequences = 2, .vram_budget = kBudget,
+                                   .prompt_chunk = 16};
+  const auto run = [&](std::shared_ptr<lode::cuda::CudaModel> model) {
+    auto a = model->open_sequence(), b = model->open_sequence();
+    std::vector<std::vector<float>> out;
+    out.push_back(lode::engine::prefill(*a, tokens_from(vocab, 40, 1), 0));
+    const auto checkpoint = a->checkpoint();
+    const int32_t x = tokens_from(vocab, 1, 2)[0], y = tokens_from(vocab, 1, 3)[0];
+    const std::vector<int32_t> prompt = tokens_from(vocab, 21, 4);
+    std::vector<lode::engine::StepRow> rows = {{.sequence = b.get(), .tokens = prompt},
+                                               {.sequence = a.get(), .tokens = std::span(&x, 1)}};
+    model->step(rows);
+    out.push_back(rows[0].logits), out.push_back(rows[1].logits);
+    a->rewind(*checkpoint);
+    std::vector<lode::engine::StepRow> again = {{.sequence = a.get(), .tokens = std::span(&y, 1)},
+                                                {.sequence = b.get(), .tokens = std::span(&x, 1)}};
+    model->step(again);
+    out.push_back(again[0].logits), out.push_back(again[1].logits);
+    b->copy_prefix(*a, *checkpoint);
+    EXPECT_EQ(b->position(), 40);
+    return out;
+  };
+  const auto one = run(std::make_shared<lode::cuda::CudaModel>(std::make_unique<CudaSession>(m.reader, m.weights, options)));
+  const auto many = run(std::make_shared<lode::cuda::CudaModel>(
+      std::make_unique<CudaPipeline>(m.reader, m.weights, options, std::vector<int>{0, 0})));
+  ASSERT_EQ(one.size(), many.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    ASSERT_EQ(one[i].size(), size_t(vocab)) << i;
+    ASSERT_EQ(many[i].size(), size_t(vocab)) << i;
+    EXPECT_TRUE(same_bits(one[i].data(), many[i].data(), size_t(vocab))) << "output " << i;
+  }
+}
+
+// Refused clearly: a GPU that is not there, the MTP block on several GPUs, a budget that cannot
+// hold a share.
+TEST(CudaPipeline, RefusesWhatItCannotDo) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "q8_0", 44, 8);
+  const Loaded m(dir / "m.gguf");
+  const auto refused = [&](const CudaSessionOptions& o, const std::vector<int>& gpus, const char* why) {
+    try {
+      CudaPipeline p(m.reader, m.weights, o, gpus);
+      ADD_FAILURE() << "not refused: " << why;
+    } catch (const lode::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  const CudaSessionOptions options{.max_context = 128, .vram_budget = kBudget};
+  refused(options, {0, 99}, "there is no GPU 99");
+  refused(options, {}, "name at least one GPU");
+  CudaSessionOptions mtp = options;
+  mtp.mtp = true;
+  refused(mtp, {0, 0}, "--mtp with 2 GPUs");
+  CudaSessionOptions tight = options;
+  tight.vram_budget = size_t(1) << 20;
+  refused(tight, {0, 0}, "short by");
+}
+
+}  // namespace
+
+#else
+TEST(CudaPipeline, NeedsACudaBuild) { LODE_REQUIRE_GPU(); }
+#endif
