@@ -117,12 +117,14 @@ engine::OpenSequence sequence_opener(const KvQualityCliOptions& o, const gguf::R
                                      const model::Qwen35MoeConfig& config) {
   if (resolve_backend(o.backend) == "cuda") {
 #ifdef LODE_HAVE_CUDA
-    return [&reader, config, budget = size_t(o.backend.vram_budget_mib) << 20](kv::Format format, int64_t context) {
+    const std::vector<int> gpus = o.backend.gpus.empty() ? std::vector<int>{0} : parse_gpus(o.backend.gpus);
+    return [&reader, config, gpus, budget = size_t(o.backend.vram_budget_mib) << 20](kv::Format format, int64_t context) {
       cuda::CudaSessionOptions options;
       options.max_context = context;
       options.vram_budget = budget;
       options.kv_format = format;
-      return std::make_shared<cuda::CudaModel>(std::make_unique<cuda::CudaSession>(reader, config, options))
+      auto weights = std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config));
+      return std::make_shared<cuda::CudaModel>(std::make_unique<cuda::CudaPipeline>(reader, std::move(weights), options, gpus))
           ->open_sequence();
     };
 #else

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 #include "core/error.h"
 #include "cuda/errors.h"
@@ -56,6 +57,24 @@ std::vector<size_t> budgets_for(const std::vector<int>& gpus, size_t asked) {
   return out;
 }
 
+// Each GPU lets the next share's GPU read its memory, and the other way, where they can (NVLink or
+// PCIe peer to peer): the hand-over's copies then go straight between them, not through the host.
+void enable_peer_access(const std::vector<int>& gpus) {
+  for (size_t g = 1; g < gpus.size(); ++g) {
+    const int a = gpus[g - 1], b = gpus[g];
+    if (a == b) continue;
+    for (const auto& [from, to] : {std::pair(a, b), std::pair(b, a)}) {
+      int can = 0;
+      check_cuda(cudaDeviceCanAccessPeer(&can, from, to), "asking for peer access between GPUs");
+      if (!can) continue;
+      const OnDevice on(from);
+      const cudaError_t err = cudaDeviceEnablePeerAccess(to, 0);
+      if (err == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
+      else check_cuda(err, fmt::format("letting GPU {} read GPU {}'s memory", from, to));
+    }
+  }
+}
+
 // The experts the split places on GPU g among its own layers (what its session may hold).
 int64_t own_experts(const plan::GpuSplit& split, size_t g, int64_t n_experts) {
   const plan::GpuShare& share = split.gpus[g];
@@ -86,6 +105,7 @@ CudaPipeline::CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const mod
   if (options.mtp)
     fail("--mtp with {} GPUs: the MTP drafter runs on one GPU only for now; give one GPU (--gpus 0) or --mtp 0",
          gpus.size());
+  enable_peer_access(gpus);
   const std::vector<size_t> budgets = budgets_for(gpus, options.vram_budget);
   const plan::GpuSplit split = plan::split_over_gpus(*weights, plan_options(options, 0), budgets, options.expert_scores);
   const int64_t n_experts = config_.n_experts;
