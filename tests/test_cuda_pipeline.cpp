@@ -1,6 +1,6 @@
-// The layers spread over several GPUs (cuda/pipeline.h, issue 20), run here as several shares on
-// one GPU: the rows cross from share to share by the same peer copies, so a pipeline of two or
-// three shares must give the one-GPU session's bits (prompts in chunks and token by token, decode
+// The layers spread over several GPUs (cuda/pipeline.h, issue 20), run as several shares on one
+// GPU (and across GPUs where there are several): the rows cross from share to share by the same
+// peer copies, so a pipeline of two or three shares must give the one-GPU session's bits (prompts in chunks and token by token, decode
 // steps, greedy tokens, verify windows and cuts, rows of several sequences, kept prefixes) with
 // every expert in VRAM and with most in host RAM, and through the engine interface. Skips without
 // a GPU.
@@ -19,6 +19,7 @@
 #include "support/synth_model.h"
 
 #ifdef LODE_HAVE_CUDA
+#include "cuda/device.h"
 #include "cuda/engine.h"
 #include "cuda/pipeline.h"
 #include "cuda/session.h"
@@ -109,6 +110,11 @@ TEST(CudaPipeline, SharesOnOneGpuGiveTheOneGpuBits) {
     CudaSessionOptions token_by_token = options;
     token_by_token.prompt_chunk = 0;
     compare(m, token_by_token, {0, 0}, std::string(name) + ", two shares, prompts token by token");
+    std::string why;
+    if (lode::cuda::list_devices(&why).size() >= 2) {  // (on a machine with several GPUs: across them)
+      compare(m, options, {0, 1}, std::string(name) + ", GPUs 0 and 1");
+      compare(m, few, {1, 0}, std::string(name) + ", GPUs 1 and 0, experts in host RAM");
+    }
   }
 }
 
