@@ -121,6 +121,7 @@ TEST(GpuSplit, EachGpuIsThePlanOfItsShareOfTheLayers) {
                                 .step_rows = 2, .prompt_chunk = 512};
       const plan::GpuSplit s = plan::split_over_gpus(m.weights, o, std::vector<size_t>(n, size_t(40) * kMiB));
       expect_sound(s, m.weights);
+      std::vector<plan::MemoryPlan> plans;
       for (size_t g = 0; g < n; ++g) {
         const plan::GpuShare& gpu = s.gpus[g];
         const model::ModelWeights share = model::layer_share(m.weights, gpu.first_layer, gpu.end_layer);
@@ -141,7 +142,17 @@ TEST(GpuSplit, EachGpuIsThePlanOfItsShareOfTheLayers) {
             own += s.owner[size_t(l * m.weights.config.n_experts + e)] == int32_t(g);
         EXPECT_GE(p.experts_resident, own);
         EXPECT_EQ(p.experts_total, share.config.n_layers * m.weights.config.n_experts);
+        plans.push_back(p);
       }
+      // Together: the whole model's layers and head, a hand-on norm for each GPU but the last.
+      const plan::MemoryPlan all = plan::together(plans);
+      EXPECT_EQ(all.options.budget, n * size_t(40) * kMiB);
+      EXPECT_EQ(all.trunk, plan::trunk_bytes(m.weights) + (n - 1) * plan::hand_on_bytes(m.weights.config));
+      EXPECT_EQ(all.experts_total, m.weights.config.n_layers * m.weights.config.n_experts);
+      EXPECT_EQ(all.expert_bytes.size(), m.weights.layers.size());
+      int64_t resident = 0;
+      for (const plan::MemoryPlan& p : plans) resident += p.experts_resident;
+      EXPECT_EQ(all.experts_resident, resident);
     }
   EXPECT_THROW(model::layer_share(m.weights, 2, 2), Error);
   EXPECT_THROW(model::layer_share(m.weights, 0, int64_t(m.weights.layers.size()) + 1), Error);

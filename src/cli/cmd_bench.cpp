@@ -1,8 +1,9 @@
 // `lode bench -m MODEL [-p 512,8192] [-n 128] [--depth 0,8192,32768] [--fill prompt|random] [--ctx N]
-// [--window 2,3,4] [--sequences 4,16,64] [--repeats 3] [--vram-budget A,B,C] [--json]`: the CUDA backend's speed on a model, each figure
+// [--window 2,3,4] [--sequences 4,16,64] [--repeats 3] [--vram-budget A,B,C] [--gpus 0,1] [--json]`: the CUDA backend's speed on a model, each figure
 // beside its fraction of the device's limits measured in the same run (device-to-device copy
 // bandwidth; bf16 and TF32 matrix throughput), and under each VRAM budget asked for, the expert
-// tier's share of experts in VRAM, hit rate and bytes read over PCIe.
+// tier's share of experts in VRAM, hit rate and bytes read over PCIe. With --gpus, the layers spread
+// over those GPUs (cuda/pipeline.h), each with the budget; the ceilings are GPU 0's.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "plan/memory_plan.h"
 
 #ifdef LODE_HAVE_CUDA
+#include "cuda/pipeline.h"
 #include "cuda/roofline.h"
 #include "cuda/session.h"
 #include "cuda/vram.h"
@@ -47,6 +49,7 @@ struct BenchOptions {
   std::string expert_swaps = "on";
   std::string miss_path = "auto";
   uint64_t seed = 1;
+  std::string gpus;  // --gpus: the layers spread over these GPUs (empty: GPU 0 alone)
   bool json = false;
   bool profile = false;
 };
@@ -94,7 +97,9 @@ TierFigures per(TierFigures t, double n) {
 
 // Every call here ends with the device idle (the logits are on the host), so wall-clock time
 // around a call is the GPU's time for it.
-PrefillFigures bench_prefill(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t n, int repeats) {
+// (Session: a CudaSession, or a CudaPipeline over several GPUs.)
+template <class Session>
+PrefillFigures bench_prefill(Session& session, const std::vector<int32_t>& tokens, int64_t n, int repeats) {
   const std::span<const int32_t> prompt(tokens.data(), size_t(n));
   std::vector<double> seconds;
   cuda::ExpertStats before;
@@ -114,8 +119,9 @@ PrefillFigures bench_prefill(cuda::CudaSession& session, const std::vector<int32
 // the same work per step, without a prompt's quadratic attention to get there), then `repeats` runs
 // of `generate` greedy tokens after two warm-up steps; the median run. The tokens are chosen on the
 // device (CudaSession::decode_greedy), as `lode run` would at temperature 0.
-DecodeFigures bench_decode(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t depth,
-                          int64_t generate, int repeats, bool random_fill) {
+template <class Session>
+DecodeFigures bench_decode(Session& session, const std::vector<int32_t>& tokens, int64_t depth, int64_t generate,
+                           int repeats, bool random_fill) {
   session.reset();
   if (random_fill) session.fill_with_random_cells(depth);
   int32_t token = depth > 0 && !random_fill ? argmax(session.prefill(std::span(tokens.data(), size_t(depth))))
@@ -150,8 +156,9 @@ double median_seconds_per_call(const Run& run, int64_t calls, int repeats) {
 // windows per run after a warm-up window (which captures the window's graph), each row's greedy
 // token chosen on the device (the drafts are the window's last greedy token again: what they are
 // does not change the work); the median run, against the one-token step of `step`.
-measure::WindowFigures bench_window(cuda::CudaSession& session, const DecodeFigures& step, int64_t n,
-                                    int64_t generate, int repeats) {
+template <class Session>
+measure::WindowFigures bench_window(Session& session, const DecodeFigures& step, int64_t n, int64_t generate,
+                                    int repeats) {
   const int64_t windows = std::max<int64_t>(generate / n, 1);
   int32_t token = 1;
   const auto run = [&] {
@@ -345,29 +352,72 @@ Ceilings measure_ceilings() {
           cuda::measure_mapped_read_gbps(probe)};
 }
 
-measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
-                  const std::vector<int32_t>& tokens, int64_t context, int64_t budget_mib,
-                  const std::vector<double>& expert_scores) {
-  const auto t_load = Clock::now();
-  cuda::CudaSession session(reader, config, session_options(o, context, budget_mib, expert_scores));
-  measure::BenchRun b;
-  b.model = o.model, b.kv = kv::to_string(chosen_kv_format(o.kv)), b.fill = o.fill;
-  b.generated = o.generate, b.repeats = o.repeats;
-  b.load_s = seconds_since(t_load);
-  b.plan = session.plan();
-  b.weights_mib = double(session.vram().held(cuda::VramUse::weights) + session.vram().held(cuda::VramUse::experts)) /
-                  double(1 << 20);
+// The prompts, then at each depth the decode, the windows and then after_depth(that decode's figures),
+// on a session or a pipeline.
+template <class Session, class AfterDepth>
+void bench_runs(Session& session, const BenchOptions& o, const std::vector<int32_t>& tokens, measure::BenchRun& b,
+                AfterDepth&& after_depth) {
   for (int64_t n : o.prompts) b.prefills.push_back(bench_prefill(session, tokens, n, o.repeats));
   for (int64_t depth : o.depths) {
     b.decodes.push_back(bench_decode(session, tokens, depth, o.generate, o.repeats, o.fill == "random"));
     for (int64_t n : o.windows) b.windows.push_back(bench_window(session, b.decodes.back(), n, o.generate, o.repeats));
-    if (o.sequences.empty()) continue;
+    after_depth(b.decodes.back());
+  }
+}
+
+measure::BenchRun bench_run_of(const BenchOptions& o) {
+  measure::BenchRun b;
+  b.model = o.model, b.kv = kv::to_string(chosen_kv_format(o.kv)), b.fill = o.fill;
+  b.generated = o.generate, b.repeats = o.repeats;
+  return b;
+}
+
+// The runs with the layers spread over several GPUs (no steps of several sequences, no profile yet).
+measure::BenchRun bench_on_gpus(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
+                                const std::vector<int32_t>& tokens, int64_t context, int64_t budget_mib,
+                                const std::vector<double>& expert_scores, const std::vector<int>& gpus) {
+  const auto t_load = Clock::now();
+  cuda::CudaPipeline pipeline(reader, std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config)),
+                              session_options(o, context, budget_mib, expert_scores), gpus);
+  measure::BenchRun b = bench_run_of(o);
+  b.load_s = seconds_since(t_load);
+  b.plan = pipeline.plan();
+  b.layout = pipeline.describe();
+  for (size_t g = 0; g < pipeline.shares(); ++g) {
+    const cuda::VramAccountant& vram = pipeline.share(g).vram();
+    b.weights_mib += double(vram.held(cuda::VramUse::weights) + vram.held(cuda::VramUse::experts)) / double(1 << 20);
+  }
+  bench_runs(pipeline, o, tokens, b, [](const DecodeFigures&) {});
+  for (size_t g = 0; g < pipeline.shares(); ++g) b.peak_mib += double(pipeline.share(g).vram().peak()) / double(1 << 20);
+  b.prompt_chunk = pipeline.prompt_chunk();
+  b.context = pipeline.max_context();
+  const cuda::ExpertStats tier = pipeline.expert_stats();
+  b.host_tier = tier.host_tier, b.miss_path = tier.miss_path;
+  return b;
+}
+
+measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
+                  const std::vector<int32_t>& tokens, int64_t context, int64_t budget_mib,
+                  const std::vector<double>& expert_scores) {
+  const std::vector<int> gpus = o.gpus.empty() ? std::vector<int>{0} : parse_gpus(o.gpus);
+  if (gpus.size() > 1) return bench_on_gpus(reader, config, o, tokens, context, budget_mib, expert_scores, gpus);
+  const auto t_load = Clock::now();
+  cuda::CudaSessionOptions options = session_options(o, context, budget_mib, expert_scores);
+  options.device = gpus.front();
+  cuda::CudaSession session(reader, config, options);
+  measure::BenchRun b = bench_run_of(o);
+  b.load_s = seconds_since(t_load);
+  b.plan = session.plan();
+  b.weights_mib = double(session.vram().held(cuda::VramUse::weights) + session.vram().held(cuda::VramUse::experts)) /
+                  double(1 << 20);
+  bench_runs(session, o, tokens, b, [&](const DecodeFigures& step) {
+    if (o.sequences.empty()) return;
     // The other sequences start where a prompt left sequence 0 (or from random cells, as it did).
     const std::optional<cuda::CudaSession::Snapshot> start =
         o.fill == "random" ? std::nullopt : std::optional(session.save());
     for (int64_t n : o.sequences)
-      b.sequences.push_back(bench_sequences(session, b.decodes.back(), n, o.generate, o.repeats, start ? &*start : nullptr));
-  }
+      b.sequences.push_back(bench_sequences(session, step, n, o.generate, o.repeats, start ? &*start : nullptr));
+  });
   b.peak_mib = double(session.vram().peak()) / double(1 << 20);
   b.prompt_chunk = session.prompt_chunk();
   b.context = session.max_context();
@@ -377,6 +427,8 @@ measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeCon
 }
 
 void run_bench(const BenchOptions& o) {
+  if (!o.gpus.empty() && parse_gpus(o.gpus).size() > 1 && (!o.sequences.empty() || o.profile))
+    fail("--gpus {}: steps of several sequences (--sequences) and --profile run on one GPU only for now", o.gpus);
   gguf::Reader reader(o.model);
   const auto config = model::read_config(reader.metadata());
   const Ceilings ceilings = measure_ceilings();
@@ -465,6 +517,9 @@ void add_bench_command(CLI::App& app) {
   add_expert_profile_option(*cmd, o->expert_profile);
   add_expert_swaps_option(*cmd, o->expert_swaps);
   add_miss_path_option(*cmd, o->miss_path);
+  cmd->add_option("--gpus", o->gpus,
+                  "GPUs to spread the model's layers over, by CUDA index (e.g. 0,1; default: GPU 0 alone), each with "
+                  "the --vram-budget; not with --sequences or --profile yet");
   cmd->add_option("--seed", o->seed, "Seed of the random prompt (default 1)");
   cmd->add_flag("--json", o->json, "One JSON object instead of text");
   cmd->add_flag("--profile", o->profile,

@@ -293,6 +293,31 @@ int64_t CudaPipeline::kv_bytes() const {
   return n;
 }
 
+CudaSession::StepBytes CudaPipeline::decode_bytes(int64_t depth) const {
+  CudaSession::StepBytes all;
+  for (const Share& share : shares_) {
+    const CudaSession::StepBytes s = share.session->decode_bytes(depth);
+    all.weights += s.weights, all.state += s.state;
+  }
+  return all;
+}
+
+double CudaPipeline::prompt_flops(int64_t first, int64_t n) const {
+  double all = 0;
+  for (const Share& share : shares_) all += share.session->prompt_flops(first, n);
+  return all;
+}
+
+void CudaPipeline::fill_with_random_cells(int64_t depth) {
+  each([&](CudaSession& s) { s.fill_with_random_cells(depth); });
+}
+
+plan::MemoryPlan CudaPipeline::plan() const {
+  std::vector<plan::MemoryPlan> plans;
+  for (const Share& share : shares_) plans.push_back(share.session->plan());
+  return plan::together(plans);
+}
+
 ExpertStats CudaPipeline::expert_stats() const {
   ExpertStats all;
   for (const Share& share : shares_) {

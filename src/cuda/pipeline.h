@@ -80,6 +80,13 @@ class CudaPipeline {
   int64_t kv_pool_positions() const { return front().kv_pool_positions(); }
   int64_t kv_free_pages() const;  // the fewest any share has
   int64_t kv_bytes() const;       // all shares'
+  int64_t prompt_chunk() const { return front().prompt_chunk(); }
+  // As CudaSession's, every share's layers (the lm head on the last, the embedding row on the first).
+  CudaSession::StepBytes decode_bytes(int64_t depth) const;
+  double prompt_flops(int64_t first, int64_t n) const;
+  void fill_with_random_cells(int64_t depth);  // every share's attention layers
+  // The shares' memory plans together (plan::together).
+  plan::MemoryPlan plan() const;
   // The shares' expert tiers together (counts summed; the first share's host tier and miss path).
   ExpertStats expert_stats() const;
   // Lines for logs: each share's GPU, layers and memory plan.

@@ -142,12 +142,14 @@ nlohmann::json to_json(const Ceilings& c, const BenchRun& b) {
           {"prompt_chunk", b.prompt_chunk},
           {"context", b.context},
           {"fill", b.fill},
+          {"gpus_layout", b.layout},
           {"host_tier", b.host_tier},
           {"miss_path", b.miss_path}};
 }
 
 std::string to_text(const Ceilings& c, const BenchRun& b) {
   std::string text = plan::summary(b.plan) + "\n";
+  if (!b.layout.empty()) text += b.layout + "\n(the ceilings above are GPU 0's)\n";
   text += fmt::format("experts in host RAM: {}; weights on the GPU {:.1f} MiB, loaded in {:.1f} s; K/V cells {} for {} "
                       "positions; prompt chunks of {}; depths reached by {}\n",
                       b.host_tier, b.weights_mib, b.load_s, b.kv, b.context, b.prompt_chunk,

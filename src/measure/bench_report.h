@@ -75,7 +75,8 @@ struct BenchRun {
   std::vector<SequencesFigures> sequences;
   double load_s = 0, peak_mib = 0, weights_mib = 0;
   int64_t prompt_chunk = 0, context = 0;
-  plan::MemoryPlan plan;
+  plan::MemoryPlan plan;  // on several GPUs, their plans together (plan::together)
+  std::string layout;     // on several GPUs, each one's layers and plan (empty on one)
   std::string host_tier;  // how host RAM holds the experts
   std::string miss_path;  // who computes decode misses
 };

@@ -248,6 +248,21 @@ void check_host_ram(size_t bytes) {
          double(bytes) / double(1 << 30), double(total) / double(1 << 30), double(bytes - usable) / double(1 << 30));
 }
 
+MemoryPlan together(std::span<const MemoryPlan> plans) {
+  if (plans.empty()) fail("memory plan: no plans to put together");
+  MemoryPlan all = plans.front();
+  for (const MemoryPlan& p : plans.subspan(1)) {
+    all.options.budget += p.options.budget;
+    all.trunk += p.trunk, all.kv += p.kv, all.states += p.states;
+    all.decode_scratch += p.decode_scratch, all.prompt_scratch += p.prompt_scratch;
+    all.expert_bytes.insert(all.expert_bytes.end(), p.expert_bytes.begin(), p.expert_bytes.end());
+    all.slot_bytes = std::max(all.slot_bytes, p.slot_bytes);
+    all.experts_total += p.experts_total, all.experts_resident += p.experts_resident;
+    all.expert_slots += p.expert_slots, all.experts_host += p.experts_host, all.host_pinned += p.host_pinned;
+  }
+  return all;
+}
+
 std::string summary(const MemoryPlan& p) {
   return fmt::format(
       "VRAM plan of {:.1f} MiB: trunk {:.1f}, K/V {:.1f} ({}), DeltaNet states {:.1f}, scratch "

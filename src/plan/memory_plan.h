@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,10 @@ std::vector<ExpertBytes> expert_bytes(const model::ModelWeights& weights);
 void check_host_ram(size_t bytes);
 // The machine's RAM (MemTotal of /proc/meminfo; 0 where there is none to read).
 size_t host_ram_bytes();
+
+// The plans of several GPUs' shares of the layers as one (cuda/pipeline.h): budgets, bytes and
+// expert counts summed, per-layer expert sizes in order, the first share's options and prompt chunk.
+MemoryPlan together(std::span<const MemoryPlan> plans);
 
 // Lines for logs and `lode plan`: "trunk 1714.2 MiB, K/V 1280.0 MiB, ..., experts 3302 of 10240 (32.2%)".
 std::string summary(const MemoryPlan& plan);
