@@ -21,6 +21,7 @@
 #ifdef LODE_HAVE_CUDA
 #include "cuda/device.h"
 #include "cuda/engine.h"
+#include "cuda/nccl.h"
 #include "cuda/pipeline.h"
 #include "cuda/session.h"
 #include "engine/engine.h"
@@ -40,11 +41,12 @@ using Loaded = lode::test::LoadedWeights;
 constexpr size_t kBudget = size_t(2) << 30;  // per share: every expert of the synths fits
 
 // The same calls on one session and on a pipeline; every output must have the same bits.
-void compare(const Loaded& m, const CudaSessionOptions& options, const std::vector<int>& gpus, const std::string& what) {
+void compare(const Loaded& m, const CudaSessionOptions& options, const std::vector<int>& gpus, const std::string& what,
+             lode::cuda::HandOverBy by = lode::cuda::HandOverBy::peer_copy) {
   SCOPED_TRACE(what);
   const int64_t vocab = m.config.vocab, hidden = m.config.hidden;
   CudaSession one(m.reader, m.weights, options);
-  CudaPipeline many(m.reader, m.weights, options, gpus);
+  CudaPipeline many(m.reader, m.weights, options, gpus, by);
   ASSERT_EQ(many.shares(), gpus.size());
   for (size_t g = 1; g < many.shares(); ++g) EXPECT_EQ(many.first_layer(g), many.end_layer(g - 1));
   EXPECT_EQ(many.end_layer(many.shares() - 1), m.config.n_layers);
@@ -114,6 +116,7 @@ TEST(CudaPipeline, SharesOnOneGpuGiveTheOneGpuBits) {
     if (lode::cuda::list_devices(&why).size() >= 2) {  // (on a machine with several GPUs: across them)
       compare(m, options, {0, 1}, std::string(name) + ", GPUs 0 and 1");
       compare(m, few, {1, 0}, std::string(name) + ", GPUs 1 and 0, experts in host RAM");
+      compare(m, options, {0, 1}, std::string(name) + ", GPUs 0 and 1 through NCCL", lode::cuda::HandOverBy::nccl);
     }
   }
 }
@@ -183,6 +186,25 @@ TEST(CudaPipeline, RefusesWhatItCannotDo) {
   CudaSessionOptions tight = options;
   tight.vram_budget = size_t(1) << 20;
   refused(tight, {0, 0}, "short by");
+}
+
+// NCCL takes one rank a GPU (refused before it is loaded); on the GPU machine it loads and makes a
+// communicator, or the test says why it cannot.
+TEST(CudaPipeline, NcclTakesOneRankAGpu) {
+  try {
+    lode::cuda::NcclGroup twice({0, 0});
+    ADD_FAILURE() << "a GPU named twice was not refused";
+  } catch (const lode::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("named twice"), std::string::npos) << e.what();
+  }
+  LODE_REQUIRE_GPU();
+  try {
+    const lode::cuda::NcclGroup one({0});
+    EXPECT_FALSE(one.version().empty());
+  } catch (const lode::Error& e) {
+    if (std::string(e.what()).find("cannot load libnccl.so.2") == std::string::npos) throw;
+    GTEST_SKIP() << e.what();
+  }
 }
 
 }  // namespace

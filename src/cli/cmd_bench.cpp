@@ -50,6 +50,7 @@ struct BenchOptions {
   std::string miss_path = "auto";
   uint64_t seed = 1;
   std::string gpus;  // --gpus: the layers spread over these GPUs (empty: GPU 0 alone)
+  std::string hand_over = "peer";  // --hand-over: how rows cross between them (peer copies or NCCL)
   bool json = false;
   bool profile = false;
 };
@@ -378,11 +379,12 @@ measure::BenchRun bench_on_gpus(const gguf::Reader& reader, const model::Qwen35M
                                 const std::vector<double>& expert_scores, const std::vector<int>& gpus) {
   const auto t_load = Clock::now();
   cuda::CudaPipeline pipeline(reader, std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config)),
-                              session_options(o, context, budget_mib, expert_scores), gpus);
+                              session_options(o, context, budget_mib, expert_scores), gpus,
+                              o.hand_over == "nccl" ? cuda::HandOverBy::nccl : cuda::HandOverBy::peer_copy);
   measure::BenchRun b = bench_run_of(o);
   b.load_s = seconds_since(t_load);
   b.plan = pipeline.plan();
-  b.layout = pipeline.describe();
+  b.layout = pipeline.describe() + fmt::format("\nrows handed between GPUs by {}", o.hand_over == "nccl" ? "NCCL" : "peer copies");
   for (size_t g = 0; g < pipeline.shares(); ++g) {
     const cuda::VramAccountant& vram = pipeline.share(g).vram();
     b.weights_mib += double(vram.held(cuda::VramUse::weights) + vram.held(cuda::VramUse::experts)) / double(1 << 20);
@@ -520,6 +522,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--gpus", o->gpus,
                   "GPUs to spread the model's layers over, by CUDA index (e.g. 0,1; default: GPU 0 alone), each with "
                   "the --vram-budget; not with --sequences or --profile yet");
+  cmd->add_option("--hand-over", o->hand_over,
+                  "With --gpus: how each step's rows cross from one GPU to the next: peer (default: peer copies) or "
+                  "nccl (NCCL's send and receive; distinct GPUs, libnccl.so.2 loaded at run time)")
+      ->check(CLI::IsMember({"peer", "nccl"}));
   cmd->add_option("--seed", o->seed, "Seed of the random prompt (default 1)");
   cmd->add_flag("--json", o->json, "One JSON object instead of text");
   cmd->add_flag("--profile", o->profile,

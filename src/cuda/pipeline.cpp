@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "cuda/errors.h"
+#include "cuda/nccl.h"
 #include "plan/memory_plan.h"
 
 namespace lode::cuda {
@@ -92,9 +93,10 @@ CudaPipeline::CudaPipeline(std::unique_ptr<CudaSession> session) : config_(sessi
 }
 
 CudaPipeline::CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const model::ModelWeights> weights,
-                           const CudaSessionOptions& options, std::vector<int> gpus)
+                           const CudaSessionOptions& options, std::vector<int> gpus, HandOverBy by)
     : config_(weights->config) {
   check_gpus(gpus);
+  if (by == HandOverBy::nccl && gpus.size() > 1) nccl_ = std::make_unique<NcclGroup>(gpus);
   if (gpus.size() == 1) {
     CudaSessionOptions one = options;
     one.device = gpus.front();
@@ -148,21 +150,27 @@ void CudaPipeline::each(Call&& call) {
   }
 }
 
+void CudaPipeline::hand_in(size_t g, bool prompt, int64_t rows) {
+  if (g == 0) return;
+  const CudaSession& before = *shares_[g - 1].session;
+  CudaSession& after = *shares_[g].session;
+  if (!nccl_) return after.receive(before.hand_over(prompt), shares_[g - 1].device, rows, prompt);
+  const CudaSession::HandOver from = before.hand_over(prompt), to = after.hand_over(prompt);
+  nccl_->copy(int(g - 1), before.stream(), int(g), after.stream(), {{from.h, to.h}, {from.normed, to.normed}},
+              size_t(rows * config_.hidden) * sizeof(float));
+}
+
 template <class Call>
 auto CudaPipeline::through(bool prompt, int64_t rows, std::span<const int64_t> sequences, Call&& call) {
-  const auto hand_in = [&](size_t g) {
-    if (g > 0)
-      shares_[g].session->receive(shares_[g - 1].session->hand_over(prompt), shares_[g - 1].device, rows, prompt);
-  };
   const size_t last = shares_.size() - 1;
   try {
     for (size_t g = 0; g < last; ++g) {
       const OnDevice on(shares_[g].device);
-      hand_in(g);
+      hand_in(g, prompt, rows);
       call(*shares_[g].session);
     }
     const OnDevice on(shares_[last].device);
-    hand_in(last);
+    hand_in(last, prompt, rows);
     return call(*shares_[last].session);
   } catch (const Error& e) {
     if (last == 0) throw;

@@ -21,6 +21,13 @@
 
 namespace lode::cuda {
 
+class NcclGroup;
+
+// How rows cross from one GPU to the next: peer copies (cudaMemcpyPeerAsync; also between shares
+// on one GPU), or an NCCL send and receive (distinct GPUs only). To be measured against each other
+// on several GPUs (lode bench --hand-over), the loser then removed.
+enum class HandOverBy { peer_copy, nccl };
+
 class CudaPipeline {
  public:
   // One share: the session, on its device (CudaSessionOptions::device).
@@ -30,7 +37,7 @@ class CudaPipeline {
   // the shares it holds): fails (lode::Error) as plan::split_over_gpus does, naming the GPU left
   // short, or for options a share cannot take yet (the MTP block). options.device is not used.
   CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const model::ModelWeights> weights,
-               const CudaSessionOptions& options, std::vector<int> gpus);
+               const CudaSessionOptions& options, std::vector<int> gpus, HandOverBy by = HandOverBy::peer_copy);
   ~CudaPipeline();
   CudaPipeline(const CudaPipeline&) = delete;
   CudaPipeline& operator=(const CudaPipeline&) = delete;
@@ -111,8 +118,11 @@ class CudaPipeline {
   template <class Call>
   void each(Call&& call);
 
+  void hand_in(size_t g, bool prompt, int64_t rows);  // share g - 1's rows to share g
+
   model::Qwen35MoeConfig config_;
   std::vector<Share> shares_;
+  std::unique_ptr<NcclGroup> nccl_;  // with HandOverBy::nccl
 };
 
 }  // namespace lode::cuda

@@ -1494,6 +1494,7 @@ void CudaSession::receive(const HandOver& from, int from_device, int64_t rows, b
 }
 
 bool CudaSession::hands_on() const { return impl_->hands_on(); }
+void* CudaSession::stream() const { return impl_->stream; }
 
 void CudaSession::use_sequence(int64_t sequence) {
   Impl& s = *impl_;

@@ -183,6 +183,7 @@ class CudaSession {
   // from_device; its work done) copied into this one's, ahead of this session's next step or chunk.
   void receive(const HandOver& from, int from_device, int64_t rows, bool prompt);
   bool hands_on() const;  // options.next_norm given: no lm head here
+  void* stream() const;   // the cudaStream_t its steps and chunks run on (NCCL queues hand-overs there)
 
   // The sequence that prefill, decode, decode_window, cut_window, reset, the snapshots, position()
   // and the others of one sequence work on from now on (0 to options.sequences - 1; 0 at first).
