@@ -142,6 +142,7 @@ TEST(ServerConcurrency, GpuStreamsEqualTheirSoloRuns) {
   }
   const json status = server.get_json("/v1/status");
   EXPECT_EQ(status["backend"], "cuda") << status.dump();
+  EXPECT_EQ(status["gpus"], json::array({0})) << status.dump();
   EXPECT_GE(status["steps"]["max_batch"], 2) << status.dump();  // they did run together
   EXPECT_EQ(status["sequences"]["active"], 0);
 }

@@ -28,6 +28,7 @@ TEST(ServerStatus, StatusFieldsAndActiveBackToZero) {
   EXPECT_EQ(status["model"], "lode-mini");
   EXPECT_EQ(status["context"], 512);
   EXPECT_EQ(status["threads"], 1);
+  EXPECT_EQ(status["gpus"], json::array());  // (the CPU engine)
   EXPECT_EQ(status["queue"], json({{"waiting", 0}, {"max", 5}}));
   EXPECT_EQ(status["requests"]["active"], 0);
   EXPECT_EQ(status["requests"]["total"], 0);  // this request is counted once answered

@@ -37,7 +37,9 @@ class CudaModel final : public engine::Model {
     return pipeline_->kv_pool_positions() > 0 ? pipeline_->kv_free_pages() * kKvPagePositions : 0;
   }
   engine::EngineInfo info() const override {
-    return {"cuda", 0, pipeline_->kv_format(), pipeline_->kv_pool_positions(), kKvPagePositions};
+    std::vector<int> gpus;
+    for (size_t i = 0; i < pipeline_->shares(); ++i) gpus.push_back(pipeline_->device_of(i));
+    return {"cuda", 0, pipeline_->kv_format(), pipeline_->kv_pool_positions(), kKvPagePositions, gpus};
   }
   // "experts: 4719 of 10240 in VRAM, hit rate 54.9%, 1.2 GB over PCIe (decode 0.9, prompts 0.3), 1008 swaps".
   std::string activity() const override;

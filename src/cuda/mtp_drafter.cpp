@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "cuda/on_device.h"
 #include "kv/format.h"
 
 namespace lode::cuda {
@@ -26,6 +27,7 @@ void GpuDrafter::advance(std::span<const int32_t> tokens, std::span<const float>
   const engine::FollowedRows rows = engine::followed_rows(tokens, hidden, last_hidden_, followed(), h);
   if (n == 0) return;
   if (!rows.tokens.empty()) {  // committed rows are never drafted from: their K/V is all that is needed
+    const OnDevice on(session_.device());  // (the engine's other calls go through cuda/pipeline.h, which does this)
     session_.mtp_append(rows.tokens, rows.before, rows_, shift());
     rows_ += int64_t(rows.tokens.size());
   }
@@ -37,6 +39,7 @@ std::vector<int32_t> GpuDrafter::draft(int32_t pending, int64_t n, float min_p) 
   std::vector<int32_t> drafts;
   if (last_hidden_.empty()) return drafts;
   // The drafts' rows are written after the committed ones and written over by the next advance.
+  const OnDevice on(session_.device());
   int32_t token = pending;
   for (int64_t i = 0; i < n && rows_ + i < session_.max_context(); ++i) {
     float probability = 1.0f;

@@ -10,25 +10,11 @@
 #include "core/error.h"
 #include "cuda/errors.h"
 #include "cuda/nccl.h"
+#include "cuda/on_device.h"
 #include "plan/memory_plan.h"
 
 namespace lode::cuda {
 namespace {
-
-// Makes a GPU current for its lifetime, then the one before it again.
-class OnDevice {
- public:
-  explicit OnDevice(int device) {
-    check_cuda(cudaGetDevice(&before_), "reading the current device");
-    if (device != before_) check_cuda(cudaSetDevice(device), fmt::format("selecting device {}", device));
-  }
-  ~OnDevice() { cudaSetDevice(before_); }
-  OnDevice(const OnDevice&) = delete;
-  OnDevice& operator=(const OnDevice&) = delete;
-
- private:
-  int before_ = 0;
-};
 
 void check_gpus(const std::vector<int>& gpus) {
   if (gpus.empty()) fail("--gpus: name at least one GPU (device indices: 0,1,...)");
@@ -111,6 +97,22 @@ CudaPipeline::CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const mod
   const std::vector<size_t> budgets = budgets_for(gpus, options.vram_budget);
   const plan::GpuSplit split = plan::split_over_gpus(*weights, plan_options(options, 0), budgets, options.expert_scores);
   const int64_t n_experts = config_.n_experts;
+  try {
+    make_shares(reader, *weights, options, gpus, budgets, split);
+  } catch (...) {
+    release_shares();
+    throw;
+  }
+  for (const Share& share : shares_)
+    if (share.session->prompt_chunk() != front().prompt_chunk())
+      fail("cuda pipeline: the GPUs' shares took prompt chunks of {} and {} tokens (a bug: the split gives one chunk "
+           "to all)", front().prompt_chunk(), share.session->prompt_chunk());
+}
+
+void CudaPipeline::make_shares(const gguf::Reader& reader, const model::ModelWeights& weights,
+                               const CudaSessionOptions& options, const std::vector<int>& gpus,
+                               const std::vector<size_t>& budgets, const plan::GpuSplit& split) {
+  const int64_t n_experts = config_.n_experts;
   for (size_t g = 0; g < gpus.size(); ++g) {
     const plan::GpuShare& at = split.gpus[g];
     CudaSessionOptions o = options;
@@ -118,19 +120,21 @@ CudaPipeline::CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const mod
     o.vram_budget = budgets[g];
     if (o.prompt_chunk > 1) o.prompt_chunk = split.prompt_chunk;  // one chunk for all: it is part of the arithmetic
     o.hand_in = g > 0;
-    if (g + 1 < gpus.size()) o.next_norm = weights->layers[size_t(at.end_layer)].attn_norm;
+    if (g + 1 < gpus.size()) o.next_norm = weights.layers[size_t(at.end_layer)].attn_norm;
     if (!options.expert_scores.empty())
       o.expert_scores.assign(options.expert_scores.begin() + at.first_layer * n_experts,
                              options.expert_scores.begin() + at.end_layer * n_experts);
     if (options.max_resident_experts >= 0) o.max_resident_experts = own_experts(split, g, n_experts);
-    auto share = std::make_shared<const model::ModelWeights>(model::layer_share(*weights, at.first_layer, at.end_layer));
+    auto share = std::make_shared<const model::ModelWeights>(model::layer_share(weights, at.first_layer, at.end_layer));
     const OnDevice on(o.device);
     shares_.push_back({o.device, at.first_layer, at.end_layer, std::make_unique<CudaSession>(reader, std::move(share), o)});
   }
 }
 
-CudaPipeline::~CudaPipeline() {
-  // Each session released on its own GPU, the last share first.
+CudaPipeline::~CudaPipeline() { release_shares(); }
+
+// Each session released on its own GPU, the last share first.
+void CudaPipeline::release_shares() {
   while (!shares_.empty()) {
     const OnDevice on(shares_.back().device);
     shares_.pop_back();
@@ -163,8 +167,9 @@ void CudaPipeline::hand_in(size_t g, bool prompt, int64_t rows) {
 template <class Call>
 auto CudaPipeline::through(bool prompt, int64_t rows, std::span<const int64_t> sequences, Call&& call) {
   const size_t last = shares_.size() - 1;
+  size_t g = 0;
   try {
-    for (size_t g = 0; g < last; ++g) {
+    for (; g < last; ++g) {
       const OnDevice on(shares_[g].device);
       hand_in(g, prompt, rows);
       call(*shares_[g].session);
@@ -173,11 +178,14 @@ auto CudaPipeline::through(bool prompt, int64_t rows, std::span<const int64_t> s
     hand_in(last, prompt, rows);
     return call(*shares_[last].session);
   } catch (const Error& e) {
-    if (last == 0) throw;
-    // A share failed after the ones before it ran: their sequences are ahead of its own, so every
-    // share forgets them.
-    reset_sequences(sequences);
-    fail("{} (spread over {} GPUs, the step's sequences were reset)", e.what(), shares_.size());
+    // A share that fails leaves its sequences as they were, as one session does; if shares before
+    // it ran, theirs are ahead, so every share forgets them.
+    if (g == 0) throw;
+    try {
+      reset_sequences(sequences);
+    } catch (const Error&) {  // (the first failure is the one to report)
+    }
+    fail("{} (the layers spread over {} GPUs: the step's sequences were reset)", e.what(), shares_.size());
   }
 }
 
@@ -193,9 +201,8 @@ void CudaPipeline::reset_sequences(std::span<const int64_t> sequences) {
 std::vector<float> CudaPipeline::prefill(std::span<const int32_t> tokens, bool all_logits, std::vector<float>* hidden) {
   if (shares_.size() == 1) return through(false, 0, {}, [&](CudaSession& s) { return s.prefill(tokens, all_logits, hidden); });
   if (tokens.empty()) fail("cuda session: prefill needs at least one token");
-  if (position() + int64_t(tokens.size()) > max_context())
-    fail("cuda session: a prompt of {} tokens after {} does not fit the context of {} positions; raise max_context",
-         tokens.size(), position(), max_context());
+  // The whole prompt checked and its K/V pages mapped in every share first, as one session does.
+  each([&](CudaSession& s) { s.prepare_prompt(tokens); });
   std::vector<float> logits, rows_hidden;
   if (hidden) hidden->clear();
   const auto keep_hidden = [&] {

@@ -119,6 +119,9 @@ class CudaPipeline {
   void each(Call&& call);
 
   void hand_in(size_t g, bool prompt, int64_t rows);  // share g - 1's rows to share g
+  void make_shares(const gguf::Reader& reader, const model::ModelWeights& weights, const CudaSessionOptions& options,
+                   const std::vector<int>& gpus, const std::vector<size_t>& budgets, const plan::GpuSplit& split);
+  void release_shares();
 
   model::Qwen35MoeConfig config_;
   std::vector<Share> shares_;

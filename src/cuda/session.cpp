@@ -1474,6 +1474,12 @@ std::vector<float> CudaSession::prefill_chunk(std::span<const int32_t> tokens, b
   return logits;
 }
 
+void CudaSession::prepare_prompt(std::span<const int32_t> tokens) {
+  Impl& s = *impl_;
+  s.check_prompt(tokens);
+  s.prepare_kv(s.current, s.place().position, s.place().position + int64_t(tokens.size()));
+}
+
 CudaSession::HandOver CudaSession::hand_over(bool prompt) const {
   const Impl& s = *impl_;
   if (prompt && !s.prompt) fail("cuda session: prompts run token by token here (no prompt pass)");
@@ -1483,9 +1489,12 @@ CudaSession::HandOver CudaSession::hand_over(bool prompt) const {
 void CudaSession::receive(const HandOver& from, int from_device, int64_t rows, bool prompt) {
   Impl& s = *impl_;
   if (!s.options.hand_in) fail("cuda session: rows handed in to a session that reads its embeddings");
+  if (prompt && !s.prompt) fail("cuda session: prompts run token by token here (no prompt pass)");
   if (rows < 1 || rows > (prompt ? s.prompt->chunk() : s.options.step_rows))
     fail("cuda session: {} rows handed in; a {} here takes 1 to {}", rows, prompt ? "prompt chunk" : "step",
          prompt ? s.prompt->chunk() : s.options.step_rows);
+  // (The copies wait for nothing on the GPU before: the share before ended its call waiting for its
+  // stream, and nothing it queues later writes these rows before its next call.)
   const HandOver to = hand_over(prompt);
   const size_t bytes = size_t(rows * s.config.hidden) * sizeof(float);
   check_cuda(cudaMemcpyPeerAsync(to.h, s.options.device, from.h, from_device, bytes, s.stream), "rows from the GPU before");

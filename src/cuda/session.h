@@ -142,6 +142,9 @@ class CudaSession {
   // with `hidden`, every new position's final-normed hidden state into it ([n][hidden]).
   std::vector<float> prefill(std::span<const int32_t> tokens, bool all_logits = false,
                              std::vector<float>* hidden = nullptr);
+  // A prompt about to run chunk by chunk (prefill_chunk): its tokens checked against the vocabulary
+  // and the context left, and its K/V pages mapped, as prefill does before its first chunk.
+  void prepare_prompt(std::span<const int32_t> tokens);
   // One chunk of a prompt, 1 to prompt_chunk() tokens, through the prompt pass, as prefill runs a
   // prompt of several tokens chunk by chunk (several GPUs run each chunk share by share); the
   // logits of every row when all_logits, else of the last when last_logits, else none.

@@ -129,6 +129,7 @@ struct EngineInfo {
   // its whole context. One sequence is promised at most this many.
   int64_t kv_pool_positions = 0;
   int64_t kv_page_positions = 1;  // the pool's pages: promises are whole pages
+  std::vector<int> gpus;          // the GPUs holding the model's layers, in order (none on the CPU)
 };
 
 // A model loaded on a device. Sequences keep their model alive.

@@ -295,6 +295,7 @@ json Server::status_json() const {
   const engine::EngineInfo engine = worker_->engine_info();
   return {{"model", model_->id},
           {"backend", engine.backend},
+          {"gpus", engine.gpus},
           {"context", worker_->context()},
           {"threads", engine.threads},
           {"queue", {{"waiting", worker_->waiting()}, {"max", worker_->max_queue()}}},
