@@ -6,6 +6,7 @@
 // a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "cuda/pipeline.h"
 #include "cuda/session.h"
 #include "engine/engine.h"
+#include "plan/gpu_split.h"
 
 namespace {
 
@@ -43,12 +45,17 @@ using Loaded = lode::test::LoadedWeights;
 constexpr size_t kBudget = size_t(4) << 30;
 
 // The same calls on one session and on a pipeline; every output must have the same bits.
+// (The one session's budget: one_budget, else the options'.)
 void compare(const Loaded& m, const CudaSessionOptions& options, const std::vector<int>& gpus, const std::string& what,
-             lode::cuda::HandOverBy by = lode::cuda::HandOverBy::peer_copy) {
+             lode::cuda::HandOverBy by = lode::cuda::HandOverBy::peer_copy, size_t one_budget = 0,
+             int64_t* lent = nullptr) {
   SCOPED_TRACE(what);
   const int64_t vocab = m.config.vocab, hidden = m.config.hidden;
-  CudaSession one(m.reader, m.weights, options);
+  CudaSessionOptions alone = options;
+  if (one_budget) alone.vram_budget = one_budget;
+  CudaSession one(m.reader, m.weights, alone);
   CudaPipeline many(m.reader, m.weights, options, gpus, by);
+  if (lent) *lent = many.lent_experts();
   ASSERT_EQ(many.shares(), gpus.size());
   if (options.max_resident_experts < 0) {
     ASSERT_TRUE(one.plan().all_resident());
@@ -126,6 +133,33 @@ TEST(CudaPipeline, SharesOnOneGpuGiveTheOneGpuBits) {
       compare(m, options, {0, 1}, std::string(name) + ", GPUs 0 and 1 through NCCL", lode::cuda::HandOverBy::nccl);
     }
   }
+}
+
+// A split whose first GPU is short of room for its layers' experts, wanted most, while the second
+// has room to spare: the second holds some of them (GpuSplit's lending), and the first reads them
+// there in place. The bits are one session's, where every expert is in VRAM.
+TEST(CudaPipeline, ExpertsHeldForAnotherShareAreReadInPlace) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "tiny.gguf", "tiny", "ud-q4_k_xl", 45, 8);
+  const Loaded m(dir / "tiny.gguf");
+  CudaSessionOptions options{.max_context = 256, .step_rows = 3, .window_rows = 3, .sequences = 3,
+                             .prompt_chunk = 16};
+  const std::vector<size_t> roomy(2, kBudget);
+  const lode::plan::PlanOptions po = lode::cuda::plan_options(options, 0);
+  const lode::plan::GpuSplit wide = lode::plan::split_over_gpus(*m.weights, po, roomy);
+  // A budget with room for 40% of all experts on each GPU, whose first GPU's layers hold half.
+  const int64_t total = wide.experts_total;
+  const size_t fixed = std::max(wide.gpus[0].fixed(), wide.gpus[1].fixed());
+  const size_t budget = fixed + size_t(total * 4 / 10) * wide.slot_bytes;
+  const lode::plan::GpuSplit cut = lode::plan::split_over_gpus(*m.weights, po, std::vector<size_t>(2, budget));
+  options.vram_budget = budget;
+  options.expert_scores.assign(size_t(total), 1.0);
+  for (int64_t i = 0; i < cut.gpus[0].end_layer * m.config.n_experts; ++i) options.expert_scores[size_t(i)] = 2.0;
+  int64_t lent = 0;
+  compare(m, options, {0, 0}, "two shares, the second holding some of the first's experts",
+          lode::cuda::HandOverBy::peer_copy, kBudget, &lent);
+  EXPECT_GT(lent, 0);
 }
 
 // The engine on a pipeline: steps of several sequences' rows and a prompt, checkpoints and

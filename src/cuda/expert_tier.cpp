@@ -34,6 +34,8 @@ ExpertTier::ExpertTier(const model::ModelWeights& w, const plan::MemoryPlan& pla
       bytes_(plan.expert_bytes),
       slot_bytes_(plan.slot_bytes),
       slot_of_(size_t(n_layers_ * n_experts_), -1),
+      lent_(slot_of_.size(), 0),
+      lent_at_(slot_of_.size()),
       resident_count_(plan.experts_resident),
       all_resident_(plan.all_resident()),
       experts_host_(plan.experts_host) {
@@ -177,6 +179,7 @@ void ExpertTier::place(const std::vector<double>& scores) {
 // (slot -1) at its pinned host bytes.
 const void* ExpertTier::pointer_of(int64_t index, int p, int64_t slot) const {
   const int64_t l = index / n_experts_;
+  if (slot < 0 && lent_[size_t(index)]) return lent_at_[size_t(index)][size_t(p)];
   if (slot < 0) return device_view(host_bytes(l, p, index % n_experts_));
   const plan::ExpertBytes& b = bytes_[size_t(l)];
   return slots_.as<uint8_t>() + size_t(slot) * slot_bytes_ + (p > 0 ? b.gate : 0) + (p > 1 ? b.up : 0);
@@ -186,12 +189,26 @@ void ExpertTier::upload_tables() {
   std::vector<const void*> pointers(size_t(n_layers_ * 3 * n_experts_));
   std::vector<uint8_t> flags(slot_of_.size());
   for (int64_t i = 0; i < int64_t(slot_of_.size()); ++i) {
-    flags[size_t(i)] = slot_of_[size_t(i)] >= 0;
+    flags[size_t(i)] = slot_of_[size_t(i)] >= 0 || lent_[size_t(i)];
     for (int p = 0; p < 3; ++p)
       pointers[size_t(((i / n_experts_) * 3 + p) * n_experts_ + i % n_experts_)] = pointer_of(i, p, slot_of_[size_t(i)]);
   }
   copy_to_device(tables_.data(), pointers.data(), pointers.size() * sizeof(void*));
   copy_to_device(flags_.data(), flags.data(), flags.size());
+}
+
+void ExpertTier::lend_in(const std::vector<Lent>& lent) {
+  for (const Lent& e : lent) {
+    if (e.layer < 0 || e.layer >= n_layers_ || e.expert < 0 || e.expert >= n_experts_)
+      fail("expert tier: expert {} of layer {} lent in is outside this tier's {} layers of {}", e.expert, e.layer,
+           n_layers_, n_experts_);
+    const size_t i = size_t(e.layer * n_experts_ + e.expert);
+    if (slot_of_[i] >= 0 || lent_[i])
+      fail("expert tier: expert {} of layer {} is lent in but already held", e.expert, e.layer);
+    lent_[i] = 1, lent_at_[i] = e.projections, ++lent_count_;
+    if (!where_.empty()) where_[i] = plan::Residency::busy;  // the swaps never move it
+  }
+  upload_tables();
 }
 
 void ExpertTier::enable_swaps(const plan::SwapOptions& options, const unsigned* device_counts) {
@@ -201,6 +218,8 @@ void ExpertTier::enable_swaps(const plan::SwapOptions& options, const unsigned* 
   where_.resize(slot_of_.size());
   for (size_t i = 0; i < slot_of_.size(); ++i)
     where_[i] = slot_of_[i] >= 0 ? plan::Residency::resident : plan::Residency::absent;
+  for (size_t i = 0; i < slot_of_.size(); ++i)
+    if (lent_[i]) where_[i] = plan::Residency::busy;  // (never chosen, either way)
   check_cuda(cudaMallocHost(&host_counts_, slot_of_.size() * sizeof(unsigned)), "pinned memory");
   cudaStream_t stream = nullptr;
   check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating the expert copy stream");

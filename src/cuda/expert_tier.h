@@ -7,6 +7,7 @@
 // kernel and the same arithmetic (the tokens cannot depend on where an expert is). Residency
 // flags beside the table let the router kernels count misses. Host code; needs the CUDA runtime.
 #pragma once
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -38,8 +39,21 @@ class ExpertTier {
   // Layer l's (expert -> gate | up | down) table and residency flags (device memory).
   const void* const* table(int64_t layer) const;
   const uint8_t* resident_flags(int64_t layer) const;
-  bool resident(int64_t layer, int64_t expert) const { return slot_of_[size_t(layer * n_experts_ + expert)] >= 0; }
-  int64_t resident_count() const { return resident_count_; }
+  bool resident(int64_t layer, int64_t expert) const {
+    const size_t i = size_t(layer * n_experts_ + expert);
+    return slot_of_[i] >= 0 || lent_[i];
+  }
+  int64_t resident_count() const { return resident_count_ + lent_count_; }  // lent ones included
+
+  // Experts of this tier's layers that another GPU holds in its VRAM for it (several GPUs,
+  // cuda/pipeline.h): the kernels read each there in place (peer access), with the same products.
+  // They count as resident and never move. Call after load() and enable_swaps(); each must be
+  // absent here.
+  struct Lent {
+    int64_t layer = 0, expert = 0;
+    std::array<const void*, 3> projections{};  // gate, up, down on the other GPU
+  };
+  void lend_in(const std::vector<Lent>& lent);
   // Bytes of one expert of layer l as stored (what a miss reads over PCIe).
   size_t expert_bytes(int64_t layer) const { return bytes_[size_t(layer)].total(); }
   // Projection p (0 gate, 1 up, 2 down) of expert e of layer l: where the kernels read it now (its
@@ -99,6 +113,9 @@ class ExpertTier {
   std::vector<size_t> copy_offset_;          // [layer][projection]: its stack's offset in the copy
   std::string host_tier_;
   std::vector<int64_t> slot_of_;             // [layer][expert]: its VRAM slot, or -1
+  std::vector<uint8_t> lent_;                // [layer][expert]: held by another GPU (lend_in)
+  std::vector<std::array<const void*, 3>> lent_at_;  // and where
+  int64_t lent_count_ = 0;
   int64_t resident_count_ = 0;
   bool all_resident_ = false;
   size_t experts_host_ = 0;

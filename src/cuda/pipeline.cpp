@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "core/error.h"
 #include "cuda/errors.h"
 #include "cuda/nccl.h"
 #include "cuda/on_device.h"
+#include "cuda/vram.h"
 #include "plan/memory_plan.h"
 
 namespace lode::cuda {
@@ -44,22 +46,27 @@ std::vector<size_t> budgets_for(const std::vector<int>& gpus, size_t asked) {
   return out;
 }
 
-// Each GPU lets the next share's GPU read its memory, and the other way, where they can (NVLink or
-// PCIe peer to peer): the hand-over's copies then go straight between them, not through the host.
-void enable_peer_access(const std::vector<int>& gpus) {
-  for (size_t g = 1; g < gpus.size(); ++g) {
-    const int a = gpus[g - 1], b = gpus[g];
-    if (a == b) continue;
-    for (const auto& [from, to] : {std::pair(a, b), std::pair(b, a)}) {
+// Every GPU of the pipeline lets the others read its memory where they can (NVLink or PCIe peer
+// to peer): the hand-over's copies then go straight between them, not through the host, and a GPU
+// can read the experts another holds for it. The pairs (reader, holder) that can.
+std::set<std::pair<int, int>> enable_peer_access(const std::vector<int>& gpus) {
+  std::set<std::pair<int, int>> can_read;
+  for (int from : gpus)
+    for (int to : gpus) {
+      if (from == to) {
+        can_read.insert({from, to});
+        continue;
+      }
       int can = 0;
       check_cuda(cudaDeviceCanAccessPeer(&can, from, to), "asking for peer access between GPUs");
-      if (!can) continue;
+      if (!can || can_read.count({from, to})) continue;
       const OnDevice on(from);
       const cudaError_t err = cudaDeviceEnablePeerAccess(to, 0);
       if (err == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
       else check_cuda(err, fmt::format("letting GPU {} read GPU {}'s memory", from, to));
+      can_read.insert({from, to});
     }
-  }
+  return can_read;
 }
 
 // The experts the split places on GPU g among its own layers (what its session may hold).
@@ -93,12 +100,13 @@ CudaPipeline::CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const mod
   if (options.mtp)
     fail("--mtp with {} GPUs: the MTP drafter runs on one GPU only for now; give one GPU (--gpus 0) or --mtp 0",
          gpus.size());
-  enable_peer_access(gpus);
+  const std::set<std::pair<int, int>> can_read = enable_peer_access(gpus);
   const std::vector<size_t> budgets = budgets_for(gpus, options.vram_budget);
   const plan::GpuSplit split = plan::split_over_gpus(*weights, plan_options(options, 0), budgets, options.expert_scores);
   const int64_t n_experts = config_.n_experts;
   try {
     make_shares(reader, *weights, options, gpus, budgets, split);
+    lend_experts(*weights, split, can_read);
   } catch (...) {
     release_shares();
     throw;
@@ -121,10 +129,11 @@ void CudaPipeline::make_shares(const gguf::Reader& reader, const model::ModelWei
     if (o.prompt_chunk > 1) o.prompt_chunk = split.prompt_chunk;  // one chunk for all: it is part of the arithmetic
     o.hand_in = g > 0;
     if (g + 1 < gpus.size()) o.next_norm = weights.layers[size_t(at.end_layer)].attn_norm;
-    if (!options.expert_scores.empty())
-      o.expert_scores.assign(options.expert_scores.begin() + at.first_layer * n_experts,
-                             options.expert_scores.begin() + at.end_layer * n_experts);
-    if (options.max_resident_experts >= 0) o.max_resident_experts = own_experts(split, g, n_experts);
+    // Exactly the experts the split gives it of its own layers (the split weighed options.expert_scores).
+    o.expert_scores.assign(size_t((at.end_layer - at.first_layer) * n_experts), 0.0);
+    for (int64_t i = at.first_layer * n_experts; i < at.end_layer * n_experts; ++i)
+      o.expert_scores[size_t(i - at.first_layer * n_experts)] = split.owner[size_t(i)] == int32_t(g) ? 1.0 : 0.0;
+    o.max_resident_experts = own_experts(split, g, n_experts);
     auto share = std::make_shared<const model::ModelWeights>(model::layer_share(weights, at.first_layer, at.end_layer));
     const OnDevice on(o.device);
     shares_.push_back({o.device, at.first_layer, at.end_layer, std::make_unique<CudaSession>(reader, std::move(share), o)});
@@ -296,6 +305,56 @@ void CudaPipeline::resume(const Prefix& prefix) {
   }
 }
 
+size_t CudaPipeline::share_of(int64_t layer) const {
+  for (size_t g = 0; g < shares_.size(); ++g)
+    if (layer >= shares_[g].first_layer && layer < shares_[g].end_layer) return g;
+  fail("cuda pipeline: no share holds layer {}", layer);
+}
+
+// The experts the split lends: each GPU holds, in VRAM of its own beside its session's, the
+// experts of other GPUs' layers it was given room for (GpuSplit::owner), copied in once; the GPU
+// that runs their layer reads them there in place. Where it cannot read that GPU's memory (no peer
+// access), they stay in host RAM, read over PCIe as before.
+void CudaPipeline::lend_experts(const model::ModelWeights& weights, const plan::GpuSplit& split,
+                                const std::set<std::pair<int, int>>& can_read) {
+  const int64_t n_experts = config_.n_experts;
+  std::vector<std::vector<CudaSession::LentExpert>> to(shares_.size());  // by the share whose layer it is
+  for (size_t h = 0; h < shares_.size(); ++h) {
+    std::vector<int64_t> held;  // [layer][expert] indices GPU h holds for other shares
+    for (int64_t i = 0; i < int64_t(split.owner.size()); ++i) {
+      const size_t g = share_of(i / n_experts);
+      if (split.owner[size_t(i)] == int32_t(h) && g != h && can_read.count({shares_[g].device, shares_[h].device}))
+        held.push_back(i);
+    }
+    if (held.empty()) continue;
+    const OnDevice on(shares_[h].device);
+    shares_[h].lent = DeviceBuffer(shares_[h].session->vram(), held.size() * split.slot_bytes, VramUse::experts,
+                                   "experts held for another GPU's layers");
+    for (size_t s = 0; s < held.size(); ++s) {
+      const int64_t layer = held[s] / n_experts, expert = held[s] % n_experts;
+      const size_t g = share_of(layer);
+      CudaSession::LentExpert e{.layer = layer - shares_[g].first_layer, .expert = expert};
+      uint8_t* at = shares_[h].lent.as<uint8_t>() + s * split.slot_bytes;  // gate, up, down, as in a slot
+      const model::MoeWeights& moe = weights.layers[size_t(layer)].moe;
+      size_t p = 0;
+      for (const model::ExpertStack* stack : {&moe.gate, &moe.up, &moe.down}) {
+        const model::MatrixView m = stack->expert(expert);
+        const size_t bytes = size_t(m.rows) * m.row_bytes;
+        copy_mapped_to_device(at, m.data, bytes);
+        e.projections[p++] = at;
+        at += bytes;
+      }
+      to[g].push_back(e);
+    }
+    lent_ += int64_t(held.size());
+  }
+  for (size_t g = 0; g < shares_.size(); ++g) {
+    if (to[g].empty()) continue;
+    const OnDevice on(shares_[g].device);
+    shares_[g].session->lend_experts(to[g]);
+  }
+}
+
 int64_t CudaPipeline::kv_free_pages() const {
   int64_t fewest = front().kv_free_pages();
   for (const Share& share : shares_) fewest = std::min(fewest, share.session->kv_free_pages());
@@ -353,8 +412,11 @@ std::string CudaPipeline::describe() const {
   if (shares_.size() == 1) return plan::summary(front().plan());
   std::string out;
   for (const Share& share : shares_)
-    out += fmt::format("{}GPU {}: layers {}-{}: {}", out.empty() ? "" : "\n", share.device, share.first_layer,
-                       share.end_layer - 1, plan::summary(share.session->plan()));
+    out += fmt::format("{}GPU {}: layers {}-{}: {}{}", out.empty() ? "" : "\n", share.device, share.first_layer,
+                       share.end_layer - 1, plan::summary(share.session->plan()),
+                       share.lent.bytes() ? fmt::format("; and {:.1f} MiB of experts of other GPUs' layers",
+                                                        double(share.lent.bytes()) / double(1 << 20))
+                                          : std::string());
   return out;
 }
 

@@ -10,11 +10,14 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/session.h"
+#include "cuda/vram.h"
 #include "gguf/reader.h"
 #include "model/weights.h"
 #include "plan/gpu_split.h"
@@ -49,6 +52,8 @@ class CudaPipeline {
   // Each share's first layer, and one past its last.
   int64_t first_layer(size_t i) const { return shares_[i].first_layer; }
   int64_t end_layer(size_t i) const { return shares_[i].end_layer; }
+  // Experts one GPU holds for another's layers (the split's spare room; read in place there).
+  int64_t lent_experts() const { return lent_; }
   // The session when there is one share; fails for several, naming `what` needs one.
   CudaSession& only(std::string_view what);
 
@@ -104,6 +109,7 @@ class CudaPipeline {
     int device = 0;
     int64_t first_layer = 0, end_layer = 0;
     std::unique_ptr<CudaSession> session;
+    DeviceBuffer lent;  // other shares' experts it holds (released before the session's memory)
   };
   const CudaSession& front() const { return *shares_.front().session; }
   CudaSession& back() { return *shares_.back().session; }
@@ -122,10 +128,14 @@ class CudaPipeline {
   void make_shares(const gguf::Reader& reader, const model::ModelWeights& weights, const CudaSessionOptions& options,
                    const std::vector<int>& gpus, const std::vector<size_t>& budgets, const plan::GpuSplit& split);
   void release_shares();
+  void lend_experts(const model::ModelWeights& weights, const plan::GpuSplit& split,
+                    const std::set<std::pair<int, int>>& can_read);
+  size_t share_of(int64_t layer) const;
 
   model::Qwen35MoeConfig config_;
   std::vector<Share> shares_;
   std::unique_ptr<NcclGroup> nccl_;  // with HandOverBy::nccl
+  int64_t lent_ = 0;
 };
 
 }  // namespace lode::cuda

@@ -1503,6 +1503,12 @@ void CudaSession::receive(const HandOver& from, int from_device, int64_t rows, b
 }
 
 bool CudaSession::hands_on() const { return impl_->hands_on(); }
+
+void CudaSession::lend_experts(std::span<const LentExpert> lent) {
+  std::vector<ExpertTier::Lent> in;
+  for (const LentExpert& e : lent) in.push_back({e.layer, e.expert, e.projections});
+  impl_->tier->lend_in(in);
+}
 void* CudaSession::stream() const { return impl_->stream; }
 
 void CudaSession::use_sequence(int64_t sequence) {

@@ -11,6 +11,7 @@
 // changes the arithmetic: the tokens are the same at every budget. Embeddings are looked up on the
 // host.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -186,6 +187,14 @@ class CudaSession {
   // from_device; its work done) copied into this one's, ahead of this session's next step or chunk.
   void receive(const HandOver& from, int from_device, int64_t rows, bool prompt);
   bool hands_on() const;  // options.next_norm given: no lm head here
+  // Experts of this session's layers that another GPU holds in its VRAM (several GPUs,
+  // cuda/pipeline.h), read there in place over peer access with the same products: they count as
+  // resident here and never move. Each must be one this session does not hold.
+  struct LentExpert {
+    int64_t layer = 0, expert = 0;               // of this session's layers
+    std::array<const void*, 3> projections{};    // its gate, up and down on the other GPU
+  };
+  void lend_experts(std::span<const LentExpert> lent);
   void* stream() const;   // the cudaStream_t its steps and chunks run on (NCCL queues hand-overs there)
 
   // The sequence that prefill, decode, decode_window, cut_window, reset, the snapshots, position()
