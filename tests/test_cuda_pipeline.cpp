@@ -154,6 +154,7 @@ TEST(CudaPipeline, ExpertsHeldForAnotherShareAreReadInPlace) {
   const size_t budget = fixed + size_t(total * 4 / 10) * wide.slot_bytes;
   const lode::plan::GpuSplit cut = lode::plan::split_over_gpus(*m.weights, po, std::vector<size_t>(2, budget));
   options.vram_budget = budget;
+  options.max_resident_experts = total;  // (no cap; it only tells compare() that not all of them fit)
   options.expert_scores.assign(size_t(total), 1.0);
   for (int64_t i = 0; i < cut.gpus[0].end_layer * m.config.n_experts; ++i) options.expert_scores[size_t(i)] = 2.0;
   int64_t lent = 0;

@@ -236,7 +236,7 @@ TEST(GpuSplit, OneLayerEachTightBudgetsCapsAndSpills) {
   EXPECT_EQ(plan::split_over_gpus(m.weights, capped, std::vector<size_t>(2, 200 * kMiB)).experts_resident(), 7);
 
   // GPU 0 with room for layer 0 and 3 experts, GPU 1 with plenty: layer 0's wanted experts fill
-  // GPU 0 and spill to GPU 1.
+  // GPU 0 and spill to GPU 1 (where GPU 0 can read GPU 1's memory).
   std::vector<double> scores(size_t(c.n_layers * c.n_experts), 0.0);
   for (int64_t e = 0; e < c.n_experts; ++e) scores[size_t(e)] = 1.0 + double(e);
   const size_t gpu0 = each.gpus[0].fixed() + 3 * each.slot_bytes;  // layer 0 alone, and 3 slots
@@ -252,6 +252,18 @@ TEST(GpuSplit, OneLayerEachTightBudgetsCapsAndSpills) {
   EXPECT_EQ(on_home, 3);
   EXPECT_EQ(spilled, c.n_experts - 3);
   for (int64_t e = c.n_experts - 3; e < c.n_experts; ++e) EXPECT_EQ(spill.owner[size_t(e)], 0) << e;  // the most wanted at home
+  // Where GPU 0 cannot read GPU 1's memory, none spills there: GPU 1's room goes to its own layers.
+  const std::vector<uint8_t> apart = {1, 0, 1, 1};  // [reader][holder]: GPU 1 could read GPU 0, not the reverse
+  const plan::GpuSplit kept = plan::split_over_gpus(m.weights, o, std::vector<size_t>{gpu0, 200 * kMiB}, scores, apart);
+  expect_sound(kept, m.weights);
+  for (int64_t i = 0; i < kept.experts_total; ++i) {
+    const int64_t layer = i / c.n_experts;
+    const int32_t home = layer < kept.gpus[0].end_layer ? 0 : 1;
+    EXPECT_TRUE(kept.owner[size_t(i)] == -1 || kept.owner[size_t(i)] == home) << i;
+  }
+  EXPECT_EQ(kept.gpus[0].experts, 3);
+  EXPECT_THROW(plan::split_over_gpus(m.weights, o, std::vector<size_t>{gpu0, 200 * kMiB}, scores, std::vector<uint8_t>{1}),
+               Error);
 }
 
 TEST(GpuSplit, WhatCannotFitIsRefusedSayingWhy) {

@@ -8,6 +8,8 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "cuda/errors.h"
+#include "cuda/on_device.h"
 
 #if __has_include(<nccl.h>)
 #include <nccl.h>
@@ -79,6 +81,41 @@ NcclGroup::NcclGroup(const std::vector<int>& devices) : impl_(std::make_unique<I
   const NcclLibrary& l = library();
   impl_->comms.resize(devices.size());
   check(l.comm_init_all(impl_->comms.data(), int(devices.size()), devices.data()), "creating the communicators");
+  try {
+    connect_neighbours(devices);
+  } catch (...) {
+    for (ncclComm_t comm : impl_->comms) l.comm_destroy(comm);
+    throw;
+  }
+}
+
+// NCCL connects a pair of ranks at their first send, taking buffers on both GPUs: one send of a few
+// bytes between each neighbour pair now takes them before the GPUs' free memory is read for the
+// budgets (cuda/pipeline.h), not out of what the budgets left.
+void NcclGroup::connect_neighbours(const std::vector<int>& devices) {
+  std::vector<void*> bytes(devices.size(), nullptr);
+  for (size_t r = 0; r < devices.size(); ++r) {
+    const OnDevice on(devices[r]);
+    check_cuda(cudaMalloc(&bytes[r], 16), "NCCL's first send");
+  }
+  try {
+    for (size_t r = 0; r + 1 < devices.size(); ++r)
+      copy(int(r), nullptr, int(r + 1), nullptr, {{bytes[r], bytes[r + 1]}}, 16);
+    for (size_t r = 0; r < devices.size(); ++r) {
+      const OnDevice on(devices[r]);
+      check_cuda(cudaDeviceSynchronize(), "NCCL's first send");
+    }
+  } catch (...) {
+    for (size_t r = 0; r < devices.size(); ++r) {
+      const OnDevice on(devices[r]);
+      cudaFree(bytes[r]);
+    }
+    throw;
+  }
+  for (size_t r = 0; r < devices.size(); ++r) {
+    const OnDevice on(devices[r]);
+    check_cuda(cudaFree(bytes[r]), "NCCL's first send");
+  }
 }
 
 NcclGroup::~NcclGroup() {
@@ -115,6 +152,7 @@ NcclGroup::NcclGroup(const std::vector<int>&) {
   fail("this lode was built without NCCL's header (nccl.h, CUDA 13's); hand rows between GPUs by peer copies");
 }
 NcclGroup::~NcclGroup() = default;
+void NcclGroup::connect_neighbours(const std::vector<int>&) {}
 void NcclGroup::copy(int, void*, int, void*, const std::vector<Copy>&, size_t) {}
 std::string NcclGroup::version() const { return {}; }
 

@@ -30,6 +30,7 @@ class NcclGroup {
   std::string version() const;  // "2.27.7"
 
  private:
+  void connect_neighbours(const std::vector<int>& devices);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -102,11 +102,15 @@ CudaPipeline::CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const mod
          gpus.size());
   const std::set<std::pair<int, int>> can_read = enable_peer_access(gpus);
   const std::vector<size_t> budgets = budgets_for(gpus, options.vram_budget);
-  const plan::GpuSplit split = plan::split_over_gpus(*weights, plan_options(options, 0), budgets, options.expert_scores);
+  std::vector<uint8_t> reachable;  // [reader][holder]: where a GPU can read the experts another holds for it
+  for (int reader : gpus)
+    for (int holder : gpus) reachable.push_back(can_read.count({reader, holder}) ? 1 : 0);
+  const plan::GpuSplit split =
+      plan::split_over_gpus(*weights, plan_options(options, 0), budgets, options.expert_scores, reachable);
   const int64_t n_experts = config_.n_experts;
   try {
     make_shares(reader, *weights, options, gpus, budgets, split);
-    lend_experts(*weights, split, can_read);
+    lend_experts(*weights, split);
   } catch (...) {
     release_shares();
     throw;
@@ -168,7 +172,7 @@ void CudaPipeline::hand_in(size_t g, bool prompt, int64_t rows) {
   const CudaSession& before = *shares_[g - 1].session;
   CudaSession& after = *shares_[g].session;
   if (!nccl_) return after.receive(before.hand_over(prompt), shares_[g - 1].device, rows, prompt);
-  const CudaSession::HandOver from = before.hand_over(prompt), to = after.hand_over(prompt);
+  const CudaSession::HandOver from = before.hand_over(prompt), to = after.receiving(rows, prompt);
   nccl_->copy(int(g - 1), before.stream(), int(g), after.stream(), {{from.h, to.h}, {from.normed, to.normed}},
               size_t(rows * config_.hidden) * sizeof(float));
 }
@@ -312,19 +316,16 @@ size_t CudaPipeline::share_of(int64_t layer) const {
 }
 
 // The experts the split lends: each GPU holds, in VRAM of its own beside its session's, the
-// experts of other GPUs' layers it was given room for (GpuSplit::owner), copied in once; the GPU
-// that runs their layer reads them there in place. Where it cannot read that GPU's memory (no peer
-// access), they stay in host RAM, read over PCIe as before.
-void CudaPipeline::lend_experts(const model::ModelWeights& weights, const plan::GpuSplit& split,
-                                const std::set<std::pair<int, int>>& can_read) {
+// experts of other GPUs' layers it was given room for (GpuSplit::owner: only where the GPU that
+// runs their layer can read its memory), copied in once; that GPU reads them there in place.
+void CudaPipeline::lend_experts(const model::ModelWeights& weights, const plan::GpuSplit& split) {
   const int64_t n_experts = config_.n_experts;
   std::vector<std::vector<CudaSession::LentExpert>> to(shares_.size());  // by the share whose layer it is
   for (size_t h = 0; h < shares_.size(); ++h) {
     std::vector<int64_t> held;  // [layer][expert] indices GPU h holds for other shares
     for (int64_t i = 0; i < int64_t(split.owner.size()); ++i) {
       const size_t g = share_of(i / n_experts);
-      if (split.owner[size_t(i)] == int32_t(h) && g != h && can_read.count({shares_[g].device, shares_[h].device}))
-        held.push_back(i);
+      if (split.owner[size_t(i)] == int32_t(h) && g != h) held.push_back(i);
     }
     if (held.empty()) continue;
     const OnDevice on(shares_[h].device);
@@ -389,7 +390,11 @@ void CudaPipeline::fill_with_random_cells(int64_t depth) {
 plan::MemoryPlan CudaPipeline::plan() const {
   std::vector<plan::MemoryPlan> plans;
   for (const Share& share : shares_) plans.push_back(share.session->plan());
-  return plan::together(plans);
+  plan::MemoryPlan all = plan::together(plans);
+  for (const Share& share : shares_) all.expert_slots += share.lent.bytes();
+  all.experts_resident += lent_;  // (the experts GPUs hold for each other's layers)
+  if (all.all_resident()) all.host_pinned = 0;
+  return all;
 }
 
 ExpertStats CudaPipeline::expert_stats() const {

@@ -10,7 +10,6 @@
 #pragma once
 #include <cstdint>
 #include <memory>
-#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -97,7 +96,7 @@ class CudaPipeline {
   CudaSession::StepBytes decode_bytes(int64_t depth) const;
   double prompt_flops(int64_t first, int64_t n) const;
   void fill_with_random_cells(int64_t depth);  // every share's attention layers
-  // The shares' memory plans together (plan::together).
+  // The shares' memory plans together (plan::together), with the experts they hold for each other.
   plan::MemoryPlan plan() const;
   // The shares' expert tiers together (counts summed; the first share's host tier and miss path).
   ExpertStats expert_stats() const;
@@ -128,8 +127,7 @@ class CudaPipeline {
   void make_shares(const gguf::Reader& reader, const model::ModelWeights& weights, const CudaSessionOptions& options,
                    const std::vector<int>& gpus, const std::vector<size_t>& budgets, const plan::GpuSplit& split);
   void release_shares();
-  void lend_experts(const model::ModelWeights& weights, const plan::GpuSplit& split,
-                    const std::set<std::pair<int, int>>& can_read);
+  void lend_experts(const model::ModelWeights& weights, const plan::GpuSplit& split);
   size_t share_of(int64_t layer) const;
 
   model::Qwen35MoeConfig config_;

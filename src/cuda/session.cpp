@@ -1486,16 +1486,21 @@ CudaSession::HandOver CudaSession::hand_over(bool prompt) const {
   return prompt ? HandOver{s.prompt->input_rows(), s.prompt->normed_rows()} : HandOver{s.h, s.normed};
 }
 
-void CudaSession::receive(const HandOver& from, int from_device, int64_t rows, bool prompt) {
-  Impl& s = *impl_;
+CudaSession::HandOver CudaSession::receiving(int64_t rows, bool prompt) const {
+  const Impl& s = *impl_;
   if (!s.options.hand_in) fail("cuda session: rows handed in to a session that reads its embeddings");
   if (prompt && !s.prompt) fail("cuda session: prompts run token by token here (no prompt pass)");
   if (rows < 1 || rows > (prompt ? s.prompt->chunk() : s.options.step_rows))
     fail("cuda session: {} rows handed in; a {} here takes 1 to {}", rows, prompt ? "prompt chunk" : "step",
          prompt ? s.prompt->chunk() : s.options.step_rows);
+  return hand_over(prompt);
+}
+
+void CudaSession::receive(const HandOver& from, int from_device, int64_t rows, bool prompt) {
+  Impl& s = *impl_;
   // (The copies wait for nothing on the GPU before: the share before ended its call waiting for its
   // stream, and nothing it queues later writes these rows before its next call.)
-  const HandOver to = hand_over(prompt);
+  const HandOver to = receiving(rows, prompt);
   const size_t bytes = size_t(rows * s.config.hidden) * sizeof(float);
   check_cuda(cudaMemcpyPeerAsync(to.h, s.options.device, from.h, from_device, bytes, s.stream), "rows from the GPU before");
   check_cuda(cudaMemcpyPeerAsync(to.normed, s.options.device, from.normed, from_device, bytes, s.stream),

@@ -186,6 +186,9 @@ class CudaSession {
   // A share with options.hand_in: the first `rows` rows of the share before's hand_over (on device
   // from_device; its work done) copied into this one's, ahead of this session's next step or chunk.
   void receive(const HandOver& from, int from_device, int64_t rows, bool prompt);
+  // Where `rows` rows handed in go (hand_over(prompt)), checked as receive checks them: for a
+  // hand-over that another queues (NCCL).
+  HandOver receiving(int64_t rows, bool prompt) const;
   bool hands_on() const;  // options.next_norm given: no lm head here
   // Experts of this session's layers that another GPU holds in its VRAM (several GPUs,
   // cuda/pipeline.h), read there in place over peer access with the same products: they count as

@@ -50,8 +50,9 @@ std::vector<int64_t> wanted_order(int64_t n_layers, int64_t n_experts, std::span
 }
 
 // Experts in the order they are wanted, each on its own layer's GPU while that has room, else on
-// the GPU with the most room left, until every GPU is full.
-void place_experts(GpuSplit& split, int64_t n_experts, std::span<const double> scores, int64_t cap) {
+// the GPU with the most room left that its layer's GPU can read, until no GPU can take more.
+void place_experts(GpuSplit& split, int64_t n_experts, std::span<const double> scores, int64_t cap,
+                   std::span<const uint8_t> reachable) {
   const int64_t n_layers = split.experts_total / std::max<int64_t>(n_experts, 1);
   std::vector<int64_t> room;
   for (const GpuShare& g : split.gpus)
@@ -62,10 +63,18 @@ void place_experts(GpuSplit& split, int64_t n_experts, std::span<const double> s
   split.owner.assign(size_t(split.experts_total), -1);
   int64_t left = std::accumulate(room.begin(), room.end(), int64_t(0));
   if (cap >= 0) left = std::min(left, cap);
+  const size_t n_gpus = split.gpus.size();
+  const auto can_hold = [&](size_t reader, size_t holder) {
+    return reader == holder || reachable.empty() || reachable[reader * n_gpus + holder];
+  };
   for (const int64_t i : wanted_order(n_layers, n_experts, scores)) {
     if (left == 0) break;
-    size_t g = home[size_t(i / n_experts)];
-    if (room[g] == 0) g = size_t(std::max_element(room.begin(), room.end()) - room.begin());
+    const size_t at_home = home[size_t(i / n_experts)];
+    size_t g = at_home;
+    if (room[g] == 0)
+      for (size_t h = 0; h < n_gpus; ++h)
+        if (can_hold(at_home, h) && room[h] > room[g]) g = h;
+    if (room[g] == 0) continue;  // (no GPU its layer's GPU can read has room)
     split.owner[size_t(i)] = int32_t(g);
     --room[g], --left;
     ++split.gpus[g].experts;
@@ -143,7 +152,7 @@ std::vector<GpuShare> shares(const std::vector<LayerBytes>& layers, size_t head,
 }  // namespace
 
 GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std::span<const size_t> budgets,
-                         std::span<const double> scores) {
+                         std::span<const double> scores, std::span<const uint8_t> reachable) {
   const model::Qwen35MoeConfig& c = w.config;
   const int64_t n_gpus = int64_t(budgets.size()), n_layers = int64_t(w.layers.size());
   if (n_gpus < 1) fail("memory plan: at least one GPU");
@@ -153,6 +162,8 @@ GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std
     fail("memory plan: {} expert scores for {} layers of {} experts", scores.size(), n_layers, c.n_experts);
   for (double score : scores)
     if (!std::isfinite(score)) fail("memory plan: an expert score is not a finite number");
+  if (!reachable.empty() && int64_t(reachable.size()) != n_gpus * n_gpus)
+    fail("memory plan: {} entries of which GPU reads which for {} GPUs", reachable.size(), n_gpus);
   const size_t head = head_bytes(w);
   const size_t page_table = size_t(std::max<int64_t>(o.parallel, 1)) * kv_page_table_bytes(o.context);
   const std::vector<LayerBytes> layers = layer_bytes(w, o);
@@ -183,7 +194,7 @@ GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std
     for (const ExpertBytes& e : expert_bytes(w))
       split.slot_bytes = std::max(split.slot_bytes, (e.total() + 255) / 256 * 256);
     split.experts_total = n_layers * c.n_experts;
-    place_experts(split, c.n_experts, scores, o.max_resident_experts);
+    place_experts(split, c.n_experts, scores, o.max_resident_experts, reachable);
     return split;
   }
 }

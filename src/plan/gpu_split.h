@@ -6,7 +6,8 @@
 // prompt chunk halves while the GPUs cannot hold it, as on one GPU. Then whole experts fill the
 // GPUs' room, no expert on two GPUs (together they hold as many distinct experts as they have
 // slots for): the most wanted first, each on its own layer's GPU while that has room, else on the
-// GPU with the most room left. Every expert stays in host RAM as on one GPU. One GPU gives
+// GPU with the most room left that its layer's GPU can read (peer access; cuda/pipeline.h reads
+// such lent experts there in place). Every expert stays in host RAM as on one GPU. One GPU gives
 // plan_memory's figures.
 #pragma once
 #include <cstddef>
@@ -43,11 +44,13 @@ struct GpuSplit {
 // The split for one budget per GPU (options.budget is not used; max_resident_experts caps the
 // experts of all GPUs together). scores [layers][n_experts] say which experts are wanted most (a
 // routing profile); empty: the first expert of every layer, then the second, ... (an even spread).
+// reachable [gpu][gpu]: 1 where the first GPU can read the second's memory (empty: every pair).
 // Fails (lode::Error) when no cut lets every GPU hold its layers and scratch at the smallest
 // prompt chunk, naming the GPU left shortest and by how many MiB, or when there are more GPUs
 // than layers.
 GpuSplit split_over_gpus(const model::ModelWeights& weights, const PlanOptions& options,
-                         std::span<const size_t> budgets, std::span<const double> scores = {});
+                         std::span<const size_t> budgets, std::span<const double> scores = {},
+                         std::span<const uint8_t> reachable = {});
 
 // Where each GPU's range of layers ends (ends[g]), for layer costs and each GPU's room: the cut
 // whose most loaded GPU carries the smallest share of its room (`load`; the cut fits where load
@@ -60,9 +63,8 @@ LayerCut cut_layers(std::span<const size_t> costs, std::span<const double> room)
 
 // The plan options of GPU `gpu`'s share: its budget and the split's prompt chunk, the head on the
 // last GPU only. plan_memory on model::layer_share's weights for its layers and these options gives
-// the GPU's trunk, K/V, states and scratch; its experts there are its own layers' that fit (the
-// sessions of cuda/pipeline.h hold no other layer's experts yet, so the experts the split lends to
-// a GPU with room to spare stay in host RAM).
+// the GPU's trunk, K/V, states and scratch (its scratch at most the split's); the experts it holds
+// for other GPUs' layers come on top (cuda/pipeline.h).
 PlanOptions share_options(const GpuSplit& split, const PlanOptions& options, size_t gpu);
 
 // Lines for `lode plan --gpus N`: one per GPU, then the experts' total.
