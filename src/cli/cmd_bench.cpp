@@ -177,8 +177,9 @@ measure::WindowFigures bench_window(Session& session, const DecodeFigures& step,
 // or random cells), `generate` steps a run after a warm-up step, each row's greedy token chosen on
 // the device; the median run, against the one-token step of `step`. Sequence 0 is left as it was.
 // Rows of sequences 0..n-1, each started from `start` (or random cells to `depth`).
-std::vector<cuda::CudaSession::Row> started_rows(cuda::CudaSession& session, int64_t n, int64_t depth,
-                                                 const cuda::CudaSession::Snapshot* start) {
+template <class Session>
+std::vector<cuda::CudaSession::Row> started_rows(Session& session, int64_t n, int64_t depth,
+                                                 const typename Session::Snapshot* start) {
   std::vector<cuda::CudaSession::Row> rows(static_cast<size_t>(n));
   for (int64_t s = 0; s < n; ++s) {
     session.use_sequence(s);
@@ -189,14 +190,16 @@ std::vector<cuda::CudaSession::Row> started_rows(cuda::CudaSession& session, int
 }
 
 // One step of every row, each row's next token its greedy one.
-void step_rows_greedily(cuda::CudaSession& session, std::vector<cuda::CudaSession::Row>& rows) {
+template <class Session>
+void step_rows_greedily(Session& session, std::vector<cuda::CudaSession::Row>& rows) {
   const std::vector<int32_t> next = session.decode_rows(rows, true).greedy;
   for (size_t r = 0; r < rows.size(); ++r) rows[r].token = next[r];
 }
 
-measure::SequencesFigures bench_sequences(cuda::CudaSession& session, const DecodeFigures& step, int64_t n,
-                                          int64_t generate, int repeats, const cuda::CudaSession::Snapshot* start) {
-  const cuda::CudaSession::Snapshot zero = session.save();
+template <class Session>
+measure::SequencesFigures bench_sequences(Session& session, const DecodeFigures& step, int64_t n, int64_t generate,
+                                          int repeats, const typename Session::Snapshot* start) {
+  const typename Session::Snapshot zero = session.save();
   std::vector<cuda::CudaSession::Row> rows = started_rows(session, n, step.depth, start);
   const auto run = [&] { step_rows_greedily(session, rows); };
   run();
@@ -353,6 +356,17 @@ Ceilings measure_ceilings() {
           cuda::measure_mapped_read_gbps(probe)};
 }
 
+// Steps of each count of sequences at a depth, the others started where a prompt left sequence 0
+// (or from random cells, as it was).
+template <class Session>
+void bench_all_sequences(Session& session, const BenchOptions& o, const DecodeFigures& step, measure::BenchRun& b) {
+  if (o.sequences.empty()) return;
+  const std::optional<typename Session::Snapshot> start =
+      o.fill == "random" ? std::nullopt : std::optional(session.save());
+  for (int64_t n : o.sequences)
+    b.sequences.push_back(bench_sequences(session, step, n, o.generate, o.repeats, start ? &*start : nullptr));
+}
+
 // The prompts, then at each depth the decode, the windows and then after_depth(that decode's figures),
 // on a session or a pipeline.
 template <class Session, class AfterDepth>
@@ -373,7 +387,7 @@ measure::BenchRun bench_run_of(const BenchOptions& o) {
   return b;
 }
 
-// The runs with the layers spread over several GPUs (no steps of several sequences, no profile yet).
+// The runs with the layers spread over several GPUs (no profile yet).
 measure::BenchRun bench_on_gpus(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
                                 const std::vector<int32_t>& tokens, int64_t context, int64_t budget_mib,
                                 const std::vector<double>& expert_scores, const std::vector<int>& gpus) {
@@ -389,7 +403,7 @@ measure::BenchRun bench_on_gpus(const gguf::Reader& reader, const model::Qwen35M
     const cuda::VramAccountant& vram = pipeline.share(g).vram();
     b.weights_mib += double(vram.held(cuda::VramUse::weights) + vram.held(cuda::VramUse::experts)) / double(1 << 20);
   }
-  bench_runs(pipeline, o, tokens, b, [](const DecodeFigures&) {});
+  bench_runs(pipeline, o, tokens, b, [&](const DecodeFigures& step) { bench_all_sequences(pipeline, o, step, b); });
   for (size_t g = 0; g < pipeline.shares(); ++g) b.peak_mib += double(pipeline.share(g).vram().peak()) / double(1 << 20);
   b.prompt_chunk = pipeline.prompt_chunk();
   b.context = pipeline.max_context();
@@ -412,14 +426,7 @@ measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeCon
   b.plan = session.plan();
   b.weights_mib = double(session.vram().held(cuda::VramUse::weights) + session.vram().held(cuda::VramUse::experts)) /
                   double(1 << 20);
-  bench_runs(session, o, tokens, b, [&](const DecodeFigures& step) {
-    if (o.sequences.empty()) return;
-    // The other sequences start where a prompt left sequence 0 (or from random cells, as it did).
-    const std::optional<cuda::CudaSession::Snapshot> start =
-        o.fill == "random" ? std::nullopt : std::optional(session.save());
-    for (int64_t n : o.sequences)
-      b.sequences.push_back(bench_sequences(session, step, n, o.generate, o.repeats, start ? &*start : nullptr));
-  });
+  bench_runs(session, o, tokens, b, [&](const DecodeFigures& step) { bench_all_sequences(session, o, step, b); });
   b.peak_mib = double(session.vram().peak()) / double(1 << 20);
   b.prompt_chunk = session.prompt_chunk();
   b.context = session.max_context();
@@ -429,8 +436,8 @@ measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeCon
 }
 
 void run_bench(const BenchOptions& o) {
-  if (!o.gpus.empty() && parse_gpus(o.gpus).size() > 1 && (!o.sequences.empty() || o.profile))
-    fail("--gpus {}: steps of several sequences (--sequences) and --profile run on one GPU only for now", o.gpus);
+  if (!o.gpus.empty() && parse_gpus(o.gpus).size() > 1 && o.profile)
+    fail("--gpus {}: --profile runs on one GPU only for now", o.gpus);
   gguf::Reader reader(o.model);
   const auto config = model::read_config(reader.metadata());
   const Ceilings ceilings = measure_ceilings();
@@ -521,7 +528,7 @@ void add_bench_command(CLI::App& app) {
   add_miss_path_option(*cmd, o->miss_path);
   cmd->add_option("--gpus", o->gpus,
                   "GPUs to spread the model's layers over, by CUDA index (e.g. 0,1; default: GPU 0 alone), each with "
-                  "the --vram-budget; not with --sequences or --profile yet");
+                  "the --vram-budget; not with --profile yet");
   cmd->add_option("--hand-over", o->hand_over,
                   "With --gpus: how each step's rows cross from one GPU to the next: peer (default: peer copies) or "
                   "nccl (NCCL's send and receive; distinct GPUs, libnccl.so.2 loaded at run time)")

@@ -282,6 +282,27 @@ bool CudaPipeline::reserve_kv(int64_t positions) {
   return answers.front();
 }
 
+CudaPipeline::Snapshot CudaPipeline::save() const {
+  Snapshot snapshot;
+  for (const Share& share : shares_) {
+    const OnDevice on(share.device);
+    snapshot.push_back(share.session->save());
+  }
+  return snapshot;
+}
+
+void CudaPipeline::restore(const Snapshot& snapshot) {
+  if (snapshot.size() != shares_.size())
+    fail("cuda pipeline: a snapshot of {} shares of the layers for a model in {}", snapshot.size(), shares_.size());
+  try {
+    size_t g = 0;
+    each([&](CudaSession& s) { s.restore(snapshot[g++]); });
+  } catch (const Error&) {
+    reset_sequences({});
+    throw;
+  }
+}
+
 int64_t CudaPipeline::Prefix::positions() const { return shares.front()->positions(); }
 
 int64_t CudaPipeline::Prefix::host_bytes() const {

@@ -68,6 +68,12 @@ class CudaPipeline {
   void reset();
   bool reserve_kv(int64_t positions);
 
+  // Every share's snapshot of the current sequence (CudaSession::save), restored together; a failure
+  // part way leaves the sequence empty in every share.
+  using Snapshot = std::vector<CudaSession::Snapshot>;
+  Snapshot save() const;
+  void restore(const Snapshot& snapshot);
+
   // Every share's kept prefix of the current sequence (CudaSession::keep), resumed together.
   struct Prefix {
     std::vector<std::shared_ptr<const CudaSession::Prefix>> shares;
