@@ -82,7 +82,7 @@ int64_t own_experts(const plan::GpuSplit& split, size_t g, int64_t n_experts) {
 
 CudaPipeline::CudaPipeline(std::unique_ptr<CudaSession> session) : config_(session->config()) {
   const int device = session->device();
-  shares_.push_back({device, 0, config_.n_layers, std::move(session)});
+  shares_.push_back({device, 0, config_.n_layers, std::move(session), {}});
 }
 
 CudaPipeline::CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const model::ModelWeights> weights,
@@ -94,7 +94,8 @@ CudaPipeline::CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const mod
     CudaSessionOptions one = options;
     one.device = gpus.front();
     const OnDevice on(one.device);
-    shares_.push_back({one.device, 0, config_.n_layers, std::make_unique<CudaSession>(reader, std::move(weights), one)});
+    shares_.push_back(
+        {one.device, 0, config_.n_layers, std::make_unique<CudaSession>(reader, std::move(weights), one), {}});
     return;
   }
   if (options.mtp)
@@ -107,7 +108,6 @@ CudaPipeline::CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const mod
     for (int holder : gpus) reachable.push_back(can_read.count({reader, holder}) ? 1 : 0);
   const plan::GpuSplit split =
       plan::split_over_gpus(*weights, plan_options(options, 0), budgets, options.expert_scores, reachable);
-  const int64_t n_experts = config_.n_experts;
   try {
     make_shares(reader, *weights, options, gpus, budgets, split);
     lend_experts(*weights, split);
@@ -140,7 +140,8 @@ void CudaPipeline::make_shares(const gguf::Reader& reader, const model::ModelWei
     o.max_resident_experts = own_experts(split, g, n_experts);
     auto share = std::make_shared<const model::ModelWeights>(model::layer_share(weights, at.first_layer, at.end_layer));
     const OnDevice on(o.device);
-    shares_.push_back({o.device, at.first_layer, at.end_layer, std::make_unique<CudaSession>(reader, std::move(share), o)});
+    shares_.push_back(
+        {o.device, at.first_layer, at.end_layer, std::make_unique<CudaSession>(reader, std::move(share), o), {}});
   }
 }
 
