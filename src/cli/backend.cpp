@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <string_view>
 
 #include "cli/expert_profile.h"
 #include "core/error.h"
@@ -115,7 +116,13 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
   options.window_rows = std::min(run.mtp + 1, cuda::kMaxStepRows);  // (1 without drafts: nothing kept)
   options.step_rows = std::max(options.window_rows, run.sequences);
   const std::vector<int> gpus = o.gpus.empty() ? std::vector<int>{0} : parse_gpus(o.gpus);
-  auto pipeline = std::make_unique<cuda::CudaPipeline>(reader, std::move(weights), options, gpus);
+  std::unique_ptr<cuda::CudaPipeline> pipeline;
+  try {
+    pipeline = std::make_unique<cuda::CudaPipeline>(reader, std::move(weights), options, gpus);
+  } catch (const Error& e) {  // a budget too small for the model ("VRAM budget ..."): several GPUs may hold it
+    if (!std::string_view(e.what()).starts_with("VRAM budget") || gpus.size() > 1 || cuda::count_devices() < 2) throw;
+    fail("{}; or spread the layers over this machine's {} GPUs (--gpus 0,1,...)", e.what(), cuda::count_devices());
+  }
   log_gpu_engine(*pipeline, config, options, run);
   return std::make_shared<cuda::CudaModel>(std::move(pipeline));
 #else

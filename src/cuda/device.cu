@@ -20,6 +20,8 @@ std::vector<DeviceInfo> list_devices(std::string* why) {
     return devices;
   }
   if (count == 0 && why) *why = "CUDA runtime sees no device";
+  int current = 0;  // (made current again afterwards: asking for free memory selects each device)
+  cudaGetDevice(&current);
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) continue;
@@ -32,7 +34,13 @@ std::vector<DeviceInfo> list_devices(std::string* why) {
     if (cudaSetDevice(i) == cudaSuccess) cudaMemGetInfo(&d.free_bytes, &d.total_bytes);
     devices.push_back(d);
   }
+  if (count > 0) cudaSetDevice(current);
   return devices;
+}
+
+int count_devices() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
 }
 
 std::string first_device_name() {

@@ -14,8 +14,10 @@ struct DeviceInfo {
 };
 
 // Every visible device; empty when there is none, with the runtime's reason in *why. (Asking
-// each device for its free memory creates a context on it.)
+// each device for its free memory creates a context on it; the current device stays current.)
 std::vector<DeviceInfo> list_devices(std::string* why);
+// How many devices the CUDA runtime sees (0 without a driver); creates no context.
+int count_devices();
 // The first visible device's name, or empty when there is none; creates no context.
 std::string first_device_name();
 // Empty when this build's kernels can run on `device`; else what is wrong and what to do (the
