@@ -33,9 +33,9 @@ void add_backend_options(CLI::App& cmd, BackendOptions& o) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   add_vram_budget_option(cmd, o.vram_budget_mib);
   cmd.add_option("--gpus", o.gpus,
-                 "GPUs to spread the model's layers over, by CUDA index (e.g. 0,1; default: GPU 0 alone): each "
-                 "holds a share of the layers with their K/V and as many of their experts as its --vram-budget "
-                 "holds");
+                 "GPUs to spread the model's layers over, by CUDA index (e.g. 0,1; default: GPU 0 alone, or every "
+                 "GPU when there are several and GPU 0 cannot hold every expert): each holds a share of the layers "
+                 "with their K/V and as many of their experts as its --vram-budget holds");
   add_expert_profile_option(cmd, o.expert_profile);
   add_expert_swaps_option(cmd, o.expert_swaps);
   add_miss_path_option(cmd, o.miss_path);
@@ -80,6 +80,26 @@ void log_gpu_engine(const cuda::CudaPipeline& pipeline, const model::Qwen35MoeCo
   fmt::print(stderr, "lode: {}; experts in host RAM: {}\n", pipeline.describe(), stats.host_tier);
   if (!all_resident) fmt::print(stderr, "lode: decode misses: {}\n", stats.miss_path);
 }
+
+// Without --gpus: GPU 0 alone, or every visible GPU where there are several and GPU 0 cannot hold
+// every expert (its plan for the budget leaves some in host RAM, or refuses the model), unless the
+// MTP block drafts (one GPU only). Says so when it spreads the layers.
+std::vector<int> default_gpus(const model::ModelWeights& weights, const cuda::CudaSessionOptions& options) {
+  if (options.mtp || cuda::count_devices() < 2) return {0};
+  const std::vector<cuda::DeviceInfo> devices = cuda::list_devices(nullptr);
+  if (devices.size() < 2) return {0};
+  const size_t budget = options.vram_budget > 0 ? options.vram_budget
+                                                : plan::default_budget(devices[0].free_bytes, devices[0].total_bytes);
+  try {
+    if (plan::plan_memory(weights, cuda::plan_options(options, budget)).all_resident()) return {0};
+  } catch (const Error&) {  // (GPU 0 alone cannot hold the model at all)
+  }
+  std::vector<int> all;
+  for (const cuda::DeviceInfo& d : devices) all.push_back(d.index);
+  fmt::print(stderr, "lode: GPU 0 cannot hold every expert of this model; its layers go over all {} GPUs (--gpus 0 "
+             "keeps to one)\n", all.size());
+  return all;
+}
 #endif
 
 std::unique_ptr<engine::Sequence> open_gpu_sequence(const BackendOptions& o, LoadedModel& model,
@@ -115,7 +135,7 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
   options.kv_positions = run.kv_positions == run.sequences * run.ctx ? 0 : run.kv_positions;
   options.window_rows = std::min(run.mtp + 1, cuda::kMaxStepRows);  // (1 without drafts: nothing kept)
   options.step_rows = std::max(options.window_rows, run.sequences);
-  const std::vector<int> gpus = o.gpus.empty() ? std::vector<int>{0} : parse_gpus(o.gpus);
+  const std::vector<int> gpus = o.gpus.empty() ? default_gpus(*weights, options) : parse_gpus(o.gpus);
   std::unique_ptr<cuda::CudaPipeline> pipeline;
   try {
     pipeline = std::make_unique<cuda::CudaPipeline>(reader, std::move(weights), options, gpus);

@@ -24,7 +24,7 @@ struct BackendOptions {
   std::string expert_profile;   // a routing profile placing experts in VRAM (empty: an even spread)
   std::string expert_swaps = "on";  // on: adaptive placement between decode steps; off: frozen
   std::string miss_path = "auto";   // who computes decode misses (--miss-path)
-  std::string gpus;  // --gpus 0,1,...: the GPUs the layers are spread over (empty: one, GPU 0)
+  std::string gpus;  // --gpus 0,1,...: the GPUs the layers are spread over (empty: the default, below)
 };
 
 // --gpus' list of CUDA device indices ("0,1,3"); fails clearly on anything else.
