@@ -149,11 +149,16 @@ void CudaPipeline::make_shares(const gguf::Reader& reader, const model::ModelWei
 
 CudaPipeline::~CudaPipeline() { release_shares(); }
 
-// Each session released on its own GPU, the last share first.
+// Each session released on its own GPU, the last share first (from the destructor too: nothing
+// here may throw).
 void CudaPipeline::release_shares() {
   while (!shares_.empty()) {
-    const OnDevice on(shares_.back().device);
-    shares_.pop_back();
+    try {
+      const OnDevice on(shares_.back().device);
+      shares_.pop_back();
+    } catch (const Error&) {  // (no device could be selected: released as things stand)
+      shares_.pop_back();
+    }
   }
 }
 
@@ -202,6 +207,17 @@ auto CudaPipeline::through(bool prompt, int64_t rows, std::span<const int64_t> s
     } catch (const Error&) {  // (the first failure is the one to report)
     }
     fail("{} (the layers spread over {} GPUs: the step's sequences were reset)", e.what(), shares_.size());
+  }
+}
+
+// After the `failed`-th share (counting from 1) failed to restore or resume the current sequence:
+// with shares before it changed, every share forgets it (best effort: the first error is the one
+// to report); the failed share left itself as one session would.
+void CudaPipeline::forget_after_failure(size_t failed) {
+  if (failed <= 1) return;
+  try {
+    reset_sequences({});
+  } catch (const Error&) {
   }
 }
 
@@ -297,11 +313,11 @@ CudaPipeline::Snapshot CudaPipeline::save() const {
 void CudaPipeline::restore(const Snapshot& snapshot) {
   if (snapshot.size() != shares_.size())
     fail("cuda pipeline: a snapshot of {} shares of the layers for a model in {}", snapshot.size(), shares_.size());
+  size_t g = 0;
   try {
-    size_t g = 0;
     each([&](CudaSession& s) { s.restore(snapshot[g++]); });
   } catch (const Error&) {
-    reset_sequences({});
+    forget_after_failure(g);
     throw;
   }
 }
@@ -324,11 +340,11 @@ std::shared_ptr<const CudaPipeline::Prefix> CudaPipeline::keep() {
 void CudaPipeline::resume(const Prefix& prefix) {
   if (prefix.pipeline != this || prefix.shares.size() != shares_.size())
     fail("cuda pipeline: a prefix kept by another model cannot be resumed here");
+  size_t g = 0;
   try {
-    size_t g = 0;
     each([&](CudaSession& s) { s.resume(*prefix.shares[g++]); });
   } catch (const Error&) {
-    reset_sequences({});
+    forget_after_failure(g);
     throw;
   }
 }

@@ -69,7 +69,7 @@ class CudaPipeline {
   bool reserve_kv(int64_t positions);
 
   // Every share's snapshot of the current sequence (CudaSession::save), restored together; a failure
-  // part way leaves the sequence empty in every share.
+  // after the first share leaves the sequence empty in every share.
   using Snapshot = std::vector<CudaSession::Snapshot>;
   Snapshot save() const;
   void restore(const Snapshot& snapshot);
@@ -82,8 +82,8 @@ class CudaPipeline {
     int64_t host_bytes() const;
   };
   std::shared_ptr<const Prefix> keep();
-  // Fails for another pipeline's prefix, changing nothing; a failure part way leaves the sequence
-  // empty in every share.
+  // Fails for another pipeline's prefix, changing nothing; a failure after the first share leaves
+  // the sequence empty in every share.
   void resume(const Prefix& prefix);
 
   const model::Qwen35MoeConfig& config() const { return config_; }  // the whole model's
@@ -125,6 +125,7 @@ class CudaPipeline {
   template <class Call>
   auto through(bool prompt, int64_t rows, std::span<const int64_t> sequences, Call&& call);
   void reset_sequences(std::span<const int64_t> sequences);
+  void forget_after_failure(size_t failed);
   // Runs call(session) on every share, each on its GPU.
   template <class Call>
   void each(Call&& call);
