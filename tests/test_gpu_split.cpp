@@ -252,6 +252,8 @@ TEST(GpuSplit, OneLayerEachTightBudgetsCapsAndSpills) {
   EXPECT_EQ(on_home, 3);
   EXPECT_EQ(spilled, c.n_experts - 3);
   for (int64_t e = c.n_experts - 3; e < c.n_experts; ++e) EXPECT_EQ(spill.owner[size_t(e)], 0) << e;  // the most wanted at home
+  EXPECT_NE(plan::describe(spill).find(fmt::format("{} of them of other GPUs' layers", spilled)), std::string::npos)
+      << plan::describe(spill);
   // Where GPU 0 cannot read GPU 1's memory, none spills there: GPU 1's room goes to its own layers.
   const std::vector<uint8_t> apart = {1, 0, 1, 1};  // [reader][holder]: GPU 1 could read GPU 0, not the reverse
   const plan::GpuSplit kept = plan::split_over_gpus(m.weights, o, std::vector<size_t>{gpu0, 200 * kMiB}, scores, apart);

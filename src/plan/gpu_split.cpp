@@ -209,12 +209,19 @@ PlanOptions share_options(const GpuSplit& split, const PlanOptions& options, siz
 
 std::string describe(const GpuSplit& split) {
   std::string out;
+  const int64_t n_experts = split.experts_total / std::max<int64_t>(split.gpus.back().end_layer, 1);
   for (size_t g = 0; g < split.gpus.size(); ++g) {
     const GpuShare& s = split.gpus[g];
+    int64_t lent = 0;  // of its experts, those of other GPUs' layers
+    for (size_t i = 0; i < split.owner.size(); ++i) {
+      const int64_t layer = int64_t(i) / std::max<int64_t>(n_experts, 1);
+      lent += split.owner[i] == int32_t(g) && (layer < s.first_layer || layer >= s.end_layer);
+    }
     out += fmt::format("GPU {}: budget {:.1f} MiB: layers {}-{}, trunk {:.1f}, K/V {:.1f}, DeltaNet states {:.1f}, "
-                       "scratch {:.1f} (prompt chunks of {}), experts {} ({:.1f} MiB)\n",
+                       "scratch {:.1f} (prompt chunks of {}), experts {} ({:.1f} MiB){}\n",
                        g, mib(s.budget), s.first_layer, s.end_layer - 1, mib(s.trunk), mib(s.kv), mib(s.states),
-                       mib(s.scratch), split.prompt_chunk, s.experts, mib(size_t(s.experts) * split.slot_bytes));
+                       mib(s.scratch), split.prompt_chunk, s.experts, mib(size_t(s.experts) * split.slot_bytes),
+                       lent ? fmt::format(", {} of them of other GPUs' layers", lent) : std::string());
   }
   out += fmt::format("experts in VRAM: {} of {} ({:.1f}%), none on two GPUs\n", split.experts_resident(),
                      split.experts_total,
