@@ -13,6 +13,7 @@
 #include "model/synth.h"
 #include "model/weights.h"
 #include "plan/gpu_split.h"
+#include "plan/routing_profile.h"
 #include "support/paths.h"
 #include "support/run_lode.h"
 #include "test_gguf_helpers.h"
@@ -295,6 +296,32 @@ TEST(GpuSplit, TheCommandPrintsEachGpu) {
   const auto small = test::run_lode(plan + " --vram-budget 10", dir.path());
   EXPECT_EQ(small.status, 1);
   EXPECT_NE(small.err.find("short by"), std::string::npos) << small.err;
+
+  // With a routing profile (the later experts of each layer routed more): which experts, and the
+  // share of its routings the experts in VRAM take: on one GPU, its most routed ones.
+  const Mini m;
+  plan::RoutingProfile profile;
+  profile.model_name = "test", profile.fingerprint = plan::routing_fingerprint(m.weights);
+  profile.layers = m.weights.config.n_layers, profile.experts = m.weights.config.n_experts, profile.tokens = 9;
+  for (int64_t i = 0; i < profile.layers * profile.experts; ++i) profile.counts.push_back(uint64_t(1 + i % profile.experts));
+  plan::write_profile(dir / "p.json", profile);
+  const std::string one = "plan -m '" + test::mini_model_path().string() + "' --ctx 1024 --prompt-chunk 512 --vram-budget 30";
+  const auto with = test::run_lode(one + " --expert-profile '" + (dir / "p.json").string() + "'", dir.path());
+  ASSERT_EQ(with.status, 0) << with.err;
+  const plan::MemoryPlan p = plan::plan_memory(m.weights, {.budget = 30 * kMiB, .kv = kv::Format::f16, .context = 1024,
+                                                            .prompt_chunk = 512});
+  std::vector<uint64_t> sorted = profile.counts;
+  std::sort(sorted.rbegin(), sorted.rend());
+  double top = 0, all = 0;
+  for (size_t i = 0; i < sorted.size(); ++i) all += double(sorted[i]), top += i < size_t(p.experts_resident) ? double(sorted[i]) : 0;
+  ASSERT_LT(p.experts_resident, int64_t(sorted.size()));
+  const std::string share = fmt::format("the profile's most routed, take {:.1f}% of its routings", 100.0 * top / all);
+  EXPECT_NE(with.out.find(share), std::string::npos) << share << "\n" << with.out;
+  const auto spread = test::run_lode(plan + " --vram-budget 40 --expert-profile '" + (dir / "p.json").string() + "'",
+                                     dir.path());
+  ASSERT_EQ(spread.status, 0) << spread.err;
+  EXPECT_NE(spread.out.find("the most routed experts first, by the profile"), std::string::npos) << spread.out;
+  EXPECT_NE(spread.out.find("% of the profile's routings"), std::string::npos) << spread.out;
 }
 
 }  // namespace

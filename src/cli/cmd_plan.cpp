@@ -1,15 +1,16 @@
-// `lode plan -m MODEL [--vram-budget MiB] [--kv F] [--ctx N] [--parallel N] [--kv-positions N] [--prompt-chunk N] [--gpus N]`:
+// `lode plan -m MODEL [--vram-budget MiB] [--kv F] [--ctx N] [--parallel N] [--kv-positions N] [--prompt-chunk N] [--gpus N] [--expert-profile FILE]`:
 // how the GPU session would spend a VRAM budget on a model (plan/memory_plan.h), computed from the
 // file alone, and for each K/V format how many experts the same budget would keep in VRAM; with
 // --gpus N above 1, how N GPUs of that budget each would share it (plan/gpu_split.h: their layers,
-// their experts, none on two). Needs no GPU when --vram-budget is given; without it, the first
-// GPU's free memory less a margin.
+// their experts, none on two; which experts, by a routing profile's counts when given). Needs no GPU
+// when --vram-budget is given; without it, the first GPU's free memory less a margin.
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "cli/backend.h"
 #include "cli/commands.h"
+#include "cli/expert_profile.h"
 #include "cli/model_options.h"
 #include "core/error.h"
 #include "gguf/reader.h"
@@ -34,6 +35,7 @@ struct PlanCommandOptions {
   int64_t prompt_chunk = 4096;
   int64_t gpus = 1;
   int64_t kv_positions = 0;  // --kv-positions (0: --parallel x --ctx)
+  std::string expert_profile;  // --expert-profile: which experts go to VRAM first
 };
 
 // The budget asked for, or the first GPU's default one.
@@ -52,6 +54,13 @@ size_t budget_bytes(int64_t mib) {
 #else
   fail("this lode was built without CUDA, so there is no GPU to read a default budget from: give --vram-budget MiB");
 #endif
+}
+
+// The share of a profile's routings that go to the experts in VRAM (held[i]: expert i is).
+double routed_share(const std::vector<double>& scores, const std::vector<bool>& held) {
+  double all = 0, in_vram = 0;
+  for (size_t i = 0; i < scores.size(); ++i) all += scores[i], in_vram += held[i] ? scores[i] : 0.0;
+  return all > 0 ? in_vram / all : 0.0;
 }
 
 void run_plan(const PlanCommandOptions& o) {
@@ -75,14 +84,34 @@ void run_plan(const PlanCommandOptions& o) {
   }
   fmt::print("model: {} ({} layers, {} experts per layer, top {})\n", o.model, config.n_layers, config.n_experts,
              config.n_experts_used);
+  const std::vector<double> scores =
+      o.expert_profile.empty() ? std::vector<double>{} : expert_scores_from(o.expert_profile, weights);
   if (o.gpus > 1) {
-    const plan::GpuSplit split = plan::split_over_gpus(weights, options, std::vector<size_t>(size_t(o.gpus), options.budget));
-    fmt::print("{} GPUs of {:.1f} MiB each, K/V for {} (experts spread evenly; no routing profile):\n{}", o.gpus,
-               double(options.budget) / double(1 << 20), plan::kv_note(options), plan::describe(split));
+    const plan::GpuSplit split =
+        plan::split_over_gpus(weights, options, std::vector<size_t>(size_t(o.gpus), options.budget), scores);
+    fmt::print("{} GPUs of {:.1f} MiB each, K/V for {} ({}):\n{}", o.gpus, double(options.budget) / double(1 << 20),
+               plan::kv_note(options),
+               scores.empty() ? "experts spread evenly; no routing profile"
+                              : "the most routed experts first, by the profile " + o.expert_profile,
+               plan::describe(split));
+    if (!scores.empty()) {
+      std::vector<bool> held(scores.size());
+      for (size_t i = 0; i < held.size(); ++i) held[i] = split.owner[i] >= 0;
+      fmt::print("the experts in VRAM take {:.1f}% of the profile's routings\n", 100.0 * routed_share(scores, held));
+    }
     return;
   }
   const plan::MemoryPlan chosen = plan::plan_memory(weights, options);
   fmt::print("{}", plan::describe(chosen));
+  if (!scores.empty()) {  // the session places the most routed first
+    std::vector<size_t> order(scores.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] > scores[b]; });
+    std::vector<bool> held(scores.size());
+    for (int64_t r = 0; r < chosen.experts_resident; ++r) held[order[size_t(r)]] = true;
+    fmt::print("the experts in VRAM, the profile's most routed, take {:.1f}% of its routings\n",
+               100.0 * routed_share(scores, held));
+  }
   fmt::print("the same budget and context in each K/V format:\n");
   for (kv::Format format : kv::all_formats()) {
     if (!kv::unsupported_reason(format, config.head_dim).empty()) continue;
@@ -121,6 +150,7 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--gpus", o->gpus,
                   "Plan for this many GPUs of one host, each with the budget: their layers and experts (default 1)")
       ->check(CLI::Range(int64_t(1), int64_t(1024)));
+  add_expert_profile_option(*cmd, o->expert_profile);
   cmd->callback([o] { run_plan(*o); });
 }
 
