@@ -67,13 +67,19 @@ void KvCache::copy_rows(std::span<const int32_t> pages, int64_t positions, uint8
   for (int store = 0; store < int(stores_.size()); ++store) {
     const int64_t row = row_bytes(store);
     auto* device = static_cast<uint8_t*>(stores_[size_t(store)].data());
-    for (int64_t first = 0; first < positions; first += kKvPagePositions) {
+    // A run of pages that follow one another in the store too (as a pool hands them out until it
+    // churns) is one copy: a long prefix moved to host memory is then a few copies, not one a page.
+    for (int64_t first = 0; first < positions;) {
       const int32_t page = pages[size_t(first / kKvPagePositions)];
       if (page == kv::PageTables::kUnmapped) fail("K/V cache: positions from {} were never written", first);
+      int64_t end = std::min(first + kKvPagePositions, positions);
+      while (end < positions && pages[size_t(end / kKvPagePositions)] == page + int32_t((end - first) / kKvPagePositions))
+        end = std::min(end + kKvPagePositions, positions);
       uint8_t* cells = device + page * kKvPagePositions * row;
-      const size_t bytes = size_t(std::min(kKvPagePositions, positions - first) * row);
+      const size_t bytes = size_t((end - first) * row);
       if (to_host) copy_to_host(to_host + at + first * row, cells, bytes);
       else copy_to_device(cells, from_host + at + first * row, bytes);
+      first = end;
     }
     at += size_t(positions * row);
   }
