@@ -2,6 +2,7 @@
 // previous one (cached_tokens > 0) and returns exactly what a cold run of the same prompt returns;
 // an unrelated request reuses nothing.
 #include <algorithm>
+#include <unordered_set>
 
 #include "chat/output_parser.h"
 #include "chat/template.h"
@@ -244,6 +245,29 @@ TEST(ServerPrefix, CheckpointsAreBoundedAndSitAtWholeIntervals) {
   // A session that someone else moved on is not trusted.
   engine::prefill(session, std::span(prompt).first(3), 16);
   EXPECT_EQ(cache.reusable(session, prompt), 0);
+}
+
+// A prefix copied to another slot shares the source's checkpoints: their host memory is counted
+// once across the caches (what the server's --prefix-cache-mib bound and /v1/status add up).
+TEST(ServerPrefix, CheckpointsTwoSlotsShareAreCountedOnce) {
+  const auto engine = mini_engine();
+  const auto first = engine->open_sequence(), second = engine->open_sequence();
+  server::PrefixCache a(16, 8), b(16, 8);
+  std::vector<int32_t> prompt(70);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(200 + i);
+  prefill_from(*first, a, prompt, 0);
+  a.record({}, false);
+  ASSERT_EQ(a.checkpoints(), 4u);  // 16, 32, 48, 64
+  std::unordered_set<const engine::Checkpoint*> alone;
+  const int64_t a_bytes = a.bytes(alone);
+  ASSERT_GT(a_bytes, 0);
+  EXPECT_EQ(b.resume_from(*second, a, *first, prompt), 64);
+  EXPECT_EQ(b.checkpoints(), 4u);
+  std::unordered_set<const engine::Checkpoint*> seen;
+  EXPECT_EQ(a.bytes(seen) + b.bytes(seen), a_bytes);  // the same four, not eight
+  prefill_from(*second, b, prompt, 64);  // (its last chunk: no checkpoint of its own)
+  std::unordered_set<const engine::Checkpoint*> again;
+  EXPECT_EQ(b.bytes(again), a_bytes);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "core/utf8.h"
@@ -304,9 +305,10 @@ bool EngineWorker::reserve_room(const Placement& placement, const Job& job) {
 }
 
 void EngineWorker::bound_checkpoints() {
-  const auto total = [&] {
+  const auto total = [&] {  // (a checkpoint that slots share counted once)
+    std::unordered_set<const engine::Checkpoint*> seen;
     int64_t bytes = 0;
-    for (const auto& slot : slots_) bytes += slot->prefix.bytes();
+    for (const auto& slot : slots_) bytes += slot->prefix.bytes(seen);
     return bytes;
   };
   if (total() <= options_.checkpoint_bytes_limit) return;
@@ -329,7 +331,8 @@ void EngineWorker::bound_checkpoints() {
 
 void EngineWorker::count_memory() {
   int64_t bytes = 0, kv = 0;
-  for (const auto& s : slots_) bytes += s->prefix.bytes(), kv += s->sequence->kv_bytes();
+  std::unordered_set<const engine::Checkpoint*> seen;  // (a checkpoint that slots share counted once)
+  for (const auto& s : slots_) bytes += s->prefix.bytes(seen), kv += s->sequence->kv_bytes();
   std::lock_guard lock(mutex_);
   checkpoint_bytes_ = bytes;
   kv_bytes_ = kv;

@@ -7,9 +7,10 @@ namespace lode::server {
 PrefixCache::PrefixCache(int64_t interval, size_t max_checkpoints)
     : interval_(std::max<int64_t>(1, interval)), max_checkpoints_(max_checkpoints) {}
 
-int64_t PrefixCache::bytes() const {
+int64_t PrefixCache::bytes(std::unordered_set<const engine::Checkpoint*>& seen) const {
   int64_t total = 0;
-  for (const auto& [position, cp] : checkpoints_) total += cp->bytes();
+  for (const auto& [position, cp] : checkpoints_)
+    if (seen.insert(cp.get()).second) total += cp->bytes();
   return total;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/engine.h"
@@ -48,7 +49,10 @@ class PrefixCache {
   int64_t interval() const { return interval_; }
   int64_t held() const { return int64_t(tokens_.size()); }  // tokens the sequence holds
   size_t checkpoints() const { return checkpoints_.size(); }
-  int64_t bytes() const;
+  // The host memory its checkpoints hold, each counted once however many caches hold it (a prefix
+  // copied to another slot shares the source's checkpoints): those in `seen` are skipped, and its
+  // own are added there.
+  int64_t bytes(std::unordered_set<const engine::Checkpoint*>& seen) const;
 
  private:
   // The checkpoint resume() would use, or checkpoints_.end().
