@@ -1,12 +1,14 @@
 // Several GPUs of one host (docs/SCALE.md): the model's layers cut into contiguous shares as
 // plan/gpu_split.h cuts them, each share a CudaSession of its own on its GPU over
-// model::layer_share's weights, holding its layers' trunk, K/V pages, DeltaNet states and as many
-// of its own layers' experts as fit (every expert stays in host RAM, as on one GPU); the last share
-// also the lm head. A step or a prompt chunk runs share by share: each share hands its rows (h and
-// their normed rows, CudaSession::hand_over) to the next by a peer copy. Every layer's arithmetic is
-// the one-GPU session's and the rows cross unchanged, so the tokens do not depend on the split.
-// With one share the pipeline is that session, called straight through: `--gpus 0` is the one-GPU
-// path. A GPU may hold several shares (tests hand rows over that way on one GPU).
+// model::layer_share's weights, holding its layers' trunk, K/V pages, DeltaNet states and the
+// experts the split gives it: its own layers', and in VRAM beside its session's, those of other
+// GPUs' layers that it has room for, which their GPU reads there in place (every expert stays in
+// host RAM, as on one GPU); the last share also the lm head. A step or a prompt chunk runs share by
+// share: each share hands its rows (h and their normed rows, CudaSession::hand_over) to the next
+// (HandOverBy). Every layer's arithmetic is the one-GPU session's and the rows cross unchanged, so
+// the tokens do not depend on the split. With one share the pipeline is that session, called
+// straight through: `--gpus 0` is the one-GPU path. A GPU may hold several shares (tests hand rows
+// over that way on one GPU). Every call runs each share with its GPU current (cuda/on_device.h).
 #pragma once
 #include <cstdint>
 #include <memory>
