@@ -1765,7 +1765,7 @@ ExpertStats CudaSession::expert_stats() const {
   check_cuda(cudaStreamSynchronize(s.stream), "expert counters");
   copy_to_host(misses.data(), s.route_misses, misses.size() * sizeof(unsigned));
   ExpertStats stats{.resident = s.tier->resident_count(), .total = layers * s.config.n_experts,
-                    .swaps = s.tier->swaps(), .host_tier = s.tier->host_tier()};
+                    .swaps = s.tier->swaps(), .host_tier = s.tier->host_tier(), .miss_path = {}};
   for (uint64_t c : routing_counts()) stats.routed += c;
   for (int64_t l = 0; l < layers; ++l) {
     stats.missed += misses[size_t(l)] + misses[size_t(layers + l)];
