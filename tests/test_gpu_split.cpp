@@ -275,7 +275,7 @@ TEST(GpuSplit, WhatCannotFitIsRefusedSayingWhy) {
   try {
     plan::split_over_gpus(m.weights, o, std::vector<size_t>{size_t(200) * kMiB, size_t(1) * kMiB});
     ADD_FAILURE() << "a 1 MiB GPU was given layers";
-  } catch (const Error& e) {
+  } catch (const BudgetShortfall& e) {
     const std::string what = e.what();
     EXPECT_NE(what.find("GPU 1"), std::string::npos) << what;
     EXPECT_NE(what.find("short by"), std::string::npos) << what;

@@ -176,7 +176,7 @@ TEST(MemoryPlan, ThePromptChunkShrinksBeforeTheBudgetIsRefused) {
       plan::plan_memory(w, {.budget = size_t(4096) * kMiB, .kv = kv::Format::f16, .context = 4096, .prompt_chunk = 256})
           .fixed();
   tight.budget -= 1;
-  EXPECT_THROW(plan::plan_memory(w, tight), Error);
+  EXPECT_THROW(plan::plan_memory(w, tight), BudgetShortfall);  // (a refusal callers can tell apart)
   // Prompts token by token need no prompt scratch at all.
   const plan::MemoryPlan none = plan::plan_memory(w, {.budget = size_t(4096) * kMiB, .context = 4096, .prompt_chunk = 0});
   EXPECT_EQ(none.prompt_scratch, 0u);

@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <string_view>
 
 #include "cli/expert_profile.h"
 #include "core/error.h"
@@ -139,8 +138,8 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
   std::unique_ptr<cuda::CudaPipeline> pipeline;
   try {
     pipeline = std::make_unique<cuda::CudaPipeline>(reader, std::move(weights), options, gpus);
-  } catch (const Error& e) {  // a budget too small for the model ("VRAM budget ..."): several GPUs may hold it
-    if (!std::string_view(e.what()).starts_with("VRAM budget") || gpus.size() > 1 || cuda::count_devices() < 2) throw;
+  } catch (const BudgetShortfall& e) {  // (several GPUs may hold it)
+    if (gpus.size() > 1 || cuda::count_devices() < 2) throw;
     fail("{}; or spread the layers over this machine's {} GPUs (--gpus 0,1,...)", e.what(), cuda::count_devices());
   }
   log_gpu_engine(*pipeline, config, options, run);

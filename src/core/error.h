@@ -12,9 +12,21 @@ public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// A VRAM budget that cannot hold what was asked (the memory plan's refusal, an allocation past the
+// budget): a caller may offer another way, such as more GPUs.
+class BudgetShortfall : public Error {
+public:
+  using Error::Error;
+};
+
 template <typename... Args>
 [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
   throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+template <typename... Args>
+[[noreturn]] void fail_budget(fmt::format_string<Args...> format, Args&&... args) {
+  throw BudgetShortfall(fmt::format(format, std::forward<Args>(args)...));
 }
 
 }  // namespace lode

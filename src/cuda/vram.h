@@ -18,9 +18,9 @@ namespace lode::cuda {
 
 // What VramAccountant::allocate throws when an allocation would exceed the budget (callers that
 // can make do with less, like the prompt pass's scratch, catch it and ask for less).
-class VramShortfall : public Error {
+class VramShortfall : public BudgetShortfall {
  public:
-  using Error::Error;
+  using BudgetShortfall::BudgetShortfall;
 };
 
 enum class VramUse { weights, experts, kv, state, scratch };

@@ -142,7 +142,7 @@ std::vector<GpuShare> shares(const std::vector<LayerBytes>& layers, size_t head,
     if (int64_t(gpus[g].fixed() - gpus[g].budget) > int64_t(gpus[worst].fixed() - gpus[worst].budget)) worst = g;
   const GpuShare& s = gpus[worst];
   const bool layers_are_the_problem = s.scratch + (worst + 1 == gpus.size() ? head : 0) < s.budget;
-  fail("GPU {}: a VRAM budget of {:.1f} MiB cannot hold layers {}-{} (trunk {:.1f} MiB, K/V {:.1f} MiB for {} positions "
+  fail_budget("GPU {}: a VRAM budget of {:.1f} MiB cannot hold layers {}-{} (trunk {:.1f} MiB, K/V {:.1f} MiB for {} positions "
        "in {}, DeltaNet states {:.1f} MiB) and its scratch for prompt chunks of {} ({:.1f} MiB): short by {:.1f} MiB; "
        "raise --vram-budget or give a smaller --ctx{}",
        worst, mib(s.budget), s.first_layer, s.end_layer - 1, mib(s.trunk), mib(s.kv), o.context, kv::to_string(o.kv),

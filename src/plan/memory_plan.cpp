@@ -204,7 +204,7 @@ MemoryPlan plan_memory(const model::ModelWeights& w, const PlanOptions& o) {
     fixed = fixed_at(w, o, chunk);
   }
   if (fixed.total() > o.budget)
-    fail("VRAM budget of {:.1f} MiB cannot hold the trunk ({:.1f} MiB), the K/V cache ({}: {:.1f} MiB), the "
+    fail_budget("VRAM budget of {:.1f} MiB cannot hold the trunk ({:.1f} MiB), the K/V cache ({}: {:.1f} MiB), the "
          "DeltaNet states ({:.1f} MiB) and the scratch for prompt chunks of {} ({:.1f} MiB): short by {:.1f} MiB; "
          "raise --vram-budget, or: {}",
          mib(o.budget), mib(fixed.trunk), kv_note(o), mib(fixed.kv), mib(fixed.states), chunk,
