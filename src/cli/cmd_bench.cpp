@@ -98,9 +98,7 @@ TierFigures per(TierFigures t, double n) {
 
 // Every call here ends with the device idle (the logits are on the host), so wall-clock time
 // around a call is the GPU's time for it.
-// (Session: a CudaSession, or a CudaPipeline over several GPUs.)
-template <class Session>
-PrefillFigures bench_prefill(Session& session, const std::vector<int32_t>& tokens, int64_t n, int repeats) {
+PrefillFigures bench_prefill(cuda::CudaPipeline& session, const std::vector<int32_t>& tokens, int64_t n, int repeats) {
   const std::span<const int32_t> prompt(tokens.data(), size_t(n));
   std::vector<double> seconds;
   cuda::ExpertStats before;
@@ -120,8 +118,7 @@ PrefillFigures bench_prefill(Session& session, const std::vector<int32_t>& token
 // the same work per step, without a prompt's quadratic attention to get there), then `repeats` runs
 // of `generate` greedy tokens after two warm-up steps; the median run. The tokens are chosen on the
 // device (CudaSession::decode_greedy), as `lode run` would at temperature 0.
-template <class Session>
-DecodeFigures bench_decode(Session& session, const std::vector<int32_t>& tokens, int64_t depth, int64_t generate,
+DecodeFigures bench_decode(cuda::CudaPipeline& session, const std::vector<int32_t>& tokens, int64_t depth, int64_t generate,
                            int repeats, bool random_fill) {
   session.reset();
   if (random_fill) session.fill_with_random_cells(depth);
@@ -157,8 +154,7 @@ double median_seconds_per_call(const Run& run, int64_t calls, int repeats) {
 // windows per run after a warm-up window (which captures the window's graph), each row's greedy
 // token chosen on the device (the drafts are the window's last greedy token again: what they are
 // does not change the work); the median run, against the one-token step of `step`.
-template <class Session>
-measure::WindowFigures bench_window(Session& session, const DecodeFigures& step, int64_t n, int64_t generate,
+measure::WindowFigures bench_window(cuda::CudaPipeline& session, const DecodeFigures& step, int64_t n, int64_t generate,
                                     int repeats) {
   const int64_t windows = std::max<int64_t>(generate / n, 1);
   int32_t token = 1;
@@ -177,6 +173,7 @@ measure::WindowFigures bench_window(Session& session, const DecodeFigures& step,
 // or random cells), `generate` steps a run after a warm-up step, each row's greedy token chosen on
 // the device; the median run, against the one-token step of `step`. Sequence 0 is left as it was.
 // Rows of sequences 0..n-1, each started from `start` (or random cells to `depth`).
+// (Session: the bench's pipeline, or the profile's session.)
 template <class Session>
 std::vector<cuda::CudaSession::Row> started_rows(Session& session, int64_t n, int64_t depth,
                                                  const typename Session::Snapshot* start) {
@@ -196,10 +193,9 @@ void step_rows_greedily(Session& session, std::vector<cuda::CudaSession::Row>& r
   for (size_t r = 0; r < rows.size(); ++r) rows[r].token = next[r];
 }
 
-template <class Session>
-measure::SequencesFigures bench_sequences(Session& session, const DecodeFigures& step, int64_t n, int64_t generate,
-                                          int repeats, const typename Session::Snapshot* start) {
-  const typename Session::Snapshot zero = session.save();
+measure::SequencesFigures bench_sequences(cuda::CudaPipeline& session, const DecodeFigures& step, int64_t n, int64_t generate,
+                                          int repeats, const cuda::CudaPipeline::Snapshot* start) {
+  const cuda::CudaPipeline::Snapshot zero = session.save();
   std::vector<cuda::CudaSession::Row> rows = started_rows(session, n, step.depth, start);
   const auto run = [&] { step_rows_greedily(session, rows); };
   run();
@@ -356,81 +352,44 @@ Ceilings measure_ceilings() {
           cuda::measure_mapped_read_gbps(probe)};
 }
 
-// Steps of each count of sequences at a depth, the others started where a prompt left sequence 0
-// (or from random cells, as it was).
-template <class Session>
-void bench_all_sequences(Session& session, const BenchOptions& o, const DecodeFigures& step, measure::BenchRun& b) {
-  if (o.sequences.empty()) return;
-  const std::optional<typename Session::Snapshot> start =
-      o.fill == "random" ? std::nullopt : std::optional(session.save());
-  for (int64_t n : o.sequences)
-    b.sequences.push_back(bench_sequences(session, step, n, o.generate, o.repeats, start ? &*start : nullptr));
-}
-
-// The prompts, then at each depth the decode, the windows and then after_depth(that decode's figures),
-// on a session or a pipeline.
-template <class Session, class AfterDepth>
-void bench_runs(Session& session, const BenchOptions& o, const std::vector<int32_t>& tokens, measure::BenchRun& b,
-                AfterDepth&& after_depth) {
-  for (int64_t n : o.prompts) b.prefills.push_back(bench_prefill(session, tokens, n, o.repeats));
-  for (int64_t depth : o.depths) {
-    b.decodes.push_back(bench_decode(session, tokens, depth, o.generate, o.repeats, o.fill == "random"));
-    for (int64_t n : o.windows) b.windows.push_back(bench_window(session, b.decodes.back(), n, o.generate, o.repeats));
-    after_depth(b.decodes.back());
-  }
-}
-
-measure::BenchRun bench_run_of(const BenchOptions& o) {
-  measure::BenchRun b;
-  b.model = o.model, b.kv = kv::to_string(chosen_kv_format(o.kv)), b.fill = o.fill;
-  b.generated = o.generate, b.repeats = o.repeats;
-  return b;
-}
-
-// The runs with the layers spread over several GPUs (no profile yet).
-measure::BenchRun bench_on_gpus(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
-                                const std::vector<int32_t>& tokens, int64_t context, int64_t budget_mib,
-                                const std::vector<double>& expert_scores, const std::vector<int>& gpus) {
-  const auto t_load = Clock::now();
-  cuda::CudaPipeline pipeline(reader, std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config)),
-                              session_options(o, context, budget_mib, expert_scores), gpus,
-                              o.hand_over == "nccl" ? cuda::HandOverBy::nccl : cuda::HandOverBy::peer_copy);
-  measure::BenchRun b = bench_run_of(o);
-  b.load_s = seconds_since(t_load);
-  b.plan = pipeline.plan();
-  b.layout = pipeline.describe() + fmt::format("\nrows handed between GPUs by {}", o.hand_over == "nccl" ? "NCCL" : "peer copies");
-  for (size_t g = 0; g < pipeline.shares(); ++g) {
-    const cuda::VramAccountant& vram = pipeline.share(g).vram();
-    b.weights_mib += double(vram.held(cuda::VramUse::weights) + vram.held(cuda::VramUse::experts)) / double(1 << 20);
-  }
-  bench_runs(pipeline, o, tokens, b, [&](const DecodeFigures& step) { bench_all_sequences(pipeline, o, step, b); });
-  for (size_t g = 0; g < pipeline.shares(); ++g) b.peak_mib += double(pipeline.share(g).vram().peak()) / double(1 << 20);
-  b.prompt_chunk = pipeline.prompt_chunk();
-  b.context = pipeline.max_context();
-  const cuda::ExpertStats tier = pipeline.expert_stats();
-  b.host_tier = tier.host_tier, b.miss_path = tier.miss_path;
-  return b;
-}
-
+// The prompts, then at each depth the decode, the windows and the steps of several sequences, on
+// the model's GPUs: one (a pipeline of one share is its session, called straight through, as the
+// engine runs it) or several (--gpus).
 measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
                   const std::vector<int32_t>& tokens, int64_t context, int64_t budget_mib,
                   const std::vector<double>& expert_scores) {
   const std::vector<int> gpus = o.gpus.empty() ? std::vector<int>{0} : parse_gpus(o.gpus);
-  if (gpus.size() > 1) return bench_on_gpus(reader, config, o, tokens, context, budget_mib, expert_scores, gpus);
   const auto t_load = Clock::now();
-  cuda::CudaSessionOptions options = session_options(o, context, budget_mib, expert_scores);
-  options.device = gpus.front();
-  cuda::CudaSession session(reader, config, options);
-  measure::BenchRun b = bench_run_of(o);
+  cuda::CudaPipeline pipeline(reader, std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config)),
+                              session_options(o, context, budget_mib, expert_scores), gpus,
+                              o.hand_over == "nccl" ? cuda::HandOverBy::nccl : cuda::HandOverBy::peer_copy);
+  measure::BenchRun b;
+  b.model = o.model, b.kv = kv::to_string(chosen_kv_format(o.kv)), b.fill = o.fill;
+  b.generated = o.generate, b.repeats = o.repeats;
   b.load_s = seconds_since(t_load);
-  b.plan = session.plan();
-  b.weights_mib = double(session.vram().held(cuda::VramUse::weights) + session.vram().held(cuda::VramUse::experts)) /
-                  double(1 << 20);
-  bench_runs(session, o, tokens, b, [&](const DecodeFigures& step) { bench_all_sequences(session, o, step, b); });
-  b.peak_mib = double(session.vram().peak()) / double(1 << 20);
-  b.prompt_chunk = session.prompt_chunk();
-  b.context = session.max_context();
-  const cuda::ExpertStats tier = session.expert_stats();
+  b.plan = pipeline.plan();
+  if (pipeline.shares() > 1)
+    b.layout = pipeline.describe() +
+               fmt::format("\nrows handed between GPUs by {}", o.hand_over == "nccl" ? "NCCL" : "peer copies");
+  for (size_t g = 0; g < pipeline.shares(); ++g) {
+    const cuda::VramAccountant& vram = pipeline.share(g).vram();
+    b.weights_mib += double(vram.held(cuda::VramUse::weights) + vram.held(cuda::VramUse::experts)) / double(1 << 20);
+  }
+  for (int64_t n : o.prompts) b.prefills.push_back(bench_prefill(pipeline, tokens, n, o.repeats));
+  for (int64_t depth : o.depths) {
+    b.decodes.push_back(bench_decode(pipeline, tokens, depth, o.generate, o.repeats, o.fill == "random"));
+    for (int64_t n : o.windows) b.windows.push_back(bench_window(pipeline, b.decodes.back(), n, o.generate, o.repeats));
+    if (o.sequences.empty()) continue;
+    // The other sequences start where a prompt left sequence 0 (or from random cells, as it did).
+    const std::optional<cuda::CudaPipeline::Snapshot> start =
+        o.fill == "random" ? std::nullopt : std::optional(pipeline.save());
+    for (int64_t n : o.sequences)
+      b.sequences.push_back(bench_sequences(pipeline, b.decodes.back(), n, o.generate, o.repeats, start ? &*start : nullptr));
+  }
+  for (size_t g = 0; g < pipeline.shares(); ++g) b.peak_mib += double(pipeline.share(g).vram().peak()) / double(1 << 20);
+  b.prompt_chunk = pipeline.prompt_chunk();
+  b.context = pipeline.max_context();
+  const cuda::ExpertStats tier = pipeline.expert_stats();
   b.host_tier = tier.host_tier, b.miss_path = tier.miss_path;
   return b;
 }
