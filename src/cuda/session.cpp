@@ -1145,23 +1145,24 @@ struct CudaSession::Impl {
     miss_summary = fmt::format("{}; {}", plan::to_string(path), miss->describe());
   }
 
-  // A prompt's tokens checked against the vocabulary and the context left.
-  void check_prompt(std::span<const int32_t> tokens) const {
+  // Before a prompt runs at the current position: its tokens checked against the vocabulary and
+  // the context left, the last window no longer cut, its K/V pages mapped.
+  void start_prompt(std::span<const int32_t> tokens) {
     for (int32_t token : tokens)
       if (token < 0 || token >= config.vocab)
         fail("cuda session: token id {} is outside the vocabulary [0, {})", token, config.vocab);
     if (place().position + int64_t(tokens.size()) > options.max_context)
       fail("cuda session: a prompt of {} tokens after {} does not fit the context of {} positions; raise max_context",
            tokens.size(), place().position, options.max_context);
+    place().window_start = -1;
+    prepare_kv(current, place().position, place().position + int64_t(tokens.size()));
   }
 
   // A prompt of several tokens, chunk by chunk through the prompt pass; logits of every position
   // into `out` when all_logits, else of the last.
   // With hidden, every position's final-normed hidden state into it ([n][hidden]).
   void prefill_chunks(std::span<const int32_t> tokens, bool all_logits, float* out, float* hidden_out = nullptr) {
-    check_prompt(tokens);
-    place().window_start = -1;
-    prepare_kv(current, place().position, place().position + int64_t(tokens.size()));
+    start_prompt(tokens);
     const size_t chunk = size_t(prompt->chunk());
     for (size_t at = 0; at < tokens.size(); at += chunk) {
       const size_t n = std::min(chunk, tokens.size() - at);
@@ -1464,9 +1465,7 @@ std::vector<float> CudaSession::prefill_chunk(std::span<const int32_t> tokens, b
   if (!s.prompt) fail("cuda session: prompts run token by token here (no prompt pass)");
   if (tokens.empty() || int64_t(tokens.size()) > s.prompt->chunk())
     fail("cuda session: a prompt chunk of {} tokens; this session's chunks take 1 to {}", tokens.size(), s.prompt->chunk());
-  s.check_prompt(tokens);
-  s.place().window_start = -1;
-  s.prepare_kv(s.current, s.place().position, s.place().position + int64_t(tokens.size()));
+  s.start_prompt(tokens);  // (mapped already where prepare_prompt ran: nothing more to do then)
   const bool out = !s.hands_on();
   std::vector<float> logits(out && (all_logits || last_logits) ? (all_logits ? tokens.size() : 1) * size_t(s.config.vocab) : 0);
   if (hidden) hidden->resize(out ? tokens.size() * size_t(s.config.hidden) : 0);
@@ -1474,11 +1473,7 @@ std::vector<float> CudaSession::prefill_chunk(std::span<const int32_t> tokens, b
   return logits;
 }
 
-void CudaSession::prepare_prompt(std::span<const int32_t> tokens) {
-  Impl& s = *impl_;
-  s.check_prompt(tokens);
-  s.prepare_kv(s.current, s.place().position, s.place().position + int64_t(tokens.size()));
-}
+void CudaSession::prepare_prompt(std::span<const int32_t> tokens) { impl_->start_prompt(tokens); }
 
 CudaSession::HandOver CudaSession::hand_over(bool prompt) const {
   const Impl& s = *impl_;
