@@ -144,8 +144,8 @@ TEST(ServerPrefix, APromptStepThatDoesNotDivideTheChunkIsRefused) {
 // Two agents with the same long system prompt take turns on a two-slot server checkpointing every
 // `chunk` tokens. The second one's first request copies the shared system prompt from the first
 // one's slot into a free slot (cached: the last checkpoint inside the part the two prompts share)
-// without disturbing it; each next turn then finds its whole earlier conversation in its own slot
-// (cached >= 128, more than the two conversations share) and still returns the text
+// without disturbing it; each next turn then finds its whole earlier prompt in its own slot (cached:
+// the last checkpoint inside it, past what the two conversations share) and still returns the text
 // cold(messages, max_tokens) gives.
 template <class Cold>
 void interleave_two_conversations(const TestServer& server, int64_t chunk, const Cold& cold) {
@@ -159,6 +159,7 @@ void interleave_two_conversations(const TestServer& server, int64_t chunk, const
     chats[size_t(c)] = {{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", question[c]}}};
   const std::vector<int32_t> first = prompt_of(chats[0]), second = prompt_of(chats[1]);
   const int64_t shared = std::mismatch(first.begin(), first.end(), second.begin(), second.end()).first - first.begin();
+  int64_t earlier[2] = {0, 0};  // each conversation's last prompt, in tokens
   for (int turn = 0; turn < 2; ++turn) {
     for (int c = 0; c < 2; ++c) {
       json& messages = chats[size_t(c)];
@@ -167,7 +168,11 @@ void interleave_two_conversations(const TestServer& server, int64_t chunk, const
       const std::string what = "conversation " + std::to_string(c) + " turn " + std::to_string(turn) + ": " + reply.dump();
       if (turn == 0 && c == 0) EXPECT_EQ(cached, 0) << what;
       if (turn == 0 && c == 1) EXPECT_EQ(cached, shared / chunk * chunk) << what;  // the shared system prompt
-      if (turn == 1) EXPECT_GE(cached, 128) << what;           // its own conversation
+      if (turn == 1) {  // its own earlier prompt: checkpoints sit at whole chunks before a prompt's last token
+        EXPECT_EQ(cached, (earlier[c] - 1) / chunk * chunk) << what;
+        EXPECT_GT(cached, shared / chunk * chunk) << what;
+      }
+      earlier[c] = reply["usage"]["prompt_tokens"];
       EXPECT_EQ(reply_text(reply), cold(messages, 8)) << what;
       const json& said = reply["choices"][0]["message"];
       json assistant = {{"role", "assistant"}, {"content", said["content"].is_string() ? said["content"] : json("")}};
