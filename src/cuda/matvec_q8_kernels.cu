@@ -12,11 +12,14 @@
 // positions) is read once for up to 8 of them (kInputs): a block rounds each input's x and dots
 // every weight slice it holds with each, in the order a single input's launch does, so every
 // input's products have the bits they have alone (on the H200, bench_cuda_matvec: the DeltaNet
-// qkv product, Q8_0, 12.6 us for one input, 15.4 for two, 27.4 for eight). Such launches, and
-// grouped ones, round each input once first (round_inputs_kernel, into MatvecLaunch::rounded), and
-// their blocks copy the rounded inputs they take into shared memory: the same bytes a block's own
-// rounding writes, without every block of the grid rounding them again. From 16 inputs of a plain
-// matrix the tensor-core tiles take over (matvec_q8_tile_kernels.cu), with the same bits.
+// qkv product, Q8_0, 12.6 us for one input, 15.4 for two, 27.4 for eight). Such launches, grouped
+// ones, and those of a problem per (row, expert) pair where several pairs share a row (a verify
+// window's or a few sequences' experts) round each input once first (round_inputs_kernel, into
+// MatvecLaunch::rounded), and their blocks copy the rounded inputs they take into shared memory:
+// the same bytes a block's own rounding writes, without every block of the grid rounding them
+// again (for the pairs, on the H200 with the 35B synth: a 2-token window 2.92 ms against 3.02, a
+// step of 8 sequences 7.71 against 8.07). From 16 inputs of a plain matrix the tensor-core tiles
+// take over (matvec_q8_tile_kernels.cu), with the same bits.
 #include <cuda_fp16.h>
 #include <algorithm>
 #include <type_traits>
@@ -151,7 +154,7 @@ __global__ void __launch_bounds__(256)
   if (table && !ids_before_wait) mine = open(false);
   if (!mine) return;
   if (ahead.table) ask_ahead(ahead, ids, p);
-  if constexpr (kRoundedFirst) {
+  if (kRoundedFirst || rounded) {  // (one input rounded first: pairs that share inputs, rounds_inputs_first)
     for (int i = 0; i < inputs; ++i) copy_rounded(shared_x + i * x_words, rounded + input_of(i) * x_words, x_words);
   } else {
     round_x<S::kRounding>(x + io.x_at(p), cols, swiglu_up, rx[0]);
@@ -358,7 +361,7 @@ __global__ void __launch_bounds__(256)
     if (id < 0 || inputs == 0) return;  // computed elsewhere, as in matvec_q8_kernel, or an empty group
     stage(static_cast<const uint8_t*>(table[id]));
   }
-  if constexpr (kRoundedFirst) {
+  if (kRoundedFirst || rounded) {
     for (int i = 0; i < inputs; ++i) copy_rounded(x_at + i * x_words, rounded + input_of(i) * x_words, x_words);
   } else {
     round_x<XRounding::q8_0, true>(x + io.x_at(p), cols, swiglu_up, rounded_x_in(x_at, row_bytes, cols));
@@ -384,6 +387,12 @@ unsigned problem_blocks(const MatvecLaunch& m, int inputs) {
   return unsigned(m.groups ? m.n_problems : (m.n_problems + inputs - 1) / inputs);
 }
 
+// The inputs round_inputs_kernel rounded for the launch's blocks to copy; null where each block
+// rounds its own x.
+const int4* rounded_of(const MatvecLaunch& m) {
+  return rounds_inputs_first(m) ? static_cast<const int4*>(m.rounded) : nullptr;
+}
+
 template <int kInputs, bool kGroups = false>
 cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
   const auto kernel = matvec_q8_0_spans_kernel<kInputs, kGroups>;
@@ -400,7 +409,7 @@ cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), problem_blocks(m, kInputs));
   return kernels::launch_overlapped(kernel, grid, dim3(256), shared, m.stream, static_cast<const uint8_t*>(m.w), m.table,
                                     m.ids, m.rows, m.cols, m.row_bytes, m.x, m.io, m.y, lanes, m.swiglu_up,
-                                    m.n_problems, m.groups, static_cast<const int4*>(m.rounded));
+                                    m.n_problems, m.groups, rounded_of(m));
 }
 
 constexpr int kThreads = 256;
@@ -422,7 +431,7 @@ cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
   return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, static_cast<const uint8_t*>(m.w),
                                     m.table, m.ids, m.rows, m.cols, m.row_bytes, m.x, m.io, m.y, lanes, sets,
                                     m.swiglu_up, m.ahead, m.ids_before_wait, m.n_problems, m.groups,
-                                    static_cast<const int4*>(m.rounded));
+                                    rounded_of(m));
 }
 
 // The staged kernel's rows per block: four a warp (a warp per row where the rows are long).
@@ -466,6 +475,13 @@ cudaError_t launch_q8_slices(const MatvecLaunch& m, int lanes, int sets, int64_t
 // (the lm head measured 235 us against 204 us with rows one after another, on the H200).
 template <GgmlType T>
 constexpr int kMaxRowsAtOnce = T == GgmlType::Q6_K ? 2 : 4;
+
+// Sets of rows a warp takes one after another in a block of an expert group with 4 or 8 inputs
+// (steps of many sequences): fewer blocks, each copying the group's rounded inputs into shared
+// memory for 32 rows instead of 8. On the H200 (the 35B synth, lode bench --sequences, ms a step,
+// one set against 4 and 8): 16 sequences 13.34 / 12.01 / 12.71, 64 sequences 41.26 / 33.92 /
+// 34.66; groups of 2 inputs (verify windows of 2) unchanged by 4 sets, so they keep one.
+constexpr int kGroupSets = 4;
 
 // Several inputs of one plain matrix (decode rows of several sequences): a block rounds up to 8 of
 // them and dots each weight slice it loads with every one, so the matrix is read once for all.
@@ -512,7 +528,7 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
       } else if constexpr (kInputs == 2) {
         return launch_q8_slices<T, 2, 2, true>(m, lanes, 1, slices_per_lane);
       } else {
-        return launch_q8_rows<T, 1, 1, kInputs, true>(m, lanes, 1);
+        return launch_q8_rows<T, 1, 1, kInputs, true>(m, lanes, kGroupSets);
       }
     });
   if (!m.table && m.n_problems > 1)
@@ -567,7 +583,12 @@ size_t rounded_inputs_bytes(GgmlType type, int64_t cols, size_t row_bytes, int64
 }
 
 bool rounds_inputs_first(const MatvecLaunch& m) {
-  return m.q8_input && read_by(m.type, WeightKernel::q8) && (m.groups || (!m.table && m.n_problems > 1));
+  if (!m.q8_input || !read_by(m.type, WeightKernel::q8)) return false;
+  if (m.groups || (!m.table && m.n_problems > 1)) return true;
+  // A problem per (row, expert) pair, several pairs to a row (a verify window's or a few sequences'
+  // experts): each row rounded once rather than by every block of each of its pairs.
+  const int64_t inputs = m.io.inputs(m.n_problems);
+  return m.table && inputs > 1 && inputs < m.n_problems;
 }
 
 cudaError_t launch_matvec_q8(const MatvecLaunch& m) {
