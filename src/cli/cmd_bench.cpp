@@ -245,9 +245,16 @@ std::vector<cuda::KernelClassTime> since(std::vector<cuda::KernelClassTime> now,
   return now;
 }
 
+// What print_profile timed: the kernel classes of a decode step, and whether every expert was in
+// VRAM.
+struct ProfileRun {
+  std::vector<cuda::KernelClassTime> classes;
+  bool all_resident = true;
+};
+
 // A second session that waits for the GPU between phases: where the time of one decode step and of
 // one prompt goes; then the same number of steps timed kernel by kernel (those kernel classes).
-std::vector<cuda::KernelClassTime> print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config,
+ProfileRun print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config,
                                                 const BenchOptions& o, const std::vector<int32_t>& tokens,
                                                 int64_t budget_mib, const std::vector<double>& expert_scores,
                                                 double copy_gbps) {
@@ -304,7 +311,7 @@ std::vector<cuda::KernelClassTime> print_profile(const gguf::Reader& reader, con
     session.use_sequence(0);
     session.restore(zero);
   }
-  return classes;
+  return {classes, session.plan().all_resident()};
 }
 
 // What each kernel class of print_profile's table costs inside the real step, whose launches
@@ -424,8 +431,15 @@ void run_bench(const BenchOptions& o) {
     const measure::BenchRun b = bench_at(reader, config, o, tokens, o.ctx > 0 ? o.ctx : longest + 8, budget, scores);
     fmt::print("{}", o.json ? measure::to_json(ceilings, b).dump() + "\n" : measure::to_text(ceilings, b));
     if (!o.profile) continue;
-    const auto classes = print_profile(reader, config, o, tokens, budget, scores, ceilings.copy_gbps);
-    print_costs_in_step(reader, config, o, tokens, budget, scores, classes);
+    const ProfileRun run = print_profile(reader, config, o, tokens, budget, scores, ceilings.copy_gbps);
+    // (With experts in host RAM, a step without a class's launches would route on meaningless
+    // values, and the expert tier would fetch, place and compute experts by them: no cost of the
+    // real step. Under a 16 GiB budget such a run also ended in an illegal memory access on the
+    // H200, cause not found.)
+    if (run.all_resident)
+      print_costs_in_step(reader, config, o, tokens, budget, scores, run.classes);
+    else
+      fmt::print("(what each kernel class costs inside the overlapped step is measured with every expert in VRAM)\n");
   }
 }
 
