@@ -34,9 +34,10 @@ struct MatvecInput {
   // instead of ids: pair p's x at x + (p / x_run) * x_stride, its y at y + p * y_stride.
   const ExpertGroup* groups = nullptr;
   int32_t group_inputs = kGroupInputs;  // the most pairs a group has (a step's rows, up to 8)
-  // 8-bit products of several inputs of one matrix, and grouped ones: device scratch where each
-  // input is rounded once before the product (MatvecLaunch::rounded; rounded_inputs_bytes says how
-  // much a launch needs, and a launch without enough fails saying so).
+  // 8-bit products of several inputs of one matrix, grouped ones, and those of a problem a pair
+  // where runs of pairs share an input (x_run > 1, several inputs): device scratch where each input
+  // is rounded once before the product (MatvecLaunch::rounded; rounded_inputs_bytes says how much a
+  // launch needs, and a launch without enough fails saying so).
   void* rounded = nullptr;
   size_t rounded_bytes = 0;
 };
