@@ -81,7 +81,8 @@ struct MatvecLaunch {
   // expert's matrix with its inputs.
   const ExpertGroup* groups = nullptr;
   int32_t group_inputs = kGroupInputs;  // the most inputs a group has (at most kGroupInputs)
-  // 8-bit products of several inputs of one matrix, and grouped products: device scratch of
+  // 8-bit products of several inputs of one matrix, grouped products, and a problem a pair where
+  // pairs share inputs (rounds_inputs_first): device scratch of
   // rounded_bytes where each input is rounded once (round_inputs_kernel) before the product, whose
   // blocks copy the rounded inputs they take instead of each rounding them again.
   void* rounded = nullptr;
