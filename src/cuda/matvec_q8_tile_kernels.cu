@@ -64,15 +64,29 @@ __device__ __forceinline__ void mma_k32(int (&c)[4], int a0, int a1, int a2, int
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// The block's inputs rounded in shared memory (round_inputs_kernel's layout, q_bytes = cols): input
-// i's at at + i * stride words; those past `last` read the last one's (their results are not
-// stored).
+// The block's inputs rounded in shared memory (round_inputs_kernel's layout, q_bytes = cols), as a
+// lane reads them: for each of kN tiles of inputs, B's input (g) and C's two (2 t, 2 t + 1), as
+// byte offsets from the first input's (those past the last input read the last one's; their
+// results are not stored).
+template <int kN>
 struct TileX {
-  const int4* at;
-  int stride, cols, last;
-  __device__ const int8_t* q(int i) const { return reinterpret_cast<const int8_t*>(at + min(i, last) * stride); }
-  __device__ const float* d(int i) const { return reinterpret_cast<const float*>(q(i) + cols); }
-  __device__ const int* sum16(int i) const { return reinterpret_cast<const int*>(d(i) + cols / 32); }
+  const int8_t* base;
+  int b_at[kN], c_at[kN][2], cols;
+  __device__ TileX(const int4* shared, int stride, int cols_, int last, int g, int t)
+      : base(reinterpret_cast<const int8_t*>(shared)), cols(cols_) {
+#pragma unroll
+    for (int j = 0; j < kN; ++j) {
+      b_at[j] = min(kTileInputs * j + g, last) * stride * 16;
+      c_at[j][0] = min(kTileInputs * j + 2 * t, last) * stride * 16;
+      c_at[j][1] = min(kTileInputs * j + 2 * t + 1, last) * stride * 16;
+    }
+  }
+  __device__ const int8_t* q(int j) const { return base + b_at[j]; }  // B's input's q
+  // C element e's input's d and sum16.
+  __device__ const float* d(int j, int e) const { return reinterpret_cast<const float*>(base + c_at[j][e % 2] + cols); }
+  __device__ const int* sum16(int j, int e) const {
+    return reinterpret_cast<const int*>(base + c_at[j][e % 2] + cols + cols / 8);
+  }
 };
 
 // A lane's place in the tile: g = lane / 4 (A's rows g and g + 8, B's input g), t = lane % 4 (k
@@ -115,7 +129,7 @@ struct K45Tile {
     return raw;
   }
   template <int kN>
-  __device__ static void step(const Raw& raw, int s, int, TileLane lane, const TileX& x, float (&unit)[kN][4]) {
+  __device__ static void step(const Raw& raw, int s, int, TileLane lane, const TileX<kN>& x, float (&unit)[kN][4]) {
     const int sb = s / 8, ss = s % 8, pair = ss / 2, t = lane.t;
     const int lo_base = 256 * sb + 64 * pair + 16 * (ss % 2), hi_base = lo_base + 32;
     int lo[2], hi[2];
@@ -136,17 +150,17 @@ struct K45Tile {
     }
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
-      const int8_t* bq = x.q(kTileInputs * j + lane.g);
+      const int8_t* bq = x.q(j);
       int clo[4] = {0, 0, 0, 0}, chi[4] = {0, 0, 0, 0};
       mma_k16(clo, lo[0], lo[1], *reinterpret_cast<const int*>(bq + lo_base + 4 * t));
       mma_k16(chi, hi[0], hi[1], *reinterpret_cast<const int*>(bq + hi_base + 4 * t));
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = e / 2, i = lane.input(j, e);
-        const int* sum16 = x.sum16(i);
+        const int r = e / 2;
+        const int* sum16 = x.sum16(j, e);
         const int scaled = int(scales[r] & 0xffu) * clo[e] + int(scales[r] >> 8) * chi[e];
         const int sum_mins = int(mins[r] & 0xffu) * sum16[lo_base / 16] + int(mins[r] >> 8) * sum16[hi_base / 16];
-        unit[j][e] = exact::mul(x.d(i)[lo_base / 32],
+        unit[j][e] = exact::mul(x.d(j, e)[lo_base / 32],
                                 exact::sub(exact::mul(d[r], float(scaled)), exact::mul(dmin[r], float(sum_mins))));
       }
     }
@@ -188,7 +202,7 @@ struct TileUnit<GgmlType::Q6_K> {
     return raw;
   }
   template <int kN>
-  __device__ static void step(const Raw& raw, int s, int, TileLane lane, const TileX& x, float (&unit)[kN][4]) {
+  __device__ static void step(const Raw& raw, int s, int, TileLane lane, const TileX<kN>& x, float (&unit)[kN][4]) {
     const int blk = s / 8, tq = s % 4, t = lane.t;
     const int base = 256 * blk + 128 * ((s % 8) / 4) + 8 * tq;
     int a[2][4], scale[2][4];
@@ -208,7 +222,7 @@ struct TileUnit<GgmlType::Q6_K> {
     }
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
-      const int8_t* bq = x.q(kTileInputs * j + lane.g) + base + 4 * t;
+      const int8_t* bq = x.q(j) + base + 4 * t;
       int c[4][4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
@@ -221,7 +235,7 @@ struct TileUnit<GgmlType::Q6_K> {
         int total = 0;
 #pragma unroll
         for (int q = 0; q < 4; ++q) total += scale[r][q] * c[q][e];
-        unit[j][e] = exact::mul(exact::mul(raw.d[r], x.d(lane.input(j, e))[8 * blk]), float(total));
+        unit[j][e] = exact::mul(exact::mul(raw.d[r], x.d(j, e)[8 * blk]), float(total));
       }
     }
   }
@@ -247,16 +261,16 @@ struct TileUnit<GgmlType::Q8_0> {
     return raw;
   }
   template <int kN>
-  __device__ static void step(const Raw& raw, int s, int b, TileLane lane, const TileX& x, float (&unit)[kN][4]) {
+  __device__ static void step(const Raw& raw, int s, int b, TileLane lane, const TileX<kN>& x, float (&unit)[kN][4]) {
     const int blk = kQ8_0SpanBlocks * s + b;
 #pragma unroll
     for (int j = 0; j < kN; ++j) {
-      const int2 xv = *reinterpret_cast<const int2*>(x.q(kTileInputs * j + lane.g) + 32 * blk + 8 * lane.t);
+      const int2 xv = *reinterpret_cast<const int2*>(x.q(j) + 32 * blk + 8 * lane.t);
       int c[4] = {0, 0, 0, 0};
       mma_k32(c, int(raw.w[0].x), int(raw.w[1].x), int(raw.w[0].y), int(raw.w[1].y), xv.x, xv.y);
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        unit[j][e] = exact::add(unit[j][e], exact::mul(exact::mul(raw.d[e / 2], x.d(lane.input(j, e))[blk]), float(c[e])));
+        unit[j][e] = exact::add(unit[j][e], exact::mul(exact::mul(raw.d[e / 2], x.d(j, e)[blk]), float(c[e])));
     }
   }
 };
@@ -268,22 +282,25 @@ template <int kN>
 struct LeafStack {
   float level[kMaxLevels][kN][4];
 
-  // Leaf number i's sum: added to the partial sums it completes, then kept at the first level
-  // where i has a zero bit.
+  // Leaf number i's sum: added to the partial sums it completes (as many as i's trailing one bits),
+  // then kept at the level after them (i is the warp's: the branches do not diverge).
   __device__ void push(int i, float (&sum)[kN][4]) {
-    bool carry = true;
+    const int completes = __ffs(~i) - 1;
 #pragma unroll
-    for (int b = 0; b < kMaxLevels; ++b) {
-      const bool bit = (i >> b) & 1;
+    for (int b = 0; b < kMaxLevels - 1; ++b) {
+      if (b >= completes) break;
 #pragma unroll
       for (int j = 0; j < kN; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          if (carry && bit) sum[j][e] = exact::add(level[b][j][e], sum[j][e]);
-          if (carry && !bit) level[b][j][e] = sum[j][e];
-        }
-      carry = carry && bit;
+        for (int e = 0; e < 4; ++e) sum[j][e] = exact::add(level[b][j][e], sum[j][e]);
     }
+#pragma unroll
+    for (int b = 0; b < kMaxLevels; ++b)
+      if (b == completes)
+#pragma unroll
+        for (int j = 0; j < kN; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) level[b][j][e] = sum[j][e];
   }
   // The butterfly's result after all 2^levels leaves.
   __device__ void result(int levels, float (&sum)[kN][4]) const {
@@ -310,48 +327,52 @@ __device__ __forceinline__ void set_zero(float (&v)[kN][4]) {
 // U::kDepth ahead (half that with two tiles of inputs); on return the stack's level log2(count)
 // holds the subtree's sum.
 template <class U, int kN>
-__device__ void sum_leaves(const uint8_t* const (&row)[2], TileLane lane, const TileX& x, int lanes, int per_leaf,
+__device__ void sum_leaves(const uint8_t* const (&row)[2], TileLane lane, const TileX<kN>& x, int lanes, int per_leaf,
                            int first, int count, LeafStack<kN>& stack) {
   constexpr int kDepth = kN == 1 ? U::kDepth : U::kDepth / 2;  // (two tiles: twice the work a step, and registers)
-  const int levels = 31 - __clz(lanes), steps_per_leaf = per_leaf * U::kSteps, total = count * steps_per_leaf;
-  // Step k of the warp's: (leaf number i, the leaf's unit j, step b), and the unit's index.
-  const auto unit_of = [&](int k, int& i, int& j, int& b) {
-    i = k / steps_per_leaf;
-    const int rest = k % steps_per_leaf;
-    j = rest / U::kSteps, b = rest % U::kSteps;
-    const int n = first + i;
-    return (levels ? int(__brev(unsigned(n)) >> (32 - levels)) : 0) + lanes * j;
+  const int levels = 31 - __clz(lanes), total = count * per_leaf * U::kSteps;
+  // Where step k of the warp's is: leaf number i, the leaf's unit j, the unit's step b.
+  struct Cursor {
+    int i = 0, j = 0, b = 0;
+    __device__ void next(int per_leaf) {
+      if (++b < U::kSteps) return;
+      b = 0;
+      if (++j < per_leaf) return;
+      j = 0, ++i;
+    }
+  };
+  const auto unit_at = [&](const Cursor& c) {
+    return (levels ? int(__brev(unsigned(first + c.i)) >> (32 - levels)) : 0) + lanes * c.j;
   };
   typename U::Raw ring[kDepth];
+  Cursor at, ahead;  // the step computed, and the step loaded kDepth after it
 #pragma unroll
   for (int d = 0; d < kDepth; ++d) {
-    int i, j, b;
-    const int u = unit_of(d, i, j, b);
-    if (d < total) ring[d] = U::load(row, u, b, lane);
+    if (d < total) ring[d] = U::load(row, unit_at(ahead), ahead.b, lane);
+    ahead.next(per_leaf);
   }
   float unit[kN][4], leaf[kN][4];
   set_zero(unit), set_zero(leaf);
   for (int k0 = 0; k0 < total; k0 += kDepth) {
 #pragma unroll
     for (int d = 0; d < kDepth; ++d) {
-      const int k = k0 + d;
-      if (k >= total) break;
+      if (k0 + d >= total) break;
       const typename U::Raw raw = ring[d];
-      int i, j, b;
-      if (k + kDepth < total) {
-        const int next = unit_of(k + kDepth, i, j, b);
-        ring[d] = U::load(row, next, b, lane);
+      if (k0 + d + kDepth < total) {
+        ring[d] = U::load(row, unit_at(ahead), ahead.b, lane);
+        ahead.next(per_leaf);
       }
-      const int u = unit_of(k, i, j, b);
-      if (b == 0) set_zero(unit);
-      U::template step<kN>(raw, u, b, lane, x, unit);
-      if (b < U::kSteps - 1) continue;
+      if (at.b == 0) set_zero(unit);
+      U::template step<kN>(raw, unit_at(at), at.b, lane, x, unit);
+      const Cursor was = at;
+      at.next(per_leaf);
+      if (was.b < U::kSteps - 1) continue;
 #pragma unroll
-      for (int jj = 0; jj < kN; ++jj)
+      for (int j = 0; j < kN; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) leaf[jj][e] = exact::add(leaf[jj][e], unit[jj][e]);
-      if (j < per_leaf - 1) continue;
-      stack.push(i, leaf);
+        for (int e = 0; e < 4; ++e) leaf[j][e] = exact::add(leaf[j][e], unit[j][e]);
+      if (was.j < per_leaf - 1) continue;
+      stack.push(was.i, leaf);
       set_zero(leaf);
     }
   }
@@ -382,7 +403,7 @@ __global__ void __launch_bounds__(kTileWarps* kWarp, 2)
 
   // (Tiles past the last row sum the last row again, unstored: every warp reaches the barrier.)
   const TileLane tl{lane / 4, lane % 4};
-  const TileX x{shared_x, stride, int(cols), inputs - 1};
+  const TileX<kN> x(shared_x, stride, int(cols), inputs - 1, tl.g, tl.t);
   const uint8_t* const row[2] = {matrix + row_of(first + tl.g) * row_bytes, matrix + row_of(first + tl.g + 8) * row_bytes};
   const int per_part = lanes / split, part_levels = 31 - __clz(per_part);
   LeafStack<kN> stack;
