@@ -254,10 +254,9 @@ struct ProfileRun {
 
 // A second session that waits for the GPU between phases: where the time of one decode step and of
 // one prompt goes; then the same number of steps timed kernel by kernel (those kernel classes).
-ProfileRun print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config,
-                                                const BenchOptions& o, const std::vector<int32_t>& tokens,
-                                                int64_t budget_mib, const std::vector<double>& expert_scores,
-                                                double copy_gbps) {
+ProfileRun print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
+                        const std::vector<int32_t>& tokens, int64_t budget_mib,
+                        const std::vector<double>& expert_scores, double copy_gbps) {
   const int64_t prompt = o.prompts.back();
   cuda::CudaSessionOptions options = session_options(o, profile_context(o), budget_mib, expert_scores);
   options.profile = true;
