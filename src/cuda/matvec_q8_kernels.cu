@@ -478,7 +478,7 @@ constexpr int kMaxRowsAtOnce = T == GgmlType::Q6_K ? 2 : 4;
 
 // Sets of rows a warp takes one after another in a block of an expert group with 4 or 8 inputs
 // (steps of many sequences): fewer blocks, each copying the group's rounded inputs into shared
-// memory for 32 rows instead of 8. On the H200 (the 35B synth, lode bench --sequences, ms a step,
+// memory for 4 times as many rows (the 35B's gate and up: 32 rows instead of 8). On the H200 (the 35B synth, lode bench --sequences, ms a step,
 // one set against 4 and 8): 16 sequences 13.34 / 12.01 / 12.71, 64 sequences 41.26 / 33.92 /
 // 34.66; groups of 2 inputs (verify windows of 2) unchanged by 4 sets, so they keep one.
 constexpr int kGroupSets = 4;
