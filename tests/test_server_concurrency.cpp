@@ -123,6 +123,12 @@ TEST(ServerConcurrency, LongPromptIsPrefilledBesideDecodingSequences) {
   EXPECT_GT(reply["usage"]["prompt_tokens"], 256);
   const json status = server.get_json("/v1/status");
   EXPECT_GE(status["steps"]["mixed"], 2) << status.dump();  // prompt chunks ran beside decoding
+  // The steps' time, and the prompt chunks' share of it with their tokens (both requests' prompts,
+  // read once: nothing was cached before).
+  const json& steps = status["steps"];
+  EXPECT_GT(steps["prompt_seconds"].get<double>(), 0.0) << status.dump();
+  EXPECT_LE(steps["prompt_seconds"].get<double>(), steps["seconds"].get<double>()) << status.dump();
+  EXPECT_GE(steps["prompt_tokens"].get<int64_t>(), reply["usage"]["prompt_tokens"].get<int64_t>()) << status.dump();
 }
 
 #ifdef LODE_HAVE_CUDA

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -415,6 +416,7 @@ void EngineWorker::step() {
     owners.push_back(slot.get());
   }
   bool prompt_chunk = false;
+  int64_t prompt_tokens = 0;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Slot& slot = *slots_[(prefill_turn_ + i) % slots_.size()];
     if (!slot.running || !slot.running->prefilling()) continue;
@@ -428,6 +430,7 @@ void EngineWorker::step() {
                      .want_hidden = options_.mtp > 0});  // the drafter follows the prompt too
     owners.push_back(&slot);
     prompt_chunk = true;
+    prompt_tokens = end - seq.prefilled;
     prefill_turn_ = (prefill_turn_ + i + 1) % slots_.size();
     break;
   }
@@ -438,11 +441,18 @@ void EngineWorker::step() {
     step_counts_.max_batch = std::max(step_counts_.max_batch, int64_t(batch.size()));
     if (batch.size() > 1 && prompt_chunk) ++step_counts_.mixed_steps;
   }
+  const auto started = std::chrono::steady_clock::now();
   try {
     engine_->step(batch);
   } catch (const std::exception& e) {
     for (Slot* slot : owners) fail_job(*slot, e.what());
     return;
+  }
+  {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::lock_guard lock(mutex_);
+    step_counts_.step_seconds += seconds;
+    if (prompt_chunk) step_counts_.prompt_step_seconds += seconds, step_counts_.prompt_tokens += prompt_tokens;
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     try {

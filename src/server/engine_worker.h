@@ -132,6 +132,10 @@ class EngineWorker {
     int64_t steps = 0;        // batched forward passes
     int64_t max_batch = 0;    // most sequences in one of them
     int64_t mixed_steps = 0;  // steps that ran a prompt chunk beside decoding sequences
+    // Wall time in the engine's steps, and in those that ran a prompt chunk (which every decoding
+    // sequence of the step waits for), with the prompt tokens those chunks took.
+    double step_seconds = 0, prompt_step_seconds = 0;
+    int64_t prompt_tokens = 0;
   };
   StepCounts step_counts() const;
 
