@@ -144,9 +144,11 @@ TEST(ServerPrefix, APromptStepThatDoesNotDivideTheChunkIsRefused) {
 // Two agents with the same long system prompt take turns on a two-slot server checkpointing every
 // `chunk` tokens. The second one's first request copies the shared system prompt from the first
 // one's slot into a free slot (cached: the last checkpoint inside the part the two prompts share)
-// without disturbing it; each next turn then finds its whole earlier prompt in its own slot (cached:
-// the last checkpoint inside it, past what the two conversations share) and still returns the text
-// cold(messages, max_tokens) gives.
+// without disturbing it; each next turn then finds its earlier prompt in its own slot (cached: the
+// last checkpoint inside what the earlier and the new prompt share, below the earlier one's last
+// token; past what the two conversations share) and still returns the text cold(messages,
+// max_tokens) gives. (The new prompt re-renders the earlier assistant turn, so the two part a few
+// tokens before the earlier prompt's end: its generation prompt opens a think block.)
 template <class Cold>
 void interleave_two_conversations(const TestServer& server, int64_t chunk, const Cold& cold) {
   const std::string question[2] = {
@@ -159,20 +161,24 @@ void interleave_two_conversations(const TestServer& server, int64_t chunk, const
     chats[size_t(c)] = {{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", question[c]}}};
   const std::vector<int32_t> first = prompt_of(chats[0]), second = prompt_of(chats[1]);
   const int64_t shared = std::mismatch(first.begin(), first.end(), second.begin(), second.end()).first - first.begin();
-  int64_t earlier[2] = {0, 0};  // each conversation's last prompt, in tokens
+  std::vector<int32_t> earlier[2];  // each conversation's last prompt
   for (int turn = 0; turn < 2; ++turn) {
     for (int c = 0; c < 2; ++c) {
       json& messages = chats[size_t(c)];
+      const std::vector<int32_t> prompt = prompt_of(messages);
       const json reply = server.post_json("/v1/chat/completions", request(messages, 8));
       const int64_t cached = reply["usage"]["prompt_tokens_details"]["cached_tokens"];
       const std::string what = "conversation " + std::to_string(c) + " turn " + std::to_string(turn) + ": " + reply.dump();
       if (turn == 0 && c == 0) EXPECT_EQ(cached, 0) << what;
       if (turn == 0 && c == 1) EXPECT_EQ(cached, shared / chunk * chunk) << what;  // the shared system prompt
-      if (turn == 1) {  // its own earlier prompt: checkpoints sit at whole chunks before a prompt's last token
-        EXPECT_EQ(cached, (earlier[c] - 1) / chunk * chunk) << what;
+      if (turn == 1) {  // checkpoints sit at whole chunks before a prompt's last token
+        const std::vector<int32_t>& before = earlier[size_t(c)];
+        const int64_t common = std::mismatch(before.begin(), before.end(), prompt.begin(), prompt.end()).first - before.begin();
+        EXPECT_EQ(cached, std::min<int64_t>(common, int64_t(before.size()) - 1) / chunk * chunk) << what;
         EXPECT_GT(cached, shared / chunk * chunk) << what;
       }
-      earlier[c] = reply["usage"]["prompt_tokens"];
+      EXPECT_EQ(reply["usage"]["prompt_tokens"], int64_t(prompt.size())) << what;
+      earlier[size_t(c)] = prompt;
       EXPECT_EQ(reply_text(reply), cold(messages, 8)) << what;
       const json& said = reply["choices"][0]["message"];
       json assistant = {{"role", "assistant"}, {"content", said["content"].is_string() ? said["content"] : json("")}};
