@@ -34,10 +34,11 @@ struct MatvecInput {
   // instead of ids: pair p's x at x + (p / x_run) * x_stride, its y at y + p * y_stride.
   const ExpertGroup* groups = nullptr;
   int32_t group_inputs = kGroupInputs;  // the most pairs a group has (a step's rows, up to 8)
-  // 8-bit products of several inputs of one matrix, grouped ones, and those of a problem a pair
-  // where runs of pairs share an input (x_run > 1, several inputs): device scratch where each input
-  // is rounded once before the product (MatvecLaunch::rounded; rounded_inputs_bytes says how much a
-  // launch needs, and a launch without enough fails saying so).
+  // 8-bit products of several inputs of one matrix, grouped ones, and those from a table whose
+  // problems share inputs (more than one input and fewer than the problems, as ProblemIo::inputs
+  // counts them: a window's experts, the shared expert's gate|up over a window): device scratch
+  // where each input is rounded once before the product (MatvecLaunch::rounded;
+  // rounded_inputs_bytes says how much a launch needs, and a launch without enough fails saying so).
   void* rounded = nullptr;
   size_t rounded_bytes = 0;
 };
@@ -60,7 +61,9 @@ void matvec(GgmlType type, const void* w, int64_t rows, int64_t cols, size_t row
 // Several products in one launch, each with its own matrix from a device-side table (the MoE's
 // (layer, expert) -> weights table; an expert cache can move experts without touching kernels):
 // problem p multiplies the matrix at table[ids[p]] (rows x cols, `type`) with x + p * x_stride
-// (x_stride 0: all problems share one x; input's x_run and x_inputs regroup them) into y + p * rows. table, ids, x and y are device memory.
+// (x_stride 0: all problems share one x; input's x_run and x_inputs regroup them) into y + p * rows.
+// table, ids, x and y are device memory. With 8-bit x and problems that share inputs, the inputs
+// are rounded once into input.rounded first (a launch without that scratch fails, saying so).
 void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids, int64_t n_problems, int64_t rows,
                     int64_t cols, size_t row_bytes, const float* x, int64_t x_stride, float* y, void* stream = nullptr,
                     MatvecInput input = {});
