@@ -391,6 +391,71 @@ TEST(CudaMatvec, GroupedIntegerProductsAreTheTwinsBits) {
   }
 }
 
+// A problem a (row, expert) pair where the pairs of a row share its x (a verify window's experts:
+// x_run k slots a row, x_inputs T rows): each row is rounded once into the scratch first and the
+// blocks copy it (rounds_inputs_first), with the host twin's bits for every pair; an expert computed
+// elsewhere (id -1) leaves its rows alone; without the scratch the launch is refused, saying so.
+// Every type with grouped integer kernels, Q8_0 in its spans layout included.
+TEST(CudaMatvec, PairsThatShareARowsInputRoundItOnceWithTheTwinsBits) {
+  LODE_REQUIRE_GPU();
+  lode::cuda::VramAccountant vram;
+  std::mt19937 rng(23);
+  constexpr int32_t kSlots = 3, kRows = 2;
+  const std::vector<int32_t> ids = {3, 0, 5, 3, -1, 1};  // row 0's three experts, then row 1's
+  const int64_t n_experts = 6, rows = 512, cols = 2048, n = int64_t(ids.size());
+  constexpr float kUnwritten = -777.0f;
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q8_0}) {
+    const auto& traits = lode::traits(type);
+    SCOPED_TRACE(traits.name);
+    const size_t row_bytes = lode::row_bytes(type, cols), matrix_bytes = row_bytes * size_t(rows);
+    std::vector<uint8_t> experts(matrix_bytes * n_experts);
+    const auto values = normal_floats(size_t(rows * cols), rng);
+    for (int64_t r = 0; r < rows * n_experts; ++r)
+      traits.quantize(values.data() + (r * 7 % rows) * cols, experts.data() + r * row_bytes, cols);
+    const auto x = normal_floats(size_t(kRows * cols), rng);
+    lode::cuda::DeviceBuffer dexperts(vram, experts.size(), lode::cuda::VramUse::experts, "experts");
+    lode::cuda::copy_to_device(dexperts.data(), experts.data(), experts.size());
+    std::vector<const void*> table;
+    for (int64_t e = 0; e < n_experts; ++e) table.push_back(dexperts.as<uint8_t>() + e * matrix_bytes);
+    lode::cuda::DeviceBuffer dtable(vram, table.size() * sizeof(void*), lode::cuda::VramUse::scratch, "table");
+    lode::cuda::DeviceBuffer dids(vram, ids.size() * 4, lode::cuda::VramUse::scratch, "ids");
+    lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
+    lode::cuda::DeviceBuffer dy(vram, size_t(rows * n) * 4, lode::cuda::VramUse::scratch, "y");
+    const size_t scratch = lode::cuda::rounded_inputs_bytes(type, cols, row_bytes, kRows);
+    lode::cuda::DeviceBuffer drounded(vram, scratch, lode::cuda::VramUse::scratch, "rounded x");
+    lode::cuda::copy_to_device(dtable.data(), table.data(), table.size() * sizeof(void*));
+    lode::cuda::copy_to_device(dids.data(), ids.data(), ids.size() * 4);
+    lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
+    const std::vector<float> sentinel(size_t(rows * n), kUnwritten);
+    lode::cuda::copy_to_device(dy.data(), sentinel.data(), sentinel.size() * 4);
+    lode::cuda::MatvecInput input{.q8 = true};
+    input.x_run = kSlots, input.x_inputs = kRows;
+    const auto launch = [&] {
+      lode::cuda::grouped_matvec(type, dtable.as<const void*>(), dids.as<int32_t>(), n, rows, cols, row_bytes,
+                                 dx.as<float>(), cols, dy.as<float>(), nullptr, input);
+    };
+    EXPECT_THROW(launch(), lode::Error);  // no scratch to round the rows into
+    input.rounded = drounded.data(), input.rounded_bytes = scratch;
+    launch();
+    lode::cuda::synchronize();
+    std::vector<float> got(size_t(rows * n));
+    lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
+    lode::cpu::q8twin::RoundedBuffer rounded(cols);
+    for (int64_t p = 0; p < n; ++p) {
+      const std::vector<float> mine(got.begin() + p * rows, got.begin() + (p + 1) * rows);
+      if (ids[size_t(p)] < 0) {
+        EXPECT_EQ(mine, std::vector<float>(size_t(rows), kUnwritten)) << "problem " << p << " is not this launch's";
+        continue;
+      }
+      lode::cpu::q8twin::round(type, x.data() + (p / kSlots) * cols, nullptr, cols, rounded.x());
+      std::vector<float> want(static_cast<size_t>(rows));
+      lode::cpu::q8twin::rows(type, experts.data() + size_t(ids[size_t(p)]) * matrix_bytes, row_bytes, rows, cols,
+                              rounded.x(), want.data());
+      EXPECT_EQ(mine, want) << "problem " << p;
+    }
+  }
+}
+
 // Products by expert groups (kernels::expert_groups's: a step's pairs by expert, up to 8 a group,
 // the groups after the last empty) bit for bit the host twin's for every pair: groups of 1 to 8
 // pairs, x shared by a row's slots; the 35B-A3B's gate|up and down (the SwiGLU of gate and up as
