@@ -62,6 +62,41 @@ lode::cuda::DeviceBuffer rounded_scratch(lode::cuda::VramAccountant& vram, GgmlT
   return scratch;
 }
 
+// A host vector's bytes in a new device buffer.
+template <class T>
+lode::cuda::DeviceBuffer on_device(lode::cuda::VramAccountant& vram, const std::vector<T>& host, const char* what) {
+  lode::cuda::DeviceBuffer buffer(vram, host.size() * sizeof(T), lode::cuda::VramUse::scratch, what);
+  lode::cuda::copy_to_device(buffer.data(), host.data(), host.size() * sizeof(T));
+  return buffer;
+}
+
+// `count` experts of rows x cols quantized as `type` (each row from a shifted start of one set of
+// values, so the experts differ), on the host and in VRAM behind a device table of their addresses.
+struct ExpertsOnDevice {
+  size_t row_bytes = 0, matrix_bytes = 0;
+  std::vector<uint8_t> host;
+  lode::cuda::DeviceBuffer experts, table;
+  const uint8_t* matrix(int32_t id) const { return host.data() + size_t(id) * matrix_bytes; }
+  const void* const* device_table() const { return table.as<const void*>(); }
+};
+
+ExpertsOnDevice experts_on_device(lode::cuda::VramAccountant& vram, GgmlType type, int64_t rows, int64_t cols,
+                                  int64_t count, std::mt19937& rng) {
+  const auto& traits = lode::traits(type);
+  ExpertsOnDevice e;
+  e.row_bytes = lode::row_bytes(type, cols), e.matrix_bytes = e.row_bytes * size_t(rows);
+  e.host.resize(e.matrix_bytes * size_t(count));
+  const auto values = normal_floats(size_t(rows * cols), rng);
+  for (int64_t r = 0; r < rows * count; ++r)
+    traits.quantize(values.data() + (r * 7 % rows) * cols, e.host.data() + r * e.row_bytes, cols);
+  e.experts = lode::cuda::DeviceBuffer(vram, e.host.size(), lode::cuda::VramUse::experts, "experts");
+  lode::cuda::copy_to_device(e.experts.data(), e.host.data(), e.host.size());
+  std::vector<const void*> table;
+  for (int64_t x = 0; x < count; ++x) table.push_back(e.experts.as<uint8_t>() + x * e.matrix_bytes);
+  e.table = on_device(vram, table, "table");
+  return e;
+}
+
 // The product W x on the GPU: W (host bytes, rows x cols of `type`) uploaded, x already on the
 // device ([tokens][cols]); y [tokens][rows] back on the host.
 std::vector<float> gpu_product(lode::cuda::VramAccountant& vram, GgmlType type, const std::vector<uint8_t>& w,
@@ -334,28 +369,15 @@ TEST(CudaMatvec, GroupedIntegerProductsAreTheTwinsBits) {
   constexpr float kUnwritten = -777.0f;
   for (const Shape shape : {Shape{512, 2048, false}, Shape{2048, 512, true}, Shape{67, 256, false}}) {
     for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q5_0}) {
-      const auto& traits = lode::traits(type);
       const int64_t rows = shape.rows, cols = shape.cols, n = int64_t(ids.size());
-      SCOPED_TRACE(std::string(traits.name) + " " + std::to_string(rows) + " x " + std::to_string(cols));
-      const size_t row_bytes = lode::row_bytes(type, cols), matrix_bytes = row_bytes * size_t(rows);
-      std::vector<uint8_t> experts(matrix_bytes * n_experts);
-      const auto values = normal_floats(size_t(rows * cols), rng);
-      for (int64_t r = 0; r < rows * n_experts; ++r)  // the experts differ: each row from a shifted start
-        traits.quantize(values.data() + (r * 7 % rows) * cols, experts.data() + r * row_bytes, cols);
+      SCOPED_TRACE(std::string(lode::traits(type).name) + " " + std::to_string(rows) + " x " + std::to_string(cols));
+      const ExpertsOnDevice experts = experts_on_device(vram, type, rows, cols, n_experts, rng);
+      const size_t row_bytes = experts.row_bytes, matrix_bytes = experts.matrix_bytes;
       // x per problem; for the SwiGLU shape each problem's gate then up (cols each).
       const int64_t x_stride = shape.swiglu ? 2 * cols : cols;
       const auto x = normal_floats(size_t(n * x_stride), rng);
-      lode::cuda::DeviceBuffer dexperts(vram, experts.size(), lode::cuda::VramUse::experts, "experts");
-      lode::cuda::copy_to_device(dexperts.data(), experts.data(), experts.size());
-      std::vector<const void*> table;
-      for (int64_t e = 0; e < n_experts; ++e) table.push_back(dexperts.as<uint8_t>() + e * matrix_bytes);
-      lode::cuda::DeviceBuffer dtable(vram, table.size() * sizeof(void*), lode::cuda::VramUse::scratch, "table");
-      lode::cuda::DeviceBuffer dids(vram, ids.size() * 4, lode::cuda::VramUse::scratch, "ids");
-      lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
+      const lode::cuda::DeviceBuffer dids = on_device(vram, ids, "ids"), dx = on_device(vram, x, "x");
       lode::cuda::DeviceBuffer dy(vram, size_t(rows * n) * 4, lode::cuda::VramUse::scratch, "y");
-      lode::cuda::copy_to_device(dtable.data(), table.data(), table.size() * sizeof(void*));
-      lode::cuda::copy_to_device(dids.data(), ids.data(), ids.size() * 4);
-      lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
       // The twin's products, problem by problem.
       std::vector<std::vector<float>> want(ids.size());
       lode::cpu::q8twin::RoundedBuffer rounded(cols);
@@ -364,17 +386,16 @@ TEST(CudaMatvec, GroupedIntegerProductsAreTheTwinsBits) {
         const float* xp = x.data() + p * size_t(x_stride);
         lode::cpu::q8twin::round(type, xp, shape.swiglu ? xp + cols : nullptr, cols, rounded.x());
         want[p].resize(size_t(rows));
-        lode::cpu::q8twin::rows(type, experts.data() + size_t(ids[p]) * matrix_bytes, row_bytes, rows, cols,
-                                rounded.x(), want[p].data());
+        lode::cpu::q8twin::rows(type, experts.matrix(ids[p]), row_bytes, rows, cols, rounded.x(), want[p].data());
       }
       for (const bool ids_before_wait : {false, true}) {
         SCOPED_TRACE(ids_before_wait ? "ids read before the wait" : "ids read after the wait");
         const std::vector<float> sentinel(size_t(rows * n), kUnwritten);
         lode::cuda::copy_to_device(dy.data(), sentinel.data(), sentinel.size() * 4);
         lode::cuda::MatvecInput input{.swiglu_up = shape.swiglu ? cols : 0, .q8 = true};
-        input.ahead = {dtable.as<const void*>(), int64_t(matrix_bytes), n};
+        input.ahead = {experts.device_table(), int64_t(matrix_bytes), n};
         input.ids_before_wait = ids_before_wait;
-        lode::cuda::grouped_matvec(type, dtable.as<const void*>(), dids.as<int32_t>(), n, rows, cols, row_bytes,
+        lode::cuda::grouped_matvec(type, experts.device_table(), dids.as<int32_t>(), n, rows, cols, row_bytes,
                                    dx.as<float>(), x_stride, dy.as<float>(), nullptr, input);
         lode::cuda::synchronize();
         std::vector<float> got(size_t(rows * n));
@@ -405,37 +426,19 @@ TEST(CudaMatvec, PairsThatShareARowsInputRoundItOnceWithTheTwinsBits) {
   const int64_t n_experts = 6, rows = 512, cols = 2048, n = int64_t(ids.size());
   constexpr float kUnwritten = -777.0f;
   for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q8_0}) {
-    const auto& traits = lode::traits(type);
-    SCOPED_TRACE(traits.name);
-    const size_t row_bytes = lode::row_bytes(type, cols), matrix_bytes = row_bytes * size_t(rows);
-    std::vector<uint8_t> experts(matrix_bytes * n_experts);
-    const auto values = normal_floats(size_t(rows * cols), rng);
-    for (int64_t r = 0; r < rows * n_experts; ++r)
-      traits.quantize(values.data() + (r * 7 % rows) * cols, experts.data() + r * row_bytes, cols);
+    SCOPED_TRACE(lode::traits(type).name);
+    const ExpertsOnDevice experts = experts_on_device(vram, type, rows, cols, n_experts, rng);
     const auto x = normal_floats(size_t(kRows * cols), rng);
-    lode::cuda::DeviceBuffer dexperts(vram, experts.size(), lode::cuda::VramUse::experts, "experts");
-    lode::cuda::copy_to_device(dexperts.data(), experts.data(), experts.size());
-    std::vector<const void*> table;
-    for (int64_t e = 0; e < n_experts; ++e) table.push_back(dexperts.as<uint8_t>() + e * matrix_bytes);
-    lode::cuda::DeviceBuffer dtable(vram, table.size() * sizeof(void*), lode::cuda::VramUse::scratch, "table");
-    lode::cuda::DeviceBuffer dids(vram, ids.size() * 4, lode::cuda::VramUse::scratch, "ids");
-    lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
-    lode::cuda::DeviceBuffer dy(vram, size_t(rows * n) * 4, lode::cuda::VramUse::scratch, "y");
-    const size_t scratch = lode::cuda::rounded_inputs_bytes(type, cols, row_bytes, kRows);
-    lode::cuda::DeviceBuffer drounded(vram, scratch, lode::cuda::VramUse::scratch, "rounded x");
-    lode::cuda::copy_to_device(dtable.data(), table.data(), table.size() * sizeof(void*));
-    lode::cuda::copy_to_device(dids.data(), ids.data(), ids.size() * 4);
-    lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
-    const std::vector<float> sentinel(size_t(rows * n), kUnwritten);
-    lode::cuda::copy_to_device(dy.data(), sentinel.data(), sentinel.size() * 4);
+    const lode::cuda::DeviceBuffer dids = on_device(vram, ids, "ids"), dx = on_device(vram, x, "x");
+    lode::cuda::DeviceBuffer dy = on_device(vram, std::vector<float>(size_t(rows * n), kUnwritten), "y");
     lode::cuda::MatvecInput input{.q8 = true};
     input.x_run = kSlots, input.x_inputs = kRows;
     const auto launch = [&] {
-      lode::cuda::grouped_matvec(type, dtable.as<const void*>(), dids.as<int32_t>(), n, rows, cols, row_bytes,
+      lode::cuda::grouped_matvec(type, experts.device_table(), dids.as<int32_t>(), n, rows, cols, experts.row_bytes,
                                  dx.as<float>(), cols, dy.as<float>(), nullptr, input);
     };
     EXPECT_THROW(launch(), lode::Error);  // no scratch to round the rows into
-    input.rounded = drounded.data(), input.rounded_bytes = scratch;
+    const lode::cuda::DeviceBuffer scratch = rounded_scratch(vram, type, cols, kRows, input);
     launch();
     lode::cuda::synchronize();
     std::vector<float> got(size_t(rows * n));
@@ -449,8 +452,8 @@ TEST(CudaMatvec, PairsThatShareARowsInputRoundItOnceWithTheTwinsBits) {
       }
       lode::cpu::q8twin::round(type, x.data() + (p / kSlots) * cols, nullptr, cols, rounded.x());
       std::vector<float> want(static_cast<size_t>(rows));
-      lode::cpu::q8twin::rows(type, experts.data() + size_t(ids[size_t(p)]) * matrix_bytes, row_bytes, rows, cols,
-                              rounded.x(), want.data());
+      lode::cpu::q8twin::rows(type, experts.matrix(ids[size_t(p)]), experts.row_bytes, rows, cols, rounded.x(),
+                              want.data());
       EXPECT_EQ(mine, want) << "problem " << p;
     }
   }
@@ -484,32 +487,18 @@ TEST(CudaMatvec, ExpertGroupsGetTheTwinsBitsForEveryPair) {
   };
   for (const Shape shape : {Shape{512, 2048, false}, Shape{2048, 512, true}, Shape{67, 256, false}}) {
     for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0}) {
-      const auto& traits = lode::traits(type);
       const int64_t rows = shape.rows, cols = shape.cols;
-      SCOPED_TRACE(std::string(traits.name) + " " + std::to_string(rows) + " x " + std::to_string(cols));
-      const size_t row_bytes = lode::row_bytes(type, cols), matrix_bytes = row_bytes * size_t(rows);
-      std::vector<uint8_t> experts(matrix_bytes * kExperts);
-      const auto values = normal_floats(size_t(rows * cols), rng);
-      for (int64_t r = 0; r < rows * kExperts; ++r)
-        traits.quantize(values.data() + (r * 7 % rows) * cols, experts.data() + r * row_bytes, cols);
+      SCOPED_TRACE(std::string(lode::traits(type).name) + " " + std::to_string(rows) + " x " + std::to_string(cols));
+      const ExpertsOnDevice experts = experts_on_device(vram, type, rows, cols, kExperts, rng);
+      const size_t row_bytes = experts.row_bytes;
       const int64_t x_stride = shape.swiglu ? 2 * cols : cols;
       const auto x = normal_floats(size_t(kStepRows * x_stride), rng);
-      lode::cuda::DeviceBuffer dexperts(vram, experts.size(), lode::cuda::VramUse::experts, "experts");
-      lode::cuda::copy_to_device(dexperts.data(), experts.data(), experts.size());
-      std::vector<const void*> table;
-      for (int64_t e = 0; e < kExperts; ++e) table.push_back(dexperts.as<uint8_t>() + e * matrix_bytes);
-      lode::cuda::DeviceBuffer dtable(vram, table.size() * sizeof(void*), lode::cuda::VramUse::scratch, "table");
-      lode::cuda::DeviceBuffer dgroups(vram, groups.size() * sizeof(lode::cuda::ExpertGroup),
-                                       lode::cuda::VramUse::scratch, "groups");
-      lode::cuda::DeviceBuffer dx(vram, x.size() * 4, lode::cuda::VramUse::scratch, "x");
+      const lode::cuda::DeviceBuffer dgroups = on_device(vram, groups, "groups"), dx = on_device(vram, x, "x");
       lode::cuda::DeviceBuffer dy(vram, size_t(rows * kPairs) * 4, lode::cuda::VramUse::scratch, "y");
-      lode::cuda::copy_to_device(dtable.data(), table.data(), table.size() * sizeof(void*));
-      lode::cuda::copy_to_device(dgroups.data(), groups.data(), groups.size() * sizeof(lode::cuda::ExpertGroup));
-      lode::cuda::copy_to_device(dx.data(), x.data(), x.size() * 4);
       lode::cuda::MatvecInput input{.swiglu_up = shape.swiglu ? cols : 0, .q8 = true};
       input.x_run = int32_t(kSlots), input.groups = dgroups.as<lode::cuda::ExpertGroup>(), input.group_inputs = most;
       const lode::cuda::DeviceBuffer scratch = rounded_scratch(vram, type, cols, kStepRows, input);
-      lode::cuda::grouped_matvec(type, dtable.as<const void*>(), nullptr, kPairs, rows, cols, row_bytes,
+      lode::cuda::grouped_matvec(type, experts.device_table(), nullptr, kPairs, rows, cols, row_bytes,
                                  dx.as<float>(), x_stride, dy.as<float>(), nullptr, input);
       lode::cuda::synchronize();
       std::vector<float> got(size_t(rows * kPairs));
@@ -519,7 +508,7 @@ TEST(CudaMatvec, ExpertGroupsGetTheTwinsBitsForEveryPair) {
         const float* xp = x.data() + (p / kSlots) * x_stride;
         lode::cpu::q8twin::round(type, xp, shape.swiglu ? xp + cols : nullptr, cols, rounded.x());
         std::vector<float> want(static_cast<size_t>(rows));
-        lode::cpu::q8twin::rows(type, experts.data() + size_t(route[size_t(p)]) * matrix_bytes, row_bytes, rows, cols,
+        lode::cpu::q8twin::rows(type, experts.matrix(route[size_t(p)]), row_bytes, rows, cols,
                                 rounded.x(), want.data());
         EXPECT_EQ(std::vector<float>(got.begin() + p * rows, got.begin() + (p + 1) * rows), want) << "pair " << p;
       }
