@@ -71,15 +71,6 @@ std::set<std::pair<int, int>> enable_peer_access(const std::vector<int>& gpus) {
   return can_read;
 }
 
-// The experts the split places on GPU g among its own layers (what its session may hold).
-int64_t own_experts(const plan::GpuSplit& split, size_t g, int64_t n_experts) {
-  const plan::GpuShare& share = split.gpus[g];
-  int64_t n = 0;
-  for (int64_t i = share.first_layer * n_experts; i < share.end_layer * n_experts; ++i)
-    n += split.owner[size_t(i)] == int32_t(g);
-  return n;
-}
-
 }  // namespace
 
 CudaPipeline::CudaPipeline(std::unique_ptr<CudaSession> session) : config_(session->config()) {
@@ -137,9 +128,10 @@ void CudaPipeline::make_shares(const gguf::Reader& reader, const model::ModelWei
     if (g + 1 < gpus.size()) o.next_norm = weights.layers[size_t(at.end_layer)].attn_norm;
     // Exactly the experts the split gives it of its own layers (the split weighed options.expert_scores).
     o.expert_scores.assign(size_t((at.end_layer - at.first_layer) * n_experts), 0.0);
+    o.max_resident_experts = 0;
     for (int64_t i = at.first_layer * n_experts; i < at.end_layer * n_experts; ++i)
-      o.expert_scores[size_t(i - at.first_layer * n_experts)] = split.owner[size_t(i)] == int32_t(g) ? 1.0 : 0.0;
-    o.max_resident_experts = own_experts(split, g, n_experts);
+      if (split.owner[size_t(i)] == int32_t(g))
+        o.expert_scores[size_t(i - at.first_layer * n_experts)] = 1.0, ++o.max_resident_experts;
     auto share = std::make_shared<const model::ModelWeights>(model::layer_share(weights, at.first_layer, at.end_layer));
     const OnDevice on(o.device);
     shares_.push_back(
