@@ -399,13 +399,14 @@ TEST(CudaKernels, TheGreedyTokenIsTheFirstLargestLogit) {
 }
 
 // A step's (row, slot) pairs grouped by expert: experts ascending, each expert's pairs in order, at
-// most 8 a group (an expert of 19 pairs makes groups of 8, 8 and 3), every pair once, and the
-// groups after the last empty; against a host grouping of random routes of up to 64 rows.
+// most `most` a group (8: an expert of 19 pairs makes groups of 8, 8 and 3), every pair once, and
+// the groups after the last empty; against a host grouping of random routes of up to 64 rows.
 TEST(CudaKernels, ExpertGroupsHoldEveryPairOnceByExpert) {
   LODE_REQUIRE_GPU();
   std::mt19937 rng(7);
+  for (const int most : {1, 2, 3, 8})
   for (const int rows : {1, 2, 5, 64}) {
-    SCOPED_TRACE(rows);
+    SCOPED_TRACE(testing::Message() << rows << " rows, groups of at most " << most);
     const int pairs = rows * kUsed;
     std::vector<int32_t> ids(static_cast<size_t>(pairs));
     for (int32_t& id : ids) id = int32_t(rng() % 40);  // few experts: long groups
@@ -414,13 +415,13 @@ TEST(CudaKernels, ExpertGroupsHoldEveryPairOnceByExpert) {
     for (int e = 0; e < kExperts; ++e)
       for (int p = 0; p < pairs; ++p) {
         if (ids[size_t(p)] != e) continue;
-        if (want.empty() || want.back().id != e || want.back().count == lode::cuda::kGroupInputs)
+        if (want.empty() || want.back().id != e || want.back().count == most)
           want.push_back({e, 0, {}});
         want.back().pairs[want.back().count++] = p;
       }
     Device dev;
     auto* groups = dev.zeros<lode::cuda::ExpertGroup>(size_t(pairs));
-    ASSERT_EQ(lode::cuda::kernels::expert_groups(dev.upload(ids), pairs, kExperts, groups, nullptr), nullptr);
+    ASSERT_EQ(lode::cuda::kernels::expert_groups(dev.upload(ids), pairs, kExperts, most, groups, nullptr), nullptr);
     const auto got = dev.download(groups, size_t(pairs));
     for (size_t g = 0; g < got.size(); ++g) {
       SCOPED_TRACE(g);

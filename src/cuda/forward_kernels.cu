@@ -511,7 +511,7 @@ __global__ void moe_route_kernel(const float* logits, int64_t logits_stride, int
 constexpr int kGroupThreads = 256;
 
 __global__ void __launch_bounds__(kGroupThreads)
-    expert_groups_kernel(const int32_t* ids, int pairs, int n_experts, ExpertGroup* groups) {
+    expert_groups_kernel(const int32_t* ids, int pairs, int n_experts, int most, ExpertGroup* groups) {
   __shared__ int32_t id[kMaxGroupPairs];
   __shared__ int32_t first[kMaxExperts + 1];  // expert e's first group; first[n_experts]: the groups in all
   begin_after_inputs();
@@ -520,7 +520,7 @@ __global__ void __launch_bounds__(kGroupThreads)
   for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
     int count = 0;
     for (int p = 0; p < pairs; ++p) count += id[p] == e;
-    first[e + 1] = (count + kGroupInputs - 1) / kGroupInputs;
+    first[e + 1] = (count + most - 1) / most;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -533,7 +533,7 @@ __global__ void __launch_bounds__(kGroupThreads)
     for (int p = 0; p < pairs; ++p) {
       if (id[p] != e) continue;
       groups[g].pairs[n++] = p;
-      if (n == kGroupInputs) groups[g].id = e, groups[g].count = n, ++g, n = 0;
+      if (n == most) groups[g].id = e, groups[g].count = n, ++g, n = 0;
     }
     if (n > 0) groups[g].id = e, groups[g].count = n;
   }
@@ -850,11 +850,12 @@ const char* moe_route_window(const float* logits, int64_t logits_stride, int n_e
   return error_text(route_rows(logits, logits_stride, n_experts, k, n, ids, k, n * k, weights, tally, stream));
 }
 
-const char* expert_groups(const int32_t* ids, int pairs, int n_experts, ExpertGroup* groups, void* stream) {
+const char* expert_groups(const int32_t* ids, int pairs, int n_experts, int most, ExpertGroup* groups, void* stream) {
   if (pairs < 1 || pairs > kMaxGroupPairs) return "expert groups of 1 to 1024 pairs";
   if (n_experts < 1 || n_experts > kMaxExperts) return "expert groups of 1 to 512 experts";
+  if (most < 1 || most > kGroupInputs) return "expert groups of 1 to 8 pairs each";
   return error_text(launch_overlapped(expert_groups_kernel, dim3(1), dim3(kGroupThreads), 0, stream, ids, pairs,
-                                      n_experts, groups));
+                                      n_experts, most, groups));
 }
 
 const char* greedy_token(const float* logits, int n, void* partials, int blocks, unsigned* arrivals, int32_t* token,

@@ -113,11 +113,11 @@ const char* moe_route_window(const float* logits, int64_t logits_stride, int n_e
                              float* weights, RouteTally tally, void* stream);
 // A step's (row, slot) pairs grouped by expert, so that its products read each expert once
 // (cuda/matvec_launch.h's ExpertGroup): ids [pairs] (row t's k choices at t k: moe_route_window's
-// first half), experts ascending, each expert's pairs in order, up to kGroupInputs a group; groups
-// [pairs] (the most there can be), those after the last empty. One block; pairs at most
-// kMaxGroupPairs.
+// first half), experts ascending, each expert's pairs in order, up to `most` (1 to kGroupInputs) a
+// group; groups [pairs] (the most there can be), those after the last empty. One block; pairs at
+// most kMaxGroupPairs.
 constexpr int kMaxGroupPairs = 1024;
-const char* expert_groups(const int32_t* ids, int pairs, int n_experts, ExpertGroup* groups, void* stream);
+const char* expert_groups(const int32_t* ids, int pairs, int n_experts, int most, ExpertGroup* groups, void* stream);
 // Greedy sampling on the device: *token = the index of the largest of n logits (the lowest index
 // among equals), or -1 when a logit is NaN or +inf or all are -inf (where the host's sampler
 // fails), in one launch of `blocks` blocks, each reducing its share to a (value, index) pair in
