@@ -85,6 +85,27 @@ TEST(ServerConcurrency, EightConcurrentStreamsEqualTheirSoloRuns) {
   EXPECT_EQ(worker["sequences"]["active"], 0);
 }
 
+// With a prompt budget a step takes several sequences' prompt pieces at once (the streams arrive
+// while the first step's delay holds the worker): each still gets the text it gets alone, and the
+// status shows steps of several prompt pieces.
+TEST(ServerConcurrency, PromptsReadTogetherEqualTheirSoloRuns) {
+  constexpr int kClients = 6;
+  const std::vector<std::string> alone = solo_texts(kClients);
+  server::ServerOptions batched;
+  batched.worker.parallel = kClients;
+  batched.worker.prompt_tokens = 512;
+  batched.worker.token_delay = std::chrono::milliseconds(50);
+  TestServer server(batched);
+  const std::vector<std::string> together = concurrent_texts(server, kClients);
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
+    EXPECT_FALSE(alone[size_t(i)].empty());
+  }
+  const json status = server.get_json("/v1/status");
+  EXPECT_GE(status["steps"]["prompt_rows_max"], 2) << status.dump();
+  EXPECT_EQ(status["sequences"]["active"], 0);
+}
+
 // With drafts (--mtp 3) every sequence's row of a step is a verify window of its own: four streams
 // at once still get exactly what each gets alone without drafts, and drafts were accepted.
 TEST(ServerConcurrency, StreamsWithDraftsEqualTheirSoloRunsWithout) {

@@ -166,6 +166,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--alias", o->server.aliases,
                   "Another name requests may give as `model` (repeatable; for clients that hard-code one; replies "
                   "carry the name asked for)");
+  cmd->add_option("--prompt-tokens", o->server.worker.prompt_tokens,
+                  "Prompt tokens a step may take from several sequences' prompts at once (default 0: one prompt's "
+                  "piece a step); the decoding sequences wait for them all")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-queue", o->server.worker.max_queue, "Requests that may wait for a free slot; more get 429 (default 16)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger gets 413 (default 8 MiB)")

@@ -89,6 +89,7 @@ EngineWorker::EngineWorker(const ServedModel& model, std::shared_ptr<engine::Mod
   if (options_.chunk < 1) fail("the prefill chunk must be at least 1 token, got {}", options_.chunk);
   if (options_.prompt_step < 0 || (options_.prompt_step > 0 && options_.chunk % options_.prompt_step != 0))
     fail("the prompt tokens a step takes ({}) must divide the prefill chunk ({})", options_.prompt_step, options_.chunk);
+  if (options_.prompt_tokens < 0) fail("the prompt tokens a step takes over several sequences must be 0 or more, got {}", options_.prompt_tokens);
   for (int i = 0; i < options_.parallel; ++i)
     slots_.push_back(std::make_unique<Slot>(
         Slot{engine_->open_sequence(), PrefixCache(options_.chunk, options_.checkpoints_per_slot), 0, nullptr}));
@@ -415,31 +416,35 @@ void EngineWorker::step() {
     }
     owners.push_back(slot.get());
   }
-  bool prompt_chunk = false;
-  int64_t prompt_tokens = 0;
+  // Prompt pieces, slots in turn from prefill_turn_: one, or as many as prompt_tokens allows (the
+  // first always; the turn stops at the first piece that does not fit, so none is passed over).
+  int64_t prompt_rows = 0, prompt_tokens = 0;
+  const size_t turn = prefill_turn_;
   for (size_t i = 0; i < slots_.size(); ++i) {
-    Slot& slot = *slots_[(prefill_turn_ + i) % slots_.size()];
+    Slot& slot = *slots_[(turn + i) % slots_.size()];
     if (!slot.running || !slot.running->prefilling()) continue;
     const Running& seq = *slot.running;
     const int64_t step = options_.prompt_step > 0 ? options_.prompt_step : options_.chunk;
     const int64_t end = std::min((seq.prefilled / step + 1) * step, int64_t(seq.prompt().size()));
+    if (prompt_rows > 0 && prompt_tokens + (end - seq.prefilled) > options_.prompt_tokens) break;
     const bool last = end == int64_t(seq.prompt().size());
     batch.push_back({.sequence = slot.sequence.get(),
                      .tokens = seq.prompt().subspan(size_t(seq.prefilled), size_t(end - seq.prefilled)),
                      .logit_rows = last ? 1 : 0,
                      .want_hidden = options_.mtp > 0});  // the drafter follows the prompt too
     owners.push_back(&slot);
-    prompt_chunk = true;
-    prompt_tokens = end - seq.prefilled;
-    prefill_turn_ = (prefill_turn_ + i + 1) % slots_.size();
-    break;
+    ++prompt_rows, prompt_tokens += end - seq.prefilled;
+    prefill_turn_ = (turn + i + 1) % slots_.size();
+    if (options_.prompt_tokens <= 0) break;
   }
+  const bool prompt_chunk = prompt_rows > 0;
   if (batch.empty()) return;
   {
     std::lock_guard lock(mutex_);
     ++step_counts_.steps;
     step_counts_.max_batch = std::max(step_counts_.max_batch, int64_t(batch.size()));
-    if (batch.size() > 1 && prompt_chunk) ++step_counts_.mixed_steps;
+    if (int64_t(batch.size()) > prompt_rows && prompt_chunk) ++step_counts_.mixed_steps;
+    step_counts_.max_prompt_rows = std::max(step_counts_.max_prompt_rows, prompt_rows);
   }
   const auto started = std::chrono::steady_clock::now();
   try {

@@ -71,6 +71,11 @@ struct WorkerOptions {
   // prompt holds up the decoding sequences for less at a time. A divisor of chunk: a prompt is cut
   // at the same boundaries whether it starts cold or from a checkpoint.
   int64_t prompt_step = 0;
+  // Prompt tokens one step takes at most over several prefilling sequences, each its next piece
+  // (cut at prompt_step as alone), slots in turn (0: one sequence's piece a step). An engine that
+  // reads such rows in one pass reads its weights once for them; the decoding sequences wait for
+  // them all.
+  int64_t prompt_tokens = 0;
   size_t checkpoints_per_slot = 64;  // prefix checkpoints each slot keeps (bounds their memory)
   // Host memory all slots' prefix checkpoints may hold together (0: no bound past the count per
   // slot): past it, idle slots' caches go first, least recently used first, then the lowest
@@ -88,8 +93,9 @@ struct WorkerOptions {
 };
 
 // The worker: one thread owns `parallel` sequence slots (a sequence of the engine each) and runs
-// them in steps. Every step runs the next token of each decoding sequence plus at most one prompt
-// chunk of a sequence still prefilling (taking turns), all in one step of the engine
+// them in steps. Every step runs the next token of each decoding sequence plus the next prompt
+// piece of one sequence still prefilling, or of several up to WorkerOptions::prompt_tokens (taking
+// turns), all in one step of the engine
 // (engine::Model::step), so a long prompt never freezes the others. Jobs join free slots
 // between steps: the next turn of a conversation continues in the slot that holds it; any other
 // job takes the least recently used free slot, copying into it the longest prefix it shares with
@@ -136,6 +142,7 @@ class EngineWorker {
     // sequence of the step waits for), with the prompt tokens those chunks took.
     double step_seconds = 0, prompt_step_seconds = 0;
     int64_t prompt_tokens = 0;
+    int64_t max_prompt_rows = 0;  // most prompt pieces (sequences prefilling) in one step
   };
   StepCounts step_counts() const;
 
