@@ -69,18 +69,23 @@ std::vector<std::string> concurrent_texts(const TestServer& server, int n) {
   return texts;
 }
 
-TEST(ServerConcurrency, EightConcurrentStreamsEqualTheirSoloRuns) {
-  constexpr int kClients = 8;
-  const std::vector<std::string> alone = solo_texts(kClients);
-  server::ServerOptions batched;
-  batched.worker.parallel = kClients;
-  TestServer server(batched);
-  const std::vector<std::string> together = concurrent_texts(server, kClients);
-  for (int i = 0; i < kClients; ++i) {
+// Streams 0 .. n-1 sent at once to a CPU server of `options` get the texts each gets alone on a
+// one-slot server; returns the server's /v1/status after them.
+json concurrent_status_after_solo_checks(server::ServerOptions options, int n) {
+  const std::vector<std::string> alone = solo_texts(n);
+  TestServer server(options);
+  const std::vector<std::string> together = concurrent_texts(server, n);
+  for (int i = 0; i < n; ++i) {
     EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
     EXPECT_FALSE(alone[size_t(i)].empty());
   }
-  const json worker = server.get_json("/v1/status");
+  return server.get_json("/v1/status");
+}
+
+TEST(ServerConcurrency, EightConcurrentStreamsEqualTheirSoloRuns) {
+  server::ServerOptions batched;
+  batched.worker.parallel = 8;
+  const json worker = concurrent_status_after_solo_checks(batched, 8);
   EXPECT_GE(worker["steps"]["max_batch"], 2) << worker.dump();  // they did run together
   EXPECT_EQ(worker["sequences"]["active"], 0);
 }
@@ -89,19 +94,11 @@ TEST(ServerConcurrency, EightConcurrentStreamsEqualTheirSoloRuns) {
 // while the first step's delay holds the worker): each still gets the text it gets alone, and the
 // status shows steps of several prompt pieces.
 TEST(ServerConcurrency, PromptsReadTogetherEqualTheirSoloRuns) {
-  constexpr int kClients = 6;
-  const std::vector<std::string> alone = solo_texts(kClients);
   server::ServerOptions batched;
-  batched.worker.parallel = kClients;
+  batched.worker.parallel = 6;
   batched.worker.prompt_tokens = 512;
   batched.worker.token_delay = std::chrono::milliseconds(50);
-  TestServer server(batched);
-  const std::vector<std::string> together = concurrent_texts(server, kClients);
-  for (int i = 0; i < kClients; ++i) {
-    EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
-    EXPECT_FALSE(alone[size_t(i)].empty());
-  }
-  const json status = server.get_json("/v1/status");
+  const json status = concurrent_status_after_solo_checks(batched, 6);
   EXPECT_GE(status["steps"]["prompt_rows_max"], 2) << status.dump();
   EXPECT_EQ(status["sequences"]["active"], 0);
 }
