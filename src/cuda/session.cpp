@@ -763,7 +763,8 @@ struct CudaSession::Impl {
     const int64_t k = c.n_experts_used, ff = c.expert_ff, n = window * k;
     // (An expert has at most one pair a row: a group holds at most the step's rows.)
     const int32_t most = int32_t(std::min<int64_t>(window, group_cap()));
-    launch("expert groups", [&] { return kernels::expert_groups(ids, int(n), int(c.n_experts), most, expert_groups, stream); });
+    launch("expert groups",
+           [&] { return kernels::expert_groups(ids, int(n), int(c.n_experts), most, expert_groups, stream); });
     MatvecInput in = input();
     in.groups = expert_groups, in.x_run = int32_t(k), in.group_inputs = most;
     float* u = g + n * ff;

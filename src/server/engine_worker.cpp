@@ -89,7 +89,8 @@ EngineWorker::EngineWorker(const ServedModel& model, std::shared_ptr<engine::Mod
   if (options_.chunk < 1) fail("the prefill chunk must be at least 1 token, got {}", options_.chunk);
   if (options_.prompt_step < 0 || (options_.prompt_step > 0 && options_.chunk % options_.prompt_step != 0))
     fail("the prompt tokens a step takes ({}) must divide the prefill chunk ({})", options_.prompt_step, options_.chunk);
-  if (options_.prompt_tokens < 0) fail("the prompt tokens a step takes over several sequences must be 0 or more, got {}", options_.prompt_tokens);
+  if (options_.prompt_tokens < 0)
+    fail("the prompt tokens a step takes over several sequences must be 0 or more, got {}", options_.prompt_tokens);
   for (int i = 0; i < options_.parallel; ++i)
     slots_.push_back(std::make_unique<Slot>(
         Slot{engine_->open_sequence(), PrefixCache(options_.chunk, options_.checkpoints_per_slot), 0, nullptr}));
@@ -443,7 +444,7 @@ void EngineWorker::step() {
     std::lock_guard lock(mutex_);
     ++step_counts_.steps;
     step_counts_.max_batch = std::max(step_counts_.max_batch, int64_t(batch.size()));
-    if (int64_t(batch.size()) > prompt_rows && prompt_chunk) ++step_counts_.mixed_steps;
+    if (prompt_chunk && int64_t(batch.size()) > prompt_rows) ++step_counts_.mixed_steps;  // (decoding rows too)
     step_counts_.max_prompt_rows = std::max(step_counts_.max_prompt_rows, prompt_rows);
   }
   const auto started = std::chrono::steady_clock::now();
