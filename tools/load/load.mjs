@@ -8,7 +8,7 @@
 //
 //   node tools/load/load.mjs --url http://127.0.0.1:8080 [--concurrency 4] [--requests 16]
 //        [--prompt-words 200] [--max-tokens 128] [--shared-prefix 0.5] [--disconnect 0]
-//        [--api-key KEY] [--model NAME] [--seed 1] [--json]
+//        [--api-key KEY] [--model NAME] [--seed 1] [--temperature 0] [--json]
 //
 // Prompt lengths are in words (the server's tokenizer decides the tokens; the report gives the
 // prompt tokens the server counted). Every request streams with stream_options.include_usage, so
@@ -17,7 +17,8 @@ import OpenAI from "../server/node_modules/openai/index.mjs";
 
 const defaults = {
   url: "http://127.0.0.1:8080", concurrency: 4, requests: 0, "prompt-words": 200, "max-tokens": 128,
-  "shared-prefix": 0.5, disconnect: 0, "api-key": process.env.LODE_API_KEY ?? "", model: "", seed: 1, json: false,
+  "shared-prefix": 0.5, disconnect: 0, "api-key": process.env.LODE_API_KEY ?? "", model: "", seed: 1, temperature: 0,
+  json: false,
 };
 
 function parseArgs(argv) {
@@ -33,6 +34,7 @@ function parseArgs(argv) {
   }
   if (o.requests === 0) o.requests = 4 * o.concurrency;
   if (!(o.concurrency >= 1 && o.requests >= 1)) throw new Error("--concurrency and --requests must be at least 1");
+  if (!(o.temperature >= 0 && o.temperature <= 2)) throw new Error(`--temperature is between 0 and 2, got ${o.temperature}`);
   for (const share of ["shared-prefix", "disconnect"])
     if (!(o[share] >= 0 && o[share] <= 1)) throw new Error(`--${share} is a share between 0 and 1, got ${o[share]}`);
   return o;
@@ -95,7 +97,7 @@ async function runOne(client, o, i, abandon, runBegan) {
   let pieces = 0;
   try {
     const stream = await client.chat.completions.create(
-      { model: o.model || undefined, messages: messagesFor(o, i), max_tokens: o["max-tokens"], temperature: 0,
+      { model: o.model || undefined, messages: messagesFor(o, i), max_tokens: o["max-tokens"], temperature: o.temperature,
         stream: true, stream_options: { include_usage: true } },
       { signal: controller.signal });
     for await (const chunk of stream) {
@@ -147,7 +149,7 @@ async function main() {
   const decoding = decodingSeconds(done);
   const report = {
     url: o.url, concurrency: o.concurrency, requests: o.requests, prompt_words: o["prompt-words"],
-    max_tokens: o["max-tokens"], shared_prefix: o["shared-prefix"],
+    max_tokens: o["max-tokens"], shared_prefix: o["shared-prefix"], temperature: o.temperature,
     completed: done.length, abandoned: results.filter((r) => r.abandoned).length,
     errors: results.filter((r) => r.error).length, first_errors: results.filter((r) => r.error).slice(0, 3).map((r) => r.error),
     seconds: +seconds.toFixed(3),
