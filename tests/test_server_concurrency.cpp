@@ -116,7 +116,20 @@ TEST(ServerConcurrency, StreamsWithDraftsEqualTheirSoloRunsWithout) {
   for (int i = 0; i < kClients; ++i) EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
   ASSERT_TRUE(eventually([&] { return metric_value(server, "lode_mtp_verify_steps_total") > 0; }));
   EXPECT_GT(metric_value(server, "lode_mtp_accepted_tokens_total"), 0);
-  EXPECT_GE(server.get_json("/v1/status")["steps"]["max_batch"], 2);
+  const json status = server.get_json("/v1/status");
+  EXPECT_GE(status["steps"]["max_batch"], 2);
+  // /v1/status: the drafts over the finished requests (all four), and the verify steps' time.
+  const json& mtp = status["mtp"];
+  EXPECT_EQ(mtp["drafts"], 3) << status.dump();
+  EXPECT_GT(mtp["windows"].get<int64_t>(), 0) << status.dump();
+  EXPECT_EQ(mtp["accepted"].get<int64_t>(), metric_value(server, "lode_mtp_accepted_tokens_total")) << status.dump();
+  EXPECT_GE(mtp["drafted"].get<int64_t>(), mtp["accepted"].get<int64_t>()) << status.dump();
+  const double acceptance = mtp["acceptance"], per_window = mtp["tokens_per_window"];
+  EXPECT_GT(acceptance, 0.0) << status.dump();
+  EXPECT_LE(acceptance, 1.0) << status.dump();
+  EXPECT_DOUBLE_EQ(per_window, 1.0 + double(mtp["accepted"].get<int64_t>()) / double(mtp["windows"].get<int64_t>()));
+  EXPECT_GT(mtp["verify_steps"].get<int64_t>(), 0) << status.dump();
+  EXPECT_GT(mtp["ms_per_verify_step"].get<double>(), 0.0) << status.dump();
 }
 
 TEST(ServerConcurrency, LongPromptIsPrefilledBesideDecodingSequences) {

@@ -439,6 +439,7 @@ void EngineWorker::step() {
     if (options_.prompt_tokens <= 0) break;
   }
   const bool prompt_chunk = prompt_rows > 0;
+  const bool verifying = options_.mtp > 0 && int64_t(batch.size()) > prompt_rows;  // (decoding rows verify drafts)
   if (batch.empty()) return;
   {
     std::lock_guard lock(mutex_);
@@ -459,6 +460,7 @@ void EngineWorker::step() {
     std::lock_guard lock(mutex_);
     step_counts_.step_seconds += seconds;
     if (prompt_chunk) step_counts_.prompt_step_seconds += seconds, step_counts_.prompt_tokens += prompt_tokens;
+    if (verifying) ++step_counts_.verify_steps, step_counts_.verify_step_seconds += seconds;
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     try {

@@ -129,6 +129,7 @@ class EngineWorker {
   int64_t context() const { return context_; }
   int max_queue() const { return options_.max_queue; }
   int parallel() const { return options_.parallel; }
+  int mtp() const { return options_.mtp; }
   int waiting() const;  // jobs waiting for a slot
   int active() const;   // jobs in slots
   int64_t checkpoint_bytes() const;  // memory held by the slots' prefix checkpoints
@@ -143,6 +144,9 @@ class EngineWorker {
     double step_seconds = 0, prompt_step_seconds = 0;
     int64_t prompt_tokens = 0;
     int64_t max_prompt_rows = 0;  // most prompt pieces (sequences prefilling) in one step
+    // With --mtp: the steps whose decoding rows verified drafts, and their wall time.
+    int64_t verify_steps = 0;
+    double verify_step_seconds = 0;
   };
   StepCounts step_counts() const;
 

@@ -315,8 +315,24 @@ json Server::status_json() const {
             {"kv_bytes", worker_->kv_bytes()},
             {"kv_pool_positions", engine.kv_pool_positions},
             {"kv_pool_free_positions", worker_->kv_pool_free_positions()}}},
+          {"mtp", mtp_json(s, steps)},
           {"kv_format", kv::to_string(engine.kv_format)},
           {"formats", formats}};
+}
+
+// Speculative decoding's figures (--mtp; zeros without): drafts, acceptance and tokens per verify
+// window over the finished requests, and the verify steps' time (each step verifies every
+// decoding sequence's window at once).
+json Server::mtp_json(const ServerStats::Snapshot& s, const EngineWorker::StepCounts& steps) const {
+  const auto share = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  return {{"drafts", worker_->mtp()},
+          {"windows", s.mtp_windows},
+          {"drafted", s.mtp_drafted},
+          {"accepted", s.mtp_accepted},
+          {"acceptance", share(double(s.mtp_accepted), double(s.mtp_drafted))},
+          {"tokens_per_window", share(double(s.mtp_windows + s.mtp_accepted), double(s.mtp_windows))},
+          {"verify_steps", steps.verify_steps},
+          {"ms_per_verify_step", share(1000.0 * steps.verify_step_seconds, double(steps.verify_steps))}};
 }
 
 int Server::start() {

@@ -69,6 +69,7 @@ class Server {
   void respond(const httplib::Request& req, httplib::Response& res, Job job, const GenerationRequest& request,
                const char* id_prefix, const Whole& whole, const Streamed& streamed);
   nlohmann::ordered_json status_json() const;
+  nlohmann::ordered_json mtp_json(const ServerStats::Snapshot& s, const EngineWorker::StepCounts& steps) const;
 
   ServerOptions options_;
   std::shared_ptr<const ServedModel> model_;
