@@ -91,6 +91,26 @@ TEST(ChatTemplate, GenerationPromptFollowsOptions) {
   EXPECT_EQ(lode::chat::render_qwen35(messages, nullptr, {false, true}), prefix);
 }
 
+// continue_final_message: the whole conversation as the template renders it, the last assistant
+// turn left open after its content (its reasoning block kept, no <|im_end|>), whatever
+// add_generation_prompt says; a last message that is not an assistant's, or carries tool calls,
+// is refused.
+TEST(ChatTemplate, AFinalAssistantMessageIsLeftOpen) {
+  std::vector<Message> messages = {{"user", "Hi", std::nullopt, {}}, {"assistant", "Hello, I", "Greet.", {}}};
+  const std::string closed = lode::chat::render_qwen35(messages, nullptr, {.add_generation_prompt = false});
+  ASSERT_TRUE(closed.ends_with("Hello, I<|im_end|>\n")) << closed;
+  const std::string open = closed.substr(0, closed.size() - std::string("<|im_end|>\n").size());
+  EXPECT_TRUE(open.ends_with("<|im_start|>assistant\n<think>\nGreet.\n</think>\n\nHello, I")) << open;
+  for (const bool generation_prompt : {false, true})
+    EXPECT_EQ(lode::chat::render_qwen35(messages, nullptr,
+                                        {.add_generation_prompt = generation_prompt, .continue_final_message = true}),
+              open);
+  messages[1].tool_calls.push_back({"call_0", "f", nlohmann::ordered_json::object()});
+  EXPECT_THROW(lode::chat::render_qwen35(messages, nullptr, {.continue_final_message = true}), lode::Error);
+  messages.pop_back();
+  EXPECT_THROW(lode::chat::render_qwen35(messages, nullptr, {.continue_final_message = true}), lode::Error);
+}
+
 TEST(ChatPythonText, StripRemovesWhatPythonCallsWhitespace) {
   using lode::chat::python_strip;
   EXPECT_EQ(python_strip(" \t\n\r\v\f x y \n"), "x y");

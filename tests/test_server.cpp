@@ -106,6 +106,11 @@ TEST(Server, HealthAndModels) {
   EXPECT_EQ(list["data"][0]["id"], mini_model()->reader.metadata().get_string("general.name"));
   EXPECT_EQ(list["data"][0]["object"], "model");
   EXPECT_EQ(list["data"][0]["owned_by"], "lode");
+  // One model by its id (the openai client's models.retrieve); other ids are 404.
+  EXPECT_EQ(s.get_json("/v1/models/" + list["data"][0]["id"].get<std::string>()), list["data"][0]);
+  auto other = s.client().Get("/v1/models/gpt-4o");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
 }
 
 // --alias: requests may name the model by an alias on every route, the reply carries the name asked
@@ -166,6 +171,38 @@ TEST(Server, ChatEqualsGenerateAndStreamEqualsPlain) {
   EXPECT_EQ(streamed.content, expected.content);
   EXPECT_EQ(streamed.finish, expected_finish(ref.result));
   EXPECT_EQ(streamed.usage, reply["usage"]);
+}
+
+// The "developer" role (OpenAI's newer name for the system's instructions) is the system's: the same
+// reply at temperature 0.
+TEST(Server, DeveloperMessagesAreSystemMessages) {
+  TestServer s;
+  json body = chat_body("Name a colour.", 12);
+  body["messages"].insert(body["messages"].begin(), json{{"role", "system"}, {"content", "Answer in one word."}});
+  const json as_system = s.post_json("/v1/chat/completions", body);
+  body["messages"][0]["role"] = "developer";
+  EXPECT_EQ(s.post_json("/v1/chat/completions", body)["choices"], as_system["choices"]);
+}
+
+// A conversation that ends with an assistant message is a reply begun (a prefill, as llama-server
+// and Anthropic's API take it): the model goes on from its content, and the reply is the rest. It
+// equals the engine's own generation from the template's open final turn.
+TEST(Server, ALastAssistantMessageIsContinued) {
+  TestServer s;
+  std::vector<chat::Message> messages(2);
+  messages[0].role = "user";
+  messages[0].content = "Tell me about the shell.";
+  messages[1].role = "assistant";
+  messages[1].content = "The shell is";
+  const std::string text = chat::render_qwen35(messages, nullptr, {.continue_final_message = true});
+  ASSERT_TRUE(text.ends_with("</think>\n\nThe shell is")) << text;
+  const Reference ref = reference(mini_model()->tokenizer.encode(text, true), 12);
+  json body = chat_body("Tell me about the shell.", 12);
+  body["messages"].push_back({{"role", "assistant"}, {"content", "The shell is"}});
+  const json reply = s.post_json("/v1/chat/completions", body);
+  EXPECT_EQ(reply["choices"][0]["message"]["content"], ref.text);
+  EXPECT_FALSE(reply["choices"][0]["message"].contains("reasoning_content"));
+  EXPECT_EQ(reply["usage"]["prompt_tokens"], ref.prompt.size());
 }
 
 TEST(Server, ThinkingOffByKwargsOrReasoningEffort) {
@@ -367,6 +404,42 @@ TEST(Server, AbandonedPlainRequestIsCancelled) {
   ASSERT_TRUE(eventually([&] { return metric_value(s, "lode_generated_tokens_total") > 0; }));
   EXPECT_LT(metric_value(s, "lode_generated_tokens_total"), 40);
   EXPECT_TRUE(eventually([&] { return s.get_json("/v1/status")["requests"]["active"] == 0; }));
+}
+
+// A server that stops under its requests tells their clients so, instead of ending their replies
+// early as if whole: a plain request running or queued gets 503 (code shutting_down), a running
+// stream ends with an error event after the text it sent.
+TEST(Server, StoppingTellsItsClientsInsteadOfCuttingTheirReplies) {
+  server::ServerOptions o;
+  o.worker.parallel = 1;
+  o.worker.token_delay = std::chrono::milliseconds(40);  // lode-mini's reply, ~140 tokens, takes seconds
+  TestServer s(o);
+  json streamed = chat_body("Tell me about the shell.", 400);
+  streamed["stream"] = true;
+  std::string stream_body;
+  std::thread running([&] {
+    httplib::Request req = json_request("/v1/chat/completions", streamed);
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      stream_body.append(data, n);
+      return true;
+    };
+    s.client().send(req);
+  });
+  ASSERT_TRUE(eventually([&] { return s.get_json("/v1/status")["sequences"]["active"] == 1; }));
+  std::optional<httplib::Result> queued;
+  std::thread waiting([&] { queued.emplace(s.post("/v1/chat/completions", chat_body("Hi", 4).dump())); });
+  ASSERT_TRUE(eventually([&] { return s.get_json("/v1/status")["queue"]["waiting"] == 1; }));
+  s.server->stop();
+  running.join();
+  waiting.join();
+  ASSERT_TRUE(queued && *queued);
+  EXPECT_EQ((*queued)->status, 503) << (*queued)->body;
+  EXPECT_EQ(json::parse((*queued)->body)["error"]["code"], "shutting_down");
+  const auto events = sse_payloads(stream_body);
+  ASSERT_GE(events.size(), 3u) << stream_body;
+  EXPECT_NE(events[1].find("_content\":"), std::string::npos) << events[1];  // text went out first
+  EXPECT_NE(events[events.size() - 2].find("the server is shutting down"), std::string::npos) << stream_body;
+  EXPECT_EQ(stream_body.find("\"finish_reason\":\"stop\""), std::string::npos) << stream_body;
 }
 
 // The kernel's connection table as peer_watch reads it: a connection counts while ESTABLISHED

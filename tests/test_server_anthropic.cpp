@@ -404,6 +404,7 @@ std::vector<BadMessages> bad_messages() {
       {"tool_choice any without tools", "POST", with({{"tool_choice", {{"type", "any"}}}}), 400, invalid, "no tools"},
       {"tool_choice tool without a name", "POST", with({{"tool_choice", {{"type", "tool"}}}}), 400, invalid, "name"},
       {"tool_choice a string", "POST", with({{"tool_choice", "auto"}}), 400, invalid, "tool_choice"},
+      {"user content empty", "POST", with({{"messages", {{{"role", "user"}, {"content", json::array()}}}}}), 400, invalid, "must not be empty"},
       {"no user message", "POST", with({{"messages", {{{"role", "assistant"}, {"content", "hi"}}}}}), 400, invalid, "No user query found"},
       {"prompt + max_tokens over the context", "POST", with({{"max_tokens", 600}}), 400, invalid, "the context is 512"},
       {"unknown model", "POST", with({{"model", "claude-sonnet-4"}}), 404, "not_found_error", "claude-sonnet-4"},
@@ -433,6 +434,51 @@ TEST(ServerAnthropic, MalformedRequestsGetAnthropicErrors) {
   // Still serving; and the OpenAI routes keep their own error shape.
   EXPECT_EQ(s.post_json("/v1/messages", messages_body("hi", 2))["type"], "message");
   EXPECT_TRUE(s.post_json("/v1/chat/completions", json{{"messages", json::array()}}, 400)["error"].contains("param"));
+}
+
+// POST /v1/messages/count_tokens: the prompt's length as /v1/messages renders it (system, tools and
+// thinking included), without max_tokens; errors in Anthropic's shape.
+TEST(ServerAnthropic, CountTokensIsThePromptsLength) {
+  TestServer s;
+  json body = messages_body("Tell me about the shell.", 4);
+  body["system"] = "Answer briefly.";
+  body["tools"] = {{{"name", "get_weather"}, {"description", "The weather"}, {"input_schema", {{"type", "object"}}}}};
+  json counted = body;
+  counted.erase("max_tokens");
+  counted.erase("temperature");
+  const json count = s.post_json("/v1/messages/count_tokens", counted);
+  ASSERT_TRUE(count.contains("input_tokens")) << count;
+  EXPECT_EQ(count["input_tokens"], s.post_json("/v1/messages", body)["usage"]["input_tokens"]);
+  EXPECT_GT(count["input_tokens"].get<int>(), 20);
+  counted["thinking"] = {{"type", "enabled"}, {"budget_tokens", 100}};  // the thinking prompt differs
+  EXPECT_NE(s.post_json("/v1/messages/count_tokens", counted)["input_tokens"], count["input_tokens"]);
+  counted["model"] = "claude-sonnet-4";
+  EXPECT_EQ(s.post_json("/v1/messages/count_tokens", counted, 404)["error"]["type"], "not_found_error");
+  EXPECT_EQ(s.post_json("/v1/messages/count_tokens", json{{"messages", 3}}, 400)["type"], "error");
+}
+
+// An assistant message last is a prefill: the reply goes on from its content (and holds only what
+// follows), equal to the engine's generation from the template's open final turn.
+TEST(ServerAnthropic, APrefillIsContinued) {
+  TestServer s;
+  const std::vector<chat::Message> messages = {{.role = "user", .content = "Tell me about the shell."},
+                                               {.role = "assistant", .content = "The shell is"}};
+  auto model = mini_model();
+  const auto prompt =
+      model->tokenizer.encode(chat::render_qwen35(messages, nullptr, {.continue_final_message = true}), true);
+  cpu::Session session(model->reader, model->config, {.threads = 1, .max_context = 512});
+  engine::GenerateOptions g;
+  g.max_tokens = 12;
+  g.sampling.temperature = 0;
+  sample::Sampler sampler(g.sampling, session.vocab());
+  std::string want;
+  engine::generate(*cpu::borrow_sequence(session), model->tokenizer, sampler, prompt, g,
+                   [&](std::string_view t) { want += t; });
+  json body = messages_body("Tell me about the shell.", 12);
+  body["messages"].push_back({{"role", "assistant"}, {"content", {{{"type", "text"}, {"text", "The shell is"}}}}});
+  const json reply = s.post_json("/v1/messages", body);
+  EXPECT_EQ(blocks_of(reply["content"]).text, want);
+  EXPECT_EQ(reply["usage"]["input_tokens"], prompt.size());
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // Malformed and refused requests against an in-process `lode serve`: each gets its status and an
 // OpenAI-style error body {"error": {message, type, param, code}}, and the server keeps serving.
+#include <fmt/format.h>
+
 #include "test_server_support.h"
 
 namespace lode::test {
@@ -72,6 +74,18 @@ std::vector<BadRequest> bad_requests() {
       {"wrong method on chat", "GET", "/v1/chat/completions", "", 405, "invalid_request_error", nullptr, "use POST"},
       {"wrong method on models", "POST", "/v1/models", "{}", 405, "invalid_request_error", nullptr, "use GET"},
       {"body over the limit", "POST", "/v1/completions", std::string(5000, 'x'), 413, "invalid_request_error", nullptr, "4096 bytes"},
+      {"number too large for a double", "POST", "/v1/chat/completions", R"({"temperature": 1e999})", 400, "invalid_request_error", nullptr, "not valid JSON"},
+      {"nested too deep", "POST", "/v1/chat/completions", R"({"x": )" + std::string(200, '[') + std::string(200, ']') + "}", 400, "invalid_request_error", nullptr, "128 levels"},
+      {"tool_choice type a number", "POST", "/v1/chat/completions",
+       chat_with({{"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}, {"tool_choice", {{"type", 5}, {"function", {{"name", "f"}}}}}}),
+       400, "invalid_request_error", "tool_choice", "is not"},
+      {"response_format type a number", "POST", "/v1/chat/completions", chat_with({{"response_format", {{"type", 1}}}}), 400, "invalid_request_error", "response_format", "not supported"},
+      {"top_logprobs false", "POST", "/v1/chat/completions", chat_with({{"top_logprobs", false}}), 400, "invalid_request_error", "top_logprobs", "integer"},
+      {"completion logprobs", "POST", "/v1/completions", R"({"prompt": "a", "logprobs": 2})", 400, "invalid_request_error", "logprobs", "not supported"},
+      {"completion echo", "POST", "/v1/completions", R"({"prompt": "a", "echo": true})", 400, "invalid_request_error", "echo", "not supported"},
+      {"completion suffix", "POST", "/v1/completions", R"({"prompt": "a", "suffix": "b"})", 400, "invalid_request_error", "suffix", "not supported"},
+      {"completion best_of", "POST", "/v1/completions", R"({"prompt": "a", "best_of": 3})", 400, "invalid_request_error", "best_of", "not supported"},
+      {"model by id unknown", "GET", "/v1/models/gpt-4o", "", 404, "invalid_request_error", "model", "gpt-4o"},
   };
 }
 
@@ -95,11 +109,85 @@ TEST(ServerErrors, EachMalformedRequestGetsItsStatusAndType) {
     if (c.param) EXPECT_EQ(e["param"], c.param);
     EXPECT_NE(e["message"].get<std::string>().find(c.message), std::string::npos) << e["message"];
   }
-  // Still serving after all of that.
-  const json ok = s.post_json("/v1/completions", {{"prompt", "a"}, {"max_tokens", 2}});
+  // Still serving after all of that; and the limits leave room: nesting of 100 and objects of 4,096
+  // keys, a legacy completion's logprobs of 0, echo false, best_of 1.
+  const json ok = s.post_json("/v1/completions", {{"prompt", "a"}, {"max_tokens", 2}, {"logprobs", 0}, {"echo", false},
+                                                  {"best_of", 1}, {"suffix", ""}});
   EXPECT_EQ(ok["object"], "text_completion");
+  auto deep = s.send("POST", "/v1/completions", R"({"prompt": "a", "max_tokens": 1, "x": )" + std::string(100, '[') +
+                                                    std::string(100, ']') + "}");
+  ASSERT_TRUE(deep);
+  EXPECT_EQ(deep->status, 200) << deep->body;
   const json model_404 = s.post_json("/v1/completions", {{"prompt", "a"}, {"model", "x"}}, 404);
   EXPECT_EQ(model_404["error"]["code"], "model_not_found");
+}
+
+// JSON that would cost more than its bytes is refused before anything reads it: nesting deeper than
+// 128 (the library's dump recurses) and objects of more than 4,096 keys (an ordered object's inserts
+// are linear); up to those limits it is taken. A number too large for a double is the client's
+// mistake too (it used to be a 500).
+TEST(ServerErrors, JsonThatCostsMoreThanItsBytesIsRefused) {
+  TestServer s;
+  const auto status_of = [&](const std::string& body) {
+    auto res = s.send("POST", "/v1/chat/completions", body);
+    EXPECT_TRUE(res);
+    return res ? res->status : 0;
+  };
+  const auto nested = [](int depth) {
+    return R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "x": )" + std::string(size_t(depth), '[') +
+           std::string(size_t(depth), ']') + "}";
+  };
+  EXPECT_EQ(status_of(nested(120)), 200);
+  EXPECT_EQ(status_of(nested(130)), 400);
+  // max_tokens nested 100,000 deep took the server down: its error message dumped the value, recursively.
+  EXPECT_EQ(status_of(R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": )" + std::string(100000, '[') +
+                      std::string(100000, ']') + "}"),
+            400);
+  const auto keys = [](int n) {
+    std::string body = R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "x": {)";
+    for (int i = 0; i < n; ++i) body += fmt::format("{}\"k{}\": 0", i ? ", " : "", i);
+    return body + "}}";
+  };
+  EXPECT_EQ(status_of(keys(4096)), 200);
+  const auto res = s.send("POST", "/v1/chat/completions", keys(4097));
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_NE(res->body.find("more than 4096 keys"), std::string::npos) << res->body;
+}
+
+// The body limit holds however a body arrives: chunked, or compressed, where it counts the bytes
+// decompressed (a gzip body of a few hundred bytes used to grow to any size unchecked). Bodies within
+// the limit are served either way.
+TEST(ServerErrors, TheBodyLimitHoldsForChunkedAndCompressedBodies) {
+  server::ServerOptions o;
+  o.max_body_bytes = 4096;
+  TestServer s(o);
+  const std::string small = json{{"prompt", "a"}, {"max_tokens", 1}}.dump();
+  const std::string large = json{{"prompt", std::string(5000, 'a')}, {"max_tokens", 1}}.dump();
+  httplib::Client compressed = s.client();
+  compressed.set_compress(true);
+  const auto chunked = [&](const std::string& body) {
+    return s.client().Post(
+        "/v1/completions",
+        [body](size_t, httplib::DataSink& sink) {
+          for (size_t at = 0; at < body.size(); at += 1000) sink.write(body.data() + at, std::min<size_t>(1000, body.size() - at));
+          sink.done();
+          return true;
+        },
+        "application/json");
+  };
+  for (const auto& [how, res] : {std::pair{"gzip", compressed.Post("/v1/completions", small, "application/json")},
+                                 std::pair{"chunked", chunked(small)}}) {
+    ASSERT_TRUE(res) << how;
+    EXPECT_EQ(res->status, 200) << how << ": " << res->body;
+  }
+  for (const auto& [how, res] : {std::pair{"gzip", compressed.Post("/v1/completions", large, "application/json")},
+                                 std::pair{"chunked", chunked(large)}}) {
+    ASSERT_TRUE(res) << how;
+    EXPECT_EQ(res->status, 413) << how << ": " << res->body;
+    EXPECT_NE(res->body.find("4096 bytes"), std::string::npos) << how << ": " << res->body;
+  }
+  EXPECT_EQ(s.post_json("/v1/completions", json::parse(small))["object"], "text_completion");
 }
 
 }  // namespace

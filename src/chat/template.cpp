@@ -91,8 +91,8 @@ void render_tool_call(std::string& out, const ToolCall& call, bool first, bool a
   out += "</function>\n</tool_call>";
 }
 
-void render_assistant(std::string& out, const Message& message, std::string_view content,
-                      bool keep_reasoning) {
+void render_assistant(std::string& out, const Message& message, std::string_view content, bool keep_reasoning,
+                      bool open = false) {
   std::string_view reasoning;
   if (message.reasoning_content) {
     reasoning = *message.reasoning_content;
@@ -106,6 +106,7 @@ void render_assistant(std::string& out, const Message& message, std::string_view
   out += "<|im_start|>assistant\n";
   if (keep_reasoning) out += "<think>\n" + std::string(reasoning) + "\n</think>\n\n";
   out += content;
+  if (open) return;  // (a prefill: the model goes on from its content)
   const bool has_content = !python_strip(content).empty();
   for (std::size_t i = 0; i < message.tool_calls.size(); ++i) {
     render_tool_call(out, message.tool_calls[i], i == 0, has_content);
@@ -210,6 +211,9 @@ Message message_from_json(const nlohmann::ordered_json& json) {
 std::string render_qwen35(std::span<const Message> messages, const nlohmann::ordered_json& tools,
                           const TemplateOptions& options) {
   if (messages.empty()) fail("No messages provided.");
+  const bool open_last = options.continue_final_message;
+  if (open_last && (messages.back().role != "assistant" || !messages.back().tool_calls.empty()))
+    fail("Only a last assistant message without tool calls can be continued.");
   std::string out;
   render_system_header(out, messages, tools);
   const std::size_t last_query = last_query_index(messages);
@@ -221,14 +225,14 @@ std::string render_qwen35(std::span<const Message> messages, const nlohmann::ord
     } else if (message.role == "user") {
       out += "<|im_start|>user\n" + std::string(content) + "<|im_end|>\n";
     } else if (message.role == "assistant") {
-      render_assistant(out, message, content, i > last_query);
+      render_assistant(out, message, content, i > last_query, open_last && i + 1 == messages.size());
     } else if (message.role == "tool") {
       render_tool_result(out, messages, i, content);
     } else {
       fail("Unexpected message role.");
     }
   }
-  if (options.add_generation_prompt) {
+  if (options.add_generation_prompt && !open_last) {
     out += "<|im_start|>assistant\n";
     out += options.enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n";
   }

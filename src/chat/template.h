@@ -27,6 +27,10 @@ struct Message {
 struct TemplateOptions {
   bool add_generation_prompt = true;  // end with the opening of the assistant's turn
   bool enable_thinking = true;        // false: the generation prompt closes the <think> block
+  // The last message is an assistant's reply already begun (a prefill): its turn is left open after
+  // its content for the model to go on, as Hugging Face's continue_final_message renders it. It must
+  // be an assistant message without tool calls; add_generation_prompt is then ignored.
+  bool continue_final_message = false;
 };
 
 // Renders like Qwen3.5's Jinja template; `tools` is a JSON array of tool definitions or null.

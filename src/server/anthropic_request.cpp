@@ -67,6 +67,8 @@ void add_message(const json& m, const std::string& where, std::vector<chat::Mess
   }
   if (!content->is_array())
     throw bad_request(fmt::format("{}.content must be a string or a list of content blocks, got {}", where, content->type_name()));
+  if (content->empty() && message.role == "user")
+    throw bad_request(fmt::format("{}.content must not be empty: give a text block or a tool_result", where));
   bool any_text = false;
   for (size_t i = 0; i < content->size(); ++i) {
     const json& block = (*content)[i];
@@ -182,6 +184,15 @@ GenerationRequest generation(const json& body, uint64_t random_seed) {
 }
 
 }  // namespace
+
+ChatRequest parse_count_tokens_request(const json& body, const ModelNames& names) {
+  ChatRequest r;
+  r.generation.model = check_model(body, names);
+  r.messages = messages(body);
+  std::tie(r.tools, r.forced_tools) = tools(body);
+  r.enable_thinking = thinking(body);
+  return r;
+}
 
 ChatRequest parse_messages_request(const json& body, const ModelNames& names, uint64_t random_seed) {
   const std::string model = check_model(body, names);

@@ -20,4 +20,8 @@ namespace lode::server {
 ChatRequest parse_messages_request(const nlohmann::ordered_json& body, const ModelNames& names,
                                    uint64_t random_seed);
 
+// POST /v1/messages/count_tokens: the same fields that shape the prompt (model, system, messages,
+// tools, tool_choice, thinking), without max_tokens or sampling.
+ChatRequest parse_count_tokens_request(const nlohmann::ordered_json& body, const ModelNames& names);
+
 }  // namespace lode::server

@@ -29,6 +29,7 @@ std::optional<JobStream::Event> JobStream::next_for(std::chrono::milliseconds ti
   if (done_) {
     event.result = result_;
     event.error = error_;
+    event.shutting_down = shutting_down_;
   }
   return event;
 }
@@ -57,6 +58,14 @@ void JobStream::fail(std::string message) {
     done_ = true;
   }
   ready_.notify_all();
+}
+
+void JobStream::fail_shutting_down() {
+  {
+    std::lock_guard lock(mutex_);
+    shutting_down_ = true;
+  }
+  fail("the server is shutting down");
 }
 
 struct EngineWorker::Running {
@@ -173,18 +182,15 @@ void EngineWorker::stop() {
     abandoned.swap(queue_);
   }
   wake_.notify_one();
-  for (auto& q : abandoned) q.stream->fail("the server is shutting down");
+  for (auto& q : abandoned) q.stream->fail_shutting_down();
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
 void EngineWorker::run() {
   while (admit_waiting()) step();
-  // Stopping: the sequences still running end as cancelled.
-  for (auto& slot : slots_) {
-    if (!slot->running) continue;
-    slot->running->generation->stop(engine::FinishReason::cancelled);
-    finish(*slot);
-  }
+  // Stopping: the sequences still running end, their clients told that the server stopped.
+  for (auto& slot : slots_)
+    if (slot->running) stop_job(*slot);
 }
 
 bool EngineWorker::admit_waiting() {
@@ -257,7 +263,7 @@ void EngineWorker::wait_at_head(std::vector<Queued>& admitted, size_t from) {
       waiting.clear();
     }
   }
-  for (Queued& q : waiting) q.stream->fail("the server is shutting down");
+  for (Queued& q : waiting) q.stream->fail_shutting_down();
 }
 
 int64_t EngineWorker::room_needed(const Job& job) const {
@@ -473,17 +479,22 @@ void EngineWorker::step() {
   if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
 }
 
-void EngineWorker::fail_job(Slot& slot, const std::string& why) {
+std::shared_ptr<JobStream> EngineWorker::release(Slot& slot) {
   slot.prefix.clear();  // what the sequence holds is not known any more
   try {
     slot.sequence->reserve(0);
   } catch (const std::exception&) {  // (the engine's own failure: nothing more to give back)
   }
-  slot.running->queued.stream->fail(why);
+  std::shared_ptr<JobStream> stream = std::move(slot.running->queued.stream);
   slot.running.reset();
   std::lock_guard lock(mutex_);
   --active_;
+  return stream;
 }
+
+void EngineWorker::fail_job(Slot& slot, const std::string& why) { release(slot)->fail(why); }
+
+void EngineWorker::stop_job(Slot& slot) { release(slot)->fail_shutting_down(); }
 
 engine::StepRow EngineWorker::decode_row(Slot& slot) {
   Running& seq = *slot.running;

@@ -37,6 +37,7 @@ class JobStream {
     bool done = false;                            // true: result or error is set, no more text
     std::optional<engine::GenerateResult> result;
     std::optional<std::string> error;             // generation failed (the message)
+    bool shutting_down = false;                   // the error is the server stopping (503), not the job's
   };
 
   // Consumer side (an HTTP thread). Blocks until there is text or the job ended.
@@ -51,6 +52,7 @@ class JobStream {
   void push_text(std::string_view text);
   void finish(engine::GenerateResult result);
   void fail(std::string message);
+  void fail_shutting_down();  // the server stops before the job could end
   const std::atomic<bool>* cancel_flag() const { return &cancelled_; }
 
  private:
@@ -60,6 +62,7 @@ class JobStream {
   bool done_ = false;
   std::optional<engine::GenerateResult> result_;
   std::optional<std::string> error_;
+  bool shutting_down_ = false;
   std::atomic<bool> cancelled_{false};
 };
 
@@ -190,6 +193,8 @@ class EngineWorker {
   engine::StepRow decode_row(Slot& slot);  // a decoding sequence's row: its pending token (and drafts)
   void finish(Slot& slot);
   void fail_job(Slot& slot, const std::string& why);  // its stream fails, its slot is freed, forgetting its cache
+  void stop_job(Slot& slot);  // the same, the server stopping under it (503: not a reply that looks whole)
+  std::shared_ptr<JobStream> release(Slot& slot);  // frees a failed job's slot, forgetting its cache
   void run_fake(const Queued& queued);
 
   const ServedModel& model_;

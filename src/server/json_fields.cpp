@@ -17,6 +17,12 @@ const json* field(const json& body, const char* name) {
   return &*it;
 }
 
+std::string string_or_empty(const json& object, const char* name) {
+  if (!object.is_object()) return "";
+  const json* v = field(object, name);
+  return v && v->is_string() ? v->get<std::string>() : "";
+}
+
 std::optional<double> number_in(const json& body, const char* name, double lo, double hi) {
   const json* v = field(body, name);
   if (!v) return std::nullopt;

@@ -15,6 +15,10 @@ namespace lode::server {
 // A field that is absent or null counts as not given (clients send explicit nulls).
 const nlohmann::ordered_json* field(const nlohmann::ordered_json& body, const char* name);
 
+// The field's text when it is a string, else "" (absent, null or another type): for fields whose
+// every wrong value the caller refuses alike.
+std::string string_or_empty(const nlohmann::ordered_json& object, const char* name);
+
 std::optional<double> number_in(const nlohmann::ordered_json& body, const char* name, double lo, double hi);
 std::optional<int64_t> integer_in(const nlohmann::ordered_json& body, const char* name, int64_t lo, int64_t hi);
 // param: the name to report (a dotted path for nested fields).

@@ -53,10 +53,11 @@ std::vector<std::pair<int32_t, float>> logit_bias(const json& body) {
   return out;
 }
 
-// Fields that would change what the reply means if they were ignored: refused, saying so.
-void refuse_unsupported(const json& body) {
+// Fields of the chat route that would change what the reply means if they were ignored: refused,
+// saying so.
+void refuse_unsupported_chat(const json& body) {
   if (const json* f = field(body, "response_format")) {
-    const std::string type = f->is_object() ? f->value("type", "") : "";
+    const std::string type = string_or_empty(*f, "type");
     if (type != "text")
       throw bad_request(fmt::format("response_format {} is not supported: lode does not constrain output to JSON "
                                     "yet (use {{\"type\": \"text\"}} or leave it out)", f->dump()),
@@ -64,8 +65,21 @@ void refuse_unsupported(const json& body) {
   }
   if (boolean(body, "logprobs", "logprobs").value_or(false))
     throw bad_request("logprobs are not supported yet: leave logprobs out or false", "logprobs");
-  if (const json* top = field(body, "top_logprobs"); top && !top->is_null() && *top != 0)
+  if (integer_in(body, "top_logprobs", 0, 20).value_or(0) > 0)
     throw bad_request("top_logprobs is not supported yet: leave it out", "top_logprobs");
+}
+
+// The same for the legacy completions route, where logprobs is a count.
+void refuse_unsupported_completion(const json& body) {
+  if (integer_in(body, "logprobs", 0, 5).value_or(0) > 0)
+    throw bad_request("logprobs are not supported yet: leave logprobs out or 0", "logprobs");
+  if (boolean(body, "echo", "echo").value_or(false))
+    throw bad_request("echo is not supported: the reply holds the completion alone; leave echo out or false", "echo");
+  if (const json* suffix = field(body, "suffix"); suffix && *suffix != "")
+    throw bad_request("suffix (text to insert before) is not supported: leave it out", "suffix");
+  if (const auto best_of = integer_in(body, "best_of", 1, 20); best_of && *best_of != 1)
+    throw bad_request(fmt::format("best_of {} is not supported: this server returns one completion (best_of = 1)",
+                                  *best_of), "best_of");
 }
 
 GenerationRequest generation_request(const json& body, uint64_t random_seed) {
@@ -86,7 +100,6 @@ GenerationRequest generation_request(const json& body, uint64_t random_seed) {
   if (auto n = integer_in(body, "n", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()); n && *n != 1)
     throw bad_request(fmt::format("n {} is not supported: this server returns one choice (n = 1)", *n), "n");
   s.logit_bias = logit_bias(body);
-  refuse_unsupported(body);
   r.stop = stop_strings(body);
   r.stream = boolean(body, "stream", "stream").value_or(false);
   if (const json* so = field(body, "stream_options")) {
@@ -109,9 +122,11 @@ std::vector<chat::Message> messages(const json& body) {
     } catch (const Error& e) {
       throw bad_request(fmt::format("{}: {}", param, e.what()), param);
     }
-    const std::string& role = out.back().role;
+    std::string& role = out.back().role;
+    if (role == "developer") role = "system";  // (OpenAI's newer name for the system's instructions)
     if (role != "system" && role != "user" && role != "assistant" && role != "tool")
-      throw bad_request(fmt::format("{}.role \"{}\" is not one of system, user, assistant, tool", param, role),
+      throw bad_request(fmt::format("{}.role \"{}\" is not one of system, developer, user, assistant, tool", param,
+                                    role),
                         param + ".role");
   }
   return out;
@@ -137,7 +152,7 @@ std::pair<json, std::vector<std::string>> tools(const json& body) {
   if (*c == "required") return {shown, forced_tool_names(shown, "", "tool_choice")};
   const json* fn = c->is_object() ? field(*c, "function") : nullptr;
   const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
-  if (!c->is_object() || c->value("type", "") != "function" || !name || !name->is_string())
+  if (string_or_empty(*c, "type") != "function" || !name || !name->is_string())
     throw bad_request(fmt::format("tool_choice {} is not \"auto\", \"none\", \"required\" or "
                                   "{{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", c->dump()),
                       "tool_choice");
@@ -185,11 +200,28 @@ Job make_job(std::vector<int32_t> prompt, const GenerationRequest& r, int64_t co
 }  // namespace
 
 json parse_json_body(const std::string& body) {
+  // Limits that keep a body from costing more than its bytes: nesting (the JSON library's dump and
+  // the chat template's rendering recurse) and keys per object (an ordered object looks each new
+  // key up among those before it, so n keys cost n^2 / 2 comparisons).
+  constexpr int kMaxDepth = 128;
+  constexpr size_t kMaxKeys = 4096;
+  std::vector<size_t> keys;  // of each object open now, innermost last
+  const json::parser_callback_t limits = [&](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= kMaxDepth)
+      throw bad_request(fmt::format("the request body nests JSON more than {} levels deep", kMaxDepth));
+    if (event == json::parse_event_t::object_start) keys.push_back(0);
+    if (event == json::parse_event_t::object_end) keys.pop_back();
+    if (event == json::parse_event_t::key && ++keys.back() > kMaxKeys)
+      throw bad_request(fmt::format("the request body has an object of more than {} keys", kMaxKeys));
+    return true;
+  };
   json parsed;
   try {
-    parsed = json::parse(body);
+    parsed = json::parse(body, limits);
   } catch (const json::parse_error& e) {
     throw bad_request(fmt::format("the request body is not valid JSON (at byte {}): {}", e.byte, e.what()));
+  } catch (const json::exception& e) {  // (a number too large for a double, for one)
+    throw bad_request(fmt::format("the request body is not valid JSON: {}", e.what()));
   }
   if (!parsed.is_object()) throw bad_request(fmt::format("the request body must be a JSON object, got {}", parsed.type_name()));
   return parsed;
@@ -201,6 +233,7 @@ ChatRequest parse_chat_request(const json& body, const ModelNames& names, uint64
   r.messages = messages(body);
   std::tie(r.tools, r.forced_tools) = tools(body);
   r.enable_thinking = thinking(body);
+  refuse_unsupported_chat(body);
   r.generation = generation_request(body, random_seed);
   r.generation.model = model;
   return r;
@@ -214,6 +247,7 @@ CompletionRequest parse_completion_request(const json& body, const ModelNames& n
   if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) p = &(*p)[0];
   if (!p->is_string()) throw bad_request(fmt::format("prompt must be a string, got {}", p->type_name()), "prompt");
   r.prompt = p->get<std::string>();
+  refuse_unsupported_completion(body);
   r.generation = generation_request(body, random_seed);
   r.generation.model = model;
   if (!r.generation.max_tokens) r.generation.max_tokens = 16;  // OpenAI's default for completions
@@ -254,18 +288,23 @@ engine::SteeredText steer_to_tools(const std::vector<std::string>& names, bool t
 
 }  // namespace
 
-Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t context) {
+std::vector<int32_t> chat_prompt(const ChatRequest& request, const ServedModel& model) {
   std::string text;
   try {
     text = chat::render_qwen35(request.messages, request.tools,
-                               {.add_generation_prompt = true, .enable_thinking = request.enable_thinking});
+                               {.add_generation_prompt = true,
+                                .enable_thinking = request.enable_thinking,
+                                .continue_final_message = request.continues_reply()});
   } catch (const Error& e) {  // the template's own refusals: the conversation is at fault
     throw bad_request(fmt::format("the chat template refused the conversation: {}", e.what()), "messages");
   }
-  Job job = make_job(model.tokenizer.encode(text, /*allow_special=*/true), request.generation, context,
-                     model.config.vocab);
+  return model.tokenizer.encode(text, /*allow_special=*/true);
+}
+
+Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t context) {
+  Job job = make_job(chat_prompt(request, model), request.generation, context, model.config.vocab);
   if (!request.forced_tools.empty())
-    job.generate.steer = steer_to_tools(request.forced_tools, request.enable_thinking, model.tokenizer);
+    job.generate.steer = steer_to_tools(request.forced_tools, request.reply_thinks(), model.tokenizer);
   return job;
 }
 

@@ -36,6 +36,12 @@ struct ChatRequest {
   // names the reply may call; the reply is steered into "<tool_call><function=NAME>" once thinking
   // ends (engine::SteeredText), the arguments are the model's. Empty: not forced.
   std::vector<std::string> forced_tools;
+
+  // The last message is the assistant's reply begun (a prefill, as Anthropic's API and llama-server
+  // take it): the model goes on from its content, after its thinking.
+  bool continues_reply() const { return !messages.empty() && messages.back().role == "assistant"; }
+  // Whether the reply opens inside a <think> block (where the output parser starts).
+  bool reply_thinks() const { return enable_thinking && !continues_reply(); }
 };
 
 struct CompletionRequest {
@@ -55,6 +61,9 @@ nlohmann::ordered_json parse_json_body(const std::string& body);
 ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const ModelNames& names, uint64_t random_seed);
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, const ModelNames& names,
                                            uint64_t random_seed);
+
+// The conversation through the chat template, as tokens (any length); 400 when the template refuses it.
+std::vector<int32_t> chat_prompt(const ChatRequest& request, const ServedModel& model);
 
 // The rendered (chat) or raw (completion) prompt as tokens, with max_tokens resolved against the
 // context; 400 when the template refuses the conversation or prompt + max_tokens do not fit.

@@ -40,11 +40,12 @@ constexpr Route kRoutes[] = {{"GET", "/health"},
                              {"POST", "/v1/chat/completions"},
                              {"POST", "/v1/completions"},
                              {"POST", "/v1/messages"},
+                             {"POST", "/v1/messages/count_tokens"},
                              {"GET", "/v1/status"},
                              {"GET", "/metrics"}};
 
-// The Anthropic route answers errors in Anthropic's shape; every other route in OpenAI's.
-bool anthropic_route(const std::string& path) { return path == "/v1/messages"; }
+// The Anthropic routes answer errors in Anthropic's shape; every other route in OpenAI's.
+bool anthropic_route(const std::string& path) { return path.starts_with("/v1/messages"); }
 
 void send_error(httplib::Response& res, const ApiError& e, bool anthropic) {
   res.status = e.status();
@@ -60,6 +61,16 @@ std::string route_label(const std::string& path) {
   for (const Route& r : kRoutes)
     if (path == r.path) return path;
   return "other";
+}
+
+// What an error httplib answers itself (before any route runs) says.
+std::string http_error_message(int status) {
+  switch (status) {
+    case 400: return "malformed HTTP request: its request line, headers, Content-Length or chunked framing could not be read";
+    case 414: return "the request line is too long";
+    case 431: return "the request's headers are too large";
+    default: return fmt::format("HTTP error {}", status);
+  }
 }
 
 int64_t unix_now() {
@@ -91,6 +102,7 @@ std::pair<std::string, engine::GenerateResult> collect(JobStream& job, const htt
     if (!event) continue;
     text += event->text;
     if (!event->done) continue;
+    if (event->shutting_down) throw ApiError(503, "server_error", *event->error, {}, "shutting_down");
     if (event->error) throw ApiError(500, "server_error", "generation failed: " + *event->error);
     return {std::move(text), std::move(*event->result)};
   }
@@ -117,17 +129,68 @@ void stream_events(httplib::Response& res, std::shared_ptr<Writer> writer, std::
 }
 
 // Runs a route's body; whatever it throws becomes an error response, never a crash.
+template <class Body>
+void guard(const httplib::Request& req, httplib::Response& res, const Body& body) {
+  try {
+    body();
+  } catch (const ApiError& e) {
+    send_error(res, e, req);
+  } catch (const std::exception& e) {
+    send_error(res, ApiError(500, "server_error", fmt::format("internal error: {}", e.what())), req);
+  }
+}
+
 template <class Handler>
 httplib::Server::Handler guarded(Handler handler) {
-  return [handler](const httplib::Request& req, httplib::Response& res) {
-    try {
-      handler(req, res);
-    } catch (const ApiError& e) {
-      send_error(res, e, req);
-    } catch (const std::exception& e) {
-      send_error(res, ApiError(500, "server_error", fmt::format("internal error: {}", e.what())), req);
-    }
+  return [handler](const httplib::Request& req, httplib::Response& res) { guard(req, res, [&] { handler(req, res); }); };
+}
+
+// A request body, read through httplib's content reader so that the limit holds for the bytes as
+// they arrive whatever their framing: Content-Length (httplib checks it first), chunked, or
+// compressed (the reader hands over the bytes decompressed). A body that trickles in for longer
+// than kBodyTime gives its HTTP thread back.
+std::string read_body(const httplib::ContentReader& reader, httplib::Response& res, size_t limit) {
+  constexpr auto kBodyTime = std::chrono::seconds(60);
+  const auto deadline = std::chrono::steady_clock::now() + kBodyTime;
+  std::string body;
+  bool over = false, late = false;
+  const bool whole = reader([&](const char* data, size_t n) {
+    over = body.size() + n > limit;
+    late = std::chrono::steady_clock::now() > deadline;
+    if (over || late) return false;
+    body.append(data, n);
+    return true;
+  });
+  if (whole) return body;
+  res.set_header("Connection", "close");  // the rest of the body stays unread: the connection cannot go on
+  if (over || res.status == 413)
+    throw ApiError(413, "invalid_request_error",
+                   fmt::format("the request body is larger than the limit of {} bytes (--max-body-bytes)", limit), {},
+                   "request_too_large");
+  if (late)
+    throw ApiError(408, "invalid_request_error",
+                   fmt::format("the request body took longer than {} s to arrive", kBodyTime.count()), {},
+                   "request_timeout");
+  throw bad_request("the request body could not be read: its chunked framing or its compression is broken");
+}
+
+// A POST route: handler(req, body, res) once the body is read (read_body), guarded.
+template <class Handler>
+httplib::Server::HandlerWithContentReader guarded_post(Handler handler, size_t limit) {
+  return [handler, limit](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    guard(req, res, [&] { handler(req, read_body(reader, res, limit), res); });
   };
+}
+
+// A request parsed by parse(): a JSON type the field checks did not foresee is the client's mistake
+// all the same (400), not the server's.
+template <class Parse>
+auto parsed(const Parse& parse) {
+  try {
+    return parse();
+  } catch (const nlohmann::json::exception& e) {
+    throw bad_request(fmt::format("a field of the request has the wrong type: {}", e.what()));
+  }
 }
 
 }  // namespace
@@ -186,7 +249,7 @@ void Server::add_routes() {
                                fmt::format("the request body is larger than the limit of {} bytes", max_body),
                                {}, "request_too_large"), req);
     } else {
-      send_error(res, ApiError(res.status, "invalid_request_error", fmt::format("HTTP error {}", res.status)), req);
+      send_error(res, ApiError(res.status, "invalid_request_error", http_error_message(res.status)), req);
     }
     return httplib::Server::HandlerResponse::Handled;
   }));
@@ -198,12 +261,21 @@ void Server::add_routes() {
   http.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) {
     res.set_content(wire_json(json{{"status", "ok"}}), kJson);
   }));
-  http.Get("/v1/models", guarded([this](const httplib::Request&, httplib::Response& res) {
+  const auto model_object = [this](const std::string& id) {
+    return json{{"id", id}, {"object", "model"}, {"created", created_}, {"owned_by", "lode"}};
+  };
+  http.Get("/v1/models", guarded([this, model_object](const httplib::Request&, httplib::Response& res) {
     json data = json::array();
-    data.push_back({{"id", names_.id}, {"object", "model"}, {"created", created_}, {"owned_by", "lode"}});
-    for (const std::string& alias : names_.aliases)
-      data.push_back({{"id", alias}, {"object", "model"}, {"created", created_}, {"owned_by", "lode"}});
+    data.push_back(model_object(names_.id));
+    for (const std::string& alias : names_.aliases) data.push_back(model_object(alias));
     res.set_content(wire_json(json{{"object", "list"}, {"data", data}}), kJson);
+  }));
+  http.Get("/v1/models/(.+)", guarded([this, model_object](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    if (id != names_.id && std::find(names_.aliases.begin(), names_.aliases.end(), id) == names_.aliases.end())
+      throw ApiError(404, "invalid_request_error", fmt::format("the model \"{}\" does not exist: this server has {}", id, names_.id),
+                     "model", "model_not_found");
+    res.set_content(wire_json(model_object(id)), kJson);
   }));
   http.Get("/v1/status", guarded([this](const httplib::Request&, httplib::Response& res) {
     res.set_content(wire_json(status_json()), kJson);
@@ -235,25 +307,29 @@ void Server::respond(const httplib::Request& req, httplib::Response& res, Job jo
 void Server::add_generation_routes() {
   httplib::Server& http = *http_;
 
-  http.Post("/v1/chat/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-    const ChatRequest request = parse_chat_request(parse_json_body(req.body), names_, random_u64());
+  const size_t limit = options_.max_body_bytes;
+  http.Post("/v1/chat/completions", guarded_post([this](const httplib::Request& req, const std::string& body,
+                                                        httplib::Response& res) {
+    const ChatRequest request = parsed([&] { return parse_chat_request(parse_json_body(body), names_, random_u64()); });
     respond(
         req, res, chat_job(request, *model_, worker_->context()), request.generation, "chatcmpl-",
         [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
-          chat::OutputParser parser(request.enable_thinking, request.tools);
+          chat::OutputParser parser(request.reply_thinks(), request.tools);
           chat::ParsedDelta reply = parser.push(text);
           merge(reply, parser.finish());
           return chat_completion(meta, reply, result);
         },
         [&](std::shared_ptr<JobStream> job, ResponseMeta meta) {
           return std::make_shared<ChatStreamWriter>(job, std::move(meta),
-                                                    chat::OutputParser(request.enable_thinking, request.tools),
+                                                    chat::OutputParser(request.reply_thinks(), request.tools),
                                                     request.generation.include_usage);
         });
-  }));
+  }, limit));
 
-  http.Post("/v1/completions", guarded([this](const httplib::Request& req, httplib::Response& res) {
-    const CompletionRequest request = parse_completion_request(parse_json_body(req.body), names_, random_u64());
+  http.Post("/v1/completions", guarded_post([this](const httplib::Request& req, const std::string& body,
+                                                   httplib::Response& res) {
+    const CompletionRequest request =
+        parsed([&] { return parse_completion_request(parse_json_body(body), names_, random_u64()); });
     respond(
         req, res, completion_job(request, *model_, worker_->context()), request.generation, "cmpl-",
         [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
@@ -262,18 +338,20 @@ void Server::add_generation_routes() {
         [&](std::shared_ptr<JobStream> job, ResponseMeta meta) {
           return std::make_shared<CompletionStreamWriter>(job, std::move(meta), request.generation.include_usage);
         });
-  }));
+  }, limit));
 }
 
 void Server::add_anthropic_route() {
-  http_->Post("/v1/messages", guarded([this](const httplib::Request& req, httplib::Response& res) {
-    const ChatRequest request = parse_messages_request(parse_json_body(req.body), names_, random_u64());
+  const size_t limit = options_.max_body_bytes;
+  http_->Post("/v1/messages", guarded_post([this](const httplib::Request& req, const std::string& body,
+                                                  httplib::Response& res) {
+    const ChatRequest request = parsed([&] { return parse_messages_request(parse_json_body(body), names_, random_u64()); });
     Job job = chat_job(request, *model_, worker_->context());
     const int64_t input_tokens = int64_t(job.prompt.size());
     respond(
         req, res, std::move(job), request.generation, "msg_",
         [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
-          chat::OutputParser parser(request.enable_thinking, request.tools);
+          chat::OutputParser parser(request.reply_thinks(), request.tools);
           chat::ParsedDelta reply = parser.push(text);
           merge(reply, parser.finish());
           const auto stop_sequence = matched_stop_sequence(result, model_->tokenizer, request.generation.stop);
@@ -281,10 +359,16 @@ void Server::add_anthropic_route() {
         },
         [&](std::shared_ptr<JobStream> job, ResponseMeta meta) {
           return std::make_shared<MessagesStreamWriter>(job, std::move(meta),
-                                                        chat::OutputParser(request.enable_thinking, request.tools),
+                                                        chat::OutputParser(request.reply_thinks(), request.tools),
                                                         input_tokens, request.generation.stop, model_->tokenizer);
         });
-  }));
+  }, limit));
+  // The prompt's length, as the Messages route would render it, without generating.
+  http_->Post("/v1/messages/count_tokens", guarded_post([this](const httplib::Request&, const std::string& body,
+                                                               httplib::Response& res) {
+    const ChatRequest request = parsed([&] { return parse_count_tokens_request(parse_json_body(body), names_); });
+    res.set_content(wire_json(json{{"input_tokens", int64_t(chat_prompt(request, *model_).size())}}), kJson);
+  }, limit));
 }
 
 json Server::status_json() const {
