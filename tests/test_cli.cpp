@@ -57,6 +57,34 @@ TEST(Cli, BadFilesAndNamesAreClearErrorsNotCrashes) {
   EXPECT_FALSE(std::filesystem::exists(dir / "o.gguf"));
 }
 
+// Option values out of range are refused before anything runs, saying what is wanted in words
+// (CLI11's own checks printed a 300-digit bound, let NaN through and wrapped -1 into an unsigned
+// seed); --threads is bounded (10,000 threads hung a run, 100 million crashed it).
+TEST(Cli, OptionValuesOutOfRangeSayWhatIsWanted) {
+  const lode::test::TempDir dir;
+  const std::string run = "run -m '" + lode::test::mini_model_path().string() + "' --backend cpu -p hi -n 2 ";
+  const std::pair<const char*, const char*> cases[] = {
+      {"-n 0", "--n-predict: must be an integer of at least 1, got 0"},
+      {"--ctx -5", "--ctx: must be an integer of at least 0, got -5"},
+      {"--threads 100000000", "--threads: must be 0 (every core) or up to"},
+      {"--temp -1", "--temp: must be a number of at least 0, got -1"},
+      {"--temp nan", "--temp: must be a number of at least 0, got nan"},
+      {"--top-k -1", "--top-k: must be an integer of at least 0, got -1"},
+      {"--top-p 1.5", "--top-p: must be a number from 0 to 1, got 1.5"},
+      {"--mtp-min-p nan", "--mtp-min-p: must be a number from 0 to 1, got nan"},
+      {"--seed -1", "--seed: must be an integer from 0 to 18446744073709551615, got -1"},
+      {"--seed 18446744073709551616", "--seed: must be an integer from 0"},
+  };
+  for (const auto& [args, message] : cases) {
+    const auto r = run_lode(run + args, dir.path());
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(r.out, "") << args;
+  }
+  const auto ok = run_lode(run + "--threads 1 --seed 18446744073709551615", dir.path());
+  EXPECT_EQ(ok.status, 0) << ok.err;
+}
+
 // Relative RMSE between two tensors' dequantized values.
 double relative_rmse(const lode::gguf::TensorInfo& a, const lode::gguf::TensorInfo& b) {
   std::vector<float> x(size_t(a.n_elements())), y(size_t(b.n_elements()));

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cli/expert_profile.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "plan/memory_plan.h"
 
@@ -22,7 +23,7 @@ void add_vram_budget_option(CLI::App& cmd, int64_t& mib) {
   cmd.add_option("--vram-budget", mib,
                  "MiB of GPU memory lode may use (default: what is free, less 5% or 512 MiB); a model that does "
                  "not fit is refused, saying by how much")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
 }
 
 void add_backend_options(CLI::App& cmd, BackendOptions& o) {

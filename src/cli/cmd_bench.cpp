@@ -14,6 +14,7 @@
 #include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/expert_profile.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "measure/bench_report.h"
@@ -459,12 +460,12 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "GGUF model (for a split model: its first file)")->required();
   cmd->add_option("-p,--prompt", o->prompts, "Prompt lengths to prefill, comma-separated (random ids; default 512)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   cmd->add_option("-n,--generate", o->generate, "Tokens to decode greedily per run (default 128)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   cmd->add_option("-d,--depth", o->depths, "Context depths to decode at, comma-separated (default 0)")
       ->delimiter(',')
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   cmd->add_option("--window", o->windows,
                   "Verify windows to time at each depth, comma-separated token counts (speculative decoding's step: "
                   "that many tokens in one step, each row's greedy token chosen on the device), beside the one-token "
@@ -478,7 +479,7 @@ void add_bench_command(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(64)));
   cmd->add_option("-r,--repeats", o->repeats, "Timed runs per figure, after a warm-up; the median is shown (default 3)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   cmd->add_option("--prompt-chunk", o->prompt_chunk,
                   "Prompt tokens per pass through the model (default 4096; fewer when the VRAM budget is tight)")
       ->check(CLI::Range(int64_t(1), int64_t(65535)));
@@ -488,13 +489,13 @@ void add_bench_command(CLI::App& app) {
                   "the depth, not on what the cells hold, and deep contexts are reached in seconds)")
       ->check(CLI::IsMember({"prompt", "random"}));
   cmd->add_option("--ctx", o->ctx, "Positions of K/V to allocate (default: what the runs need)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   add_kv_option(*cmd, o->kv);
   cmd->add_option("--vram-budget", o->vram_budgets_mib,
                   "MiB of GPU memory lode may use, comma-separated for one set of rows per budget (default: what is "
                   "free, less 5% or 512 MiB)")
       ->delimiter(',')
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   add_expert_profile_option(*cmd, o->expert_profile);
   add_expert_swaps_option(*cmd, o->expert_swaps);
   add_miss_path_option(*cmd, o->miss_path);

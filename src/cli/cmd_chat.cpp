@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/loaded_model.h"
 #include "cli/sampling_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "engine/generate.h"
 
@@ -163,7 +164,7 @@ void add_chat_command(CLI::App& app) {
   add_model_run_options(*cmd, o->run, PromptInput::none);
   add_sampling_options(*cmd, o->sampling);
   add_draft_options(*cmd, o->draft);
-  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens per reply at most (default 1024)")->check(CLI::PositiveNumber);
+  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens per reply at most (default 1024)")->check(integer_at_least(1));
   cmd->add_option("--system", o->system, "System prompt");
   cmd->add_flag("--no-think", o->no_think, "Start with thinking off (/think on turns it back on)");
   add_backend_options(*cmd, o->backend);

@@ -17,12 +17,13 @@
 #include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "cpu/engine.h"
-#include "model/weights.h"
 #include "engine/kv_quality.h"
 #include "engine/perplexity.h"
 #include "gguf/reader.h"
+#include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
 #ifdef LODE_HAVE_CUDA
@@ -227,7 +228,7 @@ void add_compare_logits_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("compare-logits", "Mean KL and top-1 agreement of two [n, vocab] float32 logit files");
   cmd->add_option("reference", o->reference, "Logits of the reference run")->required()->check(CLI::ExistingFile);
   cmd->add_option("other", o->other, "Logits of the run compared with it")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--vocab", o->vocab, "Logits per row")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--vocab", o->vocab, "Logits per row")->required()->check(integer_at_least(1));
   cmd->add_option("--tokens", o->tokens, "The token ids both ran (1,2,3): also prints each one's perplexity");
   cmd->callback([o] { run_compare_logits(*o); });
 }
@@ -239,29 +240,29 @@ void add_kv_quality_command(CLI::App& app) {
   auto* text = cmd->add_option("-f,--file", o->text_file, "Text to run teacher-forced")->check(CLI::ExistingFile);
   auto* random = cmd->add_option("--random-tokens", o->random_tokens,
                                  "Instead of a text: this many random token ids (models without a tokenizer)")
-                     ->check(CLI::PositiveNumber);
+                     ->check(integer_at_least(1));
   text->excludes(random);
   cmd->add_option("--max-tokens", o->max_tokens, "Use at most this many tokens of the text (default: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   cmd->add_option("--reference", o->reference, "The format the others are compared with (default fp32)");
   cmd->add_option("--formats", o->formats,
                   "Formats to compare, comma-separated (default: every other one, and q4-unrotated)");
   cmd->add_option("--greedy", o->greedy, "Greedy tokens generated after the text and compared (default 256)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   cmd->add_option("--needles", o->needles_file, "Needle cases, JSON lines {prompt, answer} (tools/kv/needle_cases.py)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--needle-cases", o->needle_cases, "Use at most this many needle cases (default: all)");
-  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(thread_count());
   add_backend_options(*cmd, o->backend);
   cmd->add_option("--formats-per-pass", o->formats_per_pass,
                   "Formats run beside one reference sequence at a time (default: all at once; on the GPU each "
                   "sequence holds its own copy of the weights, so a large model needs passes)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   cmd->add_option("--score-last", o->score_last,
                   "Compare the distributions of the text's last N positions only (default: all); the text before "
                   "them still runs, teacher-forced, so they see the whole context")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--chunk", o->chunk, "Prompt tokens per forward chunk (default 64)")->check(CLI::PositiveNumber);
+      ->check(integer_at_least(0));
+  cmd->add_option("--chunk", o->chunk, "Prompt tokens per forward chunk (default 64)")->check(integer_at_least(1));
   cmd->add_option("--seed", o->seed, "Seed of --random-tokens (default 1)");
   cmd->callback([o] {
     if (o->text_file.empty() && o->random_tokens == 0) fail("kv-quality: give a text (-f FILE) or --random-tokens N");

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/expert_profile.h"
 #include "cli/model_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
@@ -135,15 +136,15 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("-m,--model", o->model, "GGUF model (for a split model: its first file)")->required();
   cmd->add_option("--vram-budget", o->vram_budget_mib,
                   "MiB of GPU memory to plan for (default: what the first GPU has free, less 5% or 512 MiB)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   add_kv_option(*cmd, o->kv);
   cmd->add_option("--ctx", o->ctx, "Positions of K/V per sequence (default: the model's context, at most 8192)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   cmd->add_option("--parallel", o->parallel, "Sequences held at once, each with its K/V and states (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   cmd->add_option("--kv-positions", o->kv_positions,
                   "Positions of K/V the sequences share, as lode serve --kv-positions (default --parallel x --ctx)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   cmd->add_option("--prompt-chunk", o->prompt_chunk,
                   "Prompt tokens per pass wanted (default 4096; halved while the budget cannot hold it)")
       ->check(CLI::Range(int64_t(1), int64_t(65535)));

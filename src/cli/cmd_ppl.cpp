@@ -12,6 +12,7 @@
 #include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/loaded_model.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "engine/perplexity.h"
 
@@ -64,7 +65,7 @@ void add_ppl_command(CLI::App& app) {
   cmd->get_option("--ctx")->description("Tokens per window, each evaluated from an empty state (default 1024)");
   cmd->add_option("-f,--file", o->run.prompt_file, "The text file to score")->required()->check(CLI::ExistingFile);
   cmd->add_option("--max-windows", o->max_windows, "Evaluate at most this many windows (default 0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   cmd->callback([o] { run_ppl(*o); });
 }
 

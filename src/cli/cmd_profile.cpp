@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
@@ -93,9 +94,9 @@ void add_profile_command(CLI::App& app) {
   cmd->add_option("-f,--file", o->text_file, "Text to run through the model")->required()->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", o->output, "The routing profile to write (JSON)")->required();
   cmd->add_option("--ctx", o->ctx, "Tokens per window (the sequence restarts after each; default 4096)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   cmd->add_option("--vram-budget", o->vram_budget_mib, "MiB of GPU memory lode may use (default: what is free, less a margin)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   cmd->callback([o] { run_profile(*o); });
 }
 

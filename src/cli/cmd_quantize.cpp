@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/human.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "model/quantize.h"
 
@@ -67,7 +68,7 @@ void add_quantize_command(CLI::App& app) {
     run_quantize(*o);
   });
   cmd->add_option("--split-max-gib", o->split_max_gib, "Split the output into files of at most this many GiB")
-      ->check(CLI::Range(0.0, 1048576.0));
+      ->check(number_in(0, 1048576));
 }
 
 }  // namespace lode::cli

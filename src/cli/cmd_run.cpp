@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/loaded_model.h"
 #include "cli/sampling_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "engine/generate.h"
 
@@ -74,7 +75,7 @@ void add_run_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto* cmd = app.add_subcommand("run", "Generate text from a raw prompt");
   add_model_run_options(*cmd, o->run, PromptInput::ids_or_text);
-  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate at most (default 128)")->check(CLI::PositiveNumber);
+  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate at most (default 128)")->check(integer_at_least(1));
   add_sampling_options(*cmd, o->sampling);
   add_draft_options(*cmd, o->draft);
   cmd->add_option("--stop", o->stop, "Stop when this text appears (repeatable)");

@@ -11,6 +11,7 @@
 #include "cli/backend.h"
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "cpu/engine.h"
 #include "model/weights.h"
@@ -138,42 +139,42 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", o->server.host, "Address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", o->server.port, "Port (default 8080; 0: any free port)")->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", o->server.api_key, "Require this key (Authorization: Bearer KEY, or x-api-key: KEY) on every route but /health");
-  cmd->add_option("--ctx", o->context, "Context length per request (default: the model's; on the GPU the model's up to 8192)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--ctx", o->context, "Context length per request (default: the model's; on the GPU the model's up to 8192)")->check(integer_at_least(0));
+  cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(thread_count());
   auto* parallel = cmd->add_option("--parallel", o->server.worker.parallel,
                                     "Requests generated together (one step runs them all), each keeping its "
                                     "conversation's prefix cached (default 4; at most 64 on the GPU, 1 with --mtp there)")
-                       ->check(CLI::PositiveNumber);
+                       ->check(integer_at_least(1));
   add_backend_options(*cmd, o->backend);
   add_kv_option(*cmd, o->kv);
   cmd->add_option("--kv-positions", o->kv_positions,
                   "On the GPU: positions of K/V all sequences share, taken page by page as they write (default "
                   "--parallel x --ctx, each its whole context); a request waits until the running ones leave room "
                   "for its prompt and max_tokens, and one larger than this is refused. What it saves goes to experts")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   cmd->add_option("--prefix-cache-mib", o->prefix_cache_mib,
                   "Host memory the slots' prefix checkpoints may hold together (DeltaNet states, tens of MiB each "
                   "for a 35B model); past it the least recently used go first (default: a quarter of the machine's "
                   "RAM; 0: no checkpoints kept)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   cmd->add_option("--mtp", o->server.worker.mtp,
                   "Draft up to N tokens per sequence and step with the model's MTP block, verified in the same step; "
                   "the replies do not change (default 0: off)")
       ->check(CLI::Range(int64_t(0), int64_t(16)));
   cmd->add_option("--mtp-min-p", o->server.worker.mtp_min_p,
                   "Stop drafting when the MTP block's most likely token is below this probability (default 0)")
-      ->check(CLI::Range(0.0f, 1.0f));
+      ->check(number_in(0, 1));
   cmd->add_option("--alias", o->server.aliases,
                   "Another name requests may give as `model` (repeatable; for clients that hard-code one; replies "
                   "carry the name asked for)");
   cmd->add_option("--prompt-tokens", o->server.worker.prompt_tokens,
                   "Prompt tokens a step may take from several sequences' prompts at once (default 0: one prompt's "
                   "piece a step); the decoding sequences wait for them all")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   cmd->add_option("--max-queue", o->server.worker.max_queue, "Requests that may wait for a free slot; more get 429 (default 16)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_at_least(0));
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger gets 413 (default 8 MiB)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_at_least(1));
   cmd->callback([o, parallel] {
     o->parallel_given = parallel->count() > 0;
     serve(*o);

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/human.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "model/synth.h"
 
@@ -54,7 +55,7 @@ void add_synth_command(CLI::App& app) {
   cmd->add_flag("--mtp", o->synth.mtp, "Add the MTP block");
   cmd->add_option("--route-skew", o->synth.route_skew,
                   "Zipf exponent of expert popularity (0: uniform routing)")
-      ->check(CLI::Range(0.0, 16.0));
+      ->check(number_in(0, 16));
   cmd->add_option("--seed", o->synth.seed, "Random seed");
   cmd->add_flag("--zeros", o->synth.zeros,
                 "Every weight zero: the geometry alone, sparse on disk (for lode plan; it computes nothing useful)");
@@ -62,7 +63,7 @@ void add_synth_command(CLI::App& app) {
                   "Embed this tokenizer.json (byte-level BPE) so the model speaks real text")
       ->check(CLI::ExistingFile);
   cmd->add_option("--split-max-gib", o->split_max_gib, "Split the output into files of at most this many GiB")
-      ->check(CLI::Range(0.0, 1048576.0));
+      ->check(number_in(0, 1048576));
   cmd->callback([o] { run_synth(*o); });
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "cli/validators.h"
 #include "core/error.h"
 
 namespace lode::cli {
@@ -20,9 +21,9 @@ void add_model_run_options(CLI::App& cmd, ModelRunOptions& o, PromptInput prompt
     tokens->excludes(text)->excludes(file);
     text->excludes(file);
   }
-  cmd.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd.add_option("--ctx", o.ctx, "Context length (default: the model's)")->check(CLI::NonNegativeNumber);
-  cmd.add_option("--chunk", o.chunk, "Prompt tokens per forward chunk (default 64)")->check(CLI::PositiveNumber);
+  cmd.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(thread_count());
+  cmd.add_option("--ctx", o.ctx, "Context length (default: the model's)")->check(integer_at_least(0));
+  cmd.add_option("--chunk", o.chunk, "Prompt tokens per forward chunk (default 64)")->check(integer_at_least(1));
   cmd.add_option("--activations", o.activations,
                  "f32: float32 products (the CPU's default); q8: round activations to 8 bits before each "
                  "product with quantized weights, as llama.cpp does (the GPU's default: integer products)")

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "cli/validators.h"
 #include "core/error.h"
 
 namespace lode::cli {
@@ -51,21 +52,27 @@ void add_draft_options(CLI::App& cmd, DraftCliOptions& o) {
       ->check(CLI::Range(int64_t(0), int64_t(16)));
   cmd.add_option("--mtp-min-p", o.min_p, "Stop drafting when the MTP block's most likely token is below this "
                                          "probability (default 0)")
-      ->check(CLI::Range(0.0f, 1.0f));
+      ->check(number_in(0, 1));
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingCliOptions& o) {
   auto& p = o.params;
-  cmd.add_option("--temp", p.temperature, "Temperature; 0 = greedy (default 0.6)");
-  cmd.add_option("--top-k", p.top_k, "Keep the k most likely tokens; 0 = off (default 20)");
-  cmd.add_option("--top-p", p.top_p, "Nucleus: smallest set with this much probability; 1 = off (default 0.95)");
-  cmd.add_option("--min-p", p.min_p, "Drop tokens below min-p x the top probability; 0 = off (default 0)");
-  cmd.add_option("--repeat-penalty", p.repeat_penalty, "Penalise repeated tokens (1 = off, default)");
-  cmd.add_option("--presence-penalty", p.presence_penalty, "Subtract from tokens already present (default 0)");
-  cmd.add_option("--frequency-penalty", p.frequency_penalty, "Subtract per occurrence (default 0)");
-  cmd.add_option("--repeat-last-n", p.penalty_last_n, "Tokens the penalties look back at; -1 = all (default 64)");
+  cmd.add_option("--temp", p.temperature, "Temperature; 0 = greedy (default 0.6)")->check(number_at_least(0));
+  cmd.add_option("--top-k", p.top_k, "Keep the k most likely tokens; 0 = off (default 20)")->check(integer_at_least(0));
+  cmd.add_option("--top-p", p.top_p, "Nucleus: smallest set with this much probability; 1 = off (default 0.95)")
+      ->check(number_in(0, 1));
+  cmd.add_option("--min-p", p.min_p, "Drop tokens below min-p x the top probability; 0 = off (default 0)")
+      ->check(number_in(0, 1));
+  cmd.add_option("--repeat-penalty", p.repeat_penalty, "Penalise repeated tokens (1 = off, default)")
+      ->check(number_at_least(0));
+  cmd.add_option("--presence-penalty", p.presence_penalty, "Subtract from tokens already present (default 0)")
+      ->check(finite_number());
+  cmd.add_option("--frequency-penalty", p.frequency_penalty, "Subtract per occurrence (default 0)")
+      ->check(finite_number());
+  cmd.add_option("--repeat-last-n", p.penalty_last_n, "Tokens the penalties look back at; -1 = all (default 64)")
+      ->check(integer_at_least(-1));
   cmd.add_option("--logit-bias", o.logit_bias, "Per-token bias: 'ID:BIAS,...' (BIAS may be -inf)");
-  cmd.add_option("--seed", o.seed, "Random seed (default: random, printed at the end)");
+  cmd.add_option("--seed", o.seed, "Random seed (default: random, printed at the end)")->check(unsigned_64());
 }
 
 sample::SamplingParams sampling_params(const SamplingCliOptions& o, int64_t n_vocab) {
