@@ -2,6 +2,7 @@
 // tensor shapes (spec table), recipes, and the byte total of the UD-Q4_K_XL-like synth.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -102,6 +103,32 @@ TEST(Qwen35MoeConfig, ValidationNamesTheProblem) {
   m = metadata_of(good);
   m.set("qwen35moe.expert_used_count", gguf::Value(uint32_t(300)));
   expect_error(m, "expert_used_count");
+  // Sizes past any real model's are refused before anything is allocated for them (a block_count of
+  // 2^62 ran out of memory, one of 2^34 spent a minute), and so are floats the model cannot use.
+  m = metadata_of(good);
+  m.set("qwen35moe.block_count", gguf::Value(uint64_t(1) << 62));
+  expect_error(m, "qwen35moe.block_count = 4611686018427387904 is outside 1..1024");
+  m = metadata_of(good);
+  m.set("qwen35moe.context_length", gguf::Value(uint64_t(1) << 62));
+  expect_error(m, "qwen35moe.context_length");
+  for (const float bad : {0.0f, -1.0f, NAN, INFINITY}) {
+    m = metadata_of(good);
+    m.set("qwen35moe.rope.freq_base", gguf::Value(bad));
+    expect_error(m, "qwen35moe.rope.freq_base");
+    m = metadata_of(good);
+    m.set("qwen35moe.attention.layer_norm_rms_epsilon", gguf::Value(bad));
+    expect_error(m, "layer_norm_rms_epsilon");
+  }
+  m = metadata_of(good);
+  m.set("qwen35moe.rope.dimension_sections", gguf::Value(gguf::Array(std::vector<int32_t>{1000000, 0, 0, 0})));
+  expect_error(m, "rope.dimension_sections holds 1000000");
+  // An array of the wrong type names its key.
+  m = metadata_of(good);
+  m.set("qwen35moe.attention.recurrent_layers", gguf::Value(gguf::Array(std::vector<std::string>{"a", "b"})));
+  expect_error(m, "qwen35moe.attention.recurrent_layers");
+  m = metadata_of(good);
+  m.set("qwen35moe.rope.dimension_sections", gguf::Value(true));
+  expect_error(m, "qwen35moe.rope.dimension_sections");
 }
 
 // The shapes of the spec's table, in ggml order.

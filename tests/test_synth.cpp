@@ -9,15 +9,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <set>
 #include <string>
 
 #include "core/quant/types.h"
 #include "gguf/reader.h"
+#include "gguf/writer.h"
 #include "model/qwen35moe.h"
 #include "model/recipe.h"
 #include "model/synth.h"
+#include "model/weights.h"
 #include "support/run_lode.h"
 #include "test_gguf_helpers.h"
 
@@ -197,6 +200,46 @@ TEST(Synth, CommandLine) {
   EXPECT_EQ(q.tensor("token_embd.weight").ggml_type(), GgmlType::Q6_K);
   EXPECT_EQ(q.tensor("blk.0.ffn_gate_inp.weight").ggml_type(), GgmlType::F32);
   EXPECT_EQ(q.metadata().get_int64("general.file_type"), 15);
+}
+
+}  // namespace
+
+namespace {
+
+// A copy of the model at `from` whose metadata `edit` changes (the tensors as they are).
+void copy_with_metadata(const std::filesystem::path& from, const std::filesystem::path& to,
+                        const std::function<void(gguf::Metadata&)>& edit) {
+  const gguf::Reader reader(from);
+  gguf::Writer writer;
+  for (const gguf::KeyValue& kv : reader.metadata().entries()) writer.set(kv.key, kv.value);
+  edit(writer.metadata());
+  for (const gguf::TensorInfo& t : reader.tensors())
+    writer.add_tensor(t.name, t.ggml_type(), std::span<const int64_t>(t.ne.data(), size_t(t.n_dims)), t.bytes());
+  writer.write(to);
+}
+
+// Metadata that disagrees with the file's tensors is refused where the weights are bound, naming
+// the tensor: a block_count that leaves blocks out (a 9-block file that said 5 ran with 4 layers),
+// and a nextn_predict_layers that puts the MTP block elsewhere (it ran as a layer, or silently
+// without drafts).
+TEST(Synth, MetadataThatDisagreesWithTheTensorsIsRefused) {
+  const test::TempDir dir;
+  SynthOptions o;
+  o.layers = 4;
+  o.mtp = true;
+  o.recipe = "q8_0";
+  write_synth(dir / "m.gguf", o);
+  const auto bind = [](const std::filesystem::path& path) {
+    const gguf::Reader reader(path);
+    bind_weights(reader, read_config(reader.metadata()));
+  };
+  ASSERT_NO_THROW(bind(dir / "m.gguf"));
+  copy_with_metadata(dir / "m.gguf", dir / "fewer.gguf",
+                     [](gguf::Metadata& m) { m.set("qwen35moe.block_count", gguf::Value(uint32_t(4))); });
+  EXPECT_TRUE(test::fails_with([&] { bind(dir / "fewer.gguf"); }, {"is in block 4, but qwen35moe.block_count is 4"}));
+  copy_with_metadata(dir / "m.gguf", dir / "no-mtp.gguf",
+                     [](gguf::Metadata& m) { m.set("qwen35moe.nextn_predict_layers", gguf::Value(uint32_t(0))); });
+  EXPECT_TRUE(test::fails_with([&] { bind(dir / "no-mtp.gguf"); }, {"belongs to the MTP block"}));
 }
 
 }  // namespace

@@ -54,6 +54,14 @@ const Array& Metadata::get_array(std::string_view key) const {
   return with_key(key, [](const Value& v) -> const Array& { return v.as_array(); });
 }
 
+std::vector<int64_t> Metadata::get_integers(std::string_view key) const {
+  return with_key(key, [](const Value& v) { return v.as_array().to_integers(); });
+}
+
+const std::vector<std::string>& Metadata::get_strings(std::string_view key) const {
+  return with_key(key, [](const Value& v) -> const std::vector<std::string>& { return v.as_array().strings(); });
+}
+
 int64_t Metadata::get_int64(std::string_view key) const {
   return with_key(key, [](const Value& v) { return v.to_int64(); });
 }

@@ -38,6 +38,8 @@ public:
   template <ScalarValue T> T get(std::string_view key) const;
   const std::string& get_string(std::string_view key) const;
   const Array& get_array(std::string_view key) const;
+  std::vector<int64_t> get_integers(std::string_view key) const;     // an array of any integer type
+  const std::vector<std::string>& get_strings(std::string_view key) const;  // an array of strings
   int64_t get_int64(std::string_view key) const;    // any integer type, range-checked
   uint64_t get_uint64(std::string_view key) const;  // any integer type, non-negative
   double get_double(std::string_view key) const;    // any number

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace lode::model {
@@ -11,10 +13,21 @@ const std::string kPrefix = std::string(kQwen35MoeArch) + ".";
 
 std::string key(const char* name) { return kPrefix + name; }
 
-int64_t positive(const gguf::Metadata& m, const char* name) {
+// A size of the model, 1 .. most. The bounds are far above any real model's and keep the products
+// the memory plan forms within int64 (a block_count of 2^62 was allocated as layers before anything
+// else was checked).
+int64_t positive(const gguf::Metadata& m, const char* name, int64_t most) {
   const int64_t v = m.get_int64(key(name));
-  if (v <= 0)
-    fail("{}: {} = {} must be positive (the file is not a valid qwen35moe model)", m.source(),
+  if (v <= 0 || v > most)
+    fail("{}: {} = {} is outside 1..{} (the file is not a valid qwen35moe model)", m.source(), key(name), v, most);
+  return v;
+}
+
+// A float the model is computed with: finite and positive.
+double positive_real(const gguf::Metadata& m, const char* name) {
+  const double v = m.get_double(key(name));
+  if (!(std::isfinite(v) && v > 0))
+    fail("{}: {} = {} must be a finite positive number (the file is not a valid qwen35moe model)", m.source(),
          key(name), v);
   return v;
 }
@@ -23,8 +36,8 @@ int64_t positive(const gguf::Metadata& m, const char* name) {
 // or from full_attention_interval.
 std::vector<bool> read_layer_kinds(const gguf::Metadata& m, int64_t n_layers) {
   std::vector<bool> kinds(size_t(n_layers), false);
-  if (const gguf::Value* v = m.find(key("attention.recurrent_layers"))) {
-    const gguf::Array& a = v->as_array();
+  if (m.contains(key("attention.recurrent_layers"))) {
+    const gguf::Array& a = m.get_array(key("attention.recurrent_layers"));
     if (a.element_type() == gguf::ValueType::Bool) {
       const auto& flags = a.values<bool>();
       if (int64_t(flags.size()) < n_layers)
@@ -32,7 +45,7 @@ std::vector<bool> read_layer_kinds(const gguf::Metadata& m, int64_t n_layers) {
              key("attention.recurrent_layers"), flags.size(), n_layers);
       for (int64_t i = 0; i < n_layers; ++i) kinds[size_t(i)] = flags[size_t(i)];
     } else {
-      const auto flags = a.to_integers();
+      const auto flags = m.get_integers(key("attention.recurrent_layers"));
       if (int64_t(flags.size()) < n_layers)
         fail("{}: {} has {} entries, the model has {} layers", m.source(),
              key("attention.recurrent_layers"), flags.size(), n_layers);
@@ -100,37 +113,41 @@ Qwen35MoeConfig read_config(const gguf::Metadata& m) {
   if (arch != kQwen35MoeArch)
     fail("{}: general.architecture is \"{}\", expected \"{}\"", m.source(), arch, kQwen35MoeArch);
   Qwen35MoeConfig c;
-  const int64_t blocks = positive(m, "block_count");
+  const int64_t blocks = positive(m, "block_count", 1024);
   c.n_mtp_layers = m.get_int64_or(key("nextn_predict_layers"), 0);
   if (c.n_mtp_layers < 0 || c.n_mtp_layers >= blocks)
     fail("{}: {} = {} does not fit block_count {}", m.source(), key("nextn_predict_layers"),
          c.n_mtp_layers, blocks);
   c.n_layers = blocks - c.n_mtp_layers;
-  c.hidden = positive(m, "embedding_length");
-  c.context_length = positive(m, "context_length");
-  c.n_heads = positive(m, "attention.head_count");
-  c.n_kv_heads = positive(m, "attention.head_count_kv");
-  c.head_dim = positive(m, "attention.key_length");
-  const int64_t value_length = positive(m, "attention.value_length");
+  c.hidden = positive(m, "embedding_length", 1 << 18);
+  c.context_length = positive(m, "context_length", int64_t(1) << 27);
+  c.n_heads = positive(m, "attention.head_count", 1024);
+  c.n_kv_heads = positive(m, "attention.head_count_kv", 1024);
+  c.head_dim = positive(m, "attention.key_length", 4096);
+  const int64_t value_length = positive(m, "attention.value_length", 4096);
   if (value_length != c.head_dim)
     fail("{}: attention.value_length {} != key_length {} (qwen35moe uses one head_dim)",
          m.source(), value_length, c.head_dim);
-  c.rms_eps = m.get_double(key("attention.layer_norm_rms_epsilon"));
-  c.rope_theta = m.get_double(key("rope.freq_base"));
-  c.rope_dims = positive(m, "rope.dimension_count");
-  if (const gguf::Value* s = m.find(key("rope.dimension_sections")))
-    for (int64_t v : s->as_array().to_integers()) c.rope_sections.push_back(int32_t(v));
-  c.n_experts = positive(m, "expert_count");
-  c.n_experts_used = positive(m, "expert_used_count");
-  c.expert_ff = positive(m, "expert_feed_forward_length");
-  c.shared_ff = positive(m, "expert_shared_feed_forward_length");
-  c.ssm_conv_kernel = positive(m, "ssm.conv_kernel");
-  c.ssm_state = positive(m, "ssm.state_size");
-  c.ssm_groups = positive(m, "ssm.group_count");
-  c.ssm_dt_rank = positive(m, "ssm.time_step_rank");
-  c.ssm_inner = positive(m, "ssm.inner_size");
-  if (const gguf::Value* t = m.find("tokenizer.ggml.tokens"))
-    c.vocab = int64_t(t->as_array().size());
+  c.rms_eps = positive_real(m, "attention.layer_norm_rms_epsilon");
+  c.rope_theta = positive_real(m, "rope.freq_base");
+  c.rope_dims = positive(m, "rope.dimension_count", 4096);
+  if (m.contains(key("rope.dimension_sections")))
+    for (int64_t v : m.get_integers(key("rope.dimension_sections"))) {
+      if (v < 0 || v > c.head_dim)
+        fail("{}: {} holds {}, outside 0..key_length {}", m.source(), key("rope.dimension_sections"), v, c.head_dim);
+      c.rope_sections.push_back(int32_t(v));
+    }
+  c.n_experts = positive(m, "expert_count", 1 << 16);
+  c.n_experts_used = positive(m, "expert_used_count", 1 << 16);
+  c.expert_ff = positive(m, "expert_feed_forward_length", 1 << 20);
+  c.shared_ff = positive(m, "expert_shared_feed_forward_length", 1 << 20);
+  c.ssm_conv_kernel = positive(m, "ssm.conv_kernel", 64);
+  c.ssm_state = positive(m, "ssm.state_size", 4096);
+  c.ssm_groups = positive(m, "ssm.group_count", 1024);
+  c.ssm_dt_rank = positive(m, "ssm.time_step_rank", 1 << 16);
+  c.ssm_inner = positive(m, "ssm.inner_size", 1 << 24);
+  if (m.contains("tokenizer.ggml.tokens"))
+    c.vocab = int64_t(m.get_array("tokenizer.ggml.tokens").size());
   else
     c.vocab = m.get_int64_or(key("vocab_size"), 0);
   c.is_recurrent = read_layer_kinds(m, c.n_layers);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <string>
 
 #include "core/error.h"
@@ -23,8 +24,8 @@ void check_shape(const gguf::TensorInfo& t, std::initializer_list<int64_t> expec
          "own qwen35moe.* metadata", t.name, t.shape_string(), fmt::join(expected, ", "));
   }
   if (t.ggml_type() != GgmlType::F32 && t.type->dequantize == nullptr) {
-    fail("tensor {} has type {}, which lode cannot read yet; requantize it (lode quantize)",
-         t.name, t.type->name);
+    fail("tensor {} has type {}, which lode cannot read: make the file again from its source in a type lode reads "
+         "(lode convert from the Hugging Face checkpoint, or llama.cpp's llama-quantize)", t.name, t.type->name);
   }
 }
 
@@ -119,6 +120,31 @@ MoeWeights bind_moe(const gguf::Reader& r, const Qwen35MoeConfig& c, int64_t b) 
   return w;
 }
 
+// The block a tensor's name puts it in (blk.N.*), or -1.
+int64_t block_of(const std::string& name) {
+  if (!name.starts_with("blk.")) return -1;
+  int64_t block = -1;
+  const char* first = name.data() + 4;
+  const auto [end, ec] = std::from_chars(first, name.data() + name.size(), block);
+  return ec == std::errc() && end != first && *end == '.' ? block : -1;
+}
+
+// Every blk.N.* tensor lies in a block the metadata counts, and the MTP block's (nextn.*) in the
+// block after the layers: a file whose block_count or nextn_predict_layers disagrees with its
+// tensors would otherwise run as another model (a 9-block file that said 5 ran with 4 layers).
+void check_blocks(const gguf::Reader& reader, const Qwen35MoeConfig& config) {
+  for (const gguf::TensorInfo& t : reader.tensors()) {
+    const int64_t block = block_of(t.name);
+    if (block >= config.n_blocks())
+      fail("{}: tensor {} is in block {}, but qwen35moe.block_count is {}: the metadata does not describe this "
+           "file", reader.metadata().source(), t.name, block, config.n_blocks());
+    if (block >= 0 && t.name.find(".nextn.") != std::string::npos && block != config.n_layers)
+      fail("{}: tensor {} belongs to the MTP block, which qwen35moe.block_count {} and nextn_predict_layers {} put "
+           "in block {}: the metadata does not describe this file", reader.metadata().source(), t.name,
+           config.n_blocks(), config.n_mtp_layers, config.n_layers);
+  }
+}
+
 }  // namespace
 
 MtpWeights bind_mtp_weights(const gguf::Reader& reader, const Qwen35MoeConfig& config) {
@@ -145,6 +171,7 @@ MtpWeights bind_mtp_weights(const gguf::Reader& reader, const Qwen35MoeConfig& c
 }
 
 ModelWeights bind_weights(const gguf::Reader& reader, const Qwen35MoeConfig& config) {
+  check_blocks(reader, config);
   ModelWeights w;
   w.config = config;
   w.token_embd = bind_matrix(reader, "token_embd.weight", config.hidden, config.vocab);

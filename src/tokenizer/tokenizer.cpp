@@ -15,7 +15,7 @@ namespace {
 
 std::vector<TokenType> read_types(const gguf::Metadata& m, size_t n) {
   if (!m.contains("tokenizer.ggml.token_type")) return std::vector<TokenType>(n, TokenType::normal);
-  const std::vector<int64_t> raw = m.get_array("tokenizer.ggml.token_type").to_integers();
+  const std::vector<int64_t> raw = m.get_integers("tokenizer.ggml.token_type");
   if (raw.size() != n)
     fail("tokenizer.ggml.token_type has {} entries but tokenizer.ggml.tokens has {}", raw.size(), n);
   std::vector<TokenType> types(n);
@@ -53,7 +53,7 @@ Tokenizer Tokenizer::from_metadata(const gguf::Metadata& m) {
     fail("tokenizer.ggml.model '{}' is not supported: lode reads byte-level BPE tokenizers (gpt2)", model);
 
   Tokenizer t;
-  t.texts_ = m.get_array("tokenizer.ggml.tokens").strings();
+  t.texts_ = m.get_strings("tokenizer.ggml.tokens");
   const size_t n = t.texts_.size();
   if (n == 0 || n > size_t(INT32_MAX)) fail("tokenizer.ggml.tokens has {} entries", n);
   t.types_ = read_types(m, n);
@@ -76,7 +76,7 @@ Tokenizer Tokenizer::from_metadata(const gguf::Metadata& m) {
     });
 
   const std::vector<std::string> merges =
-      m.contains("tokenizer.ggml.merges") ? m.get_array("tokenizer.ggml.merges").strings() : std::vector<std::string>{};
+      m.contains("tokenizer.ggml.merges") ? m.get_strings("tokenizer.ggml.merges") : std::vector<std::string>{};
   t.merges_ = std::make_unique<BpeMerges>(t.texts_, merges, t.ids_);
   t.pre_ = &pre_tokenizer_spec(m.get_string_or("tokenizer.ggml.pre", ""));
   t.splitter_ = std::make_unique<PreSplitter>(t.pre_->pattern);
