@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf/reader.h"
+#include "gguf/writer.h"
 #include "support/gpu.h"
 #include "support/paths.h"
 #include "support/run_lode.h"
@@ -83,6 +84,37 @@ TEST(Cli, OptionValuesOutOfRangeSayWhatIsWanted) {
   }
   const auto ok = run_lode(run + "--threads 1 --seed 18446744073709551615", dir.path());
   EXPECT_EQ(ok.status, 0) << ok.err;
+}
+
+// A matrix of a type lode cannot read is not passed through quantize unchanged (that made a file
+// lode cannot run, exit 0): it is refused, naming the tensor, before anything is written.
+TEST(Cli, QuantizeRefusesMatricesItCannotRead) {
+  const lode::test::TempDir dir;
+  lode::gguf::Writer writer;
+  writer.set("general.architecture", lode::gguf::Value("oracle"));
+  const std::vector<uint8_t> bytes(lode::row_bytes(lode::GgmlType::TQ1_0, 256) * 2, 0);
+  writer.add_tensor("blk.0.ffn_up.weight", lode::GgmlType::TQ1_0, {256, 2}, bytes);
+  writer.write(dir / "in.gguf");
+  const auto r = run_lode("quantize '" + (dir / "in.gguf").string() + "' '" + (dir / "out.gguf").string() +
+                              "' --type q8_0", dir.path());
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("blk.0.ffn_up.weight is tq1_0, which lode cannot read"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.gguf"));
+}
+
+// lode kv-quality reads its needle cases before the evaluation, and a bad line is named by file and
+// line (a missing key was an internal error, after the whole evaluation had run).
+TEST(Cli, KvQualityRefusesABadNeedleFileBeforeItsWork) {
+  const lode::test::TempDir dir;
+  std::ofstream(dir / "cases.jsonl") << "{\"prompt\": \"a\", \"answer\": \"b\"}\n{\"prompt\": \"c\"}\n";
+  const auto r = run_lode("kv-quality -m '" + lode::test::mini_model_path().string() +
+                              "' --backend cpu --random-tokens 4 --greedy 1 --formats fp16 --needles '" +
+                              (dir / "cases.jsonl").string() + "'",
+                          dir.path());
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("cases.jsonl:2:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("\"answer\" is not"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("positions"), std::string::npos) << r.err;  // no evaluation ran
 }
 
 // Relative RMSE between two tensors' dequantized values.

@@ -206,16 +206,24 @@ TEST(Synth, CommandLine) {
 
 namespace {
 
-// A copy of the model at `from` whose metadata `edit` changes (the tensors as they are).
-void copy_with_metadata(const std::filesystem::path& from, const std::filesystem::path& to,
-                        const std::function<void(gguf::Metadata&)>& edit) {
+// A copy of the model at `from` whose metadata `edit` changes, and whose tensor `replaced` (if any)
+// holds `bytes` instead (the other tensors as they are).
+void copy_with(const std::filesystem::path& from, const std::filesystem::path& to,
+               const std::function<void(gguf::Metadata&)>& edit, const std::string& replaced = "",
+               std::span<const uint8_t> bytes = {}) {
   const gguf::Reader reader(from);
   gguf::Writer writer;
   for (const gguf::KeyValue& kv : reader.metadata().entries()) writer.set(kv.key, kv.value);
   edit(writer.metadata());
   for (const gguf::TensorInfo& t : reader.tensors())
-    writer.add_tensor(t.name, t.ggml_type(), std::span<const int64_t>(t.ne.data(), size_t(t.n_dims)), t.bytes());
+    writer.add_tensor(t.name, t.ggml_type(), std::span<const int64_t>(t.ne.data(), size_t(t.n_dims)),
+                      t.name == replaced ? bytes : t.bytes());
   writer.write(to);
+}
+
+void copy_with_metadata(const std::filesystem::path& from, const std::filesystem::path& to,
+                        const std::function<void(gguf::Metadata&)>& edit) {
+  copy_with(from, to, edit);
 }
 
 // Metadata that disagrees with the file's tensors is refused where the weights are bound, naming
@@ -240,6 +248,29 @@ TEST(Synth, MetadataThatDisagreesWithTheTensorsIsRefused) {
   copy_with_metadata(dir / "m.gguf", dir / "no-mtp.gguf",
                      [](gguf::Metadata& m) { m.set("qwen35moe.nextn_predict_layers", gguf::Value(uint32_t(0))); });
   EXPECT_TRUE(test::fails_with([&] { bind(dir / "no-mtp.gguf"); }, {"belongs to the MTP block"}));
+}
+
+// A model that computes NaN logits (its output norm's weights are NaN) is an error in every command
+// that reads logits, as in lode run: lode logits wrote them and kv-quality printed a table of nan,
+// both with exit 0 (kv-quality's check runs in an OpenMP loop, where a throw used to terminate).
+TEST(Synth, CommandsRefuseLogitsThatAreNotFinite) {
+  const test::TempDir dir;
+  SynthOptions o;
+  o.layers = 4;
+  o.recipe = "q8_0";
+  write_synth(dir / "m.gguf", o);
+  const int64_t hidden = synth_config("tiny", 4, false).hidden;
+  const std::vector<float> nan(size_t(hidden), NAN);
+  copy_with(dir / "m.gguf", dir / "nan.gguf", [](gguf::Metadata&) {}, "output_norm.weight",
+            std::span(reinterpret_cast<const uint8_t*>(nan.data()), nan.size() * sizeof(float)));
+  const std::string m = " -m '" + (dir / "nan.gguf").string() + "' ";
+  auto r = test::run_lode("logits" + m + "--tokens 1,2 -o '" + (dir / "l.bin").string() + "'", dir.path());
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("is nan"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "l.bin"));
+  r = test::run_lode("kv-quality" + m + "--backend cpu --random-tokens 8 --greedy 1 --formats fp16", dir.path());
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("not finite"), std::string::npos) << r.err;
 }
 
 }  // namespace

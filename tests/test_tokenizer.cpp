@@ -91,6 +91,16 @@ TEST(PreSplit, Qwen35JoinsCombiningMarksToLettersAndQwen2DoesNot) {
             (std::vector<std::string>{"Hello", " world", "'s", " ", " ", "1", "2", "3", "\n\n", " x"}));
 }
 
+// A run of whitespace longer than PCRE2's default match limit allows (ten million steps: the
+// pattern's `\s*[\r\n]+` takes the run, then gives it back) is split like a short one, not refused.
+TEST(PreSplit, AVeryLongRunOfSpacesIsSplitLikeAShortOne) {
+  const std::string run(11'000'000, ' ');
+  const auto split = pieces("qwen35", run + "x");
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(split[0].size(), run.size() - 1);
+  EXPECT_EQ(split[1], " x");
+}
+
 TEST(PreSplit, Qwen2ContractionsIgnoreCase) {
   EXPECT_EQ(pieces("qwen2", "IT'S"), (std::vector<std::string>{"IT", "'S"}));
   EXPECT_EQ(pieces("qwen35", "IT'LL"), (std::vector<std::string>{"IT", "'LL"}));

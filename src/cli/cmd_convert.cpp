@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "cli/human.h"
 #include "core/error.h"
+#include "core/output_path.h"
 #include "model/convert.h"
 
 namespace lode::cli {
@@ -21,7 +22,7 @@ void run_convert(const ConvertCliOptions& o) {
   options.on_tensor = [](size_t i, size_t n, const std::string& name) {
     fmt::print(stderr, "[{}/{}] {}\n", i + 1, n, name);
   };
-  const auto files = model::convert_checkpoint(o.input, o.output, options);
+  const auto files = model::convert_checkpoint(o.input, checked_output_path(o.output), options);
   uint64_t bytes = 0;
   for (const auto& f : files) bytes += std::filesystem::file_size(f);
   fmt::print(stderr, "wrote {} ({})\n", files.front().string(), human_bytes(bytes));

@@ -81,15 +81,31 @@ struct NeedleCase {
   std::string prompt, answer;
 };
 
+// The cases of a JSON-lines file; each line's fault is named by file and line. Read before the
+// evaluation, so a bad file does not waste it.
 std::vector<NeedleCase> read_needles(const std::string& path, int64_t limit) {
   std::ifstream in(path);
   if (!in) fail("kv-quality: cannot read {}", path);
   std::vector<NeedleCase> cases;
+  int64_t number = 0;
   for (std::string line; std::getline(in, line) && (limit <= 0 || int64_t(cases.size()) < limit);) {
+    ++number;
     if (line.empty()) continue;
-    const auto j = nlohmann::json::parse(line);
-    cases.push_back({j.at("prompt").get<std::string>(), j.at("answer").get<std::string>()});
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}:{}: not a JSON object: {}", path, number, e.what());
+    }
+    const auto text = [&](const char* key) {
+      if (!j.is_object() || !j.contains(key) || !j[key].is_string() || j[key].get<std::string>().empty())
+        fail("{}:{}: a needle case is {{\"prompt\": \"...\", \"answer\": \"...\"}} with both non-empty strings; "
+             "\"{}\" is not", path, number, key);
+      return j[key].get<std::string>();
+    };
+    cases.push_back({text("prompt"), text("answer")});
   }
+  if (cases.empty()) fail("{}: no needle cases", path);
   return cases;
 }
 
@@ -146,6 +162,8 @@ void run_kv_quality(const KvQualityCliOptions& o) {
   std::optional<tokenizer::Tokenizer> tok;
   if (!o.text_file.empty() || !o.needles_file.empty()) tok = tokenizer::Tokenizer::from_metadata(reader.metadata());
   const std::vector<int32_t> tokens = text_tokens(o, tok, config.vocab);
+  std::vector<NeedleCase> needles;
+  if (!o.needles_file.empty()) needles = read_needles(o.needles_file, o.needle_cases);
   engine::KvQualityOptions options;
   options.reference = kv::parse_format(o.reference);
   options.formats = parse_format_list(o.formats, options.reference);
@@ -164,8 +182,6 @@ void run_kv_quality(const KvQualityCliOptions& o) {
   });
   fmt::print(stderr, "\n");
 
-  std::vector<NeedleCase> needles;
-  if (!o.needles_file.empty()) needles = read_needles(o.needles_file, o.needle_cases);
   const char* ref = kv::to_string(options.reference);
   fmt::print("| --kv | bytes/cell | mean KL vs {} | top-1 agreement | perplexity | greedy tokens as {} |{}\n", ref,
              ref, needles.empty() ? "" : " needles found |");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -22,16 +23,24 @@ struct LogitsOptions {
 
 void run_logits(const LogitsOptions& o) {
   const std::vector<int32_t> tokens = parse_token_list(o.run.tokens);
+  if (o.output != "-") checked_output_path(o.output, {o.run.model});  // (before the work, as again when writing)
   gguf::Reader reader(o.run.model);
   const auto config = model::read_config(reader.metadata());
   cpu::Session session(reader, config, o.run.session_options());
   const auto start = std::chrono::steady_clock::now();
   const std::vector<float> logits = session.prefill(tokens, o.run.chunk, /*all_logits=*/true);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  write_output_file(o.output, [&](std::FILE* out) {
-    if (std::fwrite(logits.data(), sizeof(float), logits.size(), out) != logits.size())
-      fail("{}: write failed (disk full?)", o.output);
-  });
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!std::isfinite(logits[i]))
+      fail("the logit of token {} at position {} is {}: the model produced an invalid value (check the weights and "
+           "the backend)", i % size_t(session.vocab()), i / size_t(session.vocab()), logits[i]);
+  write_output_file(
+      o.output,
+      [&](std::FILE* out) {
+        if (std::fwrite(logits.data(), sizeof(float), logits.size(), out) != logits.size())
+          fail("{}: write failed (disk full?)", o.output);
+      },
+      {o.run.model});
   fmt::print(stderr, "wrote {} ({} positions x {} logits; {:.3f} s, {:.1f} tokens/s; K/V {})\n", o.output,
              tokens.size(), session.vocab(), seconds, double(tokens.size()) / seconds,
              kv::to_string(session.kv_format()));

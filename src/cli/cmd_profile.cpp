@@ -14,6 +14,7 @@
 #include "cli/model_options.h"
 #include "cli/validators.h"
 #include "core/error.h"
+#include "core/output_path.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
 #include "model/weights.h"
@@ -48,6 +49,7 @@ double top_quarter_share(const plan::RoutingProfile& p) {
 
 #ifdef LODE_HAVE_CUDA
 void run_profile(const ProfileOptions& o) {
+  const std::filesystem::path output = checked_output_path(o.output, {o.model, o.text_file});  // before the run
   const gguf::Reader reader(o.model);
   const auto config = model::read_config(reader.metadata());
   auto weights = std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config));
@@ -73,7 +75,7 @@ void run_profile(const ProfileOptions& o) {
   p.fingerprint = plan::routing_fingerprint(*weights);
   p.layers = config.n_layers, p.experts = config.n_experts, p.tokens = tokens.size();
   p.counts = session.routing_counts();
-  plan::write_profile(o.output, p);
+  plan::write_profile(output, p);
   fmt::print("wrote {}: {} tokens, {} layers of {} experts; the most-chosen quarter of each layer's experts took "
              "{:.1f}% of its routings (25% would be uniform)\n",
              o.output, p.tokens, p.layers, p.experts, 100.0 * top_quarter_share(p));

@@ -11,6 +11,7 @@
 #include "cli/human.h"
 #include "cli/validators.h"
 #include "core/error.h"
+#include "core/output_path.h"
 #include "model/quantize.h"
 
 namespace lode::cli {
@@ -32,6 +33,7 @@ void run_quantize(const QuantizeCliOptions& o) {
            "f16, bf16, f32)", o.type);
     options.type = *type;
   }
+  const std::filesystem::path output = checked_output_path(o.output, {o.input});
   gguf::Reader in(o.input);
   options.max_file_bytes = uint64_t(o.split_max_gib * double(1ull << 30));
   const auto start = std::chrono::steady_clock::now();
@@ -43,7 +45,7 @@ void run_quantize(const QuantizeCliOptions& o) {
     else
       fmt::print(stderr, "[{}/{}] {}\n", i + 1, n, name);
   };
-  const auto files = model::quantize_model(in, o.output, options);
+  const auto files = model::quantize_model(in, output, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   uint64_t bytes = 0;
   for (const auto& f : files) bytes += std::filesystem::file_size(f);

@@ -11,6 +11,7 @@
 #include "cli/human.h"
 #include "cli/validators.h"
 #include "core/error.h"
+#include "core/output_path.h"
 #include "model/synth.h"
 
 namespace lode::cli {
@@ -32,7 +33,7 @@ void run_synth(SynthCliOptions& o) {
       fmt::print(stderr, "[{}/{}] {}\n", i + 1, n, name);
   };
   const auto start = std::chrono::steady_clock::now();
-  const auto files = model::write_synth(o.output, o.synth);
+  const auto files = model::write_synth(checked_output_path(o.output), o.synth);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   uint64_t bytes = 0;
   for (const auto& f : files) bytes += std::filesystem::file_size(f);

@@ -1,17 +1,28 @@
 // Writing a command's output file so that a failure never leaves a half-written file under the
-// final name: `write` fills PATH.partial, which is renamed to PATH only when complete.
+// final name: `write` fills PATH.partial, which is renamed to PATH only when complete. "-" is
+// standard output. The path is checked first (core/output_path.h): not a directory, a device or
+// one of `inputs`, the command's own input files.
 #pragma once
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <string>
 
 #include "core/error.h"
+#include "core/output_path.h"
 
 namespace lode::cli {
 
-inline void write_output_file(const std::string& path, const std::function<void(std::FILE*)>& write) {
-  const std::string partial = path + ".partial";
+inline void write_output_file(const std::string& path, const std::function<void(std::FILE*)>& write,
+                              std::initializer_list<std::filesystem::path> inputs = {}) {
+  if (path == "-") {
+    write(stdout);
+    if (std::fflush(stdout) != 0) fail("standard output: write failed");
+    return;
+  }
+  const std::filesystem::path target = checked_output_path(path, inputs);
+  const std::string partial = target.string() + ".partial";
   std::FILE* out = std::fopen(partial.c_str(), "wb");
   if (!out) fail("{}: cannot open for writing", partial);
   try {
@@ -25,7 +36,7 @@ inline void write_output_file(const std::string& path, const std::function<void(
     std::filesystem::remove(partial);
     fail("{}: write failed (disk full?)", partial);
   }
-  std::filesystem::rename(partial, path);
+  put_in_place(partial, target);
 }
 
 }  // namespace lode::cli

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <cstdint>
 #include <vector>
 
@@ -18,7 +19,10 @@ double log_sum_exp(std::span<const float> logits) {
   for (float x : logits) max = std::max(max, double(x));
   double sum = 0;
   for (float x : logits) sum += std::exp(double(x) - max);
-  return max + std::log(sum);
+  const double result = max + std::log(sum);
+  if (!std::isfinite(result))
+    fail("kv-quality: the model produced a logit that is not finite (check the weights and the backend)");
+  return result;
 }
 
 int32_t argmax(std::span<const float> logits) {
@@ -34,14 +38,21 @@ void score_chunk(KvQualityRow& row, const std::vector<float>& reference, const s
   const int64_t n = int64_t(next_tokens.size());
   std::vector<double> kl(static_cast<size_t>(n)), nll(static_cast<size_t>(n));
   std::vector<uint8_t> same(static_cast<size_t>(n));
+  std::exception_ptr failure;  // (nothing may leave an OpenMP loop: the first failure is thrown after it)
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const auto ref = std::span(reference).subspan(size_t(i * vocab), size_t(vocab));
-    const auto mine = std::span(logits).subspan(size_t(i * vocab), size_t(vocab));
-    kl[size_t(i)] = kl_divergence(ref, mine);
-    same[size_t(i)] = argmax(ref) == argmax(mine);
-    nll[size_t(i)] = token_nll(mine, next_tokens[size_t(i)]);
+    try {
+      const auto ref = std::span(reference).subspan(size_t(i * vocab), size_t(vocab));
+      const auto mine = std::span(logits).subspan(size_t(i * vocab), size_t(vocab));
+      kl[size_t(i)] = kl_divergence(ref, mine);
+      same[size_t(i)] = argmax(ref) == argmax(mine);
+      nll[size_t(i)] = token_nll(mine, next_tokens[size_t(i)]);
+    } catch (...) {
+#pragma omp critical(kv_quality_failure)
+      if (!failure) failure = std::current_exception();
+    }
   }
+  if (failure) std::rethrow_exception(failure);
   row.positions += n;
   for (int64_t i = 0; i < n; ++i) {
     row.kl_sum += kl[size_t(i)];

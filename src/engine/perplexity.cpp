@@ -62,7 +62,10 @@ double token_nll(std::span<const float> logits, int32_t target) {
   for (float x : logits) max = std::max(max, double(x));
   double sum = 0;
   for (float x : logits) sum += std::exp(double(x) - max);
-  return std::log(sum) + max - double(logits[size_t(target)]);
+  const double nll = std::log(sum) + max - double(logits[size_t(target)]);
+  if (!std::isfinite(nll))
+    fail("perplexity: the model produced a logit that is not finite (check the weights and the backend)");
+  return nll;
 }
 
 int64_t perplexity_windows(int64_t n_tokens, int64_t ctx) {

@@ -3,6 +3,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/output_path.h"
 #include "gguf/file_sink.h"
 #include "gguf/reader.h"
 #include "gguf/serialize.h"
@@ -138,7 +139,7 @@ std::vector<std::filesystem::path> Writer::write(const std::filesystem::path& pa
         write_file(partial.back(), metadata, ranges[i].begin, ranges[i].end);
       }
     }
-    for (size_t i = 0; i < written.size(); ++i) std::filesystem::rename(partial[i], written[i]);
+    for (size_t i = 0; i < written.size(); ++i) put_in_place(partial[i], written[i]);
   } catch (...) {
     std::error_code ignored;
     for (const auto& p : partial) std::filesystem::remove(p, ignored);

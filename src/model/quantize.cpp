@@ -72,6 +72,10 @@ std::vector<std::filesystem::path> quantize_model(const gguf::Reader& in,
       if (options.on_tensor) options.on_tensor(i, n, name);
     };
     const GgmlType type = target_type(t, options, n_blocks);
+    if (t.n_dims >= 2 && !t.type->dequantize && t.ggml_type() != type)  // (kept, it would leave a file lode cannot run)
+      fail("tensor {} is {}, which lode cannot read, so it cannot be requantized to {}: make the file again from its "
+           "source in a type lode reads (lode convert from the Hugging Face checkpoint, or llama.cpp's "
+           "llama-quantize)", t.name, t.type->name, traits(type).name);
     if (!may_requantize(t, type) || t.ggml_type() == type) {
       writer.add_tensor(t.name, t.ggml_type(), ne, [&t, report](std::span<uint8_t> dst) {
         std::copy(t.data, t.data + t.size, dst.begin());

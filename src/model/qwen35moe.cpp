@@ -102,7 +102,7 @@ void validate_config(const Qwen35MoeConfig& c) {
   need(c.ssm_inner == c.ssm_dt_rank * c.ssm_state,
        fmt::format("ssm.inner_size {} != time_step_rank {} x state_size {}", c.ssm_inner,
                    c.ssm_dt_rank, c.ssm_state));
-  need(c.vocab > 0, "the vocabulary is empty");
+  need(c.vocab > 0, "the vocabulary is empty (the file has neither tokenizer.ggml.tokens nor qwen35moe.vocab_size)");
   need(int64_t(c.is_recurrent.size()) == c.n_layers,
        fmt::format("{} layer kinds for {} layers", c.is_recurrent.size(), c.n_layers));
   need(c.rms_eps > 0, "layer_norm_rms_epsilon must be positive");

@@ -76,6 +76,10 @@ void PreSplitter::split(std::string_view text, std::vector<std::string_view>& pi
       pcre2_match_context_create(nullptr), pcre2_match_context_free);
   if (!data || !stack || !context) fail("out of memory while splitting text");
   pcre2_jit_stack_assign(context.get(), nullptr, stack.get());
+  // A long run of one class costs backtracking steps in proportion to its length (a pattern's
+  // `\s*[\r\n]+` takes a run of spaces, then gives it back): PCRE2's default limit of ten million
+  // refused a 10 MB run of spaces.
+  pcre2_set_match_limit(context.get(), UINT32_MAX);
 
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t done = 0;  // text before this is in `pieces`
