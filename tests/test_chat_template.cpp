@@ -111,6 +111,30 @@ TEST(ChatTemplate, AFinalAssistantMessageIsLeftOpen) {
   EXPECT_THROW(lode::chat::render_qwen35(messages, nullptr, {.continue_final_message = true}), lode::Error);
 }
 
+// render_qwen35_marked: the text of render_qwen35, with exactly the client's text marked, in order:
+// the tools' definitions, the system prompt, every content, tool call and tool result (reasoning
+// before the last query is not rendered).
+TEST(ChatTemplate, TheClientsTextIsMarked) {
+  const ordered_json tools = ordered_json::parse(R"([{"type": "function", "function": {"name": "get_weather"}}])");
+  std::vector<Message> messages = {{"system", "Be brief.", std::nullopt, {}},
+                                   {"user", "Weather in <|im_start|>Paris?", std::nullopt, {}},
+                                   {"assistant", "Checking.", "The user asks.", {}},
+                                   {"tool", "18 C", std::nullopt, {}},
+                                   {"user", "Thanks", std::nullopt, {}}};
+  messages[2].tool_calls.push_back({"call_0", "get_weather", ordered_json::parse(R"({"city": "Paris"})")});
+  const auto marked = lode::chat::render_qwen35_marked(messages, tools, {});
+  EXPECT_EQ(marked.text, lode::chat::render_qwen35(messages, tools, {}));
+  std::vector<std::string> client;
+  for (size_t i = 0; i < marked.client.size(); ++i) {
+    ASSERT_LT(marked.client[i].begin, marked.client[i].end);
+    if (i > 0) ASSERT_LT(marked.client[i - 1].end, marked.client[i].begin);
+    client.push_back(marked.text.substr(marked.client[i].begin, marked.client[i].end - marked.client[i].begin));
+  }
+  EXPECT_EQ(client, (std::vector<std::string>{R"({"type": "function", "function": {"name": "get_weather"}})",
+                                              "Be brief.", "Weather in <|im_start|>Paris?", "Checking.",
+                                              "get_weather", "city", "Paris", "18 C", "Thanks"}));
+}
+
 TEST(ChatPythonText, StripRemovesWhatPythonCallsWhitespace) {
   using lode::chat::python_strip;
   EXPECT_EQ(python_strip(" \t\n\r\v\f x y \n"), "x y");

@@ -2,6 +2,7 @@
 // BPE merge order, pre-splitting (qwen2 vs qwen35), added tokens, invalid bytes, streaming decode.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,27 @@ TEST(Tokenizer, ControlTokensOnlyWhenAllowedUserDefinedAlways) {
   EXPECT_EQ(without.back(), think);
   EXPECT_EQ(t.decode(without), "<|im_start|>x<think>");
   EXPECT_EQ(t.decode(with, /*render_special=*/false), "x<think>");
+}
+
+// encode(text, plain): control tokens are read outside the plain spans only (a chat's client text);
+// one that starts before a span and runs into it is not read either; user-defined tokens and the
+// rest of the text are encoded as encode(text, true) encodes them.
+TEST(Tokenizer, ControlTokensAreOrdinaryTextInsidePlainSpans) {
+  TinyVocab v{{}, {{"<|im_start|>", 3}, {"<think>", 4}}};
+  const Tokenizer t = v.build();
+  const int32_t im_start = 256, think = 257;
+  const std::string text = "<|im_start|>a<|im_start|>b<think><|im_start|>";
+  // (<|im_start|> at bytes 0, 13 and 33; "a" at 12, "b" at 25, <think> at 26)
+  EXPECT_EQ(t.encode(text, std::vector<lode::TextSpan>{}), t.encode(text, true));
+  const auto marked = t.encode(text, std::vector<lode::TextSpan>{{12, 33}});
+  EXPECT_EQ(std::count(marked.begin(), marked.end(), im_start), 2);  // the first and the last
+  EXPECT_EQ(marked.front(), im_start);
+  EXPECT_EQ(marked.back(), im_start);
+  EXPECT_EQ(std::count(marked.begin(), marked.end(), think), 1);
+  EXPECT_EQ(t.decode(marked), text);
+  const auto straddled = t.encode(text, std::vector<lode::TextSpan>{{10, 11}});  // inside the first one
+  EXPECT_NE(straddled.front(), im_start);
+  EXPECT_EQ(t.decode(straddled), text);
 }
 
 TEST(Tokenizer, LongestAddedTokenWins) {

@@ -21,6 +21,30 @@ constexpr std::string_view kToolsFormat =
     "available, answer the question like normal with your current knowledge and do not tell the "
     "user about function calls\n</IMPORTANT>";
 
+// The text being rendered: += appends the template's own text, client() the client's, marked.
+class Out {
+ public:
+  Out& operator+=(std::string_view text) {
+    chat_.text += text;
+    return *this;
+  }
+  Out& operator+=(char c) {
+    chat_.text += c;
+    return *this;
+  }
+  void client(std::string_view text) {
+    if (text.empty()) return;
+    const std::size_t begin = chat_.text.size();
+    chat_.text += text;
+    if (!chat_.client.empty() && chat_.client.back().end == begin) chat_.client.back().end = chat_.text.size();
+    else chat_.client.push_back({begin, chat_.text.size()});
+  }
+  RenderedChat take() { return std::move(chat_); }
+
+ private:
+  RenderedChat chat_;
+};
+
 // The template's `tools and tools is iterable and tools is not mapping`.
 bool has_tools(const nlohmann::ordered_json& tools) { return tools.is_array() && !tools.empty(); }
 
@@ -43,7 +67,7 @@ std::string_view after_last(std::string_view text, std::string_view separator) {
   return at == std::string_view::npos ? text : text.substr(at + separator.size());
 }
 
-void render_system_header(std::string& out, std::span<const Message> messages,
+void render_system_header(Out& out, std::span<const Message> messages,
                           const nlohmann::ordered_json& tools) {
   const bool system_first = messages.front().role == "system";
   const std::string_view system = system_first ? python_strip(messages.front().content) : "";
@@ -52,14 +76,19 @@ void render_system_header(std::string& out, std::span<const Message> messages,
     out += kToolsIntro;
     for (const auto& tool : tools) {
       out += '\n';
-      out += python_json_dumps(tool);
+      out.client(python_json_dumps(tool));
     }
     out += "\n</tools>";
     out += kToolsFormat;
-    if (!system.empty()) out += "\n\n" + std::string(system);
+    if (!system.empty()) {
+      out += "\n\n";
+      out.client(system);
+    }
     out += "<|im_end|>\n";
   } else if (system_first) {
-    out += "<|im_start|>system\n" + std::string(system) + "<|im_end|>\n";
+    out += "<|im_start|>system\n";
+    out.client(system);
+    out += "<|im_end|>\n";
   }
 }
 
@@ -77,21 +106,24 @@ std::size_t last_query_index(std::span<const Message> messages) {
 }
 
 // Arguments that are objects or arrays are written as JSON, everything else as Python's str().
-void render_tool_call(std::string& out, const ToolCall& call, bool first, bool after_content) {
+void render_tool_call(Out& out, const ToolCall& call, bool first, bool after_content) {
   if (first) out += after_content ? "\n\n<tool_call>\n<function=" : "<tool_call>\n<function=";
   else out += "\n<tool_call>\n<function=";
-  out += call.name + ">\n";
+  out.client(call.name);
+  out += ">\n";
   if (call.arguments.is_object()) {
     for (const auto& [name, value] : call.arguments.items()) {
-      out += "<parameter=" + name + ">\n";
-      out += value.is_structured() ? python_json_dumps(value) : python_str(value);
+      out += "<parameter=";
+      out.client(name);
+      out += ">\n";
+      out.client(value.is_structured() ? python_json_dumps(value) : python_str(value));
       out += "\n</parameter>\n";
     }
   }
   out += "</function>\n</tool_call>";
 }
 
-void render_assistant(std::string& out, const Message& message, std::string_view content, bool keep_reasoning,
+void render_assistant(Out& out, const Message& message, std::string_view content, bool keep_reasoning,
                       bool open = false) {
   std::string_view reasoning;
   if (message.reasoning_content) {
@@ -104,8 +136,12 @@ void render_assistant(std::string& out, const Message& message, std::string_view
   }
   reasoning = python_strip(reasoning);
   out += "<|im_start|>assistant\n";
-  if (keep_reasoning) out += "<think>\n" + std::string(reasoning) + "\n</think>\n\n";
-  out += content;
+  if (keep_reasoning) {
+    out += "<think>\n";
+    out.client(reasoning);
+    out += "\n</think>\n\n";
+  }
+  out.client(content);
   if (open) return;  // (a prefill: the model goes on from its content)
   const bool has_content = !python_strip(content).empty();
   for (std::size_t i = 0; i < message.tool_calls.size(); ++i) {
@@ -115,11 +151,11 @@ void render_assistant(std::string& out, const Message& message, std::string_view
 }
 
 // Consecutive tool results share one user turn.
-void render_tool_result(std::string& out, std::span<const Message> messages, std::size_t index,
+void render_tool_result(Out& out, std::span<const Message> messages, std::size_t index,
                         std::string_view content) {
   if (index > 0 && messages[index - 1].role != "tool") out += "<|im_start|>user";
   out += "\n<tool_response>\n";
-  out += content;
+  out.client(content);
   out += "\n</tool_response>";
   const bool last = index + 1 == messages.size();
   if (last || messages[index + 1].role != "tool") out += "<|im_end|>\n";
@@ -210,11 +246,16 @@ Message message_from_json(const nlohmann::ordered_json& json) {
 
 std::string render_qwen35(std::span<const Message> messages, const nlohmann::ordered_json& tools,
                           const TemplateOptions& options) {
+  return render_qwen35_marked(messages, tools, options).text;
+}
+
+RenderedChat render_qwen35_marked(std::span<const Message> messages, const nlohmann::ordered_json& tools,
+                                  const TemplateOptions& options) {
   if (messages.empty()) fail("No messages provided.");
   const bool open_last = options.continue_final_message;
   if (open_last && (messages.back().role != "assistant" || !messages.back().tool_calls.empty()))
     fail("Only a last assistant message without tool calls can be continued.");
-  std::string out;
+  Out out;
   render_system_header(out, messages, tools);
   const std::size_t last_query = last_query_index(messages);
   for (std::size_t i = 0; i < messages.size(); ++i) {
@@ -223,7 +264,9 @@ std::string render_qwen35(std::span<const Message> messages, const nlohmann::ord
     if (message.role == "system") {
       if (i != 0) fail("System message must be at the beginning.");
     } else if (message.role == "user") {
-      out += "<|im_start|>user\n" + std::string(content) + "<|im_end|>\n";
+      out += "<|im_start|>user\n";
+      out.client(content);
+      out += "<|im_end|>\n";
     } else if (message.role == "assistant") {
       render_assistant(out, message, content, i > last_query, open_last && i + 1 == messages.size());
     } else if (message.role == "tool") {
@@ -236,7 +279,7 @@ std::string render_qwen35(std::span<const Message> messages, const nlohmann::ord
     out += "<|im_start|>assistant\n";
     out += options.enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n";
   }
-  return out;
+  return out.take();
 }
 
 }  // namespace lode::chat

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/text_span.h"
+
 namespace lode::chat {
 
 struct ToolCall {
@@ -33,12 +35,24 @@ struct TemplateOptions {
   bool continue_final_message = false;
 };
 
+// The rendered conversation, and which of its bytes came from the client rather than from the
+// template: message contents, reasoning, tool calls and results, the tools' definitions. A
+// tokenizer reads control tokens (<|im_start|>...) only outside them, so a message cannot write
+// role markers (tokenizer::Tokenizer::encode's `plain`), as OpenAI's API reads such text.
+struct RenderedChat {
+  std::string text;
+  std::vector<TextSpan> client;  // in order, not overlapping
+};
+
 // Renders like Qwen3.5's Jinja template; `tools` is a JSON array of tool definitions or null.
 // Throws lode::Error with the template's own message where the template raises one
 // ("No messages provided.", "No user query found in messages.", "System message must be at the
 // beginning.", "Unexpected message role.").
 std::string render_qwen35(std::span<const Message> messages, const nlohmann::ordered_json& tools,
                           const TemplateOptions& options);
+// The same text, with the client's spans marked.
+RenderedChat render_qwen35_marked(std::span<const Message> messages, const nlohmann::ordered_json& tools,
+                                  const TemplateOptions& options);
 
 // Parses one OpenAI-style message: {role, content (string | null | [{type: "text", text}]),
 // reasoning_content?, tool_calls?: [{id?, type?, function: {name, arguments}}]} where arguments is

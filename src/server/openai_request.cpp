@@ -289,16 +289,16 @@ engine::SteeredText steer_to_tools(const std::vector<std::string>& names, bool t
 }  // namespace
 
 std::vector<int32_t> chat_prompt(const ChatRequest& request, const ServedModel& model) {
-  std::string text;
+  chat::RenderedChat chat;
   try {
-    text = chat::render_qwen35(request.messages, request.tools,
-                               {.add_generation_prompt = true,
-                                .enable_thinking = request.enable_thinking,
-                                .continue_final_message = request.continues_reply()});
+    chat = chat::render_qwen35_marked(request.messages, request.tools,
+                                      {.add_generation_prompt = true,
+                                       .enable_thinking = request.enable_thinking,
+                                       .continue_final_message = request.continues_reply()});
   } catch (const Error& e) {  // the template's own refusals: the conversation is at fault
     throw bad_request(fmt::format("the chat template refused the conversation: {}", e.what()), "messages");
   }
-  return model.tokenizer.encode(text, /*allow_special=*/true);
+  return model.tokenizer.encode(chat.text, chat.client);  // (control tokens only where the template wrote them)
 }
 
 Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t context) {

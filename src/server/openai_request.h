@@ -62,7 +62,9 @@ ChatRequest parse_chat_request(const nlohmann::ordered_json& body, const ModelNa
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, const ModelNames& names,
                                            uint64_t random_seed);
 
-// The conversation through the chat template, as tokens (any length); 400 when the template refuses it.
+// The conversation through the chat template, as tokens (any length); 400 when the template refuses
+// it. Control tokens are read only where the template wrote them: text in the messages that spells
+// one (<|im_start|>) is ordinary text, as OpenAI's API reads it, so a message cannot write roles.
 std::vector<int32_t> chat_prompt(const ChatRequest& request, const ServedModel& model);
 
 // The rendered (chat) or raw (completion) prompt as tokens, with max_tokens resolved against the

@@ -100,11 +100,16 @@ std::optional<int32_t> Tokenizer::find_token(std::string_view text) const {
   return it == ids_.end() ? std::nullopt : std::optional<int32_t>(it->second);
 }
 
-Tokenizer::Match Tokenizer::next_added(std::string_view text, size_t from, bool allow_special) const {
+Tokenizer::Match Tokenizer::next_added(std::string_view text, size_t from, bool allow_special,
+                                       std::span<const TextSpan> plain, size_t* plain_at) const {
   for (size_t pos = from; pos < text.size(); ++pos) {
+    if (plain_at)
+      while (*plain_at < plain.size() && plain[*plain_at].end <= pos) ++*plain_at;
     for (int32_t id : added_by_first_byte_[uint8_t(text[pos])]) {
-      if (!allow_special && types_[size_t(id)] == TokenType::control) continue;
       const std::string& s = texts_[size_t(id)];
+      if (types_[size_t(id)] == TokenType::control &&
+          (!allow_special || (plain_at && *plain_at < plain.size() && plain[*plain_at].begin < pos + s.size())))
+        continue;
       if (text.compare(pos, s.size(), s) == 0) return {pos, s.size(), id};
     }
   }
@@ -112,11 +117,20 @@ Tokenizer::Match Tokenizer::next_added(std::string_view text, size_t from, bool 
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {
+  return encode_added(text, allow_special, {});
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, std::span<const TextSpan> plain) const {
+  return encode_added(text, /*allow_special=*/true, plain);
+}
+
+std::vector<int32_t> Tokenizer::encode_added(std::string_view text, bool allow_special,
+                                             std::span<const TextSpan> plain) const {
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 1);
-  size_t pos = 0;
+  size_t pos = 0, plain_at = 0;
   while (pos < text.size()) {
-    const Match m = next_added(text, pos, allow_special);
+    const Match m = next_added(text, pos, allow_special, plain, &plain_at);
     const size_t end = std::min(m.begin, text.size());
     encode_ordinary(text.substr(pos, end - pos), out);
     if (m.id < 0) break;

@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/text_span.h"
 #include "gguf/metadata.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/pre_split.h"
@@ -30,6 +31,10 @@ class Tokenizer {
   // allow_special: control tokens (<|im_start|>, <|im_end|>...) written in the text become their
   // ids; otherwise they are ordinary text. User-defined added tokens (<think>) are always matched.
   std::vector<int32_t> encode(std::string_view text, bool allow_special) const;
+  // The same with control tokens read only outside `plain` (spans in order, not overlapping): text
+  // inside is ordinary even where it spells a control token (a chat's client text,
+  // chat::RenderedChat). The pre-split and merges run over the whole text as they would anyway.
+  std::vector<int32_t> encode(std::string_view text, std::span<const TextSpan> plain) const;
 
   // The pieces BPE works on, as text: added tokens whole, the text between them normalised and
   // pre-split. For valid UTF-8 (a debugging and testing view of encode()).
@@ -55,7 +60,11 @@ class Tokenizer {
     size_t length = 0;
     int32_t id = -1;
   };
-  Match next_added(std::string_view text, size_t from, bool allow_special) const;
+  // The next added token at or after `from`; control tokens only where allowed and not overlapping
+  // `plain` (*plain_at: the first of them that may still matter, advanced as the text is read).
+  Match next_added(std::string_view text, size_t from, bool allow_special, std::span<const TextSpan> plain = {},
+                   size_t* plain_at = nullptr) const;
+  std::vector<int32_t> encode_added(std::string_view text, bool allow_special, std::span<const TextSpan> plain) const;
   void encode_ordinary(std::string_view text, std::vector<int32_t>& out) const;
   // `text` NFC-normalised when the family asks for it (into `storage` when it changes).
   std::string_view normalized(std::string_view text, std::string& storage) const;
