@@ -80,6 +80,39 @@ TEST(ServerPrefix, TheNextTurnReusesTheConversationAndMatchesAColdRun) {
   EXPECT_EQ(reply_text(other), parsed_text(cold_run(json::array({{{"role", "user"}, {"content", "hello"}}}), 6)));
 }
 
+// On the Anthropic route a resumed turn counts as Anthropic counts: cache_read_input_tokens the
+// prompt tokens the prefix cache held, input_tokens the rest (the prompt, count_tokens' figure, is
+// their sum), in the plain reply and in a stream's message_delta.
+TEST(ServerPrefix, AnthropicUsageSplitsThePromptIntoCachedAndNot) {
+  TestServer server;
+  json body = {{"max_tokens", 8}, {"temperature", 0}, {"system", kSystem},
+               {"messages", {{{"role", "user"}, {"content", "What does chmod do?"}}}}};
+  const json first = server.post_json("/v1/messages", body);
+  EXPECT_EQ(first["usage"]["cache_read_input_tokens"], 0);
+  body["messages"].push_back({{"role", "assistant"}, {"content", first["content"]}});
+  body["messages"].push_back({{"role", "user"}, {"content", "And chown?"}});
+  json counted = body;
+  counted.erase("max_tokens");
+  const int64_t prompt = server.post_json("/v1/messages/count_tokens", counted)["input_tokens"];
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "plain");
+    body["stream"] = stream;
+    json usage;
+    if (stream) {
+      auto res = server.post("/v1/messages", body.dump());
+      ASSERT_TRUE(res);
+      for (const json& e : sse_typed_events(res->body))
+        if (e["type"] == "message_delta") usage = e["usage"];
+    } else {
+      usage = server.post_json("/v1/messages", body)["usage"];
+    }
+    const int64_t cached = usage["cache_read_input_tokens"];
+    EXPECT_GE(cached, 64) << usage;
+    EXPECT_EQ(usage["input_tokens"].get<int64_t>() + cached, prompt) << usage;
+    EXPECT_EQ(usage["cache_creation_input_tokens"], 0);
+  }
+}
+
 // A server that takes 16 prompt tokens a step (WorkerOptions::prompt_step) still checkpoints every
 // 64 and cuts prompts at the same boundaries cold or resumed: both turns of a conversation return
 // what a server taking 64 a step returns, the first turn in at least a step per 16 prompt tokens.

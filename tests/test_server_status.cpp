@@ -123,7 +123,7 @@ TEST(ServerStatus, MetricsParseAndCountRequests) {
     generated += reply["usage"]["completion_tokens"].get<int64_t>();
   }
   const json message = s.post_json("/v1/messages", {{"max_tokens", 5}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}});
-  prompt += message["usage"]["input_tokens"].get<int64_t>();
+  prompt += message["usage"]["input_tokens"].get<int64_t>() + message["usage"]["cache_read_input_tokens"].get<int64_t>();
   generated += message["usage"]["output_tokens"].get<int64_t>();
   s.post_json("/v1/messages", {{"messages", 1}}, 400);
   s.post_json("/v1/nothing", json::object(), 404);

@@ -54,10 +54,12 @@ json tool_use_block(const chat::ToolCall& call, const std::string& id) {
           {"input", call.arguments.is_object() ? call.arguments : json::object()}};
 }
 
-// input_tokens counts the whole prompt (cached part included); cache_read_input_tokens says how
-// much of it came from the prefix cache.
-json anthropic_usage(int64_t input_tokens, int64_t output_tokens, int64_t cached_tokens) {
-  return {{"input_tokens", input_tokens}, {"output_tokens", output_tokens}, {"cache_read_input_tokens", cached_tokens}};
+// As Anthropic counts them: input_tokens the prompt's tokens that were not read from the prefix
+// cache, cache_read_input_tokens those that were (the prompt is their sum); nothing is written to a
+// cache on request, so cache_creation_input_tokens is 0.
+json anthropic_usage(int64_t prompt_tokens, int64_t output_tokens, int64_t cached_tokens) {
+  return {{"input_tokens", prompt_tokens - cached_tokens}, {"output_tokens", output_tokens},
+          {"cache_creation_input_tokens", 0}, {"cache_read_input_tokens", cached_tokens}};
 }
 
 json anthropic_message(const ResponseMeta& meta, const chat::ParsedDelta& reply, const engine::GenerateResult& result,
@@ -81,10 +83,11 @@ json message_start_event(const ResponseMeta& meta, int64_t input_tokens) {
                        {"usage", anthropic_usage(input_tokens, 0, 0)}}}};
 }
 
-json message_delta_event(const char* reason, const std::optional<std::string>& stop_sequence, int64_t output_tokens) {
+json message_delta_event(const char* reason, const std::optional<std::string>& stop_sequence,
+                         const engine::GenerateResult& result) {
   return {{"type", "message_delta"},
           {"delta", {{"stop_reason", reason}, {"stop_sequence", optional_string(stop_sequence)}}},
-          {"usage", {{"output_tokens", output_tokens}}}};
+          {"usage", anthropic_usage(result.prompt_tokens, int64_t(result.tokens.size()), result.cached_tokens)}};
 }
 
 std::string anthropic_sse(const json& data) {

@@ -31,8 +31,9 @@ std::string tool_use_id(const std::string& message_id, int index);
 // {type: "tool_use", id, name, input}
 nlohmann::ordered_json tool_use_block(const chat::ToolCall& call, const std::string& id);
 
-// {input_tokens, output_tokens, cache_read_input_tokens: 0}; output_tokens as completion_tokens.
-nlohmann::ordered_json anthropic_usage(int64_t input_tokens, int64_t output_tokens, int64_t cached_tokens);
+// {input_tokens (the prompt less its cached part), output_tokens (as completion_tokens),
+// cache_creation_input_tokens: 0, cache_read_input_tokens (the cached part)}.
+nlohmann::ordered_json anthropic_usage(int64_t prompt_tokens, int64_t output_tokens, int64_t cached_tokens);
 
 // The whole reply: content [thinking (when any), text (when any), tool_use...], stop_reason,
 // stop_sequence, usage. meta.id is "msg_...".
@@ -40,11 +41,13 @@ nlohmann::ordered_json anthropic_message(const ResponseMeta& meta, const chat::P
                                          const engine::GenerateResult& result,
                                          const std::optional<std::string>& stop_sequence);
 
-// The first stream event: the message with empty content, no stop_reason, input usage.
+// The first stream event: the message with empty content, no stop_reason, input usage (the whole
+// prompt: what the prefix cache holds of it is known only once the request has a slot).
 nlohmann::ordered_json message_start_event(const ResponseMeta& meta, int64_t input_tokens);
-// message_delta: {stop_reason, stop_sequence}, usage {output_tokens}.
+// message_delta: {stop_reason, stop_sequence}, the final usage (anthropic_usage), which clients
+// take over the message_start's.
 nlohmann::ordered_json message_delta_event(const char* stop_reason, const std::optional<std::string>& stop_sequence,
-                                           int64_t output_tokens);
+                                           const engine::GenerateResult& result);
 
 // "event: TYPE\ndata: JSON\n\n", TYPE being the data's own "type".
 std::string anthropic_sse(const nlohmann::ordered_json& data);

@@ -60,8 +60,7 @@ bool MessagesStreamWriter::write_delta(httplib::DataSink& sink, const chat::Pars
 bool MessagesStreamWriter::finish(httplib::DataSink& sink, const engine::GenerateResult& result) {
   if (!write_delta(sink, parser_.finish()) || !close_block(sink)) return false;
   const auto stop_sequence = matched_stop_sequence(result, tokenizer_, stop_);
-  if (!write(sink, message_delta_event(stop_reason(result.finish, tool_uses_ > 0), stop_sequence,
-                                       int64_t(result.tokens.size()))))
+  if (!write(sink, message_delta_event(stop_reason(result.finish, tool_uses_ > 0), stop_sequence, result)))
     return false;
   if (!write(sink, {{"type", "message_stop"}})) return false;
   sink.done();
