@@ -84,6 +84,18 @@ TEST(Cli, OptionValuesOutOfRangeSayWhatIsWanted) {
   }
   const auto ok = run_lode(run + "--threads 1 --seed 18446744073709551615", dir.path());
   EXPECT_EQ(ok.status, 0) << ok.err;
+  // The GPU's options on the CPU engine are said to go unused, not silently dropped.
+  const auto cpu = run_lode(run + "--vram-budget 4096 --gpus 0,1", dir.path());
+  EXPECT_EQ(cpu.status, 0) << cpu.err;
+  EXPECT_NE(cpu.err.find("--vram-budget, --gpus are the GPU engine's"), std::string::npos) << cpu.err;
+  // A host that is no address: said before binding (it read "in use or not local").
+  for (const char* host : {"''", "999.1.1.1"}) {
+    const auto serve = run_lode("serve -m '" + lode::test::mini_model_path().string() + "' --backend cpu --port 0 --host " +
+                                    host, dir.path());
+    EXPECT_EQ(serve.status, 1) << host;
+    EXPECT_NE(serve.err.find("--host"), std::string::npos) << serve.err;
+    EXPECT_EQ(serve.err.find("in use"), std::string::npos) << serve.err;
+  }
 }
 
 // A matrix of a type lode cannot read is not passed through quantize unchanged (that made a file

@@ -10,6 +10,7 @@
 #include "plan/memory_plan.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #ifdef LODE_HAVE_CUDA
 #include "cuda/device.h"
@@ -172,9 +173,22 @@ std::string resolve_backend(const BackendOptions& o) {
   return first_gpu().empty() ? "cpu" : "cuda";
 }
 
+void note_gpu_options_unused(const BackendOptions& o) {
+  std::vector<std::string> given;
+  if (o.vram_budget_mib != 0) given.push_back("--vram-budget");
+  if (!o.gpus.empty()) given.push_back("--gpus");
+  if (!o.expert_profile.empty()) given.push_back("--expert-profile");
+  if (o.expert_swaps != BackendOptions{}.expert_swaps) given.push_back("--expert-swaps");
+  if (o.miss_path != BackendOptions{}.miss_path) given.push_back("--miss-path");
+  if (!given.empty())
+    fmt::print(stderr, "lode: {} {} the GPU engine's; the CPU engine runs without {}\n", fmt::join(given, ", "),
+               given.size() == 1 ? "is" : "are", given.size() == 1 ? "it" : "them");
+}
+
 namespace {
 
-std::unique_ptr<engine::Sequence> open_cpu_sequence(LoadedModel& model) {
+std::unique_ptr<engine::Sequence> open_cpu_sequence(const BackendOptions& o, LoadedModel& model) {
+  note_gpu_options_unused(o);
   std::unique_ptr<engine::Sequence> sequence = model.cpu_model()->open_sequence();
   fmt::print(stderr, "lode: K/V cache {} at most (RAM, as the context fills)\n",
              describe_kv(model.config, model.cpu_options().kv_format, sequence->max_context()));
@@ -185,10 +199,10 @@ std::unique_ptr<engine::Sequence> open_cpu_sequence(LoadedModel& model) {
 
 std::unique_ptr<engine::Sequence> open_sequence(const BackendOptions& o, LoadedModel& model,
                                                 const ModelRunOptions& run, int64_t mtp) {
-  if (o.backend == "cpu") return open_cpu_sequence(model);
+  if (o.backend == "cpu") return open_cpu_sequence(o, model);
   if (o.backend == "cuda") return open_gpu_sequence(o, model, run, mtp);
   const std::string gpu = first_gpu();  // auto
-  if (gpu.empty()) return open_cpu_sequence(model);
+  if (gpu.empty()) return open_cpu_sequence(o, model);
   try {
     auto sequence = open_gpu_sequence(o, model, run, mtp);
     fmt::print(stderr, "lode: on the GPU ({}); --backend cpu for the CPU engine\n", gpu);
@@ -197,7 +211,7 @@ std::unique_ptr<engine::Sequence> open_sequence(const BackendOptions& o, LoadedM
     // A type without GPU kernels, a model larger than the budget, a GPU this build has no code for.
     fmt::print(stderr, "lode: the GPU ({}) cannot run this model ({}); on the CPU engine instead (--backend cuda to "
                "insist)\n", gpu, e.what());
-    return open_cpu_sequence(model);
+    return open_cpu_sequence(o, model);
   }
 }
 

@@ -34,6 +34,10 @@ std::vector<int> parse_gpus(const std::string& list);
 std::string describe_kv(const model::Qwen35MoeConfig& config, kv::Format format, int64_t positions);
 // "cpu" or "cuda" for o.backend, resolving "auto".
 std::string resolve_backend(const BackendOptions& o);
+
+// On the CPU engine: says on stderr which of the GPU's options were given, since the CPU engine
+// does not use them (--vram-budget, --gpus, --expert-profile, --expert-swaps, --miss-path).
+void note_gpu_options_unused(const BackendOptions& o);
 // Adds --backend, --vram-budget, --gpus, --expert-profile, --expert-swaps and --miss-path to a command.
 void add_backend_options(CLI::App& cmd, BackendOptions& o);
 // Adds --vram-budget alone (lode bench, which is always on the GPU).

@@ -148,6 +148,7 @@ engine::OpenSequence sequence_opener(const KvQualityCliOptions& o, const gguf::R
     fail("--backend cuda: this lode was built without CUDA (configure with LODE_CMAKE_ARGS=-DLODE_CUDA=ON)");
 #endif
   }
+  note_gpu_options_unused(o.backend);
   auto weights = std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config));
   return [weights, threads = o.threads](kv::Format format, int64_t context) {
     const cpu::SessionOptions options{.threads = threads, .max_context = context, .kv_format = format};

@@ -106,6 +106,7 @@ void serve(ServeOptions& o) {
     }
   }
   if (!engine) {
+    note_gpu_options_unused(o.backend);
     if (o.kv_positions > 0)
       fmt::print(stderr, "lode serve: --kv-positions is the GPU's; the CPU engine's K/V grows as each sequence writes\n");
     const cpu::SessionOptions cpu{.threads = o.threads,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <netdb.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -61,6 +62,21 @@ std::string route_label(const std::string& path) {
   for (const Route& r : kRoutes)
     if (path == r.path) return path;
   return "other";
+}
+
+// A host to listen on must be an address, or a name this machine resolves: say so before binding,
+// whose failure cannot tell a bad address from a port in use.
+void check_host(const std::string& host) {
+  if (host.empty())
+    fail("--host is empty: give an address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface)");
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0)
+    fail("--host {}: not an address this machine can listen on ({}); give an IP address or a name it resolves", host,
+         gai_strerror(rc));
+  freeaddrinfo(found);
 }
 
 // What an error httplib answers itself (before any route runs) says.
@@ -421,6 +437,7 @@ json Server::mtp_json(const ServerStats::Snapshot& s, const EngineWorker::StepCo
 
 int Server::start() {
   if (listener_.joinable()) fail("the server is already started");
+  check_host(options_.host);
   const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
                                       : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
   if (port <= 0)
