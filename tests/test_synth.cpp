@@ -226,17 +226,23 @@ void copy_with_metadata(const std::filesystem::path& from, const std::filesystem
   copy_with(from, to, edit);
 }
 
+// A tiny q8_0 synth of `layers` layers (and the MTP block when `mtp`) written to `path`.
+const std::filesystem::path& write_tiny(const std::filesystem::path& path, int64_t layers, bool mtp = false) {
+  SynthOptions o;
+  o.layers = layers;
+  o.mtp = mtp;
+  o.recipe = "q8_0";
+  write_synth(path, o);
+  return path;
+}
+
 // Metadata that disagrees with the file's tensors is refused where the weights are bound, naming
 // the tensor: a block_count that leaves blocks out (a 9-block file that said 5 ran with 4 layers),
 // and a nextn_predict_layers that puts the MTP block elsewhere (it ran as a layer, or silently
 // without drafts).
 TEST(Synth, MetadataThatDisagreesWithTheTensorsIsRefused) {
   const test::TempDir dir;
-  SynthOptions o;
-  o.layers = 4;
-  o.mtp = true;
-  o.recipe = "q8_0";
-  write_synth(dir / "m.gguf", o);
+  write_tiny(dir / "m.gguf", 4, /*mtp=*/true);
   const auto bind = [](const std::filesystem::path& path) {
     const gguf::Reader reader(path);
     bind_weights(reader, read_config(reader.metadata()));
@@ -255,10 +261,7 @@ TEST(Synth, MetadataThatDisagreesWithTheTensorsIsRefused) {
 // both with exit 0 (kv-quality's check runs in an OpenMP loop, where a throw used to terminate).
 TEST(Synth, CommandsRefuseLogitsThatAreNotFinite) {
   const test::TempDir dir;
-  SynthOptions o;
-  o.layers = 4;
-  o.recipe = "q8_0";
-  write_synth(dir / "m.gguf", o);
+  write_tiny(dir / "m.gguf", 4);
   const int64_t hidden = synth_config("tiny", 4, false).hidden;
   const std::vector<float> nan(size_t(hidden), NAN);
   copy_with(dir / "m.gguf", dir / "nan.gguf", [](gguf::Metadata&) {}, "output_norm.weight",
