@@ -260,7 +260,8 @@ void add_kv_quality_command(CLI::App& app) {
                      ->check(integer_at_least(1));
   text->excludes(random);
   cmd->add_option("--max-tokens", o->max_tokens, "Use at most this many tokens of the text (default: all)")
-      ->check(integer_at_least(0));
+      ->check(integer_at_least(0))
+      ->excludes(random);  // (--random-tokens says how many itself)
   cmd->add_option("--reference", o->reference, "The format the others are compared with (default fp32)");
   cmd->add_option("--formats", o->formats,
                   "Formats to compare, comma-separated (default: every other one, and q4-unrotated)");

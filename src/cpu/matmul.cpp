@@ -27,8 +27,7 @@ namespace {
 void check_readable(const model::MatrixView& w) {
   if (w.type == nullptr || w.data == nullptr) fail("cpu matmul: weight matrix is not bound");
   if (w.type->type != GgmlType::F32 && w.type->dequantize == nullptr) {
-    fail("cpu matmul: weights of type {} cannot be read by lode; requantize the model to a "
-         "supported type (lode quantize)", w.type->name);
+    fail("cpu matmul: weights of type {} cannot be read by lode", w.type->name);
   }
 }
 

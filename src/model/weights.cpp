@@ -15,6 +15,13 @@ std::string block_name(int64_t block, const char* name) {
   return fmt::format("blk.{}.{}", block, name);
 }
 
+void check_readable(const gguf::TensorInfo& t) {
+  if (t.ggml_type() != GgmlType::F32 && t.type->dequantize == nullptr) {
+    fail("tensor {} has type {}, which lode cannot read: make the file again from its source in a type lode reads "
+         "(lode convert from the Hugging Face checkpoint, or llama.cpp's llama-quantize)", t.name, t.type->name);
+  }
+}
+
 void check_shape(const gguf::TensorInfo& t, std::initializer_list<int64_t> expected) {
   std::array<int64_t, 4> ne{1, 1, 1, 1};
   size_t i = 0;
@@ -23,10 +30,7 @@ void check_shape(const gguf::TensorInfo& t, std::initializer_list<int64_t> expec
     fail("tensor {} has shape {} but the model's config needs [{}]; the file does not match its "
          "own qwen35moe.* metadata", t.name, t.shape_string(), fmt::join(expected, ", "));
   }
-  if (t.ggml_type() != GgmlType::F32 && t.type->dequantize == nullptr) {
-    fail("tensor {} has type {}, which lode cannot read: make the file again from its source in a type lode reads "
-         "(lode convert from the Hugging Face checkpoint, or llama.cpp's llama-quantize)", t.name, t.type->name);
-  }
+  check_readable(t);
 }
 
 MatrixView matrix_of(const gguf::TensorInfo& t) {
@@ -42,6 +46,7 @@ MatrixView bind_matrix(const gguf::Reader& reader, const std::string& name, int6
 
 // All elements of a tensor as float32 (for the small vectors).
 std::vector<float> to_floats(const gguf::TensorInfo& t) {
+  check_readable(t);
   const MatrixView m{t.type, t.data, t.ne[0], t.n_rows(), row_bytes(t.ggml_type(), t.ne[0])};
   std::vector<float> out(size_t(t.n_elements()));
   for (int64_t r = 0; r < m.rows; ++r) dequantize_row(m, r, out.data() + r * m.cols);
