@@ -9,6 +9,8 @@
 #include "chat/template.h"
 #include "cpu/engine.h"
 #include "engine/generate.h"
+#include "server/api_error.h"
+#include "server/engine_worker.h"
 #include "server/openai_request.h"
 #include "server/peer_watch.h"
 #include "test_server_support.h"
@@ -68,6 +70,7 @@ struct StreamedChat {
   std::string reasoning, content, finish;
   json usage;
   std::vector<json> tool_calls;
+  int usage_slots = 0;  // choice chunks with "usage": null (include_usage)
 };
 
 StreamedChat read_chat_stream(const std::string& body) {
@@ -78,11 +81,12 @@ StreamedChat read_chat_stream(const std::string& body) {
   for (size_t i = 0; i + 1 < events.size(); ++i) {
     const json chunk = json::parse(events[i]);
     EXPECT_EQ(chunk["object"], "chat.completion.chunk");
-    if (chunk.contains("usage")) {
+    if (chunk.contains("usage") && !chunk["usage"].is_null()) {
       EXPECT_TRUE(chunk["choices"].empty());
       out.usage = chunk["usage"];
       continue;
     }
+    out.usage_slots += chunk.contains("usage");
     const json& choice = chunk["choices"][0];
     if (i == 0) EXPECT_EQ(choice["delta"]["role"], "assistant");
     if (choice["delta"].contains("reasoning_content")) out.reasoning += choice["delta"]["reasoning_content"].get<std::string>();
@@ -168,7 +172,10 @@ TEST(Server, ChatEqualsGenerateAndStreamEqualsPlain) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
   EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  EXPECT_EQ(res->get_header_value("Cache-Control"), "no-cache");
+  EXPECT_EQ(res->get_header_value("X-Accel-Buffering"), "no");  // (nginx in front would hold tokens back)
   const StreamedChat streamed = read_chat_stream(res->body);
+  EXPECT_GT(streamed.usage_slots, 0);  // with include_usage every choice chunk has "usage": null
   EXPECT_EQ(streamed.reasoning, expected.reasoning);
   EXPECT_EQ(streamed.content, expected.content);
   EXPECT_EQ(streamed.finish, expected_finish(ref.result));
@@ -287,10 +294,11 @@ TEST(Server, CompletionsPlainAndStreamed) {
   for (size_t i = 0; i + 1 < events.size(); ++i) {
     const json chunk = json::parse(events[i]);
     EXPECT_EQ(chunk["object"], "text_completion");
-    if (chunk.contains("usage")) {
+    if (!chunk["usage"].is_null()) {
       usage = chunk["usage"];
       continue;
     }
+    EXPECT_TRUE(chunk.contains("usage")) << chunk;  // null, as OpenAI's, with include_usage
     text += chunk["choices"][0]["text"].get<std::string>();
     if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
   }
@@ -365,7 +373,10 @@ TEST(Server, ToolCallsThroughTheFakeOutputHook) {
   EXPECT_EQ(streamed.content, "");
   ASSERT_EQ(streamed.tool_calls.size(), 1u);
   EXPECT_EQ(streamed.tool_calls[0]["index"], 0);
-  EXPECT_EQ(streamed.tool_calls[0]["id"], call["id"]);
+  // Ids are the reply's own ("call_" + its id's random part + the call's place): unique across replies.
+  EXPECT_EQ(call["id"], "call_" + reply["id"].get<std::string>().substr(9) + "_0");
+  EXPECT_EQ(streamed.tool_calls[0]["id"].get<std::string>().rfind("call_", 0), 0u);
+  EXPECT_NE(streamed.tool_calls[0]["id"], call["id"]);
   EXPECT_EQ(streamed.tool_calls[0]["type"], "function");
   EXPECT_EQ(streamed.tool_calls[0]["function"], call["function"]);
 }
@@ -500,6 +511,40 @@ TEST(Server, FullQueueIs429) {
   res = s.post("/v1/completions", json{{"prompt", "a"}, {"max_tokens", 1}}.dump());
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
+}
+
+// Jobs the worker has not yet taken into free slots count as in them: with one of two slots busy
+// and the worker in a step, a second job is as good as in the free slot and a third may wait
+// (--max-queue 1); only a fourth is refused (the third was, when every queued job counted as
+// waiting: 18 requests at once to 2 slots and a queue of 16 got a 429).
+TEST(Server, QueuedJobsFillFreeSlotsBeforeTheQueue) {
+  server::WorkerOptions w;
+  w.parallel = 2;
+  w.max_queue = 1;
+  w.token_delay = std::chrono::milliseconds(300);  // each step ends in a pause the submissions fall in
+  server::EngineWorker worker(*mini_model(), mini_engine(), w);
+  const auto job = [] {
+    server::Job j;
+    j.prompt = mini_model()->tokenizer.encode("The shell", true);
+    j.generate.max_tokens = 3;
+    j.generate.sampling.temperature = 0;
+    return j;
+  };
+  const auto first = worker.submit(job());
+  ASSERT_FALSE(first->next().text.empty());  // its first token: the worker is in its pause
+  const auto second = worker.submit(job());
+  const auto third = worker.submit(job());
+  try {
+    worker.submit(job());
+    ADD_FAILURE() << "a fourth job was taken with two slots and a queue of one";
+  } catch (const server::ApiError& e) {
+    EXPECT_EQ(e.status(), 429);
+  }
+  for (const auto& stream : {first, second, third}) {
+    server::JobStream::Event e;
+    do e = stream->next(); while (!e.done);
+    EXPECT_FALSE(e.error) << *e.error;
+  }
 }
 
 // A streamed request abandoned while it waits for a slot gives its queue place up: its handler

@@ -1,7 +1,13 @@
 // Malformed and refused requests against an in-process `lode serve`: each gets its status and an
 // OpenAI-style error body {"error": {message, type, param, code}}, and the server keeps serving.
+#include <arpa/inet.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include "server/anthropic_response.h"
+#include "server/openai_response.h"
 #include "test_server_support.h"
 
 namespace lode::test {
@@ -86,6 +92,8 @@ std::vector<BadRequest> bad_requests() {
       {"completion suffix", "POST", "/v1/completions", R"({"prompt": "a", "suffix": "b"})", 400, "invalid_request_error", "suffix", "not supported"},
       {"completion best_of", "POST", "/v1/completions", R"({"prompt": "a", "best_of": 3})", 400, "invalid_request_error", "best_of", "not supported"},
       {"model by id unknown", "GET", "/v1/models/gpt-4o", "", 404, "invalid_request_error", "model", "gpt-4o"},
+      {"functions (the older tools)", "POST", "/v1/chat/completions", chat_with({{"functions", json::array({{{"name", "f"}}})}}), 400, "invalid_request_error", "functions", "send tools"},
+      {"function_call", "POST", "/v1/chat/completions", chat_with({{"function_call", "auto"}}), 400, "invalid_request_error", "function_call", "send tools"},
   };
 }
 
@@ -153,6 +161,41 @@ TEST(ServerErrors, JsonThatCostsMoreThanItsBytesIsRefused) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400);
   EXPECT_NE(res->body.find("more than 4096 keys"), std::string::npos) << res->body;
+}
+
+// A POST whose request says nothing of its body's length (no Content-Length, not chunked) gets 411,
+// saying so (it read as broken chunked framing).
+TEST(ServerErrors, ABodyOfNoStatedLengthIs411) {
+  TestServer s;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(uint16_t(s.port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                              "Connection: close\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), 0), ssize_t(request.size()));
+  std::string reply;
+  char buffer[4096];
+  for (ssize_t n; (n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;) reply.append(buffer, size_t(n));
+  ::close(fd);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 411", 0), 0u) << reply;
+  EXPECT_NE(reply.find("no Content-Length"), std::string::npos) << reply;
+}
+
+// How a reply ended, as each API names it: a limit is "length" (OpenAI) or "max_tokens"
+// (Anthropic) even with tool calls, which it may have cut short; tool calls otherwise.
+TEST(ServerErrors, ALimitIsReportedEvenWithToolCalls) {
+  using engine::FinishReason;
+  EXPECT_STREQ(server::finish_reason(FinishReason::length, true), "length");
+  EXPECT_STREQ(server::finish_reason(FinishReason::context_full, true), "length");
+  EXPECT_STREQ(server::finish_reason(FinishReason::end_of_generation, true), "tool_calls");
+  EXPECT_STREQ(server::finish_reason(FinishReason::end_of_generation, false), "stop");
+  EXPECT_STREQ(server::stop_reason(FinishReason::length, true), "max_tokens");
+  EXPECT_STREQ(server::stop_reason(FinishReason::end_of_generation, true), "tool_use");
+  EXPECT_STREQ(server::stop_reason(FinishReason::stop_string, false), "stop_sequence");
 }
 
 // The body limit holds however a body arrives: chunked, or compressed, where it counts the bytes

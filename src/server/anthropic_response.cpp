@@ -12,16 +12,15 @@ json optional_string(const std::optional<std::string>& s) { return s ? json(*s) 
 }  // namespace
 
 const char* stop_reason(engine::FinishReason finish, bool has_tool_use) {
-  if (has_tool_use) return "tool_use";
   using engine::FinishReason;
-  switch (finish) {
+  switch (finish) {  // (a limit is max_tokens, tool use or not: a call may be cut short)
     case FinishReason::end_of_generation:
-    case FinishReason::cancelled: return "end_turn";
-    case FinishReason::stop_string: return "stop_sequence";
+    case FinishReason::cancelled: return has_tool_use ? "tool_use" : "end_turn";
+    case FinishReason::stop_string: return has_tool_use ? "tool_use" : "stop_sequence";
     case FinishReason::length:
     case FinishReason::context_full: return "max_tokens";
   }
-  return "end_turn";
+  return has_tool_use ? "tool_use" : "end_turn";
 }
 
 std::optional<std::string> matched_stop_sequence(const engine::GenerateResult& result,

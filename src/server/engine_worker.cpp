@@ -154,14 +154,16 @@ std::shared_ptr<JobStream> EngineWorker::submit(Job job) {
       abandoned.push_back(std::move(*it));
       it = queue_.erase(it);
     }
-    // A job that finds a free slot never waits; otherwise at most max_queue may wait.
-    const bool free_slot = active_ + int(queue_.size()) < options_.parallel;
+    // A job that finds a free slot never waits; otherwise at most max_queue wait beyond the slots.
+    // Queued jobs the worker has not taken into free slots yet count as in them (18 requests at
+    // once to an idle server of 2 slots and a queue of 16 refused one).
+    const int waiting = active_ + int(queue_.size()) - options_.parallel;
     if (stopping_) {
       refused = ApiError(503, "server_error", "the server is shutting down", {}, "shutting_down");
-    } else if (!free_slot && int(queue_.size()) >= options_.max_queue) {
+    } else if (waiting >= options_.max_queue) {
       refused = ApiError(429, "rate_limit_error",
                          fmt::format("the server is busy: {} requests are already waiting (--max-queue {}); retry later",
-                                     queue_.size(), options_.max_queue),
+                                     waiting, options_.max_queue),
                          {}, "queue_full");
     } else {
       queue_.push_back({std::move(job), stream});

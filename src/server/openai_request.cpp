@@ -56,6 +56,10 @@ std::vector<std::pair<int32_t, float>> logit_bias(const json& body) {
 // Fields of the chat route that would change what the reply means if they were ignored: refused,
 // saying so.
 void refuse_unsupported_chat(const json& body) {
+  for (const char* older : {"functions", "function_call"})
+    if (field(body, older))
+      throw bad_request(fmt::format("{} (OpenAI's older form of tools) is not supported: send tools and tool_choice",
+                                    older), older);
   if (const json* f = field(body, "response_format")) {
     const std::string type = string_or_empty(*f, "type");
     if (type != "text")

@@ -7,9 +7,16 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-json tool_call_json(const chat::ToolCall& call) {
-  return {{"id", call.id}, {"type", "function"},
-          {"function", {{"name", call.name}, {"arguments", wire_json(call.arguments)}}}};
+// A tool call's id: "call_", the reply id's random part and the call's place in the reply, unique
+// across a conversation's replies (every reply's first call was "call_0": clients that match tool
+// results by id across turns could mix them up).
+std::string tool_call_id(const std::string& reply_id, int index) {
+  const size_t dash = reply_id.find('-');
+  return "call_" + (dash == std::string::npos ? reply_id : reply_id.substr(dash + 1)) + "_" + std::to_string(index);
+}
+
+json tool_call_json(const chat::ToolCall& call, const std::string& id) {
+  return {{"id", id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", wire_json(call.arguments)}}}};
 }
 
 json reason_or_null(const char* finish_reason) {
@@ -19,12 +26,11 @@ json reason_or_null(const char* finish_reason) {
 }  // namespace
 
 const char* finish_reason(engine::FinishReason finish, bool has_tool_calls) {
-  if (has_tool_calls) return "tool_calls";
-  // Ended by the model, a stop string or a cancel: "stop"; by a limit (max_tokens, the context): "length".
+  // Ended by a limit (max_tokens, the context): "length", calls or not (a call or the text after it
+  // may be cut short); by the model, a stop string or a cancel: "tool_calls" when it called, else "stop".
   using engine::FinishReason;
-  const bool stopped = finish == FinishReason::end_of_generation || finish == FinishReason::stop_string ||
-                       finish == FinishReason::cancelled;
-  return stopped ? "stop" : "length";
+  if (finish == FinishReason::length || finish == FinishReason::context_full) return "length";
+  return has_tool_calls ? "tool_calls" : "stop";
 }
 
 json usage_json(const engine::GenerateResult& r) {
@@ -41,7 +47,8 @@ json chat_completion(const ResponseMeta& meta, const chat::ParsedDelta& reply, c
   if (!reply.reasoning.empty()) message["reasoning_content"] = reply.reasoning;
   if (calls) {
     json list = json::array();
-    for (const auto& call : reply.tool_calls) list.push_back(tool_call_json(call));
+    for (size_t i = 0; i < reply.tool_calls.size(); ++i)
+      list.push_back(tool_call_json(reply.tool_calls[i], tool_call_id(meta.id, int(i))));
     message["tool_calls"] = std::move(list);
   }
   return {{"id", meta.id}, {"object", "chat.completion"}, {"created", meta.created}, {"model", meta.model},
@@ -61,7 +68,7 @@ std::vector<json> chat_delta_chunks(const ResponseMeta& meta, const chat::Parsed
   if (!d.reasoning.empty()) out.push_back(chat_chunk(meta, {{"reasoning_content", d.reasoning}}));
   if (!d.content.empty()) out.push_back(chat_chunk(meta, {{"content", d.content}}));
   for (const auto& call : d.tool_calls) {
-    json entry = tool_call_json(call);
+    json entry = tool_call_json(call, tool_call_id(meta.id, next_tool_index));
     entry = json{{"index", next_tool_index++}, {"id", entry["id"]}, {"type", "function"}, {"function", entry["function"]}};
     out.push_back(chat_chunk(meta, {{"tool_calls", json::array({std::move(entry)})}}));
   }

@@ -139,6 +139,8 @@ bool authorized(const httplib::Request& req, const std::string& key) {
 template <class Writer>
 void stream_events(httplib::Response& res, std::shared_ptr<Writer> writer, std::shared_ptr<JobStream> job,
                    std::shared_ptr<const void> active) {
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");  // (a proxy in front, nginx's default, would hold tokens back)
   res.set_chunked_content_provider(
       "text/event-stream", [writer, active](size_t, httplib::DataSink& sink) { return writer->step(sink); },
       [job](bool) { job->cancel(); });  // a no-op when it ended; stops it when the client left
@@ -163,22 +165,32 @@ httplib::Server::Handler guarded(Handler handler) {
 
 // A request body, read through httplib's content reader so that the limit holds for the bytes as
 // they arrive whatever their framing: Content-Length (httplib checks it first), chunked, or
-// compressed (the reader hands over the bytes decompressed). A body that trickles in for longer
-// than kBodyTime gives its HTTP thread back.
-std::string read_body(const httplib::ContentReader& reader, httplib::Response& res, size_t limit) {
+// compressed (the reader hands over the bytes decompressed). A body over the limit is read on,
+// dropped, up to twice the limit, so that its client gets the 413 rather than a connection reset
+// while it still sends; a larger one is cut off there. A body that trickles in for longer than
+// kBodyTime gives its HTTP thread back.
+std::string read_body(const httplib::Request& req, const httplib::ContentReader& reader, httplib::Response& res,
+                      size_t limit) {
   constexpr auto kBodyTime = std::chrono::seconds(60);
+  if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding"))
+    throw ApiError(411, "invalid_request_error",
+                   "the request has no Content-Length: send the body with one (or chunked)", {}, "length_required");
   const auto deadline = std::chrono::steady_clock::now() + kBodyTime;
+  const size_t drained = 2 * limit + (64 << 10);
   std::string body;
+  size_t received = 0;
   bool over = false, late = false;
   const bool whole = reader([&](const char* data, size_t n) {
-    over = body.size() + n > limit;
+    received += n;
     late = std::chrono::steady_clock::now() > deadline;
-    if (over || late) return false;
+    if (late) return false;
+    if (received > limit && !over) over = true, body = std::string();
+    if (over) return received <= drained;
     body.append(data, n);
     return true;
   });
-  if (whole) return body;
-  res.set_header("Connection", "close");  // the rest of the body stays unread: the connection cannot go on
+  if (whole && !over) return body;
+  res.set_header("Connection", "close");  // what is left of the body stays unread: the connection cannot go on
   if (over || res.status == 413)
     throw ApiError(413, "invalid_request_error",
                    fmt::format("the request body is larger than the limit of {} bytes (--max-body-bytes)", limit), {},
@@ -194,7 +206,7 @@ std::string read_body(const httplib::ContentReader& reader, httplib::Response& r
 template <class Handler>
 httplib::Server::HandlerWithContentReader guarded_post(Handler handler, size_t limit) {
   return [handler, limit](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-    guard(req, res, [&] { handler(req, read_body(reader, res, limit), res); });
+    guard(req, res, [&] { handler(req, read_body(req, reader, res, limit), res); });
   };
 }
 

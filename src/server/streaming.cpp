@@ -30,19 +30,27 @@ bool write_error_and_end(httplib::DataSink& sink, JobStream& job, const std::str
   return true;
 }
 
+// A choice chunk as an SSE event; with include_usage every such chunk carries "usage": null, as
+// OpenAI's do (the usage chunk at the end carries the figures).
+std::string chunk_event(nlohmann::ordered_json chunk, bool include_usage) {
+  if (include_usage) chunk["usage"] = nullptr;
+  return sse_event(chunk);
+}
+
 }  // namespace
 
 bool ChatStreamWriter::write_delta(httplib::DataSink& sink, const chat::ParsedDelta& delta) {
   if (!delta.tool_calls.empty()) any_tool_calls_ = true;
   for (const auto& chunk : chat_delta_chunks(meta_, delta, next_tool_index_))
-    if (!write_or_cancel(sink, *job_, sse_event(chunk))) return false;
+    if (!write_or_cancel(sink, *job_, chunk_event(chunk, include_usage_))) return false;
   return true;
 }
 
 bool ChatStreamWriter::step(httplib::DataSink& sink) {
   if (!started_) {
     started_ = true;
-    return write_or_cancel(sink, *job_, sse_event(chat_chunk(meta_, {{"role", "assistant"}, {"content", ""}})));
+    return write_or_cancel(sink, *job_, chunk_event(chat_chunk(meta_, {{"role", "assistant"}, {"content", ""}}),
+                                                    include_usage_));
   }
   const auto next = next_or_hang_up(*job_, sink);
   if (!next) return false;
@@ -52,8 +60,9 @@ bool ChatStreamWriter::step(httplib::DataSink& sink) {
   if (event.error) return write_error_and_end(sink, *job_, *event.error);
   if (!write_delta(sink, parser_.finish())) return false;
   const engine::GenerateResult& result = *event.result;
-  if (!write_or_cancel(sink, *job_, sse_event(chat_chunk(meta_, nlohmann::ordered_json::object(),
-                                                         finish_reason(result.finish, any_tool_calls_)))))
+  if (!write_or_cancel(sink, *job_, chunk_event(chat_chunk(meta_, nlohmann::ordered_json::object(),
+                                                           finish_reason(result.finish, any_tool_calls_)),
+                                                include_usage_)))
     return false;
   if (include_usage_ && !write_or_cancel(sink, *job_, sse_event(usage_chunk(meta_, result)))) return false;
   if (!write_or_cancel(sink, *job_, kSseDone)) return false;
@@ -65,12 +74,14 @@ bool CompletionStreamWriter::step(httplib::DataSink& sink) {
   const auto next = next_or_hang_up(*job_, sink);
   if (!next) return false;
   const JobStream::Event& event = *next;
-  if (!event.text.empty() && !write_or_cancel(sink, *job_, sse_event(text_completion_chunk(meta_, event.text))))
+  if (!event.text.empty() &&
+      !write_or_cancel(sink, *job_, chunk_event(text_completion_chunk(meta_, event.text), include_usage_)))
     return false;
   if (!event.done) return true;
   if (event.error) return write_error_and_end(sink, *job_, *event.error);
   const engine::GenerateResult& result = *event.result;
-  if (!write_or_cancel(sink, *job_, sse_event(text_completion_chunk(meta_, "", finish_reason(result.finish, false)))))
+  if (!write_or_cancel(sink, *job_,
+                       chunk_event(text_completion_chunk(meta_, "", finish_reason(result.finish, false)), include_usage_)))
     return false;
   if (include_usage_ && !write_or_cancel(sink, *job_, sse_event(usage_chunk(meta_, result, "text_completion"))))
     return false;
