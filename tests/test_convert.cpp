@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "support/fixtures.h"
+#include "support/run_lode.h"
 #include "test_gguf_helpers.h"
 
 namespace {
@@ -60,6 +61,45 @@ TEST(Convert, RefusesCheckpointsThatAreNotQwen35Moe) {
     EXPECT_NE(std::string(e.what()).find("num_attention_heads"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(tmp / "x.gguf"));
+}
+
+// Checkpoints that crashed convert or made it fail with an internal error are refused naming what is
+// wrong: a config of 0 heads (a division by zero), config fields of the wrong JSON type, a token id
+// that is negative (written out of bounds) or absurd, a safetensors shape whose bytes wrap 64 bits,
+// a missing lm_head where the config does not tie it to the embedding (it was tied silently).
+TEST(Convert, RefusesCheckpointsThatCrashedIt) {
+  const lode::test::TempDir tmp;
+  const fs::path dir = checkpoint_with_tokenizer(tmp);
+  const std::string config = lode::test::slurp(dir / "config.json");
+  const auto refused = [&](const std::string& what) {
+    return lode::test::fails_with([&] { lode::model::convert_checkpoint(dir, tmp / "x.gguf", {}); }, {what});
+  };
+  const auto edit_config = [&](const std::string& from, const std::string& to) {
+    std::string edited = config;
+    const size_t at = edited.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    edited.replace(at, from.size(), to);
+    std::ofstream(dir / "config.json") << edited;
+  };
+  ASSERT_NO_THROW(lode::model::convert_checkpoint(dir, tmp / "x.gguf", {}));
+  edit_config("\"num_attention_heads\": 4", "\"num_attention_heads\": 0");
+  EXPECT_TRUE(refused("'num_attention_heads' is 0"));
+  edit_config("\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": \"small\"");
+  EXPECT_TRUE(refused("'rms_norm_eps' is \"small\", not a number"));
+  std::ofstream(dir / "config.json") << config;
+  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}})";
+  EXPECT_TRUE(refused("'a' has the id -1"));
+  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "BPE", "vocab": {"a": 1099511627776}, "merges": []}})";
+  EXPECT_TRUE(refused("has the id 1099511627776"));
+  fs::remove(dir / "tokenizer.json");
+  ASSERT_NO_THROW(lode::model::convert_checkpoint(dir, tmp / "x.gguf", {}));
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors" || e.path().filename().string().ends_with(".index.json")) fs::remove(e.path());
+  const std::string header = R"({"lm_head.weight": {"dtype": "F32", "shape": [4611686018427387904], "data_offsets": [0, 0]}})";
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[size_t(i)] = char((header.size() >> (8 * i)) & 0xff);
+  std::ofstream(dir / "model.safetensors", std::ios::binary) << file << header;
+  EXPECT_TRUE(refused("absurdly large"));
 }
 
 }  // namespace

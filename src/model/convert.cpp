@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <type_traits>
 
 #include "core/error.h"
 #include "gguf/writer.h"
@@ -20,13 +21,25 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+// A size of the model: an integer of at least 1 (0 heads divided by zero), at most 2^24 (none is near).
 int64_t get_int(const json& j, const char* key) {
   if (!j.contains(key) || !j[key].is_number_integer()) fail("config.json: missing integer '{}'", key);
-  return j[key].get<int64_t>();
+  const int64_t v = j[key].get<int64_t>();
+  if (v < 1 || v > (int64_t(1) << 24)) fail("config.json: '{}' is {}, outside 1..{}", key, v, int64_t(1) << 24);
+  return v;
 }
 
+// An optional field of type T (an integer, a number, a bool), or the fallback when absent or null;
+// another type is refused naming the key.
 template <class T> T get_or(const json& j, const char* key, T fallback) {
-  return j.contains(key) && !j[key].is_null() ? j[key].get<T>() : fallback;
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  const json& v = j[key];
+  const bool fits = std::is_same_v<T, bool> ? v.is_boolean()
+                    : std::is_integral_v<T> ? v.is_number_integer()
+                                            : v.is_number();
+  if (!fits) fail("config.json: '{}' is {}, not {}", key, v.dump(), std::is_same_v<T, bool> ? "true or false"
+                                                                  : std::is_integral_v<T> ? "an integer" : "a number");
+  return v.get<T>();
 }
 
 // The layer pattern: layer_types when present, else full_attention_interval.
@@ -37,7 +50,7 @@ std::vector<bool> recurrent_layers(const json& t, int64_t n_layers) {
     if (int64_t(types.size()) != n_layers)
       fail("config.json: layer_types has {} entries for {} layers", types.size(), n_layers);
     for (size_t i = 0; i < types.size(); ++i) {
-      const std::string type = types[i].get<std::string>();
+      const std::string type = types[i].is_string() ? types[i].get<std::string>() : types[i].dump();
       if (type != "linear_attention" && type != "full_attention")
         fail("config.json: layer_types[{}] is '{}' (expected linear_attention or full_attention)", i, type);
       recurrent[i] = type == "linear_attention";
@@ -56,12 +69,17 @@ void read_rope(const json& t, Qwen35MoeConfig& c) {
   const json& rope = t.contains("rope_parameters") && t["rope_parameters"].is_object() ? t["rope_parameters"] : t;
   c.rope_theta = get_or<double>(rope, "rope_theta", get_or<double>(t, "rope_theta", 1e7));
   const double factor = get_or<double>(rope, "partial_rotary_factor", get_or<double>(t, "partial_rotary_factor", 0.25));
+  if (!(factor > 0 && factor <= 1)) fail("config.json: partial_rotary_factor is {}, outside (0, 1]", factor);
   c.rope_dims = int64_t(std::lround(double(c.head_dim) * factor));
   c.rope_sections = {11, 11, 10, 0};
   if (rope.contains("mrope_section") && rope["mrope_section"].is_array()) {
     c.rope_sections.assign(4, 0);
-    for (size_t i = 0; i < rope["mrope_section"].size() && i < 4; ++i)
-      c.rope_sections[i] = rope["mrope_section"][i].get<int32_t>();
+    for (size_t i = 0; i < rope["mrope_section"].size() && i < 4; ++i) {
+      const json& s = rope["mrope_section"][i];
+      if (!s.is_number_integer() || s.get<int64_t>() < 0 || s.get<int64_t>() > c.head_dim)
+        fail("config.json: mrope_section[{}] is {}, not an integer in 0..head_dim {}", i, s.dump(), c.head_dim);
+      c.rope_sections[i] = s.get<int32_t>();
+    }
   }
 }
 
@@ -104,6 +122,7 @@ namespace lode::model {
 namespace {
 
 json read_json(const fs::path& path) {
+  if (!fs::is_regular_file(path)) fail("{}: not a file", path.string());
   std::ifstream in(path);
   if (!in) fail("{}: cannot open", path.string());
   try {
@@ -146,9 +165,16 @@ std::vector<fs::path> convert_checkpoint(const fs::path& hf_dir, const fs::path&
   const GgmlType t = options.outtype;
   if (t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16 && t != GgmlType::Q8_0)
     fail("--outtype {}: convert writes f32, f16, bf16 or q8_0 (use lode quantize for others)", traits(t).name);
-  const Qwen35MoeConfig config = config_from_hf(read_json(hf_dir / "config.json"));
+  const json hf_config = read_json(hf_dir / "config.json");
+  const Qwen35MoeConfig config = config_from_hf(hf_config);
   const SafetensorsCheckpoint checkpoint(hf_dir);
   const HfTensorSource source(checkpoint, config);
+  // The lm head is the embedding only where the config says the two are tied (a missing lm_head
+  // was tied silently).
+  const json& text = hf_config.contains("text_config") && hf_config["text_config"].is_object() ? hf_config["text_config"]
+                                                                                               : hf_config;
+  if (!checkpoint.find("lm_head.weight") && !get_or<bool>(text, "tie_word_embeddings", get_or<bool>(hf_config, "tie_word_embeddings", false)))
+    fail("{}: the checkpoint has no lm_head.weight, and config.json does not tie the word embeddings", hf_dir.string());
 
   gguf::Writer writer;
   writer.set("general.architecture", kQwen35MoeArch);

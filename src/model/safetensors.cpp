@@ -69,7 +69,8 @@ SafeTensor parse_entry(const std::string& name, const json& entry, const gguf::M
   for (const auto& dim : entry["shape"]) {
     if (!dim.is_number_unsigned()) fail("{}: tensor '{}' has a non-integer dimension", path.string(), name);
     const uint64_t n = dim.get<uint64_t>();
-    if (n != 0 && count > (uint64_t(1) << 62) / n) fail("{}: tensor '{}' is absurdly large", path.string(), name);
+    // (at most 2^56 values, so that their bytes, up to 8 each, stay within 64 bits: [2^62] of F32 wrapped to 0)
+    if (n != 0 && count > (uint64_t(1) << 56) / n) fail("{}: tensor '{}' is absurdly large", path.string(), name);
     count *= n;
     t.shape.push_back(int64_t(n));
   }

@@ -34,6 +34,28 @@ void collect_split_patterns(const json& pre, std::vector<std::string>& out) {
     for (const json& p : pre["pretokenizers"]) collect_split_patterns(p, out);
 }
 
+// A token id: an integer in 0 .. 2^24 - 1 (no vocabulary is near; a negative one wrote out of
+// bounds, 2^40 ran out of memory), else refused saying which entry.
+size_t token_id(const json& id, std::string_view what) {
+  constexpr int64_t kMost = (int64_t(1) << 24) - 1;
+  if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > kMost)
+    fail("tokenizer.json: {} has the id {}, not an integer in 0..{}", what, id.dump(), kMost);
+  return size_t(id.get<int64_t>());
+}
+
+const std::string& token_text(const json& added) {
+  if (!added.is_object() || !added.contains("content") || !added["content"].is_string())
+    fail("tokenizer.json: an added token is not {{\"id\": ..., \"content\": \"...\"}}: {}", added.dump());
+  return added["content"].get_ref<const std::string&>();
+}
+
+std::string merge_text(const json& merge) {
+  if (merge.is_string()) return merge.get<std::string>();
+  if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string())
+    return merge[0].get<std::string>() + " " + merge[1].get<std::string>();
+  fail("tokenizer.json: a merge is {}, not \"a b\" or [\"a\", \"b\"]", merge.dump());
+}
+
 }  // namespace
 
 json read_tokenizer_json(const std::filesystem::path& path) {
@@ -48,9 +70,13 @@ json read_tokenizer_json(const std::filesystem::path& path) {
 
 int64_t hf_token_count(const json& tok) {
   int64_t count = 0;
-  for (const auto& [text, id] : bpe_model(tok)["vocab"].items()) count = std::max(count, id.get<int64_t>() + 1);
-  if (tok.contains("added_tokens"))
-    for (const json& a : tok["added_tokens"]) count = std::max(count, a.at("id").get<int64_t>() + 1);
+  for (const auto& [text, id] : bpe_model(tok)["vocab"].items())
+    count = std::max(count, int64_t(token_id(id, "the vocabulary entry '" + text + "'")) + 1);
+  if (tok.contains("added_tokens")) {
+    if (!tok["added_tokens"].is_array()) fail("tokenizer.json: added_tokens is not a list");
+    for (const json& a : tok["added_tokens"])
+      count = std::max(count, int64_t(token_id(a.is_object() && a.contains("id") ? a["id"] : json(), "an added token")) + 1);
+  }
   return count;
 }
 
@@ -72,21 +98,20 @@ void store_hf_tokenizer(const json& tok, int64_t vocab, gguf::Metadata& m) {
   std::vector<std::string> tokens(static_cast<size_t>(vocab));
   std::vector<int32_t> types(static_cast<size_t>(vocab), kUnused);
   for (const auto& [text, id] : model["vocab"].items()) {
-    tokens[id.get<size_t>()] = text;
-    types[id.get<size_t>()] = kNormal;
+    tokens[token_id(id, text)] = text;
+    types[token_id(id, text)] = kNormal;
   }
   if (tok.contains("added_tokens"))
     for (const json& a : tok["added_tokens"]) {
-      tokens[a.at("id").get<size_t>()] = a.at("content").get<std::string>();
-      types[a.at("id").get<size_t>()] = a.value("special", false) ? kControl : kUserDefined;
+      const size_t id = token_id(a["id"], "an added token");
+      tokens[id] = token_text(a);
+      types[id] = a.contains("special") && a["special"] == true ? kControl : kUserDefined;
     }
   for (size_t i = 0; i < tokens.size(); ++i)
     if (types[i] == kUnused) tokens[i] = "[PAD" + std::to_string(i) + "]";
   std::vector<std::string> merges;
   merges.reserve(model["merges"].size());
-  for (const json& mg : model["merges"])
-    merges.push_back(mg.is_string() ? mg.get<std::string>()
-                                    : mg.at(0).get<std::string>() + " " + mg.at(1).get<std::string>());
+  for (const json& mg : model["merges"]) merges.push_back(merge_text(mg));
 
   auto id_of = [&](std::string_view text) -> int64_t {
     for (size_t i = 0; i < tokens.size(); ++i)
