@@ -84,6 +84,14 @@ TEST(Cli, OptionValuesOutOfRangeSayWhatIsWanted) {
   }
   const auto ok = run_lode(run + "--threads 1 --seed 18446744073709551615", dir.path());
   EXPECT_EQ(ok.status, 0) << ok.err;
+  // Token ids as lode tokenize prints them (spaces) or with commas; a bad one names the flag given.
+  const std::string mini = "'" + lode::test::mini_model_path().string() + "'";
+  const auto spaced = run_lode("detokenize -m " + mini + " --ids '1 2 3'", dir.path());
+  EXPECT_EQ(spaced.status, 0) << spaced.err;
+  EXPECT_EQ(spaced.out, run_lode("detokenize -m " + mini + " --ids 1,2,3", dir.path()).out);
+  const auto bad_ids = run_lode("detokenize -m " + mini + " --ids 1,,x", dir.path());
+  EXPECT_EQ(bad_ids.status, 1);
+  EXPECT_NE(bad_ids.err.find("--ids: '1,,x'"), std::string::npos) << bad_ids.err;
   // The GPU's options on the CPU engine are said to go unused, not silently dropped.
   const auto cpu = run_lode(run + "--vram-budget 4096 --gpus 0,1", dir.path());
   EXPECT_EQ(cpu.status, 0) << cpu.err;
@@ -127,6 +135,33 @@ TEST(Cli, KvQualityRefusesABadNeedleFileBeforeItsWork) {
   EXPECT_NE(r.err.find("cases.jsonl:2:"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("\"answer\" is not"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("positions"), std::string::npos) << r.err;  // no evaluation ran
+}
+
+// compare-logits refuses what it cannot score instead of printing nan: empty files, a --tokens list
+// of another length than the rows, rows whose logits are all NaN.
+TEST(Cli, CompareLogitsRefusesWhatItCannotScore) {
+  const lode::test::TempDir dir;
+  const auto write = [&](const char* name, const std::vector<float>& v) {
+    std::ofstream(dir / name, std::ios::binary).write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * 4));
+    return "'" + (dir / name).string() + "'";
+  };
+  const std::string empty = write("empty.bin", {}), two = write("two.bin", {0.5f, 1.0f, 2.0f, 0.0f});
+  const std::string nan = write("nan.bin", {NAN, NAN, 2.0f, 0.0f});
+  const auto compare = [&](const std::string& a, const std::string& b, const std::string& more = "") {
+    return run_lode("compare-logits " + a + " " + b + " --vocab 2" + more, dir.path());
+  };
+  auto r = compare(two, two);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("rows 2: mean KL 0.000e+00, top-1 agreement 100.00%"), std::string::npos) << r.out;
+  r = compare(empty, empty);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("no logits"), std::string::npos) << r.err;
+  r = compare(two, two, " --tokens 1,0,1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("3 ids for 2 rows"), std::string::npos) << r.err;
+  r = compare(nan, two);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.err.find("not finite"), std::string::npos) << r.err;
 }
 
 // Relative RMSE between two tensors' dequantized values.

@@ -49,6 +49,17 @@ TEST(OutputPath, CommandsRefuseToOverwriteTheirModel) {
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_EQ(lode::test::slurp(model), before);
   EXPECT_FALSE(fs::exists(dir / "m.gguf.partial"));
+  // A split model's every part is its input, not only the first named.
+  r = lode::test::run_lode("quantize " + m + " '" + (dir / "q.gguf").string() + "' --type q8_0 --split-max-gib 0.01",
+                           dir.path());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const fs::path second = dir / "q-00002-of-00002.gguf";
+  ASSERT_TRUE(fs::exists(second));
+  const std::string part = lode::test::slurp(second);
+  r = lode::test::run_lode("logits -m '" + (dir / "q-00001-of-00002.gguf").string() + "' --tokens 1 -o '" +
+                               second.string() + "'", dir.path());
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(lode::test::slurp(second), part);
   r = lode::test::run_lode("logits -m " + m + " --tokens 1,2 -o -", dir.path());
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out.size(), 2u * 8192u * sizeof(float));

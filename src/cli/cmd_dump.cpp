@@ -36,7 +36,7 @@ void run_dump(const DumpOptions& o) {
   const gguf::TensorInfo& t = model.tensor(o.tensor);
   if (!t.type->dequantize)
     fail("tensor '{}' has type {}, which lode cannot dequantize", t.name, t.type->name);
-  write_output_file(o.output, [&t, &o](std::FILE* out) { write_floats(t, out, o.output); }, {o.path});
+  write_output_file(o.output, [&t, &o](std::FILE* out) { write_floats(t, out, o.output); }, gguf::model_files(o.path));
   if (o.output == "-") return;
   fmt::print(stderr, "{}: {} {} {} -> {} ({} float32 values)\n", t.name, t.type->name,
              t.shape_string(), human_bytes(t.size), o.output, t.n_elements());

@@ -218,8 +218,11 @@ std::vector<float> read_logits(const std::string& path, int64_t vocab) {
 void run_compare_logits(const CompareLogitsOptions& o) {
   const std::vector<float> a = read_logits(o.reference, o.vocab), b = read_logits(o.other, o.vocab);
   if (a.size() != b.size()) fail("compare-logits: the files hold {} and {} rows", a.size() / o.vocab, b.size() / o.vocab);
+  if (a.empty()) fail("compare-logits: the files hold no logits");
   const std::vector<int32_t> tokens = o.tokens.empty() ? std::vector<int32_t>{} : parse_token_list(o.tokens);
   const int64_t rows = int64_t(a.size()) / o.vocab;
+  if (!tokens.empty() && int64_t(tokens.size()) != rows)
+    fail("compare-logits: --tokens gives {} ids for {} rows of logits (one id a row)", tokens.size(), rows);
   double kl = 0, nll_a = 0, nll_b = 0;
   int64_t same = 0, scored = 0;
   for (int64_t r = 0; r < rows; ++r) {

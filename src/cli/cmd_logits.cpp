@@ -23,7 +23,8 @@ struct LogitsOptions {
 
 void run_logits(const LogitsOptions& o) {
   const std::vector<int32_t> tokens = parse_token_list(o.run.tokens);
-  if (o.output != "-") checked_output_path(o.output, {o.run.model});  // (before the work, as again when writing)
+  const std::vector<std::filesystem::path> inputs = gguf::model_files(o.run.model);
+  if (o.output != "-") checked_output_path(o.output, inputs);  // (before the work, as again when writing)
   gguf::Reader reader(o.run.model);
   const auto config = model::read_config(reader.metadata());
   cpu::Session session(reader, config, o.run.session_options());
@@ -40,7 +41,7 @@ void run_logits(const LogitsOptions& o) {
         if (std::fwrite(logits.data(), sizeof(float), logits.size(), out) != logits.size())
           fail("{}: write failed (disk full?)", o.output);
       },
-      {o.run.model});
+      inputs);
   fmt::print(stderr, "wrote {} ({} positions x {} logits; {:.3f} s, {:.1f} tokens/s; K/V {})\n", o.output,
              tokens.size(), session.vocab(), seconds, double(tokens.size()) / seconds,
              kv::to_string(session.kv_format()));

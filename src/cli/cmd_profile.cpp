@@ -49,7 +49,9 @@ double top_quarter_share(const plan::RoutingProfile& p) {
 
 #ifdef LODE_HAVE_CUDA
 void run_profile(const ProfileOptions& o) {
-  const std::filesystem::path output = checked_output_path(o.output, {o.model, o.text_file});  // before the run
+  std::vector<std::filesystem::path> inputs = gguf::model_files(o.model);
+  inputs.push_back(o.text_file);
+  const std::filesystem::path output = checked_output_path(o.output, inputs);  // before the run
   const gguf::Reader reader(o.model);
   const auto config = model::read_config(reader.metadata());
   auto weights = std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config));

@@ -33,7 +33,7 @@ void run_quantize(const QuantizeCliOptions& o) {
            "f16, bf16, f32)", o.type);
     options.type = *type;
   }
-  const std::filesystem::path output = checked_output_path(o.output, {o.input});
+  const std::filesystem::path output = checked_output_path(o.output, gguf::model_files(o.input));
   gguf::Reader in(o.input);
   options.max_file_bytes = uint64_t(o.split_max_gib * double(1ull << 30));
   const auto start = std::chrono::steady_clock::now();

@@ -42,7 +42,7 @@ void run_tokenize(const TokenizeOptions& o) {
 void run_detokenize(const std::string& model_path, const std::string& ids_text, bool skip_special) {
   const gguf::Reader reader(model_path);
   const auto tokenizer = tokenizer::Tokenizer::from_metadata(reader.metadata());
-  const std::string text = tokenizer.decode(parse_token_list(ids_text), !skip_special);
+  const std::string text = tokenizer.decode(parse_token_list(ids_text, "--ids"), !skip_special);
   std::fwrite(text.data(), 1, text.size(), stdout);
 }
 

@@ -55,22 +55,31 @@ std::string read_prompt_text(const ModelRunOptions& o) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-std::vector<int32_t> parse_token_list(const std::string& text) {
+std::vector<int32_t> parse_token_list(const std::string& text, const char* option) {
   std::vector<int32_t> ids;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    const size_t comma = std::min(text.find(',', pos), text.size());
-    size_t b = pos, e = comma;
-    while (b < e && text[b] == ' ') ++b;
-    while (e > b && text[e - 1] == ' ') --e;
+  const auto separator = [](char c) { return c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  bool after_comma = true;  // (a comma must follow an id, and be followed by one)
+  for (size_t pos = 0; pos < text.size();) {
+    if (separator(text[pos])) {
+      if (text[pos] == ',' && after_comma)
+        fail("{}: '{}' is not a list of token ids (a comma with no id before it)", option, text);
+      after_comma = after_comma || text[pos] == ',';
+      ++pos;
+      continue;
+    }
+    after_comma = false;
+    size_t end = pos;
+    while (end < text.size() && !separator(text[end])) ++end;
     int32_t id = 0;
-    const auto [end, err] = std::from_chars(text.data() + b, text.data() + e, id);
-    if (b == e || err != std::errc() || end != text.data() + e || id < 0)
-      fail("--tokens: '{}' is not a token id (expected comma-separated non-negative integers)",
-           text.substr(b, e - b));
+    const auto [stop, err] = std::from_chars(text.data() + pos, text.data() + end, id);
+    if (err != std::errc() || stop != text.data() + end || id < 0)
+      fail("{}: '{}' is not a token id (expected non-negative integers, separated by commas or spaces)", option,
+           text.substr(pos, end - pos));
     ids.push_back(id);
-    pos = comma + 1;
+    pos = end;
   }
+  if (ids.empty()) fail("{}: no token ids", option);
+  if (after_comma) fail("{}: '{}' ends with a comma", option, text);
   return ids;
 }
 

@@ -43,7 +43,8 @@ enum class PromptInput { none, token_ids, ids_or_text };
 void add_model_run_options(CLI::App& cmd, ModelRunOptions& o, PromptInput prompt);
 // The prompt's text from -p or --file (empty when neither was given).
 std::string read_prompt_text(const ModelRunOptions& o);
-// "1, 2,3" -> {1, 2, 3}; fails on anything that is not a comma-separated list of ids.
-std::vector<int32_t> parse_token_list(const std::string& text);
+// "1, 2,3" or "1 2 3" (what lode tokenize prints) -> {1, 2, 3}; fails on anything that is not a
+// list of ids, naming `option`, the flag that gave it.
+std::vector<int32_t> parse_token_list(const std::string& text, const char* option = "--tokens");
 
 }  // namespace lode::cli

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
-#include <initializer_list>
+#include <span>
 #include <string>
 
 #include "core/error.h"
@@ -15,7 +15,7 @@
 namespace lode::cli {
 
 inline void write_output_file(const std::string& path, const std::function<void(std::FILE*)>& write,
-                              std::initializer_list<std::filesystem::path> inputs = {}) {
+                              std::span<const std::filesystem::path> inputs = {}) {
   if (path == "-") {
     write(stdout);
     if (std::fflush(stdout) != 0) fail("standard output: write failed");

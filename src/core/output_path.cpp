@@ -23,7 +23,7 @@ fs::path link_target(const fs::path& path) {
 
 }  // namespace
 
-fs::path checked_output_path(const fs::path& path, std::initializer_list<fs::path> inputs) {
+fs::path checked_output_path(const fs::path& path, std::span<const fs::path> inputs) {
   const fs::path target = link_target(path);
   std::error_code ec;
   const fs::file_status status = fs::status(target, ec);

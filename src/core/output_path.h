@@ -7,12 +7,17 @@
 #pragma once
 #include <filesystem>
 #include <initializer_list>
+#include <span>
 
 namespace lode {
 
 // The path to write: `path`, or the file a symbolic link at `path` points to.
 std::filesystem::path checked_output_path(const std::filesystem::path& path,
-                                          std::initializer_list<std::filesystem::path> inputs = {});
+                                          std::span<const std::filesystem::path> inputs);
+inline std::filesystem::path checked_output_path(const std::filesystem::path& path,
+                                                 std::initializer_list<std::filesystem::path> inputs = {}) {
+  return checked_output_path(path, std::span<const std::filesystem::path>(inputs.begin(), inputs.size()));
+}
 
 // Moves a finished PATH.partial into place, as a lode::Error naming both when the file system refuses.
 void put_in_place(const std::filesystem::path& partial, const std::filesystem::path& path);

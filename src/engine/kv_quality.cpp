@@ -21,7 +21,8 @@ double log_sum_exp(std::span<const float> logits) {
   for (float x : logits) sum += std::exp(double(x) - max);
   const double result = max + std::log(sum);
   if (!std::isfinite(result))
-    fail("kv-quality: the model produced a logit that is not finite (check the weights and the backend)");
+    fail("a row of logits holds a value that is not finite (NaN, or infinite where all are): check the weights and the "
+         "backend that made them");
   return result;
 }
 

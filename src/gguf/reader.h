@@ -112,6 +112,8 @@ struct SplitName {
   int count = 0;
 };
 std::optional<SplitName> parse_split_path(const std::filesystem::path& path);
+// The files of the model at `path`: every part of a split model's name, else the path itself.
+std::vector<std::filesystem::path> model_files(const std::filesystem::path& path);
 
 // The split.* keys gguf-split writes.
 inline constexpr std::string_view kSplitNoKey = "split.no";                  // u16, 0-based

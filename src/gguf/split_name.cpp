@@ -11,6 +11,14 @@ std::string split_path(std::string_view prefix, int index, int count) {
   return fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix, index, count);
 }
 
+std::vector<std::filesystem::path> model_files(const std::filesystem::path& path) {
+  const std::optional<SplitName> split = parse_split_path(path);
+  if (!split) return {path};
+  std::vector<std::filesystem::path> files;
+  for (int i = 1; i <= split->count; ++i) files.emplace_back(split_path(split->prefix, i, split->count));
+  return files;
+}
+
 std::optional<SplitName> parse_split_path(const std::filesystem::path& path) {
   // The tail "-NNNNN-of-NNNNN.gguf" is 20 characters; the counters are at least 5 digits.
   const std::string text = path.string();
