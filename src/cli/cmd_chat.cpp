@@ -95,15 +95,20 @@ class Chat {
     };
     if (first && !o_.system.empty()) add("system", o_.system);
     add("user", user_text);
-    std::string text = chat::render_qwen35(messages, nullptr, {.add_generation_prompt = true, .enable_thinking = thinking_});
+    // Control tokens only where the template writes them: a line that spells <|im_end|> is text, as
+    // lode serve reads a message.
+    chat::RenderedChat turn =
+        chat::render_qwen35_marked(messages, nullptr, {.add_generation_prompt = true, .enable_thinking = thinking_});
     std::vector<int32_t> ids;
     if (!first) {
       if (last_.last_token_pending) ids.push_back(last_.tokens.back());
       const bool closed = last_.finish == engine::FinishReason::end_of_generation &&
                           tok.token_bytes(last_.tokens.back()) == "<|im_end|>";
-      text = (closed ? "\n" : "<|im_end|>\n") + text;
+      const std::string close = closed ? "\n" : "<|im_end|>\n";
+      turn.text = close + turn.text;
+      for (TextSpan& span : turn.client) span.begin += close.size(), span.end += close.size();
     }
-    const std::vector<int32_t> rest = tok.encode(text, /*allow_special=*/true);
+    const std::vector<int32_t> rest = tok.encode(turn.text, turn.client);
     ids.insert(ids.end(), rest.begin(), rest.end());
     return ids;
   }
