@@ -123,6 +123,27 @@ TEST(Cli, QuantizeRefusesMatricesItCannotRead) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out.gguf"));
 }
 
+// A finite weight the target type cannot hold (1e8 overflows q8_0's fp16 scale into inf) is refused,
+// naming the tensor and row, instead of written as a model that computes NaN; the file is not left.
+TEST(Cli, QuantizeRefusesValuesTheTypeCannotHold) {
+  const lode::test::TempDir dir;
+  lode::gguf::Writer writer;
+  writer.set("general.architecture", lode::gguf::Value("oracle"));
+  std::vector<float> values(64, 0.5f);
+  values[40] = 1e8f;  // row 1
+  writer.add_tensor("blk.0.ffn_up.weight", lode::GgmlType::F32, {32, 2},
+                    std::span(reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)));
+  writer.write(dir / "in.gguf");
+  const std::string in = "'" + (dir / "in.gguf").string() + "' ", out = "'" + (dir / "out.gguf").string() + "'";
+  auto r = run_lode("quantize " + in + out + " --type q8_0", dir.path());
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("blk.0.ffn_up.weight row 1: its values do not fit q8_0"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.gguf"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.gguf.partial"));
+  r = run_lode("quantize " + in + out + " --type bf16", dir.path());
+  EXPECT_EQ(r.status, 0) << r.err;
+}
+
 // lode kv-quality reads its needle cases before the evaluation, and a bad line is named by file and
 // line (a missing key was an internal error, after the whole evaluation had run).
 TEST(Cli, KvQualityRefusesABadNeedleFileBeforeItsWork) {

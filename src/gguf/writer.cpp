@@ -174,7 +174,10 @@ void Writer::write_file(const std::filesystem::path& path, const Metadata& metad
       try {
         t.fill(std::span<uint8_t>(fill_buffer_.data(), fill_buffer_.size()));
       } catch (const Error& e) {
-        fail("{}: while producing tensor '{}': {}", path.string(), t.name, e.what());
+        // (named as the file it was to become: the .partial one is removed)
+        std::string shown = path.string();
+        if (shown.ends_with(".partial")) shown.resize(shown.size() - std::string_view(".partial").size());
+        fail("{}: not written: while producing tensor '{}': {}", shown, t.name, e.what());
       }
       sink.write(fill_buffer_.data(), fill_buffer_.size());
     } else {

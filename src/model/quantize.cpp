@@ -1,6 +1,7 @@
 #include "model/quantize.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "core/error.h"
@@ -9,20 +10,33 @@
 namespace lode::model {
 namespace {
 
-// Converts rows of `t` into `out` (already sized for the target type); rows in parallel.
+// Converts rows of `t` into `out` (already sized for the target type); rows in parallel. Each row is
+// read back: a finite value the type cannot hold (a weight of 1e8 overflows q8_0's fp16 scale into
+// inf) is refused, naming the row, rather than written as a model that computes NaN.
 void requantize_rows(const gguf::TensorInfo& t, const TypeTraits& to, std::span<uint8_t> out) {
   const int64_t row_len = t.ne[0];
   const size_t in_row = row_bytes(t.ggml_type(), row_len), out_row = row_bytes(to.type, row_len);
   const int64_t rows = t.n_rows();
+  int64_t bad_row = rows;  // the first row that did not survive (rows: none)
 #pragma omp parallel
   {
-    std::vector<float> floats(static_cast<size_t>(row_len));
-#pragma omp for schedule(static)
+    std::vector<float> floats(static_cast<size_t>(row_len)), back(static_cast<size_t>(row_len));
+#pragma omp for schedule(static) reduction(min : bad_row)
     for (int64_t r = 0; r < rows; ++r) {
       t.type->dequantize(t.data + size_t(r) * in_row, floats.data(), row_len);
-      to.quantize(floats.data(), out.data() + size_t(r) * out_row, row_len);
+      uint8_t* const row = out.data() + size_t(r) * out_row;
+      to.quantize(floats.data(), row, row_len);
+      to.dequantize(row, back.data(), row_len);
+      for (int64_t i = 0; i < row_len; ++i)
+        if (std::isfinite(floats[size_t(i)]) && !std::isfinite(back[size_t(i)])) {
+          bad_row = std::min(bad_row, r);
+          break;
+        }
     }
   }
+  if (bad_row < rows)
+    fail("tensor {} row {}: its values do not fit {} (they come back as inf or NaN): quantize it to another type "
+         "(f16, bf16 or f32 hold them)", t.name, bad_row, to.name);
 }
 
 // Blocks of the model (for recipes that treat early/late blocks differently): highest blk.N + 1.
