@@ -73,7 +73,19 @@ TEST(RoutingProfile, DamagedFilesAreRefusedNamingTheFile) {
   const lode::test::TempDir dir;
   std::ofstream(dir / "bad.json") << "{\"lode_routing_profile\": 1, \"model\": {\"name\": \"x\"}}";
   std::ofstream(dir / "not.json") << "not json at all";
-  for (const char* name : {"bad.json", "not.json", "missing.json"}) {
+  const auto with_counts = [](const std::string& counts, const std::string& tokens) {
+    return "{\"lode_routing_profile\": 1, \"model\": {\"name\": \"x\", \"layers\": 1, \"experts\": 2, "
+           "\"routers\": \"h\"}, \"tokens\": " + tokens + ", \"counts\": [" + counts + "]}";
+  };
+  std::ofstream(dir / "negative.json") << with_counts("[-1, 5]", "3");  // (it wrapped to 2^64 - 1)
+  std::ofstream(dir / "huge.json") << with_counts("[1e300, 5]", "3");
+  std::ofstream(dir / "zero.json") << with_counts("[0, 0]", "3");
+  std::ofstream(dir / "tokens.json") << with_counts("[1, 5]", "-3");
+  std::filesystem::create_directory(dir / "folder.json");  // (an internal error once)
+  std::ofstream(dir / "good.json") << with_counts("[1, 5]", "3");
+  EXPECT_EQ(plan::read_profile(dir / "good.json").counts, (std::vector<uint64_t>{1, 5}));
+  for (const char* name : {"bad.json", "not.json", "missing.json", "negative.json", "huge.json", "zero.json",
+                           "tokens.json", "folder.json"}) {
     try {
       plan::read_profile(dir / name);
       ADD_FAILURE() << name << " was accepted";

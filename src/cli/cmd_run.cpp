@@ -33,8 +33,10 @@ struct RunOptions {
 
 void run_generate(const RunOptions& o) {
   const std::string text = read_prompt_text(o.run);
-  if (o.run.tokens.empty() && text.empty())
+  if (o.run.tokens.empty() && text.empty()) {
+    if (!o.run.prompt_file.empty()) fail("the prompt file {} is empty", o.run.prompt_file);
     fail("no prompt: give -p TEXT, -f FILE or --tokens 1,2,3");
+  }
   LoadedModel model(o.run);
   const std::vector<int32_t> prompt =
       o.run.tokens.empty() ? model.text().encode(text, o.special) : parse_token_list(o.run.tokens);

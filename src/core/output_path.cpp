@@ -24,6 +24,7 @@ fs::path link_target(const fs::path& path) {
 }  // namespace
 
 fs::path checked_output_path(const fs::path& path, std::span<const fs::path> inputs) {
+  if (path == "-") fail("-: this command writes a file (it cannot go to standard output); give a file path");
   const fs::path target = link_target(path);
   std::error_code ec;
   const fs::file_status status = fs::status(target, ec);

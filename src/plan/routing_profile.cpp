@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 
 #include "core/error.h"
@@ -34,6 +35,8 @@ void write_profile(const std::filesystem::path& path, const RoutingProfile& p) {
 }
 
 RoutingProfile read_profile(const std::filesystem::path& path) {
+  if (!std::filesystem::is_regular_file(path))
+    fail("{}: not a file (a routing profile is made by lode profile)", path.string());
   std::ifstream in(path);
   if (!in) fail("{}: cannot open the routing profile (make one with lode profile)", path.string());
   RoutingProfile p;
@@ -45,13 +48,20 @@ RoutingProfile read_profile(const std::filesystem::path& path) {
     p.layers = m.at("layers").get<int64_t>();
     p.experts = m.at("experts").get<int64_t>();
     p.fingerprint = m.at("routers").get<std::string>();
-    p.tokens = j.at("tokens").get<uint64_t>();
+    // (counts are whole numbers: a negative one would wrap, 1e300 would not convert)
+    const auto count = [](const nlohmann::json& v, const char* what) {
+      if (!v.is_number_unsigned()) fail("{} {} is not a count (a non-negative integer)", what, v.dump());
+      return v.get<uint64_t>();
+    };
+    p.tokens = count(j.at("tokens"), "tokens");
     const nlohmann::json& counts = j.at("counts");
     if (int64_t(counts.size()) != p.layers) fail("{} rows of counts for {} layers", counts.size(), p.layers);
     for (const auto& row : counts) {
       if (int64_t(row.size()) != p.experts) fail("a row of {} counts for {} experts", row.size(), p.experts);
-      for (const auto& c : row) p.counts.push_back(c.get<uint64_t>());
+      for (const auto& c : row) p.counts.push_back(count(c, "a routing count"));
     }
+    if (std::all_of(p.counts.begin(), p.counts.end(), [](uint64_t c) { return c == 0; }))
+      fail("it recorded no routings");
   } catch (const nlohmann::json::exception& e) {
     fail("{}: a malformed routing profile: {}", path.string(), e.what());
   } catch (const Error& e) {
