@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -93,6 +94,15 @@ TEST(Cli, OptionValuesOutOfRangeSayWhatIsWanted) {
   const auto bad_ids = run_lode("detokenize -m " + mini + " --ids 1,,x", dir.path());
   EXPECT_EQ(bad_ids.status, 1);
   EXPECT_NE(bad_ids.err.find("--ids: '1,,x'"), std::string::npos) << bad_ids.err;
+  // An empty --kv is no format (it took the default); OMP_NUM_THREADS is bounded as --threads is
+  // when --threads is left out (100,000 crashed a run).
+  const auto empty_kv = run_lode(run + "--kv ''", dir.path());
+  EXPECT_NE(empty_kv.status, 0);
+  EXPECT_NE(empty_kv.err.find("--kv: must not be empty"), std::string::npos) << empty_kv.err;
+  ::setenv("OMP_NUM_THREADS", "100000", 1);
+  const auto omp = run_lode(run, dir.path());
+  ::unsetenv("OMP_NUM_THREADS");
+  EXPECT_EQ(omp.status, 0) << omp.err;
   // The GPU's options on the CPU engine are said to go unused, not silently dropped.
   const auto cpu = run_lode(run + "--vram-budget 4096 --gpus 0,1", dir.path());
   EXPECT_EQ(cpu.status, 0) << cpu.err;
@@ -377,6 +387,13 @@ TEST(Cli, ChatLinesCannotWriteControlTokens) {
   ASSERT_GT(tokens, 1u);
   EXPECT_EQ(spelled[0], plain[0] + int(tokens));
   EXPECT_EQ(spelled[1], plain[1] + int(tokens));
+  // Lines of blanks are skipped like empty ones; a chat whose every turn failed exits 1 (it exited 0).
+  std::ofstream(dir / "turns.txt") << "   \nhi\n";
+  const auto failed = run_lode("chat -m '" + lode::test::mini_model_path().string() + "' -n 2 --ctx 4 --backend cpu < '" +
+                                   (dir / "turns.txt").string() + "'",
+                               dir.path());
+  EXPECT_EQ(failed.status, 1) << failed.err;
+  EXPECT_NE(failed.err.find("no turn of the chat was answered (1 failed)"), std::string::npos) << failed.err;
 }
 
 // lode chat --backend cuda: two turns with lode-mini on the GPU hold one conversation (the second

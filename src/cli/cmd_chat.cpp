@@ -48,18 +48,23 @@ class Chat {
     if (isatty(fileno(stdin)))
       fmt::print(stderr, "lode chat: thinking {}; /think on|off, /reset, /quit\n", thinking_ ? "on" : "off");
     std::string line;
+    int turns = 0, failed = 0;
     while (prompt_user(), std::getline(std::cin, line)) {
-      if (line.empty()) continue;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // (nothing said)
       if (line[0] == '/') {
         if (!command(line)) break;
         continue;
       }
+      ++turns;
       try {
         turn(line);
       } catch (const Error& e) {  // e.g. the context is full: say so and keep the chat alive
+        ++failed;
         fmt::print(stderr, "\nlode: error: {}; /reset clears the conversation\n", e.what());
       }
     }
+    // A chat none of whose turns was answered is a failure to a script reading the exit status.
+    if (turns > 0 && failed == turns) fail("no turn of the chat was answered ({} failed)", failed);
   }
 
  private:

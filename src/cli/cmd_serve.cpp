@@ -124,7 +124,9 @@ void serve(ServeOptions& o) {
   if (o.prefix_cache_mib == 0) o.server.worker.checkpoints_per_slot = 0;
   server::Server http(o.server, model, std::move(engine));
   const int port = http.start();
-  fmt::print(stderr, "lode serve: listening on http://{}:{} (model {})\n", o.server.host, port, model->id);
+  const bool ipv6 = o.server.host.find(':') != std::string::npos;  // (a URL puts an IPv6 address in brackets)
+  fmt::print(stderr, "lode serve: listening on http://{}{}{}:{} (model {})\n", ipv6 ? "[" : "", o.server.host,
+             ipv6 ? "]" : "", port, model->id);
   int signal = 0;
   sigwait(&stop_signals, &signal);
   fmt::print(stderr, "lode serve: {} received, stopping\n", signal == SIGINT ? "SIGINT" : "SIGTERM");

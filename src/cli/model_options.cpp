@@ -36,6 +36,7 @@ void add_kv_option(CLI::App& cmd, std::string& kv) {
                  "K/V cache format: fp16 (default), fp32, int8 (also k8v8: 8 bits, a scale per 64 values), k8v32, "
                  "k32v8 (int8 on one side), q4 (4 bits of the Hadamard-rotated head), k8v4 (int8 K, q4 V); the "
                  "environment's LODE_KV when not given (docs/KV.md)")
+      ->check(non_empty())
       ->type_name("FORMAT");
 }
 

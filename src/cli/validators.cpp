@@ -81,6 +81,11 @@ CLI::Validator unsigned_64() {
       "UINT64");
 }
 
+CLI::Validator non_empty() {
+  return CLI::Validator([](std::string& text) -> std::string { return text.empty() ? "must not be empty" : ""; },
+                        "TEXT");
+}
+
 CLI::Validator thread_count() {
   return CLI::Validator(
       [](std::string& text) -> std::string {

@@ -23,6 +23,9 @@ CLI::Validator finite_number();
 // An unsigned 64-bit integer, written without a sign (seeds).
 CLI::Validator unsigned_64();
 
+// Text that is not empty ('' given for a choice read as "not given": --kv '' took the default).
+CLI::Validator non_empty();
+
 // --threads: 0 (every core) or up to 4 per hardware thread; more only keeps a spinning pool's
 // threads waiting on each other (10,000 hung a run, 100 million crashed it).
 CLI::Validator thread_count();

@@ -2,6 +2,8 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -40,7 +42,12 @@ const float* row_values(const model::MatrixView& w, DequantizeRow decode, int64_
 
 }  // namespace
 
-int Compute::resolved_threads() const { return threads > 0 ? threads : omp_get_max_threads(); }
+// Unset: OpenMP's count (OMP_NUM_THREADS, else every core), at most 4 per hardware thread as
+// --threads (OMP_NUM_THREADS=100000 crashed a run).
+int Compute::resolved_threads() const {
+  if (threads > 0) return threads;
+  return std::min(omp_get_max_threads(), 4 * int(std::max(1u, std::thread::hardware_concurrency())));
+}
 
 namespace {
 
