@@ -98,6 +98,20 @@ TEST_F(Generate, EndOfTurnTokenStopsAndIsNotShown) {
   EXPECT_EQ(text, "");
 }
 
+// A stop string does not match inside an added token's text: "think" in </think> (forced first)
+// neither stops generation nor cuts the markup; the same stop in the words after it still does.
+TEST_F(Generate, StopStringsDoNotMatchInsideAddedTokens) {
+  const int32_t end_think = *tokenizer_->find_token("</think>");
+  auto g = greedy(6);
+  g.stop_at_end_of_generation = false;
+  g.stop_strings = {"think"};
+  g.sampling.logit_bias = {{end_think, 1000.0f}};  // (every token is </think>)
+  std::string text;
+  const auto result = run(g, &text);
+  EXPECT_EQ(result.finish, engine::FinishReason::length);
+  EXPECT_EQ(text, "</think></think></think></think></think></think>");
+}
+
 TEST_F(Generate, AFullContextEndsGenerationAndATooLongPromptIsRefused) {
   const auto prompt = tokenizer_->encode("The weather today", false);
   cpu::Session s(*reader_, model::read_config(reader_->metadata()),

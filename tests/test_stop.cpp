@@ -89,6 +89,21 @@ TEST(StopMatcher, HoldsBackOnlyWhatCouldBecomeAStop) {
   EXPECT_EQ(none.flush(), "");
 }
 
+// Opaque text (an added token's: </think>) is never matched into, nor run across: "think" inside
+// </think> does not stop (it cut the reasoning and left "</" in it), "a</" held back before it goes
+// out first, and a stop after it still stops.
+TEST(StopMatcher, OpaqueTextIsNeverMatched) {
+  StopMatcher matcher({"think", "</think>x", "done"});
+  EXPECT_EQ(matcher.push("I </").emit, "I ");
+  auto r = matcher.push_opaque("</think>");
+  EXPECT_EQ(r.emit, "</</think>");
+  EXPECT_FALSE(r.stopped);
+  r = matcher.push("x and done.");
+  EXPECT_EQ(r.emit, "x and ");
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.matched, "done");
+}
+
 TEST(StopMatcher, OverlappingStops) {
   EXPECT_EQ(stream({"ab", "b"}, {"xab"}), (Outcome{"x", true, "ab"}));
   EXPECT_EQ(stream({"b", "ab"}, {"x", "a", "b"}), (Outcome{"x", true, "ab"}));

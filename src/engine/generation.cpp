@@ -87,7 +87,10 @@ std::optional<int32_t> Generation::take(int32_t token) {
     end(FinishReason::end_of_generation, true);
     return std::nullopt;
   }
-  const auto piece = stops_.push(text_.push(token));
+  // (an added token's text is markup: no stop string matches into it)
+  const tokenizer::TokenType type = tokenizer_.type(token);
+  const bool markup = type == tokenizer::TokenType::control || type == tokenizer::TokenType::user_defined;
+  const auto piece = markup ? stops_.push_opaque(text_.push(token)) : stops_.push(text_.push(token));
   if (!piece.emit.empty()) on_text_(piece.emit);
   if (piece.stopped) {
     end(FinishReason::stop_string, false);

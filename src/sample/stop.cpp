@@ -47,6 +47,14 @@ StopMatcher::Result StopMatcher::push(std::string_view text) {
   return result;
 }
 
+StopMatcher::Result StopMatcher::push_opaque(std::string_view text) {
+  if (stopped_) return {"", true, matched_};
+  Result r;
+  r.emit.swap(held_);
+  r.emit.append(text);
+  return r;
+}
+
 std::string StopMatcher::flush() {
   std::string rest;
   rest.swap(held_);

@@ -29,6 +29,9 @@ public:
     std::string matched;   // the stop string that matched
   };
   Result push(std::string_view text);
+  // Text no stop string may match into, or run across: an added token's (</think>, <tool_call>),
+  // which is markup, not the reply's words. What was held back goes out first, then the text.
+  Result push_opaque(std::string_view text);
   // End of generation: releases what was held back (nothing once stopped).
   std::string flush();
 
