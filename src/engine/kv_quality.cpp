@@ -13,19 +13,6 @@ namespace lode::engine {
 
 namespace {
 
-// log sum exp of the logits, in double.
-double log_sum_exp(std::span<const float> logits) {
-  double max = -INFINITY;
-  for (float x : logits) max = std::max(max, double(x));
-  double sum = 0;
-  for (float x : logits) sum += std::exp(double(x) - max);
-  const double result = max + std::log(sum);
-  if (!std::isfinite(result))
-    fail("a row of logits holds a value that is not finite (NaN, or infinite where all are): check the weights and the "
-         "backend that made them");
-  return result;
-}
-
 int32_t argmax(std::span<const float> logits) {
   return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }

@@ -55,17 +55,22 @@ double PerplexityResult::bits_per_byte() const {
                         : std::numeric_limits<double>::quiet_NaN();
 }
 
-double token_nll(std::span<const float> logits, int32_t target) {
-  if (target < 0 || size_t(target) >= logits.size())
-    fail("perplexity: token id {} is outside the vocabulary [0, {})", target, logits.size());
+double log_sum_exp(std::span<const float> logits) {
   double max = -std::numeric_limits<double>::infinity();
   for (float x : logits) max = std::max(max, double(x));
   double sum = 0;
   for (float x : logits) sum += std::exp(double(x) - max);
-  const double nll = std::log(sum) + max - double(logits[size_t(target)]);
-  if (!std::isfinite(nll))
-    fail("perplexity: the model produced a logit that is not finite (check the weights and the backend)");
-  return nll;
+  const double result = max + std::log(sum);
+  if (!std::isfinite(result))
+    fail("a row of logits holds a value that is not finite (NaN, or infinite where all are): check the weights and the "
+         "backend that made them");
+  return result;
+}
+
+double token_nll(std::span<const float> logits, int32_t target) {
+  if (target < 0 || size_t(target) >= logits.size())
+    fail("perplexity: token id {} is outside the vocabulary [0, {})", target, logits.size());
+  return log_sum_exp(logits) - double(logits[size_t(target)]);
 }
 
 int64_t perplexity_windows(int64_t n_tokens, int64_t ctx) {

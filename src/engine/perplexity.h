@@ -57,4 +57,8 @@ PerplexityResult perplexity(Sequence& sequence, std::span<const int32_t> tokens,
 // -log softmax(logits)[target], in double precision.
 double token_nll(std::span<const float> logits, int32_t target);
 
+// log sum exp of a row of logits, in double; fails when a logit is NaN or every one is infinite
+// (the model produced invalid values), saying so.
+double log_sum_exp(std::span<const float> logits);
+
 }  // namespace lode::engine
