@@ -127,6 +127,7 @@ TEST(ServerStatus, MetricsParseAndCountRequests) {
   generated += message["usage"]["output_tokens"].get<int64_t>();
   s.post_json("/v1/messages", {{"messages", 1}}, 400);
   s.post_json("/v1/nothing", json::object(), 404);
+  EXPECT_EQ(s.client().Get("/v1/models/gpt-4o")->status, 404);  // a model by name: its route's label, not "other"
 
   const std::string completions = R"({route="/v1/completions",status="200"})";
   std::vector<Sample> after;
@@ -135,11 +136,14 @@ TEST(ServerStatus, MetricsParseAndCountRequests) {
   EXPECT_TRUE(eventually([&] {
     after = metrics();
     return value_of(after, "lode_requests_total", R"({route="other",status="404"})") == 1 &&
+           value_of(after, "lode_requests_total", R"({route="/v1/models/:id",status="404"})") == 1 &&
            value_of(after, "lode_requests_total", completions) == 3 &&
            value_of(after, "lode_requests_total", R"({route="/v1/messages",status="200"})") == 1 &&
            value_of(after, "lode_requests_total", R"({route="/v1/messages",status="400"})") == 1;
   }));
   EXPECT_EQ(value_of(after, "lode_requests_total", completions), 3);
+  EXPECT_EQ(value_of(after, "lode_requests_total", R"({route="other",status="404"})"), 1);
+  EXPECT_EQ(value_of(after, "lode_requests_total", R"({route="/v1/models/:id",status="404"})"), 1);
   EXPECT_EQ(value_of(after, "lode_requests_total", R"({route="/v1/messages",status="200"})"), 1);
   EXPECT_EQ(value_of(after, "lode_requests_total", R"({route="/v1/messages",status="400"})"), 1);
   EXPECT_GE(value_of(after, "lode_requests_total", R"({route="/metrics",status="200"})"), 1);  // earlier scrapes

@@ -45,6 +45,7 @@ class Chat {
   }
 
   void run() {
+    fmt::print(stderr, "lode chat: seed {}\n", params_.seed);  // --seed repeats the conversation's samples
     if (isatty(fileno(stdin)))
       fmt::print(stderr, "lode chat: thinking {}; /think on|off, /reset, /quit\n", thinking_ ? "on" : "off");
     std::string line;

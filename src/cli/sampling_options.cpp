@@ -72,7 +72,7 @@ void add_sampling_options(CLI::App& cmd, SamplingCliOptions& o) {
   cmd.add_option("--repeat-last-n", p.penalty_last_n, "Tokens the penalties look back at; -1 = all (default 64)")
       ->check(integer_at_least(-1));
   cmd.add_option("--logit-bias", o.logit_bias, "Per-token bias: 'ID:BIAS,...' (BIAS may be -inf)");
-  cmd.add_option("--seed", o.seed, "Random seed (default: random, printed at the end)")->check(unsigned_64());
+  cmd.add_option("--seed", o.seed, "Random seed (default: random; run prints it at the end, chat at the start)")->check(unsigned_64());
 }
 
 sample::SamplingParams sampling_params(const SamplingCliOptions& o, int64_t n_vocab) {

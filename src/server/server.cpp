@@ -57,10 +57,12 @@ void send_error(httplib::Response& res, const ApiError& e, const httplib::Reques
   send_error(res, e, anthropic_route(req.path));
 }
 
-// The route label of /metrics: a known path, or "other" (unknown paths would grow without bound).
+// The route label of /metrics: a known path, "/v1/models/:id" for any model asked by name, or
+// "other" (labels of unknown paths or names would grow without bound).
 std::string route_label(const std::string& path) {
   for (const Route& r : kRoutes)
     if (path == r.path) return path;
+  if (path.starts_with("/v1/models/")) return "/v1/models/:id";
   return "other";
 }
 
