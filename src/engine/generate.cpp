@@ -100,10 +100,17 @@ std::string speed_report(const GenerateResult& r) {
                   r.prompt_tokens, r.prefill_seconds, double(r.prompt_tokens) / std::max(r.prefill_seconds, 1e-9),
                   r.tokens.size(), r.decode_seconds, steps ? double(steps) / std::max(r.decode_seconds, 1e-9) : 0.0);
   // Every token after the first was sampled in some window.
-  if (r.windows > 0)
-    report += fmt::format("; MTP: {} of {} drafts accepted ({:.1f}%), {:.2f} tokens per verify step of {:.2f} ms",
+  if (r.windows > 0) {
+    const double ms = 1e3 / double(r.windows);  // per window
+    const double timed = r.draft_seconds + r.verify_seconds + r.follow_seconds;
+    report += fmt::format("; MTP: {} of {} drafts accepted ({:.1f}%), {:.2f} tokens per verify step of {:.3f} ms",
                           r.accepted, r.drafted, 100.0 * double(r.accepted) / double(std::max<int64_t>(r.drafted, 1)),
-                          double(steps) / double(r.windows), 1e3 * r.decode_seconds / double(r.windows));
+                          double(steps) / double(r.windows), r.decode_seconds * ms);
+    if (timed > 0)
+      report += fmt::format(" (drafting {:.3f}, verifying {:.3f}, the drafter following {:.3f}, sampling and the rest {:.3f})",
+                            r.draft_seconds * ms, r.verify_seconds * ms, r.follow_seconds * ms,
+                            std::max(r.decode_seconds - timed, 0.0) * ms);
+  }
   return report;
 }
 

@@ -64,6 +64,7 @@ struct GenerateResult {
   double decode_seconds = 0;  // time of the steps after the first token
   // With drafts (GenerateOptions::mtp): verify windows run, tokens drafted, drafts accepted.
   int64_t windows = 0, drafted = 0, accepted = 0;
+  double draft_seconds = 0, verify_seconds = 0, follow_seconds = 0;  // of decode_seconds (WindowCounts)
 };
 
 using TextSink = std::function<void(std::string_view text)>;

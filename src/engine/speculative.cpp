@@ -1,8 +1,25 @@
 #include "engine/speculative.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace lode::engine {
+
+namespace {
+
+// Runs work, adding its wall time to seconds.
+template <class Work>
+auto timed(double& seconds, Work&& work) {
+  const auto start = std::chrono::steady_clock::now();
+  struct Add {
+    double& seconds;
+    std::chrono::steady_clock::time_point start;
+    ~Add() { seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
+  } add{seconds, start};
+  return work();
+}
+
+}  // namespace
 
 void follow(const Sequence& sequence, Drafter& drafter, std::span<const int32_t> tokens,
             std::span<const float> hidden) {
@@ -62,7 +79,8 @@ std::optional<int32_t> accept_window(Sequence& sequence, Drafter& drafter, Gener
     sequence.model().step(std::span(&again, 1));
   }
   const int64_t hidden = sequence.model().config().hidden;
-  follow(sequence, drafter, window.first(used), std::span(row.hidden).first(used * size_t(hidden)));
+  timed(counts.follow_seconds,
+        [&] { follow(sequence, drafter, window.first(used), std::span(row.hidden).first(used * size_t(hidden))); });
   return next;
 }
 
@@ -83,16 +101,20 @@ GenerateResult generate_with_drafts(Sequence& sequence, const tokenizer::Tokeniz
       generation.stop(FinishReason::context_full);
       break;
     }
-    const std::vector<int32_t> window = next_window(sequence, drafter, generation, *next, options);
+    const std::vector<int32_t> window =
+        timed(counts.draft_seconds, [&] { return next_window(sequence, drafter, generation, *next, options); });
     const std::shared_ptr<const Checkpoint> before = window_checkpoint(sequence, window);
     StepRow row = verify_row(sequence, window);
-    sequence.model().step(std::span(&row, 1));
+    timed(counts.verify_seconds, [&] { sequence.model().step(std::span(&row, 1)); });
     next = accept_window(sequence, drafter, generation, window, row, before.get(), counts);
   }
   GenerateResult result = generation.result();
   result.windows = counts.windows;
   result.drafted = counts.drafted;
   result.accepted = counts.accepted;
+  result.draft_seconds = counts.draft_seconds;
+  result.verify_seconds = counts.verify_seconds;
+  result.follow_seconds = counts.follow_seconds;
   return result;
 }
 

@@ -38,6 +38,10 @@ std::shared_ptr<const Checkpoint> window_checkpoint(const Sequence& sequence, st
 
 struct WindowCounts {
   int64_t windows = 0, drafted = 0, accepted = 0;
+  // Wall time in drafting (next_window), in the verify steps and in the drafter following the kept
+  // tokens (accept_window), where the caller times them: on the GPU each ends waiting for its
+  // stream, so they split a window's time between its parts.
+  double draft_seconds = 0, verify_seconds = 0, follow_seconds = 0;
 };
 
 // After the verify step of `window` (row: its verify_row, run): samples in order while each
