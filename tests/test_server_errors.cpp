@@ -163,26 +163,45 @@ TEST(ServerErrors, JsonThatCostsMoreThanItsBytesIsRefused) {
   EXPECT_NE(res->body.find("more than 4096 keys"), std::string::npos) << res->body;
 }
 
-// A POST whose request says nothing of its body's length (no Content-Length, not chunked) gets 411,
-// saying so (it read as broken chunked framing).
-TEST(ServerErrors, ABodyOfNoStatedLengthIs411) {
-  TestServer s;
+// What the server answers a request sent as raw bytes (the whole request; the server closes).
+std::string raw_reply(int port, const std::string& request) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
+  if (fd < 0) return "no socket";
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_port = htons(uint16_t(s.port));
+  address.sin_port = htons(uint16_t(port));
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0);
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                              "Connection: close\r\n\r\n";
-  ASSERT_EQ(::send(fd, request.data(), request.size(), 0), ssize_t(request.size()));
   std::string reply;
-  char buffer[4096];
-  for (ssize_t n; (n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;) reply.append(buffer, size_t(n));
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0 &&
+      ::send(fd, request.data(), request.size(), 0) == ssize_t(request.size())) {
+    char buffer[4096];
+    for (ssize_t n; (n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0;) reply.append(buffer, size_t(n));
+  }
   ::close(fd);
+  return reply;
+}
+
+// A request with a method that carries a body (POST, PUT, PATCH) whose headers say nothing of its
+// length (no Content-Length, not chunked): a route that reads bodies gets 411, saying so (it read
+// as broken chunked framing); any other path its 405 or 404 at once, not a 400 after httplib has
+// waited for the connection to close (5 s) to read a body no route wants.
+TEST(ServerErrors, ABodyOfNoStatedLengthIs411) {
+  TestServer s;
+  const auto request = [](const std::string& line) {
+    return line + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n";
+  };
+  std::string reply = raw_reply(s.port, request("POST /v1/completions"));
   EXPECT_EQ(reply.rfind("HTTP/1.1 411", 0), 0u) << reply;
   EXPECT_NE(reply.find("no Content-Length"), std::string::npos) << reply;
+  reply = raw_reply(s.port, request("POST /health"));
+  EXPECT_EQ(reply.rfind("HTTP/1.1 405", 0), 0u) << reply;
+  EXPECT_NE(reply.find("Allow: GET"), std::string::npos) << reply;
+  reply = raw_reply(s.port, request("PUT /v1/chat/completions"));
+  EXPECT_EQ(reply.rfind("HTTP/1.1 405", 0), 0u) << reply;
+  EXPECT_NE(reply.find("Allow: POST"), std::string::npos) << reply;
+  reply = raw_reply(s.port, request("PATCH /v1/nothing"));
+  EXPECT_EQ(reply.rfind("HTTP/1.1 404", 0), 0u) << reply;
+  EXPECT_NE(reply.find("unknown_route"), std::string::npos) << reply;
 }
 
 // How a reply ended, as each API names it: a limit is "length" (OpenAI) or "max_tokens"

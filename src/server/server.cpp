@@ -66,6 +66,32 @@ std::string route_label(const std::string& path) {
   return "other";
 }
 
+// Whether a route takes this method and path (a model by name: GET /v1/models/{id}).
+bool has_route(const std::string& method, const std::string& path) {
+  for (const Route& r : kRoutes)
+    if (path == r.path && method == r.method) return true;
+  return method == "GET" && path.starts_with("/v1/models/");
+}
+
+// A method that carries a body (as httplib reads them) whose headers say nothing of its length.
+bool body_of_no_stated_length(const httplib::Request& req) {
+  const bool carries = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
+  return carries && !req.has_header("Content-Length") && req.get_header_value("Transfer-Encoding") != "chunked";
+}
+
+// A request no route takes: 405 where the path has a route for another method, else 404.
+void send_no_route(const httplib::Request& req, httplib::Response& res) {
+  for (const Route& r : kRoutes)
+    if (req.path == r.path) {
+      res.set_header("Allow", r.method);
+      return send_error(res, ApiError(405, "invalid_request_error",
+                                      fmt::format("{} {} is not allowed: use {}", req.method, req.path, r.method), {},
+                                      "method_not_allowed"), req);
+    }
+  send_error(res, ApiError(404, "invalid_request_error", fmt::format("no route {} {}", req.method, req.path), {},
+                           "unknown_route"), req);
+}
+
 // A host to listen on must be an address, or a name this machine resolves: say so before binding,
 // whose failure cannot tell a bad address from a port in use.
 void check_host(const std::string& host) {
@@ -251,8 +277,14 @@ Server::~Server() { stop(); }
 void Server::add_routes() {
   httplib::Server& http = *http_;
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path == "/health" || authorized(req, options_.api_key))
-      return httplib::Server::HandlerResponse::Unhandled;
+    if (options_.api_key.empty() || req.path == "/health" || authorized(req, options_.api_key)) {
+      // httplib reads a body no route takes before it answers, and one of no stated length until the
+      // connection closes: answer such a request now.
+      if (!body_of_no_stated_length(req) || has_route(req.method, req.path))
+        return httplib::Server::HandlerResponse::Unhandled;
+      send_no_route(req, res);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     send_error(res, ApiError(401, "authentication_error",
                              "missing or wrong API key: send `Authorization: Bearer KEY` (or `x-api-key: KEY`)",
                              {}, "invalid_api_key"), req);
@@ -263,17 +295,7 @@ void Server::add_routes() {
       [max_body = options_.max_body_bytes](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;  // ours already
     if (res.status == 404) {
-      for (const Route& r : kRoutes)
-        if (req.path == r.path) {
-          res.status = 405;
-          res.set_header("Allow", r.method);
-          send_error(res, ApiError(405, "invalid_request_error",
-                                   fmt::format("{} {} is not allowed: use {}", req.method, req.path, r.method), {},
-                                   "method_not_allowed"), req);
-          return httplib::Server::HandlerResponse::Handled;
-        }
-      send_error(res, ApiError(404, "invalid_request_error", fmt::format("no route {} {}", req.method, req.path), {},
-                               "unknown_route"), req);
+      send_no_route(req, res);
     } else if (res.status == 413) {
       send_error(res, ApiError(413, "invalid_request_error",
                                fmt::format("the request body is larger than the limit of {} bytes", max_body),
