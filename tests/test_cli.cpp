@@ -86,6 +86,20 @@ TEST(Cli, OptionValuesOutOfRangeSayWhatIsWanted) {
   }
   const auto ok = run_lode(run + "--threads 1 --seed 18446744073709551615", dir.path());
   EXPECT_EQ(ok.status, 0) << ok.err;
+  // Unsigned counts and seeds of other commands likewise ("-1" wrapped around to the largest).
+  const std::string mini_path = "'" + lode::test::mini_model_path().string() + "'";
+  const auto synth_seed = run_lode("synth -o '" + (dir / "s.gguf").string() + "' --preset tiny --seed -1", dir.path());
+  EXPECT_NE(synth_seed.err.find("--seed: must be an integer from 0"), std::string::npos) << synth_seed.err;
+  const auto items = run_lode("inspect " + mini_path + " --max-items -1", dir.path());
+  EXPECT_NE(items.err.find("--max-items: must be an integer of at least 0, got -1"), std::string::npos) << items.err;
+  // -f - reads the prompt from standard input: the tokens of -p with the same text.
+  std::ofstream(dir / "prompt.txt") << "The ls command";
+  const std::string greedy = "run -m " + mini_path + " --backend cpu -n 6 --temp 0 ";
+  const auto piped = run_lode(greedy + "-f - < '" + (dir / "prompt.txt").string() + "'", dir.path());
+  EXPECT_EQ(piped.status, 0) << piped.err;
+  EXPECT_EQ(piped.out, run_lode(greedy + "-p 'The ls command'", dir.path()).out);
+  const auto none = run_lode(greedy + "-f - < /dev/null", dir.path());
+  EXPECT_NE(none.err.find("standard input (-f -) is empty"), std::string::npos) << none.err;
   // Token ids as lode tokenize prints them (spaces) or with commas; a bad one names the flag given.
   const std::string mini = "'" + lode::test::mini_model_path().string() + "'";
   const auto spaced = run_lode("detokenize -m " + mini + " --ids '1 2 3'", dir.path());

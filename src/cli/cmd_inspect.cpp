@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/human.h"
+#include "cli/validators.h"
 #include "gguf/reader.h"
 #include "kv/format.h"
 #include "model/qwen35moe.h"
@@ -138,7 +139,7 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_flag("--kv", options->kv,
                 "Instead of the listing: bytes per K/V cell and the K/V cache at 32K/128K/262K positions in every "
                 "--kv format");
-  cmd->add_option("--max-items", options->max_items, "Array items shown per key (default 8)");
+  cmd->add_option("--max-items", options->max_items, "Array items shown per key (default 8)")->check(integer_at_least(0));
   cmd->callback([options] { run_inspect(*options); });
 }
 

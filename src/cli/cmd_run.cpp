@@ -34,6 +34,7 @@ struct RunOptions {
 void run_generate(const RunOptions& o) {
   const std::string text = read_prompt_text(o.run);
   if (o.run.tokens.empty() && text.empty()) {
+    if (o.run.prompt_file == "-") fail("the prompt read from standard input (-f -) is empty");
     if (!o.run.prompt_file.empty()) fail("the prompt file {} is empty", o.run.prompt_file);
     fail("no prompt: give -p TEXT, -f FILE or --tokens 1,2,3");
   }

@@ -57,7 +57,7 @@ void add_synth_command(CLI::App& app) {
   cmd->add_option("--route-skew", o->synth.route_skew,
                   "Zipf exponent of expert popularity (0: uniform routing)")
       ->check(number_in(0, 16));
-  cmd->add_option("--seed", o->synth.seed, "Random seed");
+  cmd->add_option("--seed", o->synth.seed, "Random seed")->check(unsigned_64());
   cmd->add_flag("--zeros", o->synth.zeros,
                 "Every weight zero: the geometry alone, sparse on disk (for lode plan; it computes nothing useful)");
   cmd->add_option("--tokenizer", o->synth.tokenizer_json,

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/model_options.h"
+#include "cli/validators.h"
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "tokenizer/tokenizer.h"
@@ -53,8 +54,8 @@ void add_tokenize_commands(CLI::App& app) {
   auto* tok = app.add_subcommand("tokenize", "Print the token ids of a text");
   tok->add_option("-m,--model", o->input.model, "GGUF model whose tokenizer to use")->required();
   auto* text = tok->add_option("-p,--prompt", o->input.prompt, "Text to tokenize");
-  tok->add_option("-f,--file", o->input.prompt_file, "Tokenize this file (prints the speed on stderr)")
-      ->check(CLI::ExistingFile)->excludes(text);
+  tok->add_option("-f,--file", o->input.prompt_file, "Tokenize this file, - for standard input (prints the speed on stderr)")
+      ->check(file_or_stdin())->excludes(text);
   tok->add_flag("--special", o->special, "Special-token text (<|im_start|>...) becomes special ids");
   tok->callback([o] { run_tokenize(*o); });
 

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 
 #include "cli/validators.h"
@@ -17,7 +18,8 @@ void add_model_run_options(CLI::App& cmd, ModelRunOptions& o, PromptInput prompt
   } else if (prompt == PromptInput::ids_or_text) {
     auto* tokens = cmd.add_option("--tokens", o.tokens, "Prompt token ids, comma-separated: 1,2,3");
     auto* text = cmd.add_option("-p,--prompt", o.prompt, "Prompt text");
-    auto* file = cmd.add_option("-f,--file", o.prompt_file, "Read the prompt text from this file")->check(CLI::ExistingFile);
+    auto* file = cmd.add_option("-f,--file", o.prompt_file, "Read the prompt text from this file (-: standard input)")
+                     ->check(file_or_stdin());
     tokens->excludes(text)->excludes(file);
     text->excludes(file);
   }
@@ -51,6 +53,7 @@ model::Activations ModelRunOptions::activations_or(model::Activations fallback) 
 
 std::string read_prompt_text(const ModelRunOptions& o) {
   if (o.prompt_file.empty()) return o.prompt;
+  if (o.prompt_file == "-") return std::string(std::istreambuf_iterator<char>(std::cin), {});
   std::ifstream in(o.prompt_file, std::ios::binary);
   if (!in) fail("cannot read the prompt file {}", o.prompt_file);
   return std::string(std::istreambuf_iterator<char>(in), {});

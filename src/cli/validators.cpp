@@ -99,4 +99,10 @@ CLI::Validator thread_count() {
       "0..4 x cores");
 }
 
+CLI::Validator file_or_stdin() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text == "-" ? "" : CLI::ExistingFile(text); },
+      "FILE or - (standard input)");
+}
+
 }  // namespace lode::cli

@@ -30,4 +30,7 @@ CLI::Validator non_empty();
 // threads waiting on each other (10,000 hung a run, 100 million crashed it).
 CLI::Validator thread_count();
 
+// A file to read, or "-" for standard input.
+CLI::Validator file_or_stdin();
+
 }  // namespace lode::cli
