@@ -268,6 +268,12 @@ TEST(Cli, QuantizeSplitsByMaxSizeAndTheSplitModelReadsWhole) {
     EXPECT_EQ(a.name, b.name);
     EXPECT_TRUE(std::equal(a.data, a.data + a.size, b.data, b.data + b.size)) << a.name;
   }
+  // Split again under the same name, its parts would replace the model read: refused before any work.
+  const auto again = run_lode("quantize '" + (dir / names.front()).string() + "' '" + split +
+                                  "' --type q8_0 --split-max-gib 0.000004", dir.path());
+  EXPECT_EQ(again.status, 1);
+  EXPECT_NE(again.err.find("would replace the model it reads"), std::string::npos) << again.err;
+  EXPECT_EQ(lode::gguf::Reader(dir / names.front()).tensors().front().type, parts.tensors().front().type);
 }
 
 // Without a usable GPU, a GPU command fails with exit status 1 and says why.

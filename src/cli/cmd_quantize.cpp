@@ -22,6 +22,19 @@ struct QuantizeCliOptions {
   double split_max_gib = 0;
 };
 
+// Split, the output is OUTPUT-0000i-of-0000N.gguf (N known once the split is planned): refused
+// where those names are the input's own parts.
+void check_split_parts(const std::filesystem::path& output, const std::vector<std::filesystem::path>& inputs) {
+  std::string prefix = std::filesystem::weakly_canonical(output).string();
+  if (prefix.ends_with(".gguf")) prefix.resize(prefix.size() - 5);
+  for (const std::filesystem::path& input : inputs) {
+    const auto part = gguf::parse_split_path(std::filesystem::weakly_canonical(input));
+    if (part && part->prefix == prefix)
+      fail("{}: split, its parts would be named {}-0000i-of-0000N.gguf, which would replace the model it reads "
+           "({}); give another output path", output.string(), prefix, input.string());
+  }
+}
+
 void run_quantize(const QuantizeCliOptions& o) {
   model::QuantizeOptions options;
   if (!o.recipe.empty()) {
@@ -33,7 +46,9 @@ void run_quantize(const QuantizeCliOptions& o) {
            "f16, bf16, f32)", o.type);
     options.type = *type;
   }
-  const std::filesystem::path output = checked_output_path(o.output, gguf::model_files(o.input));
+  const std::vector<std::filesystem::path> inputs = gguf::model_files(o.input);
+  const std::filesystem::path output = checked_output_path(o.output, inputs);
+  if (o.split_max_gib > 0) check_split_parts(output, inputs);
   gguf::Reader in(o.input);
   options.max_file_bytes = uint64_t(o.split_max_gib * double(1ull << 30));
   const auto start = std::chrono::steady_clock::now();
