@@ -162,6 +162,30 @@ TEST_F(Generate, SteeredGreedyEqualsTheLogitsLoop) {
   EXPECT_TRUE(rest.rfind(" banana split", 0) == 0 || rest.rfind(" cherry", 0) == 0) << rest;
 }
 
+// A steered choice's added tokens (<tool_call>, <think>) come as their tokens, as the template's
+// text is read, never spelled byte by byte, however the logits prefer the pieces; the text before
+// one ends where it begins.
+TEST_F(Generate, SteeringTakesAddedTokensWhole) {
+  const std::optional<int32_t> think = tokenizer_->find_token("<think>");
+  ASSERT_TRUE(think);
+  const std::vector<int32_t> piece_ids = tokenizer_->encode("a<", false);  // "a" then "<"
+  ASSERT_EQ(piece_ids.size(), 2u);
+  auto g = greedy(8);
+  g.stop_at_end_of_generation = false;
+  g.steer = engine::SteeredText{.after = -1, .choices = {"a<think>b"}};
+  sample::Sampler sampler(g.sampling, tokenizer_->size());
+  engine::Generation generation(*tokenizer_, sampler, g, [](std::string_view) {}, 1);
+  // Logits that favour "<" (then "a<"-like pieces) over the added token at every step.
+  std::vector<float> logits(size_t(tokenizer_->size()), 0.0f);
+  logits[size_t(piece_ids[1])] = 10.0f;
+  if (const auto both = tokenizer_->find_token("a<")) logits[size_t(*both)] = 20.0f;  // (where the vocabulary has it)
+  EXPECT_EQ(generation.step(logits), piece_ids[0]);  // "a": "a<" would cross into <think>
+  EXPECT_EQ(generation.step(logits), *think);         // not "<" though its logit is the highest
+  const std::vector<int32_t> b = tokenizer_->encode("b", false);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(generation.step(logits), b[0]);
+}
+
 TEST_F(Generate, SameSeedSameTokensOtherSeedOthers) {
   engine::GenerateOptions g;
   g.max_tokens = 16;

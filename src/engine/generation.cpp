@@ -2,12 +2,45 @@
 
 #include <algorithm>
 #include <limits>
+#include <string_view>
+#include <utility>
 
 namespace lode::engine {
 
 namespace {
 using clock = std::chrono::steady_clock;
 double seconds(clock::time_point a, clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+std::vector<int32_t> user_defined_tokens(const tokenizer::Tokenizer& tokenizer) {
+  std::vector<int32_t> added;
+  for (int32_t id = 0; id < int32_t(tokenizer.size()); ++id)
+    if (tokenizer.type(id) == tokenizer::TokenType::user_defined && !tokenizer.token_bytes(id).empty())
+      added.push_back(id);
+  return added;
+}
+
+// Where `text` holds any of the user-defined tokens `added`, as the tokenizer reads them (always,
+// leftmost and longest first): (byte offset, id) in order.
+std::vector<std::pair<size_t, int32_t>> added_tokens_in(std::string_view text, std::span<const int32_t> added,
+                                                        const tokenizer::Tokenizer& tokenizer) {
+  std::vector<std::pair<size_t, int32_t>> found;
+  for (size_t at = 0; at < text.size();) {
+    int32_t best = -1;
+    size_t best_size = 0;
+    for (int32_t id : added) {
+      const std::string& bytes = tokenizer.token_bytes(id);
+      if (bytes.size() > best_size && text.substr(at).starts_with(bytes)) best = id, best_size = bytes.size();
+    }
+    if (best < 0) {
+      ++at;
+    } else {
+      found.emplace_back(at, best);
+      at += best_size;
+    }
+  }
+  return found;
+}
+
 }  // namespace
 
 Generation::Generation(const tokenizer::Tokenizer& tokenizer, sample::Sampler& sampler,
@@ -15,18 +48,46 @@ Generation::Generation(const tokenizer::Tokenizer& tokenizer, sample::Sampler& s
     : tokenizer_(tokenizer), sampler_(sampler), options_(options), on_text_(std::move(on_text)),
       text_(tokenizer, options.render_special), stops_(options.stop_strings), started_(clock::now()) {
   result_.prompt_tokens = prompt_tokens;
-  if (options.steer) steering_ = options.steer->after < 0 ? Steering::active : Steering::waiting;
+  if (options.steer) {
+    steering_ = options.steer->after < 0 ? Steering::active : Steering::waiting;
+    const std::vector<int32_t> added = user_defined_tokens(tokenizer);
+    for (const std::string& choice : options.steer->choices)
+      added_in_choices_.push_back(added_tokens_in(choice, added, tokenizer));
+  }
 }
 
 std::vector<float> Generation::steered(std::span<const float> logits) const {
+  // The choices the text so far begins, each with what may come next: the added token that starts
+  // here, or a token whose bytes continue the choice and end before its next added token (as the
+  // template's text would be read, so the model sees the tokens it was trained on).
+  struct Open {
+    const std::string* choice;
+    size_t end;            // the continuing bytes end here at most
+    int32_t added = -1;    // the only token allowed, where an added token starts here
+  };
+  const size_t at = steered_text_.size();
+  std::vector<Open> open;
+  for (size_t c = 0; c < options_.steer->choices.size(); ++c) {
+    const std::string& choice = options_.steer->choices[c];
+    if (choice.size() <= at || choice.compare(0, at, steered_text_) != 0) continue;
+    Open o{&choice, choice.size()};
+    for (const auto& [offset, id] : added_in_choices_[c])
+      if (offset >= at) {
+        if (offset == at) o.added = id;
+        else o.end = offset;
+        break;
+      }
+    open.push_back(o);
+  }
   std::vector<float> out(logits.size(), -std::numeric_limits<float>::infinity());
   for (size_t id = 0; id < logits.size() && int64_t(id) < tokenizer_.size(); ++id) {
     if (tokenizer_.type(int32_t(id)) == tokenizer::TokenType::control) continue;
     const std::string& bytes = tokenizer_.token_bytes(int32_t(id));
     if (bytes.empty()) continue;
-    const std::string text = steered_text_ + bytes;
-    for (const std::string& choice : options_.steer->choices) {
-      if (choice.compare(0, text.size(), text) == 0) {
+    for (const Open& o : open) {
+      const bool allowed = o.added >= 0 ? int32_t(id) == o.added
+                                        : at + bytes.size() <= o.end && o.choice->compare(at, bytes.size(), bytes) == 0;
+      if (allowed) {
         out[id] = logits[id];
         break;
       }

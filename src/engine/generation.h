@@ -7,6 +7,8 @@
 #include <chrono>
 #include <optional>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "engine/generate.h"
 #include "sample/stop.h"
@@ -54,6 +56,9 @@ class Generation {
   bool done_ = false;
   enum class Steering { none, waiting, active, done } steering_ = Steering::none;
   std::string steered_text_;  // written since steering began
+  // Each steered choice's user-defined added tokens (<tool_call>, <think>), as encode reads them:
+  // (byte offset, id), in order. Steering takes them as their tokens, never spelled in pieces.
+  std::vector<std::vector<std::pair<size_t, int32_t>>> added_in_choices_;
   std::chrono::steady_clock::time_point started_, first_token_;
 };
 
