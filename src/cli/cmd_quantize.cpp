@@ -25,8 +25,7 @@ struct QuantizeCliOptions {
 // Split, the output is OUTPUT-0000i-of-0000N.gguf (N known once the split is planned): refused
 // where those names are the input's own parts.
 void check_split_parts(const std::filesystem::path& output, const std::vector<std::filesystem::path>& inputs) {
-  std::string prefix = std::filesystem::weakly_canonical(output).string();
-  if (prefix.ends_with(".gguf")) prefix.resize(prefix.size() - 5);
+  const std::string prefix = gguf::split_prefix(std::filesystem::weakly_canonical(output));
   for (const std::filesystem::path& input : inputs) {
     const auto part = gguf::parse_split_path(std::filesystem::weakly_canonical(input));
     if (part && part->prefix == prefix)

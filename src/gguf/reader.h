@@ -104,6 +104,8 @@ private:
 
 // PREFIX-%05d-of-%05d.gguf with a 1-based index.
 std::string split_path(std::string_view prefix, int index, int count);
+// The PREFIX a model written to `path` takes when it is split: the path without its ".gguf".
+std::string split_prefix(const std::filesystem::path& path);
 // When `path`'s file name follows the split pattern: its prefix (directory kept), 1-based index
 // and count.
 struct SplitName {

@@ -11,6 +11,12 @@ std::string split_path(std::string_view prefix, int index, int count) {
   return fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix, index, count);
 }
 
+std::string split_prefix(const std::filesystem::path& path) {
+  std::string prefix = path.string();
+  if (prefix.ends_with(".gguf")) prefix.resize(prefix.size() - 5);
+  return prefix;
+}
+
 std::vector<std::filesystem::path> model_files(const std::filesystem::path& path) {
   const std::optional<SplitName> split = parse_split_path(path);
   if (!split) return {path};

@@ -129,8 +129,7 @@ std::vector<std::filesystem::path> Writer::write(const std::filesystem::path& pa
       partial.push_back(path.string() + ".partial");
       write_file(partial.back(), base, ranges[0].begin, ranges[0].end);
     } else {
-      std::string prefix = path.string();
-      if (prefix.ends_with(".gguf")) prefix.resize(prefix.size() - 5);
+      const std::string prefix = split_prefix(path);
       for (size_t i = 0; i < ranges.size(); ++i) {
         Metadata metadata = i == 0 ? base : split_keys_only;
         add_split_keys(metadata, i, ranges.size(), tensors_.size());
