@@ -45,6 +45,10 @@ constexpr Route kRoutes[] = {{"GET", "/health"},
                              {"GET", "/v1/status"},
                              {"GET", "/metrics"}};
 
+// GET /v1/models/{id}: a model asked by name, the one route whose path has a variable part.
+constexpr std::string_view kModelByName = "/v1/models/";
+bool model_by_name(const std::string& path) { return path.size() > kModelByName.size() && path.starts_with(kModelByName); }
+
 // The Anthropic routes answer errors in Anthropic's shape; every other route in OpenAI's.
 bool anthropic_route(const std::string& path) { return path.starts_with("/v1/messages"); }
 
@@ -62,7 +66,7 @@ void send_error(httplib::Response& res, const ApiError& e, const httplib::Reques
 std::string route_label(const std::string& path) {
   for (const Route& r : kRoutes)
     if (path == r.path) return path;
-  if (path.starts_with("/v1/models/")) return "/v1/models/:id";
+  if (model_by_name(path)) return "/v1/models/:id";
   return "other";
 }
 
@@ -70,7 +74,7 @@ std::string route_label(const std::string& path) {
 bool has_route(const std::string& method, const std::string& path) {
   for (const Route& r : kRoutes)
     if (path == r.path && method == r.method) return true;
-  return method == "GET" && path.starts_with("/v1/models/");
+  return method == "GET" && model_by_name(path);
 }
 
 // A method that carries a body (as httplib reads them) whose headers say nothing of its length.
