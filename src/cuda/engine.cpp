@@ -168,16 +168,52 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
       fail("cuda engine: {} tokens after {} do not fit the context of {} positions", n, sequence.position(),
            sequence.max_context());
   }
-  std::vector<engine::StepRow*> joined;
+  std::vector<engine::StepRow*> joined, pieces, alone;
   for (engine::StepRow& row : rows) {
     sequence_of(row).row_tokens_ = 0, sequence_of(row).window_offset_ = 0;
-    if (joins_rows(row)) joined.push_back(&row);
+    (joins_rows(row) ? joined : is_prompt_piece(row) ? pieces : alone).push_back(&row);
   }
-  if (joined.size() < 2) joined.clear();
-  for (engine::StepRow& row : rows)
-    if (std::find(joined.begin(), joined.end(), &row) == joined.end()) step_alone(row);
+  if (joined.size() < 2) alone.insert(alone.end(), joined.begin(), joined.end()), joined.clear();
+  for (const std::vector<engine::StepRow*>& pass : prompt_passes(pieces))
+    pass.size() > 1 ? step_pieces(pass) : step_alone(*pass.front());
+  for (engine::StepRow* row : alone) step_alone(*row);
   for (size_t at = 0; at < joined.size(); at += size_t(pipeline_->step_rows()))
     step_joined(std::span(joined).subspan(at, std::min(joined.size() - at, size_t(pipeline_->step_rows()))));
+}
+
+// A row the prompt pass takes whole, beside other sequences' (CudaSession::prefill_pieces): several
+// tokens, not decode steps, at most its last row's logits, within one pass.
+bool CudaModel::is_prompt_piece(const engine::StepRow& row) const {
+  const int64_t n = int64_t(row.tokens.size());
+  return n > 1 && !row.as_decode && row.logit_rows <= 1 && pipeline_->pieces_fit(std::span(&n, 1));
+}
+
+// The prompt pieces cut into passes, in order: each pass takes pieces while they fit it.
+std::vector<std::vector<engine::StepRow*>> CudaModel::prompt_passes(std::span<engine::StepRow* const> pieces) const {
+  std::vector<std::vector<engine::StepRow*>> passes;
+  std::vector<int64_t> lengths;
+  for (engine::StepRow* row : pieces) {
+    lengths.push_back(int64_t(row->tokens.size()));
+    if (passes.empty() || !pipeline_->pieces_fit(lengths)) passes.emplace_back(), lengths = {lengths.back()};
+    passes.back().push_back(row);
+  }
+  return passes;
+}
+
+// Prompt pieces of several sequences in one pass; a greedy-only row's token chosen on the host
+// from its logits, as step_alone chooses it.
+void CudaModel::step_pieces(std::span<engine::StepRow* const> rows) {
+  std::vector<CudaSession::Piece> pieces;
+  for (const engine::StepRow* row : rows)
+    pieces.push_back({sequence_of(*row).slot(), row->tokens, row->logit_rows == 1, row->want_hidden});
+  std::vector<CudaSession::PieceOutput> out = pipeline_->prefill_pieces(pieces);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    engine::StepRow& row = *rows[r];
+    row.logits = std::move(out[r].logits), row.hidden = std::move(out[r].hidden);
+    if (!row.greedy_only) continue;
+    row.greedy = sample::greedy(row.logits);
+    row.logits.clear();
+  }
 }
 
 // One row through the session alone: a decode step, the prompt pass, or verify windows.

@@ -27,10 +27,12 @@ class CudaModel final : public engine::Model {
   const model::Qwen35MoeConfig& config() const override { return pipeline_->config(); }
   // One of the session's sequences (CudaSessionOptions::sequences); fails when all are open.
   std::unique_ptr<engine::Sequence> open_sequence() override;
-  // One-token rows of several sequences run in one step of the session (its step_rows at a time).
-  // Any other row runs alone: a longer row goes through the prompt pass in its own chunks, or,
-  // computed as decode steps (as_decode: a verify window, with hidden states if wanted), through
-  // verify windows of up to the session's step_rows tokens.
+  // One-token rows of several sequences run in one step of the session (its step_rows at a time);
+  // prompt rows of several sequences (several tokens, at most the last row's logits) in one pass
+  // of the prompt path while they fit one (CudaSession::prefill_pieces), each with the bits it
+  // has alone. Any other row runs alone: a longer row goes through the prompt pass in its own
+  // chunks, or, computed as decode steps (as_decode: a verify window, with hidden states if
+  // wanted), through verify windows of up to the session's step_rows tokens.
   void step(std::span<engine::StepRow> rows) override;
   bool chunks_prompts() const override { return true; }
   int64_t kv_pool_free_positions() const override {
@@ -49,6 +51,9 @@ class CudaModel final : public engine::Model {
  private:
   friend class CudaSequence;
   CudaSequence& sequence_of(const engine::StepRow& row) const;
+  bool is_prompt_piece(const engine::StepRow& row) const;
+  std::vector<std::vector<engine::StepRow*>> prompt_passes(std::span<engine::StepRow* const> pieces) const;
+  void step_pieces(std::span<engine::StepRow* const> rows);
   void step_alone(engine::StepRow& row);
   void step_joined(std::span<engine::StepRow* const> rows);
 

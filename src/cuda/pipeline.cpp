@@ -12,6 +12,7 @@
 #include "cuda/errors.h"
 #include "cuda/nccl.h"
 #include "cuda/on_device.h"
+#include "cuda/prompt_pass.h"
 #include "cuda/vram.h"
 #include "plan/memory_plan.h"
 
@@ -253,6 +254,24 @@ std::vector<float> CudaPipeline::prefill(std::span<const int32_t> tokens, bool a
     keep_hidden();
   }
   return logits;
+}
+
+std::vector<CudaSession::PieceOutput> CudaPipeline::prefill_pieces(std::span<const CudaSession::Piece> pieces) {
+  std::vector<int64_t> sequences, lengths;
+  for (const CudaSession::Piece& p : pieces) sequences.push_back(p.sequence), lengths.push_back(int64_t(p.tokens.size()));
+  if (!pieces_fit(lengths)) {  // the first share refuses them, saying why
+    const OnDevice on(shares_.front().device);
+    return shares_.front().session->prefill_pieces(pieces);
+  }
+  if (shares_.size() > 1) {
+    const int64_t current = front().sequence();
+    each([&](CudaSession& s) {
+      for (const CudaSession::Piece& p : pieces) s.use_sequence(p.sequence), s.prepare_prompt(p.tokens);
+      s.use_sequence(current);
+    });
+  }
+  return through(true, prompt_row_starts(lengths).back(), sequences,
+                 [&](CudaSession& s) { return s.prefill_pieces(pieces); });
 }
 
 int32_t CudaPipeline::decode_greedy(int32_t token) {

@@ -61,6 +61,10 @@ class CudaPipeline {
   // As CudaSession's, share by share; the outputs come from the last share.
   std::vector<float> prefill(std::span<const int32_t> tokens, bool all_logits = false,
                              std::vector<float>* hidden = nullptr);
+  // As CudaSession's: several sequences' prompt pieces in one pass, share by share (each share
+  // checks and maps every piece first, as prefill does a prompt).
+  std::vector<CudaSession::PieceOutput> prefill_pieces(std::span<const CudaSession::Piece> pieces);
+  bool pieces_fit(std::span<const int64_t> lengths) const { return front().pieces_fit(lengths); }
   int32_t decode_greedy(int32_t token);
   CudaSession::Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false);
   CudaSession::Window decode_rows(std::span<const CudaSession::Row> rows, bool greedy_only = false,

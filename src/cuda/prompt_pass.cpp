@@ -40,6 +40,7 @@ const std::vector<std::string> kPhaseNames = {"expanding weights",        "dense
 }  // namespace
 
 struct PromptPass::Impl {
+  using Segments = std::span<const PromptSegment>;
   Impl(const model::ModelWeights& w, const std::vector<DeviceLayer>& l, const ExpertTier& t, const float* on,
        VramAccountant& v, PromptPassOptions o, void* s)
       : model_weights(w), config(w.config), layers(l), tier(t), output_norm(on), vram(v), options(o),
@@ -123,32 +124,58 @@ struct PromptPass::Impl {
     if (copy_stream) cudaStreamDestroy(copy_stream);
   }
 
-  // y [n][m.rows] = x [n][m.cols] W^T; `exact`: in float32 whatever the session's math.
-  void project(const DeviceMatrix& m, const float* x, int64_t n, float* y, bool exact = false) {
+  // y [rows][m.rows] = x [rows][m.cols] W^T for each segment's rows alone (the weights expanded
+  // once for all); `exact`: in float32 whatever the session's math.
+  void project(const DeviceMatrix& m, const float* x, Segments segments, float* y, bool exact = false) {
     clock.mark(elementwise);
+    const float* w = nullptr;  // float32 rows of ldw, where the products go through cuBLAS
+    int64_t ldw = 0;
     if (m.type == GgmlType::F32) {
-      gemm.xwt(x, m.cols, static_cast<const float*>(m.data), int64_t(m.row_bytes / 4), y, m.rows, n, m.rows, m.cols,
-               exact);
+      w = static_cast<const float*>(m.data), ldw = int64_t(m.row_bytes / 4);
     } else if (expandable(m.type, m.cols)) {
       check(dequantize(m.type, m.data, nullptr, nullptr, 1, m.rows, m.cols, m.row_bytes, expanded, stream),
             "expanding a weight matrix");
       clock.mark(expand);
-      gemm.xwt(x, m.cols, expanded, m.cols, y, m.rows, n, m.rows, m.cols, exact);
-    } else {
-      matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, x, y, n, stream);
+      w = expanded, ldw = m.cols;
+    }
+    for (const PromptSegment& s : segments) {
+      const float* in = x + s.start * m.cols;
+      float* out = y + s.start * m.rows;
+      if (w) gemm.xwt(in, m.cols, w, ldw, out, m.rows, s.rows, m.rows, m.cols, exact);
+      else matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, in, out, s.rows, stream);
     }
     clock.mark(dense);
   }
 
-  void attention(const DeviceLayer& d, const LayerState& st, int64_t n, const int64_t* device_first,
-                 int64_t first_position) {
+  // The rows the segments span, padding between them included.
+  static int64_t spanned(Segments segments) { return segments.back().start + segments.back().rows; }
+
+  void attention(const DeviceLayer& d, size_t layer, Segments segments) {
+    const model::Qwen35MoeConfig& c = config;
+    const int64_t dim = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim();
+    project(d.q, normed, segments, qg), project(d.k, normed, segments, kbuf), project(d.v, normed, segments, vbuf);
+    for (const PromptSegment& s : segments) {
+      const LayerState& st = (*s.states)[layer];
+      check(kernels::attention_prepare(qg + s.start * 2 * q_dim, kbuf + s.start * kv_dim, vbuf + s.start * kv_dim,
+                                       d.q_norm, d.k_norm, st.kv, s.device_first, int(c.n_heads), int(c.n_kv_heads),
+                                       int(dim), int(c.rope_dims), c.rope_theta, float(c.rms_eps), int(s.rows),
+                                       stream),
+            "prompt attention prepare");
+      attend(st, s.first, s.rows, qg + s.start * 2 * q_dim, attn + s.start * q_dim);
+    }
+    const int64_t rows = spanned(segments);
+    if (kv::layout(segments.front().states->at(layer).kv.format).v == kv::Store::q4r)  // the products ran in the values' rotated domain
+      check(kernels::hadamard_rows(attn, rows * c.n_heads, int(dim), stream), "attention output rotation");
+    check(kernels::attention_gate(attn, qg, int(rows), int(c.n_heads), int(dim), stream), "attention gate");
+    clock.mark(elementwise);
+    project(d.o, attn, segments, mixed);
+  }
+
+  // One sequence's n queries (q: their q|gate rows) over its cache up to position first + n,
+  // softmax(q K^T / sqrt(dim)) V into out ([n][q_dim]).
+  void attend(const LayerState& st, int64_t first_position, int64_t n, const float* q, float* out) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t dim = c.head_dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), group = c.n_heads / c.n_kv_heads;
-    project(d.q, normed, n, qg), project(d.k, normed, n, kbuf), project(d.v, normed, n, vbuf);
-    check(kernels::attention_prepare(qg, kbuf, vbuf, d.q_norm, d.k_norm, st.kv, device_first,
-                                     int(c.n_heads), int(c.n_kv_heads), int(dim), int(c.rope_dims), c.rope_theta,
-                                     float(c.rms_eps), int(n), stream),
-          "prompt attention prepare");
     // The cache as float32 rows: what the decode step reads, whatever the format (q was rotated
     // with the keys when they are stored rotated).
     check(kernels::kv_to_rows(st.kv, first_position + n, kv_dim, k_rows, v_rows, stream), "reading the K/V cache");
@@ -159,40 +186,43 @@ struct PromptPass::Impl {
     for (int64_t q0 = 0; q0 < n; q0 += queries_per_block) {
       const int64_t tq = std::min(queries_per_block, n - q0), keys = first_position + q0 + tq;
       for (int64_t g = 0; g < c.n_kv_heads; ++g)
-        gemm.xwt_batched(qg + q0 * 2 * q_dim + g * group * 2 * dim, 2 * q_dim, 2 * dim, k_rows + g * dim, kv_dim, 0,
+        gemm.xwt_batched(q + q0 * 2 * q_dim + g * group * 2 * dim, 2 * q_dim, 2 * dim, k_rows + g * dim, kv_dim, 0,
                          scores + g * group * tq * keys, keys, tq * keys, tq, keys, dim, group);
       check(kernels::causal_softmax(scores, int(c.n_heads), int(tq), keys, first_position + q0,
                                     1.0f / std::sqrt(float(dim)), stream),
             "prompt attention softmax");
       for (int64_t g = 0; g < c.n_kv_heads; ++g)
         gemm.xw_batched(scores + g * group * tq * keys, keys, tq * keys, v_rows + g * dim, kv_dim, 0,
-                        attn + q0 * q_dim + g * group * dim, q_dim, dim, tq, dim, keys, group);
+                        out + q0 * q_dim + g * group * dim, q_dim, dim, tq, dim, keys, group);
     }
-    if (kv::layout(st.kv.format).v == kv::Store::q4r)  // the products ran in the values' rotated domain
-      check(kernels::hadamard_rows(attn, n * c.n_heads, int(dim), stream), "attention output rotation");
-    check(kernels::attention_gate(attn, qg, int(n), int(c.n_heads), int(dim), stream), "attention gate");
     clock.mark(attention_core);
-    project(d.o, attn, n, mixed);
   }
 
-  void deltanet(const DeviceLayer& d, const LayerState& st, int64_t n) {
+  void deltanet(const DeviceLayer& d, size_t layer, Segments segments) {
     const model::Qwen35MoeConfig& c = config;
-    project(d.qkv, normed, n, qkv_raw), project(d.z, normed, n, z);
-    project(d.b, normed, n, b), project(d.alpha, normed, n, alpha);
+    project(d.qkv, normed, segments, qkv_raw), project(d.z, normed, segments, z);
+    project(d.b, normed, segments, b), project(d.alpha, normed, segments, alpha);
     const int channels = int(c.conv_channels());
-    check(kernels::deltanet_conv_rows(qkv_raw, qkv, st.conv_state, d.conv, channels, int(c.ssm_conv_kernel), int(n),
-                                      stream),
-          "prompt DeltaNet conv");
-    check(kernels::l2_norm_heads(qkv, int(c.ssm_groups), int(c.ssm_state), channels, int(n), stream),
-          "prompt DeltaNet norms");
-    clock.mark(deltanet_conv);
-    check(kernels::deltanet_scan(st.ssm_state, qkv, int(c.conv_channels()), b, alpha, d.a, d.dt_bias, int(c.ssm_groups),
-                                 int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), int(n), o, stream),
-          "prompt DeltaNet scan");
-    check(kernels::gated_norm_rows(o, z, d.norm, int(n * c.ssm_dt_rank), int(c.ssm_state), float(c.rms_eps), stream),
-          "prompt DeltaNet norm");
-    clock.mark(deltanet_core);
-    project(d.out, o, n, mixed);
+    const int64_t values = c.ssm_dt_rank * c.ssm_state;  // o's and z's rows
+    for (const PromptSegment& s : segments) {
+      const LayerState& st = (*s.states)[layer];
+      float* in = qkv + s.start * channels;
+      check(kernels::deltanet_conv_rows(qkv_raw + s.start * d.qkv.rows, in, st.conv_state, d.conv, channels,
+                                        int(c.ssm_conv_kernel), int(s.rows), stream),
+            "prompt DeltaNet conv");
+      check(kernels::l2_norm_heads(in, int(c.ssm_groups), int(c.ssm_state), channels, int(s.rows), stream),
+            "prompt DeltaNet norms");
+      clock.mark(deltanet_conv);
+      check(kernels::deltanet_scan(st.ssm_state, in, channels, b + s.start * d.b.rows, alpha + s.start * d.alpha.rows,
+                                   d.a, d.dt_bias, int(c.ssm_groups), int(c.ssm_dt_rank), int(c.ssm_state),
+                                   int(c.ssm_state), int(s.rows), o + s.start * values, stream),
+            "prompt DeltaNet scan");
+      check(kernels::gated_norm_rows(o + s.start * values, z + s.start * d.z.rows, d.norm, int(s.rows * c.ssm_dt_rank),
+                                     int(c.ssm_state), float(c.rms_eps), stream),
+            "prompt DeltaNet norm");
+      clock.mark(deltanet_core);
+    }
+    project(d.out, o, segments, mixed);
   }
 
   // A layer's experts are multiplied from their stored bytes on tensor cores (expert_products), in
@@ -461,12 +491,37 @@ struct PromptPass::Impl {
     });
   }
 
-  void moe(const DeviceLayer& d, int64_t layer, int64_t n) {
+  // Where each segment's rows start among the rows the experts take (the segments' rows without
+  // the padding between them).
+  static std::vector<int64_t> packed_starts(Segments segments) {
+    std::vector<int64_t> at;
+    int64_t n = 0;
+    for (const PromptSegment& s : segments) at.push_back(n), n += s.rows;
+    at.push_back(n);
+    return at;
+  }
+
+  // The router's choices of every segment's rows, packed (the padding left out), grouped by expert;
+  // the normed rows gathered in that order into xs. Returns the (row, slot) pairs.
+  int64_t route(const DeviceLayer& d, int64_t layer, Segments segments, const std::vector<int64_t>& packed) {
     const model::Qwen35MoeConfig& c = config;
-    const int64_t k = c.n_experts_used, rows = n * k, hidden = c.hidden;
-    project(d.router, normed, n, router, true);
+    const int64_t k = c.n_experts_used, hidden = c.hidden, n = packed.back();
+    project(d.router, normed, segments, router, true);
     const RouteTally tally{d.tally.counts, d.tally.resident, d.tally.misses ? d.tally.misses + c.n_layers : nullptr};
-    check(kernels::moe_route(router, int(c.n_experts), int(k), int(n), ids, weights, tally, stream), "prompt router");
+    bool in_place = true;
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const PromptSegment& s = segments[i];
+      check(kernels::moe_route(router + s.start * d.router.rows, int(c.n_experts), int(k), int(s.rows),
+                               ids + packed[i] * 2 * k, weights + packed[i] * k, tally, stream),
+            "prompt router");
+      in_place = in_place && s.start == packed[i];
+    }
+    // The normed rows packed where padding parts them: into mixed, free until the expert sum writes it.
+    const float* rows = in_place ? normed : mixed;
+    for (size_t i = 0; i < segments.size() && !in_place; ++i)
+      check_cuda(cudaMemcpyAsync(mixed + packed[i] * hidden, normed + segments[i].start * hidden,
+                                 size_t(segments[i].rows * hidden) * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+                 "packing the normed rows");
     check(kernels::group_by_expert(ids, int(n), int(k), int(c.n_experts), sorted, slot_of, expert_of, counts, first,
                                    hist, stream),
           "grouping by expert");
@@ -474,44 +529,58 @@ struct PromptPass::Impl {
                "expert counts to the host");
     check_cuda(cudaMemcpyAsync(host_first, first, size_t(c.n_experts) * 4, cudaMemcpyDeviceToHost, stream),
                "expert offsets to the host");
-    check(kernels::gather_rows(normed, sorted, int(k), int(rows), int(hidden),
-                               paths[size_t(layer)].gate_up, xs, stream),
+    check(kernels::gather_rows(rows, sorted, int(k), int(n * k), int(hidden), paths[size_t(layer)].gate_up, xs, stream),
           "gathering expert inputs");
     check_cuda(cudaStreamSynchronize(stream), "routing a prompt chunk");
     clock.mark(routing);
+    return n * k;
+  }
+
+  void moe(const DeviceLayer& d, int64_t layer, Segments segments) {
+    const model::Qwen35MoeConfig& c = config;
+    const int64_t k = c.n_experts_used, hidden = c.hidden;
+    const std::vector<int64_t> packed = packed_starts(segments);
+    const int64_t pairs = route(d, layer, segments, packed);
     for (int32_t e : used_in(0, c.n_experts))
       if (!tier.resident(layer, e)) miss_bytes += tier.expert_bytes(layer);
     const LayerPlan plan = plan_layer(d, layer);
-    experts_gate_up(d, rows, plan);
-    experts_down(d, rows, plan);
+    experts_gate_up(d, pairs, plan);
+    experts_down(d, pairs, plan);
     const bool shared = c.shared_ff > 0;
     if (shared) {
-      project(d.shared_gate, normed, n, sg), project(d.shared_up, normed, n, su);
-      check(kernels::swiglu(sg, su, sh, n * c.shared_ff, stream), "shared swiglu");
-      project(d.shared_down, sh, n, shared_out);
-      project(d.shared_logit, normed, n, shared_logit, true);
+      project(d.shared_gate, normed, segments, sg), project(d.shared_up, normed, segments, su);
+      check(kernels::swiglu(sg, su, sh, spanned(segments) * c.shared_ff, stream), "shared swiglu");
+      project(d.shared_down, sh, segments, shared_out);
+      project(d.shared_logit, normed, segments, shared_logit, true);
     }
-    check(kernels::moe_combine_rows(ys, slot_of, weights, int(k), shared ? shared_out : nullptr, shared_logit, int(n),
-                                    int(hidden), mixed, stream),
-          "prompt expert sum");
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const PromptSegment& s = segments[i];
+      check(kernels::moe_combine_rows(ys, slot_of + packed[i] * k, weights + packed[i] * k, int(k),
+                                      shared ? shared_out + s.start * hidden : nullptr,
+                                      shared_logit + s.start * d.shared_logit.rows, int(s.rows), int(hidden),
+                                      mixed + s.start * hidden, stream),
+            "prompt expert sum");
+    }
     clock.mark(elementwise);
   }
 
-  void run(const std::vector<LayerState>& sequence, int64_t n, const int64_t* device_first, int64_t first_position) {
+  void run(Segments segments) {
     const model::Qwen35MoeConfig& c = config;
     const float eps = float(c.rms_eps);
-    const int hidden = int(c.hidden);
+    const int hidden = int(c.hidden), rows = int(spanned(segments));
+    int64_t tokens = 0;
+    for (const PromptSegment& s : segments) tokens += s.rows;
     clock.start();
     if (!options.hand_in)
-      check(kernels::rms_norm(h, layers.front().attn_norm, normed, int(n), hidden, eps, stream), "prompt norm");
+      check(kernels::rms_norm(h, layers.front().attn_norm, normed, rows, hidden, eps, stream), "prompt norm");
     for (size_t l = 0; l < layers.size(); ++l) {
       const DeviceLayer& d = layers[l];
-      speculate(int64_t(l), n);
-      d.recurrent ? deltanet(d, sequence[l], n) : attention(d, sequence[l], n, device_first, first_position);
-      check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, int(n), hidden, eps, stream), "prompt residual");
-      moe(d, int64_t(l), n);
+      speculate(int64_t(l), tokens);
+      d.recurrent ? deltanet(d, l, segments) : attention(d, l, segments);
+      check(kernels::add_rms_norm(h, mixed, d.post_norm, normed, rows, hidden, eps, stream), "prompt residual");
+      moe(d, int64_t(l), segments);
       const float* next_norm = l + 1 < layers.size() ? layers[l + 1].attn_norm : output_norm;
-      check(kernels::add_rms_norm(h, mixed, next_norm, normed, int(n), hidden, eps, stream), "prompt residual");
+      check(kernels::add_rms_norm(h, mixed, next_norm, normed, rows, hidden, eps, stream), "prompt residual");
     }
     // Every copy in before the chunk ends (a speculated one the plan did not keep has no waiter).
     check_cuda(cudaEventRecord(copies_done, copy_stream), "staging experts");
@@ -519,6 +588,18 @@ struct PromptPass::Impl {
     clock.mark(elementwise);
   }
 };
+
+std::vector<int64_t> prompt_row_starts(std::span<const int64_t> lengths) {
+  std::vector<int64_t> starts;
+  int64_t at = 0;
+  for (int64_t n : lengths) {
+    if (n < 1) fail("cuda prompt pass: a piece of {} tokens", n);
+    starts.push_back(at);
+    at = (at + n + kPromptRowAlign - 1) / kPromptRowAlign * kPromptRowAlign;
+  }
+  starts.push_back(lengths.empty() ? 0 : starts.back() + lengths.back());
+  return starts;
+}
 
 PromptPass::PromptPass(const model::ModelWeights& weights, const std::vector<DeviceLayer>& layers,
                        const ExpertTier& tier, const float* output_norm, VramAccountant& vram,
@@ -535,9 +616,23 @@ PromptPass::~PromptPass() = default;
 float* PromptPass::input_rows() { return impl_->h; }
 float* PromptPass::normed_rows() { return impl_->normed; }
 
-void PromptPass::run(const std::vector<LayerState>& sequence, int64_t n, const int64_t* device_first, int64_t first) {
-  if (n <= 0 || n > impl_->options.chunk) fail("cuda prompt pass: {} tokens for a chunk of {}", n, impl_->options.chunk);
-  impl_->run(sequence, n, device_first, first);
+void PromptPass::run(std::span<const PromptSegment> segments) {
+  if (segments.empty()) fail("cuda prompt pass: no rows to run");
+  const int64_t chunk = impl_->options.chunk;
+  std::vector<int64_t> lengths;
+  for (const PromptSegment& s : segments) lengths.push_back(s.rows);
+  const std::vector<int64_t> starts = prompt_row_starts(lengths);
+  if (starts.back() > chunk)
+    fail("cuda prompt pass: {} pieces spanning {} rows for a chunk of {}", segments.size(), starts.back(), chunk);
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].start != starts[i])
+      fail("cuda prompt pass: piece {} starts at row {}, not {} (prompt_row_starts)", i, segments[i].start, starts[i]);
+    if (!segments[i].states || segments[i].states->size() != impl_->layers.size())
+      fail("cuda prompt pass: piece {} holds no state for each of the {} layers", i, impl_->layers.size());
+    for (size_t j = 0; j < i; ++j)
+      if (segments[j].states == segments[i].states) fail("cuda prompt pass: pieces {} and {} are one sequence's", j, i);
+  }
+  impl_->run(segments);
 }
 
 const float* PromptPass::output_rows() const { return impl_->normed; }

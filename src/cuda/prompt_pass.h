@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,28 @@ struct PromptPassOptions {
   bool hand_in = false;
 };
 
+// One sequence's rows in a pass (PromptPass::run): `rows` tokens at positions first, first + 1, ...
+// (*device_first == first, on the device: attention's K/V rows are written there), at rows
+// [start, start + rows) of the pass's buffers.
+struct PromptSegment {
+  const std::vector<LayerState>* states = nullptr;  // the sequence's layers' state
+  int64_t rows = 0;
+  int64_t start = 0;
+  const int64_t* device_first = nullptr;
+  int64_t first = 0;
+};
+
+// Several sequences' prompt pieces share a pass so that it reads each layer's weights once for
+// all of them; every product still runs per sequence, on that sequence's rows alone, except the
+// experts' (whose rows are independent of each other), and each sequence's rows start on a
+// multiple of kPromptRowAlign rows: every product then sees the shapes and the pointer alignment a
+// pass of that sequence alone sees, so cuBLAS takes the same algorithm and the rows get the same
+// bits as alone. The rows between pieces are padding, left out of the experts.
+constexpr int64_t kPromptRowAlign = 64;
+// Where pieces of these lengths start in one pass, in order, and then where the last ends: the
+// rows the pass spans, padding included (at most the chunk).
+std::vector<int64_t> prompt_row_starts(std::span<const int64_t> lengths);
+
 class PromptPass {
  public:
   // Allocates the pass's scratch (through `vram`, as scratch: plan::prompt_scratch) for
@@ -49,12 +72,12 @@ class PromptPass {
   // Where each row's h is normed, [chunk][hidden]: with options.hand_in, where the caller puts
   // the normed rows beside input_rows(); after a chunk, output_rows().
   float* normed_rows();
-  // Runs n <= chunk tokens of the sequence whose layers' state is `sequence` at positions first,
-  // first + 1, ... (*device_first == first, on the device: attention's K/V rows are written there).
-  // Afterwards output_rows() holds each token's final hidden state after the output norm,
-  // [n][hidden], ready for the lm head (on a share of the layers that hands its rows on, `output_norm`
-  // is the next share's first norm, and input_rows() holds each row's h for it).
-  void run(const std::vector<LayerState>& sequence, int64_t n, const int64_t* device_first, int64_t first);
+  // Runs the segments' rows (distinct sequences, starts as prompt_row_starts gives them, ending
+  // within the chunk; one segment: a chunk of one sequence, at row 0). Afterwards output_rows()
+  // holds each row's final hidden state after the output norm, [rows][hidden], ready for the lm
+  // head (on a share of the layers that hands its rows on, `output_norm` is the next share's first
+  // norm, and input_rows() holds each row's h for it).
+  void run(std::span<const PromptSegment> segments);
   const float* output_rows() const;
   // The two staging buffers of staging_bytes() each (plan::PromptScratch), idle between chunks:
   // decode steps stage their GPU-computed misses there (kernels::MissStage).

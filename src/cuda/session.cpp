@@ -1153,17 +1153,20 @@ struct CudaSession::Impl {
     miss_summary = fmt::format("{}; {}", plan::to_string(path), miss->describe());
   }
 
-  // Before a prompt runs at the current position: its tokens checked against the vocabulary and
-  // the context left, the last window no longer cut, its K/V pages mapped.
-  void start_prompt(std::span<const int32_t> tokens) {
+  // Before a prompt runs at a sequence's position (the current one's unless named): its tokens
+  // checked against the vocabulary and the context left, the last window no longer cut, its K/V
+  // pages mapped.
+  void start_prompt(std::span<const int32_t> tokens) { start_prompt(current, tokens); }
+  void start_prompt(int64_t sequence, std::span<const int32_t> tokens) {
+    Place& at = places[size_t(sequence)];
     for (int32_t token : tokens)
       if (token < 0 || token >= config.vocab)
         fail("cuda session: token id {} is outside the vocabulary [0, {})", token, config.vocab);
-    if (place().position + int64_t(tokens.size()) > options.max_context)
+    if (at.position + int64_t(tokens.size()) > options.max_context)
       fail("cuda session: a prompt of {} tokens after {} does not fit the context of {} positions; raise max_context",
-           tokens.size(), place().position, options.max_context);
-    place().window_start = -1;
-    prepare_kv(current, place().position, place().position + int64_t(tokens.size()));
+           tokens.size(), at.position, options.max_context);
+    at.window_start = -1;
+    prepare_kv(sequence, at.position, at.position + int64_t(tokens.size()));
   }
 
   // A prompt of several tokens, chunk by chunk through the prompt pass; logits of every position
@@ -1184,32 +1187,81 @@ struct CudaSession::Impl {
   // the last (last_logits) into out, [rows][vocab] or [vocab] (a share that hands its rows on has no
   // lm head); with hidden_out, every row's final-normed hidden state.
   void prompt_chunk(std::span<const int32_t> tokens, bool all_logits, bool last_logits, float* out, float* hidden_out) {
-    const model::Qwen35MoeConfig& c = config;
-    const int64_t n = int64_t(tokens.size()), hidden = c.hidden;
-    if (!options.hand_in) {
-      for (int64_t t = 0; t < n; ++t) model::dequantize_row(host.token_embd, tokens[size_t(t)], pinned_rows + t * hidden);
-      check_cuda(cudaMemcpyAsync(prompt->input_rows(), pinned_rows, size_t(n * hidden) * sizeof(float),
-                                 cudaMemcpyHostToDevice, stream),
-                 "embeddings to the device");
-    }
-    const int64_t position = place().position;
+    const int64_t n = int64_t(tokens.size()), position = place().position;
+    embed_prompt_rows(tokens, 0);
     *pinned_positions = position;
     check_cuda(cudaMemcpyAsync(device_positions, pinned_positions, sizeof(int64_t), cudaMemcpyHostToDevice, stream),
                "position to the device");
-    prompt->run(sequence_states(current), n, device_positions, position);
-    if (hidden_out && !hands_on())
-      check_cuda(cudaMemcpyAsync(hidden_out, prompt->output_rows(), size_t(n * hidden) * sizeof(float),
-                                 cudaMemcpyDeviceToHost, stream),
-                 "hidden states to the host");
-    for (int64_t t = all_logits ? 0 : n - 1; t < n && (all_logits || last_logits) && !hands_on(); ++t) {
-      mv("lm head", output, prompt->output_rows() + t * hidden, logits);
-      check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
-                 "logits to the host");
-      check_cuda(cudaStreamSynchronize(stream), "a prompt chunk");
-      std::copy_n(pinned_logits, c.vocab, out + (all_logits ? t : 0) * c.vocab);
-    }
+    const PromptSegment segment{&sequence_states(current), n, 0, device_positions, position};
+    prompt->run(std::span(&segment, 1));
+    if (hidden_out) prompt_hidden(0, n, hidden_out);
+    for (int64_t t = all_logits ? 0 : n - 1; t < n && (all_logits || last_logits); ++t)
+      prompt_logits(t, out + (all_logits ? t : 0) * config.vocab);
     check_cuda(cudaStreamSynchronize(stream), "a prompt chunk");
     place().position += n;
+  }
+
+  // Prompt pieces of several sequences in one pass (CudaSession::prefill_pieces), each checked and
+  // mapped as a prompt first; rows as prompt_row_starts lays them out.
+  void prompt_pieces(std::span<const CudaSession::Piece> pieces, std::vector<CudaSession::PieceOutput>& outputs) {
+    std::vector<int64_t> lengths;
+    for (const CudaSession::Piece& p : pieces) lengths.push_back(int64_t(p.tokens.size()));
+    const std::vector<int64_t> starts = prompt_row_starts(lengths);
+    for (size_t i = 0; i < pieces.size(); ++i) start_prompt(pieces[i].sequence, pieces[i].tokens);
+    std::vector<PromptSegment> segments;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const int64_t sequence = pieces[i].sequence, position = places[size_t(sequence)].position;
+      embed_prompt_rows(pieces[i].tokens, starts[i]);
+      pinned_positions[i] = position;
+      segments.push_back({&sequence_states(sequence), lengths[i], starts[i], device_positions + i, position});
+    }
+    check_cuda(cudaMemcpyAsync(device_positions, pinned_positions, pieces.size() * sizeof(int64_t),
+                               cudaMemcpyHostToDevice, stream),
+               "positions to the device");
+    prompt->run(segments);
+    outputs.assign(pieces.size(), {});
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      CudaSession::PieceOutput& out = outputs[i];
+      if (hands_on()) continue;
+      if (pieces[i].hidden) {
+        out.hidden.resize(size_t(lengths[i] * config.hidden));
+        prompt_hidden(starts[i], lengths[i], out.hidden.data());
+      }
+      if (pieces[i].logits) {
+        out.logits.resize(size_t(config.vocab));
+        prompt_logits(starts[i] + lengths[i] - 1, out.logits.data());
+      }
+    }
+    check_cuda(cudaStreamSynchronize(stream), "prompt pieces");
+    for (size_t i = 0; i < pieces.size(); ++i) places[size_t(pieces[i].sequence)].position += lengths[i];
+  }
+
+  // A prompt's embeddings into the pass's rows from `row` on (none where the rows are handed in).
+  void embed_prompt_rows(std::span<const int32_t> tokens, int64_t row) {
+    if (options.hand_in) return;
+    const int64_t n = int64_t(tokens.size()), hidden = config.hidden;
+    float* staged = pinned_rows + row * hidden;
+    for (int64_t t = 0; t < n; ++t) model::dequantize_row(host.token_embd, tokens[size_t(t)], staged + t * hidden);
+    check_cuda(cudaMemcpyAsync(prompt->input_rows() + row * hidden, staged, size_t(n * hidden) * sizeof(float),
+                               cudaMemcpyHostToDevice, stream),
+               "embeddings to the device");
+  }
+  // Rows [row, row + n) of the pass's final-normed hidden states to the host (nothing where they
+  // are handed on); the copy is queued.
+  void prompt_hidden(int64_t row, int64_t n, float* out) {
+    if (hands_on()) return;
+    check_cuda(cudaMemcpyAsync(out, prompt->output_rows() + row * config.hidden, size_t(n * config.hidden) * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream),
+               "hidden states to the host");
+  }
+  // The lm head of the pass's row `row` into out [vocab] (nothing where the rows are handed on).
+  void prompt_logits(int64_t row, float* out) {
+    if (hands_on()) return;
+    mv("lm head", output, prompt->output_rows() + row * config.hidden, logits);
+    check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(config.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
+               "logits to the host");
+    check_cuda(cudaStreamSynchronize(stream), "a prompt chunk");
+    std::copy_n(pinned_logits, config.vocab, out);
   }
 
   // The prompt pass for the plan's chunk (options.prompt_chunk, or less where the budget is tight).
@@ -1482,6 +1534,34 @@ std::vector<float> CudaSession::prefill_chunk(std::span<const int32_t> tokens, b
 }
 
 void CudaSession::prepare_prompt(std::span<const int32_t> tokens) { impl_->start_prompt(tokens); }
+
+bool CudaSession::pieces_fit(std::span<const int64_t> lengths) const {
+  const Impl& s = *impl_;
+  return s.prompt && !lengths.empty() && int64_t(lengths.size()) <= s.options.step_rows &&
+         std::all_of(lengths.begin(), lengths.end(), [](int64_t n) { return n > 0; }) &&
+         prompt_row_starts(lengths).back() <= s.prompt->chunk();
+}
+
+std::vector<CudaSession::PieceOutput> CudaSession::prefill_pieces(std::span<const Piece> pieces) {
+  Impl& s = *impl_;
+  if (!s.prompt) fail("cuda session: prompts run token by token here (no prompt pass)");
+  std::vector<int64_t> lengths;
+  std::vector<bool> seen(size_t(s.options.sequences), false);
+  for (const Piece& p : pieces) {
+    if (p.sequence < 0 || p.sequence >= s.options.sequences)
+      fail("cuda session: sequence {}; this session holds {} (options.sequences)", p.sequence, s.options.sequences);
+    if (seen[size_t(p.sequence)]) fail("cuda session: sequence {} has two prompt pieces in one pass", p.sequence);
+    seen[size_t(p.sequence)] = true;
+    lengths.push_back(int64_t(p.tokens.size()));
+  }
+  if (!pieces_fit(lengths))
+    fail("cuda session: {} prompt pieces do not fit one pass: at most {} pieces of at least one token, spanning at "
+         "most {} rows with each piece starting on a multiple of {}",
+         pieces.size(), s.options.step_rows, s.prompt->chunk(), kPromptRowAlign);
+  std::vector<PieceOutput> outputs;
+  s.prompt_pieces(pieces, outputs);
+  return outputs;
+}
 
 CudaSession::HandOver CudaSession::hand_over(bool prompt) const {
   const Impl& s = *impl_;

@@ -151,6 +151,24 @@ class CudaSession {
   // logits of every row when all_logits, else of the last when last_logits, else none.
   std::vector<float> prefill_chunk(std::span<const int32_t> tokens, bool all_logits, bool last_logits,
                                    std::vector<float>* hidden = nullptr);
+  // Prompt pieces of several sequences (distinct; each its sequence's next tokens) in one pass of
+  // the prompt path, which reads each layer's weights once for all of them: each piece's rows get
+  // the bits a chunk of its own gives (cuda/prompt_pass.h), every sequence moves on by its piece.
+  // Out, per piece: its last row's logits [vocab] and its rows' final-normed hidden states
+  // [tokens][hidden], each where asked (none on a share that hands its rows on).
+  struct Piece {
+    int64_t sequence = 0;
+    std::span<const int32_t> tokens;
+    bool logits = true;
+    bool hidden = false;
+  };
+  struct PieceOutput {
+    std::vector<float> logits, hidden;
+  };
+  std::vector<PieceOutput> prefill_pieces(std::span<const Piece> pieces);
+  // Whether pieces of these lengths fit one pass: at most step_rows() of them, laid out as
+  // prompt_row_starts lays them within prompt_chunk() rows.
+  bool pieces_fit(std::span<const int64_t> lengths) const;
   std::vector<float> decode(int32_t token);
   // Appends token and returns the most likely next one (the lowest id among equal logits), chosen
   // on the device: the step copies 4 bytes to the host instead of the vocabulary's logits. Fails
