@@ -77,6 +77,21 @@ TEST(BenchReport, WindowsShowTheirCostInStepsAndTheSpeedupItImplies) {
   EXPECT_DOUBLE_EQ(parsed["windows"][0].at("speedup_at_acceptance").at("0.9").get<double>(), 1.52);
 }
 
+// Prompts read together: their rate in all, against one prompt at a time.
+TEST(BenchReport, PromptsReadTogetherShowTheirRateAgainstOneAtATime) {
+  measure::BenchRun b = a_run("m.gguf", 10240);
+  b.pieces.push_back({.tokens = 256, .prompts = 16, .passes = 2, .seconds = 0.5, .alone_tokens_per_s = 4096.0});
+  EXPECT_DOUBLE_EQ(b.pieces[0].tokens_per_s(), 8192.0);
+  const std::string text = measure::to_text(h200_like(), b);
+  EXPECT_NE(text.find("16 prompts of 256 together, 2 passes:   500.0 ms,    8192.0 tokens/s = 2.00x one at a time"),
+            std::string::npos)
+      << text;
+  const auto parsed = nlohmann::json::parse(measure::to_json(h200_like(), b).dump());
+  ASSERT_EQ(parsed.at("prompts_together").size(), 1u);
+  EXPECT_EQ(parsed["prompts_together"][0].at("passes"), 2);
+  EXPECT_DOUBLE_EQ(parsed["prompts_together"][0].at("x_one_at_a_time").get<double>(), 2.0);
+}
+
 // A step of several sequences: its cost in one-token steps, every sequence's tokens per second
 // together, and how many sequences' worth of one-sequence decoding that is.
 TEST(BenchReport, StepsOfSeveralSequencesShowTheirAggregateRate) {

@@ -1,5 +1,6 @@
 // `lode bench -m MODEL [-p 512,8192] [-n 128] [--depth 0,8192,32768] [--fill prompt|random] [--ctx N]
-// [--window 2,3,4] [--sequences 4,16,64] [--repeats 3] [--vram-budget A,B,C] [--gpus 0,1] [--json]`: the CUDA backend's speed on a model, each figure
+// [--window 2,3,4] [--sequences 4,16,64] [--prompts-together 4,16] [--repeats 3] [--vram-budget A,B,C]
+// [--gpus 0,1] [--json]`: the CUDA backend's speed on a model, each figure
 // beside its fraction of the device's limits measured in the same run (device-to-device copy
 // bandwidth; bf16 and TF32 matrix throughput), and under each VRAM budget asked for, the expert
 // tier's share of experts in VRAM, hit rate and bytes read over PCIe. With --gpus, the layers spread
@@ -39,6 +40,7 @@ struct BenchOptions {
   std::vector<int64_t> depths = {0};
   std::vector<int64_t> windows;  // verify windows timed at each depth (tokens in one step)
   std::vector<int64_t> sequences;  // steps of that many sequences timed at each depth (a token each)
+  std::vector<int64_t> pieces;     // that many prompts of the first length read together
   int64_t generate = 128;
   int repeats = 3;
   int64_t prompt_chunk = 4096;
@@ -208,6 +210,38 @@ measure::SequencesFigures bench_sequences(cuda::CudaPipeline& session, const Dec
           .tier = per(tier_delta(before, session.expert_stats()), double(generate * repeats))};
 }
 
+// `count` prompts of `n` tokens, sequence s reading the tokens from s on, from empty sequences, in
+// passes that take as many as fit one (CudaSession::prefill_pieces); the median of `repeats` runs
+// after a warm-up, against one prompt at a time (`alone`: the prefill of n tokens). Sequence 0 is
+// left empty.
+measure::PiecesFigures bench_pieces(cuda::CudaPipeline& session, const std::vector<int32_t>& tokens, int64_t n,
+                                    int64_t count, int repeats, const PrefillFigures& alone) {
+  if (!session.pieces_fit(std::span(&n, 1)))
+    fail("--prompts-together: prompts of {} tokens do not fit one pass of the prompt path ({} rows)", n,
+         session.prompt_chunk());
+  std::vector<cuda::CudaSession::Piece> pieces;
+  for (int64_t s = 0; s < count; ++s)
+    pieces.push_back({.sequence = s, .tokens = std::span(tokens.data() + s, size_t(n)), .logits = true});
+  std::vector<std::vector<cuda::CudaSession::Piece>> passes;
+  std::vector<int64_t> lengths;
+  for (const cuda::CudaSession::Piece& p : pieces) {
+    lengths.push_back(n);
+    if (passes.empty() || !session.pieces_fit(lengths)) passes.emplace_back(), lengths = {n};
+    passes.back().push_back(p);
+  }
+  const auto run = [&] {
+    for (int64_t s = 0; s < count; ++s) session.use_sequence(s), session.reset();
+    for (const auto& pass : passes) session.prefill_pieces(pass);
+  };
+  run();
+  const cuda::ExpertStats before = session.expert_stats();
+  const double seconds = median_seconds_per_call(run, 1, repeats);
+  const TierFigures tier = per(tier_delta(before, session.expert_stats()), double(repeats * count));
+  for (int64_t s = count - 1; s >= 0; --s) session.use_sequence(s), session.reset();
+  return {.tokens = n, .prompts = count, .passes = int64_t(passes.size()), .seconds = seconds,
+          .alone_tokens_per_s = alone.tokens_per_s, .tier = tier};
+}
+
 cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_context, int64_t budget_mib,
                                          const std::vector<double>& expert_scores) {
   cuda::CudaSessionOptions options;
@@ -223,6 +257,11 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
   if (!o.sequences.empty()) {
     options.sequences = *std::max_element(o.sequences.begin(), o.sequences.end());
     options.step_rows = std::max(options.step_rows, options.sequences);
+  }
+  if (!o.pieces.empty()) {
+    const int64_t most = *std::max_element(o.pieces.begin(), o.pieces.end());
+    options.sequences = std::max(options.sequences, most);
+    options.step_rows = std::max(options.step_rows, most);
   }
   return options;
 }
@@ -383,6 +422,8 @@ measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeCon
     b.weights_mib += double(vram.held(cuda::VramUse::weights) + vram.held(cuda::VramUse::experts)) / double(1 << 20);
   }
   for (int64_t n : o.prompts) b.prefills.push_back(bench_prefill(pipeline, tokens, n, o.repeats));
+  for (int64_t count : o.pieces)
+    b.pieces.push_back(bench_pieces(pipeline, tokens, o.prompts.front(), count, o.repeats, b.prefills.front()));
   for (int64_t depth : o.depths) {
     b.decodes.push_back(bench_decode(pipeline, tokens, depth, o.generate, o.repeats, o.fill == "random"));
     for (int64_t n : o.windows) b.windows.push_back(bench_window(pipeline, b.decodes.back(), n, o.generate, o.repeats));
@@ -411,8 +452,10 @@ void run_bench(const BenchOptions& o) {
   int64_t after_depth = 2 + o.generate * o.repeats;
   for (int64_t n : o.windows) after_depth += n * (std::max<int64_t>(o.generate / n, 1) * o.repeats + 1);
   if (!o.sequences.empty()) after_depth += o.generate * o.repeats + 1;  // (from where sequence 0 got to)
-  const int64_t longest = std::max(*std::max_element(o.prompts.begin(), o.prompts.end()),
-                                   *std::max_element(o.depths.begin(), o.depths.end()) + after_depth);
+  // (Prompts read together: sequence s reads the tokens from s on.)
+  const int64_t together = o.pieces.empty() ? 0 : o.prompts.front() + *std::max_element(o.pieces.begin(), o.pieces.end());
+  const int64_t longest = std::max({*std::max_element(o.prompts.begin(), o.prompts.end()),
+                                    *std::max_element(o.depths.begin(), o.depths.end()) + after_depth, together});
   if (o.ctx > 0 && o.ctx < longest + 8)
     fail("--ctx {}: the runs asked for need {} positions (the deepest depth, 2 warm-up steps, {} x {} decoded "
          "tokens and the windows', or the longest prompt, plus 8)", o.ctx, longest + 8, o.repeats, o.generate);
@@ -478,6 +521,11 @@ void add_bench_command(CLI::App& app) {
                   "second in all and the cost in one-token steps")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(64)));
+  cmd->add_option("--prompts-together", o->pieces,
+                  "Prompts of the first --prompt length read together, comma-separated counts (serving: requests' "
+                  "prompts arriving at once; each pass of the prompt path takes as many as fit), beside one at a time")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(2), int64_t(64)));
   cmd->add_option("-r,--repeats", o->repeats, "Timed runs per figure, after a warm-up; the median is shown (default 3)")
       ->check(integer_at_least(1));
   cmd->add_option("--prompt-chunk", o->prompt_chunk,

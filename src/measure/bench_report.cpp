@@ -105,6 +105,22 @@ std::string sequences_line(const BenchRun& b, const SequencesFigures& f) {
   return line + "\n";
 }
 
+nlohmann::json pieces_json(const PiecesFigures& f) {
+  return {{"tokens", f.tokens}, {"prompts", f.prompts}, {"passes", f.passes}, {"ms", rounded(1e3 * f.seconds, 3)},
+          {"tokens_per_s", rounded(f.tokens_per_s(), 1)},
+          {"x_one_at_a_time", rounded(f.tokens_per_s() / f.alone_tokens_per_s, 3)},
+          {"pcie_bytes_per_prompt", rounded(f.tier.pcie_bytes, 0)}};
+}
+
+std::string pieces_line(const BenchRun& b, const PiecesFigures& f) {
+  std::string line = fmt::format("{} prompts of {} together, {} pass{}: {:7.1f} ms, {:9.1f} tokens/s = {:.2f}x one "
+                                 "at a time",
+                                 f.prompts, f.tokens, f.passes, f.passes == 1 ? "" : "es", 1e3 * f.seconds,
+                                 f.tokens_per_s(), f.tokens_per_s() / f.alone_tokens_per_s);
+  if (!b.plan.all_resident()) line += fmt::format("; {:.2f} GB over PCIe a prompt", f.tier.pcie_bytes / 1e9);
+  return line + "\n";
+}
+
 }  // namespace
 
 double WindowFigures::tokens_at(double acceptance) const {
@@ -120,6 +136,8 @@ nlohmann::json to_json(const Ceilings& c, const BenchRun& b) {
   for (const auto& w : b.windows) windows.push_back(window_json(w));
   nlohmann::json sequences = nlohmann::json::array();
   for (const auto& f : b.sequences) sequences.push_back(sequences_json(f));
+  nlohmann::json pieces = nlohmann::json::array();
+  for (const auto& f : b.pieces) pieces.push_back(pieces_json(f));
   return {{"model", b.model},
           {"vram_budget_MiB", rounded(double(b.plan.options.budget) / double(1 << 20), 1)},
           {"experts_resident", b.plan.experts_resident},
@@ -128,6 +146,7 @@ nlohmann::json to_json(const Ceilings& c, const BenchRun& b) {
           {"decode", decode},
           {"windows", windows},
           {"sequences", sequences},
+          {"prompts_together", pieces},
           {"generated_tokens", b.generated},
           {"repeats", b.repeats},
           {"copy_ceiling_GBps", rounded(c.copy_gbps, 1)},
@@ -159,6 +178,7 @@ std::string to_text(const Ceilings& c, const BenchRun& b) {
   for (const auto& r : b.decodes) text += decode_line(c, b, r);
   for (const auto& w : b.windows) text += window_line(w);
   for (const auto& f : b.sequences) text += sequences_line(b, f);
+  for (const auto& f : b.pieces) text += pieces_line(b, f);
   text += fmt::format("peak VRAM held by lode: {:.1f} MiB (median of {} runs after a warm-up each)\n", b.peak_mib,
                       b.repeats);
   return text;

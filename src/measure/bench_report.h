@@ -56,6 +56,17 @@ struct SequencesFigures {
   double tokens_per_s() const { return seconds > 0 ? double(sequences) / seconds : 0; }  // all sequences'
 };
 
+// Prompts of several sequences read together (serving: requests' prompts arriving at once): `prompts`
+// prompts of `tokens` tokens each, from empty sequences, in passes of the prompt path that take as
+// many as fit, against one prompt at a time (the prefill of that length in the same run).
+struct PiecesFigures {
+  int64_t tokens = 0, prompts = 0, passes = 0;
+  double seconds = 0;                // for all of them
+  double alone_tokens_per_s = 0;     // one prompt at a time
+  TierFigures tier;                  // per prompt
+  double tokens_per_s() const { return seconds > 0 ? double(tokens * prompts) / seconds : 0; }
+};
+
 // The device's limits, measured once per process, in memory of their own (outside lode's budget).
 struct Ceilings {
   double copy_gbps = 0, bf16_tflops = 0, tf32_tflops = 0;
@@ -73,6 +84,7 @@ struct BenchRun {
   std::vector<DecodeFigures> decodes;
   std::vector<WindowFigures> windows;
   std::vector<SequencesFigures> sequences;
+  std::vector<PiecesFigures> pieces;
   double load_s = 0, peak_mib = 0, weights_mib = 0;
   int64_t prompt_chunk = 0, context = 0;
   plan::MemoryPlan plan;  // on several GPUs, their plans together (plan::together)
