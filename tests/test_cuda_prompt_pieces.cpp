@@ -40,8 +40,10 @@ using lode::test::tokens_from;
 using Loaded = lode::test::LoadedWeights;
 
 // Lengths of the pieces of each pass, a sequence each (sequence i takes the i-th): short and long,
-// one token, one exactly kPromptRowAlign long (no padding after it), and K/V pages crossed.
-const std::vector<std::vector<int64_t>> kPasses = {{37, 64, 5, 100}, {1, 70, 64, 9}, {3, 2, 120, 33}};
+// one token, one exactly kPromptRowAlign long (no padding after it), K/V pages crossed, and a pass
+// whose pieces all start where the experts' packed rows do (no packing).
+const std::vector<std::vector<int64_t>> kPasses = {
+    {37, 64, 5, 100}, {1, 70, 64, 9}, {3, 2, 120, 33}, {64, 128, 64, 7}};
 
 // `together` (several sequences) and one session per sequence with `alone`'s options read the same
 // prompts: first a prompt of each sequence's own length, then the passes' pieces, in one pass per
@@ -202,14 +204,15 @@ TEST(CudaPieces, RowStartsAlignEachPiece) {
 }
 
 // Refused, changing nothing: a sequence with two pieces, pieces spanning more rows than a pass
-// holds, more pieces than the session's rows, an empty piece.
+// holds, an empty piece, a sequence outside the session, a piece past its context (after a valid
+// one, which must not move either); more pieces than the session's rows do not fit.
 TEST(CudaPieces, RefusesWhatOnePassCannotTake) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
   synth_model(dir / "m.gguf", "tiny", "q8_0", 68);
   const Loaded m(dir / "m.gguf");
   const int64_t vocab = m.config.vocab;
-  CudaSession s(m.reader, m.weights, {.max_context = 512, .step_rows = 3, .sequences = 4, .prompt_chunk = 256});
+  CudaSession s(m.reader, m.weights, {.max_context = 512, .step_rows = 4, .sequences = 4, .prompt_chunk = 256});
   const auto refused = [&](std::vector<CudaSession::Piece> pieces, const char* why) {
     try {
       s.prefill_pieces(pieces);
@@ -221,9 +224,14 @@ TEST(CudaPieces, RefusesWhatOnePassCannotTake) {
   const std::vector<int32_t> ten = tokens_from(vocab, 10, 1), long_one = tokens_from(vocab, 200, 2);
   refused({{0, ten}, {0, ten}}, "two prompt pieces");
   refused({{0, long_one}, {1, ten}}, "do not fit one pass");  // 200 + padding to 256, then 10 more
-  refused({{0, ten}, {1, ten}, {2, ten}, {3, ten}}, "do not fit one pass");  // four pieces, three rows
   refused({{0, ten}, {1, {}}}, "do not fit one pass");
   refused({{4, ten}}, "sequence 4");
+  const std::vector<int32_t> too_long = tokens_from(vocab, 100, 3);
+  s.use_sequence(1);
+  s.prefill(tokens_from(vocab, 450, 4));
+  refused({{0, ten}, {1, too_long}}, "does not fit the context");
+  EXPECT_EQ(s.position(), 450);
+  s.reset();
   for (int64_t q = 0; q < 4; ++q) {
     s.use_sequence(q);
     EXPECT_EQ(s.position(), 0);
@@ -231,6 +239,7 @@ TEST(CudaPieces, RefusesWhatOnePassCannotTake) {
   const std::vector<int64_t> over = {200, 10}, tight = {190, 64};
   EXPECT_FALSE(s.pieces_fit(over));  // the second starts at row 256
   EXPECT_TRUE(s.pieces_fit(tight));  // the second starts at row 192 and ends at 256
+  EXPECT_FALSE(s.pieces_fit(std::vector<int64_t>{10, 10, 10, 10, 10}));  // more pieces than the session's rows
 }
 
 }  // namespace

@@ -263,10 +263,15 @@ std::vector<CudaSession::PieceOutput> CudaPipeline::prefill_pieces(std::span<con
     const OnDevice on(shares_.front().device);
     return shares_.front().session->prefill_pieces(pieces);
   }
-  if (shares_.size() > 1) {
+  if (shares_.size() > 1) {  // (each share back on the current sequence, whatever happens)
     const int64_t current = front().sequence();
     each([&](CudaSession& s) {
-      for (const CudaSession::Piece& p : pieces) s.use_sequence(p.sequence), s.prepare_prompt(p.tokens);
+      try {
+        for (const CudaSession::Piece& p : pieces) s.use_sequence(p.sequence), s.prepare_prompt(p.tokens);
+      } catch (const Error&) {
+        s.use_sequence(current);
+        throw;
+      }
       s.use_sequence(current);
     });
   }

@@ -1153,18 +1153,26 @@ struct CudaSession::Impl {
     miss_summary = fmt::format("{}; {}", plan::to_string(path), miss->describe());
   }
 
-  // Before a prompt runs at a sequence's position (the current one's unless named): its tokens
-  // checked against the vocabulary and the context left, the last window no longer cut, its K/V
-  // pages mapped.
+  // Before a prompt runs at a sequence's position (the current one's unless named): checked, then
+  // mapped (map_prompt).
   void start_prompt(std::span<const int32_t> tokens) { start_prompt(current, tokens); }
   void start_prompt(int64_t sequence, std::span<const int32_t> tokens) {
-    Place& at = places[size_t(sequence)];
+    check_prompt(sequence, tokens);
+    map_prompt(sequence, tokens);
+  }
+  // Its tokens against the vocabulary and the context left, changing nothing.
+  void check_prompt(int64_t sequence, std::span<const int32_t> tokens) const {
+    const Place& at = places[size_t(sequence)];
     for (int32_t token : tokens)
       if (token < 0 || token >= config.vocab)
         fail("cuda session: token id {} is outside the vocabulary [0, {})", token, config.vocab);
     if (at.position + int64_t(tokens.size()) > options.max_context)
       fail("cuda session: a prompt of {} tokens after {} does not fit the context of {} positions; raise max_context",
            tokens.size(), at.position, options.max_context);
+  }
+  // The last window no longer cut, the prompt's K/V pages mapped.
+  void map_prompt(int64_t sequence, std::span<const int32_t> tokens) {
+    Place& at = places[size_t(sequence)];
     at.window_start = -1;
     prepare_kv(sequence, at.position, at.position + int64_t(tokens.size()));
   }
@@ -1195,7 +1203,7 @@ struct CudaSession::Impl {
     const PromptSegment segment{&sequence_states(current), n, 0, device_positions, position};
     prompt->run(std::span(&segment, 1));
     if (hidden_out) prompt_hidden(0, n, hidden_out);
-    for (int64_t t = all_logits ? 0 : n - 1; t < n && (all_logits || last_logits); ++t)
+    for (int64_t t = all_logits ? 0 : n - 1; t < n && (all_logits || last_logits) && !hands_on(); ++t)
       prompt_logits(t, out + (all_logits ? t : 0) * config.vocab);
     check_cuda(cudaStreamSynchronize(stream), "a prompt chunk");
     place().position += n;
@@ -1207,7 +1215,8 @@ struct CudaSession::Impl {
     std::vector<int64_t> lengths;
     for (const CudaSession::Piece& p : pieces) lengths.push_back(int64_t(p.tokens.size()));
     const std::vector<int64_t> starts = prompt_row_starts(lengths);
-    for (size_t i = 0; i < pieces.size(); ++i) start_prompt(pieces[i].sequence, pieces[i].tokens);
+    for (const CudaSession::Piece& p : pieces) check_prompt(p.sequence, p.tokens);  // (all before any changes)
+    for (const CudaSession::Piece& p : pieces) map_prompt(p.sequence, p.tokens);
     std::vector<PromptSegment> segments;
     for (size_t i = 0; i < pieces.size(); ++i) {
       const int64_t sequence = pieces[i].sequence, position = places[size_t(sequence)].position;
