@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -209,6 +210,54 @@ TEST(Sampler, TopKKeepsExactlyTheKBest) {
   const std::vector<float> close{0.1f, 0.3f, 0, 0.2f, -5, 0.25f};
   for (int i = 0; i < 2000; ++i) seen.insert(sampler.sample(close));
   EXPECT_EQ(seen, (std::set<int32_t>{1, 3, 5}));
+}
+
+// The candidates top-k leaves, as the plain definition makes them: every finite logit in token
+// order, then, where k cuts, the k best by (logit, lower id), best first; with their probabilities
+// at the temperature, summed in that order. (build_distribution finds them in one bounded pass.)
+std::vector<detail::Candidate> reference_top_k(const std::vector<float>& logits, size_t k, double temperature) {
+  std::vector<detail::Candidate> kept;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] != -kInf) kept.push_back({int32_t(i), logits[i], 0.0});
+  if (k < kept.size()) {
+    std::stable_sort(kept.begin(), kept.end(), [](const auto& a, const auto& b) { return a.logit > b.logit; });
+    kept.resize(k);
+  }
+  double top = -kInf, total = 0;
+  for (const auto& c : kept) top = std::max(top, double(c.logit));
+  for (auto& c : kept) total += c.p = std::exp((double(c.logit) - top) / temperature);
+  for (auto& c : kept) c.p /= total;
+  return kept;
+}
+
+// Logits with many ties (a few distinct values), bans (-inf) alone and in whole blocks, -0 beside
+// +0, and vocabularies where top-k cuts nothing: the candidates, their order and their
+// probabilities must be exactly the plain definition's.
+TEST(Sampler, TopKMatchesThePlainDefinitionExactly) {
+  std::mt19937 gen(7);
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t n = std::vector<size_t>{1, 5, 63, 64, 65, 1000, 4096, 250000}[size_t(trial) % 8];
+    std::vector<float> logits = random_logits(n, uint32_t(trial), trial % 3 == 0 ? 0.5f : 3.0f);
+    if (trial % 4 == 1)  // few distinct values: ties everywhere
+      for (float& x : logits) x = std::round(x);
+    if (trial % 4 == 2)  // -0 and +0
+      for (size_t i = 0; i < n; i += 2) logits[i] = i % 4 == 0 ? -0.0f : 0.0f;
+    if (trial % 5 == 3)  // bans, some in whole blocks, sometimes all but a few
+      for (size_t i = 0; i < n; ++i)
+        if (gen() % (trial % 2 ? 2 : 50) == 0 || (i / 64) % 3 == 1) logits[i] = -kInf;
+    if (std::all_of(logits.begin(), logits.end(), [](float x) { return x == -kInf; })) logits[n / 2] = 1.0f;
+    const size_t k = std::vector<size_t>{1, 2, 20, 64, 100, 5000}[size_t(trial) % 6];
+    SamplingParams params = plain(0.7f);
+    params.top_k = int(k);
+    std::vector<detail::Candidate> got;
+    detail::build_distribution(logits, params, got);
+    const std::vector<detail::Candidate> want = reference_top_k(logits, k, double(params.temperature));
+    ASSERT_EQ(got.size(), want.size()) << "trial " << trial;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].id, want[i].id) << "trial " << trial << ", candidate " << i;
+      ASSERT_EQ(std::memcmp(&got[i].p, &want[i].p, sizeof(double)), 0) << "trial " << trial << ", candidate " << i;
+    }
+  }
 }
 
 TEST(Sampler, TopPKeepsTheSmallestPrefixReachingP) {

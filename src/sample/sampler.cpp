@@ -108,13 +108,32 @@ void apply_penalties(std::span<float> logits, std::span<const int32_t> recent,
   }
 }
 
+namespace {
+
+// The largest of logits [begin, end) (-inf for none): the compiler makes this one vector max a
+// step (the form of x86's maxps: no NaN reaches here).
+float block_max(std::span<const float> logits, size_t begin, size_t end) {
+  float top = kMinusInf;
+  for (size_t i = begin; i < end; ++i) top = logits[i] > top ? logits[i] : top;
+  return top;
+}
+
+}  // namespace
+
+// Blocks of 256 logits: a block's maximum in vector steps, the first block holding the largest,
+// then its first position holding it.
 int32_t argmax(std::span<const float> logits) {
-  int64_t best = -1;
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (logits[i] != kMinusInf && (best < 0 || logits[i] > logits[size_t(best)])) best = int64_t(i);
-  if (best < 0)
+  constexpr size_t kBlock = 256;
+  float top = kMinusInf;
+  size_t at = 0;
+  for (size_t begin = 0; begin < logits.size(); begin += kBlock) {
+    const float m = block_max(logits, begin, std::min(logits.size(), begin + kBlock));
+    if (m > top) top = m, at = begin;
+  }
+  if (top == kMinusInf)
     fail("every logit is -inf, so no token can be chosen; check logit_bias does not ban them all");
-  return int32_t(best);
+  while (logits[at] != top) ++at;  // (-0 equals +0: the first of either, as a scan with > takes)
+  return int32_t(at);
 }
 
 namespace {
@@ -142,10 +161,43 @@ double set_weights(std::vector<Candidate>& candidates, double temperature) {
   return total;
 }
 
-void keep_top_k(std::vector<Candidate>& candidates, size_t k) {
-  std::nth_element(candidates.begin(), candidates.begin() + ptrdiff_t(k), candidates.end(), better);
-  candidates.resize(k);
-  std::sort(candidates.begin(), candidates.end(), better);
+// The k best finite logits, best first, into `out`, in one pass that holds only k candidates (a
+// heap with the worst on top): the k best of nth_element over every candidate, without building
+// 250k of them. Blocks whose largest logit cannot enter are skipped whole after counting their
+// finite logits (loops the compiler vectorizes). False when there are no more than k finite
+// logits (top-k then cuts nothing, and `out` is left unspecified).
+bool keep_best_k(std::span<const float> logits, size_t k, std::vector<Candidate>& out) {
+  constexpr size_t kBlock = 64;
+  out.clear();
+  size_t finite = 0;
+  float worst = kMinusInf;  // the heap's worst logit, once it holds k
+  for (size_t begin = 0; begin < logits.size(); begin += kBlock) {
+    const size_t end = std::min(logits.size(), begin + kBlock);
+    const float top = block_max(logits, begin, end);
+    int banned = 0;
+    for (size_t i = begin; i < end; ++i) banned += logits[i] == kMinusInf;
+    finite += end - begin - size_t(banned);
+    if (out.size() == k && top <= worst) continue;
+    for (size_t i = begin; i < end; ++i) {
+      const float x = logits[i];
+      if (x == kMinusInf) continue;
+      if (out.size() < k) {
+        out.push_back({int32_t(i), x, 0.0});
+        std::push_heap(out.begin(), out.end(), better);
+        worst = out.front().logit;
+        continue;
+      }
+      // Ids only grow, so a logit equal to the worst comes after it in the order: not better.
+      if (x <= worst) continue;
+      std::pop_heap(out.begin(), out.end(), better);
+      out.back() = {int32_t(i), x, 0.0};
+      std::push_heap(out.begin(), out.end(), better);
+      worst = out.front().logit;
+    }
+  }
+  if (finite <= k) return false;
+  std::sort(out.begin(), out.end(), better);
+  return true;
 }
 
 // Length of the shortest prefix of [begin, end) whose weights add up to `target`; 0 if none does.
@@ -198,17 +250,15 @@ void build_distribution(std::span<const float> logits, const SamplingParams& par
   if (!(params.temperature > 0.0f))
     fail("build_distribution needs a temperature > 0 (got {}); greedy decoding uses argmax",
          params.temperature);
-  out.clear();
-  for (size_t i = 0; i < logits.size(); ++i)
-    if (logits[i] != kMinusInf) out.push_back({int32_t(i), logits[i], 0.0});
+  bool best_first = params.top_k > 0 && keep_best_k(logits, size_t(params.top_k), out);
+  if (!best_first) {  // every finite logit, in token order
+    out.clear();
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (logits[i] != kMinusInf) out.push_back({int32_t(i), logits[i], 0.0});
+  }
   if (out.empty())
     fail("every logit is -inf, so no token can be chosen; check logit_bias does not ban them all");
 
-  bool best_first = false;
-  if (params.top_k > 0 && size_t(params.top_k) < out.size()) {
-    keep_top_k(out, size_t(params.top_k));
-    best_first = true;
-  }
   if (params.top_p < 1.0f) {
     keep_top_p(out, params.top_p, best_first);
     best_first = true;
@@ -240,8 +290,12 @@ void check_logits(std::span<const float> logits, int64_t n_vocab) {
   if (int64_t(logits.size()) != n_vocab)
     fail("sampler got {} logits for a vocabulary of {}; pass one row of the model's output",
          logits.size(), n_vocab);
+  // (One comparison a logit, which the compiler vectorizes: false for NaN and +inf alone.)
+  int invalid = 0;
+  for (float x : logits) invalid |= !(x < std::numeric_limits<float>::infinity());
+  if (!invalid) return;
   for (size_t i = 0; i < logits.size(); ++i)
-    if (std::isnan(logits[i]) || logits[i] == std::numeric_limits<float>::infinity())
+    if (!(logits[i] < std::numeric_limits<float>::infinity()))
       fail("logit of token {} is {}: the model produced an invalid value (check the weights and "
            "the backend)", i, logits[i]);
 }
