@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -16,6 +17,7 @@
 #include "cpu/deltanet.h"
 #include "cpu/moe.h"
 #include "cpu/ops.h"
+#include "sample/sampler.h"
 #include "support/gpu.h"
 #include "support/naive_math.h"
 #include "support/random.h"
@@ -396,6 +398,61 @@ TEST(CudaKernels, TheGreedyTokenIsTheFirstLargestLogit) {
   EXPECT_EQ(greedy(std::vector<float>(300, -INFINITY)), -1);
   EXPECT_EQ(greedy(std::vector<float>(300, 2.0f)), 0);  // all equal: the first
   EXPECT_EQ(dev.download(arrivals, 1)[0], 0u);
+}
+
+// Top candidates on the device against the host's (sample::top_candidates): the same pairs, bit
+// for bit, and the same count of finite logits, on rows of the vocabulary's size with many ties,
+// -0 beside +0, bans (-inf), rows with fewer finite logits than candidates, a row of one value,
+// and -1 for a row with a NaN or +inf; several rows in one launch, each its own.
+TEST(CudaKernels, TopCandidatesAreTheHostsTopCandidates) {
+  LODE_REQUIRE_GPU();
+  using lode::cuda::kernels::TopPair;
+  constexpr int kK = lode::sample::kTopCandidates;
+  std::mt19937 rng(13);
+  for (const int n : {248320, 4096, 100, 65}) {
+    std::vector<std::vector<float>> rows;
+    rows.push_back(normal_floats(size_t(n), rng, 4.0f));
+    std::vector<float> ties = normal_floats(size_t(n), rng, 2.0f);
+    for (float& x : ties) x = std::round(x);  // a few values: the threshold cuts through ties
+    rows.push_back(ties);
+    std::vector<float> zeros(size_t(n), -1.0f);
+    for (int i = 0; i < n; i += 3) zeros[size_t(i)] = i % 2 ? 0.0f : -0.0f;
+    rows.push_back(zeros);
+    std::vector<float> banned = normal_floats(size_t(n), rng, 1.0f);
+    for (int i = 0; i < n; ++i)
+      if (i % 7 != 3) banned[size_t(i)] = -INFINITY;  // n / 7 finite: fewer than 64 for the small rows
+    rows.push_back(banned);
+    rows.push_back(std::vector<float>(size_t(n), 0.5f));
+    std::vector<float> broken = normal_floats(size_t(n), rng, 1.0f);
+    broken[size_t(n) / 2] = std::nanf("");
+    rows.push_back(broken);
+    std::vector<float> all;
+    for (const auto& r : rows) all.insert(all.end(), r.begin(), r.end());
+    Device dev;
+    TopPair* out = dev.zeros<TopPair>(rows.size() * kK);
+    int32_t* finite = dev.zeros<int32_t>(rows.size());
+    ASSERT_EQ(lode::cuda::kernels::top_candidates(dev.upload(all), n, kK, out, finite, nullptr, int(rows.size())),
+              nullptr);
+    const std::vector<TopPair> got = dev.download(out, rows.size() * kK);
+    const std::vector<int32_t> counts = dev.download(finite, rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      SCOPED_TRACE(testing::Message() << "row " << r << " of " << n);
+      if (r + 1 == rows.size()) {
+        EXPECT_EQ(counts[r], -1);
+        continue;
+      }
+      const lode::sample::TopCandidates want = lode::sample::top_candidates(rows[r], kK);
+      ASSERT_EQ(counts[r], want.finite);
+      std::vector<std::pair<int32_t, uint32_t>> a, b;
+      for (int i = 0; i < std::min<int>(kK, int(want.finite)); ++i) {
+        const TopPair& p = got[r * kK + size_t(i)];
+        a.push_back({p.id, std::bit_cast<uint32_t>(p.logit)});
+      }
+      for (const lode::sample::Scored& c : want.best) b.push_back({c.id, std::bit_cast<uint32_t>(c.logit)});
+      std::sort(a.begin(), a.end()), std::sort(b.begin(), b.end());
+      EXPECT_EQ(a, b);
+    }
+  }
 }
 
 // A step's (row, slot) pairs grouped by expert: experts ascending, each expert's pairs in order, at

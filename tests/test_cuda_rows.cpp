@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "model/weights.h"
+#include "sample/sampler.h"
 #include "support/fixtures.h"
 #include "support/gpu.h"
 #include "support/loaded_weights.h"
@@ -350,6 +351,84 @@ TEST(CudaRows, SeveralSequencesThroughTheEngine) {
   CudaSession again(m.reader, m.weights, CudaSessionOptions{.max_context = 128});
   const std::vector<float> want = again.prefill(first);
   EXPECT_TRUE(same_bits(fresh.data(), want.data(), size_t(vocab)));
+}
+
+// A step of rows that asks for top candidates (decode_rows' `top`) gives each row the
+// sample::top_candidates of the logits a step asking for logits gives it, and leaves the sequences
+// as that step does; through the engine, top-only rows beside greedy-only and logits rows get what
+// each asks for, a sampler's draws from them what it draws from the whole row.
+TEST(CudaRows, TopCandidatesOfAStepAreThoseOfItsLogits) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 31);
+  for (const fs::path& path : {dir / "m.gguf", lode::test::mini_model_path()}) {
+    SCOPED_TRACE(path.filename().string());
+    const Loaded m(path);
+    const int64_t vocab = m.config.vocab;
+    const CudaSessionOptions options{.max_context = 128, .step_rows = 4, .sequences = 4};
+    CudaSession a(m.reader, m.weights, options), b(m.reader, m.weights, options);
+    for (int64_t s = 0; s < 4; ++s) {
+      const std::vector<int32_t> prompt = tokens_from(vocab, int(3 + 4 * s), int(s) + 1);
+      a.use_sequence(s), b.use_sequence(s);
+      a.prefill(prompt), b.prefill(prompt);
+    }
+    for (int step = 0; step < 3; ++step) {
+      std::vector<CudaSession::Row> rows;
+      for (int64_t s : {2, 0, 3, 1}) rows.push_back({s, tokens_from(vocab, 1, 40 + step * 4 + int(s))[0]});
+      const CudaSession::Window top = a.decode_rows(rows, false, false, true), logits = b.decode_rows(rows);
+      ASSERT_TRUE(top.logits.empty());
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const lode::sample::TopCandidates want = lode::sample::top_candidates(
+            std::span(logits.logits).subspan(r * size_t(vocab), size_t(vocab)), lode::sample::kTopCandidates);
+        ASSERT_EQ(top.finite[r], want.finite) << "row " << r;
+        std::vector<std::pair<int32_t, float>> got, expected;
+        for (size_t i = 0; i < want.best.size(); ++i) {
+          const lode::sample::Scored& c = top.top[r * lode::sample::kTopCandidates + i];
+          got.push_back({c.id, c.logit});
+        }
+        for (const lode::sample::Scored& c : want.best) expected.push_back({c.id, c.logit});
+        std::sort(got.begin(), got.end()), std::sort(expected.begin(), expected.end());
+        EXPECT_EQ(got, expected) << "row " << r;
+      }
+    }
+    const int32_t next = tokens_from(vocab, 1, 77)[0];
+    for (int64_t s = 0; s < 4; ++s) {
+      a.use_sequence(s), b.use_sequence(s);
+      EXPECT_TRUE(same_bits(a.decode(next).data(), b.decode(next).data(), size_t(vocab))) << "sequence " << s;
+    }
+  }
+  // Through the engine.
+  const Loaded m(dir / "m.gguf");
+  const int64_t vocab = m.config.vocab;
+  auto model = std::make_shared<lode::cuda::CudaModel>(std::make_unique<CudaSession>(
+      m.reader, m.weights, CudaSessionOptions{.max_context = 128, .step_rows = 3, .sequences = 3}));
+  std::vector<std::unique_ptr<lode::engine::Sequence>> open;
+  std::vector<std::unique_ptr<CudaSession>> own;
+  for (int i = 0; i < 3; ++i) {
+    open.push_back(model->open_sequence());
+    own.push_back(std::make_unique<CudaSession>(m.reader, m.weights, CudaSessionOptions{.max_context = 128}));
+    const std::vector<int32_t> prompt = tokens_from(vocab, 5 + i, 10 + i);
+    lode::engine::prefill(*open.back(), prompt, 0);
+    own.back()->prefill(prompt);
+  }
+  const int32_t x = tokens_from(vocab, 1, 20)[0], y = tokens_from(vocab, 1, 21)[0], z = tokens_from(vocab, 1, 22)[0];
+  for (bool with_logits_row : {false, true}) {  // (device top candidates; then the logits for all)
+    SCOPED_TRACE(with_logits_row ? "beside a logits row" : "top and greedy rows only");
+    std::vector<lode::engine::StepRow> rows = {
+        {.sequence = open[0].get(), .tokens = std::span(&x, 1), .top_only = true},
+        {.sequence = open[1].get(), .tokens = std::span(&y, 1), .greedy_only = !with_logits_row},
+        {.sequence = open[2].get(), .tokens = std::span(&z, 1), .top_only = true}};
+    model->step(rows);
+    const std::vector<float> want_x = own[0]->decode(x), want_y = own[1]->decode(y), want_z = own[2]->decode(z);
+    for (const auto& [row, want] : {std::pair{&rows[0], &want_x}, std::pair{&rows[2], &want_z}}) {
+      EXPECT_TRUE(row->logits.empty());
+      lode::sample::SamplingParams params{.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 5};
+      lode::sample::Sampler whole(params, vocab), from_top(params, vocab);
+      for (int draw = 0; draw < 50; ++draw) ASSERT_EQ(whole.sample(*want), from_top.sample_top(row->top));
+    }
+    if (with_logits_row) EXPECT_TRUE(same_bits(rows[1].logits.data(), want_y.data(), size_t(vocab)));
+    else EXPECT_EQ(rows[1].greedy, argmax(want_y.data(), vocab));
+  }
 }
 
 // Refused: more sequences than rows, a sequence twice in a step or outside the session, a cut of a

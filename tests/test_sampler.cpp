@@ -260,6 +260,69 @@ TEST(Sampler, TopKMatchesThePlainDefinitionExactly) {
   }
 }
 
+// A sampler that takes top candidates draws, seed for seed, what it draws from the whole row: with
+// top-k 1 to 64, top-p and min-p, at several temperatures, on rows with ties, bans and vocabularies
+// where top-k cuts nothing; the candidates in any order.
+TEST(Sampler, SampleTopGivesWhatTheWholeRowGives) {
+  std::mt19937 gen(3);
+  for (int trial = 0; trial < 120; ++trial) {
+    const size_t n = std::vector<size_t>{3, 40, 64, 65, 3000, 248320}[size_t(trial) % 6];
+    std::vector<float> row = random_logits(n, uint32_t(100 + trial), trial % 2 ? 1.0f : 4.0f);
+    if (trial % 3 == 1)
+      for (float& x : row) x = std::round(x * 2) / 2;  // ties
+    if (trial % 4 == 3)
+      for (size_t i = 0; i < n; ++i)
+        if (gen() % 3 == 0) row[i] = -kInf;
+    if (std::all_of(row.begin(), row.end(), [](float x) { return x == -kInf; })) row[0] = 0.5f;
+    SamplingParams params = plain(std::vector<float>{0.3f, 0.7f, 1.0f, 1.6f}[size_t(trial) % 4]);
+    params.top_k = std::vector<int>{1, 20, 40, 64, 7}[size_t(trial) % 5];
+    params.top_p = trial % 3 ? 0.9f : 1.0f;
+    params.min_p = trial % 5 == 2 ? 0.05f : 0.0f;
+    params.seed = uint64_t(trial);
+    Sampler whole(params, int64_t(n)), from_top(params, int64_t(n));
+    ASSERT_TRUE(from_top.takes_top());
+    TopCandidates top = top_candidates(row, kTopCandidates);
+    std::shuffle(top.best.begin(), top.best.end(), gen);  // (a GPU gives them in no order)
+    for (int draw = 0; draw < 20; ++draw)
+      ASSERT_EQ(whole.sample(row), from_top.sample_top(top)) << "trial " << trial << ", draw " << draw;
+  }
+}
+
+// top_candidates: the n best by (logit, lower id), every finite logit where there are no more;
+// the count of finite logits, -1 for a row with NaN or +inf, which sample_top refuses as sample()
+// does; and what it cannot decide.
+TEST(Sampler, TopCandidatesAndWhatSampleTopRefuses) {
+  const std::vector<float> row = {1, 3, -kInf, 3, 2, -kInf, 0};
+  const TopCandidates two = top_candidates(row, 2);
+  ASSERT_EQ(two.best.size(), 2u);
+  EXPECT_EQ(two.best[0].id, 1);
+  EXPECT_EQ(two.best[1].id, 3);
+  EXPECT_EQ(two.finite, 5);
+  const TopCandidates all = top_candidates(row, 64);
+  ASSERT_EQ(all.best.size(), 5u);
+  EXPECT_EQ(all.best.back().id, 6);
+  SamplingParams params = plain(0.8f);
+  params.top_k = 3;
+  Sampler sampler(params, int64_t(row.size()));
+  for (const std::vector<float>& broken : {std::vector<float>{1, std::nanf(""), 2}, std::vector<float>{1, kInf}}) {
+    const TopCandidates none = top_candidates(broken, 2);  // (the row's sampler fails, not the step)
+    EXPECT_EQ(none.finite, -1);
+    EXPECT_TRUE(none.best.empty());
+    EXPECT_THROW(sampler.sample_top(none), Error);
+  }
+  EXPECT_THROW(sampler.sample_top(two), Error);  // 2 candidates for a top-k of 3 among 5
+  EXPECT_NO_THROW(sampler.sample_top(all));
+  params.top_k = 0;
+  EXPECT_FALSE(Sampler(params, 7).takes_top());
+  params.top_k = 65;
+  EXPECT_FALSE(Sampler(params, 70).takes_top());
+  params.top_k = 20, params.presence_penalty = 0.5f;
+  EXPECT_FALSE(Sampler(params, 70).takes_top());
+  params.presence_penalty = 0, params.logit_bias = {{1, 2.0f}};
+  EXPECT_FALSE(Sampler(params, 70).takes_top());
+  EXPECT_FALSE(Sampler(plain(0.0f), 70).takes_top());
+}
+
 TEST(Sampler, TopPKeepsTheSmallestPrefixReachingP) {
   const auto logits = logits_of({0.05, 0.5, 0.1, 0.2, 0.15});  // best first: 1, 3, 4, 2, 0
   SamplingParams params = plain(1.0f);

@@ -59,6 +59,7 @@ class PooledModel final : public engine::Model {
       rows[i].logits = std::move(inner[i].logits);
       rows[i].hidden = std::move(inner[i].hidden);
       rows[i].greedy = inner[i].greedy;
+      rows[i].top = std::move(inner[i].top);
     }
     EXPECT_LE(committed_without(nullptr), pool_) << "the sequences hold more than the pool";
     int64_t held = 0;

@@ -87,6 +87,8 @@ void CpuModel::step(std::span<engine::StepRow> rows) {
   for (engine::StepRow& row : rows) {
     if (row.sequence && &row.sequence->model() != this) fail("cpu engine: a step row names another model's sequence");
     if (row.greedy_only && row.logit_rows != 1) fail("cpu engine: a greedy-only row needs one logit row");
+    if (row.top_only && (row.logit_rows != 1 || row.greedy_only))
+      fail("cpu engine: a top-only row needs one logit row, and is not greedy-only");
     entries.push_back({.session = &cpu_sequence(row.sequence).session(), .tokens = row.tokens,
                        .logit_rows = row.logit_rows, .want_hidden = row.want_hidden, .as_decode = row.as_decode});
   }
@@ -98,6 +100,8 @@ void CpuModel::step(std::span<engine::StepRow> rows) {
     if (rows[i].greedy_only) {
       rows[i].greedy = sample::greedy(rows[i].logits);
       rows[i].logits.clear();
+    } else if (rows[i].top_only) {
+      engine::top_from_logits(rows[i]);
     }
   }
 }

@@ -139,6 +139,28 @@ void decode_rows(CudaPipeline& session, engine::StepRow& row, int64_t& window_of
   }
 }
 
+// Row r's top candidates from a step that found them on the device (kernels::top_candidates); a
+// row with a NaN or +inf keeps finite -1 (its sampler fails, not the step).
+sample::TopCandidates device_top(const CudaSession::Window& out, size_t r) {
+  const int32_t finite = out.finite[r];
+  if (finite < 0) return {.best = {}, .finite = -1};
+  const auto first = out.top.begin() + long(r * sample::kTopCandidates);
+  return {std::vector<sample::Scored>(first, first + std::min<long>(finite, sample::kTopCandidates)), finite};
+}
+
+// The greedy token among top candidates: the largest logit, the lowest id among equals
+// (sample::greedy's rule, failing where it fails, as the greedy pick on the device fails the step).
+int32_t best_of(const sample::TopCandidates& top) {
+  if (top.finite < 0)
+    fail("cuda session: the step's logits hold NaN or +inf, so there is no greedy token (a damaged model file?)");
+  if (top.best.empty())
+    fail("every logit is -inf, so no token can be chosen; check logit_bias does not ban them all");
+  sample::Scored best = top.best.front();
+  for (const sample::Scored& c : top.best)
+    if (c.logit > best.logit || (c.logit == best.logit && c.id < best.id)) best = c;
+  return best.id;
+}
+
 // Whether a row can share a step with other sequences' rows: one token, one logit row at most.
 bool joins_rows(const engine::StepRow& row) { return row.tokens.size() == 1 && row.logit_rows <= 1; }
 
@@ -161,6 +183,8 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
     if (row.logit_rows < 0 || row.logit_rows > n || (row.logit_rows > 1 && row.logit_rows < n))
       fail("cuda engine: {} logit rows asked of a {}-token row (0, 1 or all)", row.logit_rows, n);
     if (row.greedy_only && row.logit_rows != 1) fail("cuda engine: a greedy-only row needs one logit row");
+    if (row.top_only && (row.logit_rows != 1 || row.greedy_only))
+      fail("cuda engine: a top-only row needs one logit row, and is not greedy-only");
     for (int32_t token : row.tokens)
       if (token < 0 || token >= pipeline_->vocab())
         fail("cuda engine: token id {} is outside the vocabulary [0, {})", token, pipeline_->vocab());
@@ -173,7 +197,9 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
     sequence_of(row).row_tokens_ = 0, sequence_of(row).window_offset_ = 0;
     (joins_rows(row) ? joined : is_prompt_piece(row) ? pieces : alone).push_back(&row);
   }
-  if (joined.size() < 2) alone.insert(alone.end(), joined.begin(), joined.end()), joined.clear();
+  // (One row alone takes the one-sequence path, unless it wants top candidates: those come from a
+  // step of rows.)
+  if (joined.size() == 1 && !joined.front()->top_only) alone.push_back(joined.front()), joined.clear();
   for (const std::vector<engine::StepRow*>& pass : prompt_passes(pieces))
     pass.size() > 1 ? step_pieces(pass) : step_alone(*pass.front());
   for (engine::StepRow* row : alone) step_alone(*row);
@@ -210,6 +236,7 @@ void CudaModel::step_pieces(std::span<engine::StepRow* const> rows) {
   for (size_t r = 0; r < rows.size(); ++r) {
     engine::StepRow& row = *rows[r];
     row.logits = std::move(out[r].logits), row.hidden = std::move(out[r].hidden);
+    if (row.top_only) engine::top_from_logits(row);
     if (!row.greedy_only) continue;
     row.greedy = sample::greedy(row.logits);
     row.logits.clear();
@@ -224,6 +251,7 @@ void CudaModel::step_alone(engine::StepRow& row) {
   if (row.as_decode) {
     decode_rows(session, row, sequence.window_offset_);
     sequence.row_tokens_ = n;
+    if (row.top_only) engine::top_from_logits(row);
     return;
   }
   std::vector<float>* hidden = row.want_hidden ? &row.hidden : nullptr;
@@ -238,20 +266,23 @@ void CudaModel::step_alone(engine::StepRow& row) {
   }
   row.logits = session.prefill(row.tokens, row.logit_rows > 1, hidden);
   if (row.logit_rows == 0) row.logits.clear();
+  if (row.top_only) engine::top_from_logits(row);
 }
 
 // One-token rows of several sequences in one step of the session (CudaSession::decode_rows): the
-// greedy tokens chosen on the device when every row wants only that, else every row's logits to the
-// host (and a greedy-only row's token chosen there, by the same rule).
+// greedy tokens chosen on the device when every row wants only that; the top candidates found
+// there when every row wants those or a greedy token (its best candidate); else every row's logits
+// to the host (and a greedy-only or top-only row's answer taken there, by the same rules).
 void CudaModel::step_joined(std::span<engine::StepRow* const> rows) {
   std::vector<CudaSession::Row> tokens;
-  bool greedy_only = true, want_hidden = false;
+  bool greedy_only = true, top = true, want_hidden = false;
   for (const engine::StepRow* row : rows) {
     tokens.push_back({sequence_of(*row).slot(), row->tokens[0]});
     greedy_only = greedy_only && row->greedy_only && !row->want_hidden;
+    top = top && (row->greedy_only || row->top_only);
     want_hidden = want_hidden || row->want_hidden;
   }
-  CudaSession::Window out = pipeline_->decode_rows(tokens, greedy_only, want_hidden);
+  CudaSession::Window out = pipeline_->decode_rows(tokens, greedy_only, want_hidden, top);
   const size_t vocab = size_t(pipeline_->vocab()), width = size_t(pipeline_->config().hidden);
   for (size_t r = 0; r < rows.size(); ++r) {
     engine::StepRow& row = *rows[r];
@@ -260,11 +291,15 @@ void CudaModel::step_joined(std::span<engine::StepRow* const> rows) {
                                                           out.hidden.begin() + long((r + 1) * width));
     if (greedy_only) {
       row.greedy = out.greedy[r];
-      continue;
+    } else if (top) {
+      row.top = device_top(out, r);
+      if (row.greedy_only) row.greedy = best_of(row.top), row.top = {};
+    } else {
+      row.logits.assign(out.logits.begin() + long(r * vocab), out.logits.begin() + long((r + 1) * vocab));
+      if (row.greedy_only) row.greedy = sample::greedy(row.logits), row.logits.clear();
+      else if (row.top_only) engine::top_from_logits(row);
+      else if (row.logit_rows != 1) row.logits.clear();
     }
-    const std::span<const float> logits(out.logits.data() + r * vocab, vocab);
-    if (row.greedy_only) row.greedy = sample::greedy(logits);
-    else if (row.logit_rows == 1) row.logits.assign(logits.begin(), logits.end());
   }
 }
 

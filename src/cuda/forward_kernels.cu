@@ -674,6 +674,104 @@ __global__ void greedy_token_kernel(const float* logits, int n, Candidate* parti
   }
 }
 
+// top_candidates: one block of kTopThreads a row. A logit's key orders like the logit (-0 as +0,
+// which tie): the radix select finds the k-th best key digit by digit (11, 11 and 10 bits), each
+// pass a histogram of the keys that match the digits found so far.
+constexpr int kTopThreads = 1024, kTopBins = 2048;
+
+__device__ __forceinline__ uint32_t order_key(float x) {
+  const uint32_t u = __float_as_uint(x == 0.0f ? 0.0f : x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Whether a logit takes part: finite or -inf are the sampler's; -inf never is a candidate.
+__device__ __forceinline__ bool candidate_logit(float v) { return v != -INFINITY && v < INFINITY; }
+
+// Finds, over keys k with (k & mask) == prefix, the digit (bits at `shift`) of the `need`-th best
+// key: its prefix extended and `need` less the keys above that digit (every thread gets both).
+__device__ void next_digit(const float* x, int n, int shift, uint32_t digit_mask, uint32_t& prefix, uint32_t& mask,
+                           int& need, unsigned* hist) {
+  for (int b = threadIdx.x; b < kTopBins; b += blockDim.x) hist[b] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = x[i];
+    if (!candidate_logit(v)) continue;
+    const uint32_t key = order_key(v);
+    if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & digit_mask], 1u);
+  }
+  __syncthreads();
+  __shared__ uint32_t chosen_prefix;
+  __shared__ int chosen_need;
+  if (threadIdx.x == 0) {
+    unsigned above = 0;
+    int digit = int(digit_mask);
+    for (; digit > 0 && above + hist[digit] < unsigned(need); --digit) above += hist[digit];
+    chosen_prefix = prefix | (uint32_t(digit) << shift);
+    chosen_need = need - int(above);
+  }
+  __syncthreads();
+  prefix = chosen_prefix, need = chosen_need, mask |= digit_mask << shift;
+  __syncthreads();  // (chosen_* free for the next call)
+}
+
+__global__ void __launch_bounds__(kTopThreads) top_candidates_kernel(const float* logits, int n, int k, TopPair* out,
+                                                                       int32_t* finite_out) {
+  begin_after_inputs();
+  __shared__ unsigned hist[kTopBins];
+  __shared__ unsigned finite_count, bad, above_slots, equal_taken;
+  __shared__ unsigned warp_equal[kTopThreads / kWarp];
+  const float* x = logits + int64_t(blockIdx.x) * n;
+  out += int64_t(blockIdx.x) * k;
+  if (threadIdx.x == 0) finite_count = 0, bad = 0, above_slots = 0, equal_taken = 0;
+  __syncthreads();
+  unsigned mine = 0, broken = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = x[i];
+    if (isnan(v) || v == INFINITY) broken = 1;
+    else if (v != -INFINITY) ++mine;
+  }
+  atomicAdd(&finite_count, mine);
+  if (broken) atomicOr(&bad, 1u);
+  __syncthreads();
+  // The threshold key: the k-th best's, and how many equal to it to take (lowest indices first);
+  // with no more than k finite logits, every one of them (all keys lie above -inf's).
+  uint32_t threshold = order_key(-INFINITY), mask = 0;
+  int need = 0;
+  if (finite_count > unsigned(k)) {
+    uint32_t prefix = 0;
+    need = k;
+    next_digit(x, n, 21, 0x7ffu, prefix, mask, need, hist);
+    next_digit(x, n, 10, 0x7ffu, prefix, mask, need, hist);
+    next_digit(x, n, 0, 0x3ffu, prefix, mask, need, hist);
+    threshold = prefix;
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = x[i];
+    if (candidate_logit(v) && order_key(v) > threshold) out[atomicAdd(&above_slots, 1u)] = {i, v};
+  }
+  // The `need` lowest indices whose key equals the threshold, a tile of consecutive indices at a
+  // time, each ranked within its tile by a ballot and the warps before it.
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = int(blockDim.x) / kWarp;
+  const int first_equal = k - need;
+  for (int tile = 0; need > 0 && tile < n; tile += blockDim.x) {
+    const int i = tile + int(threadIdx.x);
+    const float v = i < n ? x[i] : -INFINITY;
+    const bool equal = candidate_logit(v) && order_key(v) == threshold;
+    const unsigned ballot = __ballot_sync(0xffffffffu, equal);
+    if (lane == 0) warp_equal[warp] = __popc(ballot);
+    __syncthreads();
+    unsigned before = equal_taken + __popc(ballot & ((1u << lane) - 1u));
+    for (int w = 0; w < warp; ++w) before += warp_equal[w];
+    if (equal && before < unsigned(need)) out[first_equal + int(before)] = {i, v};
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int w = 0; w < warps; ++w) equal_taken += warp_equal[w];
+    __syncthreads();
+    if (equal_taken >= unsigned(need)) break;
+  }
+  if (threadIdx.x == 0) finite_out[blockIdx.x] = bad ? -1 : int32_t(finite_count);
+}
+
 __global__ void swiglu_kernel(const float* g, const float* u, float* h, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) h[i] = exact::swiglu(g[i], u[i]);
@@ -864,6 +962,13 @@ const char* greedy_token(const float* logits, int n, void* partials, int blocks,
   if (rows < 1 || rows > 65535) return "greedy sampling of 1 to 65535 rows";
   return error_text(launch_overlapped(greedy_token_kernel, dim3(blocks, rows), dim3(256), 0, stream, logits, n,
                                       static_cast<Candidate*>(partials), arrivals, token));
+}
+
+const char* top_candidates(const float* logits, int n, int k, TopPair* out, int32_t* finite, void* stream, int rows) {
+  if (n < 1 || k < 1) return "top candidates need at least one logit and one candidate";
+  if (rows < 1 || rows > 65535) return "top candidates of 1 to 65535 rows";
+  return error_text(launch_overlapped(top_candidates_kernel, dim3(rows), dim3(kTopThreads), 0, stream, logits, n, k,
+                                      out, finite));
 }
 
 const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream) {

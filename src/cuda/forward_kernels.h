@@ -125,6 +125,18 @@ const char* expert_groups(const int32_t* ids, int pairs, int n_experts, int most
 // `rows` rows of logits [rows][n] at once: partials [rows][blocks], arrivals and token [rows].
 const char* greedy_token(const float* logits, int n, void* partials, int blocks, unsigned* arrivals, int32_t* token,
                          void* stream, int rows = 1);
+// Top candidates on the device (sample::top_candidates, whose bits they are): for each of `rows`
+// rows of n logits, the k best by logit (the lower index first among equals) into out [rows][k] in
+// no particular order (every finite logit where a row has no more than k; the rest of its entries
+// then unwritten), and into finite [rows] how many of its logits are finite (-1 where one is NaN or
+// +inf). One block a row: a radix select of the k-th best in three passes over the row, then the
+// logits above it and the first of those equal to it.
+struct TopPair {
+  int32_t id;
+  float logit;
+};
+const char* top_candidates(const float* logits, int n, int k, TopPair* out, int32_t* finite, void* stream,
+                           int rows = 1);
 // h = silu(g) * u, n values.
 const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream);
 // h += sum_j weights[j] * y[j] (slot order) + sigmoid(*shared_logit) * shared (when shared is not

@@ -289,11 +289,11 @@ CudaSession::Window CudaPipeline::decode_window(std::span<const int32_t> tokens,
 }
 
 CudaSession::Window CudaPipeline::decode_rows(std::span<const CudaSession::Row> rows, bool greedy_only,
-                                              bool want_hidden) {
+                                              bool want_hidden, bool top) {
   std::vector<int64_t> sequences;
   for (const CudaSession::Row& row : rows) sequences.push_back(row.sequence);
   return through(false, int64_t(rows.size()), sequences,
-                 [&](CudaSession& s) { return s.decode_rows(rows, greedy_only, want_hidden); });
+                 [&](CudaSession& s) { return s.decode_rows(rows, greedy_only, want_hidden, top); });
 }
 
 void CudaPipeline::use_sequence(int64_t sequence) {

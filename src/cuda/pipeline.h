@@ -68,7 +68,7 @@ class CudaPipeline {
   int32_t decode_greedy(int32_t token);
   CudaSession::Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false);
   CudaSession::Window decode_rows(std::span<const CudaSession::Row> rows, bool greedy_only = false,
-                                  bool want_hidden = false);
+                                  bool want_hidden = false, bool top = false);
   void use_sequence(int64_t sequence);
   void cut_window(int64_t tokens);
   void reset();

@@ -364,6 +364,8 @@ struct CudaSession::Impl {
     router_logits = f(l.router_logits), weights = f(l.weights);
     ids = reinterpret_cast<int32_t*>(base + l.ids);
     static_assert(sizeof(ExpertGroup) == plan::kExpertGroupBytes);
+    // The top candidates go where the greedy pick's partials do (8 bytes a pair there too).
+    static_assert(sample::kTopCandidates <= plan::kGreedyBlocks && sizeof(kernels::TopPair) == 8);
     expert_groups = reinterpret_cast<ExpertGroup*>(base + l.expert_groups);
     g = f(l.gu), y = f(l.y), sg = f(l.shared_gu);  // the up halves follow: see moe() and shared_expert()
     pair_ids = reinterpret_cast<int32_t*>(base + l.pair_ids);
@@ -808,7 +810,7 @@ struct CudaSession::Impl {
   // Everything of a step after the embedding, on `stream`, reading the position from the device.
   // What a step leaves for the host: nothing (a prompt's inner positions), the logits, or the
   // greedy token chosen on the device (4 bytes to copy instead of the vocabulary's floats).
-  enum class StepOutput { none, logits, greedy_token, count };
+  enum class StepOutput { none, logits, greedy_token, top_candidates, count };
 
   void layers_and_head(StepOutput wanted) {
     const bool with_logits = wanted != StepOutput::none;
@@ -842,7 +844,16 @@ struct CudaSession::Impl {
                                          device_token, stream, window);
           },
           double(window) * double(c.vocab) * sizeof(float));
-    mark(Phase::lm_head);  // with the greedy pick
+    if (wanted == StepOutput::top_candidates)  // into the greedy pick's scratch: [rows][64] pairs, [rows] counts
+      launch(
+          "top candidates",
+          [&] {
+            return kernels::top_candidates(logits, int(c.vocab), sample::kTopCandidates,
+                                           static_cast<kernels::TopPair*>(greedy_partials), device_token, stream,
+                                           window);
+          },
+          double(window) * double(c.vocab) * sizeof(float));
+    mark(Phase::lm_head);  // with the greedy pick or the top candidates
   }
 
   // What queue() queues on the stream, captured as a graph into `exec` the first time and replayed
@@ -941,7 +952,7 @@ struct CudaSession::Impl {
   // greedy_out [n] (-1 where there is none), and each row's final-normed hidden state [n][hidden]
   // into hidden_out when it is not null (not with StepOutput::none).
   void step(std::span<const int32_t> tokens, std::span<const int64_t> sequences, StepOutput wanted, float* logits_out,
-            int32_t* greedy_out, float* hidden_out) {
+            int32_t* greedy_out, float* hidden_out, sample::Scored* top_out = nullptr, int32_t* finite_out = nullptr) {
     const model::Qwen35MoeConfig& c = config;
     const int n = int(tokens.size());
     if (hands_on()) wanted = StepOutput::none, hidden_out = nullptr;  // (no lm head here: the rows go on)
@@ -980,9 +991,13 @@ struct CudaSession::Impl {
     if (wanted == StepOutput::logits)
       check_cuda(cudaMemcpyAsync(pinned_logits, logits, size_t(n * c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, stream),
                  "logits to the host");
-    if (wanted == StepOutput::greedy_token)
+    if (wanted == StepOutput::greedy_token || wanted == StepOutput::top_candidates)
       check_cuda(cudaMemcpyAsync(pinned_token, device_token, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
-                 "the greedy token to the host");
+                 wanted == StepOutput::greedy_token ? "the greedy token to the host" : "finite counts to the host");
+    const size_t top_bytes = size_t(n) * sample::kTopCandidates * sizeof(kernels::TopPair);
+    if (wanted == StepOutput::top_candidates)  // (pinned_logits holds 64 pairs a row at least)
+      check_cuda(cudaMemcpyAsync(pinned_logits, greedy_partials, top_bytes, cudaMemcpyDeviceToHost, stream),
+                 "top candidates to the host");
     if (hidden_out)
       check_cuda(cudaMemcpyAsync(pinned_hidden, normed, size_t(n * c.hidden) * sizeof(float), cudaMemcpyDeviceToHost, stream),
                  "hidden states to the host");
@@ -991,6 +1006,11 @@ struct CudaSession::Impl {
     if (timing_kernels()) kernel_clock.settle();
     if (wanted == StepOutput::logits) std::copy_n(pinned_logits, n * c.vocab, logits_out);
     if (wanted == StepOutput::greedy_token) std::copy_n(pinned_token, n, greedy_out);
+    if (wanted == StepOutput::top_candidates) {
+      const auto* pairs = reinterpret_cast<const kernels::TopPair*>(pinned_logits);
+      for (size_t i = 0; i < size_t(n) * sample::kTopCandidates; ++i) top_out[i] = {pairs[i].id, pairs[i].logit};
+      for (int r = 0; r < n; ++r) finite_out[r] = pinned_token[r];
+    }
     if (hidden_out) std::copy_n(pinned_hidden, n * c.hidden, hidden_out);
     if (sequences.empty()) {
       // One set of kept states: a window of this sequence's overwrites another's, which can no
@@ -1299,7 +1319,9 @@ struct CudaSession::Impl {
     pinned_positions = reinterpret_cast<int64_t*>(static_cast<uint8_t*>(inputs) + (l.positions - l.sequences));
     pinned_embedding = reinterpret_cast<float*>(static_cast<uint8_t*>(inputs) + (l.h - l.sequences));
     check_cuda(cudaMallocHost(&pinned_hidden, rows * size_t(config.hidden) * sizeof(float)), "pinned memory");
-    check_cuda(cudaMallocHost(&pinned_logits, rows * size_t(config.vocab) * sizeof(float)), "pinned memory");
+    // (Also where a step's top candidates land: 64 pairs a row, more than a small vocabulary's floats.)
+    const size_t row_floats = std::max<size_t>(size_t(config.vocab), 2 * sample::kTopCandidates);
+    check_cuda(cudaMallocHost(&pinned_logits, rows * row_floats * sizeof(float)), "pinned memory");
     if (options.mtp) mtp_stage_for(1);
     check_cuda(cudaMallocHost(&pinned_token, rows * sizeof(int32_t)), "pinned memory");
     if (plan.prompt_chunk > 0) create_prompt_pass();
@@ -1510,7 +1532,8 @@ CudaSession::Window CudaSession::decode_window(std::span<const int32_t> tokens, 
   return out;
 }
 
-CudaSession::Window CudaSession::decode_rows(std::span<const Row> rows, bool greedy_only, bool want_hidden) {
+CudaSession::Window CudaSession::decode_rows(std::span<const Row> rows, bool greedy_only, bool want_hidden,
+                                             bool top) {
   Impl& s = *impl_;
   const size_t n = rows.size();
   if (n == 0) fail("cuda session: a step of no rows");
@@ -1518,12 +1541,17 @@ CudaSession::Window CudaSession::decode_rows(std::span<const Row> rows, bool gre
   std::vector<int64_t> sequences(n);
   for (size_t r = 0; r < n; ++r) tokens[r] = rows[r].token, sequences[r] = rows[r].sequence;
   if (s.hands_on()) return s.step(tokens, sequences, Impl::StepOutput::none, nullptr, nullptr, nullptr), Window{};
+  top = top && !greedy_only;
   Window out;
   if (greedy_only) out.greedy.resize(n);
+  else if (top) out.top.resize(n * sample::kTopCandidates), out.finite.resize(n);
   else out.logits.resize(n * size_t(s.config.vocab));
   if (want_hidden) out.hidden.resize(n * size_t(s.config.hidden));
-  s.step(tokens, sequences, greedy_only ? Impl::StepOutput::greedy_token : Impl::StepOutput::logits,
-         out.logits.data(), out.greedy.data(), want_hidden ? out.hidden.data() : nullptr);
+  const auto wanted = greedy_only ? Impl::StepOutput::greedy_token
+                      : top       ? Impl::StepOutput::top_candidates
+                                  : Impl::StepOutput::logits;
+  s.step(tokens, sequences, wanted, out.logits.data(), out.greedy.data(), want_hidden ? out.hidden.data() : nullptr,
+         out.top.data(), out.finite.data());
   s.check_greedy(out.greedy);
   return out;
 }

@@ -30,6 +30,7 @@
 #include "plan/memory_plan.h"
 #include "plan/miss_split.h"
 #include "plan/swap_policy.h"
+#include "sample/sampler.h"
 
 namespace lode::cuda {
 
@@ -183,6 +184,11 @@ class CudaSession {
     std::vector<float> logits;
     std::vector<int32_t> greedy;
     std::vector<float> hidden;
+    // With top candidates (decode_rows' `top`): each row's kTopCandidates best [rows][64], in no
+    // order, of which the first `finite` are written where the row has fewer finite logits, and
+    // finite [rows] (-1: the row holds a NaN or +inf): kernels::top_candidates.
+    std::vector<sample::Scored> top;
+    std::vector<int32_t> finite;
   };
   Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false);
   // One step over rows of distinct sequences (1 to step_rows), each its sequence's next token:
@@ -192,7 +198,9 @@ class CudaSession {
     int64_t sequence = 0;
     int32_t token = 0;
   };
-  Window decode_rows(std::span<const Row> rows, bool greedy_only = false, bool want_hidden = false);
+  // With `top` (and not greedy_only): each row's top candidates (Window::top, finite) instead of its
+  // logits, found on the device: 64 pairs a row to copy.
+  Window decode_rows(std::span<const Row> rows, bool greedy_only = false, bool want_hidden = false, bool top = false);
   // Several GPUs (cuda/pipeline.h): where the rows of the next step (prompt false) or prompt chunk
   // (prefill_chunk) meet the shares before and after this one, on this session's GPU: each row's h
   // and its normed rows, [rows][hidden] each.

@@ -62,6 +62,17 @@ std::vector<float> decode(Sequence& sequence, int32_t token) {
   return std::move(row.logits);
 }
 
+sample::TopCandidates decode_top(Sequence& sequence, int32_t token) {
+  StepRow row{.sequence = &sequence, .tokens = std::span(&token, 1), .top_only = true};
+  sequence.model().step(std::span(&row, 1));
+  return std::move(row.top);
+}
+
+void top_from_logits(StepRow& row) {
+  row.top = sample::top_candidates(row.logits, sample::kTopCandidates);
+  row.logits.clear();
+}
+
 int32_t decode_greedy(Sequence& sequence, int32_t token) {
   StepRow row{.sequence = &sequence, .tokens = std::span(&token, 1), .greedy_only = true};
   sequence.model().step(std::span(&row, 1));

@@ -20,6 +20,7 @@
 
 #include "kv/format.h"
 #include "model/qwen35moe.h"
+#include "sample/sampler.h"
 
 namespace lode::engine {
 
@@ -118,6 +119,12 @@ struct StepRow {
   // bytes). Needs logit_rows 1. Fails as sample::greedy does.
   bool greedy_only = false;
   int32_t greedy = -1;  // out, with greedy_only
+  // Only the last position's top candidates are wanted (sample::top_candidates of its logits,
+  // sample::kTopCandidates of them: what a sampler that takes_top() needs): the backend fills `top`
+  // and leaves `logits` empty (the GPU finds them where the logits are and copies 64 pairs, not the
+  // vocabulary's floats). Needs logit_rows 1. Fails as sample::top_candidates does.
+  bool top_only = false;
+  sample::TopCandidates top{};  // out, with top_only
 };
 
 // What a server's status shows of an engine.
@@ -168,5 +175,10 @@ std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, 
 std::vector<float> decode(Sequence& sequence, int32_t token);
 // Appends one token; the greedy token to follow it (StepRow::greedy_only).
 int32_t decode_greedy(Sequence& sequence, int32_t token);
+// Appends one token; the top candidates to follow it (StepRow::top_only).
+sample::TopCandidates decode_top(Sequence& sequence, int32_t token);
+// The top-candidate rows a backend gives from a row's logits (its fallback where it has no
+// faster way): `top` filled, `logits` emptied.
+void top_from_logits(StepRow& row);
 
 }  // namespace lode::engine

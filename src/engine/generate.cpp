@@ -57,9 +57,12 @@ GenerateResult generate_tokens(Sequence& sequence, sample::Sampler& sampler, std
     } else if (sequence.position() >= sequence.max_context()) {
       result.finish = FinishReason::context_full;
       break;
-    } else {  // greedy without bias or penalties: the engine chooses (on the GPU, where the logits are)
-      token = sampler.plain_greedy() ? engine::decode_greedy(sequence, result.tokens.back())
-                                     : sampler.sample(engine::decode(sequence, result.tokens.back()));
+    } else if (sampler.plain_greedy()) {  // the engine chooses (on the GPU, where the logits are)
+      token = engine::decode_greedy(sequence, result.tokens.back());
+    } else if (sampler.takes_top()) {  // from the best 64 (found on the GPU, where the logits are)
+      token = sampler.sample_top(engine::decode_top(sequence, result.tokens.back()));
+    } else {
+      token = sampler.sample(engine::decode(sequence, result.tokens.back()));
     }
     sampler.accept(token);
     result.tokens.push_back(token);
@@ -85,8 +88,10 @@ GenerateResult generate(Sequence& sequence, const tokenizer::Tokenizer& tokenize
       generation.stop(FinishReason::context_full);
       break;
     }
-    // Greedy without bias, penalties or steering: the engine chooses (on the GPU, where the logits are).
+    // Greedy without bias, penalties or steering: the engine chooses (on the GPU, where the logits
+    // are); sampling that needs only the best 64: the engine finds them.
     next = generation.greedy_only() ? generation.step_chosen(engine::decode_greedy(sequence, *next))
+           : generation.top_only()  ? generation.step_top(engine::decode_top(sequence, *next))
                                     : generation.step(engine::decode(sequence, *next));
   }
   return generation.result();

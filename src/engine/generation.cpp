@@ -5,6 +5,8 @@
 #include <string_view>
 #include <utility>
 
+#include "core/error.h"
+
 namespace lode::engine {
 
 namespace {
@@ -113,6 +115,14 @@ bool Generation::greedy_only() const {
 std::optional<int32_t> Generation::step(std::span<const float> logits) {
   if (!begin_step()) return std::nullopt;
   return take(steering_ == Steering::active ? sampler_.sample(steered(logits)) : sampler_.sample(logits));
+}
+
+bool Generation::top_only() const { return sampler_.takes_top() && steering_ != Steering::active; }
+
+std::optional<int32_t> Generation::step_top(const sample::TopCandidates& top) {
+  if (!begin_step()) return std::nullopt;
+  if (steering_ == Steering::active) fail("generation: steering needs the whole row of logits, not its top candidates");
+  return take(sampler_.sample_top(top));
 }
 
 std::optional<int32_t> Generation::step_chosen(int32_t token) {

@@ -31,6 +31,11 @@ class Generation {
   bool greedy_only() const;
   // step() for the token greedy_only() says the logits would give.
   std::optional<int32_t> step_chosen(int32_t token);
+  // Whether the next token can come from the logits' top candidates (Sampler::takes_top, no
+  // steering under way): the driver may ask the engine for those alone (engine::decode_top).
+  bool top_only() const;
+  // step() from the top candidates of the logits (sample::top_candidates, kTopCandidates).
+  std::optional<int32_t> step_top(const sample::TopCandidates& top);
   // Ends generation from outside (the context is full, the request was cancelled).
   void stop(FinishReason reason);
 

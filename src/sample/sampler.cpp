@@ -165,11 +165,11 @@ double set_weights(std::vector<Candidate>& candidates, double temperature) {
 // heap with the worst on top): the k best of nth_element over every candidate, without building
 // 250k of them. Blocks whose largest logit cannot enter are skipped whole after counting their
 // finite logits (loops the compiler vectorizes). False when there are no more than k finite
-// logits (top-k then cuts nothing, and `out` is left unspecified).
-bool keep_best_k(std::span<const float> logits, size_t k, std::vector<Candidate>& out) {
+// logits (top-k then cuts nothing, and `out` is left unspecified). `finite`: how many there are.
+bool keep_best_k(std::span<const float> logits, size_t k, std::vector<Candidate>& out, size_t& finite) {
   constexpr size_t kBlock = 64;
   out.clear();
-  size_t finite = 0;
+  finite = 0;
   float worst = kMinusInf;  // the heap's worst logit, once it holds k
   for (size_t begin = 0; begin < logits.size(); begin += kBlock) {
     const size_t end = std::min(logits.size(), begin + kBlock);
@@ -250,19 +250,21 @@ void build_distribution(std::span<const float> logits, const SamplingParams& par
   if (!(params.temperature > 0.0f))
     fail("build_distribution needs a temperature > 0 (got {}); greedy decoding uses argmax",
          params.temperature);
-  bool best_first = params.top_k > 0 && keep_best_k(logits, size_t(params.top_k), out);
+  size_t finite = 0;
+  const bool best_first = params.top_k > 0 && keep_best_k(logits, size_t(params.top_k), out, finite);
   if (!best_first) {  // every finite logit, in token order
     out.clear();
     for (size_t i = 0; i < logits.size(); ++i)
       if (logits[i] != kMinusInf) out.push_back({int32_t(i), logits[i], 0.0});
   }
+  finish_distribution(out, params, best_first);
+}
+
+void finish_distribution(std::vector<Candidate>& out, const SamplingParams& params, bool best_first) {
   if (out.empty())
     fail("every logit is -inf, so no token can be chosen; check logit_bias does not ban them all");
 
-  if (params.top_p < 1.0f) {
-    keep_top_p(out, params.top_p, best_first);
-    best_first = true;
-  }
+  if (params.top_p < 1.0f) keep_top_p(out, params.top_p, best_first);
   if (params.min_p > 0.0f) keep_min_p(out, params.min_p);
 
   const double total = set_weights(out, params.temperature);
@@ -286,14 +288,18 @@ int32_t draw(const std::vector<detail::Candidate>& candidates, double u) {
   return candidates.front().id;
 }
 
+// Whether a logit is NaN or +inf: one comparison a logit, which the compiler vectorizes.
+bool any_invalid(std::span<const float> logits) {
+  int invalid = 0;
+  for (float x : logits) invalid |= !(x < std::numeric_limits<float>::infinity());
+  return invalid != 0;
+}
+
 void check_logits(std::span<const float> logits, int64_t n_vocab) {
   if (int64_t(logits.size()) != n_vocab)
     fail("sampler got {} logits for a vocabulary of {}; pass one row of the model's output",
          logits.size(), n_vocab);
-  // (One comparison a logit, which the compiler vectorizes: false for NaN and +inf alone.)
-  int invalid = 0;
-  for (float x : logits) invalid |= !(x < std::numeric_limits<float>::infinity());
-  if (!invalid) return;
+  if (!any_invalid(logits)) return;
   for (size_t i = 0; i < logits.size(); ++i)
     if (!(logits[i] < std::numeric_limits<float>::infinity()))
       fail("logit of token {} is {}: the model produced an invalid value (check the weights and "
@@ -316,6 +322,60 @@ double probability_of(std::span<const float> logits, int32_t index) {
   double sum = 0;
   for (float l : logits) sum += std::exp(double(l) - double(logits[size_t(index)]));
   return 1.0 / sum;
+}
+
+TopCandidates top_candidates(std::span<const float> logits, int n) {
+  if (n < 1) fail("top_candidates: {} candidates asked for; ask for at least one", n);
+  if (any_invalid(logits)) return {.best = {}, .finite = -1};  // (sample_top fails, as sample() does)
+  std::vector<detail::Candidate> best;
+  size_t finite = 0;
+  if (!detail::keep_best_k(logits, size_t(n), best, finite)) {  // every finite logit
+    best.clear();
+    for (size_t i = 0; i < logits.size(); ++i)
+      if (logits[i] != kMinusInf) best.push_back({int32_t(i), logits[i], 0.0});
+    std::sort(best.begin(), best.end(), detail::better);
+  }
+  TopCandidates top{.finite = int64_t(finite)};
+  for (const detail::Candidate& c : best) top.best.push_back({c.id, c.logit});
+  return top;
+}
+
+bool Sampler::takes_top() const {
+  const SamplingParams& p = params_;
+  const bool penalties = p.penalty_last_n != 0 && (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                                                   p.frequency_penalty != 0.0f);
+  return p.temperature > 0.0f && p.top_k > 0 && p.top_k <= kTopCandidates && p.logit_bias.empty() && !penalties;
+}
+
+// The candidates top-k leaves, as build_distribution makes them from the whole row: the k best,
+// best first, where there are more than k finite logits; else every finite one, in token order
+// (then `top` holds them all).
+int32_t Sampler::sample_top(const TopCandidates& top) {
+  if (!takes_top())
+    fail("sampler: sampling from top candidates needs a temperature > 0, a top-k of 1 to {}, no logit bias and no "
+         "penalty", kTopCandidates);
+  if (top.finite < 0)
+    fail("a logit is NaN or +inf: the model produced an invalid value (check the weights and the backend)");
+  const size_t k = size_t(params_.top_k);
+  const bool cut = top.finite > int64_t(k);
+  if (top.best.size() < std::min(k, size_t(std::max<int64_t>(top.finite, 0))) ||
+      (!cut && int64_t(top.best.size()) != top.finite))
+    fail("sampler: {} top candidates of a row with {} finite logits cannot decide a top-k of {}", top.best.size(),
+         top.finite, k);
+  candidates_.clear();
+  for (const Scored& c : top.best) {
+    if (c.id < 0 || c.id >= n_vocab_ || !(c.logit < std::numeric_limits<float>::infinity()) || c.logit == kMinusInf)
+      fail("sampler: a top candidate ({}, {}) is not a finite logit of the vocabulary of {}", c.id, c.logit, n_vocab_);
+    candidates_.push_back({c.id, c.logit, 0.0});
+  }
+  if (cut) {
+    std::sort(candidates_.begin(), candidates_.end(), detail::better);
+    candidates_.resize(k);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  }
+  detail::finish_distribution(candidates_, params_, cut);
+  return draw(candidates_, rng_.uniform());
 }
 
 bool Sampler::plain_greedy() const {

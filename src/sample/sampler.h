@@ -35,6 +35,25 @@ struct SamplingParams {
 // Fails (lode::Error) with a message naming the bad field and its allowed range.
 void validate(const SamplingParams& params, int64_t n_vocab);
 
+// A token and its logit.
+struct Scored {
+  int32_t id = 0;
+  float logit = 0;
+};
+
+// What a step may give a sampler instead of a row of logits: its best logits (by logit, the lower
+// id first on ties; every finite one where there are no more than asked for) and how many of the
+// row's logits are finite. Samplers whose top-k is at most kTopCandidates sample from the
+// kTopCandidates best as from the whole row (Sampler::sample_top): a GPU then copies 64 pairs to
+// the host, not 248,320 floats.
+struct TopCandidates {
+  std::vector<Scored> best{};  // any order
+  int64_t finite = 0;          // -1: the row holds a NaN or +inf (and `best` nothing): sample_top fails
+};
+constexpr int kTopCandidates = 64;
+// The n best of a row of logits, best first.
+TopCandidates top_candidates(std::span<const float> logits, int n);
+
 namespace detail {
 
 // splitmix64 step: advances `state` and returns the next output (used to seed xoshiro).
@@ -72,6 +91,10 @@ int32_t argmax(std::span<const float> logits);
 // Fails when every logit is -inf.
 void build_distribution(std::span<const float> logits, const SamplingParams& params,
                         std::vector<Candidate>& out);
+// build_distribution's top-p, min-p and temperature on candidates top-k left (best first when it
+// cut, else every finite logit in token order).
+void finish_distribution(std::vector<Candidate>& candidates, const SamplingParams& params,
+                         bool best_first);
 
 }  // namespace detail
 
@@ -89,6 +112,13 @@ public:
   // The next token for these logits [n_vocab]. Does not record it: call accept() for that.
   // Fails on a wrong size, a NaN or +inf logit, or when every token is banned (-inf).
   int32_t sample(std::span<const float> logits);
+  // Whether sample_top gives what sample() gives for the whole row: temperature > 0, a top-k of 1
+  // to kTopCandidates, no logit bias, no penalty.
+  bool takes_top() const;
+  // The token sample() gives for the row `top` holds the top_candidates(row, kTopCandidates) of
+  // (from any backend, in any order). Fails where sample() would (a NaN or +inf), unless
+  // takes_top(), or when `top` does not hold enough candidates for the top-k.
+  int32_t sample_top(const TopCandidates& top);
   // Records a token (of the prompt or generated) for the penalties.
   void accept(int32_t token);
   // Forgets the history and restarts the random numbers from the seed.

@@ -501,8 +501,11 @@ void EngineWorker::stop_job(Slot& slot) { release(slot)->fail_shutting_down(); }
 engine::StepRow EngineWorker::decode_row(Slot& slot) {
   Running& seq = *slot.running;
   engine::Sequence& sequence = *slot.sequence;
-  if (options_.mtp == 0)  // plain greedy: only the token (the GPU chooses it where the logits are)
-    return {.sequence = &sequence, .tokens = std::span(&*seq.pending, 1), .greedy_only = seq.generation->greedy_only()};
+  if (options_.mtp == 0)  // plain greedy: only the token; sampling: only the top candidates (the GPU finds them)
+    return {.sequence = &sequence,
+            .tokens = std::span(&*seq.pending, 1),
+            .greedy_only = seq.generation->greedy_only(),
+            .top_only = !seq.generation->greedy_only() && seq.generation->top_only()};
   seq.window = engine::next_window(sequence, sequence.drafter(), *seq.generation, *seq.pending, seq.options);
   seq.before = engine::window_checkpoint(sequence, seq.window);
   return engine::verify_row(sequence, seq.window);
@@ -521,7 +524,9 @@ void EngineWorker::advance(Slot& slot, const engine::StepRow& entry) {
     seq.pending = engine::accept_window(*slot.sequence, slot.sequence->drafter(), *seq.generation, seq.window, entry,
                                         seq.before.get(), seq.counts);
   } else {
-    seq.pending = entry.greedy_only ? seq.generation->step_chosen(entry.greedy) : seq.generation->step(entry.logits);
+    seq.pending = entry.greedy_only ? seq.generation->step_chosen(entry.greedy)
+                  : entry.top_only  ? seq.generation->step_top(entry.top)
+                                    : seq.generation->step(entry.logits);
   }
   if (seq.pending && slot.sequence->position() >= context_) {
     seq.generation->stop(engine::FinishReason::context_full);
