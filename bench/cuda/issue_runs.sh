@@ -51,19 +51,28 @@ floors() {
     timeout 60 build/lode run -m models/lode-mini.gguf --backend cuda -p "The ls command" --temp 0 -n 512 \
       --mtp $mtp 2>&1 | grep -iE "tokens/s|window|accept" | sed "s/^/mini --mtp $mtp: /"
   done | tee "$out/mini_mtp.txt"
+  # Sampling from the device's top candidates against greedy on the 35B (one sequence).
+  for temp in 0 0.7; do
+    timeout 90 build/lode run -m "$m35" --backend cuda -p "The ls command" --temp $temp -n 256 --ignore-eos 2>&1 |
+      grep -iE "tokens/s" | sed "s/^/35B --temp $temp: /"
+  done | tee -a "$out/mini_mtp.txt"
 }
 
 served() {
   command -v node >/dev/null || { echo "served: no node (pack with NODE=1)"; return 1; }
   synth_35b
-  for pt in 0 4096; do
+  for pt in 0 4096; do  # (greedy streams; then, with 4,096, sampled ones: top candidates on the device)
     build/lode serve -m "$m35" --backend cuda --parallel 64 --ctx 4096 --prompt-tokens $pt --port 8090 \
       >"$out/serve_$pt.log" 2>&1 &
     local server=$!
     for _ in $(seq 120); do curl -sf localhost:8090/health >/dev/null && break; sleep 1; done
-    for c in 16 64; do
-      echo "--prompt-tokens $pt, concurrency $c: $(timeout 100 node tools/load/load.mjs --url http://127.0.0.1:8090 \
-        --concurrency $c --requests $((4 * c)) --prompt-words 200 --max-tokens 128 --shared-prefix 0.5 --json)"
+    local runs=("16 0" "64 0")
+    [ $pt = 4096 ] && runs+=("64 0.7")
+    for run in "${runs[@]}"; do
+      read -r c temp <<<"$run"
+      echo "--prompt-tokens $pt, concurrency $c, temperature $temp: $(timeout 100 node tools/load/load.mjs \
+        --url http://127.0.0.1:8090 --concurrency $c --requests $((4 * c)) --prompt-words 200 --max-tokens 128 \
+        --shared-prefix 0.5 --temperature $temp --json)"
     done
     curl -s localhost:8090/v1/status | head -c 2000
     echo
