@@ -687,10 +687,44 @@ __device__ __forceinline__ uint32_t order_key(float x) {
 // Whether a logit takes part: finite or -inf are the sampler's; -inf never is a candidate.
 __device__ __forceinline__ bool candidate_logit(float v) { return v != -INFINITY && v < INFINITY; }
 
-// Finds, over keys k with (k & mask) == prefix, the digit (bits at `shift`) of the `need`-th best
-// key: its prefix extended and `need` less the keys above that digit (every thread gets both).
-__device__ void next_digit(const float* x, int n, int shift, uint32_t digit_mask, uint32_t& prefix, uint32_t& mask,
-                           int& need, unsigned* hist) {
+// The digit of a radix-select pass: where, counting the histogram's bins from the top, the count
+// reaches `need`. Each thread sums two bins (thread 0 the top two), a block scan gives the count
+// above each thread's pair, and the one thread whose pair holds the crossing names the bin. Out
+// (in every thread): the prefix with the digit at `shift`, `need` less the keys above it, and the
+// keys in its bin.
+__device__ void choose_digit(const unsigned* hist, int bins, int shift, uint32_t& prefix, int& need,
+                             unsigned& in_bin) {
+  __shared__ unsigned warp_sums[kTopThreads / kWarp];
+  __shared__ uint32_t chosen_prefix;
+  __shared__ int chosen_need;
+  __shared__ unsigned chosen_count;
+  const int t = int(threadIdx.x), lane = t % kWarp, warp = t / kWarp;
+  const int high = bins - 1 - 2 * t, low = high - 1;
+  const unsigned a = high >= 0 ? hist[high] : 0u, b = low >= 0 ? hist[low] : 0u;
+  unsigned sum = a + b;  // inclusive scan over the threads, from thread 0
+  for (int o = 1; o < kWarp; o *= 2) {
+    const unsigned up = __shfl_up_sync(0xffffffffu, sum, o);
+    if (lane >= o) sum += up;
+  }
+  if (lane == kWarp - 1) warp_sums[warp] = sum;
+  __syncthreads();
+  unsigned above = sum - (a + b);
+  for (int w = 0; w < warp; ++w) above += warp_sums[w];
+  const unsigned wanted = unsigned(need);
+  if (above < wanted && above + a >= wanted) {
+    chosen_prefix = prefix | (uint32_t(high) << shift), chosen_need = int(wanted - above), chosen_count = a;
+  } else if (above + a < wanted && above + a + b >= wanted) {
+    chosen_prefix = prefix | (uint32_t(low) << shift), chosen_need = int(wanted - above - a), chosen_count = b;
+  }
+  __syncthreads();
+  prefix = chosen_prefix, need = chosen_need, in_bin = chosen_count;
+  __syncthreads();  // (the shared values free for the next pass)
+}
+
+// A pass after the first: the histogram of the digit at `shift` over keys that match `prefix` in
+// `mask`, then its digit chosen.
+__device__ void next_digit(const float* x, int n, int shift, uint32_t digit_mask, int bins, uint32_t& prefix,
+                           uint32_t& mask, int& need, unsigned& in_bin, unsigned* hist) {
   for (int b = threadIdx.x; b < kTopBins; b += blockDim.x) hist[b] = 0;
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
@@ -700,69 +734,71 @@ __device__ void next_digit(const float* x, int n, int shift, uint32_t digit_mask
     if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & digit_mask], 1u);
   }
   __syncthreads();
-  __shared__ uint32_t chosen_prefix;
-  __shared__ int chosen_need;
-  if (threadIdx.x == 0) {
-    unsigned above = 0;
-    int digit = int(digit_mask);
-    for (; digit > 0 && above + hist[digit] < unsigned(need); --digit) above += hist[digit];
-    chosen_prefix = prefix | (uint32_t(digit) << shift);
-    chosen_need = need - int(above);
-  }
-  __syncthreads();
-  prefix = chosen_prefix, need = chosen_need, mask |= digit_mask << shift;
-  __syncthreads();  // (chosen_* free for the next call)
+  choose_digit(hist, bins, shift, prefix, need, in_bin);
+  mask |= digit_mask << shift;
 }
 
 __global__ void __launch_bounds__(kTopThreads) top_candidates_kernel(const float* logits, int n, int k, TopPair* out,
                                                                        int32_t* finite_out) {
   begin_after_inputs();
   __shared__ unsigned hist[kTopBins];
-  __shared__ unsigned finite_count, bad, above_slots, equal_taken;
+  __shared__ unsigned finite_count, bad, slots, equal_taken;
   __shared__ unsigned warp_equal[kTopThreads / kWarp];
   const float* x = logits + int64_t(blockIdx.x) * n;
   out += int64_t(blockIdx.x) * k;
-  if (threadIdx.x == 0) finite_count = 0, bad = 0, above_slots = 0, equal_taken = 0;
+  for (int b = threadIdx.x; b < kTopBins; b += blockDim.x) hist[b] = 0;
+  if (threadIdx.x == 0) finite_count = 0, bad = 0, slots = 0, equal_taken = 0;
   __syncthreads();
+  // The first pass counts the finite logits and looks for NaN and +inf too.
   unsigned mine = 0, broken = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const float v = x[i];
-    if (isnan(v) || v == INFINITY) broken = 1;
-    else if (v != -INFINITY) ++mine;
+    if (isnan(v) || v == INFINITY) {
+      broken = 1;
+    } else if (v != -INFINITY) {
+      ++mine;
+      atomicAdd(&hist[order_key(v) >> 21], 1u);
+    }
   }
   atomicAdd(&finite_count, mine);
   if (broken) atomicOr(&bad, 1u);
   __syncthreads();
-  // The threshold key: the k-th best's, and how many equal to it to take (lowest indices first);
-  // with no more than k finite logits, every one of them (all keys lie above -inf's).
-  uint32_t threshold = order_key(-INFINITY), mask = 0;
+  // The threshold key: the k-th best's, `need` of the keys equal to it to take (the lowest
+  // indices) of `equal` there are; with no more than k finite logits, every one of them (every
+  // finite key lies above -inf's).
+  uint32_t threshold = order_key(-INFINITY);
   int need = 0;
+  unsigned equal = 0;
   if (finite_count > unsigned(k)) {
-    uint32_t prefix = 0;
+    uint32_t prefix = 0, mask = 0x7ffu << 21;
     need = k;
-    next_digit(x, n, 21, 0x7ffu, prefix, mask, need, hist);
-    next_digit(x, n, 10, 0x7ffu, prefix, mask, need, hist);
-    next_digit(x, n, 0, 0x3ffu, prefix, mask, need, hist);
+    choose_digit(hist, kTopBins, 21, prefix, need, equal);
+    next_digit(x, n, 10, 0x7ffu, kTopBins, prefix, mask, need, equal, hist);
+    next_digit(x, n, 0, 0x3ffu, kTopBins / 2, prefix, mask, need, equal, hist);
     threshold = prefix;
   }
+  // Keys above the threshold (and those equal to it, where all of them are taken) in any order.
+  const bool all_equal = unsigned(need) == equal;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const float v = x[i];
-    if (candidate_logit(v) && order_key(v) > threshold) out[atomicAdd(&above_slots, 1u)] = {i, v};
+    if (!candidate_logit(v)) continue;
+    const uint32_t key = order_key(v);
+    if (key > threshold || (all_equal && need > 0 && key == threshold)) out[atomicAdd(&slots, 1u)] = {i, v};
   }
-  // The `need` lowest indices whose key equals the threshold, a tile of consecutive indices at a
-  // time, each ranked within its tile by a ballot and the warps before it.
+  // Else the `need` lowest indices of the equal keys, a tile of consecutive indices at a time, each
+  // ranked within its tile by a ballot and the warps before it.
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = int(blockDim.x) / kWarp;
   const int first_equal = k - need;
-  for (int tile = 0; need > 0 && tile < n; tile += blockDim.x) {
+  for (int tile = 0; !all_equal && tile < n; tile += blockDim.x) {
     const int i = tile + int(threadIdx.x);
     const float v = i < n ? x[i] : -INFINITY;
-    const bool equal = candidate_logit(v) && order_key(v) == threshold;
-    const unsigned ballot = __ballot_sync(0xffffffffu, equal);
+    const bool is_equal = candidate_logit(v) && order_key(v) == threshold;
+    const unsigned ballot = __ballot_sync(0xffffffffu, is_equal);
     if (lane == 0) warp_equal[warp] = __popc(ballot);
     __syncthreads();
     unsigned before = equal_taken + __popc(ballot & ((1u << lane) - 1u));
     for (int w = 0; w < warp; ++w) before += warp_equal[w];
-    if (equal && before < unsigned(need)) out[first_equal + int(before)] = {i, v};
+    if (is_equal && before < unsigned(need)) out[first_equal + int(before)] = {i, v};
     __syncthreads();
     if (threadIdx.x == 0)
       for (int w = 0; w < warps; ++w) equal_taken += warp_equal[w];
