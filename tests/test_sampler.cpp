@@ -301,6 +301,8 @@ TEST(Sampler, TopCandidatesAndWhatSampleTopRefuses) {
   const TopCandidates all = top_candidates(row, 64);
   ASSERT_EQ(all.best.size(), 5u);
   EXPECT_EQ(all.best.back().id, 6);
+  EXPECT_EQ(greedy(two), greedy(row));  // the first of the equal best, whatever the order
+  EXPECT_EQ(greedy(TopCandidates{.best = {{3, 3.0f}, {1, 3.0f}}, .finite = 5}), 1);
   SamplingParams params = plain(0.8f);
   params.top_k = 3;
   Sampler sampler(params, int64_t(row.size()));
@@ -309,6 +311,7 @@ TEST(Sampler, TopCandidatesAndWhatSampleTopRefuses) {
     EXPECT_EQ(none.finite, -1);
     EXPECT_TRUE(none.best.empty());
     EXPECT_THROW(sampler.sample_top(none), Error);
+    EXPECT_THROW(greedy(none), Error);
   }
   EXPECT_THROW(sampler.sample_top(two), Error);  // 2 candidates for a top-k of 3 among 5
   EXPECT_NO_THROW(sampler.sample_top(all));

@@ -148,19 +148,6 @@ sample::TopCandidates device_top(const CudaSession::Window& out, size_t r) {
   return {std::vector<sample::Scored>(first, first + std::min<long>(finite, sample::kTopCandidates)), finite};
 }
 
-// The greedy token among top candidates: the largest logit, the lowest id among equals
-// (sample::greedy's rule, failing where it fails, as the greedy pick on the device fails the step).
-int32_t best_of(const sample::TopCandidates& top) {
-  if (top.finite < 0)
-    fail("cuda session: the step's logits hold NaN or +inf, so there is no greedy token (a damaged model file?)");
-  if (top.best.empty())
-    fail("every logit is -inf, so no token can be chosen; check logit_bias does not ban them all");
-  sample::Scored best = top.best.front();
-  for (const sample::Scored& c : top.best)
-    if (c.logit > best.logit || (c.logit == best.logit && c.id < best.id)) best = c;
-  return best.id;
-}
-
 // Whether a row can share a step with other sequences' rows: one token, one logit row at most.
 bool joins_rows(const engine::StepRow& row) { return row.tokens.size() == 1 && row.logit_rows <= 1; }
 
@@ -205,6 +192,10 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
   for (engine::StepRow* row : alone) step_alone(*row);
   for (size_t at = 0; at < joined.size(); at += size_t(pipeline_->step_rows()))
     step_joined(std::span(joined).subspan(at, std::min(joined.size() - at, size_t(pipeline_->step_rows()))));
+  // Top-only rows whose path gave logits (all but a step of top-only and greedy-only rows): their
+  // candidates taken on the host.
+  for (engine::StepRow& row : rows)
+    if (row.top_only && !row.logits.empty()) engine::top_from_logits(row);
 }
 
 // A row the prompt pass takes whole, beside other sequences' (CudaSession::prefill_pieces): several
@@ -236,7 +227,6 @@ void CudaModel::step_pieces(std::span<engine::StepRow* const> rows) {
   for (size_t r = 0; r < rows.size(); ++r) {
     engine::StepRow& row = *rows[r];
     row.logits = std::move(out[r].logits), row.hidden = std::move(out[r].hidden);
-    if (row.top_only) engine::top_from_logits(row);
     if (!row.greedy_only) continue;
     row.greedy = sample::greedy(row.logits);
     row.logits.clear();
@@ -251,7 +241,6 @@ void CudaModel::step_alone(engine::StepRow& row) {
   if (row.as_decode) {
     decode_rows(session, row, sequence.window_offset_);
     sequence.row_tokens_ = n;
-    if (row.top_only) engine::top_from_logits(row);
     return;
   }
   std::vector<float>* hidden = row.want_hidden ? &row.hidden : nullptr;
@@ -266,7 +255,6 @@ void CudaModel::step_alone(engine::StepRow& row) {
   }
   row.logits = session.prefill(row.tokens, row.logit_rows > 1, hidden);
   if (row.logit_rows == 0) row.logits.clear();
-  if (row.top_only) engine::top_from_logits(row);
 }
 
 // One-token rows of several sequences in one step of the session (CudaSession::decode_rows): the
@@ -293,11 +281,10 @@ void CudaModel::step_joined(std::span<engine::StepRow* const> rows) {
       row.greedy = out.greedy[r];
     } else if (top) {
       row.top = device_top(out, r);
-      if (row.greedy_only) row.greedy = best_of(row.top), row.top = {};
+      if (row.greedy_only) row.greedy = sample::greedy(row.top), row.top = {};
     } else {
       row.logits.assign(out.logits.begin() + long(r * vocab), out.logits.begin() + long((r + 1) * vocab));
       if (row.greedy_only) row.greedy = sample::greedy(row.logits), row.logits.clear();
-      else if (row.top_only) engine::top_from_logits(row);
       else if (row.logit_rows != 1) row.logits.clear();
     }
   }

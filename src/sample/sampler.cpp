@@ -161,6 +161,13 @@ double set_weights(std::vector<Candidate>& candidates, double temperature) {
   return total;
 }
 
+// Every finite logit, in token order, into `out`.
+void every_finite(std::span<const float> logits, std::vector<Candidate>& out) {
+  out.clear();
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] != kMinusInf) out.push_back({int32_t(i), logits[i], 0.0});
+}
+
 // The k best finite logits, best first, into `out`, in one pass that holds only k candidates (a
 // heap with the worst on top): the k best of nth_element over every candidate, without building
 // 250k of them. Blocks whose largest logit cannot enter are skipped whole after counting their
@@ -252,11 +259,7 @@ void build_distribution(std::span<const float> logits, const SamplingParams& par
          params.temperature);
   size_t finite = 0;
   const bool best_first = params.top_k > 0 && keep_best_k(logits, size_t(params.top_k), out, finite);
-  if (!best_first) {  // every finite logit, in token order
-    out.clear();
-    for (size_t i = 0; i < logits.size(); ++i)
-      if (logits[i] != kMinusInf) out.push_back({int32_t(i), logits[i], 0.0});
-  }
+  if (!best_first) every_finite(logits, out);
   finish_distribution(out, params, best_first);
 }
 
@@ -318,6 +321,17 @@ int32_t greedy(std::span<const float> logits) {
   return detail::argmax(logits);
 }
 
+int32_t greedy(const TopCandidates& top) {
+  if (top.finite < 0)
+    fail("a logit is NaN or +inf: the model produced an invalid value (check the weights and the backend)");
+  if (top.best.empty())
+    fail("every logit is -inf, so no token can be chosen; check logit_bias does not ban them all");
+  detail::Candidate best{top.best.front().id, top.best.front().logit, 0.0};
+  for (const Scored& c : top.best)
+    if (detail::better({c.id, c.logit, 0.0}, best)) best = {c.id, c.logit, 0.0};
+  return best.id;
+}
+
 double probability_of(std::span<const float> logits, int32_t index) {
   double sum = 0;
   for (float l : logits) sum += std::exp(double(l) - double(logits[size_t(index)]));
@@ -330,9 +344,7 @@ TopCandidates top_candidates(std::span<const float> logits, int n) {
   std::vector<detail::Candidate> best;
   size_t finite = 0;
   if (!detail::keep_best_k(logits, size_t(n), best, finite)) {  // every finite logit
-    best.clear();
-    for (size_t i = 0; i < logits.size(); ++i)
-      if (logits[i] != kMinusInf) best.push_back({int32_t(i), logits[i], 0.0});
+    detail::every_finite(logits, best);
     std::sort(best.begin(), best.end(), detail::better);
   }
   TopCandidates top{.finite = int64_t(finite)};
