@@ -8,7 +8,8 @@
 #   scripts/build && bench/cuda/pack.sh         # then run(carry=["build/device"], ...)
 #
 # With NODE=1, this machine's `node` (a self-contained build: it links only the C and C++ runtimes)
-# and tools/server/node_modules go in too, for the load generator (tools/load).
+# and the one module the load generator (tools/load) imports, tools/server/node_modules/openai
+# (it has no dependencies; the whole node_modules would not fit the carry limit), go in too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 for f in build/lode build/lode_tests; do
@@ -22,9 +23,9 @@ files=(build/lode build/lode_tests build/runtime-libs build/source-root)
 [ -x build/bench_cuda_matvec ] && files+=(build/bench_cuda_matvec)
 if [ -n "${NODE:-}" ]; then
   node=$(command -v node) || { echo "pack: NODE=1 but no node here" >&2; exit 1; }
-  [ -d tools/server/node_modules ] || { echo "pack: tools/server/node_modules is missing (tools/server/fetch)" >&2; exit 1; }
+  [ -d tools/server/node_modules/openai ] || { echo "pack: tools/server/node_modules/openai is missing (tools/server/fetch)" >&2; exit 1; }
   rm -rf build/node && mkdir -p build/node/bin && cp -L "$node" build/node/bin/node
-  files+=(build/node tools/server/node_modules)
+  files+=(build/node tools/server/node_modules/openai)
 fi
 tar -cJf build/device/pack.tar.xz "${files[@]}"
 echo "pack: build/device/pack.tar.xz, $(du -m build/device/pack.tar.xz | cut -f1) MiB (the carry limit is 64 MiB with the tree)"
