@@ -49,12 +49,12 @@ floors() {
   # Issue 19: lode-mini with and without MTP (>= 1.2x), greedy, the run log's speed lines.
   for mtp in 0 2; do
     timeout 60 build/lode run -m models/lode-mini.gguf --backend cuda -p "The ls command" --temp 0 -n 512 \
-      --mtp $mtp 2>&1 | grep -iE "tokens/s|window|accept" | sed "s/^/mini --mtp $mtp: /"
+      --mtp $mtp 2>&1 | grep -iE "tok/s|window|accept" | sed "s/^/mini --mtp $mtp: /"
   done | tee "$out/mini_mtp.txt"
   # Sampling from the device's top candidates against greedy on the 35B (one sequence).
   for temp in 0 0.7; do
     timeout 90 build/lode run -m "$m35" --backend cuda -p "The ls command" --temp $temp -n 256 --ignore-eos 2>&1 |
-      grep -iE "tokens/s" | sed "s/^/35B --temp $temp: /"
+      grep -iE "tok/s" | sed "s/^/35B --temp $temp: /"
   done | tee -a "$out/mini_mtp.txt"
 }
 
