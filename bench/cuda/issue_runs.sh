@@ -2,11 +2,12 @@
 # The GPU runs the open issues wait for (17 to 19; 20's need several GPUs: bench/cuda/gpu_check.sh
 # and tests/test_cuda_pipeline.cpp there), one device call per part, each ending inside the call's
 # 600 s. In the repository root of the GPU machine, with build/device carried (bench/cuda/pack.sh;
-# NODE=1 for `served`); results under $OUT (at most 8 files come back).
+# NODE=1 for `served` and `stress`); results under $OUT (at most 8 files come back).
 #
 #   bench/cuda/issue_runs.sh suite     # every test with LODE_REQUIRE_GPU=1, in 4 shards at once
 #   bench/cuda/issue_runs.sh floors    # lode bench on the 35B synth: the issues' floors, one file each
-#   bench/cuda/issue_runs.sh served    # lode serve + tools/load: prompts one a step against 4,096 tokens a step
+#   bench/cuda/issue_runs.sh served    # lode serve + tools/load at 1 to 64 streams, --prompt-tokens 0 and 4096
+#   bench/cuda/issue_runs.sh stress    # long prompts arriving, 10% disconnects, a 16 GiB budget
 #
 # Each part prints the lines to read; the files hold the rest.
 set -uo pipefail
@@ -17,7 +18,7 @@ mkdir -p "$out"
 models=${TMPDIR:-/tmp}
 m35=$models/m35t.gguf
 synth_35b() {  # lode-mini's tokenizer embedded: the server's requests need one
-  [ -f "$m35" ] || build/lode synth -o "$m35" --preset qwen3.6-35b-a3b --recipe ud-q4_k_xl \
+  [ -n "${SERVE_MODEL:-}" ] || [ -f "$m35" ] || build/lode synth -o "$m35" --preset qwen3.6-35b-a3b --recipe ud-q4_k_xl \
     --tokenizer tools/mini/tokenizer.json >/dev/null
 }
 
@@ -58,30 +59,83 @@ floors() {
   done | tee -a "$out/mini_mtp.txt"
 }
 
+# A server on $SERVE_MODEL (default the 35B synth) with the given options, on port 8090; waits for
+# /health (the load takes a while). BACKEND=cpu and SERVE_MODEL=models/lode-mini.gguf try the
+# script on a machine without a GPU.
+start_server() {
+  build/lode serve -m "${SERVE_MODEL:-$m35}" --backend "${BACKEND:-cuda}" --port 8090 "$@" >>"$out/serve.log" 2>&1 &
+  server=$!
+  for _ in $(seq 180); do curl -sf localhost:8090/health >/dev/null && return 0; sleep 1; done
+  echo "the server (lode serve $*) did not answer /health in 180 s"
+  return 1
+}
+stop_server() { kill "$server"; wait "$server" 2>/dev/null; }
+status_line() { curl -s localhost:8090/v1/status | head -c 2000; echo; }
+# /v1/status once no request and no sequence is active (abandoned requests are cancelled at the
+# worker's next step), or after 20 s.
+settled_status() {
+  for _ in $(seq 40); do
+    curl -s localhost:8090/v1/status | grep -q '"sequences":{"active":0,.*"requests":{"total":[0-9]*,"active":0}' && break
+    sleep 0.5
+  done
+  status_line
+}
+
+# One load run, its report as one labelled line: load LABEL load.mjs-options...
+load() {
+  local label=$1
+  shift
+  echo "$label: $(timeout 150 node tools/load/load.mjs --url http://127.0.0.1:8090 --json "$@")"
+}
+
+# Issue 18's served table: 1, 4, 16 and 64 concurrent streams (200-word prompts, half shared, 128
+# tokens), with prompts read one a step (--prompt-tokens 0) and 4,096 prompt tokens a step; sampled
+# streams (top candidates on the device) at 64.
 served() {
   command -v node >/dev/null || { echo "served: no node (pack with NODE=1)"; return 1; }
   synth_35b
-  for pt in 0 4096; do  # (greedy streams; then, with 4,096, sampled ones: top candidates on the device)
-    build/lode serve -m "$m35" --backend cuda --parallel 64 --ctx 4096 --prompt-tokens $pt --port 8090 \
-      >"$out/serve_$pt.log" 2>&1 &
-    local server=$!
-    for _ in $(seq 120); do curl -sf localhost:8090/health >/dev/null && break; sleep 1; done
-    local runs=("16 0" "64 0")
-    [ $pt = 4096 ] && runs+=("64 0.7")
-    for run in "${runs[@]}"; do
-      read -r c temp <<<"$run"
-      echo "--prompt-tokens $pt, concurrency $c, temperature $temp: $(timeout 100 node tools/load/load.mjs \
-        --url http://127.0.0.1:8090 --concurrency $c --requests $((4 * c)) --prompt-words 200 --max-tokens 128 \
-        --shared-prefix 0.5 --temperature $temp --json)"
+  for pt in 0 4096; do
+    start_server --parallel 64 --ctx 4096 --prompt-tokens $pt || return 1
+    for c in 1 4 16 64; do
+      load "--prompt-tokens $pt, c$c" --concurrency $c --requests $((4 * c)) --prompt-words 200 --max-tokens 128 \
+        --shared-prefix 0.5
     done
-    curl -s localhost:8090/v1/status | head -c 2000
-    echo
-    kill $server
-    wait $server 2>/dev/null
-  done | tee "$out/served.txt"
+    [ $pt = 4096 ] && load "--prompt-tokens $pt, c64, temperature 0.7" --concurrency 64 --requests 256 \
+      --prompt-words 200 --max-tokens 128 --shared-prefix 0.5 --temperature 0.7
+    status_line
+    stop_server
+  done 2>&1 | tee "$out/served.txt"
+}
+
+# Issue 18's other served lines: 16 streams' inter-token latency alone and while 8K-token prompts
+# arrive; 500 requests at 16 concurrent with 10% abandoned, then /v1/status (sequences, requests and
+# pages back to zero); and 1 and 16 streams under a 16 GiB budget (the expert tier).
+stress() {
+  command -v node >/dev/null || { echo "stress: no node (pack with NODE=1)"; return 1; }
+  synth_35b
+  local pt=${PROMPT_TOKENS:-4096} long_words=${LONG_WORDS:-8000}  # (about a token a word)
+  {
+    start_server --parallel 16 --ctx 12288 --prompt-tokens $pt || return 1
+    load "c16 alone" --concurrency 16 --requests 64 --prompt-words 200 --max-tokens 128
+    load "long prompts" --concurrency 2 --requests 6 --prompt-words "$long_words" --shared-prefix 0 --max-tokens 8 \
+      --seed 5 >"$out/long.txt" &
+    local long=$!
+    load "c16 with long prompts arriving" --concurrency 16 --requests 64 --prompt-words 200 --max-tokens 128
+    wait $long
+    cat "$out/long.txt"
+    load "500 requests, c16, 10% abandoned" --concurrency 16 --requests 500 --prompt-words 100 --max-tokens 64 \
+      --disconnect 0.1 --seed 3
+    settled_status
+    stop_server
+    start_server --parallel 16 --ctx 4096 --prompt-tokens $pt --vram-budget 16384 || return 1
+    load "16 GiB, c1" --concurrency 1 --requests 4 --prompt-words 200 --max-tokens 128
+    load "16 GiB, c16" --concurrency 16 --requests 32 --prompt-words 200 --max-tokens 128
+    status_line
+    stop_server
+  } 2>&1 | tee "$out/stress.txt"
 }
 
 case "${1:-}" in
-  suite | floors | served) "$1" ;;
-  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|served" >&2; exit 2 ;;
+  suite | floors | served | stress) "$1" ;;
+  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|served|stress" >&2; exit 2 ;;
 esac
