@@ -1,7 +1,6 @@
 // The fast q8 twin kernels (cpu/q8_twin_avx2.cpp) against the reference they must match bit for
 // bit (q8twin::row_dot): every type they cover, row lengths of every lane count, and weights and x
 // chosen to reach the corners (extreme quants, zero and huge scales, zero x, outliers, SwiGLU x).
-#include <cpuid.h>
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -12,6 +11,7 @@
 #include "core/fp16.h"
 #include "core/quant/blocks.h"
 #include "core/quant/types.h"
+#include "cpu/host_isa.h"
 #include "cpu/q8_twin.h"
 #include "cpu/q8_twin_fast.h"
 #include "support/random.h"
@@ -21,11 +21,7 @@ namespace {
 using lode::GgmlType;
 namespace twin = lode::cpu::q8twin;
 
-// As the kernels ask (cpu/q8_twin_avx2.cpp): AVX2 and F16C.
-bool host_has_avx2() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-}
+using lode::cpu::host_has_avx2;  // (what the kernels ask for)
 
 constexpr GgmlType kFastTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0};
 

@@ -3,6 +3,8 @@
 #include "core/fp16.h"
 #include "core/quant/blocks.h"
 #include "core/quant/kquants_scales.h"
+#include "cpu/fast_rows_avx2.h"
+#include "cpu/host_isa.h"
 
 namespace lode::cpu {
 namespace {
@@ -57,28 +59,38 @@ void q5_K_row(const void* src, float* __restrict dst, int64_t n) {
   }
 }
 
-// q6_K: per 16 values one scale; value = (d * scale) * q, as the reference computes it.
+// 16 q6_K values: the low nibbles of `lo` shifted down by kLowShift with bits kHighShift,
+// kHighShift + 1 of `hi` on top, less 32, times ds. Shifts fixed at compile time vectorize (2x
+// faster than shifts chosen in the loop).
+template <int kLowShift, int kHighShift>
+__attribute__((always_inline)) inline void q6_K_sixteen(const uint8_t* __restrict lo, const uint8_t* __restrict hi,
+                                                        float ds, float* __restrict dst) {
+  for (int l = 0; l < 16; ++l) {
+    const int q = (((lo[l] >> kLowShift) & 0x0f) | (((hi[l] >> kHighShift) & 3) << 4)) - 32;
+    dst[l] = ds * float(q);
+  }
+}
+
+// q6_K: per 16 values one scale; value = (d * scale) * q, as the reference computes it. A half of a
+// block is four quarters of 32 values: quarter q takes the low nibbles of ql bytes 32 * (q % 2)..
+// (shifted by 4 for q >= 2) and bits 2q, 2q + 1 of qh.
 LODE_VECTOR_CLONES
 void q6_K_row(const void* src, float* __restrict dst, int64_t n) {
   const auto* blocks = static_cast<const BlockQ6_K*>(src);
   for (int64_t b = 0; b < n / QK_K; ++b) {
     const BlockQ6_K& block = blocks[b];
     const float d = fp16_to_fp32(block.d);
-    for (int half = 0; half < 2; ++half) {
+    for (int half = 0; half < 2; ++half, dst += 128) {
       const uint8_t* ql = block.ql + 64 * half;
       const uint8_t* qh = block.qh + 32 * half;
-      for (int quarter = 0; quarter < 4; ++quarter) {
-        const uint8_t* __restrict low = ql + 32 * (quarter % 2);
-        const int low_shift = 4 * (quarter / 2), high_shift = 2 * quarter;
-        for (int part = 0; part < 2; ++part, dst += 16) {
-          const float ds = d * float(block.scales[8 * half + 2 * quarter + part]);
-          const uint8_t* __restrict lo = low + 16 * part;
-          const uint8_t* __restrict hi = qh + 16 * part;
-          for (int l = 0; l < 16; ++l) {
-            const int q = (((lo[l] >> low_shift) & 0x0f) | (((hi[l] >> high_shift) & 3) << 4)) - 32;
-            dst[l] = ds * float(q);
-          }
-        }
+      const int8_t* sc = block.scales + 8 * half;
+      for (int part = 0; part < 2; ++part) {
+        const uint8_t* lo = ql + 16 * part;
+        const uint8_t* hi = qh + 16 * part;
+        q6_K_sixteen<0, 0>(lo, hi, d * float(sc[0 + part]), dst + 0 + 16 * part);
+        q6_K_sixteen<0, 2>(lo + 32, hi, d * float(sc[2 + part]), dst + 32 + 16 * part);
+        q6_K_sixteen<4, 4>(lo, hi, d * float(sc[4 + part]), dst + 64 + 16 * part);
+        q6_K_sixteen<4, 6>(lo + 32, hi, d * float(sc[6 + part]), dst + 96 + 16 * part);
       }
     }
   }
@@ -86,7 +98,9 @@ void q6_K_row(const void* src, float* __restrict dst, int64_t n) {
 
 }  // namespace
 
-DequantizeRow row_decoder(GgmlType type) {
+DequantizeRow row_decoder(GgmlType type, Decoders decoders) {
+  if (decoders == Decoders::host && host_has_avx2())
+    if (const DequantizeRow avx2 = avx2::row_decoder(type)) return avx2;
   switch (type) {
     case GgmlType::Q8_0: return q8_0_row;
     case GgmlType::Q4_K: return q4_K_row;

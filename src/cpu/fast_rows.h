@@ -1,14 +1,20 @@
 // Faster row decoders for the types that dominate a qwen35moe forward pass (q8_0 trunk
-// projections, q4_K / q5_K experts, q6_K embeddings and lm head). Each gives exactly the floats
-// of the reference converter in core/quant (same float operations in the same order, checked by
-// tests/test_cpu_layers.cpp), written so the compiler can vectorize it, and built for AVX2 as
-// well as the baseline (picked at run time), without FMA so nothing is contracted.
+// projections, q4_K / q5_K / q5_0 experts, q6_K embeddings and lm head, f16). Each gives exactly the
+// floats of the reference converter in core/quant (same float operations in the same order,
+// checked by tests/test_cpu_layers.cpp): portable loops written so the compiler can vectorize them,
+// built for AVX2 as well as the baseline (picked at run time), and for q6_K, q5_0 and f16, where
+// those vectorize poorly, AVX2 intrinsics (cpu/fast_rows_avx2.cpp) where the host has AVX2. No FMA,
+// so nothing is contracted.
 #pragma once
 #include "core/quant/types.h"
 
 namespace lode::cpu {
 
+// Which decoders to pick from: the best this host runs, or only the portable ones (tests compare
+// both against the reference).
+enum class Decoders { host, portable };
+
 // The fast decoder of `type`, or the reference one (traits(type).dequantize) when there is none.
-DequantizeRow row_decoder(GgmlType type);
+DequantizeRow row_decoder(GgmlType type, Decoders decoders = Decoders::host);
 
 }  // namespace lode::cpu

@@ -16,7 +16,6 @@
 // makes -128 (its scale maps the largest |value| to 127).
 #include "cpu/q8_twin_fast.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cstddef>
@@ -26,6 +25,7 @@
 #include "core/fp16.h"
 #include "core/quant/blocks.h"
 #include "core/quant/q8_0_spans.h"
+#include "cpu/host_isa.h"
 
 #define LODE_AVX2 __attribute__((target("avx2,f16c")))
 #define LODE_AVX2_INLINE __attribute__((target("avx2,f16c"), always_inline)) inline
@@ -464,16 +464,6 @@ LODE_AVX2 void q8_0_span_rows(const uint8_t* w, size_t row_bytes, int64_t rows, 
 }
 
 // ---- Choosing a kernel -------------------------------------------------------------------------
-
-// AVX2 (which also says the OS saves the registers) and F16C, which every AVX2 processor has but
-// which is asked of cpuid directly: not every compiler's __builtin_cpu_supports knows "f16c".
-bool host_has_avx2() {
-  static const bool has = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-  }();
-  return has;
-}
 
 // The kernel of kAcc = lanes / 8 accumulators for `slices` slices (null when lanes < 8).
 template <template <int> class Rows>
