@@ -301,6 +301,28 @@ TEST(CpuLayers, MoeMatchesNaiveReference) {
 
 // --- matmul on quantized rows ------------------------------------------------------------------
 
+// dot4 gives each row dot()'s bits (matmul's results must not depend on how rows are grouped):
+// lengths with and without a tail, values of mixed magnitudes so a different order would round
+// differently.
+TEST(CpuLayers, Dot4GivesEachRowTheBitsOfDot) {
+  std::mt19937 rng(6);
+  for (int64_t n : {1, 7, 8, 9, 64, 255, 2048, 2051}) {
+    std::vector<std::vector<float>> rows;
+    for (int r = 0; r < 4; ++r) {
+      rows.push_back(normal_floats(size_t(n), rng, 1.0f));
+      for (int64_t i = 0; i < n; i += 5) rows.back()[size_t(i)] *= 1e4f;
+    }
+    const auto x = normal_floats(size_t(n), rng, 1.0f);
+    const float* a[4] = {rows[0].data(), rows[1].data(), rows[2].data(), rows[3].data()};
+    float got[4];
+    lode::cpu::dot4(a, x.data(), n, got);
+    for (int r = 0; r < 4; ++r) {
+      const float want = lode::cpu::dot(a[r], x.data(), n);
+      EXPECT_EQ(0, std::memcmp(&want, &got[r], sizeof want)) << "n " << n << " row " << r << ": " << got[r] << " vs " << want;
+    }
+  }
+}
+
 TEST(CpuLayers, MatmulOnQuantizedRowsEqualsMatmulOnTheirValues) {
   std::mt19937 rng(4);
   const int64_t rows = 40, cols = 256, T = 3;

@@ -1,5 +1,6 @@
 #include "cpu/matmul.h"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "core/error.h"
 #include "cpu/activation_rounding.h"
 #include "cpu/fast_rows.h"
+#include "cpu/host_isa.h"
 
 namespace lode::cpu {
 
@@ -22,6 +24,33 @@ float dot(const float* a, const float* b, int64_t n) {
   }
   for (; i < n; ++i) acc[i % 8] += a[i] * b[i];
   return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+namespace {
+
+// dot(a[r], b, n) for four rows at once, each in dot()'s order (lane j of its accumulator sums
+// elements j, j + 8, ... in turn; the same tree at the end), so each gives dot()'s bits. One row's
+// chain of dependent adds bounds dot(); four independent chains hide that latency (1.6x).
+__attribute__((target("avx2"))) void dot4_avx2(const float* const a[4], const float* b, int64_t n, float out[4]) {
+  __m256 c[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(b + i);
+    for (int r = 0; r < 4; ++r) c[r] = _mm256_add_ps(c[r], _mm256_mul_ps(_mm256_loadu_ps(a[r] + i), x));
+  }
+  alignas(32) float acc[4][8];
+  for (int r = 0; r < 4; ++r) _mm256_store_ps(acc[r], c[r]);
+  for (int r = 0; r < 4; ++r) {
+    for (int64_t k = 0; i + k < n; ++k) acc[r][k] += a[r][i + k] * b[i + k];  // (i is a multiple of 8)
+    out[r] = ((acc[r][0] + acc[r][4]) + (acc[r][1] + acc[r][5])) + ((acc[r][2] + acc[r][6]) + (acc[r][3] + acc[r][7]));
+  }
+}
+
+}  // namespace
+
+void dot4(const float* const a[4], const float* b, int64_t n, float out[4]) {
+  if (host_has_avx2()) return dot4_avx2(a, b, n, out);
+  for (int r = 0; r < 4; ++r) out[r] = dot(a[r], b, n);
 }
 
 namespace {
@@ -72,14 +101,24 @@ void matmul(const model::MatrixView& w, const float* x_in, float* y, int64_t n_t
   // Small products are not worth waking the thread team for.
   const bool parallel = n_threads > 1 && w.rows * w.cols * n_tokens >= (1 << 15);
   const DequantizeRow decode = row_decoder(w.type->type);
+  // Rows in groups of four (dot4), each row's dot the same whatever its group or thread.
+  const int64_t groups = (w.rows + 3) / 4;
 #pragma omp parallel num_threads(n_threads) if (parallel)
   {
-    std::vector<float> buffer(size_t(w.cols));
+    std::vector<float> buffer(size_t(4 * w.cols));
 #pragma omp for schedule(static)
-    for (int64_t r = 0; r < w.rows; ++r) {
-      const float* wr = row_values(w, decode, r, buffer.data());
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t first = 4 * g, count = std::min<int64_t>(4, w.rows - first);
+      const float* wr[4];
+      for (int64_t k = 0; k < count; ++k) wr[k] = row_values(w, decode, first + k, buffer.data() + k * w.cols);
       for (int64_t t = 0; t < n_tokens; ++t) {
-        y[t * w.rows + r] = dot(wr, x + t * w.cols, w.cols);
+        const float* xt = x + t * w.cols;
+        float* yt = y + t * w.rows + first;
+        if (count == 4) {
+          dot4(wr, xt, w.cols, yt);
+        } else {
+          for (int64_t k = 0; k < count; ++k) yt[k] = dot(wr[k], xt, w.cols);
+        }
       }
     }
   }
