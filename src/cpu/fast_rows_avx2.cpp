@@ -1,6 +1,6 @@
 // AVX2 row decoders (cpu/fast_rows.h) for the types whose portable loops the compiler vectorizes
 // poorly: q6_K (the lm head and embeddings of most quants; 1 ns a value portable, its variable
-// shifts unvectorized), q4_K and q5_K (the experts of most quants), q5_0 and f16.
+// shifts unvectorized), q4_K and q5_K (the experts of most quants), q8_0, q5_0 and f16.
 //
 // Why the bits agree. The 6- and 5-bit codes are assembled in integer lanes, exactly. Each value is
 // then the reference's float operations on the same operands: float(code) times the scale (q4_K and
@@ -138,6 +138,16 @@ LODE_AVX2 void q5_0_row(const void* src, float* dst, int64_t n) {
   }
 }
 
+LODE_AVX2 void q8_0_row(const void* src, float* dst, int64_t n) {
+  const auto* blocks = static_cast<const BlockQ8_0*>(src);
+  for (int64_t b = 0; b < n / QK8_0; ++b, dst += QK8_0) {
+    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[b].qs));
+    const float d = fp16_to_fp32(blocks[b].d);
+    scale_sixteen(_mm256_castsi256_si128(codes), d, dst);
+    scale_sixteen(_mm256_extracti128_si256(codes, 1), d, dst + 16);
+  }
+}
+
 LODE_AVX2 void f16_row(const void* src, float* dst, int64_t n) {
   const auto* half = static_cast<const uint16_t*>(src);
   int64_t i = 0;
@@ -150,6 +160,7 @@ LODE_AVX2 void f16_row(const void* src, float* dst, int64_t n) {
 
 DequantizeRow row_decoder(GgmlType type) {
   switch (type) {
+    case GgmlType::Q8_0: return q8_0_row;
     case GgmlType::Q4_K: return q4_K_row;
     case GgmlType::Q5_K: return q5_K_row;
     case GgmlType::Q6_K: return q6_K_row;
