@@ -323,9 +323,11 @@ TEST(CpuLayers, Dot4GivesEachRowTheBitsOfDot) {
   }
 }
 
+// 43 rows: ten groups of four and a group of three (matmul dots rows four at a time); each output
+// is also the plain dot() of its row.
 TEST(CpuLayers, MatmulOnQuantizedRowsEqualsMatmulOnTheirValues) {
   std::mt19937 rng(4);
-  const int64_t rows = 40, cols = 256, T = 3;
+  const int64_t rows = 43, cols = 256, T = 3;
   const auto values = normal_floats(size_t(rows * cols), rng, 1.0f);
   const auto x = normal_floats(size_t(T * cols), rng, 1.0f);
   for (lode::GgmlType type : {lode::GgmlType::Q8_0, lode::GgmlType::Q4_K, lode::GgmlType::Q6_K,
@@ -343,13 +345,17 @@ TEST(CpuLayers, MatmulOnQuantizedRowsEqualsMatmulOnTheirValues) {
     lode::cpu::matmul(view, x.data(), got.data(), T, {.threads = 2});
     lode::cpu::matmul(f32_view(dq, rows, cols), x.data(), want.data(), T, {.threads = 1});
     EXPECT_EQ(got, want) << traits.name;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t r = 0; r < rows; ++r)
+        ASSERT_EQ(got[size_t(t * rows + r)], lode::cpu::dot(dq.data() + r * cols, x.data() + t * cols, cols))
+            << traits.name << " row " << r << " input " << t;
   }
 }
 
 // The fast decoders give the reference converters' floats bit for bit, on random bytes (any
 // scale, NaN and infinity included, every code pattern) and on quantized data: the host's (AVX2
-// ones where it has AVX2) and the portable ones. f16 rows of a length that is no multiple of 8
-// reach the AVX2 loop's scalar tail.
+// ones where it has AVX2) and the portable ones (for q5_0 and f16 the reference converters
+// themselves). f16 rows of a length that is no multiple of 8 reach the AVX2 loop's scalar tail.
 TEST(CpuLayers, FastRowDecodersAreBitExact) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> byte(0, 255);

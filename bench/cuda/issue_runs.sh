@@ -65,26 +65,40 @@ floors() {
 start_server() {
   build/lode serve -m "${SERVE_MODEL:-$m35}" --backend "${BACKEND:-cuda}" --port 8090 "$@" >>"$out/serve.log" 2>&1 &
   server=$!
-  for _ in $(seq 180); do curl -sf localhost:8090/health >/dev/null && return 0; sleep 1; done
-  echo "the server (lode serve $*) did not answer /health in 180 s"
+  for _ in $(seq 180); do
+    curl -sf localhost:8090/health >/dev/null && return 0
+    kill -0 "$server" 2>/dev/null || { echo "lode serve $* exited (serve.log says why)"; return 1; }
+    sleep 1
+  done
+  echo "lode serve $* did not answer /health in 180 s"
+  stop_server
   return 1
 }
 stop_server() { kill "$server"; wait "$server" 2>/dev/null; }
 status_line() { curl -s localhost:8090/v1/status | head -c 2000; echo; }
-# /v1/status once no request and no sequence is active (abandoned requests are cancelled at the
-# worker's next step), or after 20 s.
+# /v1/status once no request and no sequence is active and every K/V position is free again
+# (abandoned requests are cancelled at the worker's next step), saying whether that came within 20 s.
 settled_status() {
+  local check='import json, sys
+s = json.load(sys.stdin)
+m = s["memory"]
+sys.exit(0 if s["sequences"]["active"] == 0 and s["requests"]["active"] == 0
+         and m["kv_pool_free_positions"] == m["kv_pool_positions"] else 1)'
+  local settled="not settled after 20 s"
   for _ in $(seq 40); do
-    curl -s localhost:8090/v1/status | grep -q '"sequences":{"active":0,.*"requests":{"total":[0-9]*,"active":0}' && break
+    curl -s localhost:8090/v1/status | python3 -c "$check" && settled="settled" && break
     sleep 0.5
   done
-  status_line
+  echo "$settled: $(status_line)"
 }
 
-# One load run, its report as one labelled line: load LABEL load.mjs-options...
+# One load run, its report as one labelled line: load LABEL load.mjs-options... Skipped, saying so,
+# once the part has run DEADLINE seconds (default 500), so that what ran comes back inside the
+# call's 600 s.
 load() {
   local label=$1
   shift
+  if ((SECONDS > ${DEADLINE:-500})); then echo "$label: skipped, the part has run ${SECONDS} s"; return; fi
   echo "$label: $(timeout 150 node tools/load/load.mjs --url http://127.0.0.1:8090 --json "$@")"
 }
 
