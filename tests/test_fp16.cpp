@@ -2,8 +2,11 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "core/fp16.h"
+#include "core/quant/dequant.h"
 
 using namespace lode;
 
@@ -15,6 +18,24 @@ TEST(Fp16, EveryHalfRoundTripsThroughFloat) {
       continue;
     }
     EXPECT_EQ(fp32_to_fp16(f), h) << std::hex << h;
+  }
+}
+
+// A row converter (F16C where the host has it) gives every half fp16_to_fp32's bits, NaN payloads
+// included; rows of every length up to 17 reach its scalar tail.
+TEST(Fp16, RowsConvertEveryHalfAsOneHalf) {
+  std::vector<uint16_t> all(0x10000);
+  for (uint32_t h = 0; h < 0x10000; ++h) all[h] = uint16_t(h);
+  std::vector<float> got(all.size());
+  quant::dequantize_row_f16(all.data(), got.data(), int64_t(all.size()));
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float want = fp16_to_fp32(uint16_t(h));
+    ASSERT_EQ(0, std::memcmp(&want, &got[h], sizeof want)) << std::hex << h;
+  }
+  for (int64_t n = 1; n <= 17; ++n) {
+    std::vector<float> part(static_cast<size_t>(n));
+    quant::dequantize_row_f16(all.data() + 0x7bf0, part.data(), n);  // (finite, infinities and NaNs)
+    EXPECT_EQ(0, std::memcmp(part.data(), got.data() + 0x7bf0, size_t(n) * sizeof(float))) << n;
   }
 }
 

@@ -11,7 +11,7 @@
 #include "core/fp16.h"
 #include "core/quant/blocks.h"
 #include "core/quant/types.h"
-#include "cpu/host_isa.h"
+#include "core/host_isa.h"
 #include "cpu/q8_twin.h"
 #include "cpu/q8_twin_fast.h"
 #include "support/random.h"
@@ -21,7 +21,7 @@ namespace {
 using lode::GgmlType;
 namespace twin = lode::cpu::q8twin;
 
-using lode::cpu::host_has_avx2;  // (what the kernels ask for)
+using lode::host_has_avx2;  // (what the kernels ask for)
 
 constexpr GgmlType kFastTypes[] = {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0};
 

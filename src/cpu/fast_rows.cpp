@@ -4,7 +4,7 @@
 #include "core/quant/blocks.h"
 #include "core/quant/kquants_scales.h"
 #include "cpu/fast_rows_avx2.h"
-#include "cpu/host_isa.h"
+#include "core/host_isa.h"
 
 namespace lode::cpu {
 namespace {

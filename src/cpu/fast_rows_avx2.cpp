@@ -1,14 +1,14 @@
 // AVX2 row decoders (cpu/fast_rows.h) for the types whose portable loops the compiler vectorizes
 // poorly: q6_K (the lm head and embeddings of most quants; 1 ns a value portable, its variable
-// shifts unvectorized), q4_K and q5_K (the experts of most quants), q8_0, q5_0 and f16.
+// shifts unvectorized), q4_K and q5_K (the experts of most quants), q8_0 and q5_0. (f16 rows take
+// F16C in core/quant itself.)
 //
 // Why the bits agree. The 6- and 5-bit codes are assembled in integer lanes, exactly. Each value is
 // then the reference's float operations on the same operands: float(code) times the scale (q4_K and
 // q5_K: less the minimum), where the scale and minimum (d * float(scale)) are computed as scalars
 // as the reference does; a small
 // integer converts exactly and a multiply rounds once (no FMA: the target is avx2 and f16c only and
-// the build passes -ffp-contract=off). F16C's half-to-float conversion is exact, NaN payloads
-// kept and quieted, like lode::fp16_to_fp32.
+// the build passes -ffp-contract=off).
 #include "cpu/fast_rows_avx2.h"
 
 #include <immintrin.h>
@@ -148,14 +148,6 @@ LODE_AVX2 void q8_0_row(const void* src, float* dst, int64_t n) {
   }
 }
 
-LODE_AVX2 void f16_row(const void* src, float* dst, int64_t n) {
-  const auto* half = static_cast<const uint16_t*>(src);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(half + i))));
-  for (; i < n; ++i) dst[i] = fp16_to_fp32(half[i]);
-}
-
 }  // namespace
 
 DequantizeRow row_decoder(GgmlType type) {
@@ -165,7 +157,6 @@ DequantizeRow row_decoder(GgmlType type) {
     case GgmlType::Q5_K: return q5_K_row;
     case GgmlType::Q6_K: return q6_K_row;
     case GgmlType::Q5_0: return q5_0_row;
-    case GgmlType::F16: return f16_row;
     default: return nullptr;
   }
 }

@@ -1,5 +1,5 @@
 // The AVX2 row decoders behind cpu/fast_rows.h, for the types they cover. Internal to it; the host
-// must have AVX2 and F16C (cpu/host_isa.h).
+// must have AVX2 and F16C (core/host_isa.h).
 #pragma once
 #include "core/quant/types.h"
 

@@ -2,22 +2,9 @@
 
 #include <algorithm>
 
-#include "cpu/fast_rows.h"
 #include "kv/codec.h"
 
 namespace lode::cpu {
-
-namespace {
-
-// Head `head` of a row of cells as floats: fp16 cells through the fast decoder (the same bits,
-// 10x faster with F16C; attention decodes every cached position a step), the others as kv/ does.
-void head_values(kv::Store store, const uint8_t* row, int64_t heads, int64_t head_dim, int64_t head, float* out) {
-  static const DequantizeRow f16 = row_decoder(GgmlType::F16);
-  if (store == kv::Store::f16) return f16(row + head * head_dim * 2, out, head_dim);
-  kv::decode_head(store, row, heads, head_dim, head, out);
-}
-
-}  // namespace
 
 KvCache::KvCache(kv::Format format, int64_t heads, int64_t head_dim)
     : format_(format),
@@ -60,11 +47,11 @@ KvCache KvCache::prefix(int64_t n) const {
 }
 
 void KvCache::key(int64_t pos, int64_t head, float* out) const {
-  head_values(layout().k, k_.data() + pos * k_row_, heads_, head_dim_, head, out);
+  kv::decode_head(layout().k, k_.data() + pos * k_row_, heads_, head_dim_, head, out);
 }
 
 void KvCache::value(int64_t pos, int64_t head, float* out) const {
-  head_values(layout().v, v_.data() + pos * v_row_, heads_, head_dim_, head, out);
+  kv::decode_head(layout().v, v_.data() + pos * v_row_, heads_, head_dim_, head, out);
 }
 
 }  // namespace lode::cpu

@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "cpu/activation_rounding.h"
 #include "cpu/fast_rows.h"
-#include "cpu/host_isa.h"
+#include "core/host_isa.h"
 
 namespace lode::cpu {
 

@@ -25,7 +25,7 @@
 #include "core/fp16.h"
 #include "core/quant/blocks.h"
 #include "core/quant/q8_0_spans.h"
-#include "cpu/host_isa.h"
+#include "core/host_isa.h"
 
 #define LODE_AVX2 __attribute__((target("avx2,f16c")))
 #define LODE_AVX2_INLINE __attribute__((target("avx2,f16c"), always_inline)) inline

@@ -1,8 +1,8 @@
-#include "cpu/host_isa.h"
+#include "core/host_isa.h"
 
 #include <cpuid.h>
 
-namespace lode::cpu {
+namespace lode {
 
 bool host_has_avx2() {
   static const bool has = [] {
@@ -12,4 +12,4 @@ bool host_has_avx2() {
   return has;
 }
 
-}  // namespace lode::cpu
+}  // namespace lode
