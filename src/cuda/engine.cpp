@@ -283,9 +283,9 @@ void CudaModel::step_joined(std::span<engine::StepRow* const> rows) {
       row.top = device_top(out, r);
       if (row.greedy_only) row.greedy = sample::greedy(row.top), row.top = {};
     } else {
-      row.logits.assign(out.logits.begin() + long(r * vocab), out.logits.begin() + long((r + 1) * vocab));
-      if (row.greedy_only) row.greedy = sample::greedy(row.logits), row.logits.clear();
-      else if (row.logit_rows != 1) row.logits.clear();
+      const std::span<const float> logits(out.logits.data() + r * vocab, vocab);
+      if (row.greedy_only) row.greedy = sample::greedy(logits);
+      else if (row.logit_rows == 1) row.logits.assign(logits.begin(), logits.end());
     }
   }
 }
