@@ -1,8 +1,15 @@
 // Session::checkpoint / rewind, the engine's half of prefix reuse: going back to an earlier point
-// of a sequence and continuing gives exactly what a fresh run over the same tokens gives.
+// of a sequence and continuing gives exactly what a fresh run over the same tokens gives; and
+// Session::cut_window, which goes back within the verify window just run.
 #include <gtest/gtest.h>
 
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "core/error.h"
+#include "kv/format.h"
 #include "cpu/session.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
@@ -61,6 +68,52 @@ TEST_F(Checkpoint, HoldsOnlyTheRecurrentStatesAndRefusesToGoForward) {
   EXPECT_EQ(cp.bytes(), expect);
   s.reset();
   EXPECT_THROW(s.rewind(cp), lode::Error);  // position 3 is ahead of an empty sequence
+}
+
+// A verify window (several tokens run as decode steps) cut to its first j tokens leaves the state j
+// one-token steps leave, in every K/V format: the next step gives the same bits; a cut window can
+// be cut again, shorter. Cuts without a window, or longer than it, are refused.
+TEST_F(Checkpoint, ACutWindowLeavesTheStateOfTheTokensItKeeps) {
+  for (lode::kv::Format format : lode::kv::all_formats()) {
+    SCOPED_TRACE(lode::kv::to_string(format));
+    const lode::cpu::SessionOptions options{.threads = 1, .kv_format = format};
+    lode::cpu::Session a(reader_, config_, options), b(reader_, config_, options);
+    const std::vector<int32_t> prompt{17, 400, 23, 99, 1024, 7, 7, 300, 12};
+    a.prefill(prompt);
+    b.prefill(prompt);
+    int32_t next = 500;
+    // (window tokens, tokens kept, then kept again after a second cut; -1: no second cut)
+    for (const auto& [n, keep, again] : std::vector<std::tuple<int, int, int>>{
+             {4, 1, -1}, {3, 0, -1}, {4, 4, 2}, {2, 1, 0}, {4, 3, 1}, {3, 2, -1}}) {
+      SCOPED_TRACE(std::to_string(n) + " tokens, keeping " + std::to_string(keep) + " then " + std::to_string(again));
+      std::vector<int32_t> window;
+      for (int i = 0; i < n; ++i) window.push_back(next++);
+      lode::cpu::BatchEntry entry{.session = &a, .tokens = window, .logit_rows = 0, .as_decode = true};
+      lode::cpu::Session::forward_batch(std::span(&entry, 1));
+      a.cut_window(keep);
+      if (again >= 0) a.cut_window(again);
+      const int kept = again >= 0 ? again : keep;
+      for (int t = 0; t < kept; ++t) b.decode(window[size_t(t)]);
+      ASSERT_EQ(a.position(), b.position());
+      EXPECT_EQ(a.decode(next), b.decode(next));  // bit for bit
+      ++next;
+    }
+    const auto refused = [&](int64_t keep, const char* why) {
+      try {
+        a.cut_window(keep);
+        ADD_FAILURE() << "cut to " << keep << " was not refused";
+      } catch (const lode::Error& e) {
+        EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+      }
+    };
+    refused(0, "no verify window");  // the last step was one token
+    const std::vector<int32_t> three{5, 6, 7};
+    lode::cpu::BatchEntry entry{.session = &a, .tokens = three, .logit_rows = 0, .as_decode = true};
+    lode::cpu::Session::forward_batch(std::span(&entry, 1));
+    refused(4, "cannot keep 4 tokens of a window of 3");
+    a.prefill(three);  // a prompt chunk is no window
+    refused(1, "no verify window");
+  }
 }
 
 }  // namespace

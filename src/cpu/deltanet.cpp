@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/error.h"
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
 
@@ -58,11 +59,12 @@ struct Projections {
 // Conv, SiLU, L2 norms (q also scaled by 1/sqrt(dk)), beta = sigmoid(b) and the log-decay
 // g = ssm_a * softplus(a + dt_bias) of every token, in place. The conv is the only sequential part.
 void prepare_tokens(const model::DeltaNetWeights& w, const model::Qwen35MoeConfig& c,
-                    DeltaNetState& state, Projections& p, int64_t n_tokens) {
+                    DeltaNetState& state, Projections& p, int64_t n_tokens, std::span<DeltaNetState> before_each) {
   const int64_t channels = c.conv_channels(), hk = c.ssm_groups, hv = c.ssm_dt_rank;
   const int64_t dk = c.ssm_state, key_dim = c.ssm_key_dim();
   const float q_scale = 1.0f / std::sqrt(float(dk));
   for (int64_t t = 0; t < n_tokens; ++t) {
+    if (!before_each.empty()) before_each[size_t(t)].conv.assign(state.conv.begin(), state.conv.end());
     float* xt = p.qkv.data() + t * channels;
     deltanet_conv_step(w.conv.data(), state.conv.data(), xt, channels, c.ssm_conv_kernel);
     for (int64_t h = 0; h < hk; ++h) {
@@ -84,7 +86,8 @@ void prepare_tokens(const model::DeltaNetWeights& w, const model::Qwen35MoeConfi
 // the chunked form), then the gated RMSNorm (plain weight, times silu(z)). Writes its dv columns
 // of o [n_tokens, Hv * dv].
 void run_head(const model::DeltaNetWeights& w, const model::Qwen35MoeConfig& c, DeltaNetState& state,
-              const Projections& p, int64_t s, int64_t n_tokens, int64_t wy_chunk, float* o) {
+              const Projections& p, int64_t s, int64_t n_tokens, int64_t wy_chunk, float* o,
+              std::span<DeltaNetState> before_each) {
   const int64_t channels = c.conv_channels(), hk = c.ssm_groups, hv = c.ssm_dt_rank;
   const int64_t dk = c.ssm_state, dv = c.ssm_state, key_dim = c.ssm_key_dim();
   const int64_t value_dim = c.ssm_value_dim(), kh = s % hk;
@@ -104,6 +107,8 @@ void run_head(const model::DeltaNetWeights& w, const model::Qwen35MoeConfig& c, 
     }
   } else {
     for (int64_t t = 0; t < n_tokens; ++t) {
+      if (!before_each.empty())  // (each head copies its own part: the heads run in parallel)
+        std::copy(state_s, state_s + dk * dv, before_each[size_t(t)].s.data() + s * dk * dv);
       deltanet_head_step(state_s, q + t * channels, k + t * channels, v + t * channels,
                          p.g[t * hv + s], p.beta[t * hv + s], dk, dv, os + t * value_dim);
     }
@@ -120,8 +125,11 @@ void run_head(const model::DeltaNetWeights& w, const model::Qwen35MoeConfig& c, 
 
 void deltanet_forward(const model::DeltaNetWeights& w, const model::Qwen35MoeConfig& c,
                       DeltaNetState& state, const float* x, float* out, int64_t n_tokens,
-                      const Compute& compute, int64_t wy_chunk) {
+                      const Compute& compute, int64_t wy_chunk, std::span<DeltaNetState> before_each) {
   const int64_t hv = c.ssm_dt_rank, value_dim = c.ssm_value_dim();
+  if (!before_each.empty() && (wy_chunk > 1 || int64_t(before_each.size()) != n_tokens))
+    fail("cpu deltanet: the states before each token need the recurrent form and one state per token");
+  for (DeltaNetState& before : before_each) before.s.resize(state.s.size());
   Projections p;
   p.qkv.resize(size_t(n_tokens * c.conv_channels()));
   p.z.resize(size_t(n_tokens * value_dim));
@@ -131,13 +139,13 @@ void deltanet_forward(const model::DeltaNetWeights& w, const model::Qwen35MoeCon
   matmul(w.gate, x, p.z.data(), n_tokens, compute);
   matmul(w.beta, x, p.beta.data(), n_tokens, compute);
   matmul(w.alpha, x, p.g.data(), n_tokens, compute);
-  prepare_tokens(w, c, state, p, n_tokens);
+  prepare_tokens(w, c, state, p, n_tokens, before_each);
 
   std::vector<float> o(size_t(n_tokens * value_dim));
   const int n_threads = compute.resolved_threads();
   const bool parallel = hv > 1 && n_tokens * c.ssm_state * c.ssm_state >= 4096;
 #pragma omp parallel for num_threads(n_threads) if (parallel)
-  for (int64_t s = 0; s < hv; ++s) run_head(w, c, state, p, s, n_tokens, wy_chunk, o.data());
+  for (int64_t s = 0; s < hv; ++s) run_head(w, c, state, p, s, n_tokens, wy_chunk, o.data(), before_each);
   matmul(w.out, o.data(), out, n_tokens, compute);
 }
 

@@ -46,6 +46,8 @@ class CpuSequence final : public engine::Sequence {
     return std::make_shared<CpuCheckpoint>(session_.checkpoint());
   }
   void rewind(const engine::Checkpoint& checkpoint) override { session_.rewind(cpu_checkpoint(checkpoint)); }
+  bool cuts_windows() const override { return true; }
+  void cut_window(int64_t tokens) override { session_.cut_window(tokens); }
   void copy_prefix(const engine::Sequence& other, const engine::Checkpoint& checkpoint) override {
     const auto* from = dynamic_cast<const CpuSequence*>(&other);
     if (!from) fail("cpu engine: cannot copy a prefix from another backend's sequence");
@@ -107,7 +109,7 @@ void CpuModel::step(std::span<engine::StepRow> rows) {
 }
 
 engine::EngineInfo CpuModel::info() const {
-  return {"cpu", Compute{.threads = options_.threads}.resolved_threads(), options_.kv_format};
+  return {.backend = "cpu", .threads = Compute{.threads = options_.threads}.resolved_threads(), .kv_format = options_.kv_format, .gpus = {}};
 }
 
 std::unique_ptr<engine::Sequence> open_sequence(std::shared_ptr<const model::ModelWeights> weights,

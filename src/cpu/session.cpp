@@ -21,7 +21,10 @@ Session::Session(std::shared_ptr<const model::ModelWeights> weights, SessionOpti
   if (options_.max_context <= 0) fail("cpu session: the model declares no context length; pass a max_context");
 }
 
-void Session::reset() { state_ = SequenceState(weights_->config, options_.kv_format); }
+void Session::reset() {
+  state_ = SequenceState(weights_->config, options_.kv_format);
+  window_.held = false;
+}
 
 int64_t Session::kv_bytes() const {
   int64_t total = 0;
@@ -41,6 +44,30 @@ void Session::rewind(const SequenceCheckpoint& checkpoint) {
   for (KvCache& cache : state_.kv) cache.truncate(checkpoint.position);
   state_.deltanet = checkpoint.deltanet;
   state_.position = checkpoint.position;
+  window_.held = false;
+}
+
+void Session::hold_window(int64_t tokens) {
+  window_.held = tokens > 1;  // (a one-token step has nothing to cut)
+  if (!window_.held) return;
+  window_.start = state_.position, window_.tokens = tokens;
+  window_.before.resize(state_.deltanet.size());
+  for (size_t layer = 0; layer < state_.deltanet.size(); ++layer)
+    if (!state_.deltanet[layer].s.empty()) window_.before[layer].resize(size_t(tokens));
+}
+
+void Session::cut_window(int64_t tokens) {
+  if (!window_.held) fail("cpu session: no verify window to cut: the last step was not several tokens run as decode steps");
+  if (tokens < 0 || tokens > window_.tokens)
+    fail("cpu session: cannot keep {} tokens of a window of {}", tokens, window_.tokens);
+  if (tokens == window_.tokens) return;
+  // The state before token `tokens` becomes the sequence's; what was there is not needed again
+  // (a later cut keeps fewer tokens).
+  for (size_t layer = 0; layer < window_.before.size(); ++layer)
+    if (!window_.before[layer].empty()) std::swap(state_.deltanet[layer], window_.before[layer][size_t(tokens)]);
+  state_.position = window_.start + tokens;
+  for (KvCache& cache : state_.kv) cache.truncate(state_.position);
+  window_.tokens = tokens;
 }
 
 void Session::copy_prefix(const Session& other, const SequenceCheckpoint& checkpoint) {
@@ -58,6 +85,7 @@ void Session::copy_prefix(const Session& other, const SequenceCheckpoint& checkp
   copy.deltanet = checkpoint.deltanet;
   copy.position = checkpoint.position;
   state_ = std::move(copy);
+  window_.held = false;
 }
 
 void Session::check_append(std::span<const int32_t> tokens) const {
@@ -114,6 +142,7 @@ void Session::forward_batch(std::span<BatchEntry> entries) {
       fail("cpu session: {} logit rows asked of a {}-token chunk", e.logit_rows, e.tokens.size());
     n += int64_t(e.tokens.size());
   }
+  for (const BatchEntry& e : entries) e.session->hold_window(e.as_decode ? int64_t(e.tokens.size()) : 0);
   const int64_t hidden = c.hidden;
   const Compute compute{.threads = options.threads, .activations = options.activations};
   const float eps = float(c.rms_eps);
@@ -136,8 +165,10 @@ void Session::forward_batch(std::span<BatchEntry> entries) {
       const float* x = normed.data() + row * hidden;
       float* out = mixed.data() + row * hidden;
       if (lw.recurrent) {
+        Window& window = e.session->window_;
         deltanet_forward(lw.deltanet, c, state.deltanet[size_t(layer)], x, out, len, compute,
-                         len > 1 && !e.as_decode ? options.deltanet_chunk : 0);
+                         len > 1 && !e.as_decode ? options.deltanet_chunk : 0,
+                         window.held ? std::span(window.before[size_t(layer)]) : std::span<DeltaNetState>());
       } else {
         attention_forward(lw.attention, c, state.kv[size_t(layer)], x, out, len, state.position, compute);
       }

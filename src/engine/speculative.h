@@ -3,7 +3,8 @@
 // computed as decode steps are (StepRow::as_decode), and the step's logits are sampled in order by
 // the same Generation while each sample equals the next draft. Every token is thus sampled from
 // the logits a plain decode step gives, and the output is the output without drafts, greedy or
-// sampled. A window that stops early goes back to its checkpoint and runs the tokens it keeps again.
+// sampled. A window that stops early is cut back to the tokens it keeps (Sequence::cut_window); a
+// backend that cannot cut goes back to a checkpoint taken before it and runs them again.
 // generate() runs it on one sequence; the server's worker runs the same pieces inside its batched
 // steps (a window per decoding sequence).
 #pragma once
