@@ -341,14 +341,16 @@ TEST(CpuLayers, MatmulOnQuantizedRowsEqualsMatmulOnTheirValues) {
       traits.dequantize(q.data() + r * rb, dq.data() + r * cols, cols);
     }
     const MatrixView view{&traits, q.data(), cols, rows, rb};
-    std::vector<float> got(size_t(T * rows)), want(size_t(T * rows));
-    lode::cpu::matmul(view, x.data(), got.data(), T, {.threads = 2});
-    lode::cpu::matmul(f32_view(dq, rows, cols), x.data(), want.data(), T, {.threads = 1});
-    EXPECT_EQ(got, want) << traits.name;
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t r = 0; r < rows; ++r)
-        ASSERT_EQ(got[size_t(t * rows + r)], lode::cpu::dot(dq.data() + r * cols, x.data() + t * cols, cols))
-            << traits.name << " row " << r << " input " << t;
+    for (const int64_t inputs : {T, int64_t(1)}) {  // (one input: q8_0 rows are dotted as they are decoded)
+      std::vector<float> got(size_t(inputs * rows)), want(size_t(inputs * rows));
+      lode::cpu::matmul(view, x.data(), got.data(), inputs, {.threads = 2});
+      lode::cpu::matmul(f32_view(dq, rows, cols), x.data(), want.data(), inputs, {.threads = 1});
+      EXPECT_EQ(got, want) << traits.name;
+      for (int64_t t = 0; t < inputs; ++t)
+        for (int64_t r = 0; r < rows; ++r)
+          ASSERT_EQ(got[size_t(t * rows + r)], lode::cpu::dot(dq.data() + r * cols, x.data() + t * cols, cols))
+              << traits.name << " row " << r << " input " << t << " of " << inputs;
+    }
   }
 }
 
