@@ -60,7 +60,7 @@ class FreeModel final : public engine::Model {
       sequence.position_ += int64_t(row.tokens.size());
       const int32_t next = text_[size_t(sequence.position_) % text_.size()];
       if (row.greedy_only) {
-        row.greedy = next;
+        row.greedy.assign(size_t(row.logit_rows), next);
       } else if (row.top_only) {
         row.top = {.best = {{next, 30.0f}}, .finite = config_.vocab};
       } else {

@@ -187,7 +187,7 @@ TEST(CudaPieces, PromptRowsOfOneStepShareAPass) {
   ASSERT_EQ(rows[2].hidden.size(), size_t(90 * hidden));
   EXPECT_TRUE(same_bits(rows[2].hidden.data(), hidden2.data(), hidden2.size()));
   EXPECT_TRUE(same_bits(rows[3].logits.data(), want_b.data(), size_t(vocab)));
-  EXPECT_EQ(rows[4].greedy, lode::test::argmax(want4.data(), vocab));
+  EXPECT_EQ(rows[4].greedy, std::vector<int32_t>{lode::test::argmax(want4.data(), vocab)});
   EXPECT_TRUE(rows[4].logits.empty());
   for (int i = 0; i < 5; ++i) EXPECT_EQ(open[size_t(i)]->position(), own[size_t(i)]->position());
 }

@@ -336,7 +336,7 @@ TEST(CudaRows, SeveralSequencesThroughTheEngine) {
   const std::vector<float> want_prompt = own[2]->prefill(prompt), want_a = own[0]->decode(a), want_b = own[1]->decode(b);
   EXPECT_TRUE(same_bits(rows[0].logits.data(), want_prompt.data(), size_t(vocab)));
   EXPECT_TRUE(same_bits(rows[1].logits.data(), want_a.data(), size_t(vocab)));
-  EXPECT_EQ(rows[2].greedy, argmax(want_b.data(), vocab));
+  EXPECT_EQ(rows[2].greedy, std::vector<int32_t>{argmax(want_b.data(), vocab)});
   EXPECT_TRUE(rows[2].logits.empty());
   for (int i = 0; i < 3; ++i) EXPECT_EQ(open[size_t(i)]->position(), own[size_t(i)]->position());
   // A sequence in two rows of one step is refused, changing nothing.
@@ -427,7 +427,7 @@ TEST(CudaRows, TopCandidatesOfAStepAreThoseOfItsLogits) {
       for (int draw = 0; draw < 50; ++draw) ASSERT_EQ(whole.sample(*want), from_top.sample_top(row->top));
     }
     if (with_logits_row) EXPECT_TRUE(same_bits(rows[1].logits.data(), want_y.data(), size_t(vocab)));
-    else EXPECT_EQ(rows[1].greedy, argmax(want_y.data(), vocab));
+    else EXPECT_EQ(rows[1].greedy, std::vector<int32_t>{argmax(want_y.data(), vocab)});
   }
 }
 

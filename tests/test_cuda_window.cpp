@@ -148,7 +148,7 @@ TEST(CudaWindow, DecodeRowsThroughTheEngine) {
   model->step(std::span(&greedy, 1));
   std::vector<float> last;
   for (int32_t t : more) last = stepwise.decode(t);
-  EXPECT_EQ(greedy.greedy, argmax(last.data(), config.vocab));
+  EXPECT_EQ(greedy.greedy, std::vector<int32_t>{argmax(last.data(), config.vocab)});
   EXPECT_EQ(sequence->position(), stepwise.position());
   // A row of 5 tokens runs as windows of 3 and 2: it can be cut within its last window only.
   ASSERT_TRUE(sequence->cuts_windows());

@@ -95,7 +95,7 @@ TEST_F(Engine, CheckpointsRewindAndCopyPrefixesExactly) {
 }
 
 // A greedy-only row gives the greedy token of the logits an identical sequence gets, and no logits;
-// it needs one logit row.
+// one for each of its logit rows (a verify window's); it needs a logit row.
 TEST_F(Engine, GreedyOnlyRowsGiveTheLogitsGreedyToken) {
   const auto m = model();
   const auto a = m->open_sequence(), b = m->open_sequence();
@@ -106,13 +106,26 @@ TEST_F(Engine, GreedyOnlyRowsGiveTheLogitsGreedyToken) {
     const int32_t want = sample::greedy(engine::decode(*a, token));
     engine::StepRow row{.sequence = b.get(), .tokens = std::span(&token, 1), .greedy_only = true};
     m->step(std::span(&row, 1));
-    EXPECT_EQ(row.greedy, want) << "step " << step;
+    EXPECT_EQ(row.greedy, std::vector<int32_t>{want}) << "step " << step;
     EXPECT_TRUE(row.logits.empty());
-    token = row.greedy;
+    token = row.greedy[0];
   }
   EXPECT_EQ(engine::decode_greedy(*b, token), sample::greedy(engine::decode(*a, token)));
+  const std::vector<int32_t> window = {token, 5, 900, 41};
+  for (const bool as_decode : {true, false}) {
+    engine::StepRow logits{.sequence = a.get(), .tokens = window, .logit_rows = 4, .as_decode = as_decode};
+    engine::StepRow greedy{.sequence = b.get(), .tokens = window, .logit_rows = 4, .as_decode = as_decode,
+                           .greedy_only = true};
+    m->step(std::span(&logits, 1));
+    m->step(std::span(&greedy, 1));
+    ASSERT_EQ(greedy.greedy.size(), 4u);
+    for (size_t r = 0; r < 4; ++r)
+      EXPECT_EQ(greedy.greedy[r], sample::greedy(std::span(logits.logits).subspan(r * size_t(m->vocab()), size_t(m->vocab()))))
+          << "row " << r << (as_decode ? " as decode steps" : " as a prompt");
+    EXPECT_TRUE(greedy.logits.empty());
+  }
   engine::StepRow none{.sequence = b.get(), .tokens = std::span(&token, 1), .logit_rows = 0, .greedy_only = true};
-  EXPECT_TRUE(test::fails_with([&] { m->step(std::span(&none, 1)); }, {"one logit row"}));
+  EXPECT_TRUE(test::fails_with([&] { m->step(std::span(&none, 1)); }, {"needs a logit row"}));
 }
 
 TEST_F(Engine, BadStepsFailSayingWhy) {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,41 @@ TEST(Mtp, AConversationStopStringsAndLimitsInsideAWindowChangeNothing) {
   const auto plain = turns(0), drafted = turns(3);
   EXPECT_EQ(drafted.first, plain.first);
   EXPECT_GT(drafted.second, 0) << "the second turn's drafts follow the conversation";
+}
+
+// Steering that begins inside a window (its `after` token sampled from a row that is not the
+// window's last): greedy windows give greedy tokens, not logits, and steering needs the logits, so
+// the window stops there and the steered token is sampled from the next step's logits. The output
+// is the output without drafts, and the steered choice is in it.
+TEST(Mtp, SteeringThatBeginsInsideAWindowChangesNothing) {
+  const Loaded& m = mini();
+  const std::string prompt = "The shell reads a line of text and";
+  const auto run = [&](int64_t mtp, std::optional<engine::SteeredText> steer) {
+    auto sequence = cpu::open_sequence(m.weights, {.threads = 2, .max_context = 512});
+    engine::GenerateOptions g;
+    g.max_tokens = 32;
+    g.sampling.temperature = 0;
+    g.stop_at_end_of_generation = false;
+    g.steer = std::move(steer);
+    g.mtp = mtp;
+    sample::Sampler sampler(g.sampling, m.config.vocab);
+    Generated r;
+    r.result = engine::generate(*sequence, m.text, sampler, m.text.encode(prompt, false), g,
+                                [&](std::string_view t) { r.text += t; });
+    r.tokens = r.result.tokens;
+    return r;
+  };
+  const Generated plain = run(0, std::nullopt);
+  ASSERT_GE(plain.tokens.size(), 12u);
+  for (const size_t at : {4, 5, 6, 9}) {
+    const engine::SteeredText steer{.after = plain.tokens[at], .choices = {" banana split", " cherry"}};
+    const Generated without = run(0, steer), with = run(3, steer);
+    EXPECT_EQ(with.tokens, without.tokens) << "steering after token " << at;
+    EXPECT_EQ(with.text, without.text);
+    EXPECT_TRUE(without.text.find(" banana split") != std::string::npos || without.text.find(" cherry") != std::string::npos)
+        << without.text;
+    EXPECT_GT(with.result.accepted, 0);
+  }
 }
 
 // Teacher-forced on lode-mini's held-out sample (support/mtp_fixtures.h): the block's drafts agree

@@ -2,7 +2,6 @@
 
 #include "core/error.h"
 #include "cpu/mtp.h"
-#include "sample/sampler.h"
 
 namespace lode::cpu {
 namespace {
@@ -88,7 +87,7 @@ void CpuModel::step(std::span<engine::StepRow> rows) {
   entries.reserve(rows.size());
   for (engine::StepRow& row : rows) {
     if (row.sequence && &row.sequence->model() != this) fail("cpu engine: a step row names another model's sequence");
-    if (row.greedy_only && row.logit_rows != 1) fail("cpu engine: a greedy-only row needs one logit row");
+    if (row.greedy_only && row.logit_rows == 0) fail("cpu engine: a greedy-only row needs a logit row");
     if (row.top_only && (row.logit_rows != 1 || row.greedy_only))
       fail("cpu engine: a top-only row needs one logit row, and is not greedy-only");
     entries.push_back({.session = &cpu_sequence(row.sequence).session(), .tokens = row.tokens,
@@ -100,8 +99,7 @@ void CpuModel::step(std::span<engine::StepRow> rows) {
     rows[i].logits = std::move(entries[i].logits);
     rows[i].hidden = std::move(entries[i].hidden);
     if (rows[i].greedy_only) {
-      rows[i].greedy = sample::greedy(rows[i].logits);
-      rows[i].logits.clear();
+      engine::greedy_from_logits(rows[i]);
     } else if (rows[i].top_only) {
       engine::top_from_logits(rows[i]);
     }

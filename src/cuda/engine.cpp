@@ -122,19 +122,21 @@ namespace {
 void decode_rows(CudaPipeline& session, engine::StepRow& row, int64_t& window_offset) {
   const int64_t n = int64_t(row.tokens.size()), vocab = session.vocab(), hidden = session.config().hidden;
   const int64_t most = session.window_rows();
-  const bool all_logits = row.logit_rows == n && !row.greedy_only;
-  row.logits.clear(), row.hidden.clear();
-  if (all_logits) row.logits.reserve(size_t(n * vocab));
+  const bool every_row = row.logit_rows == n;
+  row.logits.clear(), row.hidden.clear(), row.greedy.clear();
+  if (every_row && !row.greedy_only) row.logits.reserve(size_t(n * vocab));
   if (row.want_hidden) row.hidden.reserve(size_t(n * hidden));
   for (int64_t at = 0; at < n; at += most) {
     const auto tokens = row.tokens.subspan(size_t(at), size_t(std::min(most, n - at)));
-    const bool last = at + int64_t(tokens.size()) == n;
-    const bool greedy = row.greedy_only && last;
+    const bool last = at + int64_t(tokens.size()) == n, wanted = every_row || (last && row.logit_rows == 1);
+    const bool greedy = row.greedy_only && wanted;
     window_offset = at;
     CudaSession::Window w = session.decode_window(tokens, greedy, row.want_hidden);
-    if (all_logits) row.logits.insert(row.logits.end(), w.logits.begin(), w.logits.end());
-    else if (last && row.logit_rows == 1 && !greedy) row.logits.assign(w.logits.end() - vocab, w.logits.end());
-    if (greedy) row.greedy = w.greedy.back();
+    if (wanted && greedy) {
+      row.greedy.insert(row.greedy.end(), every_row ? w.greedy.begin() : w.greedy.end() - 1, w.greedy.end());
+    } else if (wanted) {
+      row.logits.insert(row.logits.end(), every_row ? w.logits.begin() : w.logits.end() - vocab, w.logits.end());
+    }
     if (row.want_hidden) row.hidden.insert(row.hidden.end(), w.hidden.begin(), w.hidden.end());
   }
 }
@@ -169,7 +171,7 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
     if (n == 0) fail("cuda engine: a step row without tokens");
     if (row.logit_rows < 0 || row.logit_rows > n || (row.logit_rows > 1 && row.logit_rows < n))
       fail("cuda engine: {} logit rows asked of a {}-token row (0, 1 or all)", row.logit_rows, n);
-    if (row.greedy_only && row.logit_rows != 1) fail("cuda engine: a greedy-only row needs one logit row");
+    if (row.greedy_only && row.logit_rows == 0) fail("cuda engine: a greedy-only row needs a logit row");
     if (row.top_only && (row.logit_rows != 1 || row.greedy_only))
       fail("cuda engine: a top-only row needs one logit row, and is not greedy-only");
     for (int32_t token : row.tokens)
@@ -227,9 +229,7 @@ void CudaModel::step_pieces(std::span<engine::StepRow* const> rows) {
   for (size_t r = 0; r < rows.size(); ++r) {
     engine::StepRow& row = *rows[r];
     row.logits = std::move(out[r].logits), row.hidden = std::move(out[r].hidden);
-    if (!row.greedy_only) continue;
-    row.greedy = sample::greedy(row.logits);
-    row.logits.clear();
+    if (row.greedy_only) engine::greedy_from_logits(row);
   }
 }
 
@@ -244,17 +244,14 @@ void CudaModel::step_alone(engine::StepRow& row) {
     return;
   }
   std::vector<float>* hidden = row.want_hidden ? &row.hidden : nullptr;
-  if (row.greedy_only) {
-    if (n == 1 && !hidden) {  // the token chosen on the device
-      row.greedy = session.decode_greedy(row.tokens[0]);
-      row.logits.clear();
-      return;
-    }
-    row.greedy = sample::greedy(session.prefill(row.tokens, false, hidden));
+  if (row.greedy_only && n == 1 && !hidden) {  // the token chosen on the device
+    row.greedy = {session.decode_greedy(row.tokens[0])};
+    row.logits.clear();
     return;
   }
   row.logits = session.prefill(row.tokens, row.logit_rows > 1, hidden);
   if (row.logit_rows == 0) row.logits.clear();
+  if (row.greedy_only) engine::greedy_from_logits(row);
 }
 
 // One-token rows of several sequences in one step of the session (CudaSession::decode_rows): the
@@ -278,13 +275,13 @@ void CudaModel::step_joined(std::span<engine::StepRow* const> rows) {
     if (want_hidden && row.want_hidden) row.hidden.assign(out.hidden.begin() + long(r * width),
                                                           out.hidden.begin() + long((r + 1) * width));
     if (greedy_only) {
-      row.greedy = out.greedy[r];
+      row.greedy = {out.greedy[r]};
     } else if (top) {
       row.top = device_top(out, r);
-      if (row.greedy_only) row.greedy = sample::greedy(row.top), row.top = {};
+      if (row.greedy_only) row.greedy = {sample::greedy(row.top)}, row.top = {};
     } else {
       const std::span<const float> logits(out.logits.data() + r * vocab, vocab);
-      if (row.greedy_only) row.greedy = sample::greedy(logits);
+      if (row.greedy_only) row.greedy = {sample::greedy(logits)};
       else if (row.logit_rows == 1) row.logits.assign(logits.begin(), logits.end());
     }
   }

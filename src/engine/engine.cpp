@@ -39,7 +39,7 @@ FollowedRows followed_rows(std::span<const int32_t> tokens, std::span<const floa
   const int64_t n = int64_t(tokens.size());
   if (int64_t(hidden.size()) != n * width)
     fail("mtp drafter: {} hidden values for {} tokens of {} each", hidden.size(), n, width);
-  FollowedRows rows{.tokens = tokens, .first = followed};
+  FollowedRows rows{.tokens = tokens, .before = {}, .first = followed};
   if (n == 0) return rows;
   if (last_hidden.empty()) {
     rows.tokens = tokens.subspan(1);
@@ -73,11 +73,19 @@ void top_from_logits(StepRow& row) {
   row.logits.clear();
 }
 
+void greedy_from_logits(StepRow& row) {
+  const size_t vocab = size_t(row.sequence->model().vocab());
+  row.greedy.clear();
+  for (size_t at = 0; at + vocab <= row.logits.size(); at += vocab)
+    row.greedy.push_back(sample::greedy(std::span(row.logits).subspan(at, vocab)));
+  row.logits.clear();
+}
+
 int32_t decode_greedy(Sequence& sequence, int32_t token) {
   StepRow row{.sequence = &sequence, .tokens = std::span(&token, 1), .greedy_only = true};
   sequence.model().step(std::span(&row, 1));
-  if (row.greedy < 0) fail("engine: the backend gave no greedy token for a greedy-only row");
-  return row.greedy;
+  if (row.greedy.size() != 1) fail("engine: the backend gave {} greedy tokens for one logit row", row.greedy.size());
+  return row.greedy[0];
 }
 
 }  // namespace lode::engine

@@ -114,11 +114,12 @@ struct StepRow {
   // Every row as a decode step computes it, bit for bit (a speculative verify window): no prompt
   // shortcuts such as the chunked DeltaNet form.
   bool as_decode = false;
-  // Only the last position's greedy token is wanted (sample::greedy of its logits): the backend
-  // sets `greedy` and leaves `logits` empty (the GPU chooses it where the logits are and copies 4
-  // bytes). Needs logit_rows 1. Fails as sample::greedy does.
+  // Only the greedy tokens of the logit rows are wanted (sample::greedy of each row's logits): the
+  // backend fills `greedy`, one token per logit row, and leaves `logits` empty (the GPU chooses
+  // them where the logits are and copies 4 bytes a row). Needs a logit row. Fails as
+  // sample::greedy does.
   bool greedy_only = false;
-  int32_t greedy = -1;  // out, with greedy_only
+  std::vector<int32_t> greedy{};  // out, with greedy_only: [logit_rows]
   // Only the last position's top candidates are wanted (sample::top_candidates of its logits,
   // sample::kTopCandidates of them: what a sampler that takes_top() needs): the backend fills `top`
   // and leaves `logits` empty (the GPU finds them where the logits are and copies 64 pairs, not the
@@ -180,5 +181,7 @@ sample::TopCandidates decode_top(Sequence& sequence, int32_t token);
 // The top-candidate rows a backend gives from a row's logits (its fallback where it has no
 // faster way): `top` filled, `logits` emptied.
 void top_from_logits(StepRow& row);
+// Likewise the greedy token of each of a row's logit rows: `greedy` filled, `logits` emptied.
+void greedy_from_logits(StepRow& row);
 
 }  // namespace lode::engine

@@ -42,9 +42,9 @@ std::vector<int32_t> next_window(const Sequence& sequence, Drafter& drafter, con
   return window;
 }
 
-StepRow verify_row(Sequence& sequence, std::span<const int32_t> window) {
+StepRow verify_row(Sequence& sequence, std::span<const int32_t> window, bool greedy_only) {
   return {.sequence = &sequence, .tokens = window, .logit_rows = int64_t(window.size()), .want_hidden = true,
-          .as_decode = true};
+          .as_decode = true, .greedy_only = greedy_only};
 }
 
 std::shared_ptr<const Checkpoint> window_checkpoint(const Sequence& sequence, std::span<const int32_t> window) {
@@ -59,7 +59,9 @@ std::optional<int32_t> accept_window(Sequence& sequence, Drafter& drafter, Gener
   std::optional<int32_t> next;
   try {
     while (used < window.size()) {
-      next = generation.step(std::span(row.logits).subspan(used * size_t(vocab), size_t(vocab)));
+      if (row.greedy_only && used > 0 && !generation.greedy_only()) break;  // (it held when the row was made)
+      next = row.greedy_only ? generation.step_chosen(row.greedy.at(used))
+                             : generation.step(std::span(row.logits).subspan(used * size_t(vocab), size_t(vocab)));
       ++used;
       if (!next || used == window.size() || *next != window[used]) break;
     }
@@ -104,7 +106,7 @@ GenerateResult generate_with_drafts(Sequence& sequence, const tokenizer::Tokeniz
     const std::vector<int32_t> window =
         timed(counts.draft_seconds, [&] { return next_window(sequence, drafter, generation, *next, options); });
     const std::shared_ptr<const Checkpoint> before = window_checkpoint(sequence, window);
-    StepRow row = verify_row(sequence, window);
+    StepRow row = verify_row(sequence, window, generation.greedy_only());
     timed(counts.verify_seconds, [&] { sequence.model().step(std::span(&row, 1)); });
     next = accept_window(sequence, drafter, generation, window, row, before.get(), counts);
   }

@@ -31,8 +31,10 @@ void follow(const Sequence& sequence, Drafter& drafter, std::span<const int32_t>
 std::vector<int32_t> next_window(const Sequence& sequence, Drafter& drafter, const Generation& generation,
                                  int32_t pending, const GenerateOptions& options);
 
-// The step row that verifies a window (every position's logits and state, computed as decode steps).
-StepRow verify_row(Sequence& sequence, std::span<const int32_t> window);
+// The step row that verifies a window (every position's logits and state, computed as decode
+// steps). greedy_only (Generation::greedy_only): every position's greedy token instead of its
+// logits (the GPU then copies 4 bytes a position, not the vocabulary's floats).
+StepRow verify_row(Sequence& sequence, std::span<const int32_t> window, bool greedy_only);
 // What accept_window goes back to when it stops early, taken before the verify step: a checkpoint,
 // or nothing where there are no drafts or the sequence cuts windows itself (Sequence::cut_window).
 std::shared_ptr<const Checkpoint> window_checkpoint(const Sequence& sequence, std::span<const int32_t> window);
@@ -47,7 +49,10 @@ struct WindowCounts {
 
 // After the verify step of `window` (row: its verify_row, run): samples in order while each
 // sample equals the next draft, puts the sequence back to the tokens sampled from when it stopped
-// early (cutting the window, or from `before`, window_checkpoint's) and has the drafter follow them. Returns the next pending token, or nothing when generation ended.
+// early (cutting the window, or from `before`, window_checkpoint's) and has the drafter follow them.
+// A greedy-only row stops too where the generation no longer takes greedy tokens (steering began):
+// the last token sampled, a draft, is then the next pending one. Returns the next pending token, or
+// nothing when generation ended.
 std::optional<int32_t> accept_window(Sequence& sequence, Drafter& drafter, Generation& generation,
                                      std::span<const int32_t> window, const StepRow& row, const Checkpoint* before,
                                      WindowCounts& counts);

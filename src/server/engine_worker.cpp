@@ -508,7 +508,7 @@ engine::StepRow EngineWorker::decode_row(Slot& slot) {
             .top_only = !seq.generation->greedy_only() && seq.generation->top_only()};
   seq.window = engine::next_window(sequence, sequence.drafter(), *seq.generation, *seq.pending, seq.options);
   seq.before = engine::window_checkpoint(sequence, seq.window);
-  return engine::verify_row(sequence, seq.window);
+  return engine::verify_row(sequence, seq.window, seq.generation->greedy_only());
 }
 
 void EngineWorker::advance(Slot& slot, const engine::StepRow& entry) {
@@ -524,7 +524,7 @@ void EngineWorker::advance(Slot& slot, const engine::StepRow& entry) {
     seq.pending = engine::accept_window(*slot.sequence, slot.sequence->drafter(), *seq.generation, seq.window, entry,
                                         seq.before.get(), seq.counts);
   } else {
-    seq.pending = entry.greedy_only ? seq.generation->step_chosen(entry.greedy)
+    seq.pending = entry.greedy_only ? seq.generation->step_chosen(entry.greedy.back())
                   : entry.top_only  ? seq.generation->step_top(entry.top)
                                     : seq.generation->step(entry.logits);
   }
