@@ -409,7 +409,7 @@ TEST(CudaKernels, TopCandidatesAreTheHostsTopCandidates) {
   using lode::cuda::kernels::TopPair;
   constexpr int kK = lode::sample::kTopCandidates;
   std::mt19937 rng(13);
-  for (const int n : {248320, 4096, 100, 65}) {
+  for (const int n : {248320, 8192, 4096, 100, 65, 64, 1}) {
     std::vector<std::vector<float>> rows;
     rows.push_back(normal_floats(size_t(n), rng, 4.0f));
     std::vector<float> ties = normal_floats(size_t(n), rng, 2.0f);
@@ -423,9 +423,13 @@ TEST(CudaKernels, TopCandidatesAreTheHostsTopCandidates) {
       if (i % 7 != 3) banned[size_t(i)] = -INFINITY;  // n / 7 finite: fewer than 64 for the small rows
     rows.push_back(banned);
     rows.push_back(std::vector<float>(size_t(n), 0.5f));
-    std::vector<float> broken = normal_floats(size_t(n), rng, 1.0f);
-    broken[size_t(n) / 2] = std::nanf("");
-    rows.push_back(broken);
+    rows.push_back(std::vector<float>(size_t(n), -INFINITY));  // no finite logit: no candidates
+    constexpr size_t kBroken = 2;  // the last rows: a NaN, a +inf (finite -1: the sampler fails)
+    for (const float bad : {std::nanf(""), INFINITY}) {
+      std::vector<float> broken = normal_floats(size_t(n), rng, 1.0f);
+      broken[size_t(n) / 2] = bad;
+      rows.push_back(broken);
+    }
     std::vector<float> all;
     for (const auto& r : rows) all.insert(all.end(), r.begin(), r.end());
     Device dev;
@@ -437,7 +441,7 @@ TEST(CudaKernels, TopCandidatesAreTheHostsTopCandidates) {
     const std::vector<int32_t> counts = dev.download(finite, rows.size());
     for (size_t r = 0; r < rows.size(); ++r) {
       SCOPED_TRACE(testing::Message() << "row " << r << " of " << n);
-      if (r + 1 == rows.size()) {
+      if (r + kBroken >= rows.size()) {
         EXPECT_EQ(counts[r], -1);
         continue;
       }

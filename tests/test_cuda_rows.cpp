@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -381,12 +382,12 @@ TEST(CudaRows, TopCandidatesOfAStepAreThoseOfItsLogits) {
         const lode::sample::TopCandidates want = lode::sample::top_candidates(
             std::span(logits.logits).subspan(r * size_t(vocab), size_t(vocab)), lode::sample::kTopCandidates);
         ASSERT_EQ(top.finite[r], want.finite) << "row " << r;
-        std::vector<std::pair<int32_t, float>> got, expected;
+        std::vector<std::pair<int32_t, uint32_t>> got, expected;  // (bits: -0 is not +0)
         for (size_t i = 0; i < want.best.size(); ++i) {
           const lode::sample::Scored& c = top.top[r * lode::sample::kTopCandidates + i];
-          got.push_back({c.id, c.logit});
+          got.push_back({c.id, std::bit_cast<uint32_t>(c.logit)});
         }
-        for (const lode::sample::Scored& c : want.best) expected.push_back({c.id, c.logit});
+        for (const lode::sample::Scored& c : want.best) expected.push_back({c.id, std::bit_cast<uint32_t>(c.logit)});
         std::sort(got.begin(), got.end()), std::sort(expected.begin(), expected.end());
         EXPECT_EQ(got, expected) << "row " << r;
       }

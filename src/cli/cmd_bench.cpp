@@ -229,13 +229,22 @@ measure::PiecesFigures bench_pieces(cuda::CudaPipeline& session, const std::vect
     if (passes.empty() || !session.pieces_fit(lengths)) passes.emplace_back(), lengths = {n};
     passes.back().push_back(p);
   }
-  const auto run = [&] {
+  const auto reset_all = [&] {
     for (int64_t s = 0; s < count; ++s) session.use_sequence(s), session.reset();
+  };
+  const auto run = [&] {
     for (const auto& pass : passes) session.prefill_pieces(pass);
   };
-  run();
+  reset_all(), run();
   const cuda::ExpertStats before = session.expert_stats();
-  const double seconds = median_seconds_per_call(run, 1, repeats);
+  std::vector<double> times;  // (the resets untimed, as bench_prefill's)
+  for (int r = 0; r < repeats; ++r) {
+    reset_all();
+    const auto t0 = Clock::now();
+    run();
+    times.push_back(seconds_since(t0));
+  }
+  const double seconds = median(times);
   const TierFigures tier = per(tier_delta(before, session.expert_stats()), double(repeats * count));
   for (int64_t s = count - 1; s >= 0; --s) session.use_sequence(s), session.reset();
   return {.tokens = n, .prompts = count, .passes = int64_t(passes.size()), .seconds = seconds,

@@ -263,18 +263,9 @@ std::vector<CudaSession::PieceOutput> CudaPipeline::prefill_pieces(std::span<con
     const OnDevice on(shares_.front().device);
     return shares_.front().session->prefill_pieces(pieces);
   }
-  if (shares_.size() > 1) {  // (each share back on the current sequence, whatever happens)
-    const int64_t current = front().sequence();
-    each([&](CudaSession& s) {
-      try {
-        for (const CudaSession::Piece& p : pieces) s.use_sequence(p.sequence), s.prepare_prompt(p.tokens);
-      } catch (const Error&) {
-        s.use_sequence(current);
-        throw;
-      }
-      s.use_sequence(current);
-    });
-  }
+  // Every share's pages mapped before the first share runs; the first share refuses a bad piece
+  // before any share maps one (the shares hold the same positions).
+  if (shares_.size() > 1) each([&](CudaSession& s) { s.prepare_pieces(pieces); });
   return through(true, prompt_row_starts(lengths).back(), sequences,
                  [&](CudaSession& s) { return s.prefill_pieces(pieces); });
 }

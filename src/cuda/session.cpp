@@ -1009,7 +1009,8 @@ struct CudaSession::Impl {
     if (wanted == StepOutput::top_candidates) {
       const auto* pairs = reinterpret_cast<const kernels::TopPair*>(pinned_logits);
       for (size_t i = 0; i < size_t(n) * sample::kTopCandidates; ++i) top_out[i] = {pairs[i].id, pairs[i].logit};
-      for (int r = 0; r < n; ++r) finite_out[r] = pinned_token[r];
+      // (A step timed without some launches has meaningless outputs: no candidates, not stale ones.)
+      for (int r = 0; r < n; ++r) finite_out[r] = left_out.empty() ? pinned_token[r] : -1;
     }
     if (hidden_out) std::copy_n(pinned_hidden, n * c.hidden, hidden_out);
     if (sequences.empty()) {
@@ -1190,6 +1191,12 @@ struct CudaSession::Impl {
       fail("cuda session: a prompt of {} tokens after {} does not fit the context of {} positions; raise max_context",
            tokens.size(), at.position, options.max_context);
   }
+  // Prompt pieces of several sequences: every one checked before any is mapped, so that a refused
+  // piece changes nothing.
+  void start_pieces(std::span<const CudaSession::Piece> pieces) {
+    for (const CudaSession::Piece& p : pieces) check_prompt(p.sequence, p.tokens);
+    for (const CudaSession::Piece& p : pieces) map_prompt(p.sequence, p.tokens);
+  }
   // The last window no longer cut, the prompt's K/V pages mapped.
   void map_prompt(int64_t sequence, std::span<const int32_t> tokens) {
     Place& at = places[size_t(sequence)];
@@ -1235,8 +1242,7 @@ struct CudaSession::Impl {
     std::vector<int64_t> lengths;
     for (const CudaSession::Piece& p : pieces) lengths.push_back(int64_t(p.tokens.size()));
     const std::vector<int64_t> starts = prompt_row_starts(lengths);
-    for (const CudaSession::Piece& p : pieces) check_prompt(p.sequence, p.tokens);  // (all before any changes)
-    for (const CudaSession::Piece& p : pieces) map_prompt(p.sequence, p.tokens);
+    start_pieces(pieces);  // (mapped already where prepare_pieces ran: nothing more to do then)
     std::vector<PromptSegment> segments;
     for (size_t i = 0; i < pieces.size(); ++i) {
       const int64_t sequence = pieces[i].sequence, position = places[size_t(sequence)].position;
@@ -1571,6 +1577,8 @@ std::vector<float> CudaSession::prefill_chunk(std::span<const int32_t> tokens, b
 }
 
 void CudaSession::prepare_prompt(std::span<const int32_t> tokens) { impl_->start_prompt(tokens); }
+
+void CudaSession::prepare_pieces(std::span<const Piece> pieces) { impl_->start_pieces(pieces); }
 
 bool CudaSession::pieces_fit(std::span<const int64_t> lengths) const {
   const Impl& s = *impl_;

@@ -167,6 +167,9 @@ class CudaSession {
     std::vector<float> logits, hidden;
   };
   std::vector<PieceOutput> prefill_pieces(std::span<const Piece> pieces);
+  // Pieces about to run (prefill_pieces), as prepare_prompt does for a prompt: every one checked,
+  // then their K/V pages mapped (nothing changes where one is refused).
+  void prepare_pieces(std::span<const Piece> pieces);
   // Whether pieces of these lengths fit one pass: at most step_rows() of them, laid out as
   // prompt_row_starts lays them within prompt_chunk() rows.
   bool pieces_fit(std::span<const int64_t> lengths) const;
