@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -367,6 +368,57 @@ TEST(Sampler, TopPOnALargeVocabularyMatchesAFullSort) {
   const auto kept = kept_ids(std::vector<float>(100000, 0.25f), params);
   ASSERT_EQ(kept.size(), 50000u);
   EXPECT_EQ(kept.back(), 49999);
+}
+
+// Top-p without top-k, on 250k logits with many ties, -0 beside +0 and banned tokens: the kept
+// candidates, their order and their probabilities are those of the plain definition (every finite
+// logit weighed in token order, a full sort by logit then id, the shortest prefix reaching p, the
+// temperature's weights over it), bit for bit, however the sampler sorts.
+TEST(Sampler, TopPWithoutTopKMatchesThePlainDefinitionExactly) {
+  using detail::Candidate;
+  std::mt19937 rng(17);
+  for (const float scale : {0.3f, 2.0f, 6.0f}) {
+    std::vector<float> logits = random_logits(250000, 23, scale);
+    for (size_t i = 0; i < logits.size(); ++i) {
+      logits[i] = std::round(logits[i] * 8.0f) / 8.0f;  // a few thousand values: long runs of ties
+      if (logits[i] == 0.0f) logits[i] = rng() % 2 ? 0.0f : -0.0f;
+      if (rng() % 50 == 0) logits[i] = -std::numeric_limits<float>::infinity();
+    }
+    for (const float top_p : {0.5f, 0.9f, 0.95f, 0.999f})
+      for (const float temperature : {0.7f, 1.0f}) {
+        SCOPED_TRACE(testing::Message() << "scale " << scale << " top_p " << top_p << " temperature " << temperature);
+        std::vector<Candidate> want;
+        for (size_t i = 0; i < logits.size(); ++i)
+          if (logits[i] != -std::numeric_limits<float>::infinity()) want.push_back({int32_t(i), logits[i], 0.0});
+        float best = want[0].logit;
+        for (const Candidate& c : want) best = std::max(best, c.logit);
+        double total = 0.0;
+        for (Candidate& c : want) total += c.p = std::exp(double(c.logit) - best);
+        std::sort(want.begin(), want.end(), [](const Candidate& a, const Candidate& b) {
+          return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+        });
+        double mass = 0.0;
+        for (size_t i = 0; i < want.size(); ++i)
+          if ((mass += want[i].p) >= double(top_p) * total) {
+            want.resize(i + 1);
+            break;
+          }
+        double kept = 0.0;
+        for (Candidate& c : want) kept += c.p = std::exp((double(c.logit) - best) / double(temperature));
+        for (Candidate& c : want) c.p /= kept;
+
+        SamplingParams params = plain(temperature);
+        params.top_p = top_p;
+        std::vector<Candidate> got;
+        detail::build_distribution(logits, params, got);
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_EQ(got[i].id, want[i].id) << "place " << i;
+          ASSERT_EQ(std::bit_cast<uint32_t>(got[i].logit), std::bit_cast<uint32_t>(want[i].logit)) << "place " << i;
+          ASSERT_EQ(std::bit_cast<uint64_t>(got[i].p), std::bit_cast<uint64_t>(want[i].p)) << "place " << i;
+        }
+      }
+  }
 }
 
 TEST(Sampler, MinPKeepsTokensAboveAFractionOfTheBest) {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
 
@@ -207,6 +209,40 @@ bool keep_best_k(std::span<const float> logits, size_t k, std::vector<Candidate>
   return true;
 }
 
+// A candidate's logit as an integer that orders as `better` does, best first (-0 as +0, as the
+// float comparison has them equal).
+uint32_t best_first_key(float logit) {
+  const uint32_t bits = std::bit_cast<uint32_t>(logit == 0.0f ? 0.0f : logit);
+  return bits & 0x80000000u ? bits : ~(bits | 0x80000000u);
+}
+
+// std::sort by `better` where candidates of equal logits come in id order (the order `better`
+// gives them): a stable radix sort of the logits' keys where there are many (a top-p without
+// top-k sorts 100k candidates), else the comparison sort.
+void sort_best_first(std::vector<Candidate>::iterator begin, std::vector<Candidate>::iterator end) {
+  const size_t n = size_t(end - begin);
+  if (n < 4096) return std::sort(begin, end, better);
+  struct Keyed {
+    uint32_t key;
+    uint32_t at;  // its place in [begin, end)
+  };
+  std::vector<Keyed> keyed(n), spare(n);
+  for (size_t i = 0; i < n; ++i) keyed[i] = {best_first_key(begin[ptrdiff_t(i)].logit), uint32_t(i)};
+  constexpr int kBits = 11, kDigits = 1 << kBits;
+  std::vector<size_t> count(kDigits + 1);
+  for (int shift = 0; shift < 32; shift += kBits) {  // least significant digit first, each pass stable
+    std::fill(count.begin(), count.end(), 0);
+    for (const Keyed& k : keyed) ++count[((k.key >> shift) & (kDigits - 1)) + 1];
+    if (std::find(count.begin() + 1, count.end(), n) != count.end()) continue;  // one digit value: nothing moves
+    for (int d = 0; d < kDigits; ++d) count[size_t(d) + 1] += count[size_t(d)];
+    for (const Keyed& k : keyed) spare[count[(k.key >> shift) & (kDigits - 1)]++] = k;
+    keyed.swap(spare);
+  }
+  std::vector<Candidate> sorted(n);
+  for (size_t i = 0; i < n; ++i) sorted[i] = begin[ptrdiff_t(keyed[i].at)];
+  std::copy(sorted.begin(), sorted.end(), begin);
+}
+
 // Length of the shortest prefix of [begin, end) whose weights add up to `target`; 0 if none does.
 size_t prefix_reaching(std::vector<Candidate>::const_iterator begin,
                        std::vector<Candidate>::const_iterator end, double target) {
@@ -218,11 +254,13 @@ size_t prefix_reaching(std::vector<Candidate>::const_iterator begin,
   return 0;
 }
 
-// Keeps the smallest best-first prefix whose probability reaches top_p. Unsorted input is not
-// sorted whole: candidates with weight >= tau * total form a best-first prefix of the full order,
-// and tokens below the floor hold at most n * tau of the mass, so once the floor is low enough the
-// kept prefix lies inside the sorted part. The floor starts high (a peaked distribution sorts a
-// few hundred tokens) and drops 64x per round (a flat 250k vocabulary takes ~3 rounds).
+// Keeps the smallest best-first prefix whose probability reaches top_p. Unsorted input (in id
+// order) is not sorted whole: candidates with weight >= tau * total form a best-first prefix of
+// the full order, and tokens below the floor hold at most n * tau of the mass, so once the floor is
+// low enough the kept prefix lies inside the sorted part. The floor starts high (a peaked
+// distribution sorts a few hundred tokens) and drops 64x per round (a flat 250k vocabulary takes
+// ~3 rounds). The partition is stable: equal logits, which have equal weights and so fall on the
+// same side, stay in id order for sort_best_first.
 void keep_top_p(std::vector<Candidate>& candidates, double top_p, bool best_first) {
   const double total = set_weights(candidates, 1.0);
   const double target = top_p * total;
@@ -231,11 +269,20 @@ void keep_top_p(std::vector<Candidate>& candidates, double top_p, bool best_firs
       candidates.resize(keep);
     return;
   }
-  for (double tau = (1.0 - top_p) / 64.0;; tau /= 64.0) {
+  // Rounds whose part is too light to hold the prefix are passed over by their weight alone, without
+  // sorting (any part that holds the prefix gives the same prefix; one added in another order
+  // than the sort's may round either way, and a round too early only sorts again).
+  double tau = (1.0 - top_p) / 64.0;
+  for (;; tau /= 64.0) {
+    double mass = 0.0;
+    for (const Candidate& c : candidates) mass += c.p >= tau * total ? c.p : 0.0;
+    if (mass >= target) break;
+  }
+  for (;; tau /= 64.0) {
     const double floor = tau * total;
-    auto sorted_end = std::partition(candidates.begin(), candidates.end(),
-                                     [floor](const Candidate& c) { return c.p >= floor; });
-    std::sort(candidates.begin(), sorted_end, better);
+    auto sorted_end = std::stable_partition(candidates.begin(), candidates.end(),
+                                            [floor](const Candidate& c) { return c.p >= floor; });
+    sort_best_first(candidates.begin(), sorted_end);
     if (size_t keep = prefix_reaching(candidates.begin(), sorted_end, target)) {
       candidates.resize(keep);
       return;
