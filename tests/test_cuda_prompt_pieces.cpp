@@ -178,6 +178,8 @@ TEST(CudaPieces, PromptRowsOfOneStepShareAPass) {
       {.sequence = open[3].get(), .tokens = std::span(&b, 1)},
       {.sequence = open[4].get(), .tokens = p4, .greedy_only = true}};
   model->step(rows);
+  EXPECT_EQ(model->paths().shared_passes, 1) << "the three prompts in one pass";
+  EXPECT_EQ(model->paths().joined, 1) << "the two one-token rows in one step";
   std::vector<float> hidden2;
   const std::vector<float> want0 = own[0]->prefill(p0), want2 = own[2]->prefill(p2, false, &hidden2),
                            want4 = own[4]->prefill(p4), want_a = own[1]->decode(a), want_b = own[3]->decode(b);

@@ -419,7 +419,10 @@ TEST(CudaRows, TopCandidatesOfAStepAreThoseOfItsLogits) {
         {.sequence = open[0].get(), .tokens = std::span(&x, 1), .top_only = true},
         {.sequence = open[1].get(), .tokens = std::span(&y, 1), .greedy_only = !with_logits_row},
         {.sequence = open[2].get(), .tokens = std::span(&z, 1), .top_only = true}};
+    const lode::cuda::CudaModel::Paths before = model->paths();
     model->step(rows);
+    EXPECT_EQ(model->paths().joined, before.joined + 1) << "one step of the three rows";
+    EXPECT_EQ(model->paths().joined_top, before.joined_top + (with_logits_row ? 0 : 1)) << "candidates on the device";
     const std::vector<float> want_x = own[0]->decode(x), want_y = own[1]->decode(y), want_z = own[2]->decode(z);
     for (const auto& [row, want] : {std::pair{&rows[0], &want_x}, std::pair{&rows[2], &want_z}}) {
       EXPECT_TRUE(row->logits.empty());

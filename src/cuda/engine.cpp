@@ -226,6 +226,7 @@ void CudaModel::step_pieces(std::span<engine::StepRow* const> rows) {
   for (const engine::StepRow* row : rows)
     pieces.push_back({sequence_of(*row).slot(), row->tokens, row->logit_rows == 1, row->want_hidden});
   std::vector<CudaSession::PieceOutput> out = pipeline_->prefill_pieces(pieces);
+  ++paths_.shared_passes;
   for (size_t r = 0; r < rows.size(); ++r) {
     engine::StepRow& row = *rows[r];
     row.logits = std::move(out[r].logits), row.hidden = std::move(out[r].hidden);
@@ -235,6 +236,7 @@ void CudaModel::step_pieces(std::span<engine::StepRow* const> rows) {
 
 // One row through the session alone: a decode step, the prompt pass, or verify windows.
 void CudaModel::step_alone(engine::StepRow& row) {
+  ++paths_.alone;
   CudaSequence& sequence = sequence_of(row);
   CudaPipeline& session = sequence.session();
   const int64_t n = int64_t(row.tokens.size());
@@ -268,6 +270,7 @@ void CudaModel::step_joined(std::span<engine::StepRow* const> rows) {
     want_hidden = want_hidden || row->want_hidden;
   }
   CudaSession::Window out = pipeline_->decode_rows(tokens, greedy_only, want_hidden, top);
+  ++paths_.joined, paths_.joined_top += top && !greedy_only;
   const size_t vocab = size_t(pipeline_->vocab()), width = size_t(pipeline_->config().hidden);
   for (size_t r = 0; r < rows.size(); ++r) {
     engine::StepRow& row = *rows[r];

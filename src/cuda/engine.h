@@ -48,6 +48,16 @@ class CudaModel final : public engine::Model {
 
   CudaPipeline& pipeline() { return *pipeline_; }
 
+  // How the steps so far ran their rows, counted (tests check that a path ran, not a fallback
+  // that gives the same answers).
+  struct Paths {
+    int64_t alone = 0;          // rows through the session alone
+    int64_t joined = 0;         // steps of one-token rows of several sequences
+    int64_t joined_top = 0;     // of them, steps whose top candidates were found on the device
+    int64_t shared_passes = 0;  // prompt passes of several sequences' pieces
+  };
+  const Paths& paths() const { return paths_; }
+
  private:
   friend class CudaSequence;
   CudaSequence& sequence_of(const engine::StepRow& row) const;
@@ -59,6 +69,7 @@ class CudaModel final : public engine::Model {
 
   std::unique_ptr<CudaPipeline> pipeline_;
   std::vector<bool> open_;  // per session sequence: whether a CudaSequence holds it
+  Paths paths_;
 };
 
 }  // namespace lode::cuda
