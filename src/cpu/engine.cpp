@@ -107,7 +107,8 @@ void CpuModel::step(std::span<engine::StepRow> rows) {
 }
 
 engine::EngineInfo CpuModel::info() const {
-  return {.backend = "cpu", .threads = Compute{.threads = options_.threads}.resolved_threads(), .kv_format = options_.kv_format, .gpus = {}};
+  return {.backend = "cpu", .threads = Compute{.threads = options_.threads}.resolved_threads(),
+          .kv_format = options_.kv_format, .gpus = {}};
 }
 
 std::unique_ptr<engine::Sequence> open_sequence(std::shared_ptr<const model::ModelWeights> weights,
