@@ -5,6 +5,8 @@
 # NODE=1 for `served` and `stress`); results under $OUT (at most 8 files come back).
 #
 #   bench/cuda/issue_runs.sh suite     # every test with LODE_REQUIRE_GPU=1, in 4 shards at once
+#       (FILTER='CudaPieces.*:CudaKernels.Top*:CudaRows.*:CudaWindow.*:CudaMtp.*:Engine*:CliServe.Drafts*'
+#        LIMIT=240: only the tests of the code no GPU has run yet, as of 2026-12-06)
 #   bench/cuda/issue_runs.sh floors    # lode bench on the 35B synth: the issues' floors, one file each
 #   bench/cuda/issue_runs.sh served    # lode serve + tools/load at 1 to 64 streams, --prompt-tokens 0 and 4096
 #   bench/cuda/issue_runs.sh stress    # long prompts arriving, 10% disconnects, a 16 GiB budget
