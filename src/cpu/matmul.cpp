@@ -16,6 +16,15 @@
 
 namespace lode::cpu {
 
+namespace {
+
+// dot()'s final tree over its eight partial sums (every dot here ends with it).
+inline float sum_lanes(const float acc[8]) {
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+}  // namespace
+
 // Built for AVX2 and the baseline (picked at run time); no FMA, so the rounding is the same.
 __attribute__((target_clones("avx2", "default")))
 float dot(const float* a, const float* b, int64_t n) {
@@ -25,15 +34,10 @@ float dot(const float* a, const float* b, int64_t n) {
     for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
   }
   for (; i < n; ++i) acc[i % 8] += a[i] * b[i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  return sum_lanes(acc);
 }
 
 namespace {
-
-// dot()'s final tree over its eight partial sums.
-inline float sum_lanes(const float acc[8]) {
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
 
 // dot(a[r], b, n) for four rows at once, each in dot()'s order (lane j of its accumulator sums
 // elements j, j + 8, ... in turn; the same tree at the end), so each gives dot()'s bits. One row's
