@@ -49,8 +49,9 @@ floors() {
   $b -p 256 -n 32 -r 2 --ctx 4096 --window 2,3,4 --vram-budget 0,12288 >"$out/windows.txt" 2>&1
   grep -hE "^(pp|tg|window|[0-9]+ (sequences|prompts))|ceilings|budget" "$out"/depth0.txt "$out"/depth131072.txt \
     "$out"/rows.txt "$out"/windows.txt
-  # Issue 19: lode-mini with and without MTP (>= 1.2x), greedy, the run log's speed lines.
-  for mtp in 0 2; do
+  # Issue 19: lode-mini with and without MTP (>= 1.2x), greedy, the run log's speed lines (with
+  # drafts: where a verify step's wall time goes, drafting / verifying / following).
+  for mtp in 0 1 2 3; do
     timeout 60 build/lode run -m models/lode-mini.gguf --backend cuda -p "The ls command" --temp 0 -n 512 \
       --mtp $mtp 2>&1 | grep -iE "tok/s|window|accept" | sed "s/^/mini --mtp $mtp: /"
   done | tee "$out/mini_mtp.txt"

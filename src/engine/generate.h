@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "sample/logprobs.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -47,6 +48,10 @@ struct GenerateOptions {
   // model's own logits exactly as without drafts, so the output is the same, greedy or sampled.
   int64_t mtp = 0;
   float mtp_min_p = 0.0f;
+  // Each sampled token's log-probability and those of the `logprobs` likeliest tokens (0 to
+  // sample::kMaxTopLogprobs; sample/logprobs.h says of which distribution); -1: none. Every step
+  // then needs its whole row of logits (no greedy or top-candidates shortcut).
+  int logprobs = -1;
 };
 
 enum class FinishReason { end_of_generation, stop_string, length, cancelled, context_full };
@@ -54,6 +59,9 @@ const char* to_string(FinishReason reason);
 
 struct GenerateResult {
   std::vector<int32_t> tokens;  // sampled tokens, the stopping one included
+  // With GenerateOptions::logprobs: one entry per token whose text the reply shows, in order (not
+  // the end-of-generation token, nor tokens held back as part of a stop string).
+  std::vector<sample::TokenLogprobs> logprobs;
   // The last sampled token has not been run through the model yet (generation stops before
   // decoding it); a conversation that continues feeds it first.
   bool last_token_pending = false;

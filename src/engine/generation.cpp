@@ -109,25 +109,48 @@ void Generation::follow_steering(int32_t token) {
 }
 
 bool Generation::greedy_only() const {
-  return sampler_.plain_greedy() && steering_ != Steering::active;
+  return sampler_.plain_greedy() && steering_ != Steering::active && options_.logprobs < 0;
 }
 
 std::optional<int32_t> Generation::step(std::span<const float> logits) {
   if (!begin_step()) return std::nullopt;
-  return take(steering_ == Steering::active ? sampler_.sample(steered(logits)) : sampler_.sample(logits));
+  const int32_t token = steering_ == Steering::active ? sampler_.sample(steered(logits)) : sampler_.sample(logits);
+  if (options_.logprobs >= 0) note_logprobs(logits, token);
+  return take(token);
 }
 
-bool Generation::top_only() const { return sampler_.takes_top() && steering_ != Steering::active; }
+bool Generation::top_only() const {
+  return sampler_.takes_top() && steering_ != Steering::active && options_.logprobs < 0;
+}
 
 std::optional<int32_t> Generation::step_top(const sample::TopCandidates& top) {
   if (!begin_step()) return std::nullopt;
   if (steering_ == Steering::active) fail("generation: steering needs the whole row of logits, not its top candidates");
+  if (options_.logprobs >= 0) fail("generation: logprobs need the whole row of logits, not its top candidates");
   return take(sampler_.sample_top(top));
 }
 
 std::optional<int32_t> Generation::step_chosen(int32_t token) {
   if (!begin_step()) return std::nullopt;
+  if (options_.logprobs >= 0) fail("generation: logprobs need the whole row of logits, not a chosen token");
   return take(token);
+}
+
+// (The model's raw logits, not the steered ones: what the model thought of the token.)
+void Generation::note_logprobs(std::span<const float> logits, int32_t token) {
+  result_.logprobs.push_back(sample::token_logprobs(logits, token, options_.logprobs));
+  logprob_starts_.push_back(text_bytes_);
+}
+
+size_t Generation::shown_logprobs() const {
+  return size_t(std::lower_bound(logprob_starts_.begin(), logprob_starts_.end(), streamed_bytes_) -
+                logprob_starts_.begin());
+}
+
+void Generation::emit(const std::string& text) {
+  if (text.empty()) return;
+  streamed_bytes_ += int64_t(text.size());
+  on_text_(text);
 }
 
 bool Generation::begin_step() {
@@ -147,6 +170,7 @@ bool Generation::begin_step() {
 std::optional<int32_t> Generation::take(int32_t token) {
   sampler_.accept(token);
   follow_steering(token);
+  if (options_.logprobs >= 0) text_bytes_ += int64_t(tokenizer_.decode(std::span(&token, 1), options_.render_special).size());
   result_.tokens.push_back(token);
   result_.last_token_pending = true;
   if (options_.cancel && options_.cancel->load()) {
@@ -162,7 +186,7 @@ std::optional<int32_t> Generation::take(int32_t token) {
   const tokenizer::TokenType type = tokenizer_.type(token);
   const bool markup = type == tokenizer::TokenType::control || type == tokenizer::TokenType::user_defined;
   const auto piece = markup ? stops_.push_opaque(text_.push(token)) : stops_.push(text_.push(token));
-  if (!piece.emit.empty()) on_text_(piece.emit);
+  emit(piece.emit);
   if (piece.stopped) {
     end(FinishReason::stop_string, false);
     return std::nullopt;
@@ -182,13 +206,14 @@ void Generation::end(FinishReason reason, bool flush) {
   done_ = true;
   result_.finish = reason;
   result_.decode_seconds = result_.tokens.empty() ? 0.0 : seconds(first_token_, clock::now());
-  if (!flush) return;
-  // Text held back by the decoder or by an undecided stop string goes out now.
-  const auto tail = stops_.push(text_.flush());
-  std::string rest = tail.emit;
-  if (tail.stopped) result_.finish = FinishReason::stop_string;
-  else rest += stops_.flush();
-  if (!rest.empty()) on_text_(rest);
+  if (flush) {  // text held back by the decoder or by an undecided stop string goes out now
+    const auto tail = stops_.push(text_.flush());
+    std::string rest = tail.emit;
+    if (tail.stopped) result_.finish = FinishReason::stop_string;
+    else rest += stops_.flush();
+    emit(rest);
+  }
+  result_.logprobs.resize(shown_logprobs());  // the end-of-generation token's, a stop string's: never shown
 }
 
 }  // namespace lode::engine

@@ -39,6 +39,11 @@ class Generation {
   // Ends generation from outside (the context is full, the request was cancelled).
   void stop(FinishReason reason);
 
+  // With GenerateOptions::logprobs: how many of result().logprobs the text streamed so far has
+  // shown (an entry counts once its token's first byte has gone out). Read from the text sink, the
+  // entries [n before, n now) are those of the text just streamed.
+  size_t shown_logprobs() const;
+
   bool done() const { return done_; }
   // The result so far (complete once done()).
   const GenerateResult& result() const { return result_; }
@@ -47,6 +52,8 @@ class Generation {
   bool begin_step();                           // false: generation has ended
   std::optional<int32_t> take(int32_t token);  // the chosen token: stream it, say what runs next
   void end(FinishReason reason, bool flush);
+  void emit(const std::string& text);  // to the text sink, counted
+  void note_logprobs(std::span<const float> logits, int32_t token);
   // The logits with every token that would leave all steered choices set to -infinity.
   std::vector<float> steered(std::span<const float> logits) const;
   void follow_steering(int32_t token);
@@ -65,6 +72,10 @@ class Generation {
   // (byte offset, id), in order. Steering takes them as their tokens, never spelled in pieces.
   std::vector<std::vector<std::pair<size_t, int32_t>>> added_in_choices_;
   std::chrono::steady_clock::time_point started_, first_token_;
+  // Bytes of text the sampled tokens make (counted with logprobs only) and bytes streamed; where
+  // each logprobs entry's token begins in that text.
+  int64_t text_bytes_ = 0, streamed_bytes_ = 0;
+  std::vector<int64_t> logprob_starts_;
 };
 
 }  // namespace lode::engine

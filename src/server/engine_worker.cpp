@@ -25,6 +25,8 @@ std::optional<JobStream::Event> JobStream::next_for(std::chrono::milliseconds ti
   Event event;
   event.text = std::move(text_);
   text_.clear();
+  event.logprobs = std::move(logprobs_);
+  logprobs_.clear();
   event.done = done_;
   if (done_) {
     event.result = result_;
@@ -34,10 +36,11 @@ std::optional<JobStream::Event> JobStream::next_for(std::chrono::milliseconds ti
   return event;
 }
 
-void JobStream::push_text(std::string_view text) {
+void JobStream::push_text(std::string_view text, std::span<const sample::TokenLogprobs> logprobs) {
   {
     std::lock_guard lock(mutex_);
     text_ += text;
+    logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
   }
   ready_.notify_all();
 }
@@ -76,6 +79,7 @@ struct EngineWorker::Running {
   int64_t cached = 0;     // prompt tokens reused from the slot's prefix
   int64_t prefilled = 0;  // prompt tokens in the sequence
   std::optional<int32_t> pending;  // the sampled token to run next
+  size_t logprobs_sent = 0;        // logprobs entries streamed
   // With drafts: this step's window (pending, then drafts), the checkpoint before it, the counts.
   std::vector<int32_t> window;
   std::shared_ptr<const engine::Checkpoint> before;
@@ -394,9 +398,15 @@ void EngineWorker::start(Placement placement, Queued queued) {
                          : slot.prefix.resume(*slot.sequence, seq->prompt());
     engine::check_prompt_fits(*slot.sequence, seq->prompt().subspan(size_t(seq->cached)));
     for (int32_t t : seq->prompt()) seq->sampler.accept(t);  // penalties see the whole prompt
-    seq->generation = std::make_unique<engine::Generation>(
-        model_.tokenizer, seq->sampler, seq->options, [stream](std::string_view text) { stream->push_text(text); },
-        int64_t(seq->prompt().size()));
+    // The text, and the logprobs entries of the tokens it shows (the generation counts them).
+    const auto sink = [stream, run = seq.get()](std::string_view text) {
+      const auto& all = run->generation->result().logprobs;
+      const size_t shown = run->generation->shown_logprobs();
+      stream->push_text(text, std::span(all).subspan(run->logprobs_sent, shown - run->logprobs_sent));
+      run->logprobs_sent = shown;
+    };
+    seq->generation = std::make_unique<engine::Generation>(model_.tokenizer, seq->sampler, seq->options, sink,
+                                                           int64_t(seq->prompt().size()));
     slot.running = std::move(seq);
   } catch (const std::exception& e) {
     slot.prefix.clear();

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +35,7 @@ class JobStream {
  public:
   struct Event {
     std::string text;                             // everything generated since the last event
+    std::vector<sample::TokenLogprobs> logprobs;  // with GenerateOptions::logprobs: those of its tokens
     bool done = false;                            // true: result or error is set, no more text
     std::optional<engine::GenerateResult> result;
     std::optional<std::string> error;             // generation failed (the message)
@@ -49,7 +51,7 @@ class JobStream {
   bool cancelled() const { return cancelled_; }
 
   // Producer side (the worker).
-  void push_text(std::string_view text);
+  void push_text(std::string_view text, std::span<const sample::TokenLogprobs> logprobs = {});
   void finish(engine::GenerateResult result);
   void fail(std::string message);
   void fail_shutting_down();  // the server stops before the job could end
@@ -59,6 +61,7 @@ class JobStream {
   std::mutex mutex_;
   std::condition_variable ready_;
   std::string text_;
+  std::vector<sample::TokenLogprobs> logprobs_;
   bool done_ = false;
   std::optional<engine::GenerateResult> result_;
   std::optional<std::string> error_;

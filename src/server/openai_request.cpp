@@ -67,16 +67,19 @@ void refuse_unsupported_chat(const json& body) {
                                     "yet (use {{\"type\": \"text\"}} or leave it out)", f->dump()),
                         "response_format");
   }
-  if (boolean(body, "logprobs", "logprobs").value_or(false))
-    throw bad_request("logprobs are not supported yet: leave logprobs out or false", "logprobs");
-  if (integer_in(body, "top_logprobs", 0, 20).value_or(0) > 0)
-    throw bad_request("top_logprobs is not supported yet: leave it out", "top_logprobs");
+}
+
+// The chat route's logprobs (true or false) and top_logprobs (0 to 20, with logprobs true): the
+// alternatives each token's entry lists, or -1 for none.
+int chat_logprobs(const json& body) {
+  const bool wanted = boolean(body, "logprobs", "logprobs").value_or(false);
+  const auto top = integer_in(body, "top_logprobs", 0, sample::kMaxTopLogprobs);
+  if (top.value_or(0) > 0 && !wanted) throw bad_request("top_logprobs needs logprobs: true", "top_logprobs");
+  return wanted ? int(top.value_or(0)) : -1;
 }
 
 // The same for the legacy completions route, where logprobs is a count.
 void refuse_unsupported_completion(const json& body) {
-  if (integer_in(body, "logprobs", 0, 5).value_or(0) > 0)
-    throw bad_request("logprobs are not supported yet: leave logprobs out or 0", "logprobs");
   if (boolean(body, "echo", "echo").value_or(false))
     throw bad_request("echo is not supported: the reply holds the completion alone; leave echo out or false", "echo");
   if (const json* suffix = field(body, "suffix"); suffix && *suffix != "")
@@ -198,6 +201,7 @@ Job make_job(std::vector<int32_t> prompt, const GenerationRequest& r, int64_t co
   job.generate.max_tokens = r.max_tokens.value_or(context - n);
   job.generate.sampling = r.sampling;
   job.generate.stop_strings = r.stop;
+  job.generate.logprobs = r.logprobs;
   return job;
 }
 
@@ -239,6 +243,7 @@ ChatRequest parse_chat_request(const json& body, const ModelNames& names, uint64
   r.enable_thinking = thinking(body);
   refuse_unsupported_chat(body);
   r.generation = generation_request(body, random_seed);
+  r.generation.logprobs = chat_logprobs(body);
   r.generation.model = model;
   return r;
 }
@@ -253,6 +258,8 @@ CompletionRequest parse_completion_request(const json& body, const ModelNames& n
   r.prompt = p->get<std::string>();
   refuse_unsupported_completion(body);
   r.generation = generation_request(body, random_seed);
+  // The legacy route's logprobs is the count of alternatives (0 to 5): the sampled token's own always.
+  r.generation.logprobs = int(integer_in(body, "logprobs", 0, 5).value_or(-1));
   r.generation.model = model;
   if (!r.generation.max_tokens) r.generation.max_tokens = 16;  // OpenAI's default for completions
   return r;

@@ -24,6 +24,7 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  int logprobs = -1;           // engine::GenerateOptions::logprobs: -1 none, else the alternatives listed
   std::string model;           // the name the reply gives (json_fields.h: check_model)
 };
 

@@ -1,5 +1,7 @@
 #include "server/openai_response.h"
 
+#include <cmath>
+
 #include "server/wire_json.h"
 
 namespace lode::server {
@@ -23,7 +25,59 @@ json reason_or_null(const char* finish_reason) {
   return finish_reason ? json(finish_reason) : json(nullptr);
 }
 
+std::string token_text(const tokenizer::Tokenizer& tokenizer, int32_t id) {
+  return tokenizer.decode(std::span(&id, 1), /*render_special=*/true);
+}
+
+// JSON has no infinities: OpenAI sends -9999.0 for a token the model rules out.
+double wire_logprob(float logprob) { return std::isfinite(logprob) ? double(logprob) : -9999.0; }
+
+json token_entry(const tokenizer::Tokenizer& tokenizer, int32_t id, float logprob) {
+  const std::string text = token_text(tokenizer, id);
+  json bytes = json::array();
+  for (unsigned char c : text) bytes.push_back(int(c));
+  return {{"token", text}, {"logprob", wire_logprob(logprob)}, {"bytes", std::move(bytes)}};
+}
+
+// Characters in text, counting a byte that cannot start one (a piece of a character cut between
+// tokens) as none.
+int64_t characters(std::string_view text) {
+  int64_t n = 0;
+  for (unsigned char c : text) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
 }  // namespace
+
+json chat_logprobs(std::span<const sample::TokenLogprobs> entries, const tokenizer::Tokenizer& tokenizer) {
+  json content = json::array();
+  for (const sample::TokenLogprobs& e : entries) {
+    json entry = token_entry(tokenizer, e.token, e.logprob);
+    json top = json::array();
+    for (const auto& [id, logprob] : e.top) top.push_back(token_entry(tokenizer, id, logprob));
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+json completion_logprobs(std::span<const sample::TokenLogprobs> entries, const tokenizer::Tokenizer& tokenizer,
+                         int64_t& offset) {
+  json tokens = json::array(), logprobs = json::array(), tops = json::array(), offsets = json::array();
+  for (const sample::TokenLogprobs& e : entries) {
+    const std::string text = token_text(tokenizer, e.token);
+    tokens.push_back(text);
+    logprobs.push_back(wire_logprob(e.logprob));
+    json top = json::object();
+    for (const auto& [id, logprob] : e.top) top[token_text(tokenizer, id)] = wire_logprob(logprob);
+    top[text] = wire_logprob(e.logprob);
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += characters(text);
+  }
+  return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(logprobs)}, {"top_logprobs", std::move(tops)},
+          {"text_offset", std::move(offsets)}};
+}
 
 const char* finish_reason(engine::FinishReason finish, bool has_tool_calls) {
   // Ended by a limit (max_tokens, the context): "length", calls or not (a call or the text after it
@@ -40,7 +94,8 @@ json usage_json(const engine::GenerateResult& r) {
           {"prompt_tokens_details", {{"cached_tokens", r.cached_tokens}}}};
 }
 
-json chat_completion(const ResponseMeta& meta, const chat::ParsedDelta& reply, const engine::GenerateResult& result) {
+json chat_completion(const ResponseMeta& meta, const chat::ParsedDelta& reply, const engine::GenerateResult& result,
+                     json logprobs) {
   json message = {{"role", "assistant"}};
   const bool calls = !reply.tool_calls.empty();
   message["content"] = reply.content.empty() && calls ? json(nullptr) : json(reply.content);
@@ -52,7 +107,7 @@ json chat_completion(const ResponseMeta& meta, const chat::ParsedDelta& reply, c
     message["tool_calls"] = std::move(list);
   }
   return {{"id", meta.id}, {"object", "chat.completion"}, {"created", meta.created}, {"model", meta.model},
-          {"choices", json::array({{{"index", 0}, {"message", std::move(message)}, {"logprobs", nullptr},
+          {"choices", json::array({{{"index", 0}, {"message", std::move(message)}, {"logprobs", std::move(logprobs)},
                                     {"finish_reason", finish_reason(result.finish, calls)}}})},
           {"usage", usage_json(result)}};
 }
@@ -80,16 +135,17 @@ json usage_chunk(const ResponseMeta& meta, const engine::GenerateResult& result,
           {"choices", json::array()}, {"usage", usage_json(result)}};
 }
 
-json text_completion(const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
+json text_completion(const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result,
+                     json logprobs) {
   return {{"id", meta.id}, {"object", "text_completion"}, {"created", meta.created}, {"model", meta.model},
-          {"choices", json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr},
+          {"choices", json::array({{{"text", text}, {"index", 0}, {"logprobs", std::move(logprobs)},
                                     {"finish_reason", finish_reason(result.finish, false)}}})},
           {"usage", usage_json(result)}};
 }
 
-json text_completion_chunk(const ResponseMeta& meta, const std::string& text, const char* finish) {
+json text_completion_chunk(const ResponseMeta& meta, const std::string& text, const char* finish, json logprobs) {
   return {{"id", meta.id}, {"object", "text_completion"}, {"created", meta.created}, {"model", meta.model},
-          {"choices", json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr},
+          {"choices", json::array({{{"text", text}, {"index", 0}, {"logprobs", std::move(logprobs)},
                                     {"finish_reason", reason_or_null(finish)}}})}};
 }
 

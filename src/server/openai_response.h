@@ -4,11 +4,14 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "chat/output_parser.h"
 #include "engine/generate.h"
+#include "sample/logprobs.h"
+#include "tokenizer/tokenizer.h"
 
 namespace lode::server {
 
@@ -27,10 +30,24 @@ const char* finish_reason(engine::FinishReason finish, bool has_tool_calls);
 // completion_tokens counts the sampled tokens, the one that ended generation included.
 nlohmann::ordered_json usage_json(const engine::GenerateResult& result);
 
+// Logprobs entries (sample/logprobs.h) in the chat route's form: {content: [{token, logprob, bytes,
+// top_logprobs: [{token, logprob, bytes}]}], refusal: null}. A token's text is as the tokenizer
+// spells it (control tokens by name; bytes that are not whole UTF-8 characters go out as U+FFFD
+// in `token`, exact in `bytes`); a log-probability of -inf is -9999.0, as OpenAI's.
+nlohmann::ordered_json chat_logprobs(std::span<const sample::TokenLogprobs> entries,
+                                     const tokenizer::Tokenizer& tokenizer);
+// The legacy completions route's form: {tokens, token_logprobs, top_logprobs ({token: logprob},
+// the alternatives and the sampled token), text_offset (characters before each token, counted from
+// `offset`, which it advances)}.
+nlohmann::ordered_json completion_logprobs(std::span<const sample::TokenLogprobs> entries,
+                                           const tokenizer::Tokenizer& tokenizer, int64_t& offset);
+
 // A whole reply, parsed: message {role, content (null when empty and there are tool calls),
-// reasoning_content (when not empty), tool_calls (when any)}.
+// reasoning_content (when not empty), tool_calls (when any)}; choices[0].logprobs as given (null:
+// not asked for).
 nlohmann::ordered_json chat_completion(const ResponseMeta& meta, const chat::ParsedDelta& reply,
-                                       const engine::GenerateResult& result);
+                                       const engine::GenerateResult& result,
+                                       nlohmann::ordered_json logprobs = nullptr);
 // One chat.completion.chunk; finish_reason null unless given.
 nlohmann::ordered_json chat_chunk(const ResponseMeta& meta, nlohmann::ordered_json delta,
                                   const char* finish_reason = nullptr);
@@ -45,9 +62,11 @@ nlohmann::ordered_json usage_chunk(const ResponseMeta& meta, const engine::Gener
                                    const char* object = "chat.completion.chunk");
 
 nlohmann::ordered_json text_completion(const ResponseMeta& meta, const std::string& text,
-                                       const engine::GenerateResult& result);
+                                       const engine::GenerateResult& result,
+                                       nlohmann::ordered_json logprobs = nullptr);
 nlohmann::ordered_json text_completion_chunk(const ResponseMeta& meta, const std::string& text,
-                                             const char* finish_reason = nullptr);
+                                             const char* finish_reason = nullptr,
+                                             nlohmann::ordered_json logprobs = nullptr);
 
 // "data: JSON\n\n", and the stream's last event.
 std::string sse_event(const nlohmann::ordered_json& data);

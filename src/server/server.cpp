@@ -367,18 +367,21 @@ void Server::add_generation_routes() {
   http.Post("/v1/chat/completions", guarded_post([this](const httplib::Request& req, const std::string& body,
                                                         httplib::Response& res) {
     const ChatRequest request = parsed([&] { return parse_chat_request(parse_json_body(body), names_, random_u64()); });
+    const bool logprobs_wanted = request.generation.logprobs >= 0;
     respond(
         req, res, chat_job(request, *model_, worker_->context()), request.generation, "chatcmpl-",
         [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
           chat::OutputParser parser(request.reply_thinks(), request.tools);
           chat::ParsedDelta reply = parser.push(text);
           merge(reply, parser.finish());
-          return chat_completion(meta, reply, result);
+          return chat_completion(meta, reply, result,
+                                 logprobs_wanted ? chat_logprobs(result.logprobs, model_->tokenizer) : json(nullptr));
         },
         [&](std::shared_ptr<JobStream> job, ResponseMeta meta) {
           return std::make_shared<ChatStreamWriter>(job, std::move(meta),
                                                     chat::OutputParser(request.reply_thinks(), request.tools),
-                                                    request.generation.include_usage);
+                                                    request.generation.include_usage, model_->tokenizer,
+                                                    logprobs_wanted);
         });
   }, limit));
 
@@ -386,13 +389,18 @@ void Server::add_generation_routes() {
                                                    httplib::Response& res) {
     const CompletionRequest request =
         parsed([&] { return parse_completion_request(parse_json_body(body), names_, random_u64()); });
+    const bool logprobs_wanted = request.generation.logprobs >= 0;
     respond(
         req, res, completion_job(request, *model_, worker_->context()), request.generation, "cmpl-",
         [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
-          return text_completion(meta, text, result);
+          int64_t offset = 0;
+          return text_completion(meta, text, result,
+                                 logprobs_wanted ? completion_logprobs(result.logprobs, model_->tokenizer, offset)
+                                                 : json(nullptr));
         },
         [&](std::shared_ptr<JobStream> job, ResponseMeta meta) {
-          return std::make_shared<CompletionStreamWriter>(job, std::move(meta), request.generation.include_usage);
+          return std::make_shared<CompletionStreamWriter>(job, std::move(meta), request.generation.include_usage,
+                                                          model_->tokenizer, logprobs_wanted);
         });
   }, limit));
 }

@@ -39,10 +39,18 @@ std::string chunk_event(nlohmann::ordered_json chunk, bool include_usage) {
 
 }  // namespace
 
+bool ChatStreamWriter::write_chunk(httplib::DataSink& sink, nlohmann::ordered_json chunk) {
+  if (logprobs_ && !unsent_.empty()) {
+    chunk["choices"][0]["logprobs"] = chat_logprobs(unsent_, tokenizer_);
+    unsent_.clear();
+  }
+  return write_or_cancel(sink, *job_, chunk_event(std::move(chunk), include_usage_));
+}
+
 bool ChatStreamWriter::write_delta(httplib::DataSink& sink, const chat::ParsedDelta& delta) {
   if (!delta.tool_calls.empty()) any_tool_calls_ = true;
-  for (const auto& chunk : chat_delta_chunks(meta_, delta, next_tool_index_))
-    if (!write_or_cancel(sink, *job_, chunk_event(chunk, include_usage_))) return false;
+  for (auto& chunk : chat_delta_chunks(meta_, delta, next_tool_index_))
+    if (!write_chunk(sink, std::move(chunk))) return false;
   return true;
 }
 
@@ -55,14 +63,13 @@ bool ChatStreamWriter::step(httplib::DataSink& sink) {
   const auto next = next_or_hang_up(*job_, sink);
   if (!next) return false;
   const JobStream::Event& event = *next;
+  unsent_.insert(unsent_.end(), event.logprobs.begin(), event.logprobs.end());
   if (!event.text.empty() && !write_delta(sink, parser_.push(event.text))) return false;
   if (!event.done) return true;
   if (event.error) return write_error_and_end(sink, *job_, *event.error);
   if (!write_delta(sink, parser_.finish())) return false;
   const engine::GenerateResult& result = *event.result;
-  if (!write_or_cancel(sink, *job_, chunk_event(chat_chunk(meta_, nlohmann::ordered_json::object(),
-                                                           finish_reason(result.finish, any_tool_calls_)),
-                                                include_usage_)))
+  if (!write_chunk(sink, chat_chunk(meta_, nlohmann::ordered_json::object(), finish_reason(result.finish, any_tool_calls_))))
     return false;
   if (include_usage_ && !write_or_cancel(sink, *job_, sse_event(usage_chunk(meta_, result)))) return false;
   if (!write_or_cancel(sink, *job_, kSseDone)) return false;
@@ -74,8 +81,10 @@ bool CompletionStreamWriter::step(httplib::DataSink& sink) {
   const auto next = next_or_hang_up(*job_, sink);
   if (!next) return false;
   const JobStream::Event& event = *next;
+  const nlohmann::ordered_json logprobs =
+      logprobs_ ? completion_logprobs(event.logprobs, tokenizer_, text_offset_) : nlohmann::ordered_json(nullptr);
   if (!event.text.empty() &&
-      !write_or_cancel(sink, *job_, chunk_event(text_completion_chunk(meta_, event.text), include_usage_)))
+      !write_or_cancel(sink, *job_, chunk_event(text_completion_chunk(meta_, event.text, nullptr, logprobs), include_usage_)))
     return false;
   if (!event.done) return true;
   if (event.error) return write_error_and_end(sink, *job_, *event.error);

@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <memory>
+#include <vector>
 
 #include "chat/output_parser.h"
 #include "server/engine_worker.h"
@@ -15,19 +16,29 @@ namespace lode::server {
 // One step per call of httplib's chunked content provider: waits for the next output, writes its
 // events; after the last one ([DONE]) it calls sink.done(). Returns false when the connection is
 // gone (the job is then cancelled).
+// With logprobs asked for (GenerateOptions::logprobs), a chunk carries the logprobs entries of the
+// tokens whose text reached the writer since the chunk before (text the output parser holds back
+// takes its entries to the next chunk it writes).
 class ChatStreamWriter {
  public:
-  ChatStreamWriter(std::shared_ptr<JobStream> job, ResponseMeta meta, chat::OutputParser parser, bool include_usage)
-      : job_(std::move(job)), meta_(std::move(meta)), parser_(std::move(parser)), include_usage_(include_usage) {}
+  ChatStreamWriter(std::shared_ptr<JobStream> job, ResponseMeta meta, chat::OutputParser parser, bool include_usage,
+                   const tokenizer::Tokenizer& tokenizer, bool logprobs)
+      : job_(std::move(job)), meta_(std::move(meta)), parser_(std::move(parser)), include_usage_(include_usage),
+        tokenizer_(tokenizer), logprobs_(logprobs) {}
   bool step(httplib::DataSink& sink);
 
  private:
   bool write_delta(httplib::DataSink& sink, const chat::ParsedDelta& delta);
+  // A choice chunk, carrying the entries not yet sent.
+  bool write_chunk(httplib::DataSink& sink, nlohmann::ordered_json chunk);
 
   std::shared_ptr<JobStream> job_;
   ResponseMeta meta_;
   chat::OutputParser parser_;
   bool include_usage_;
+  const tokenizer::Tokenizer& tokenizer_;
+  bool logprobs_;
+  std::vector<sample::TokenLogprobs> unsent_;
   bool started_ = false;
   bool any_tool_calls_ = false;
   int next_tool_index_ = 0;
@@ -35,14 +46,19 @@ class ChatStreamWriter {
 
 class CompletionStreamWriter {
  public:
-  CompletionStreamWriter(std::shared_ptr<JobStream> job, ResponseMeta meta, bool include_usage)
-      : job_(std::move(job)), meta_(std::move(meta)), include_usage_(include_usage) {}
+  CompletionStreamWriter(std::shared_ptr<JobStream> job, ResponseMeta meta, bool include_usage,
+                         const tokenizer::Tokenizer& tokenizer, bool logprobs)
+      : job_(std::move(job)), meta_(std::move(meta)), include_usage_(include_usage), tokenizer_(tokenizer),
+        logprobs_(logprobs) {}
   bool step(httplib::DataSink& sink);
 
  private:
   std::shared_ptr<JobStream> job_;
   ResponseMeta meta_;
   bool include_usage_;
+  const tokenizer::Tokenizer& tokenizer_;
+  bool logprobs_;
+  int64_t text_offset_ = 0;  // characters streamed (the logprobs' text_offset)
 };
 
 // Writes `text`; on failure cancels the job and returns false.
