@@ -1,6 +1,6 @@
 // End-to-end check of `lode serve` with the official `openai` npm client (tools/server/fetch
 // installs it): models, chat (plain and streamed, which must agree at temperature 0), usage,
-// completions, and the errors the client must see as typed APIErrors.
+// completions, logprobs, and the errors the client must see as typed APIErrors.
 //
 //   node tools/server/e2e_openai.mjs BASE_URL [API_KEY]      (API_KEY defaults to $LODE_API_KEY)
 //
@@ -143,6 +143,34 @@ async function checkCompletions(model) {
   return { text: choice.text, usage: reply.usage };
 }
 
+// logprobs with top_logprobs through the client: one entry per token, each with its bytes and its
+// alternatives best first, the sampled token's own among them at temperature 0; streamed entries
+// join to the plain reply's.
+async function checkLogprobs(model) {
+  const request = { model, messages: [{ role: "user", content: "What does the ls command do?" }],
+                    temperature: 0, max_tokens: 8, logprobs: true, top_logprobs: 3, reasoning_effort: "none" };
+  const reply = await client.chat.completions.create(request);
+  const entries = reply.choices[0].logprobs?.content;
+  check(Array.isArray(entries) && entries.length > 0, `logprobs: no entries: ${show(reply.choices[0].logprobs)}`);
+  check(entries.length <= reply.usage.completion_tokens,
+        `logprobs: ${entries.length} entries for ${reply.usage.completion_tokens} tokens`);
+  for (const e of entries) {
+    check(typeof e.token === "string" && Array.isArray(e.bytes) && e.logprob <= 0, `logprobs: entry ${show(e)}`);
+    check(e.top_logprobs.length === 3, `logprobs: ${e.top_logprobs.length} alternatives, asked for 3`);
+    check(e.top_logprobs[0].token === e.token && e.top_logprobs[0].logprob === e.logprob,
+          `logprobs: at temperature 0 the first alternative is not the token: ${show(e)}`);
+    for (let i = 1; i < 3; i++)
+      check(e.top_logprobs[i].logprob <= e.top_logprobs[i - 1].logprob, `logprobs: alternatives not best first: ${show(e)}`);
+  }
+  check(entries.map((e) => e.token).join("") === reply.choices[0].message.content,
+        `logprobs: the tokens ${show(entries.map((e) => e.token))} do not spell the content ${show(reply.choices[0].message.content)}`);
+  const streamed = [];
+  for await (const chunk of await client.chat.completions.create({ ...request, stream: true }))
+    for (const c of chunk.choices) streamed.push(...(c.logprobs?.content ?? []));
+  check(show(streamed) === show(entries), `logprobs stream: the streamed entries differ from the plain reply's`);
+  return { tokens: entries.length, first: entries[0] };
+}
+
 async function checkErrors(model) {
   const user = [{ role: "user", content: "Hello" }];
   const twoChoices = await expectApiError(
@@ -180,6 +208,8 @@ try {
   results.chat = await checkChat(model, false);
   step = "completions";
   results.completions = await checkCompletions(model);
+  step = "logprobs";
+  results.logprobs = await checkLogprobs(model);
   step = "error cases";
   results.errors = await checkErrors(model);
   console.log(JSON.stringify(results));
