@@ -30,6 +30,15 @@ struct SteeredText {
   std::vector<std::string> choices;
 };
 
+// The reply as one JSON object (`response_format` json_object): once the token `after` has been
+// sampled (-1: from the first token on), each token is sampled only among those that keep the text
+// since the beginning of a JSON object (sample/json_prefix.h; added and control tokens excluded),
+// with the model's own masked probabilities; once the object closes, only an end-of-generation
+// token may follow.
+struct JsonOutput {
+  int32_t after = -1;
+};
+
 struct GenerateOptions {
   int64_t max_tokens = 256;
   sample::SamplingParams sampling;
@@ -52,6 +61,7 @@ struct GenerateOptions {
   // sample::kMaxTopLogprobs; sample/logprobs.h says of which distribution); -1: none. Every step
   // then needs its whole row of logits (no greedy or top-candidates shortcut).
   int logprobs = -1;
+  std::optional<JsonOutput> json = std::nullopt;  // (not with steer)
 };
 
 enum class FinishReason { end_of_generation, stop_string, length, cancelled, context_full };

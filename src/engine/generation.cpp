@@ -50,6 +50,8 @@ Generation::Generation(const tokenizer::Tokenizer& tokenizer, sample::Sampler& s
     : tokenizer_(tokenizer), sampler_(sampler), options_(options), on_text_(std::move(on_text)),
       text_(tokenizer, options.render_special), stops_(options.stop_strings), started_(clock::now()) {
   result_.prompt_tokens = prompt_tokens;
+  if (options.steer && options.json) fail("generation: a reply cannot be both steered and JSON");
+  if (options.json) json_ = options.json->after < 0 ? Json::active : Json::waiting;
   if (options.steer) {
     steering_ = options.steer->after < 0 ? Steering::active : Steering::waiting;
     const std::vector<int32_t> added = user_defined_tokens(tokenizer);
@@ -108,30 +110,58 @@ void Generation::follow_steering(int32_t token) {
   }
 }
 
+std::vector<float> Generation::json_only(std::span<const float> logits) const {
+  std::vector<float> out(logits.size(), -std::numeric_limits<float>::infinity());
+  const auto& ends = tokenizer_.end_of_generation();
+  for (size_t id = 0; id < logits.size() && int64_t(id) < tokenizer_.size(); ++id) {
+    const tokenizer::TokenType type = tokenizer_.type(int32_t(id));
+    bool allowed;
+    if (json_text_.complete()) {
+      allowed = std::find(ends.begin(), ends.end(), int32_t(id)) != ends.end();
+    } else if (type == tokenizer::TokenType::control || type == tokenizer::TokenType::user_defined) {
+      allowed = false;  // markup, never JSON text
+    } else {
+      const std::string& bytes = tokenizer_.token_bytes(int32_t(id));
+      sample::JsonPrefix after = json_text_;
+      allowed = !bytes.empty() && after.push(bytes);
+    }
+    if (allowed) out[id] = logits[id];
+  }
+  return out;
+}
+
+void Generation::follow_json(int32_t token) {
+  if (json_ == Json::waiting && token == options_.json->after) json_ = Json::active;
+  else if (json_ == Json::active && !json_text_.complete()) json_text_.push(tokenizer_.token_bytes(token));
+}
+
 bool Generation::greedy_only() const {
-  return sampler_.plain_greedy() && steering_ != Steering::active && options_.logprobs < 0;
+  return sampler_.plain_greedy() && !constrained() && options_.logprobs < 0;
 }
 
 std::optional<int32_t> Generation::step(std::span<const float> logits) {
   if (!begin_step()) return std::nullopt;
-  const int32_t token = steering_ == Steering::active ? sampler_.sample(steered(logits)) : sampler_.sample(logits);
+  const int32_t token = steering_ == Steering::active ? sampler_.sample(steered(logits))
+                        : json_ == Json::active       ? sampler_.sample(json_only(logits))
+                                                      : sampler_.sample(logits);
   if (options_.logprobs >= 0) note_logprobs(logits, token);
   return take(token);
 }
 
 bool Generation::top_only() const {
-  return sampler_.takes_top() && steering_ != Steering::active && options_.logprobs < 0;
+  return sampler_.takes_top() && !constrained() && options_.logprobs < 0;
 }
 
 std::optional<int32_t> Generation::step_top(const sample::TopCandidates& top) {
   if (!begin_step()) return std::nullopt;
-  if (steering_ == Steering::active) fail("generation: steering needs the whole row of logits, not its top candidates");
+  if (constrained()) fail("generation: a constrained reply needs the whole row of logits, not its top candidates");
   if (options_.logprobs >= 0) fail("generation: logprobs need the whole row of logits, not its top candidates");
   return take(sampler_.sample_top(top));
 }
 
 std::optional<int32_t> Generation::step_chosen(int32_t token) {
   if (!begin_step()) return std::nullopt;
+  if (constrained()) fail("generation: a constrained reply needs the whole row of logits, not a chosen token");
   if (options_.logprobs >= 0) fail("generation: logprobs need the whole row of logits, not a chosen token");
   return take(token);
 }
@@ -170,6 +200,7 @@ bool Generation::begin_step() {
 std::optional<int32_t> Generation::take(int32_t token) {
   sampler_.accept(token);
   follow_steering(token);
+  follow_json(token);
   if (options_.logprobs >= 0) text_bytes_ += int64_t(tokenizer_.decode(std::span(&token, 1), options_.render_special).size());
   result_.tokens.push_back(token);
   result_.last_token_pending = true;

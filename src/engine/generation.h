@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/generate.h"
+#include "sample/json_prefix.h"
 #include "sample/stop.h"
 
 namespace lode::engine {
@@ -57,6 +58,12 @@ class Generation {
   // The logits with every token that would leave all steered choices set to -infinity.
   std::vector<float> steered(std::span<const float> logits) const;
   void follow_steering(int32_t token);
+  // The logits with every token that would leave the text no JSON object's beginning set to
+  // -infinity (GenerateOptions::json).
+  std::vector<float> json_only(std::span<const float> logits) const;
+  void follow_json(int32_t token);
+  // Whether the row must be masked before sampling (steering or JSON under way).
+  bool constrained() const { return steering_ == Steering::active || json_ == Json::active; }
 
   const tokenizer::Tokenizer& tokenizer_;
   sample::Sampler& sampler_;
@@ -68,6 +75,8 @@ class Generation {
   bool done_ = false;
   enum class Steering { none, waiting, active, done } steering_ = Steering::none;
   std::string steered_text_;  // written since steering began
+  enum class Json { none, waiting, active } json_ = Json::none;
+  sample::JsonPrefix json_text_;  // what has been written since the JSON began
   // Each steered choice's user-defined added tokens (<tool_call>, <think>), as encode reads them:
   // (byte offset, id), in order. Steering takes them as their tokens, never spelled in pieces.
   std::vector<std::vector<std::pair<size_t, int32_t>>> added_in_choices_;

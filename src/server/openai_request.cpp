@@ -60,13 +60,21 @@ void refuse_unsupported_chat(const json& body) {
     if (field(body, older))
       throw bad_request(fmt::format("{} (OpenAI's older form of tools) is not supported: send tools and tool_choice",
                                     older), older);
-  if (const json* f = field(body, "response_format")) {
-    const std::string type = string_or_empty(*f, "type");
-    if (type != "text")
-      throw bad_request(fmt::format("response_format {} is not supported: lode does not constrain output to JSON "
-                                    "yet (use {{\"type\": \"text\"}} or leave it out)", f->dump()),
-                        "response_format");
-  }
+}
+
+// response_format: {"type": "text"} or absent (free text), {"type": "json_object"} (one JSON
+// object); true for the latter. A JSON schema is refused, not silently ignored.
+bool json_object_wanted(const json& body) {
+  const json* f = field(body, "response_format");
+  if (!f) return false;
+  const std::string type = string_or_empty(*f, "type");
+  if (type == "json_object") return true;
+  if (type != "text")
+    throw bad_request(fmt::format("response_format {} is not supported: lode constrains a reply to JSON "
+                                  "({{\"type\": \"json_object\"}}) but not to a schema yet; use json_object or "
+                                  "text, or leave it out", f->dump()),
+                      "response_format");
+  return false;
 }
 
 // The chat route's logprobs (true or false) and top_logprobs (0 to 20, with logprobs true): the
@@ -244,6 +252,7 @@ ChatRequest parse_chat_request(const json& body, const ModelNames& names, uint64
   refuse_unsupported_chat(body);
   r.generation = generation_request(body, random_seed);
   r.generation.logprobs = chat_logprobs(body);
+  r.json_object = json_object_wanted(body);
   r.generation.model = model;
   return r;
 }
@@ -297,6 +306,19 @@ engine::SteeredText steer_to_tools(const std::vector<std::string>& names, bool t
   return steer;
 }
 
+// JSON from the first token, or once thinking has ended.
+engine::JsonOutput json_after_thinking(bool thinking, const tokenizer::Tokenizer& tokenizer) {
+  engine::JsonOutput json;
+  if (thinking) {
+    const auto end_of_thinking = tokenizer.find_token("</think>");
+    if (!end_of_thinking)
+      throw bad_request("this model's vocabulary has no </think> token, so a JSON reply cannot follow thinking; "
+                        "turn thinking off", "response_format");
+    json.after = *end_of_thinking;
+  }
+  return json;
+}
+
 }  // namespace
 
 std::vector<int32_t> chat_prompt(const ChatRequest& request, const ServedModel& model) {
@@ -314,8 +336,12 @@ std::vector<int32_t> chat_prompt(const ChatRequest& request, const ServedModel& 
 
 Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t context) {
   Job job = make_job(chat_prompt(request, model), request.generation, context, model.config.vocab);
+  if (!request.forced_tools.empty() && request.json_object)
+    throw bad_request("a forced tool call and response_format json_object exclude each other: the reply is "
+                      "either a call or a JSON object; drop one", "response_format");
   if (!request.forced_tools.empty())
     job.generate.steer = steer_to_tools(request.forced_tools, request.reply_thinks(), model.tokenizer);
+  if (request.json_object) job.generate.json = json_after_thinking(request.reply_thinks(), model.tokenizer);
   return job;
 }
 

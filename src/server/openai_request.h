@@ -37,6 +37,7 @@ struct ChatRequest {
   // names the reply may call; the reply is steered into "<tool_call><function=NAME>" once thinking
   // ends (engine::SteeredText), the arguments are the model's. Empty: not forced.
   std::vector<std::string> forced_tools;
+  bool json_object = false;  // response_format json_object: the reply's content is one JSON object
 
   // The last message is the assistant's reply begun (a prefill, as Anthropic's API and llama-server
   // take it): the model goes on from its content, after its thinking.
