@@ -6,6 +6,7 @@
 
 #include "engine/generation.h"
 #include "sample/json_prefix.h"
+#include "sample/json_tokens.h"
 #include "test_server_support.h"
 
 namespace lode::test {
@@ -56,6 +57,45 @@ TEST(JsonPrefix, RefusesNestingPastItsDepth) {
   EXPECT_FALSE(p.push('['));
   EXPECT_FALSE(p.push('{'));
   EXPECT_TRUE(p.push('1'));
+}
+
+// The mask's walk over the sorted vocabulary takes exactly the tokens that trying each one's bytes
+// takes: lode-mini's vocabulary and a made-up one of shared prefixes, from states in and out of
+// strings, numbers, literals and nesting.
+TEST(JsonTokens, TakeWhatTryingEveryTokenTakes) {
+  const tokenizer::Tokenizer& tok = mini_model()->tokenizer;
+  std::vector<std::string> made = {"{", "{\"", "{\"a", "{\"a\":", "{}", "}", "}}", "]", "],", "\"", "\",\"", "\\",
+                                   "\\u", "\\u00", "1", "12", "1.", "1.5e", "-", " ", "  ", "\n", "\t{", "true",
+                                   "tr", "null", "x", "", "a\"b", ", ", ",\"", "[", "[[", "\x01", "\xc3\xa9"};
+  std::vector<std::string_view> made_views(made.begin(), made.end());
+  std::vector<bool> made_excluded(made.size(), false);
+  made_excluded[4] = true;  // "{}" taken as markup: never allowed
+  std::vector<std::string_view> mini_views;
+  std::vector<bool> mini_excluded;
+  for (int32_t id = 0; id < int32_t(tok.size()); ++id) {
+    mini_views.push_back(tok.token_bytes(id));
+    const auto type = tok.type(id);
+    mini_excluded.push_back(type == tokenizer::TokenType::control || type == tokenizer::TokenType::user_defined);
+  }
+  const std::pair<const std::vector<std::string_view>*, const std::vector<bool>*> vocabularies[] = {
+      {&made_views, &made_excluded}, {&mini_views, &mini_excluded}};
+  const char* prefixes[] = {"", "  ", "{", "{\"ke", "{\"key\"", "{\"a\":", "{\"a\": [1, 2", "{\"a\":[", "{\"a\":\"x\\",
+                            "{\"a\":\"\\u0", "{\"a\":tr", "{\"a\":-", "{\"a\":1.5", "{\"a\":{}", "{\"a\":[[]]"};
+  for (const auto& [views, excluded] : vocabularies) {
+    const sample::JsonTokens tokens(*views, *excluded);
+    std::vector<uint8_t> allowed;
+    for (const char* prefix : prefixes) {
+      sample::JsonPrefix state;
+      ASSERT_TRUE(state.push(std::string_view(prefix))) << prefix;
+      tokens.mark(state, allowed);
+      ASSERT_EQ(allowed.size(), views->size());
+      for (size_t id = 0; id < views->size(); ++id) {
+        sample::JsonPrefix tried = state;
+        const bool takes = !(*excluded)[id] && !(*views)[id].empty() && tried.push((*views)[id]);
+        EXPECT_EQ(bool(allowed[id]), takes) << "after " << prefix << ", token " << id << " \"" << (*views)[id] << "\"";
+      }
+    }
+  }
 }
 
 // Rows of logits that rank `preferred` first, then `second`: a JSON reply must take the second

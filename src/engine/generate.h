@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "sample/json_tokens.h"
 #include "sample/logprobs.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -37,7 +38,11 @@ struct SteeredText {
 // token may follow.
 struct JsonOutput {
   int32_t after = -1;
+  // The tokenizer's tokens as the mask reads them (json_vocabulary), made once and shared by the
+  // replies of a server; null: made for this reply (~0.15 s on a 248,320-token vocabulary).
+  std::shared_ptr<const sample::JsonTokens> vocabulary = nullptr;
 };
+std::shared_ptr<const sample::JsonTokens> json_vocabulary(const tokenizer::Tokenizer& tokenizer);
 
 struct GenerateOptions {
   int64_t max_tokens = 256;

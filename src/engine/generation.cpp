@@ -45,13 +45,27 @@ std::vector<std::pair<size_t, int32_t>> added_tokens_in(std::string_view text, s
 
 }  // namespace
 
+std::shared_ptr<const sample::JsonTokens> json_vocabulary(const tokenizer::Tokenizer& tokenizer) {
+  std::vector<std::string_view> bytes;
+  std::vector<bool> markup;  // control and added tokens are never JSON text
+  for (int32_t id = 0; id < int32_t(tokenizer.size()); ++id) {
+    bytes.push_back(tokenizer.token_bytes(id));
+    const tokenizer::TokenType type = tokenizer.type(id);
+    markup.push_back(type == tokenizer::TokenType::control || type == tokenizer::TokenType::user_defined);
+  }
+  return std::make_shared<const sample::JsonTokens>(std::move(bytes), markup);
+}
+
 Generation::Generation(const tokenizer::Tokenizer& tokenizer, sample::Sampler& sampler,
                        const GenerateOptions& options, TextSink on_text, int64_t prompt_tokens)
     : tokenizer_(tokenizer), sampler_(sampler), options_(options), on_text_(std::move(on_text)),
       text_(tokenizer, options.render_special), stops_(options.stop_strings), started_(clock::now()) {
   result_.prompt_tokens = prompt_tokens;
   if (options.steer && options.json) fail("generation: a reply cannot be both steered and JSON");
-  if (options.json) json_ = options.json->after < 0 ? Json::active : Json::waiting;
+  if (options.json) {
+    json_ = options.json->after < 0 ? Json::active : Json::waiting;
+    json_vocabulary_ = options.json->vocabulary ? options.json->vocabulary : json_vocabulary(tokenizer);
+  }
   if (options.steer) {
     steering_ = options.steer->after < 0 ? Steering::active : Steering::waiting;
     const std::vector<int32_t> added = user_defined_tokens(tokenizer);
@@ -110,23 +124,16 @@ void Generation::follow_steering(int32_t token) {
   }
 }
 
-std::vector<float> Generation::json_only(std::span<const float> logits) const {
+std::vector<float> Generation::json_only(std::span<const float> logits) {
   std::vector<float> out(logits.size(), -std::numeric_limits<float>::infinity());
-  const auto& ends = tokenizer_.end_of_generation();
-  for (size_t id = 0; id < logits.size() && int64_t(id) < tokenizer_.size(); ++id) {
-    const tokenizer::TokenType type = tokenizer_.type(int32_t(id));
-    bool allowed;
-    if (json_text_.complete()) {
-      allowed = std::find(ends.begin(), ends.end(), int32_t(id)) != ends.end();
-    } else if (type == tokenizer::TokenType::control || type == tokenizer::TokenType::user_defined) {
-      allowed = false;  // markup, never JSON text
-    } else {
-      const std::string& bytes = tokenizer_.token_bytes(int32_t(id));
-      sample::JsonPrefix after = json_text_;
-      allowed = !bytes.empty() && after.push(bytes);
-    }
-    if (allowed) out[id] = logits[id];
+  if (json_text_.complete()) {  // only an end may follow
+    for (int32_t id : tokenizer_.end_of_generation())
+      if (size_t(id) < logits.size()) out[size_t(id)] = logits[size_t(id)];
+    return out;
   }
+  json_vocabulary_->mark(json_text_, json_allowed_);
+  for (size_t id = 0; id < logits.size() && id < json_allowed_.size(); ++id)
+    if (json_allowed_[id]) out[id] = logits[id];
   return out;
 }
 

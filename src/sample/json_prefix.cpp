@@ -23,15 +23,25 @@ bool JsonPrefix::push(std::string_view bytes) {
   return true;
 }
 
+std::array<bool, 256> JsonPrefix::next_bytes() const {
+  std::array<bool, 256> takes{};
+  for (int c = 0; c < 256; ++c) {
+    JsonPrefix after = *this;
+    takes[size_t(c)] = after.push_byte(static_cast<unsigned char>(c));
+  }
+  return takes;
+}
+
 bool JsonPrefix::open(char container) {
   if (depth_ == kMaxDepth) return false;
-  stack_[size_t(depth_++)] = container;
+  const uint64_t bit = uint64_t(1) << depth_++;
+  objects_ = container == '{' ? objects_ | bit : objects_ & ~bit;
   lex_ = container == '{' ? Lex::key_or_close : Lex::value_or_close;
   return true;
 }
 
 bool JsonPrefix::close(char container) {
-  if (depth_ == 0 || stack_[size_t(depth_ - 1)] != container) return false;
+  if (depth_ == 0 || top() != container) return false;
   --depth_;
   return end_value();
 }
@@ -79,8 +89,7 @@ bool JsonPrefix::push_byte(unsigned char c) {
       return c == ':' && (lex_ = Lex::value, true);
     case Lex::comma_or_close: {
       if (whitespace(c)) return true;
-      const char top = stack_[size_t(depth_ - 1)];
-      if (c == ',') return lex_ = top == '{' ? Lex::key : Lex::value, true;
+      if (c == ',') return lex_ = top() == '{' ? Lex::key : Lex::value, true;
       return (c == '}' || c == ']') && close(c == '}' ? '{' : '[');
     }
     case Lex::string:

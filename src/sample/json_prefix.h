@@ -1,7 +1,7 @@
 // Whether a text is the beginning of one JSON object (RFC 8259, an object at the root, whitespace
 // before it allowed), read a byte at a time: what constrains a reply to JSON (`response_format`
-// json_object, engine::JsonOutput). A copy is a few dozen bytes and allocates nothing, so a
-// sampler can try every token's bytes from the same state.
+// json_object, engine::JsonOutput). A copy is 24 bytes and allocates nothing, so a sampler can
+// try many tokens' bytes from the same state (sample/json_tokens.h).
 //
 //   JsonPrefix p;
 //   for (char c : text) if (!p.push(c)) { /* text is no JSON object's beginning */ }
@@ -28,6 +28,11 @@ class JsonPrefix {
   bool push(char c);
   bool push(std::string_view bytes);  // every byte, or false at the first refused one (state then partly advanced)
   bool complete() const { return done_; }
+  // Inside a string, where a byte other than '"', '\\' and the control bytes leaves the state as it
+  // is: what lets a sampler pass most tokens without trying them.
+  bool in_string() const { return lex_ == Lex::string; }
+  // Which bytes push() would take next.
+  std::array<bool, 256> next_bytes() const;
 
  private:
   enum class Lex : uint8_t {
@@ -55,8 +60,9 @@ class JsonPrefix {
   bool close(char container);  // '}' or ']'
   bool end_value();            // a value has ended: what may follow it
   bool end_number_then(unsigned char c);
+  char top() const { return (objects_ >> (depth_ - 1)) & 1 ? '{' : '['; }  // the innermost open container
 
-  std::array<char, kMaxDepth> stack_{};  // the open containers, '{' or '['
+  uint64_t objects_ = 0;  // bit d: the container open at depth d (0 the outermost) is an object, not an array
   int depth_ = 0;
   Lex lex_ = Lex::value;
   bool string_is_key_ = false;

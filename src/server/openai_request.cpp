@@ -341,7 +341,10 @@ Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t conte
                       "either a call or a JSON object; drop one", "response_format");
   if (!request.forced_tools.empty())
     job.generate.steer = steer_to_tools(request.forced_tools, request.reply_thinks(), model.tokenizer);
-  if (request.json_object) job.generate.json = json_after_thinking(request.reply_thinks(), model.tokenizer);
+  if (request.json_object) {
+    job.generate.json = json_after_thinking(request.reply_thinks(), model.tokenizer);
+    job.generate.json->vocabulary = model.json_tokens;
+  }
   return job;
 }
 

@@ -1,8 +1,9 @@
 #include "server/served_model.h"
 
 #include <algorithm>
-
 #include <filesystem>
+
+#include "engine/generate.h"
 
 namespace lode::server {
 namespace {
@@ -18,7 +19,7 @@ std::string model_id(const gguf::Metadata& metadata, const std::string& path) {
 ServedModel::ServedModel(const std::string& path)
     : reader(path), config(model::read_config(reader.metadata())),
       tokenizer(tokenizer::Tokenizer::from_metadata(reader.metadata())),
-      id(model_id(reader.metadata(), path)) {}
+      id(model_id(reader.metadata(), path)), json_tokens(engine::json_vocabulary(tokenizer)) {}
 
 ModelNames::ModelNames(std::string id_, const std::vector<std::string>& aliases_) : id(std::move(id_)) {
   for (const std::string& alias : aliases_)
