@@ -22,6 +22,7 @@
 #include "server/openai_response.h"
 #include "server/peer_watch.h"
 #include "server/streaming.h"
+#include "server/token_routes.h"
 #include "server/wire_json.h"
 
 namespace lode::server {
@@ -42,6 +43,8 @@ constexpr Route kRoutes[] = {{"GET", "/health"},
                              {"POST", "/v1/completions"},
                              {"POST", "/v1/messages"},
                              {"POST", "/v1/messages/count_tokens"},
+                             {"POST", "/tokenize"},
+                             {"POST", "/detokenize"},
                              {"GET", "/v1/status"},
                              {"GET", "/metrics"}};
 
@@ -341,6 +344,18 @@ void Server::add_routes() {
   }));
   add_generation_routes();
   add_anthropic_route();
+  add_token_routes();
+}
+
+void Server::add_token_routes() {
+  const size_t limit = options_.max_body_bytes;
+  http_->Post("/tokenize", guarded_post([this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+    res.set_content(wire_json(parsed([&] { return tokenize_reply(parse_json_body(body), *model_, names_, worker_->context()); })),
+                    kJson);
+  }, limit));
+  http_->Post("/detokenize", guarded_post([this](const httplib::Request&, const std::string& body, httplib::Response& res) {
+    res.set_content(wire_json(parsed([&] { return detokenize_reply(parse_json_body(body), *model_, names_); })), kJson);
+  }, limit));
 }
 
 // The one path of every generation route: the job goes to the worker; then the whole reply is

@@ -65,6 +65,7 @@ class Server {
   void add_routes();
   void add_generation_routes();
   void add_anthropic_route();
+  void add_token_routes();  // /tokenize, /detokenize
   template <class Whole, class Streamed>
   void respond(const httplib::Request& req, httplib::Response& res, Job job, const GenerationRequest& request,
                const char* id_prefix, const Whole& whole, const Streamed& streamed);
