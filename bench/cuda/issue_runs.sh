@@ -106,12 +106,12 @@ load() {
 }
 
 # Issue 18's served table: 1, 4, 16 and 64 concurrent streams (200-word prompts, half shared, 128
-# tokens), with prompts read one a step (--prompt-tokens 0) and 4,096 prompt tokens a step; sampled
-# streams (top candidates on the device) at 64.
+# tokens), with prompts read one a step (--prompt-tokens 0) and 4,096 prompt tokens a step (PTS:
+# other values); sampled streams (top candidates on the device) at 64 for 4,096.
 served() {
   command -v node >/dev/null || { echo "served: no node (pack with NODE=1)"; return 1; }
   synth_35b
-  for pt in 0 4096; do
+  for pt in ${PTS:-0 4096}; do
     start_server --parallel 64 --ctx 4096 --prompt-tokens $pt || return 1
     for c in 1 4 16 64; do
       load "--prompt-tokens $pt, c$c" --concurrency $c --requests $((4 * c)) --prompt-words 200 --max-tokens 128 \
