@@ -290,33 +290,25 @@ std::vector<std::string> forced_tool_names(const json& tools, const std::string&
 
 namespace {
 
+// Where a constrained reply begins when the model thinks first: after its </think> token (-1:
+// at once, thinking off). 400 on `param` when the vocabulary has none; `what` names the reply.
+int32_t after_thinking(bool thinking, const tokenizer::Tokenizer& tokenizer, const char* what, const char* param) {
+  if (!thinking) return -1;
+  const auto end_of_thinking = tokenizer.find_token("</think>");
+  if (!end_of_thinking)
+    throw bad_request(fmt::format("this model's vocabulary has no </think> token, so {} cannot follow thinking; turn "
+                                  "thinking off", what), param);
+  return *end_of_thinking;
+}
+
 // The steering that makes the reply call one of `names` (see ChatRequest::forced_tools).
 engine::SteeredText steer_to_tools(const std::vector<std::string>& names, bool thinking,
                                    const tokenizer::Tokenizer& tokenizer) {
   engine::SteeredText steer;
-  if (thinking) {
-    const auto end_of_thinking = tokenizer.find_token("</think>");
-    if (!end_of_thinking)
-      throw bad_request("this model's vocabulary has no </think> token, so a tool call cannot be forced after "
-                        "thinking; turn thinking off", "tool_choice");
-    steer.after = *end_of_thinking;
-  }
+  steer.after = after_thinking(thinking, tokenizer, "a forced tool call", "tool_choice");
   for (const std::string& name : names)
     steer.choices.push_back((thinking ? "\n\n" : "") + std::string("<tool_call>\n<function=") + name + ">\n");
   return steer;
-}
-
-// JSON from the first token, or once thinking has ended.
-engine::JsonOutput json_after_thinking(bool thinking, const tokenizer::Tokenizer& tokenizer) {
-  engine::JsonOutput json;
-  if (thinking) {
-    const auto end_of_thinking = tokenizer.find_token("</think>");
-    if (!end_of_thinking)
-      throw bad_request("this model's vocabulary has no </think> token, so a JSON reply cannot follow thinking; "
-                        "turn thinking off", "response_format");
-    json.after = *end_of_thinking;
-  }
-  return json;
 }
 
 }  // namespace
@@ -342,8 +334,9 @@ Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t conte
   if (!request.forced_tools.empty())
     job.generate.steer = steer_to_tools(request.forced_tools, request.reply_thinks(), model.tokenizer);
   if (request.json_object) {
-    job.generate.json = json_after_thinking(request.reply_thinks(), model.tokenizer);
-    job.generate.json->vocabulary = model.json_tokens;
+    job.generate.json = engine::JsonOutput{
+        .after = after_thinking(request.reply_thinks(), model.tokenizer, "a JSON reply", "response_format"),
+        .vocabulary = model.json_tokens};
   }
   return job;
 }
