@@ -106,18 +106,18 @@ load() {
 }
 
 # Issue 18's served table: 1, 4, 16 and 64 concurrent streams (200-word prompts, half shared, 128
-# tokens), with prompts read one a step (--prompt-tokens 0) and 4,096 prompt tokens a step (PTS:
-# other values); sampled streams (top candidates on the device) at 64 for 4,096.
+# tokens), with prompts read one a step (--prompt-tokens 0) and 1,024 prompt tokens a step, the
+# default (PTS: other values); sampled streams (top candidates on the device) at 64 for 1,024.
 served() {
   command -v node >/dev/null || { echo "served: no node (pack with NODE=1)"; return 1; }
   synth_35b
-  for pt in ${PTS:-0 4096}; do
+  for pt in ${PTS:-0 1024}; do
     start_server --parallel 64 --ctx 4096 --prompt-tokens $pt || return 1
     for c in 1 4 16 64; do
       load "--prompt-tokens $pt, c$c" --concurrency $c --requests $((4 * c)) --prompt-words 200 --max-tokens 128 \
         --shared-prefix 0.5
     done
-    [ $pt = 4096 ] && load "--prompt-tokens $pt, c64, temperature 0.7" --concurrency 64 --requests 256 \
+    [ $pt = 1024 ] && load "--prompt-tokens $pt, c64, temperature 0.7" --concurrency 64 --requests 256 \
       --prompt-words 200 --max-tokens 128 --shared-prefix 0.5 --temperature 0.7
     status_line
     stop_server
@@ -130,7 +130,7 @@ served() {
 stress() {
   command -v node >/dev/null || { echo "stress: no node (pack with NODE=1)"; return 1; }
   synth_35b
-  local pt=${PROMPT_TOKENS:-4096} long_words=${LONG_WORDS:-8000}  # (about a token a word)
+  local pt=${PROMPT_TOKENS:-1024} long_words=${LONG_WORDS:-8000}  # (about a token a word)
   {
     start_server --parallel 16 --ctx 12288 --prompt-tokens $pt || return 1
     load "c16 alone" --concurrency 16 --requests 64 --prompt-words 200 --max-tokens 128
