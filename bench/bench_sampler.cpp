@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sample/json_tokens.h"
+#include "sample/logprobs.h"
 #include "sample/sampler.h"
 
 namespace {
@@ -94,8 +95,15 @@ void json_mask_trying_each(benchmark::State& state, const char* prefix) {
   }
 }
 
+// A reply's logprobs at one token (sample/logprobs.h): the row's log-softmax there and its 20 best.
+void logprobs(benchmark::State& state) {
+  const std::vector<float> row = logits(true);
+  for (auto _ : state) benchmark::DoNotOptimize(lode::sample::token_logprobs(row, 7, 20));
+}
+
 }  // namespace
 
+BENCHMARK(logprobs)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(json_mask_trying_each, in_a_string, "{\"name\": \"lode")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(json_mask_trying_each, a_value_next, "{\"name\": ")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(json_mask, in_a_string, "{\"name\": \"lode")->Unit(benchmark::kMicrosecond);

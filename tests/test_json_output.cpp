@@ -49,6 +49,20 @@ TEST(JsonPrefix, TakesEveryBeginningOfAnObjectAndNothingElse) {
   EXPECT_TRUE(p.complete());
 }
 
+// Whitespace runs outside strings stop at kMaxWhitespaceRun bytes, wherever they begin (the byte
+// that ends a number counts once), and never inside strings.
+TEST(JsonPrefix, BoundsWhitespaceRunsOutsideStrings) {
+  for (const char* prefix : {"", "{", "{\"a\":", "{\"a\":1", "{\"a\":1.5", "{\"a\":true", "{\"a\":[1"}) {
+    sample::JsonPrefix p;
+    ASSERT_TRUE(p.push(std::string_view(prefix))) << prefix;
+    for (int i = 0; i < sample::JsonPrefix::kMaxWhitespaceRun; ++i) ASSERT_TRUE(p.push(' ')) << prefix << " " << i;
+    EXPECT_FALSE(p.push('\n')) << prefix;
+  }
+  sample::JsonPrefix p;
+  ASSERT_TRUE(p.push(std::string_view("{\"a\":\"")));
+  for (int i = 0; i < 100; ++i) ASSERT_TRUE(p.push(' '));
+}
+
 TEST(JsonPrefix, RefusesNestingPastItsDepth) {
   sample::JsonPrefix p;
   ASSERT_TRUE(p.push('{'));
@@ -177,6 +191,12 @@ TEST(JsonOutput, ChatRouteGivesAnObject) {
   const json& choice = closed["choices"][0];
   ASSERT_EQ(choice["finish_reason"], "stop") << closed;
   EXPECT_EQ(json::parse(choice["message"]["content"].get<std::string>()), json::object()) << choice;
+  // The completions route takes response_format too.
+  json completion = {{"prompt", "Files:"}, {"max_tokens", 60}, {"temperature", 0}, {"logit_bias", bias},
+                     {"response_format", {{"type", "json_object"}}}};
+  const json completed = s.post_json("/v1/completions", completion);
+  ASSERT_EQ(completed["choices"][0]["finish_reason"], "stop") << completed;
+  EXPECT_EQ(json::parse(completed["choices"][0]["text"].get<std::string>()), json::object()) << completed;
   // With a forced tool call: refused, as the reply cannot be both.
   json both = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
                {"response_format", {{"type", "json_object"}}},

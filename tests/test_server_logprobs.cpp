@@ -9,6 +9,7 @@
 #include "engine/generate.h"
 #include "engine/generation.h"
 #include "sample/logprobs.h"
+#include "server/openai_response.h"
 #include "test_server_support.h"
 
 namespace lode::test {
@@ -270,6 +271,25 @@ TEST(Logprobs, CompletionsRouteWholeAndStreamed) {
   }
   EXPECT_EQ(tokens, lp["tokens"]);
   EXPECT_EQ(offsets, lp["text_offset"]);
+}
+
+// The legacy form writes a token that holds part of a UTF-8 character as "bytes:\xNN...", as
+// OpenAI's does, so two such alternatives stay two keys (as text both would be U+FFFD).
+TEST(Logprobs, LegacyTokensOfPartCharactersAreTheirBytes) {
+  const tokenizer::Tokenizer& tok = mini_model()->tokenizer;
+  std::vector<int32_t> partial;
+  for (int32_t id = 0; id < int32_t(tok.size()) && partial.size() < 2; ++id) {
+    const std::string text = tok.decode(std::span(&id, 1), false);
+    if (text.size() == 1 && static_cast<unsigned char>(text[0]) >= 0x80) partial.push_back(id);
+  }
+  ASSERT_EQ(partial.size(), 2u);
+  const sample::TokenLogprobs entry{.token = partial[0], .logprob = -0.5f, .top = {{partial[1], -0.25f}, {partial[0], -0.5f}}};
+  int64_t offset = 0;
+  const json lp = server::completion_logprobs(std::span(&entry, 1), tok, offset);
+  const std::string first = lp["tokens"][0];
+  EXPECT_EQ(first.rfind("bytes:\\x", 0), 0u) << first;
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u) << lp;
+  EXPECT_EQ(offset, 0);  // a piece of a character is no character
 }
 
 TEST(Logprobs, BadFieldsAreRefused) {

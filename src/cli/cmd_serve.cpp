@@ -43,7 +43,8 @@ struct ServeOptions {
 // sequences wait for no more than that at a time. By default a step also takes kGpuChunk prompt
 // tokens in all from several prompts' pieces (--prompt-tokens): on an H100 with the 35B synth,
 // 16 / 64 streams of 200-word prompts decoded 960 / 1,282 tokens/s against 832 / 1,037 one piece a
-// step, with ITL p99 at 64 streams 146 ms against 149 (4,096: 1,022 / 1,383, but 359 ms; SERVER.md).
+// step, with ITL p99 at 64 streams 146 ms against 149 and at 16 streams 103 against 69 (4,096:
+// 1,022 / 1,383, but 359 ms at 64; SERVER.md).
 constexpr int64_t kGpuChunk = 1024;
 constexpr size_t kGpuCheckpoints = 8;
 

@@ -124,8 +124,9 @@ void Generation::follow_steering(int32_t token) {
   }
 }
 
-std::vector<float> Generation::json_only(std::span<const float> logits) {
-  std::vector<float> out(logits.size(), -std::numeric_limits<float>::infinity());
+std::span<const float> Generation::json_only(std::span<const float> logits) {
+  std::vector<float>& out = json_masked_;
+  out.assign(logits.size(), -std::numeric_limits<float>::infinity());
   if (json_text_.complete()) {  // only an end may follow
     for (int32_t id : tokenizer_.end_of_generation())
       if (size_t(id) < logits.size()) out[size_t(id)] = logits[size_t(id)];

@@ -60,7 +60,7 @@ class Generation {
   void follow_steering(int32_t token);
   // The logits with every token that would leave the text no JSON object's beginning set to
   // -infinity (GenerateOptions::json).
-  std::vector<float> json_only(std::span<const float> logits);
+  std::span<const float> json_only(std::span<const float> logits);  // (into json_masked_)
   void follow_json(int32_t token);
   // Whether the row must be masked before sampling (steering or JSON under way).
   bool constrained() const { return steering_ == Steering::active || json_ == Json::active; }
@@ -79,6 +79,7 @@ class Generation {
   sample::JsonPrefix json_text_;  // what has been written since the JSON began
   std::shared_ptr<const sample::JsonTokens> json_vocabulary_;
   std::vector<uint8_t> json_allowed_;  // the mask's scratch
+  std::vector<float> json_masked_;     // the masked row
   // Each steered choice's user-defined added tokens (<tool_call>, <think>), as encode reads them:
   // (byte offset, id), in order. Steering takes them as their tokens, never spelled in pieces.
   std::vector<std::vector<std::pair<size_t, int32_t>>> added_in_choices_;

@@ -55,7 +55,7 @@ bool JsonPrefix::end_value() {
 // A number ends at the first byte that cannot continue it, which is then read after the number.
 bool JsonPrefix::end_number_then(unsigned char c) {
   end_value();
-  return push_byte(c);
+  return read(c);
 }
 
 bool JsonPrefix::push_byte(unsigned char c) {
@@ -65,6 +65,10 @@ bool JsonPrefix::push_byte(unsigned char c) {
     else if (whitespace_run_ == kMaxWhitespaceRun) return false;
     else ++whitespace_run_;
   }
+  return read(c);
+}
+
+bool JsonPrefix::read(unsigned char c) {
   switch (lex_) {
     case Lex::value:
     case Lex::value_or_close:

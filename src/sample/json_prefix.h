@@ -1,6 +1,6 @@
 // Whether a text is the beginning of one JSON object (RFC 8259, an object at the root, whitespace
 // before it allowed), read a byte at a time: what constrains a reply to JSON (`response_format`
-// json_object, engine::JsonOutput). A copy is 24 bytes and allocates nothing, so a sampler can
+// json_object, engine::JsonOutput). A copy is 32 bytes and allocates nothing, so a sampler can
 // try many tokens' bytes from the same state (sample/json_tokens.h).
 //
 //   JsonPrefix p;
@@ -55,7 +55,8 @@ class JsonPrefix {
     exponent_digits,
     literal,       // inside true / false / null
   };
-  bool push_byte(unsigned char c);
+  bool push_byte(unsigned char c);  // counts whitespace runs, then read()
+  bool read(unsigned char c);       // the byte in the current lexical state
   bool open(char container);   // '{' or '['
   bool close(char container);  // '}' or ']'
   bool end_value();            // a value has ended: what may follow it

@@ -16,9 +16,9 @@ TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int t
   for (float l : logits)
     if (l > most) most = l;  // (NaN never compares greater)
   if (!std::isfinite(most)) fail("logprobs: the row of logits has no finite value");
-  double sum = 0;
+  double sum = 0;  // (each term's exp in float, a rounding of 1e-7 at most: the entries are floats)
   for (float l : logits)
-    if (l == l) sum += std::exp(double(l) - double(most));
+    if (l == l) sum += double(std::exp(l - most));
   const double log_normaliser = double(most) + std::log(sum);
   const auto logprob = [&](float l) { return float(double(l) - log_normaliser); };
   TokenLogprobs out{.token = token, .logprob = logprob(logits[size_t(token)]), .top = {}};

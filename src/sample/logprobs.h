@@ -17,7 +17,8 @@ struct TokenLogprobs {
 };
 
 // The log-softmax of `logits` at `token`, and at the `top` likeliest tokens (0 to 20). The
-// normaliser is summed in double. Fails on a token outside the row or a row without a finite logit.
+// normaliser is summed in double, of exps taken in float. Fails on a token outside the row or a
+// row without a finite logit.
 TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top);
 
 // The most `top` may be (OpenAI's top_logprobs).

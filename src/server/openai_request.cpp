@@ -269,6 +269,7 @@ CompletionRequest parse_completion_request(const json& body, const ModelNames& n
   r.generation = generation_request(body, random_seed);
   // The legacy route's logprobs is the count of alternatives (0 to 5): the sampled token's own always.
   r.generation.logprobs = int(integer_in(body, "logprobs", 0, 5).value_or(-1));
+  r.json_object = json_object_wanted(body);
   r.generation.model = model;
   if (!r.generation.max_tokens) r.generation.max_tokens = 16;  // OpenAI's default for completions
   return r;
@@ -342,8 +343,10 @@ Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t conte
 }
 
 Job completion_job(const CompletionRequest& request, const ServedModel& model, int64_t context) {
-  return make_job(model.tokenizer.encode(request.prompt, /*allow_special=*/true), request.generation, context,
-                  model.config.vocab);
+  Job job = make_job(model.tokenizer.encode(request.prompt, /*allow_special=*/true), request.generation, context,
+                     model.config.vocab);
+  if (request.json_object) job.generate.json = engine::JsonOutput{.after = -1, .vocabulary = model.json_tokens};
+  return job;
 }
 
 }  // namespace lode::server

@@ -49,6 +49,7 @@ struct ChatRequest {
 struct CompletionRequest {
   GenerationRequest generation;
   std::string prompt;
+  bool json_object = false;  // response_format json_object (vLLM takes it here too)
 };
 
 // The tool names a forcing tool_choice allows: every tool (`name` empty) or the one named, which

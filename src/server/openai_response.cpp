@@ -1,7 +1,10 @@
 #include "server/openai_response.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
+#include "core/utf8.h"
 #include "server/wire_json.h"
 
 namespace lode::server {
@@ -39,6 +42,23 @@ json token_entry(const tokenizer::Tokenizer& tokenizer, int32_t id, float logpro
   return {{"token", text}, {"logprob", wire_logprob(logprob)}, {"bytes", std::move(bytes)}};
 }
 
+// A token of the legacy completions form as OpenAI writes it: its text as the reply shows it
+// (control tokens show none), or "bytes:\xNN..." where that is not whole UTF-8 characters, so two
+// such tokens stay two keys of top_logprobs instead of both becoming U+FFFD.
+std::string legacy_token(const tokenizer::Tokenizer& tokenizer, int32_t id) {
+  const std::string text = tokenizer.decode(std::span(&id, 1), /*render_special=*/false);
+  for (size_t at = 0; at < text.size();) {
+    const size_t n = utf8::valid_sequence_length(text, at);
+    if (n == 0) {
+      std::string bytes = "bytes:";
+      for (unsigned char c : text) bytes += fmt::format("\\x{:02x}", c);
+      return bytes;
+    }
+    at += n;
+  }
+  return text;
+}
+
 // Characters in text, counting a byte that cannot start one (a piece of a character cut between
 // tokens) as none.
 int64_t characters(std::string_view text) {
@@ -65,15 +85,15 @@ json completion_logprobs(std::span<const sample::TokenLogprobs> entries, const t
                          int64_t& offset) {
   json tokens = json::array(), logprobs = json::array(), tops = json::array(), offsets = json::array();
   for (const sample::TokenLogprobs& e : entries) {
-    const std::string text = token_text(tokenizer, e.token);
-    tokens.push_back(text);
+    const std::string token = legacy_token(tokenizer, e.token);
+    tokens.push_back(token);
     logprobs.push_back(wire_logprob(e.logprob));
     json top = json::object();
-    for (const auto& [id, logprob] : e.top) top[token_text(tokenizer, id)] = wire_logprob(logprob);
-    top[text] = wire_logprob(e.logprob);
+    for (const auto& [id, logprob] : e.top) top[legacy_token(tokenizer, id)] = wire_logprob(logprob);
+    top[token] = wire_logprob(e.logprob);
     tops.push_back(std::move(top));
     offsets.push_back(offset);
-    offset += characters(text);
+    offset += characters(tokenizer.decode(std::span(&e.token, 1), /*render_special=*/false));
   }
   return {{"tokens", std::move(tokens)}, {"token_logprobs", std::move(logprobs)}, {"top_logprobs", std::move(tops)},
           {"text_offset", std::move(offsets)}};

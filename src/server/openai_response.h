@@ -38,7 +38,8 @@ nlohmann::ordered_json chat_logprobs(std::span<const sample::TokenLogprobs> entr
                                      const tokenizer::Tokenizer& tokenizer);
 // The legacy completions route's form: {tokens, token_logprobs, top_logprobs ({token: logprob},
 // the alternatives and the sampled token), text_offset (characters before each token, counted from
-// `offset`, which it advances)}.
+// `offset`, which it advances)}. Tokens as the reply's text shows them (a control token as none),
+// "bytes:\xNN..." where a token holds part of a UTF-8 character, as OpenAI's.
 nlohmann::ordered_json completion_logprobs(std::span<const sample::TokenLogprobs> entries,
                                            const tokenizer::Tokenizer& tokenizer, int64_t& offset);
 

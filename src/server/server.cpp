@@ -383,10 +383,12 @@ void Server::add_generation_routes() {
                                                         httplib::Response& res) {
     const ChatRequest request = parsed([&] { return parse_chat_request(parse_json_body(body), names_, random_u64()); });
     const bool logprobs_wanted = request.generation.logprobs >= 0;
+    // A JSON reply is content, never tool calls, whatever its strings spell.
+    const json parsed_tools = request.json_object ? json(nullptr) : request.tools;
     respond(
         req, res, chat_job(request, *model_, worker_->context()), request.generation, "chatcmpl-",
         [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
-          chat::OutputParser parser(request.reply_thinks(), request.tools);
+          chat::OutputParser parser(request.reply_thinks(), parsed_tools);
           chat::ParsedDelta reply = parser.push(text);
           merge(reply, parser.finish());
           return chat_completion(meta, reply, result,
@@ -394,7 +396,7 @@ void Server::add_generation_routes() {
         },
         [&](std::shared_ptr<JobStream> job, ResponseMeta meta) {
           return std::make_shared<ChatStreamWriter>(job, std::move(meta),
-                                                    chat::OutputParser(request.reply_thinks(), request.tools),
+                                                    chat::OutputParser(request.reply_thinks(), parsed_tools),
                                                     request.generation.include_usage, model_->tokenizer,
                                                     logprobs_wanted);
         });
