@@ -3,6 +3,7 @@
 // streamed, against the engine's own logits for the same tokens.
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "chat/template.h"
 #include "cpu/session.h"
@@ -35,6 +36,26 @@ TEST(Logprobs, AreTheLogSoftmaxOfTheRow) {
   EXPECT_THROW(sample::token_logprobs(row, 7, 0), Error);
   EXPECT_THROW(sample::token_logprobs(row, 0, 21), Error);
   EXPECT_THROW(sample::token_logprobs(std::vector<float>{-kInf, -kInf}, 0, 0), Error);
+}
+
+// A long row (the vector path, eight at a time, and its tail): within float rounding of the
+// log-softmax computed in double, with -inf entries and a far tail that underflows.
+TEST(Logprobs, AreTheLogSoftmaxOfALongRow) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal(0.0f, 1.5f);  // (the mass spread over thousands of terms)
+  std::vector<float> row(10007);
+  for (float& l : row) l = normal(gen);
+  row[3] = -kInf, row[100] = -200.0f, row[9000] = 9.0f;
+  double sum = 0;
+  for (float l : row) sum += std::exp(double(l) - 9.0);
+  const double normaliser = 9.0 + std::log(sum);
+  for (int32_t token : {0, 3, 100, 9000, 10006}) {
+    const sample::TokenLogprobs e = sample::token_logprobs(row, token, 5);
+    if (std::isinf(row[size_t(token)])) EXPECT_EQ(e.logprob, -kInf);
+    else EXPECT_NEAR(e.logprob, double(row[size_t(token)]) - normaliser, 2e-5) << token;
+    EXPECT_EQ(e.top.at(0).first, 9000);
+    EXPECT_NEAR(e.top.at(0).second, 9.0 - normaliser, 2e-5);
+  }
 }
 
 // A row of logits that makes `token` the greedy choice.
