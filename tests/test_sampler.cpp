@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "sample/logprobs.h"
 #include "sample/sampler.h"
 
 using namespace lode;

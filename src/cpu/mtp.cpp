@@ -9,6 +9,7 @@
 #include "cpu/matmul.h"
 #include "cpu/moe.h"
 #include "cpu/ops.h"
+#include "sample/logprobs.h"
 #include "sample/sampler.h"
 
 namespace lode::cpu {

@@ -30,6 +30,7 @@
 #include "cuda/vram.h"
 #include "model/weights.h"
 #include "plan/memory_plan.h"
+#include "sample/logprobs.h"
 #include "sample/sampler.h"
 
 namespace lode::cuda {

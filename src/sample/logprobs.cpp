@@ -54,17 +54,25 @@ __attribute__((target("avx2"))) double exp_sum_avx2(std::span<const float> x, fl
 
 }  // namespace
 
-TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top) {
-  if (token < 0 || size_t(token) >= logits.size())
-    fail("logprobs: token {} is outside the row of {} logits", token, logits.size());
-  if (top < 0 || top > kMaxTopLogprobs) fail("logprobs: {} top tokens asked for; 0 to {} may be", top, kMaxTopLogprobs);
+double log_normaliser(std::span<const float> logits) {
   float most = -std::numeric_limits<float>::infinity();
   for (float l : logits)
     if (l > most) most = l;  // (NaN never compares greater)
   if (!std::isfinite(most)) fail("logprobs: the row of logits has no finite value");
   const double sum = host_has_avx2() ? exp_sum_avx2(logits, most) : exp_sum_plain(logits, most);
-  const double log_normaliser = double(most) + std::log(sum);
-  const auto logprob = [&](float l) { return float(double(l) - log_normaliser); };
+  return double(most) + std::log(sum);
+}
+
+double probability_of(std::span<const float> logits, int32_t index) {
+  return std::exp(double(logits[size_t(index)]) - log_normaliser(logits));
+}
+
+TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top) {
+  if (token < 0 || size_t(token) >= logits.size())
+    fail("logprobs: token {} is outside the row of {} logits", token, logits.size());
+  if (top < 0 || top > kMaxTopLogprobs) fail("logprobs: {} top tokens asked for; 0 to {} may be", top, kMaxTopLogprobs);
+  const double normaliser = log_normaliser(logits);
+  const auto logprob = [&](float l) { return float(double(l) - normaliser); };
   TokenLogprobs out{.token = token, .logprob = logprob(logits[size_t(token)]), .top = {}};
   if (top > 0)
     for (const Scored& s : top_candidates(logits, top).best) out.top.emplace_back(s.id, logprob(s.logit));

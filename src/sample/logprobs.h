@@ -21,6 +21,13 @@ struct TokenLogprobs {
 // row without a finite logit.
 TokenLogprobs token_logprobs(std::span<const float> logits, int32_t token, int top);
 
+// log(sum of exp(logits)), NaN skipped: the log-softmax's normaliser. Fails on a row without a
+// finite logit.
+double log_normaliser(std::span<const float> logits);
+// Token `index`'s probability under the softmax of logits at temperature 1 (the MTP drafters'
+// --mtp-min-p test of their best token).
+double probability_of(std::span<const float> logits, int32_t index);
+
 // The most `top` may be (OpenAI's top_logprobs).
 inline constexpr int kMaxTopLogprobs = 20;
 

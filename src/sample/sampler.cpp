@@ -379,12 +379,6 @@ int32_t greedy(const TopCandidates& top) {
   return best.id;
 }
 
-double probability_of(std::span<const float> logits, int32_t index) {
-  double sum = 0;
-  for (float l : logits) sum += std::exp(double(l) - double(logits[size_t(index)]));
-  return 1.0 / sum;
-}
-
 TopCandidates top_candidates(std::span<const float> logits, int n) {
   if (n < 1) fail("top_candidates: {} candidates asked for; ask for at least one", n);
   if (any_invalid(logits)) return {.best = {}, .finite = -1};  // (sample_top fails, as sample() does)

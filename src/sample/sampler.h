@@ -103,9 +103,6 @@ void finish_distribution(std::vector<Candidate>& candidates, const SamplingParam
 int32_t greedy(std::span<const float> logits);
 // The same token from a row's top candidates (the best of them); fails where greedy(logits) would.
 int32_t greedy(const TopCandidates& top);
-// Token `index`'s probability under the softmax of logits at temperature 1 (the MTP drafters'
-// --mtp-min-p test of their best token).
-double probability_of(std::span<const float> logits, int32_t index);
 
 class Sampler {
 public:
