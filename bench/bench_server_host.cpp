@@ -63,6 +63,7 @@ class FreeModel final : public engine::Model {
         row.greedy.assign(size_t(row.logit_rows), next);
       } else if (row.top_only) {
         row.top = {.best = {{next, 30.0f}}, .finite = config_.vocab};
+        for (const int32_t id : row.top_aside) row.top.aside.push_back({id, id == next ? 30.0f : 0.0f});
       } else {
         row.logits.assign(size_t(row.logit_rows * config_.vocab), 0.0f);
         for (int64_t r = 0; r < row.logit_rows; ++r) row.logits[size_t(r * config_.vocab + next)] = 30.0f;

@@ -17,6 +17,7 @@
 #include "cpu/deltanet.h"
 #include "cpu/moe.h"
 #include "cpu/ops.h"
+#include "plan/scratch.h"
 #include "sample/sampler.h"
 #include "support/gpu.h"
 #include "support/naive_math.h"
@@ -401,9 +402,10 @@ TEST(CudaKernels, TheGreedyTokenIsTheFirstLargestLogit) {
 }
 
 // Top candidates on the device against the host's (sample::top_candidates): the same pairs, bit
-// for bit, and the same count of finite logits, on rows of the vocabulary's size with many ties,
-// -0 beside +0, bans (-inf), rows with fewer finite logits than candidates, a row of one value,
-// and -1 for a row with a NaN or +inf; several rows in one launch, each its own.
+// for bit, and the same count of finite logits, on rows of the vocabulary's size (64 slices) down to
+// one slice, with many ties (across slices too), -0 beside +0, bans (-inf), rows with fewer finite
+// logits than candidates, a row of one value, the best all in one slice, and -1 for a row with a
+// NaN or +inf; several rows in one launch, each its own, and the counter left zeroed.
 TEST(CudaKernels, TopCandidatesAreTheHostsTopCandidates) {
   LODE_REQUIRE_GPU();
   using lode::cuda::kernels::TopPair;
@@ -424,6 +426,9 @@ TEST(CudaKernels, TopCandidatesAreTheHostsTopCandidates) {
     rows.push_back(banned);
     rows.push_back(std::vector<float>(size_t(n), 0.5f));
     rows.push_back(std::vector<float>(size_t(n), -INFINITY));  // no finite logit: no candidates
+    std::vector<float> clustered = normal_floats(size_t(n), rng, 1.0f);
+    for (int i = n / 3; i < std::min(n, n / 3 + 200); ++i) clustered[size_t(i)] = 10.0f + float(i % 50) / 8.0f;
+    rows.push_back(clustered);
     constexpr size_t kBroken = 2;  // the last rows: a NaN, a +inf (finite -1: the sampler fails)
     for (const float bad : {std::nanf(""), INFINITY}) {
       std::vector<float> broken = normal_floats(size_t(n), rng, 1.0f);
@@ -435,7 +440,12 @@ TEST(CudaKernels, TopCandidatesAreTheHostsTopCandidates) {
     Device dev;
     TopPair* out = dev.zeros<TopPair>(rows.size() * kK);
     int32_t* finite = dev.zeros<int32_t>(rows.size());
-    ASSERT_EQ(lode::cuda::kernels::top_candidates(dev.upload(all), n, kK, out, finite, nullptr, int(rows.size())),
+    const int slices = lode::plan::top_candidate_slices(n);
+    unsigned* arrivals = dev.zeros<unsigned>(rows.size());
+    const lode::cuda::kernels::TopScratch scratch{dev.zeros<TopPair>(rows.size() * slices * kK),
+                                                  dev.zeros<int32_t>(rows.size() * slices * 2), arrivals, slices};
+    ASSERT_EQ(lode::cuda::kernels::top_candidates(dev.upload(all), n, kK, scratch, out, finite, nullptr,
+                                                  int(rows.size())),
               nullptr);
     const std::vector<TopPair> got = dev.download(out, rows.size() * kK);
     const std::vector<int32_t> counts = dev.download(finite, rows.size());
@@ -456,6 +466,8 @@ TEST(CudaKernels, TopCandidatesAreTheHostsTopCandidates) {
       std::sort(a.begin(), a.end()), std::sort(b.begin(), b.end());
       EXPECT_EQ(a, b);
     }
+    const std::vector<unsigned> left = dev.download(arrivals, rows.size());
+    EXPECT_EQ(std::count(left.begin(), left.end(), 0u), std::ptrdiff_t(rows.size()));
   }
 }
 

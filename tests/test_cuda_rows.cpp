@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -355,9 +356,10 @@ TEST(CudaRows, SeveralSequencesThroughTheEngine) {
 }
 
 // A step of rows that asks for top candidates (decode_rows' `top`) gives each row the
-// sample::top_candidates of the logits a step asking for logits gives it, and leaves the sequences
-// as that step does; through the engine, top-only rows beside greedy-only and logits rows get what
-// each asks for, a sampler's draws from them what it draws from the whole row.
+// sample::top_candidates of the logits a step asking for logits gives it (with the ids some rows
+// set aside: a few, then the best of the step before), and leaves the sequences as that step does;
+// through the engine, top-only rows beside greedy-only and logits rows get what each asks for, a
+// sampler's draws from them what it draws from the whole row (with a bias and penalties too).
 TEST(CudaRows, TopCandidatesOfAStepAreThoseOfItsLogits) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -373,15 +375,23 @@ TEST(CudaRows, TopCandidatesOfAStepAreThoseOfItsLogits) {
       a.use_sequence(s), b.use_sequence(s);
       a.prefill(prompt), b.prefill(prompt);
     }
+    std::vector<std::vector<int32_t>> aside = {{0, 3, int32_t(vocab - 1)}, {}, {1}, {}};
     for (int step = 0; step < 3; ++step) {
       std::vector<CudaSession::Row> rows;
       for (int64_t s : {2, 0, 3, 1}) rows.push_back({s, tokens_from(vocab, 1, 40 + step * 4 + int(s))[0]});
-      const CudaSession::Window top = a.decode_rows(rows, false, false, true), logits = b.decode_rows(rows);
+      const CudaSession::Window logits = b.decode_rows(rows);
+      for (size_t r = 0; r < rows.size(); ++r) rows[r].aside = aside[r];
+      const CudaSession::Window top = a.decode_rows(rows, false, false, true);
       ASSERT_TRUE(top.logits.empty());
       for (size_t r = 0; r < rows.size(); ++r) {
         const lode::sample::TopCandidates want = lode::sample::top_candidates(
-            std::span(logits.logits).subspan(r * size_t(vocab), size_t(vocab)), lode::sample::kTopCandidates);
+            std::span(logits.logits).subspan(r * size_t(vocab), size_t(vocab)), lode::sample::kTopCandidates, aside[r]);
         ASSERT_EQ(top.finite[r], want.finite) << "row " << r;
+        ASSERT_EQ(top.aside.at(r).size(), want.aside.size()) << "row " << r;
+        for (size_t i = 0; i < want.aside.size(); ++i) {
+          EXPECT_EQ(top.aside[r][i].id, want.aside[i].id);
+          EXPECT_EQ(std::bit_cast<uint32_t>(top.aside[r][i].logit), std::bit_cast<uint32_t>(want.aside[i].logit));
+        }
         std::vector<std::pair<int32_t, uint32_t>> got, expected;  // (bits: -0 is not +0)
         for (size_t i = 0; i < want.best.size(); ++i) {
           const lode::sample::Scored& c = top.top[r * lode::sample::kTopCandidates + i];
@@ -390,6 +400,11 @@ TEST(CudaRows, TopCandidatesOfAStepAreThoseOfItsLogits) {
         for (const lode::sample::Scored& c : want.best) expected.push_back({c.id, std::bit_cast<uint32_t>(c.logit)});
         std::sort(got.begin(), got.end()), std::sort(expected.begin(), expected.end());
         EXPECT_EQ(got, expected) << "row " << r;
+        if (r % 2 == 0) {  // the next step sets aside this one's best 30 (they crowd its candidates)
+          aside[r].clear();
+          for (size_t i = 0; i < std::min<size_t>(30, want.best.size()); ++i) aside[r].push_back(want.best[i].id);
+          std::sort(aside[r].begin(), aside[r].end());
+        }
       }
     }
     const int32_t next = tokens_from(vocab, 1, 77)[0];
@@ -415,8 +430,15 @@ TEST(CudaRows, TopCandidatesOfAStepAreThoseOfItsLogits) {
   const int32_t x = tokens_from(vocab, 1, 20)[0], y = tokens_from(vocab, 1, 21)[0], z = tokens_from(vocab, 1, 22)[0];
   for (bool with_logits_row : {false, true}) {  // (device top candidates; then the logits for all)
     SCOPED_TRACE(with_logits_row ? "beside a logits row" : "top and greedy rows only");
+    // Row 0's sampler has a bias and penalties over its prompt: its ids set aside.
+    lode::sample::SamplingParams params{.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 5};
+    lode::sample::SamplingParams changed = params;
+    changed.repeat_penalty = 1.3f, changed.presence_penalty = 0.5f, changed.logit_bias = {{x, 4.0f}, {y, -INFINITY}};
+    lode::sample::Sampler whole_0(changed, vocab), from_top_0(changed, vocab);
+    for (const int32_t t : tokens_from(vocab, 5, 10)) whole_0.accept(t), from_top_0.accept(t);
+    const std::vector<int32_t> aside_0 = from_top_0.top_aside();
     std::vector<lode::engine::StepRow> rows = {
-        {.sequence = open[0].get(), .tokens = std::span(&x, 1), .top_only = true},
+        {.sequence = open[0].get(), .tokens = std::span(&x, 1), .top_only = true, .top_aside = aside_0},
         {.sequence = open[1].get(), .tokens = std::span(&y, 1), .greedy_only = !with_logits_row},
         {.sequence = open[2].get(), .tokens = std::span(&z, 1), .top_only = true}};
     const lode::cuda::CudaModel::Paths before = model->paths();
@@ -424,12 +446,11 @@ TEST(CudaRows, TopCandidatesOfAStepAreThoseOfItsLogits) {
     EXPECT_EQ(model->paths().joined, before.joined + 1) << "one step of the three rows";
     EXPECT_EQ(model->paths().joined_top, before.joined_top + (with_logits_row ? 0 : 1)) << "candidates on the device";
     const std::vector<float> want_x = own[0]->decode(x), want_y = own[1]->decode(y), want_z = own[2]->decode(z);
-    for (const auto& [row, want] : {std::pair{&rows[0], &want_x}, std::pair{&rows[2], &want_z}}) {
-      EXPECT_TRUE(row->logits.empty());
-      lode::sample::SamplingParams params{.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 5};
-      lode::sample::Sampler whole(params, vocab), from_top(params, vocab);
-      for (int draw = 0; draw < 50; ++draw) ASSERT_EQ(whole.sample(*want), from_top.sample_top(row->top));
-    }
+    EXPECT_TRUE(rows[0].logits.empty());
+    for (int draw = 0; draw < 50; ++draw) ASSERT_EQ(whole_0.sample(want_x), from_top_0.sample_top(rows[0].top));
+    EXPECT_TRUE(rows[2].logits.empty());
+    lode::sample::Sampler whole(params, vocab), from_top(params, vocab);
+    for (int draw = 0; draw < 50; ++draw) ASSERT_EQ(whole.sample(want_z), from_top.sample_top(rows[2].top));
     if (with_logits_row) EXPECT_TRUE(same_bits(rows[1].logits.data(), want_y.data(), size_t(vocab)));
     else EXPECT_EQ(rows[1].greedy, std::vector<int32_t>{argmax(want_y.data(), vocab)});
   }

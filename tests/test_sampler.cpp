@@ -321,11 +321,78 @@ TEST(Sampler, TopCandidatesAndWhatSampleTopRefuses) {
   EXPECT_FALSE(Sampler(params, 7).takes_top());
   params.top_k = 65;
   EXPECT_FALSE(Sampler(params, 70).takes_top());
-  params.top_k = 20, params.presence_penalty = 0.5f;
-  EXPECT_FALSE(Sampler(params, 70).takes_top());
-  params.presence_penalty = 0, params.logit_bias = {{1, 2.0f}};
-  EXPECT_FALSE(Sampler(params, 70).takes_top());
   EXPECT_FALSE(Sampler(plain(0.0f), 70).takes_top());
+  // Penalties over more distinct tokens than a step sets aside take the whole row.
+  params.top_k = 20, params.presence_penalty = 0.5f, params.penalty_last_n = -1;
+  Sampler long_memory(params, 1000);
+  for (int32_t t = 0; t < kTopAsideMost; ++t) long_memory.accept(t);
+  EXPECT_TRUE(long_memory.takes_top());
+  long_memory.accept(kTopAsideMost);
+  EXPECT_FALSE(long_memory.takes_top());
+}
+
+// With a logit bias and penalties, the tokens they change are set aside (Sampler::top_aside) and
+// the rest's best found apart: sampling from those gives what sampling the whole row gives, draw
+// after draw as the history grows, where the penalised tokens crowd the row's best (a history of
+// them), where the bias lifts a poor token to the top or bans good ones, and where the bans leave
+// no more finite logits than the top-k.
+TEST(Sampler, SampleTopWithBiasAndPenaltiesGivesWhatTheWholeRowGives) {
+  std::mt19937 gen(5);
+  for (int trial = 0; trial < 60; ++trial) {
+    const size_t n = std::vector<size_t>{40, 3000, 248320}[size_t(trial) % 3];
+    std::vector<float> row = random_logits(n, uint32_t(300 + trial), trial % 2 ? 1.0f : 4.0f);
+    if (trial % 4 == 1)
+      for (float& x : row) x = std::round(x * 2) / 2;  // ties
+    SamplingParams params = plain(std::vector<float>{0.5f, 1.0f, 1.3f}[size_t(trial) % 3]);
+    params.top_k = std::vector<int>{20, 64, 5, 40}[size_t(trial) % 4];
+    params.top_p = trial % 3 ? 0.95f : 1.0f;
+    params.seed = uint64_t(trial);
+    params.repeat_penalty = trial % 2 ? 1.3f : 1.0f;
+    params.presence_penalty = trial % 3 == 0 ? 0.8f : trial % 3 == 1 ? -0.4f : 0.0f;
+    params.frequency_penalty = trial % 5 == 0 ? 0.3f : 0.0f;
+    params.penalty_last_n = trial % 7 == 0 ? -1 : 64;
+    const TopCandidates plain_top = top_candidates(row, kTopCandidates);
+    if (trial % 4 == 2) params.logit_bias.emplace_back(int32_t(gen() % n), 25.0f);  // a poor token lifted
+    if (trial % 4 == 3)  // good tokens banned (with a small row, all but 30)
+      for (size_t i = 0; i < (n == 40 ? 10 : plain_top.best.size() / 2); ++i)
+        params.logit_bias.emplace_back(n == 40 ? int32_t(i) : plain_top.best[i].id, -kInf);
+    Sampler whole(params, int64_t(n)), from_top(params, int64_t(n));
+    for (size_t i = 0; i < plain_top.best.size(); i += 2)  // a history of the row's best tokens
+      whole.accept(plain_top.best[i].id), from_top.accept(plain_top.best[i].id);
+    for (int draw = 0; draw < 20; ++draw) {
+      ASSERT_TRUE(from_top.takes_top()) << "trial " << trial;
+      const std::vector<int32_t> aside = from_top.top_aside();
+      TopCandidates top = top_candidates(row, kTopCandidates, aside);
+      std::shuffle(top.best.begin(), top.best.end(), gen);
+      const int32_t want = whole.sample(row);
+      ASSERT_EQ(want, from_top.sample_top(top)) << "trial " << trial << ", draw " << draw;
+      whole.accept(want), from_top.accept(want);
+    }
+  }
+}
+
+// The ids set aside are those the bias and penalties change, ascending; sample_top refuses
+// candidates that set aside others, and a bias that takes a logit to +inf.
+TEST(Sampler, TopAsideIsWhatTheBiasAndPenaltiesChange) {
+  SamplingParams params = plain(0.8f);
+  params.top_k = 10, params.logit_bias = {{9, 1.0f}, {2, -kInf}};
+  Sampler biased(params, 20);
+  EXPECT_EQ(biased.top_aside(), (std::vector<int32_t>{2, 9}));
+  biased.accept(5);  // no penalty: the history sets nothing aside
+  EXPECT_EQ(biased.top_aside(), (std::vector<int32_t>{2, 9}));
+  params.repeat_penalty = 1.1f, params.penalty_last_n = 2;
+  Sampler penalised(params, 20);
+  for (const int32_t t : {7, 3, 3, 9}) penalised.accept(t);
+  EXPECT_EQ(penalised.top_aside(), (std::vector<int32_t>{2, 3, 9}));  // the last two tokens, the bias's
+  std::vector<float> row(20, 0.0f);
+  row[4] = 1.0f;
+  const TopCandidates unaware = top_candidates(row, kTopCandidates);
+  EXPECT_THROW(penalised.sample_top(unaware), Error);
+  EXPECT_NO_THROW(penalised.sample_top(top_candidates(row, kTopCandidates, penalised.top_aside())));
+  params.logit_bias = {{4, 3e38f}}, params.repeat_penalty = 1.0f;
+  row[4] = 3e38f;
+  Sampler overflow(params, 20);
+  EXPECT_THROW(overflow.sample_top(top_candidates(row, kTopCandidates, overflow.top_aside())), Error);
 }
 
 TEST(Sampler, TopPKeepsTheSmallestPrefixReachingP) {

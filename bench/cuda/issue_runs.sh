@@ -32,7 +32,7 @@ suite() {
   done
   wait
   grep -hE "^\[  (PASSED|FAILED) |tests? ran|^\[  FAILED  \]" "$out"/suite_*.txt | sort | uniq -c
-  grep -L "tests ran" "$out"/suite_*.txt | sed 's/^/did not finish: /'
+  grep -LE "tests? from .* ran\." "$out"/suite_*.txt | sed 's/^/did not finish: /'
 }
 
 floors() {

@@ -147,7 +147,8 @@ sample::TopCandidates device_top(const CudaSession::Window& out, size_t r) {
   const int32_t finite = out.finite[r];
   if (finite < 0) return {.best = {}, .finite = -1};
   const auto first = out.top.begin() + long(r * sample::kTopCandidates);
-  return {std::vector<sample::Scored>(first, first + std::min<long>(finite, sample::kTopCandidates)), finite};
+  return {std::vector<sample::Scored>(first, first + std::min<long>(finite, sample::kTopCandidates)), finite,
+          out.aside.at(r)};
 }
 
 // Whether a row can share a step with other sequences' rows: one token, one logit row at most.
@@ -264,11 +265,13 @@ void CudaModel::step_joined(std::span<engine::StepRow* const> rows) {
   std::vector<CudaSession::Row> tokens;
   bool greedy_only = true, top = true, want_hidden = false;
   for (const engine::StepRow* row : rows) {
-    tokens.push_back({sequence_of(*row).slot(), row->tokens[0]});
+    tokens.push_back({sequence_of(*row).slot(), row->tokens[0], row->top_only ? row->top_aside : std::span<const int32_t>()});
     greedy_only = greedy_only && row->greedy_only && !row->want_hidden;
     top = top && (row->greedy_only || row->top_only);
     want_hidden = want_hidden || row->want_hidden;
   }
+  if (!top || greedy_only)
+    for (CudaSession::Row& row : tokens) row.aside = {};  // (the host sets them aside from the logits)
   CudaSession::Window out = pipeline_->decode_rows(tokens, greedy_only, want_hidden, top);
   ++paths_.joined, paths_.joined_top += top && !greedy_only;
   const size_t vocab = size_t(pipeline_->vocab()), width = size_t(pipeline_->config().hidden);

@@ -129,14 +129,26 @@ const char* greedy_token(const float* logits, int n, void* partials, int blocks,
 // rows of n logits, the k best by logit (the lower index first among equals) into out [rows][k] in
 // no particular order (every finite logit where a row has no more than k; the rest of its entries
 // then unwritten), and into finite [rows] how many of its logits are finite (-1 where one is NaN or
-// +inf). One block a row: a radix select of the k-th best in three passes over the row, then the
-// logits above it and the first of those equal to it.
+// +inf). Each row in `slices` slices, a block each, whose k best the scratch holds: pairs
+// [rows][slices][k], counts [rows][slices][2] (int32), arrivals [rows] (zeroed; left zeroed).
 struct TopPair {
   int32_t id;
   float logit;
 };
-const char* top_candidates(const float* logits, int n, int k, TopPair* out, int32_t* finite, void* stream,
-                           int rows = 1);
+struct TopScratch {
+  TopPair* pairs;
+  int32_t* counts;
+  unsigned* arrivals;
+  int slices;
+};
+const char* top_candidates(const float* logits, int n, int k, TopScratch scratch, TopPair* out, int32_t* finite,
+                           void* stream, int rows = 1);
+// Before top_candidates, for each of `rows` rows of n logits: the logits of its ids set aside
+// (sample::TopCandidates::aside) copied out and made -inf in place, so that they take no part in its
+// candidates or its count of finite logits. ids [rows][cap] (distinct in a row), counts [rows],
+// out [rows][cap].
+const char* set_aside(float* logits, int n, const int32_t* ids, const int32_t* counts, int cap, float* out,
+                      void* stream, int rows = 1);
 // h = silu(g) * u, n values.
 const char* swiglu(const float* g, const float* u, float* h, int64_t n, void* stream);
 // h += sum_j weights[j] * y[j] (slot order) + sigmoid(*shared_logit) * shared (when shared is not

@@ -134,6 +134,9 @@ struct CudaSession::Impl {
   void* greedy_partials;        // greedy_token's per-block pairs
   int32_t* device_token;        // and its token
   unsigned* greedy_arrivals;    // and its block counter (kept zeroed)
+  kernels::TopScratch top_scratch;  // the top candidates' slices (the greedy pick's counter theirs too)
+  int32_t* top_aside;               // each row's count of ids set aside, then the ids [rows][kTopAsideMost]
+  float* top_aside_logits;          // and their logits [rows][kTopAsideMost]
   unsigned* route_counts;       // [layer][expert]: routings so far (decode steps and prompts)
   unsigned* route_misses;       // [2][layer]: routings to absent experts, by decode steps, then by prompts
   float *hint_normed, *hint_logits, *hint_weights;  // the CPU miss path's hint (plan::DecodeScratch)
@@ -389,6 +392,9 @@ struct CudaSession::Impl {
     stage_ids = reinterpret_cast<int32_t*>(base + l.stage_ids), stage_copies = reinterpret_cast<int32_t*>(base + l.stage_copies);
     greedy_partials = base + l.greedy_partials, device_token = reinterpret_cast<int32_t*>(base + l.greedy_token);
     greedy_arrivals = reinterpret_cast<unsigned*>(base + l.greedy_arrivals);
+    top_scratch = {reinterpret_cast<kernels::TopPair*>(base + l.top_pairs), reinterpret_cast<int32_t*>(base + l.top_counts),
+                   greedy_arrivals, plan::top_candidate_slices(c.vocab)};
+    top_aside = reinterpret_cast<int32_t*>(base + l.top_aside), top_aside_logits = f(l.top_aside_logits);
   }
 
   // (cudaMemset and the snapshots' copies run on the default stream: whatever the step's stream
@@ -845,11 +851,16 @@ struct CudaSession::Impl {
                                          device_token, stream, window);
           },
           double(window) * double(c.vocab) * sizeof(float));
+    if (wanted == StepOutput::top_candidates)
+      launch("ids set aside", [&] {
+        return kernels::set_aside(logits, int(c.vocab), top_aside + options.step_rows, top_aside,
+                                  sample::kTopAsideMost, top_aside_logits, stream, window);
+      });
     if (wanted == StepOutput::top_candidates)  // into the greedy pick's scratch: [rows][64] pairs, [rows] counts
       launch(
           "top candidates",
           [&] {
-            return kernels::top_candidates(logits, int(c.vocab), sample::kTopCandidates,
+            return kernels::top_candidates(logits, int(c.vocab), sample::kTopCandidates, top_scratch,
                                            static_cast<kernels::TopPair*>(greedy_partials), device_token, stream,
                                            window);
           },
@@ -952,8 +963,29 @@ struct CudaSession::Impl {
   // Out, as `wanted`, each row's logits [n][vocab] into logits_out or its greedy token into
   // greedy_out [n] (-1 where there is none), and each row's final-normed hidden state [n][hidden]
   // into hidden_out when it is not null (not with StepOutput::none).
+  // The rows' ids set aside to the device (their counts, and where there are any, the ids): whether
+  // there are any.
+  bool stage_aside(std::span<const std::span<const int32_t>> aside, int n) {
+    int32_t* counts = pinned_aside;
+    int32_t* ids = pinned_aside + options.step_rows;
+    bool any = false;
+    for (int r = 0; r < n; ++r) {
+      const std::span<const int32_t> row = size_t(r) < aside.size() ? aside[size_t(r)] : std::span<const int32_t>();
+      counts[r] = int32_t(row.size());
+      std::copy(row.begin(), row.end(), ids + size_t(r) * sample::kTopAsideMost);
+      any = any || !row.empty();
+    }
+    const size_t bytes = any ? size_t(options.step_rows + n * sample::kTopAsideMost) * sizeof(int32_t) : n * sizeof(int32_t);
+    check_cuda(cudaMemcpyAsync(top_aside, pinned_aside, bytes, cudaMemcpyHostToDevice, stream), "ids set aside to the device");
+    return any;
+  }
+
+  // With top candidates, `aside` holds each row's ids set aside (Row::aside), and aside_out gets
+  // them with their logits.
   void step(std::span<const int32_t> tokens, std::span<const int64_t> sequences, StepOutput wanted, float* logits_out,
-            int32_t* greedy_out, float* hidden_out, sample::Scored* top_out = nullptr, int32_t* finite_out = nullptr) {
+            int32_t* greedy_out, float* hidden_out, sample::Scored* top_out = nullptr, int32_t* finite_out = nullptr,
+            std::span<const std::span<const int32_t>> aside = {},
+            std::vector<std::vector<sample::Scored>>* aside_out = nullptr) {
     const model::Qwen35MoeConfig& c = config;
     const int n = int(tokens.size());
     if (hands_on()) wanted = StepOutput::none, hidden_out = nullptr;  // (no lm head here: the rows go on)
@@ -982,6 +1014,7 @@ struct CudaSession::Impl {
     const size_t embeddings = options.hand_in ? 0 : size_t(n * c.hidden) * sizeof(float);
     check_cuda(cudaMemcpyAsync(device_sequences, pinned_sequences, header + embeddings, cudaMemcpyHostToDevice, stream),
                "a step's rows to the device");
+    const bool setting_aside = wanted == StepOutput::top_candidates && stage_aside(aside, n);
     mark(Phase::embedding);
     if (timing_kernels()) kernel_clock.begin(stream);
     stepping = sequences.empty() ? &sequence_states(current) : &states;
@@ -999,6 +1032,10 @@ struct CudaSession::Impl {
     if (wanted == StepOutput::top_candidates)  // (pinned_logits holds 64 pairs a row at least)
       check_cuda(cudaMemcpyAsync(pinned_logits, greedy_partials, top_bytes, cudaMemcpyDeviceToHost, stream),
                  "top candidates to the host");
+    if (setting_aside)
+      check_cuda(cudaMemcpyAsync(pinned_aside_logits, top_aside_logits, size_t(n) * sample::kTopAsideMost * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream),
+                 "logits set aside to the host");
     if (hidden_out)
       check_cuda(cudaMemcpyAsync(pinned_hidden, normed, size_t(n * c.hidden) * sizeof(float), cudaMemcpyDeviceToHost, stream),
                  "hidden states to the host");
@@ -1012,6 +1049,12 @@ struct CudaSession::Impl {
       for (size_t i = 0; i < size_t(n) * sample::kTopCandidates; ++i) top_out[i] = {pairs[i].id, pairs[i].logit};
       // (A step timed without some launches has meaningless outputs: no candidates, not stale ones.)
       for (int r = 0; r < n; ++r) finite_out[r] = left_out.empty() ? pinned_token[r] : -1;
+      if (aside_out) {
+        aside_out->assign(size_t(n), {});
+        for (size_t r = 0; r < aside.size() && setting_aside; ++r)
+          for (size_t i = 0; i < aside[r].size(); ++i)
+            (*aside_out)[r].push_back({aside[r][i], pinned_aside_logits[r * sample::kTopAsideMost + i]});
+      }
     }
     if (hidden_out) std::copy_n(pinned_hidden, n * c.hidden, hidden_out);
     if (sequences.empty()) {
@@ -1331,6 +1374,8 @@ struct CudaSession::Impl {
     check_cuda(cudaMallocHost(&pinned_logits, rows * row_floats * sizeof(float)), "pinned memory");
     if (options.mtp) mtp_stage_for(1);
     check_cuda(cudaMallocHost(&pinned_token, rows * sizeof(int32_t)), "pinned memory");
+    check_cuda(cudaMallocHost(&pinned_aside, rows * (1 + sample::kTopAsideMost) * sizeof(int32_t)), "pinned memory");
+    check_cuda(cudaMallocHost(&pinned_aside_logits, rows * sample::kTopAsideMost * sizeof(float)), "pinned memory");
     if (plan.prompt_chunk > 0) create_prompt_pass();
   }
 
@@ -1355,6 +1400,8 @@ struct CudaSession::Impl {
     cudaFreeHost(pinned_mtp_rows);
     cudaFreeHost(pinned_mtp_position);
     cudaFreeHost(pinned_token);
+    cudaFreeHost(pinned_aside);
+    cudaFreeHost(pinned_aside_logits);
     cudaFreeHost(pinned_rows);
     prompt.reset();
     if (fork) cudaEventDestroy(fork);
@@ -1391,6 +1438,8 @@ struct CudaSession::Impl {
   int64_t* pinned_mtp_position = nullptr;  // [pieces][2]: the MTP block's K/V row and rotary shift
   int64_t mtp_stage_pieces = 0;
   int32_t* pinned_token = nullptr;
+  int32_t* pinned_aside = nullptr;         // a step's ids set aside, as top_aside holds them
+  float* pinned_aside_logits = nullptr;    // and their logits back
   int64_t* device_positions = nullptr;  // [step_rows] (a prompt chunk's: its first position)
   int32_t* device_sequences = nullptr;  // [step_rows]
   float* pinned_rows = nullptr;         // a prompt chunk's embeddings
@@ -1546,9 +1595,18 @@ CudaSession::Window CudaSession::decode_rows(std::span<const Row> rows, bool gre
   if (n == 0) fail("cuda session: a step of no rows");
   std::vector<int32_t> tokens(n);
   std::vector<int64_t> sequences(n);
-  for (size_t r = 0; r < n; ++r) tokens[r] = rows[r].token, sequences[r] = rows[r].sequence;
+  std::vector<std::span<const int32_t>> aside(n);
+  for (size_t r = 0; r < n; ++r) tokens[r] = rows[r].token, sequences[r] = rows[r].sequence, aside[r] = rows[r].aside;
   if (s.hands_on()) return s.step(tokens, sequences, Impl::StepOutput::none, nullptr, nullptr, nullptr), Window{};
   top = top && !greedy_only;
+  for (const std::span<const int32_t> ids : aside) {
+    if (!ids.empty() && !top) fail("cuda session: ids set aside belong to a step of top candidates");
+    if (ids.size() > size_t(sample::kTopAsideMost))
+      fail("cuda session: {} ids set aside in a row; it takes at most {}", ids.size(), sample::kTopAsideMost);
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < 0 || ids[i] >= s.config.vocab || (i > 0 && ids[i] <= ids[i - 1]))
+        fail("cuda session: ids set aside must ascend inside the vocabulary [0, {})", s.config.vocab);
+  }
   Window out;
   if (greedy_only) out.greedy.resize(n);
   else if (top) out.top.resize(n * sample::kTopCandidates), out.finite.resize(n);
@@ -1558,7 +1616,7 @@ CudaSession::Window CudaSession::decode_rows(std::span<const Row> rows, bool gre
                       : top       ? Impl::StepOutput::top_candidates
                                   : Impl::StepOutput::logits;
   s.step(tokens, sequences, wanted, out.logits.data(), out.greedy.data(), want_hidden ? out.hidden.data() : nullptr,
-         out.top.data(), out.finite.data());
+         out.top.data(), out.finite.data(), aside, top ? &out.aside : nullptr);
   s.check_greedy(out.greedy);
   return out;
 }

@@ -192,6 +192,8 @@ class CudaSession {
     // finite [rows] (-1: the row holds a NaN or +inf): kernels::top_candidates.
     std::vector<sample::Scored> top;
     std::vector<int32_t> finite;
+    // With top candidates, each row's ids set aside (Row::aside) with their logits, as they were.
+    std::vector<std::vector<sample::Scored>> aside;
   };
   Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false);
   // One step over rows of distinct sequences (1 to step_rows), each its sequence's next token:
@@ -200,6 +202,9 @@ class CudaSession {
   struct Row {
     int64_t sequence = 0;
     int32_t token = 0;
+    // With top candidates: ids (ascending, at most sample::kTopAsideMost) whose logits come back
+    // apart (Window::aside) and take no part in the candidates (sample::TopCandidates::aside).
+    std::span<const int32_t> aside{};
   };
   // With `top` (and not greedy_only): each row's top candidates (Window::top, finite) instead of its
   // logits, found on the device: 64 pairs a row to copy.

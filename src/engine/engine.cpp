@@ -62,14 +62,14 @@ std::vector<float> decode(Sequence& sequence, int32_t token) {
   return std::move(row.logits);
 }
 
-sample::TopCandidates decode_top(Sequence& sequence, int32_t token) {
-  StepRow row{.sequence = &sequence, .tokens = std::span(&token, 1), .top_only = true};
+sample::TopCandidates decode_top(Sequence& sequence, int32_t token, std::span<const int32_t> aside) {
+  StepRow row{.sequence = &sequence, .tokens = std::span(&token, 1), .top_only = true, .top_aside = aside};
   sequence.model().step(std::span(&row, 1));
   return std::move(row.top);
 }
 
 void top_from_logits(StepRow& row) {
-  row.top = sample::top_candidates(row.logits, sample::kTopCandidates);
+  row.top = sample::top_candidates(row.logits, sample::kTopCandidates, row.top_aside);
   row.logits.clear();
 }
 

@@ -125,6 +125,9 @@ struct StepRow {
   // and leaves `logits` empty (the GPU finds them where the logits are and copies 64 pairs, not the
   // vocabulary's floats). Needs logit_rows 1. Fails as sample::top_candidates does.
   bool top_only = false;
+  // With top_only: ids (ascending, at most sample::kTopAsideMost: Sampler::top_aside) whose logits
+  // come back apart in top.aside and take no part in top.best or top.finite.
+  std::span<const int32_t> top_aside{};
   sample::TopCandidates top{};  // out, with top_only
 };
 
@@ -176,8 +179,8 @@ std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, 
 std::vector<float> decode(Sequence& sequence, int32_t token);
 // Appends one token; the greedy token to follow it (StepRow::greedy_only).
 int32_t decode_greedy(Sequence& sequence, int32_t token);
-// Appends one token; the top candidates to follow it (StepRow::top_only).
-sample::TopCandidates decode_top(Sequence& sequence, int32_t token);
+// Appends one token; the top candidates to follow it (StepRow::top_only), `aside` set aside.
+sample::TopCandidates decode_top(Sequence& sequence, int32_t token, std::span<const int32_t> aside = {});
 // The top-candidate rows a backend gives from a row's logits (its fallback where it has no
 // faster way): `top` filled, `logits` emptied.
 void top_from_logits(StepRow& row);

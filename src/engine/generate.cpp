@@ -60,7 +60,7 @@ GenerateResult generate_tokens(Sequence& sequence, sample::Sampler& sampler, std
     } else if (sampler.plain_greedy()) {  // the engine chooses (on the GPU, where the logits are)
       token = engine::decode_greedy(sequence, result.tokens.back());
     } else if (sampler.takes_top()) {  // from the best 64 (found on the GPU, where the logits are)
-      token = sampler.sample_top(engine::decode_top(sequence, result.tokens.back()));
+      token = sampler.sample_top(engine::decode_top(sequence, result.tokens.back(), sampler.top_aside()));
     } else {
       token = sampler.sample(engine::decode(sequence, result.tokens.back()));
     }
@@ -91,7 +91,7 @@ GenerateResult generate(Sequence& sequence, const tokenizer::Tokenizer& tokenize
     // Greedy without bias, penalties or steering: the engine chooses (on the GPU, where the logits
     // are); sampling that needs only the best 64: the engine finds them.
     next = generation.greedy_only() ? generation.step_chosen(engine::decode_greedy(sequence, *next))
-           : generation.top_only()  ? generation.step_top(engine::decode_top(sequence, *next))
+           : generation.top_only()  ? generation.step_top(engine::decode_top(sequence, *next, generation.top_aside()))
                                     : generation.step(engine::decode(sequence, *next));
   }
   return generation.result();

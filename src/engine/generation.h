@@ -35,7 +35,10 @@ class Generation {
   // Whether the next token can come from the logits' top candidates (Sampler::takes_top, no
   // steering under way): the driver may ask the engine for those alone (engine::decode_top).
   bool top_only() const;
-  // step() from the top candidates of the logits (sample::top_candidates, kTopCandidates).
+  // The ids the top candidates set aside (Sampler::top_aside: what the bias and penalties change).
+  std::vector<int32_t> top_aside() const { return sampler_.top_aside(); }
+  // step() from the top candidates of the logits (sample::top_candidates, kTopCandidates, those ids
+  // set aside).
   std::optional<int32_t> step_top(const sample::TopCandidates& top);
   // Ends generation from outside (the context is full, the request was cancelled).
   void stop(FinishReason reason);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sample/sampler.h"
+
 namespace lode::plan {
 
 namespace {
@@ -48,6 +50,10 @@ size_t rounded_input_bytes(int64_t cols) {
 
 int attention_splits(int64_t max_context) { return int(std::clamp<int64_t>(max_context / 256, 1, 256)); }
 
+int top_candidate_slices(int64_t vocab) {
+  return int(std::clamp<int64_t>(vocab / 1024, 1, 64));
+}
+
 DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_context, int64_t rows, bool mtp) {
   const int64_t k = c.n_experts_used, n = std::max<int64_t>(rows, 1);
   Layout l;
@@ -81,6 +87,11 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.stage_copies = l.take(size_t(1 + k) * 4);
   s.greedy_partials = l.take(size_t(n * kGreedyBlocks) * 8), s.greedy_token = l.take(size_t(n) * 4);
   s.greedy_arrivals = l.take(size_t(n) * 4);
+  const size_t slices = size_t(top_candidate_slices(c.vocab));
+  s.top_pairs = l.take(size_t(n) * slices * sample::kTopCandidates * 8);
+  s.top_counts = l.take(size_t(n) * slices * 2 * 4);
+  s.top_aside = l.take(size_t(n) * (1 + sample::kTopAsideMost) * 4);
+  s.top_aside_logits = l.floats(n * sample::kTopAsideMost);
   if (mtp) s.mtp_rows = l.floats(n * 2 * c.hidden), s.mtp_position = l.take(2 * 8);
   if (n > 1) {  // several rows' inputs rounded once per product: each row's, or each (row, slot) pair's
     const int64_t widest = std::max({c.hidden, c.q_dim(), c.ssm_value_dim(), c.shared_ff});

@@ -35,6 +35,10 @@ int attention_splits(int64_t max_context);
 
 // Blocks of the device's greedy choice over the vocabulary (kernels::greedy_token).
 constexpr int kGreedyBlocks = 128;
+// The device's top candidates cut a row of logits into slices, a block each (kernels::top_candidates):
+// as many as hold at least 1,024 logits each, at most 64 (so that the last block to finish picks
+// from at most 64 x 64 of theirs): 64 slices of 3,880 for the 248,320 of Qwen3.5/3.6, 8 for lode-mini.
+int top_candidate_slices(int64_t vocab);
 
 // The decode step's scratch for up to `rows` rows (a verify window's tokens, or one token each of
 // several sequences), offsets in
@@ -75,6 +79,14 @@ struct DecodeScratch {
   // Greedy sampling on the device: each block's largest logit [kGreedyBlocks] (float, then int32
   // index), the chosen token (int32), a block counter (kept zeroed).
   size_t greedy_partials, greedy_token, greedy_arrivals;
+  // The top candidates' slices (kernels::TopScratch): each slice's best [top_candidate_slices]
+  // [sample::kTopCandidates] (8-byte pairs) and its two counts (int32). The row's candidates go
+  // where the greedy pick's partials do.
+  size_t top_pairs, top_counts;
+  // The ids each row's top candidates set aside (kernels::set_aside): counts [rows] (int32), then
+  // ids [rows][sample::kTopAsideMost] (int32), one copy from the host; their logits back [rows]
+  // [sample::kTopAsideMost].
+  size_t top_aside, top_aside_logits;
   // The MTP block's rows (with mtp): [rows][2 hidden], each row's embedding then the hidden state it
   // pairs with; and its step's positions (int64): the K/V row, then what the rotary position adds.
   size_t mtp_rows, mtp_position;

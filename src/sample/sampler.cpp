@@ -379,40 +379,87 @@ int32_t greedy(const TopCandidates& top) {
   return best.id;
 }
 
-TopCandidates top_candidates(std::span<const float> logits, int n) {
+TopCandidates top_candidates(std::span<const float> logits, int n, std::span<const int32_t> aside) {
   if (n < 1) fail("top_candidates: {} candidates asked for; ask for at least one", n);
   if (any_invalid(logits)) return {.best = {}, .finite = -1};  // (sample_top fails, as sample() does)
+  std::vector<float> rest;  // the row with the ids set aside at -inf, which no candidate is
+  if (!aside.empty()) {
+    rest.assign(logits.begin(), logits.end());
+    for (const int32_t id : aside) {
+      if (id < 0 || size_t(id) >= logits.size())
+        fail("top_candidates: id {} set aside is outside the vocabulary of {}", id, logits.size());
+      rest[size_t(id)] = kMinusInf;
+    }
+  }
+  const std::span<const float> row = aside.empty() ? logits : std::span<const float>(rest);
   std::vector<detail::Candidate> best;
   size_t finite = 0;
-  if (!detail::keep_best_k(logits, size_t(n), best, finite)) {  // every finite logit
-    detail::every_finite(logits, best);
+  if (!detail::keep_best_k(row, size_t(n), best, finite)) {  // every finite logit
+    detail::every_finite(row, best);
     std::sort(best.begin(), best.end(), detail::better);
   }
   TopCandidates top{.finite = int64_t(finite)};
   for (const detail::Candidate& c : best) top.best.push_back({c.id, c.logit});
+  for (const int32_t id : aside) top.aside.push_back({id, logits[size_t(id)]});
   return top;
 }
 
+namespace {
+
+bool penalties_active(const SamplingParams& p) {
+  return p.penalty_last_n != 0 && (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
+}
+
+// The position of `id` in the ascending ids (which hold it).
+size_t position_in(const std::vector<int32_t>& ids, int32_t id) {
+  return size_t(std::lower_bound(ids.begin(), ids.end(), id) - ids.begin());
+}
+
+}  // namespace
+
 bool Sampler::takes_top() const {
   const SamplingParams& p = params_;
-  const bool penalties = p.penalty_last_n != 0 && (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
-                                                   p.frequency_penalty != 0.0f);
-  return p.temperature > 0.0f && p.top_k > 0 && p.top_k <= kTopCandidates && p.logit_bias.empty() && !penalties;
+  return p.temperature > 0.0f && p.top_k > 0 && p.top_k <= kTopCandidates &&
+         (p.logit_bias.empty() && !penalties_active(p) ? true : top_aside().size() <= size_t(kTopAsideMost));
+}
+
+std::vector<int32_t> Sampler::top_aside() const {
+  std::vector<int32_t> ids;
+  for (const auto& [id, bias] : params_.logit_bias) ids.push_back(id);
+  if (penalties_active(params_)) {
+    const std::span<const int32_t> window = penalty_window();
+    ids.insert(ids.end(), window.begin(), window.end());
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
 
 // The candidates top-k leaves, as build_distribution makes them from the whole row: the k best,
 // best first, where there are more than k finite logits; else every finite one, in token order
-// (then `top` holds them all).
+// (then `top` holds them all). The ids set aside get the bias and the penalties here, by the same
+// functions as a whole row, on a row of their own: every other token keeps its logit, so the
+// row's k best after the changes are among the best of the rest (k of them, or all there are)
+// and the ids set aside.
 int32_t Sampler::sample_top(const TopCandidates& top) {
   if (!takes_top())
-    fail("sampler: sampling from top candidates needs a temperature > 0, a top-k of 1 to {}, no logit bias and no "
-         "penalty", kTopCandidates);
+    fail("sampler: sampling from top candidates needs a temperature > 0, a top-k of 1 to {} and at most {} tokens "
+         "that the logit bias and the penalties change", kTopCandidates, kTopAsideMost);
+  const std::vector<int32_t> aside = top_aside();
+  if (top.aside.size() != aside.size())
+    fail("sampler: the top candidates set {} ids aside where the sampler changes {}", top.aside.size(), aside.size());
+  for (size_t i = 0; i < aside.size(); ++i) {
+    if (top.aside[i].id != aside[i])
+      fail("sampler: the top candidates set id {} aside where the sampler wants {}", top.aside[i].id, aside[i]);
+    if (!(top.aside[i].logit < std::numeric_limits<float>::infinity()))
+      fail("logit of token {} is {}: the model produced an invalid value (check the weights and the backend)",
+           aside[i], top.aside[i].logit);
+  }
   if (top.finite < 0)
     fail("a logit is NaN or +inf: the model produced an invalid value (check the weights and the backend)");
   const size_t k = size_t(params_.top_k);
-  const bool cut = top.finite > int64_t(k);
-  if (top.best.size() < std::min(k, size_t(std::max<int64_t>(top.finite, 0))) ||
-      (!cut && int64_t(top.best.size()) != top.finite))
+  if (top.best.size() < std::min(k, size_t(top.finite)) ||
+      (top.finite <= int64_t(kTopCandidates) && int64_t(top.best.size()) != top.finite))
     fail("sampler: {} top candidates of a row with {} finite logits cannot decide a top-k of {}", top.best.size(),
          top.finite, k);
   candidates_.clear();
@@ -421,6 +468,27 @@ int32_t Sampler::sample_top(const TopCandidates& top) {
       fail("sampler: a top candidate ({}, {}) is not a finite logit of the vocabulary of {}", c.id, c.logit, n_vocab_);
     candidates_.push_back({c.id, c.logit, 0.0});
   }
+  int64_t finite = top.finite;
+  if (!aside.empty()) {
+    work_.clear();
+    for (const Scored& c : top.aside) work_.push_back(c.logit);
+    std::vector<std::pair<int32_t, float>> bias;
+    for (const auto& [id, b] : params_.logit_bias) bias.emplace_back(int32_t(position_in(aside, id)), b);
+    detail::apply_logit_bias(work_, bias);
+    if (penalties_active(params_)) {
+      std::vector<int32_t> window;
+      for (const int32_t t : penalty_window()) window.push_back(int32_t(position_in(aside, t)));
+      detail::apply_penalties(work_, window, params_);
+    }
+    for (size_t i = 0; i < aside.size(); ++i) {
+      if (work_[i] == kMinusInf) continue;
+      if (!(work_[i] < std::numeric_limits<float>::infinity()))
+        fail("the logit bias took token {}'s logit to {}; use a smaller bias", aside[i], work_[i]);
+      candidates_.push_back({aside[i], work_[i], 0.0});
+      ++finite;
+    }
+  }
+  const bool cut = finite > int64_t(k);
   if (cut) {
     std::sort(candidates_.begin(), candidates_.end(), detail::better);
     candidates_.resize(k);
@@ -433,9 +501,7 @@ int32_t Sampler::sample_top(const TopCandidates& top) {
 
 bool Sampler::plain_greedy() const {
   const SamplingParams& p = params_;
-  const bool penalties = p.penalty_last_n != 0 && (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
-                                                   p.frequency_penalty != 0.0f);
-  return p.temperature <= 0.0f && p.logit_bias.empty() && !penalties;
+  return p.temperature <= 0.0f && p.logit_bias.empty() && !penalties_active(p);
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {

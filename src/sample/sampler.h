@@ -45,14 +45,20 @@ struct Scored {
 // id first on ties; every finite one where there are no more than asked for) and how many of the
 // row's logits are finite. Samplers whose top-k is at most kTopCandidates sample from the
 // kTopCandidates best as from the whole row (Sampler::sample_top): a GPU then copies 64 pairs to
-// the host, not 248,320 floats.
+// the host, not 248,320 floats. Tokens whose logits a logit bias or a penalty changes are set
+// aside (Sampler::top_aside): their logits come back as they are, and take no part in `best` or
+// `finite`, so the best that remain are still the best of the rest after the changes.
 struct TopCandidates {
-  std::vector<Scored> best{};  // any order
-  int64_t finite = 0;          // -1: the row holds a NaN or +inf (and `best` nothing): sample_top fails
+  std::vector<Scored> best{};   // any order
+  int64_t finite = 0;           // -1: the row holds a NaN or +inf (and `best` nothing): sample_top fails
+  std::vector<Scored> aside{};  // the ids set aside, in the order asked for, with their logits
 };
 constexpr int kTopCandidates = 64;
-// The n best of a row of logits, best first.
-TopCandidates top_candidates(std::span<const float> logits, int n);
+// The most ids a row may set aside (a longer penalty window's distinct tokens take the whole row).
+constexpr int kTopAsideMost = 256;
+// The n best of a row of logits, best first, those of the ids `aside` (distinct) left out and
+// returned apart.
+TopCandidates top_candidates(std::span<const float> logits, int n, std::span<const int32_t> aside = {});
 
 namespace detail {
 
@@ -112,11 +118,15 @@ public:
   // Fails on a wrong size, a NaN or +inf logit, or when every token is banned (-inf).
   int32_t sample(std::span<const float> logits);
   // Whether sample_top gives what sample() gives for the whole row: temperature > 0, a top-k of 1
-  // to kTopCandidates, no logit bias, no penalty.
+  // to kTopCandidates, and no more than kTopAsideMost tokens set aside.
   bool takes_top() const;
-  // The token sample() gives for the row `top` holds the top_candidates(row, kTopCandidates) of
-  // (from any backend, in any order). Fails where sample() would (a NaN or +inf), unless
-  // takes_top(), or when `top` does not hold enough candidates for the top-k.
+  // The tokens whose logits the logit bias and the penalties change now (ascending, distinct): the
+  // ids a step's top candidates set aside.
+  std::vector<int32_t> top_aside() const;
+  // The token sample() gives for the row `top` holds the top_candidates(row, kTopCandidates,
+  // top_aside()) of (from any backend, in any order). Fails where sample() would (a NaN or +inf),
+  // unless takes_top(), or when `top` does not hold enough candidates for the top-k or not the
+  // ids set aside.
   int32_t sample_top(const TopCandidates& top);
   // Records a token (of the prompt or generated) for the penalties.
   void accept(int32_t token);

@@ -80,6 +80,7 @@ struct EngineWorker::Running {
   int64_t prefilled = 0;  // prompt tokens in the sequence
   std::optional<int32_t> pending;  // the sampled token to run next
   size_t logprobs_sent = 0;        // logprobs entries streamed
+  std::vector<int32_t> top_aside;  // this step's ids its top candidates set aside (the row points here)
   // With drafts: this step's window (pending, then drafts), the checkpoint before it, the counts.
   std::vector<int32_t> window;
   std::shared_ptr<const engine::Checkpoint> before;
@@ -511,11 +512,15 @@ void EngineWorker::stop_job(Slot& slot) { release(slot)->fail_shutting_down(); }
 engine::StepRow EngineWorker::decode_row(Slot& slot) {
   Running& seq = *slot.running;
   engine::Sequence& sequence = *slot.sequence;
-  if (options_.mtp == 0)  // plain greedy: only the token; sampling: only the top candidates (the GPU finds them)
+  if (options_.mtp == 0) {  // plain greedy: only the token; sampling: only the top candidates (the GPU finds them)
+    const bool top = !seq.generation->greedy_only() && seq.generation->top_only();
+    seq.top_aside = top ? seq.generation->top_aside() : std::vector<int32_t>();
     return {.sequence = &sequence,
             .tokens = std::span(&*seq.pending, 1),
             .greedy_only = seq.generation->greedy_only(),
-            .top_only = !seq.generation->greedy_only() && seq.generation->top_only()};
+            .top_only = top,
+            .top_aside = seq.top_aside};
+  }
   seq.window = engine::next_window(sequence, sequence.drafter(), *seq.generation, *seq.pending, seq.options);
   seq.before = engine::window_checkpoint(sequence, seq.window);
   return engine::verify_row(sequence, seq.window, seq.generation->greedy_only());
