@@ -261,17 +261,20 @@ TEST(CudaMatvec, IntegerKernelsCoverManyRowsPerWarp) {
 // and partial tiles of 8 inputs, several blocks of inputs) give each input the bits it gets alone,
 // for every kernel form: Q8_0 rows of 256 values and more (spans), shorter Q8_0 and Q5_0 rows (whose
 // rounded x are not whole 16-byte words: 32, 96 and 160 values) and the K-quants (rows in
-// registers); and rows so long that a block takes fewer inputs (Q4_K, 21,504 values: eight inputs'
-// x would not fit in shared memory).
+// registers); Q8_0 rows of 2,048 and 4,096 values from 16 inputs (the staged kernel: a warp's one
+// or two spans); and rows so long that a block takes fewer inputs (Q4_K, 21,504 values: eight
+// inputs' x would not fit in shared memory).
 TEST(CudaMatvec, SeveralInputsOfOneMatrixGetTheBitsOfOne) {
   LODE_REQUIRE_GPU();
   lode::cuda::VramAccountant vram;
   std::mt19937 rng(17);
   const int64_t rows = 203;
-  for (const int64_t cols : {int64_t(32), int64_t(96), int64_t(160), int64_t(2048), int64_t(21504)}) {
+  for (const int64_t cols : {int64_t(32), int64_t(96), int64_t(160), int64_t(2048), int64_t(4096), int64_t(21504)}) {
     for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
       if (cols % 256 != 0 && type != GgmlType::Q8_0 && type != GgmlType::Q5_0) continue;
-      if (cols > 2048 && type != GgmlType::Q4_K) continue;
+      // (4,096: Q8_0's rows of 16 spans, the staged kernel's second form)
+      if (cols > 2048 && type != GgmlType::Q4_K && !(cols == 4096 && type == GgmlType::Q8_0)) continue;
+      if (cols == 4096 && type == GgmlType::Q4_K) continue;
       const auto& traits = lode::traits(type);
       const size_t row_bytes = lode::row_bytes(type, cols);
       std::vector<uint8_t> w(row_bytes * size_t(rows));

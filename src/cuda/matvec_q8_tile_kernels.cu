@@ -26,6 +26,7 @@
 #include "core/exact_math.h"
 #include "core/quant/blocks.h"
 #include "core/quant/q8_0_spans.h"
+#include "cuda/async_copy.cuh"
 #include "cuda/kernel_math.cuh"
 #include "cuda/matvec_launch.h"
 #include "cuda/q8_slices.cuh"
@@ -440,6 +441,129 @@ __global__ void __launch_bounds__(kTileWarps* kWarp, 2)
     }
 }
 
+// Q8_0 rows of 8 or 16 spans (2,048 or 4,096 values: the DeltaNet and attention products of the
+// 35B) with 16 inputs a block: block (c, r) takes the 16 rows of tile r and inputs 16 c ..; warp w
+// the butterfly's leaves w and w + 8 (a leaf is one span here), whose rows it copies whole into
+// shared memory by cp.async before the wait for the kernel before (the weights depend on nothing),
+// so a tile's 35-70 KB are on their way at once instead of a few steps' loads a warp. A span's 8
+// blocks are 8 mmas of k 32 for each tile of 8 inputs (A from the staged rows, B and the inputs'
+// scales read through L1 from the rounded inputs), each block's float term added to the span's sum
+// in order; a warp adds its two leaves (the butterfly's first level where there are 16), and warp 0
+// the eight warps' sums in the butterfly's order. The bits are q8_0_span_dot's and the spans
+// kernel's, as the tiles' above.
+constexpr int kStagedWarps = 8, kStagedInputTiles = 2;
+constexpr int kStagedRowBytes = kQ8_0SpanBlocks * int(sizeof(BlockQ8_0));  // a span of one row: 272
+
+template <int kSpans>  // a warp's spans (leaves): 1 or 2
+__global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
+    matvec_q8_0_staged_kernel(const uint8_t* matrix, int64_t rows, int64_t cols, size_t row_bytes, ProblemIo io,
+                              float* y, int64_t n_problems, const int4* rounded) {
+  extern __shared__ int4 staged_words[];
+  constexpr int kTileBytes = kTileRows * kStagedRowBytes;  // one span of the tile's 16 rows
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t first = int64_t(blockIdx.y) * kTileRows, p = int64_t(blockIdx.x) * kTileInputs * kStagedInputTiles;
+  uint8_t* const mine = reinterpret_cast<uint8_t*>(staged_words) + size_t(warp) * kSpans * kTileBytes;
+  // The warp's spans w, w + 8 of the tile's rows (rows past the end: the last row again, unstored).
+  for (int c = lane; c < kSpans * kTileBytes / 16; c += kWarp) {
+    const int k = c / (kTileBytes / 16), in_tile = c % (kTileBytes / 16);
+    const int r = in_tile / (kStagedRowBytes / 16), word = in_tile % (kStagedRowBytes / 16);
+    const int span = warp + kStagedWarps * k;
+    const uint8_t* from = matrix + min(first + r, rows - 1) * int64_t(row_bytes) + span * kStagedRowBytes + 16 * word;
+    copy_async<16, true>(mine + 16 * c, from, true);
+  }
+  kernels::begin_after_inputs();
+  const TileLane tl{lane / 4, lane % 4};
+  const int inputs = int(min(int64_t(kTileInputs * kStagedInputTiles), n_problems - p));
+  const size_t words = rounded_x_words(size_t(cols), cols);
+  // B's input (g) and C's two (2 t, 2 t + 1) of each tile of inputs, as rounded inputs.
+  const int8_t* bq[kStagedInputTiles];
+  const float* cd[kStagedInputTiles][2];
+#pragma unroll
+  for (int j = 0; j < kStagedInputTiles; ++j) {
+    const auto at = [&](int i) { return reinterpret_cast<const int8_t*>(rounded + io.input(p + min(i, inputs - 1)) * words); };
+    bq[j] = at(kTileInputs * j + tl.g);
+    cd[j][0] = reinterpret_cast<const float*>(at(kTileInputs * j + 2 * tl.t) + cols);
+    cd[j][1] = reinterpret_cast<const float*>(at(kTileInputs * j + 2 * tl.t + 1) + cols);
+  }
+  copies_arrived();
+  __syncwarp();
+  float leaf[kSpans][kStagedInputTiles][4];
+#pragma unroll
+  for (int k = 0; k < kSpans; ++k) {
+    const int span = warp + kStagedWarps * k;
+    const uint8_t* const row[2] = {mine + k * kTileBytes + tl.g * kStagedRowBytes,
+                                   mine + k * kTileBytes + (tl.g + 8) * kStagedRowBytes};
+#pragma unroll
+    for (int j = 0; j < kStagedInputTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) leaf[k][j][e] = 0.0f;
+#pragma unroll
+    for (int b = 0; b < kQ8_0SpanBlocks; ++b) {
+      const int blk = kQ8_0SpanBlocks * span + b;
+      uint2 w[2];
+      float d[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        w[r] = u64_at_b2<FromShared>(row[r] + b * int(sizeof(BlockQ8_0)) + 2 + 8 * tl.t);
+        d[r] = half_at<FromShared>(row[r] + b * int(sizeof(BlockQ8_0)));
+      }
+#pragma unroll
+      for (int j = 0; j < kStagedInputTiles; ++j) {
+        const int2 xv = __ldg(reinterpret_cast<const int2*>(bq[j] + 32 * blk + 8 * tl.t));
+        int c[4] = {0, 0, 0, 0};
+        mma_k32(c, int(w[0].x), int(w[1].x), int(w[0].y), int(w[1].y), xv.x, xv.y);
+        const float xd[2] = {__ldg(cd[j][0] + blk), __ldg(cd[j][1] + blk)};
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          leaf[k][j][e] = exact::add(leaf[k][j][e], exact::mul(exact::mul(d[e / 2], xd[e % 2]), float(c[e])));
+      }
+    }
+  }
+  // The butterfly: leaves w and w + 8 first (offset 8 of 16), then the warps' sums (offsets 4, 2, 1).
+  float* const sums = reinterpret_cast<float*>(staged_words);  // (after every warp is done with its rows)
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kStagedInputTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float v = kSpans == 2 ? exact::add(leaf[0][j][e], leaf[kSpans - 1][j][e]) : leaf[0][j][e];
+      sums[((warp * kStagedInputTiles + j) * 4 + e) * kWarp + lane] = v;
+    }
+  __syncthreads();
+  if (warp != 0) return;
+  const auto at = [&](int w_, int j, int e) { return sums[((w_ * kStagedInputTiles + j) * 4 + e) * kWarp + lane]; };
+#pragma unroll
+  for (int j = 0; j < kStagedInputTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float a = exact::add(at(0, j, e), at(4, j, e)), b = exact::add(at(2, j, e), at(6, j, e));
+      const float c = exact::add(at(1, j, e), at(5, j, e)), d = exact::add(at(3, j, e), at(7, j, e));
+      const float result = exact::add(exact::add(a, b), exact::add(c, d));
+      const int64_t r = first + tl.g + 8 * (e / 2);
+      const int i = tl.input(j, e);
+      if (r < rows && i < inputs) y[(p + i) * io.y_stride + r] = result;
+    }
+}
+
+// The spans a warp of the staged kernel takes for a Q8_0 row of `cols` values; 0 where it does not
+// take them (rows of other than 8 or 16 spans).
+int staged_spans_a_warp(int64_t cols) {
+  const int64_t spans = cols / kQ8_0SpanValues;
+  return cols % kQ8_0SpanValues == 0 && (spans == 8 || spans == 16) ? int(spans / kStagedWarps) : 0;
+}
+
+template <int kSpans>
+cudaError_t launch_q8_0_staged(const MatvecLaunch& m) {
+  const auto kernel = matvec_q8_0_staged_kernel<kSpans>;
+  const size_t shared = size_t(kStagedWarps) * kSpans * kTileRows * kStagedRowBytes;
+  if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
+  const int64_t per_block = int64_t(kTileInputs) * kStagedInputTiles;
+  const dim3 grid(unsigned((m.n_problems + per_block - 1) / per_block), unsigned((m.rows + kTileRows - 1) / kTileRows));
+  return kernels::launch_overlapped(kernel, grid, dim3(kStagedWarps * kWarp), shared, m.stream,
+                                    static_cast<const uint8_t*>(m.w), m.rows, m.cols, m.row_bytes, m.io, m.y,
+                                    m.n_problems, static_cast<const int4*>(m.rounded));
+}
+
 // An input's shared words: its rounded words, rounded up to kPad past a multiple of 8.
 int tile_stride(int64_t cols, int pad) {
   const int words = int(rounded_x_words(size_t(cols), cols));
@@ -528,6 +652,11 @@ bool q8_tiles_take(const MatvecLaunch& m) {
 }
 
 cudaError_t launch_q8_tiles(const MatvecLaunch& m) {
+  if (m.type == GgmlType::Q8_0) {
+    const int spans = staged_spans_a_warp(m.cols);
+    if (spans == 1) return launch_q8_0_staged<1>(m);
+    if (spans == 2) return launch_q8_0_staged<2>(m);
+  }
   cudaError_t err = cudaErrorInvalidValue;
   with_tile_unit(m.type, [&](auto unit) {
     using U = decltype(unit);
