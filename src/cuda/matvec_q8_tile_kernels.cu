@@ -1,7 +1,9 @@
 // Products of 16 and more 8-bit inputs of one matrix on the tensor cores (decode rows of many
 // sequences, or of one sequence's positions), for Q8_0 rows of 256 values and more, Q4_K, Q5_K and
 // Q6_K: launch_matvec_q8 hands such launches here (q8_tiles_take). A warp takes 16 rows by 8 inputs
-// (an mma tile) or by 16; where the tiles are few, several warps share one.
+// (an mma tile) or by 16; where the tiles are few, several warps share one. Q8_0 rows of 8 or 16
+// spans, and K-quant rows with 16 inputs, go to kernels that copy a tile's rows whole into shared
+// memory first (matvec_q8_0_staged_kernel, matvec_q8_staged_kernel).
 //
 // Every input's products keep the bits they get alone (matvec_q8_kernel, and the CPU miss path's
 // twin, cpu/q8_twin.h):
@@ -20,6 +22,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -117,15 +120,16 @@ struct K45Tile {
     uint4 head[2];
     uint32_t q[2], fifth[2];
   };
+  template <class M = FromCache>
   __device__ static Raw load(const uint8_t* const (&row)[2], int s, int, TileLane lane) {
     Raw raw;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const Block& b = reinterpret_cast<const Block*>(row[r])[s / 8];
-      raw.head[r] = __ldg(reinterpret_cast<const uint4*>(&b));
-      raw.q[r] = __ldg(reinterpret_cast<const uint32_t*>(b.qs + 16 * (s % 8) + 4 * lane.t));
+      raw.head[r] = M::template at<uint4>(&b);
+      raw.q[r] = M::template at<uint32_t>(b.qs + 16 * (s % 8) + 4 * lane.t);
       raw.fifth[r] = 0;
-      if constexpr (kFifthBit) raw.fifth[r] = __ldg(reinterpret_cast<const uint32_t*>(b.qh + 16 * (s % 2) + 4 * lane.t));
+      if constexpr (kFifthBit) raw.fifth[r] = M::template at<uint32_t>(b.qh + 16 * (s % 2) + 4 * lane.t);
     }
     return raw;
   }
@@ -184,6 +188,7 @@ struct TileUnit<GgmlType::Q6_K> {
     uint2 scales[2];
     float d[2];
   };
+  template <class M = FromCache>
   __device__ static Raw load(const uint8_t* const (&row)[2], int s, int, TileLane lane) {
     const int blk = s / 8, half = (s % 8) / 4, tq = s % 4, t = lane.t;
     Raw raw;
@@ -193,12 +198,12 @@ struct TileUnit<GgmlType::Q6_K> {
       raw.qa[r] = raw.qb[r] = raw.qh[r] = 0;
       if (t < 2) {
         const uint8_t* ql = block + 64 * half + 8 * tq + 4 * t;
-        raw.qa[r] = uint32_t(u32_at_b2<FromCache>(ql));
-        raw.qb[r] = uint32_t(u32_at_b2<FromCache>(ql + 32));
-        raw.qh[r] = uint32_t(u32_at_b2<FromCache>(block + offsetof(BlockQ6_K, qh) + 32 * half + 8 * tq + 4 * t));
+        raw.qa[r] = uint32_t(u32_at_b2<M>(ql));
+        raw.qb[r] = uint32_t(u32_at_b2<M>(ql + 32));
+        raw.qh[r] = uint32_t(u32_at_b2<M>(block + offsetof(BlockQ6_K, qh) + 32 * half + 8 * tq + 4 * t));
       }
-      raw.scales[r] = u64_at_b2<FromCache>(block + offsetof(BlockQ6_K, scales) + 8 * half);
-      raw.d[r] = half_at<FromCache>(block + offsetof(BlockQ6_K, d));
+      raw.scales[r] = u64_at_b2<M>(block + offsetof(BlockQ6_K, scales) + 8 * half);
+      raw.d[r] = half_at<M>(block + offsetof(BlockQ6_K, d));
     }
     return raw;
   }
@@ -251,13 +256,14 @@ struct TileUnit<GgmlType::Q8_0> {
     uint2 w[2];
     float d[2];
   };
+  template <class M = FromCache>
   __device__ static Raw load(const uint8_t* const (&row)[2], int s, int b, TileLane lane) {
     Raw raw;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const uint8_t* block = row[r] + (kQ8_0SpanBlocks * s + b) * int(sizeof(BlockQ8_0));
-      raw.w[r] = u64_at_b2<FromCache>(block + 2 + 8 * lane.t);
-      raw.d[r] = half_at<FromCache>(block);
+      raw.w[r] = u64_at_b2<M>(block + 2 + 8 * lane.t);
+      raw.d[r] = half_at<M>(block);
     }
     return raw;
   }
@@ -564,6 +570,115 @@ cudaError_t launch_q8_0_staged(const MatvecLaunch& m) {
                                     m.n_problems, static_cast<const int4*>(m.rounded));
 }
 
+// K-quant rows staged whole, for 16 inputs (stop 61; the lm head of a step of 16 sequences): block
+// (c, r) copies the 16 rows of tile r into shared memory by cp.async before its wait (a unit's bytes
+// lie all over its super-block, so the warps share the copy), and they are read once from DRAM,
+// where matvec_q8_tiles_kernel reads each warp's steps a few at a time through L1 and, its units
+// out of address order, brought the lm head's rows from DRAM about seven times over (Nsight Compute,
+// 16 inputs on an H100: 3 GB moved for its 417 MB, 1.28 ms). Warp w then takes the butterfly's
+// leaves w, w + 8, ... (kLeaves of them), each leaf's units in order for 8 inputs (A from the staged
+// rows, B and the inputs' scales read in place from the rounded inputs, consecutive ones), adds its
+// leaves in the butterfly's first levels, and warp 0 the eight warps' sums in its last three. On
+// that H100, `bench_cuda_matvec inputs`: the lm head with 16 inputs 874 us against 1,300, with 64
+// 3,344 against 2,936 (so 16 only), and Q8_0 rows through this kernel slower than through the one
+// above (DeltaNet qkv with 16 inputs 31.7 us against 26.2).
+constexpr size_t kStagedMostBytes = 96 << 10;  // a tile's rows at most (Q4_K rows of 21,504 values stay above)
+
+template <class U, int kLeaves, int kN = 1>
+__global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
+    matvec_q8_staged_kernel(const uint8_t* matrix, int64_t rows, int64_t cols, size_t row_bytes, ProblemIo io,
+                            float* y, int per_leaf, int64_t n_problems, const int4* rounded) {
+  extern __shared__ int4 staged_words[];
+  constexpr int kLanes = kLeaves * kStagedWarps;  // the butterfly's leaves
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int64_t first = int64_t(blockIdx.y) * kTileRows, p = int64_t(blockIdx.x) * kTileInputs * kN;
+  uint8_t* const tile = reinterpret_cast<uint8_t*>(staged_words);
+  const int row_words = int(row_bytes / 16);
+  for (int c = threadIdx.x; c < kTileRows * row_words; c += kStagedWarps * kWarp) {  // (past the end: the last row)
+    const int64_t r = min(first + c / row_words, rows - 1);
+    copy_async<16, true>(tile + 16 * c, matrix + r * int64_t(row_bytes) + 16 * (c % row_words), true);
+  }
+  kernels::begin_after_inputs();
+  const int inputs = int(min(int64_t(kTileInputs * kN), n_problems - p));
+  const int words = int(rounded_x_words(size_t(cols), cols));
+  const TileLane tl{lane / 4, lane % 4};
+  const TileX<kN> x(rounded + io.input(p) * words, words, int(cols), inputs - 1, tl.g, tl.t);
+  copies_arrived();
+  __syncthreads();
+  const uint8_t* const row[2] = {tile + tl.g * row_bytes, tile + (tl.g + 8) * row_bytes};
+  float leaf[kLeaves][kN][4];
+#pragma unroll
+  for (int k = 0; k < kLeaves; ++k) {
+    set_zero(leaf[k]);
+    for (int jj = 0; jj < per_leaf; ++jj) {
+      const int unit = warp + kStagedWarps * k + kLanes * jj;
+      float sum[kN][4];
+      set_zero(sum);
+#pragma unroll
+      for (int b = 0; b < U::kSteps; ++b)
+        U::template step<kN>(U::template load<FromShared>(row, unit, b, tl), unit, b, tl, x, sum);
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) leaf[k][j][e] = exact::add(leaf[k][j][e], sum[j][e]);
+    }
+  }
+  // The butterfly's levels within the warp (leaves 8 k apart: offsets kLanes / 2 .. 8), then across
+  // the warps (offsets 4, 2, 1) through shared memory.
+#pragma unroll
+  for (int o = kLeaves / 2; o > 0; o /= 2)
+#pragma unroll
+    for (int k = 0; k < o; ++k)
+#pragma unroll
+      for (int j = 0; j < kN; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) leaf[k][j][e] = exact::add(leaf[k][j][e], leaf[k + o][j][e]);
+  float* const sums = reinterpret_cast<float*>(staged_words);  // (after every warp is done with the rows)
+  const auto at = [&](int w_, int j, int e) -> float& { return sums[((w_ * kN + j) * 4 + e) * kWarp + lane]; };
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) at(warp, j, e) = leaf[0][j][e];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float a = exact::add(at(0, j, e), at(4, j, e)), b = exact::add(at(2, j, e), at(6, j, e));
+      const float c = exact::add(at(1, j, e), at(5, j, e)), d = exact::add(at(3, j, e), at(7, j, e));
+      const int64_t r = first + tl.g + 8 * (e / 2);
+      const int i = tl.input(j, e);
+      if (r < rows && i < inputs) y[(p + i) * io.y_stride + r] = exact::add(exact::add(a, b), exact::add(c, d));
+    }
+}
+
+// A warp's leaves where the staged K-quant kernel takes a launch (0 where it does not): 16 inputs,
+// consecutive ones (a plain matrix's rows of 16 sequences), a butterfly of 8 leaves or more, and a
+// tile's rows in whole 16-byte words that fit kStagedMostBytes.
+template <class U>
+int staged_leaves(const MatvecLaunch& m) {
+  const int lanes = lanes_for(m.cols / U::kValues);
+  const bool consecutive = m.io.x_stride != 0 && m.io.x_run == 1 && m.io.x_inputs >= m.n_problems;
+  const bool fits = m.row_bytes % 16 == 0 && size_t(kTileRows) * m.row_bytes <= kStagedMostBytes &&
+                    reinterpret_cast<uintptr_t>(m.w) % 16 == 0;
+  return U::kSteps == 1 && m.n_problems == 16 && lanes >= kStagedWarps && consecutive && fits ? lanes / kStagedWarps
+                                                                                              : 0;
+}
+
+template <class U, int kLeaves>
+cudaError_t launch_staged(const MatvecLaunch& m) {
+  const auto kernel = matvec_q8_staged_kernel<U, kLeaves>;
+  const size_t shared = std::max(size_t(kTileRows) * m.row_bytes, size_t(kStagedWarps * 4 * kWarp) * sizeof(float));
+  if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
+  const int64_t lanes = kLeaves * kStagedWarps;
+  const dim3 grid(unsigned((m.n_problems + kTileInputs - 1) / kTileInputs), unsigned((m.rows + kTileRows - 1) / kTileRows));
+  return kernels::launch_overlapped(kernel, grid, dim3(kStagedWarps * kWarp), shared, m.stream,
+                                    static_cast<const uint8_t*>(m.w), m.rows, m.cols, m.row_bytes, m.io, m.y,
+                                    int(m.cols / U::kValues / lanes), m.n_problems, static_cast<const int4*>(m.rounded));
+}
+
 // An input's shared words: its rounded words, rounded up to kPad past a multiple of 8.
 int tile_stride(int64_t cols, int pad) {
   const int words = int(rounded_x_words(size_t(cols), cols));
@@ -660,6 +775,14 @@ cudaError_t launch_q8_tiles(const MatvecLaunch& m) {
   cudaError_t err = cudaErrorInvalidValue;
   with_tile_unit(m.type, [&](auto unit) {
     using U = decltype(unit);
+    if constexpr (U::kSteps == 1) {  // (the K-quants)
+      switch (staged_leaves<U>(m)) {
+        case 1: err = launch_staged<U, 1>(m); return;
+        case 2: err = launch_staged<U, 2>(m); return;
+        case 4: err = launch_staged<U, 4>(m); return;
+        default: break;
+      }
+    }
     err = tiles_of_inputs<U>(m) == 2 ? launch_tiles<U, 2>(m) : launch_tiles<U, 1>(m);
   });
   return err;
