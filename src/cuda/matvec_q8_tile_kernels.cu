@@ -447,6 +447,35 @@ __global__ void __launch_bounds__(kTileWarps* kWarp, 2)
     }
 }
 
+// The staged kernels' end: each of the eight warps' sums of its leaves [kN][4] (the butterfly's
+// levels inside the warp done) met in the butterfly's last three levels (offsets 4, 2, 1) through
+// shared memory at `sums` (which may hold the staged rows until every warp is done with them), and
+// stored by warp 0: rows first + g and + 8, inputs p + 8 j + 2 t and + 1, those inside rows and
+// inputs.
+template <int kN>
+__device__ void store_warps_sums(const float (&mine)[kN][4], float* sums, TileLane tl, int64_t first, int64_t rows,
+                                 int64_t p, int inputs, const ProblemIo& io, float* y) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const auto at = [&](int w_, int j, int e) -> float& { return sums[((w_ * kN + j) * 4 + e) * kWarp + lane]; };
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) at(warp, j, e) = mine[j][e];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float a = exact::add(at(0, j, e), at(4, j, e)), b = exact::add(at(2, j, e), at(6, j, e));
+      const float c = exact::add(at(1, j, e), at(5, j, e)), d = exact::add(at(3, j, e), at(7, j, e));
+      const int64_t r = first + tl.g + 8 * (e / 2);
+      const int i = tl.input(j, e);
+      if (r < rows && i < inputs) y[(p + i) * io.y_stride + r] = exact::add(exact::add(a, b), exact::add(c, d));
+    }
+}
+
 // Q8_0 rows of 8 or 16 spans (2,048 or 4,096 values: the DeltaNet and attention products of the
 // 35B) with 16 inputs a block: block (c, r) takes the 16 rows of tile r and inputs 16 c ..; warp w
 // the butterfly's leaves w and w + 8 (a leaf is one span here), whose rows it copies whole into
@@ -526,29 +555,13 @@ __global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
     }
   }
   // The butterfly: leaves w and w + 8 first (offset 8 of 16), then the warps' sums (offsets 4, 2, 1).
-  float* const sums = reinterpret_cast<float*>(staged_words);  // (after every warp is done with its rows)
-  __syncthreads();
+  float leaves_sum[kStagedInputTiles][4];
 #pragma unroll
   for (int j = 0; j < kStagedInputTiles; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float v = kSpans == 2 ? exact::add(leaf[0][j][e], leaf[kSpans - 1][j][e]) : leaf[0][j][e];
-      sums[((warp * kStagedInputTiles + j) * 4 + e) * kWarp + lane] = v;
-    }
-  __syncthreads();
-  if (warp != 0) return;
-  const auto at = [&](int w_, int j, int e) { return sums[((w_ * kStagedInputTiles + j) * 4 + e) * kWarp + lane]; };
-#pragma unroll
-  for (int j = 0; j < kStagedInputTiles; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float a = exact::add(at(0, j, e), at(4, j, e)), b = exact::add(at(2, j, e), at(6, j, e));
-      const float c = exact::add(at(1, j, e), at(5, j, e)), d = exact::add(at(3, j, e), at(7, j, e));
-      const float result = exact::add(exact::add(a, b), exact::add(c, d));
-      const int64_t r = first + tl.g + 8 * (e / 2);
-      const int i = tl.input(j, e);
-      if (r < rows && i < inputs) y[(p + i) * io.y_stride + r] = result;
-    }
+    for (int e = 0; e < 4; ++e)
+      leaves_sum[j][e] = kSpans == 2 ? exact::add(leaf[0][j][e], leaf[kSpans - 1][j][e]) : leaf[0][j][e];
+  store_warps_sums(leaves_sum, reinterpret_cast<float*>(staged_words), tl, first, rows, p, inputs, io, y);
 }
 
 // The spans a warp of the staged kernel takes for a Q8_0 row of `cols` values; 0 where it does not
@@ -633,25 +646,7 @@ __global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
       for (int j = 0; j < kN; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) leaf[k][j][e] = exact::add(leaf[k][j][e], leaf[k + o][j][e]);
-  float* const sums = reinterpret_cast<float*>(staged_words);  // (after every warp is done with the rows)
-  const auto at = [&](int w_, int j, int e) -> float& { return sums[((w_ * kN + j) * 4 + e) * kWarp + lane]; };
-  __syncthreads();
-#pragma unroll
-  for (int j = 0; j < kN; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) at(warp, j, e) = leaf[0][j][e];
-  __syncthreads();
-  if (warp != 0) return;
-#pragma unroll
-  for (int j = 0; j < kN; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float a = exact::add(at(0, j, e), at(4, j, e)), b = exact::add(at(2, j, e), at(6, j, e));
-      const float c = exact::add(at(1, j, e), at(5, j, e)), d = exact::add(at(3, j, e), at(7, j, e));
-      const int64_t r = first + tl.g + 8 * (e / 2);
-      const int i = tl.input(j, e);
-      if (r < rows && i < inputs) y[(p + i) * io.y_stride + r] = exact::add(exact::add(a, b), exact::add(c, d));
-    }
+  store_warps_sums(leaf[0], reinterpret_cast<float*>(staged_words), tl, first, rows, p, inputs, io, y);
 }
 
 // A warp's leaves where the staged K-quant kernel takes a launch (0 where it does not): 16 inputs,

@@ -957,12 +957,6 @@ struct CudaSession::Impl {
     return positions;
   }
 
-  // Tokens in one step, each row computed as a one-token step of its sequence computes it: rows of
-  // distinct sequences (`sequences`, a token each), or with `sequences` empty a verify window, the
-  // tokens at the current sequence's next positions (its states before each kept for cut_window).
-  // Out, as `wanted`, each row's logits [n][vocab] into logits_out or its greedy token into
-  // greedy_out [n] (-1 where there is none), and each row's final-normed hidden state [n][hidden]
-  // into hidden_out when it is not null (not with StepOutput::none).
   // The rows' ids set aside to the device (their counts, and where there are any, the ids): whether
   // there are any.
   bool stage_aside(std::span<const std::span<const int32_t>> aside, int n) {
@@ -980,6 +974,12 @@ struct CudaSession::Impl {
     return any;
   }
 
+  // Tokens in one step, each row computed as a one-token step of its sequence computes it: rows of
+  // distinct sequences (`sequences`, a token each), or with `sequences` empty a verify window, the
+  // tokens at the current sequence's next positions (its states before each kept for cut_window).
+  // Out, as `wanted`, each row's logits [n][vocab] into logits_out or its greedy token into
+  // greedy_out [n] (-1 where there is none), and each row's final-normed hidden state [n][hidden]
+  // into hidden_out when it is not null (not with StepOutput::none).
   // With top candidates, `aside` holds each row's ids set aside (Row::aside), and aside_out gets
   // them with their logits.
   void step(std::span<const int32_t> tokens, std::span<const int64_t> sequences, StepOutput wanted, float* logits_out,
