@@ -335,7 +335,7 @@ TEST(Sampler, TopCandidatesAndWhatSampleTopRefuses) {
 // the rest's best found apart: sampling from those gives what sampling the whole row gives, draw
 // after draw as the history grows, where the penalised tokens crowd the row's best (a history of
 // them), where the bias lifts a poor token to the top or bans good ones, and where the bans leave
-// no more finite logits than the top-k.
+// no more finite logits than the top-k; greedy sampling (temperature 0) too.
 TEST(Sampler, SampleTopWithBiasAndPenaltiesGivesWhatTheWholeRowGives) {
   std::mt19937 gen(5);
   for (int trial = 0; trial < 60; ++trial) {
@@ -343,8 +343,8 @@ TEST(Sampler, SampleTopWithBiasAndPenaltiesGivesWhatTheWholeRowGives) {
     std::vector<float> row = random_logits(n, uint32_t(300 + trial), trial % 2 ? 1.0f : 4.0f);
     if (trial % 4 == 1)
       for (float& x : row) x = std::round(x * 2) / 2;  // ties
-    SamplingParams params = plain(std::vector<float>{0.5f, 1.0f, 1.3f}[size_t(trial) % 3]);
-    params.top_k = std::vector<int>{20, 64, 5, 40}[size_t(trial) % 4];
+    SamplingParams params = plain(trial % 5 == 4 ? 0.0f : std::vector<float>{0.5f, 1.0f, 1.3f}[size_t(trial) % 3]);
+    params.top_k = trial % 5 == 4 ? trial % 2 * 20 : std::vector<int>{20, 64, 5, 40}[size_t(trial) % 4];
     params.top_p = trial % 3 ? 0.95f : 1.0f;
     params.seed = uint64_t(trial);
     params.repeat_penalty = trial % 2 ? 1.3f : 1.0f;
@@ -353,9 +353,13 @@ TEST(Sampler, SampleTopWithBiasAndPenaltiesGivesWhatTheWholeRowGives) {
     params.penalty_last_n = trial % 7 == 0 ? -1 : 64;
     const TopCandidates plain_top = top_candidates(row, kTopCandidates);
     if (trial % 4 == 2) params.logit_bias.emplace_back(int32_t(gen() % n), 25.0f);  // a poor token lifted
+    if (params.temperature == 0.0f && trial % 8 == 3) params.repeat_penalty = 1.0f;  // (greedy, no repetition penalty)
     if (trial % 4 == 3)  // good tokens banned (with a small row, all but 30)
       for (size_t i = 0; i < (n == 40 ? 10 : plain_top.best.size() / 2); ++i)
         params.logit_bias.emplace_back(n == 40 ? int32_t(i) : plain_top.best[i].id, -kInf);
+    if (params.temperature == 0.0f && params.logit_bias.empty() && params.repeat_penalty == 1.0f &&
+        params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f)
+      params.presence_penalty = 0.2f;  // (plain greedy takes the greedy token alone, not top candidates)
     Sampler whole(params, int64_t(n)), from_top(params, int64_t(n));
     for (size_t i = 0; i < plain_top.best.size(); i += 2)  // a history of the row's best tokens
       whole.accept(plain_top.best[i].id), from_top.accept(plain_top.best[i].id);

@@ -419,8 +419,10 @@ size_t position_in(const std::vector<int32_t>& ids, int32_t id) {
 
 bool Sampler::takes_top() const {
   const SamplingParams& p = params_;
-  return p.temperature > 0.0f && p.top_k > 0 && p.top_k <= kTopCandidates &&
-         (p.logit_bias.empty() && !penalties_active(p) ? true : top_aside().size() <= size_t(kTopAsideMost));
+  const bool changed = !p.logit_bias.empty() || penalties_active(p);
+  // (Greedy sampling with no bias and no penalty takes the greedy token alone: plain_greedy.)
+  const bool sampling = p.temperature > 0.0f ? p.top_k > 0 && p.top_k <= kTopCandidates : changed;
+  return sampling && (!changed || top_aside().size() <= size_t(kTopAsideMost));
 }
 
 std::vector<int32_t> Sampler::top_aside() const {
@@ -443,8 +445,8 @@ std::vector<int32_t> Sampler::top_aside() const {
 // and the ids set aside.
 int32_t Sampler::sample_top(const TopCandidates& top) {
   if (!takes_top())
-    fail("sampler: sampling from top candidates needs a temperature > 0, a top-k of 1 to {} and at most {} tokens "
-         "that the logit bias and the penalties change", kTopCandidates, kTopAsideMost);
+    fail("sampler: sampling from top candidates needs a temperature > 0 and a top-k of 1 to {}, or greedy sampling "
+         "with a logit bias or a penalty, and at most {} tokens that those change", kTopCandidates, kTopAsideMost);
   const std::vector<int32_t> aside = top_aside();
   if (top.aside.size() != aside.size())
     fail("sampler: the top candidates set {} ids aside where the sampler changes {}", top.aside.size(), aside.size());
@@ -457,7 +459,7 @@ int32_t Sampler::sample_top(const TopCandidates& top) {
   }
   if (top.finite < 0)
     fail("a logit is NaN or +inf: the model produced an invalid value (check the weights and the backend)");
-  const size_t k = size_t(params_.top_k);
+  const size_t k = params_.temperature > 0.0f ? size_t(params_.top_k) : 1;  // (greedy: the best)
   if (top.best.size() < std::min(k, size_t(top.finite)) ||
       (top.finite <= int64_t(kTopCandidates) && int64_t(top.best.size()) != top.finite))
     fail("sampler: {} top candidates of a row with {} finite logits cannot decide a top-k of {}", top.best.size(),
@@ -487,6 +489,11 @@ int32_t Sampler::sample_top(const TopCandidates& top) {
       candidates_.push_back({aside[i], work_[i], 0.0});
       ++finite;
     }
+  }
+  if (params_.temperature <= 0.0f) {  // greedy: the best of them (argmax's: the lowest id among equals)
+    if (candidates_.empty())
+      fail("every logit is -inf, so no token can be chosen; check logit_bias does not ban them all");
+    return std::min_element(candidates_.begin(), candidates_.end(), detail::better)->id;
   }
   const bool cut = finite > int64_t(k);
   if (cut) {

@@ -117,8 +117,9 @@ public:
   // The next token for these logits [n_vocab]. Does not record it: call accept() for that.
   // Fails on a wrong size, a NaN or +inf logit, or when every token is banned (-inf).
   int32_t sample(std::span<const float> logits);
-  // Whether sample_top gives what sample() gives for the whole row: temperature > 0, a top-k of 1
-  // to kTopCandidates, and no more than kTopAsideMost tokens set aside.
+  // Whether sample_top gives what sample() gives for the whole row: temperature > 0 and a top-k of
+  // 1 to kTopCandidates, or greedy sampling with a logit bias or a penalty (plain greedy sampling
+  // takes the greedy token alone); and no more than kTopAsideMost tokens set aside.
   bool takes_top() const;
   // The tokens whose logits the logit bias and the penalties change now (ascending, distinct): the
   // ids a step's top candidates set aside.
