@@ -418,11 +418,16 @@ size_t position_in(const std::vector<int32_t>& ids, int32_t id) {
 }  // namespace
 
 bool Sampler::takes_top() const {
+  const bool changed = !params_.logit_bias.empty() || penalties_active(params_);
+  return takes_top_with(changed ? top_aside().size() : 0);
+}
+
+bool Sampler::takes_top_with(size_t aside) const {
   const SamplingParams& p = params_;
   const bool changed = !p.logit_bias.empty() || penalties_active(p);
   // (Greedy sampling with no bias and no penalty takes the greedy token alone: plain_greedy.)
   const bool sampling = p.temperature > 0.0f ? p.top_k > 0 && p.top_k <= kTopCandidates : changed;
-  return sampling && (!changed || top_aside().size() <= size_t(kTopAsideMost));
+  return sampling && aside <= size_t(kTopAsideMost);
 }
 
 std::vector<int32_t> Sampler::top_aside() const {
@@ -444,10 +449,10 @@ std::vector<int32_t> Sampler::top_aside() const {
 // row's k best after the changes are among the best of the rest (k of them, or all there are)
 // and the ids set aside.
 int32_t Sampler::sample_top(const TopCandidates& top) {
-  if (!takes_top())
+  const std::vector<int32_t> aside = top_aside();  // (once: with a long penalty window it sorts the window)
+  if (!takes_top_with(aside.size()))
     fail("sampler: sampling from top candidates needs a temperature > 0 and a top-k of 1 to {}, or greedy sampling "
          "with a logit bias or a penalty, and at most {} tokens that those change", kTopCandidates, kTopAsideMost);
-  const std::vector<int32_t> aside = top_aside();
   if (top.aside.size() != aside.size())
     fail("sampler: the top candidates set {} ids aside where the sampler changes {}", top.aside.size(), aside.size());
   for (size_t i = 0; i < aside.size(); ++i) {

@@ -141,6 +141,8 @@ public:
 
 private:
   std::span<const int32_t> penalty_window() const;
+  // takes_top() with `aside` ids set aside (none where there is no bias and no penalty).
+  bool takes_top_with(size_t aside) const;
 
   SamplingParams params_;
   int64_t n_vocab_;
