@@ -80,8 +80,10 @@ struct ExpertsOnDevice {
   const void* const* device_table() const { return table.as<const void*>(); }
 };
 
+// `offset` bytes into the device buffer (a matrix off a 16-byte boundary: where the staged kernels
+// read in place).
 ExpertsOnDevice experts_on_device(lode::cuda::VramAccountant& vram, GgmlType type, int64_t rows, int64_t cols,
-                                  int64_t count, std::mt19937& rng) {
+                                  int64_t count, std::mt19937& rng, size_t offset = 0) {
   const auto& traits = lode::traits(type);
   ExpertsOnDevice e;
   e.row_bytes = lode::row_bytes(type, cols), e.matrix_bytes = e.row_bytes * size_t(rows);
@@ -89,10 +91,10 @@ ExpertsOnDevice experts_on_device(lode::cuda::VramAccountant& vram, GgmlType typ
   const auto values = normal_floats(size_t(rows * cols), rng);
   for (int64_t r = 0; r < rows * count; ++r)
     traits.quantize(values.data() + (r * 7 % rows) * cols, e.host.data() + r * e.row_bytes, cols);
-  e.experts = lode::cuda::DeviceBuffer(vram, e.host.size(), lode::cuda::VramUse::experts, "experts");
-  lode::cuda::copy_to_device(e.experts.data(), e.host.data(), e.host.size());
+  e.experts = lode::cuda::DeviceBuffer(vram, offset + e.host.size(), lode::cuda::VramUse::experts, "experts");
+  lode::cuda::copy_to_device(e.experts.as<uint8_t>() + offset, e.host.data(), e.host.size());
   std::vector<const void*> table;
-  for (int64_t x = 0; x < count; ++x) table.push_back(e.experts.as<uint8_t>() + x * e.matrix_bytes);
+  for (int64_t x = 0; x < count; ++x) table.push_back(e.experts.as<uint8_t>() + offset + x * e.matrix_bytes);
   e.table = on_device(vram, table, "table");
   return e;
 }
@@ -462,61 +464,75 @@ TEST(CudaMatvec, PairsThatShareARowsInputRoundItOnceWithTheTwinsBits) {
   }
 }
 
-// Products by expert groups (kernels::expert_groups's: a step's pairs by expert, up to 8 a group,
-// the groups after the last empty) bit for bit the host twin's for every pair: groups of 1 to 8
-// pairs, x shared by a row's slots; the 35B-A3B's gate|up and down (the SwiGLU of gate and up as
-// x) shapes and a ragged small one, for every type with grouped integer kernels.
-TEST(CudaMatvec, ExpertGroupsGetTheTwinsBitsForEveryPair) {
-  LODE_REQUIRE_GPU();
-  lode::cuda::VramAccountant vram;
-  std::mt19937 rng(19);
+// Products by expert groups (kernels::expert_groups's: a step's pairs by expert, up to `cap` a
+// group, the groups after the last empty) bit for bit the host twin's for every pair, x shared by a
+// row's slots.
+struct GroupShape {
+  int64_t rows, cols;
+  bool swiglu;  // x is the SwiGLU of a gate and an up half
+};
+void check_expert_groups(lode::cuda::VramAccountant& vram, GgmlType type, GroupShape shape, int32_t cap,
+                         size_t offset, int32_t parts, std::mt19937& rng) {
   constexpr int64_t kStepRows = 13, kSlots = 4, kExperts = 5, kPairs = kStepRows * kSlots;
+  const int64_t rows = shape.rows, cols = shape.cols;
+  SCOPED_TRACE(std::string(lode::traits(type).name) + " " + std::to_string(rows) + " x " + std::to_string(cols) +
+               ", at most " + std::to_string(cap) + " a group, matrices " + std::to_string(offset) +
+               " bytes off, " + std::to_string(parts) + " parts");
   std::vector<int32_t> route(static_cast<size_t>(kPairs));
   for (size_t p = 0; p < route.size(); ++p) route[p] = p < 11 ? 0 : int32_t(1 + rng() % (kExperts - 1));
   std::vector<lode::cuda::ExpertGroup> groups;
   for (int32_t e = 0; e < kExperts; ++e)
     for (int32_t p = 0; p < kPairs; ++p) {
       if (route[size_t(p)] != e) continue;
-      if (groups.empty() || groups.back().id != e || groups.back().count == lode::cuda::kGroupInputs)
-        groups.push_back({e, 0, {}});
+      if (groups.empty() || groups.back().id != e || groups.back().count == cap) groups.push_back({e, 0, {}});
       groups.back().pairs[groups.back().count++] = p;
     }
   int32_t most = 0;
   for (const auto& g : groups) most = std::max(most, g.count);
   groups.resize(size_t(kPairs), lode::cuda::ExpertGroup{0, 0, {}});
-  struct Shape {
-    int64_t rows, cols;
-    bool swiglu;
-  };
-  for (const Shape shape : {Shape{512, 2048, false}, Shape{2048, 512, true}, Shape{67, 256, false}}) {
-    for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0}) {
-      const int64_t rows = shape.rows, cols = shape.cols;
-      SCOPED_TRACE(std::string(lode::traits(type).name) + " " + std::to_string(rows) + " x " + std::to_string(cols));
-      const ExpertsOnDevice experts = experts_on_device(vram, type, rows, cols, kExperts, rng);
-      const size_t row_bytes = experts.row_bytes;
-      const int64_t x_stride = shape.swiglu ? 2 * cols : cols;
-      const auto x = normal_floats(size_t(kStepRows * x_stride), rng);
-      const lode::cuda::DeviceBuffer dgroups = on_device(vram, groups, "groups"), dx = on_device(vram, x, "x");
-      lode::cuda::DeviceBuffer dy(vram, size_t(rows * kPairs) * 4, lode::cuda::VramUse::scratch, "y");
-      lode::cuda::MatvecInput input{.swiglu_up = shape.swiglu ? cols : 0, .q8 = true};
-      input.x_run = int32_t(kSlots), input.groups = dgroups.as<lode::cuda::ExpertGroup>(), input.group_inputs = most;
-      const lode::cuda::DeviceBuffer scratch = rounded_scratch(vram, type, cols, kStepRows, input);
-      lode::cuda::grouped_matvec(type, experts.device_table(), nullptr, kPairs, rows, cols, row_bytes,
-                                 dx.as<float>(), x_stride, dy.as<float>(), nullptr, input);
-      lode::cuda::synchronize();
-      std::vector<float> got(size_t(rows * kPairs));
-      lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
-      lode::cpu::q8twin::RoundedBuffer rounded(cols);
-      for (int64_t p = 0; p < kPairs; ++p) {
-        const float* xp = x.data() + (p / kSlots) * x_stride;
-        lode::cpu::q8twin::round(type, xp, shape.swiglu ? xp + cols : nullptr, cols, rounded.x());
-        std::vector<float> want(static_cast<size_t>(rows));
-        lode::cpu::q8twin::rows(type, experts.matrix(route[size_t(p)]), row_bytes, rows, cols,
-                                rounded.x(), want.data());
-        EXPECT_EQ(std::vector<float>(got.begin() + p * rows, got.begin() + (p + 1) * rows), want) << "pair " << p;
-      }
+  const ExpertsOnDevice experts = experts_on_device(vram, type, rows, cols, parts * kExperts, rng, offset);
+  const size_t row_bytes = experts.row_bytes;
+  const int64_t x_stride = shape.swiglu ? 2 * cols : cols;
+  const auto x = normal_floats(size_t(kStepRows * x_stride), rng);
+  const lode::cuda::DeviceBuffer dgroups = on_device(vram, groups, "groups"), dx = on_device(vram, x, "x");
+  lode::cuda::DeviceBuffer dy(vram, size_t(rows * kPairs * parts) * 4, lode::cuda::VramUse::scratch, "y");
+  lode::cuda::MatvecInput input{.swiglu_up = shape.swiglu ? cols : 0, .q8 = true};
+  input.x_run = int32_t(kSlots), input.groups = dgroups.as<lode::cuda::ExpertGroup>(), input.group_inputs = most;
+  input.group_parts = parts, input.part_entries = kExperts;
+  const lode::cuda::DeviceBuffer scratch = rounded_scratch(vram, type, cols, kStepRows, input);
+  lode::cuda::grouped_matvec(type, experts.device_table(), nullptr, kPairs, rows, cols, row_bytes, dx.as<float>(),
+                             x_stride, dy.as<float>(), nullptr, input);
+  lode::cuda::synchronize();
+  std::vector<float> got(size_t(rows * kPairs * parts));
+  lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
+  lode::cpu::q8twin::RoundedBuffer rounded(cols);
+  for (int64_t q = 0; q < parts; ++q)
+    for (int64_t p = 0; p < kPairs; ++p) {
+      const float* xp = x.data() + (p / kSlots) * x_stride;
+      lode::cpu::q8twin::round(type, xp, shape.swiglu ? xp + cols : nullptr, cols, rounded.x());
+      std::vector<float> want(static_cast<size_t>(rows));
+      lode::cpu::q8twin::rows(type, experts.matrix(int32_t(q * kExperts) + route[size_t(p)]), row_bytes, rows, cols,
+                              rounded.x(), want.data());
+      const auto at = got.begin() + (q * kPairs + p) * rows;
+      EXPECT_EQ(std::vector<float>(at, at + rows), want) << "part " << q << ", pair " << p;
     }
-  }
+}
+
+// Groups of 1 to 8 pairs (the caps a step uses: 4 with every expert in VRAM, 8 under a budget, 1
+// where no expert has two), the 35B-A3B's gate|up and down shapes and a ragged small one, for every
+// type with grouped integer kernels; gate and up in one launch (two parts); matrices off a 16-byte
+// boundary for the types whose loads allow it (read in place rather than staged).
+TEST(CudaMatvec, ExpertGroupsGetTheTwinsBitsForEveryPair) {
+  LODE_REQUIRE_GPU();
+  lode::cuda::VramAccountant vram;
+  std::mt19937 rng(19);
+  const GroupShape shapes[] = {{512, 2048, false}, {2048, 512, true}, {67, 256, false}};
+  for (const int32_t cap : {lode::cuda::kGroupInputs, 4, 1})
+    for (const GroupShape shape : shapes)
+      for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_0})
+        check_expert_groups(vram, type, shape, cap, 0, cap == 4 ? 2 : 1, rng);
+  for (GgmlType type : {GgmlType::Q6_K, GgmlType::Q5_0})
+    for (const GroupShape shape : shapes) check_expert_groups(vram, type, shape, 4, 2, 1, rng);
 }
 
 // v rounded to tf32 as cvt.rna does (to nearest, ties away from zero): how the prompt pass hands

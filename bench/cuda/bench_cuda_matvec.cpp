@@ -7,6 +7,8 @@
 //
 //   build/bench_cuda_matvec [--json]
 // Each case runs with float32 x and, for the types with integer kernels, with 8-bit x (MatvecInput::q8).
+// The "by group" cases are a step of many sequences' expert products (8-bit x), the bytes they must
+// read each chosen expert's once.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -53,6 +55,93 @@ std::vector<uint8_t> random_weights(GgmlType type, size_t bytes, std::mt19937& r
     }
   }
   return w;
+}
+
+// The cases' lines, as text or as JSON objects (the commas between them counted).
+struct Lines {
+  bool json;
+  double ceiling;
+  int printed = 0;
+  void line(const char* name, GgmlType type, const char* x_type, double bytes, double ms) {
+    const double gbps = bytes / (ms * 1e-3) / 1e9;
+    if (json)
+      std::printf("%s{\"case\": \"%s\", \"type\": \"%s\", \"x\": \"%s\", \"MB\": %.2f, \"us\": %.1f, "
+                  "\"GBps\": %.1f, \"of_ceiling\": %.3f}",
+                  printed++ ? ", " : "", name, lode::traits(type).name, x_type, bytes / 1e6, ms * 1e3, gbps,
+                  gbps / ceiling);
+    else
+      std::printf("  %-34s %-5s x %-3s %8.2f MB %9.1f us %8.1f GB/s  %5.1f%% of the copy ceiling\n", name,
+                  lode::traits(type).name, x_type, bytes / 1e6, ms * 1e3, gbps, 100.0 * gbps / ceiling);
+  }
+};
+
+// A grouped product by expert: step_rows rows, each with kSlots distinct experts of kExperts, their
+// pairs grouped by expert as kernels::expert_groups groups them (experts ascending, pairs in order,
+// at most `cap` a group, empty groups after the last).
+struct GroupCase {
+  const char* name;
+  GgmlType type;
+  int64_t rows, cols, step_rows;
+  int32_t cap;
+  bool swiglu;        // x is a SwiGLU's gate and up halves (the down product)
+  int32_t parts = 1;  // 2: gate and up in one launch (MatvecInput::group_parts)
+};
+constexpr int64_t kExperts = 256, kSlots = 8;
+
+std::vector<lode::cuda::ExpertGroup> expert_groups(int64_t step_rows, int32_t cap, std::mt19937& rng) {
+  std::vector<int32_t> route;
+  for (int64_t t = 0; t < step_rows; ++t) {
+    std::vector<int32_t> all(static_cast<size_t>(kExperts));
+    for (int32_t e = 0; e < int32_t(kExperts); ++e) all[size_t(e)] = e;
+    std::shuffle(all.begin(), all.end(), rng);
+    route.insert(route.end(), all.begin(), all.begin() + kSlots);
+  }
+  std::vector<lode::cuda::ExpertGroup> groups;
+  for (int32_t e = 0; e < int32_t(kExperts); ++e)
+    for (int32_t p = 0; p < int32_t(route.size()); ++p) {
+      if (route[size_t(p)] != e) continue;
+      if (groups.empty() || groups.back().id != e || groups.back().count == cap) groups.push_back({e, 0, {}});
+      groups.back().pairs[groups.back().count++] = p;
+    }
+  groups.resize(route.size(), lode::cuda::ExpertGroup{-1, 0, {}});
+  return groups;
+}
+
+// The median time of the case's launch (ms), and in *bytes the weights it must read: each expert
+// its groups name, once.
+double time_expert_groups(const GroupCase& c, lode::cuda::VramAccountant& vram, std::mt19937& rng, double* bytes) {
+  const size_t row_bytes = lode::row_bytes(c.type, c.cols), matrix_bytes = row_bytes * size_t(c.rows);
+  const auto host = random_weights(c.type, matrix_bytes * size_t(c.parts * kExperts), rng);
+  lode::cuda::DeviceBuffer w(vram, host.size(), lode::cuda::VramUse::weights, c.name);
+  cudaMemcpy(w.data(), host.data(), host.size(), cudaMemcpyHostToDevice);
+  std::vector<const void*> table;
+  for (int64_t e = 0; e < c.parts * kExperts; ++e) table.push_back(w.as<uint8_t>() + size_t(e) * matrix_bytes);
+  const auto groups = expert_groups(c.step_rows, c.cap, rng);
+  std::vector<bool> read(static_cast<size_t>(kExperts), false);
+  for (const auto& g : groups)
+    if (g.count > 0) read[size_t(g.id)] = true;
+  *bytes = double(matrix_bytes) * double(c.parts) * double(std::count(read.begin(), read.end(), true));
+  const int64_t pairs = c.step_rows * kSlots, x_stride = c.swiglu ? 2 * c.cols : c.cols;
+  const std::vector<float> xh(size_t(c.step_rows * x_stride), 0.5f);
+  lode::cuda::DeviceBuffer x(vram, xh.size() * 4, lode::cuda::VramUse::scratch, "x");
+  lode::cuda::DeviceBuffer y(vram, size_t(c.rows * pairs * c.parts) * 4, lode::cuda::VramUse::scratch, "y");
+  lode::cuda::DeviceBuffer dtable(vram, table.size() * sizeof(void*), lode::cuda::VramUse::scratch, "table");
+  lode::cuda::DeviceBuffer dgroups(vram, groups.size() * sizeof(groups[0]), lode::cuda::VramUse::scratch, "groups");
+  cudaMemcpy(x.data(), xh.data(), xh.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dtable.data(), table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice);
+  cudaMemcpy(dgroups.data(), groups.data(), groups.size() * sizeof(groups[0]), cudaMemcpyHostToDevice);
+  lode::cuda::MatvecInput input{.swiglu_up = c.swiglu ? c.cols : 0, .q8 = true};
+  input.x_run = int32_t(kSlots), input.groups = dgroups.as<lode::cuda::ExpertGroup>(), input.group_inputs = c.cap;
+  input.group_parts = c.parts, input.part_entries = kExperts;
+  const size_t rounded_bytes = lode::cuda::rounded_inputs_bytes(c.type, c.cols, row_bytes, c.step_rows);
+  lode::cuda::DeviceBuffer rounded(vram, rounded_bytes, lode::cuda::VramUse::scratch, "rounded x");
+  input.rounded = rounded.data(), input.rounded_bytes = rounded_bytes;
+  return lode::cuda::median_event_ms(
+      [&] {
+        lode::cuda::grouped_matvec(c.type, dtable.as<const void*>(), nullptr, pairs, c.rows, c.cols, row_bytes,
+                                   x.as<float>(), x_stride, y.as<float>(), nullptr, input);
+      },
+      5, 50);
 }
 
 }  // namespace
@@ -104,8 +193,19 @@ int main(int argc, char** argv) {
       {"f16 (8192 x 2048)", GgmlType::F16, 8192, 2048, 1, false},
       {"f32 (8192 x 2048)", GgmlType::F32, 8192, 2048, 1, false},
   };
+  // A step's rows' experts by expert group (kernels::expert_groups's groups, as a step of that many
+  // sequences at full VRAM makes them: at most 4 pairs a group), each row's 8 experts drawn from 256.
+  const std::vector<GroupCase> group_cases = {
+      {"experts gate by group, 16 rows", GgmlType::Q4_K, 512, 2048, 16, 4, false},
+      {"experts down by group, 16 rows", GgmlType::Q5_K, 2048, 512, 16, 4, true},
+      {"experts gate by group, 64 rows", GgmlType::Q4_K, 512, 2048, 64, 4, false},
+      {"experts down by group, 64 rows", GgmlType::Q5_K, 2048, 512, 64, 4, true},
+      {"experts gate by group, 64 rows, 8 a group", GgmlType::Q4_K, 512, 2048, 64, 8, false},
+      {"experts gate|up by group, 16 rows", GgmlType::Q4_K, 512, 2048, 16, 4, false, 2},
+      {"experts gate|up by group, 64 rows", GgmlType::Q4_K, 512, 2048, 64, 4, false, 2},
+  };
   std::mt19937 rng(1);
-  int printed = 0;  // (JSON: the commas between cases)
+  Lines out{json, ceiling};
   if (json) std::printf("{\"device\": \"%s\", \"copy_GBps\": %.1f, \"cases\": [", prop.name, ceiling);
   else std::printf("%s: device-to-device copy %.1f GB/s (the ceiling below)\n", prop.name, ceiling);
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -149,18 +249,14 @@ int main(int argc, char** argv) {
           },
           5, 50);
       // The bytes a launch must read: each problem's matrix once (a plain matrix's inputs share it).
-      const double bytes = double(matrix_bytes) * double(c.grouped ? c.problems : 1);
-      const double gbps = bytes / (ms * 1e-3) / 1e9;
-      const char* x_type = q8 ? "q8" : "f32";
-      if (json)
-        std::printf("%s{\"case\": \"%s\", \"type\": \"%s\", \"x\": \"%s\", \"MB\": %.2f, \"us\": %.1f, "
-                    "\"GBps\": %.1f, \"of_ceiling\": %.3f}",
-                    printed++ ? ", " : "", c.name, lode::traits(c.type).name, x_type, bytes / 1e6, ms * 1e3, gbps,
-                    gbps / ceiling);
-      else
-        std::printf("  %-34s %-5s x %-3s %8.2f MB %9.1f us %8.1f GB/s  %5.1f%% of the copy ceiling\n", c.name,
-                    lode::traits(c.type).name, x_type, bytes / 1e6, ms * 1e3, gbps, 100.0 * gbps / ceiling);
+      out.line(c.name, c.type, q8 ? "q8" : "f32", double(matrix_bytes) * double(c.grouped ? c.problems : 1), ms);
     }
+  }
+  for (const GroupCase& c : group_cases) {
+    if (only && !std::strstr(c.name, only)) continue;
+    double bytes = 0;
+    const double ms = time_expert_groups(c, vram, rng, &bytes);
+    out.line(c.name, c.type, "q8", bytes, ms);
   }
   if (json) std::printf("]}\n");
   return 0;

@@ -65,9 +65,15 @@ void grouped_matvec(GgmlType type, const void* const* table, const int32_t* ids,
     fail("cuda matvec: products by expert groups need 8-bit activations and {} has no such kernel", traits(type).name);
   ProblemIo io = problem_io(x_stride, rows, input);
   if (input.groups) io.x_inputs = ProblemIo{}.x_inputs;  // (pairs, not problems, index the inputs)
-  run({type, nullptr, table, ids, rows, cols, row_bytes, x, io, y, n_problems, stream, input.swiglu_up, input.q8,
-       input.ahead, input.ids_before_wait, input.groups, std::clamp(input.group_inputs, 1, kGroupInputs),
-       input.rounded, input.rounded_bytes});
+  if (input.group_parts < 1 || (input.group_parts > 1 && (!input.groups || input.part_entries < 1)))
+    fail("cuda matvec: {} parts of {} table entries each need expert groups", input.group_parts, input.part_entries);
+  if (int64_t(input.group_parts) * n_problems > 65535)
+    fail("cuda matvec: {} parts of {} groups in one launch; at most 65535", input.group_parts, n_problems);
+  MatvecLaunch m{type, nullptr, table, ids, rows, cols, row_bytes, x, io, y, n_problems, stream, input.swiglu_up,
+                 input.q8, input.ahead, input.ids_before_wait, input.groups,
+                 std::clamp(input.group_inputs, 1, kGroupInputs), input.rounded, input.rounded_bytes};
+  m.group_parts = input.group_parts, m.part_entries = input.part_entries;
+  run(m);
 }
 
 }  // namespace lode::cuda

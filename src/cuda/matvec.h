@@ -34,6 +34,10 @@ struct MatvecInput {
   // instead of ids: pair p's x at x + (p / x_run) * x_stride, its y at y + p * y_stride.
   const ExpertGroup* groups = nullptr;
   int32_t group_inputs = kGroupInputs;  // the most pairs a group has (a step's rows, up to 8)
+  // Grouped products: part q of group_parts (a gate|up table's gates, then its ups) reads the
+  // matrix at table[q * part_entries + id] and writes its pairs' outputs q * n_problems pairs on.
+  int32_t group_parts = 1;
+  int64_t part_entries = 0;
   // 8-bit products of several inputs of one matrix, grouped ones, and those from a table whose
   // problems share inputs (more than one input and fewer than the problems, as ProblemIo::inputs
   // counts them: a window's experts, the shared expert's gate|up over a window): device scratch

@@ -87,6 +87,10 @@ struct MatvecLaunch {
   // blocks copy the rounded inputs they take instead of each rounding them again.
   void* rounded = nullptr;
   size_t rounded_bytes = 0;
+  // Grouped products: each group multiplied by group_parts matrices (an expert's gate and up): part
+  // q's matrix at table[q * part_entries + id], its outputs q * n_problems pairs after part 0's.
+  int32_t group_parts = 1;
+  int64_t part_entries = 0;
 };
 
 // The scratch such a launch rounds its inputs into: `inputs` inputs of `cols` values for a matrix of

@@ -174,10 +174,12 @@ __global__ void __launch_bounds__(256)
         const int s = pass_begin + sub + lanes * j;
         if (s >= n_slices) continue;
 #pragma unroll
-        for (int k = 0; k < kRows; ++k)
+        for (int k = 0; k < kRows; ++k) {
+          const typename S::Ready ready = S::ready(raw[k][j], s);  // (once for all the inputs)
 #pragma unroll
           for (int i = 0; i < kInputs; ++i)
-            if (kInputs == 1 || i < inputs) sum[k][i] = exact::add(sum[k][i], S::dot(raw[k][j], s, rx[i]));
+            if (kInputs == 1 || i < inputs) sum[k][i] = exact::add(sum[k][i], S::dot(ready, s, rx[i]));
+        }
       }
     }
 #pragma unroll
@@ -261,9 +263,10 @@ __global__ void __launch_bounds__(256)
   for (int s = sub; s < n_slices; s += lanes)
 #pragma unroll
     for (int k = 0; k < kRows; ++k) {
-      const typename S::Raw raw = S::template load<FromShared>(rows_at + size_t(k * groups) * row_bytes, s);
+      const typename S::Ready ready =
+          S::ready(S::template load<FromShared>(rows_at + size_t(k * groups) * row_bytes, s), s);
 #pragma unroll
-      for (int i = 0; i < kInputs; ++i) sum[k][i] = exact::add(sum[k][i], S::dot(raw, s, rx[i]));
+      for (int i = 0; i < kInputs; ++i) sum[k][i] = exact::add(sum[k][i], S::dot(ready, s, rx[i]));
     }
 #pragma unroll
   for (int k = 0; k < kRows; ++k)
@@ -273,6 +276,107 @@ __global__ void __launch_bounds__(256)
         sum[k][i] = exact::add(sum[k][i], __shfl_xor_sync(0xffffffffu, sum[k][i], offset));
       const int64_t r = first + local + k * groups;
       if (sub == 0 && r < rows && (kInputs == 1 || p + i < n_problems)) y[(p + i) * io.y_stride + r] = sum[k][i];
+    }
+}
+
+// Expert groups (MatvecLaunch::groups) of matrices whose rows are whole 16-byte pieces: block (b,
+// j) takes rows of expert group j (ExpertGroup, as matvec_q8_kernel's), whose matrix is known only
+// after the wait (the groups come from the kernel before). Each warp copies its own rows into
+// shared memory by cp.async in two halves and computes on the first while the second is in flight,
+// so a warp starts as soon as its own bytes are in, not the block's. A matrix that does not start
+// on a 16-byte boundary is read in place. Lanes, slices and sums as matvec_q8_kernel's: the same
+// bits. With `parts` parts (MatvecLaunch::group_parts), block rows j of part q = j / groups take
+// group j % groups with the matrices of table + q part_entries, their outputs q groups pairs on.
+// Registers held to four blocks a multiprocessor: on an H100, bench_cuda_matvec "by group", 16
+// rows' gate|up 79 us against 84-88 with three, 64 rows' down 146 against 202-205.
+template <GgmlType T, int kRows, int kInputs>
+__global__ void __launch_bounds__(256, 4)
+    matvec_q8_group_staged_kernel(const void* const* table, int64_t rows, int64_t cols, size_t row_bytes, ProblemIo io,
+                                  float* y, int lanes, const ExpertGroup* groups, int parts, int64_t part_entries,
+                                  const int4* rounded) {
+  using S = Slice<T>;
+  static_assert(kRows % 2 == 0, "a warp's rows come in two halves");
+  constexpr int kHalf = kRows / 2;
+  extern __shared__ int4 shared_rows[];
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
+  const int group = lane / lanes, sub = lane % lanes, lane_groups = kWarp / lanes;
+  const int rows_per_block = warps * kRows * lane_groups;
+  const int64_t first = int64_t(blockIdx.x) * rows_per_block, slots = gridDim.y / parts;
+  const int64_t part = blockIdx.y / slots, p = blockIdx.y % slots;
+  const int block_rows = int(min(int64_t(rows_per_block), rows - first));
+  uint8_t* const staged = reinterpret_cast<uint8_t*>(shared_rows);
+  int4* const x_at = shared_rows + size_t(rows_per_block) * row_bytes / 16;  // input i's RoundedX: x_at + i x_words
+  const size_t x_words = rounded_x_words(size_t(cols), cols);
+  RoundedX rx[kInputs];
+#pragma unroll
+  for (int i = 0; i < kInputs; ++i) rx[i] = rounded_x_in(x_at + i * x_words, size_t(cols), cols);
+  kernels::begin_after_inputs();
+  const int inputs = min(groups[p].count, kInputs);  // (a group has at most kInputs: one pair a row)
+  const int32_t id = groups[p].id;
+  if (id < 0 || inputs == 0) return;  // an empty group
+  const uint8_t* const matrix =
+      static_cast<const uint8_t*>(table[part * part_entries + id]) + first * int64_t(row_bytes);
+  const bool in_place = reinterpret_cast<uintptr_t>(matrix) % 16 != 0;
+  // The warp's rows: row groups k of lane_groups rows each, from `band` on; half h's row groups
+  // [h kHalf, (h + 1) kHalf), one group of copies each.
+  const int band = warp * kRows * lane_groups;
+  if (!in_place) {
+    const int64_t row_pieces = int64_t(row_bytes / 16);
+    for (int h = 0; h < 2; ++h) {
+      const int from = band + h * kHalf * lane_groups, count = min(kHalf * lane_groups, block_rows - from);
+      for (int64_t i = lane; i < int64_t(count) * row_pieces; i += kWarp)
+        copy_async<16>(staged + (from * row_pieces + i) * 16, matrix + (from * row_pieces + i) * 16, true);
+      copies_sent();
+    }
+  }
+  for (int i = 0; i < inputs; ++i) {
+    const int64_t input = io.x_stride == 0 ? 0 : int64_t(groups[p].pairs[i] / io.x_run);
+    copy_rounded(x_at + i * x_words, rounded + input * x_words, x_words);
+  }
+  __syncthreads();  // (the inputs; each warp waits for its own rows below)
+  // Rows past the end compute on whatever the shared memory holds (in place: the last row again)
+  // and are not written.
+  const int local = band + group, n_slices = int(cols / S::kValues);
+  float sum[kRows][kInputs];
+#pragma unroll
+  for (int k = 0; k < kRows; ++k)
+#pragma unroll
+    for (int i = 0; i < kInputs; ++i) sum[k][i] = 0.0f;
+  // Row groups [k0, k1) of the warp, row r's bytes at row_of(r).
+  const auto products = [&](auto from, auto row_of, auto k0, auto k1) {
+    using M = decltype(from);
+    for (int s = sub; s < n_slices; s += lanes)
+#pragma unroll
+      for (int k = decltype(k0)::value; k < decltype(k1)::value; ++k) {
+        const typename S::Ready ready = S::ready(S::template load<M>(row_of(local + k * lane_groups), s), s);
+#pragma unroll
+        for (int i = 0; i < kInputs; ++i)
+          if (i < inputs) sum[k][i] = exact::add(sum[k][i], S::dot(ready, s, rx[i]));
+      }
+  };
+  using First = std::integral_constant<int, 0>;
+  using Middle = std::integral_constant<int, kHalf>;
+  using End = std::integral_constant<int, kRows>;
+  if (in_place) {
+    products(FromGlobal{}, [&](int r) { return matrix + size_t(min(r, block_rows - 1)) * row_bytes; }, First{}, End{});
+  } else {
+    const auto shared_row = [&](int r) { return staged + size_t(r) * row_bytes; };
+    copies_arrived_but<1>();
+    __syncwarp();
+    products(FromShared{}, shared_row, First{}, Middle{});
+    copies_arrived();
+    __syncwarp();
+    products(FromShared{}, shared_row, Middle{}, End{});
+  }
+#pragma unroll
+  for (int k = 0; k < kRows; ++k)
+#pragma unroll
+    for (int i = 0; i < kInputs; ++i) {
+      if (i >= inputs) continue;  // (inputs is the block's: the shuffles stay whole)
+      for (int offset = lanes / 2; offset > 0; offset /= 2)
+        sum[k][i] = exact::add(sum[k][i], __shfl_xor_sync(0xffffffffu, sum[k][i], offset));
+      const int64_t r = first + local + k * lane_groups;
+      if (sub == 0 && r < rows) y[(part * slots + groups[p].pairs[i]) * io.y_stride + r] = sum[k][i];
     }
 }
 
@@ -459,6 +563,19 @@ cudaError_t launch_q8_staged(const MatvecLaunch& m, int lanes) {
                                     static_cast<const int4*>(m.rounded));
 }
 
+template <GgmlType T, int kInputs>
+cudaError_t launch_q8_group_staged(const MatvecLaunch& m, int lanes) {
+  const auto kernel = matvec_q8_group_staged_kernel<T, kStagedRowsPerWarp, kInputs>;
+  const int rows_per_block = (kThreads / kWarp) * kStagedRowsPerWarp * (kWarp / lanes);
+  const size_t shared = staged_shared_bytes(rows_per_block, m.row_bytes, m.cols, kInputs);
+  if (shared > kernels::max_shared_per_block()) return cudaErrorInvalidConfiguration;  // a group's inputs go together
+  if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
+  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems * m.group_parts));
+  return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, m.table, m.rows, m.cols,
+                                    m.row_bytes, m.io, m.y, lanes, m.groups, int(m.group_parts), m.part_entries,
+                                    static_cast<const int4*>(m.rounded));
+}
+
 // Two slices of each row per lane and pass where a lane has them and their registers stay within
 // 32 words, else one. (Q4_K's gate|up rows in one pass, 64 words, measured slower on the H200:
 // 435.3-436.3 tokens/s against 439.5-440.1.)
@@ -502,6 +619,16 @@ cudaError_t with_inputs(const MatvecLaunch& m, Launch&& launch) {
   return launch(std::integral_constant<int, 8>{});
 }
 
+// Q8_0 rows the spans kernel takes, whose x is rounded in the row's own layout.
+bool in_spans(GgmlType type, int64_t cols) { return type == GgmlType::Q8_0 && q8_0_in_spans(cols); }
+
+// Expert groups the staged group kernel takes: rows of whole 16-byte pieces, not the spans kernel's,
+// at most 4 inputs a group (with 8, under a VRAM budget, matvec_q8_kernel's groups were faster on an
+// H100: 64 rows' gate 124-126 us against 150-153).
+bool group_staged(const MatvecLaunch& m) {
+  return m.groups && m.group_inputs <= 4 && !in_spans(m.type, m.cols) && m.row_bytes % 16 == 0;
+}
+
 template <GgmlType T>
 cudaError_t launch_q8(const MatvecLaunch& m) {
   const int n_slices = int(m.cols / Slice<T>::kValues);
@@ -513,10 +640,13 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
   if (!m.table && m.rows >= 65536 && m.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(m.w) % 16 == 0 &&
       staged_shared_bytes((kThreads / kWarp) * kStagedRowsPerWarp * (kWarp / lanes), m.row_bytes, m.cols) <= 72 * 1024)
     return with_inputs(m, [&](auto k) { return launch_q8_staged<T, decltype(k)::value>(m, lanes); });
-  // Several inputs: one slice a pass, and fewer rows at once the more inputs (each row's sums are
-  // kept for every input); an expert's group likewise.
-  // Groups of experts' rows: as a single input's rows where groups are single, else as several
-  // inputs'.
+  // Groups the staged kernel takes: their rows staged once the group is known.
+  if (group_staged(m))
+    return with_inputs(m, [&](auto k) {
+      if constexpr (decltype(k)::value <= 4) return launch_q8_group_staged<T, decltype(k)::value>(m, lanes);
+      else return cudaErrorInvalidConfiguration;  // (not taken: group_staged)
+    });
+  // Other groups: as a single input's rows where groups are single, else as several inputs'.
   if (m.groups)
     return with_inputs(m, [&](auto k) {
       constexpr int kInputs = decltype(k)::value;
@@ -531,6 +661,8 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
         return launch_q8_rows<T, 1, 1, kInputs, true>(m, lanes, kGroupSets);
       }
     });
+  // Several inputs of a plain matrix: one slice a pass, and fewer rows at once the more inputs (each
+  // row's sums are kept for every input).
   if (!m.table && m.n_problems > 1)
     return with_inputs(m, [&](auto k) {
       constexpr int kInputs = decltype(k)::value;
@@ -548,9 +680,6 @@ cudaError_t launch_q8(const MatvecLaunch& m) {
     default: return launch_q8_slices<T, 4>(m, lanes, sets, slices_per_lane);
   }
 }
-
-// Q8_0 rows the spans kernel takes, whose x is rounded in the row's own layout.
-bool in_spans(GgmlType type, int64_t cols) { return type == GgmlType::Q8_0 && q8_0_in_spans(cols); }
 
 // The bytes of one input's rounded q (rounded_x_in's q_bytes) for the spans kernel, and the most
 // for any launch of the type.
@@ -591,9 +720,10 @@ bool rounds_inputs_first(const MatvecLaunch& m) {
   return m.table && inputs > 1 && inputs < m.n_problems;
 }
 
-cudaError_t launch_matvec_q8(const MatvecLaunch& m) {
-  if (rounds_inputs_first(m))
-    if (const cudaError_t err = round_inputs(m)) return err;
+namespace {
+
+// The launch's kernel, its inputs rounded first where it reads them so.
+cudaError_t launch_rounded(const MatvecLaunch& m) {
   if (q8_tiles_take(m)) return launch_q8_tiles(m);
   if (in_spans(m.type, m.cols)) {
     if (m.groups) return with_inputs(m, [&](auto k) { return launch_q8_0_spans<decltype(k)::value, true>(m); });
@@ -602,6 +732,23 @@ cudaError_t launch_matvec_q8(const MatvecLaunch& m) {
   cudaError_t err = cudaErrorInvalidValue;
   for_weight_type<WeightKernel::q8>(m.type, [&](auto t) { err = launch_q8<decltype(t)::value>(m); });
   return err;
+}
+
+}  // namespace
+
+cudaError_t launch_matvec_q8(const MatvecLaunch& m) {
+  if (rounds_inputs_first(m))
+    if (const cudaError_t err = round_inputs(m)) return err;
+  if (m.group_parts > 1 && !group_staged(m)) {  // the other group kernels take a part a launch
+    for (int32_t q = 0; q < m.group_parts; ++q) {
+      MatvecLaunch part = m;
+      part.table = m.table + q * m.part_entries, part.y = m.y + q * m.n_problems * m.io.y_stride;
+      part.group_parts = 1;
+      if (const cudaError_t err = launch_rounded(part)) return err;
+    }
+    return cudaSuccess;
+  }
+  return launch_rounded(m);
 }
 
 }  // namespace lode::cuda

@@ -182,10 +182,13 @@ __device__ __forceinline__ void scale_min_pair_k4(uint32_t w0, uint32_t w1, uint
   }
 }
 
-// Each type's slice in two steps: load() reads the slice's bytes of a row into registers (Raw),
-// dot() dots them with x. The kernel issues its first pass's loads before it rounds x (and, for a
-// plain matrix, before it waits for the kernel before it), so the weights' first trip to memory
-// overlaps everything else the block does first.
+// Each type's slice in three steps: load() reads the slice's bytes of a row into registers (Raw),
+// ready() unpacks them (its codes as int8 words, its scales), dot() dots that with one input's x.
+// The kernel issues its first pass's loads before it rounds x (and, for a plain matrix, before it
+// waits for the kernel before it), so the weights' first trip to memory overlaps everything else
+// the block does first; a slice dotted with several inputs is unpacked once for all of them.
+// dot(raw, s, x) is dot(ready(raw, s), s, x). Slice indices are unsigned in the arithmetic (they
+// are never negative, and signed divisions cost fix-ups).
 template <GgmlType T>
 struct Slice;
 
@@ -205,9 +208,11 @@ struct Slice<GgmlType::Q8_0> {
     const uint2 pair = u64_at_b2<M>(q);
     return {int(pair.x), int(pair.y), half_at<M>(block)};
   }
-  __device__ static float dot(const Raw& r, int s, RoundedX x) {
-    const int b = s / 4;
-    const int* xw = reinterpret_cast<const int*>(x.q + 32 * b + 8 * (s % 4));
+  using Ready = Raw;  // (already int8 words)
+  __device__ static Ready ready(const Raw& r, int) { return r; }
+  __device__ static float dot(const Ready& r, int s, RoundedX x) {
+    const unsigned b = unsigned(s) / 4;
+    const int* xw = reinterpret_cast<const int*>(x.q + 32 * b + 8 * (unsigned(s) % 4));
     const int sum = __dp4a(r.q1, xw[1], __dp4a(r.q0, xw[0], 0));
     return exact::mul(exact::mul(r.d, x.d[b]), float(sum));
   }
@@ -231,50 +236,81 @@ struct Slice<GgmlType::Q5_0> {
     const uint2 pair = u64_at_b2<M>(qs);
     return {uint32_t(u32_at_b2<M>(block + 2)), {pair.x, pair.y}, half_at<M>(block)};
   }
-  __device__ static float dot(const Raw& r, int s, RoundedX x) {
-    const int b = s / 4, part = s % 4;
+  struct Ready {
+    uint32_t u[2];  // the 8 values plus 16, as bytes
+    float d;
+  };
+  __device__ static Ready ready(const Raw& r, int s) {
+    const unsigned part = unsigned(s) % 4;
     const uint32_t qh = r.qh >> (8 * part);
-    const int* xw = reinterpret_cast<const int*>(x.q + 32 * b + 8 * part);
+    Ready w;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t nibbles = (part < 2 ? r.qs[i] : r.qs[i] >> 4) & 0x0f0f0f0fu;
+      const uint32_t fifth = ((((qh >> (4 * i)) & 0x0fu) * 0x00204081u) & 0x01010101u) << 4;  // bit j to byte j
+      w.u[i] = nibbles | fifth;
+    }
+    w.d = r.d;
+    return w;
+  }
+  __device__ static float dot(const Ready& w, int s, RoundedX x) {
+    const unsigned b = unsigned(s) / 4;
+    const int* xw = reinterpret_cast<const int*>(x.q + 32 * b + 8 * (unsigned(s) % 4));
     int dot = 0, sum = 0;
 #pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      const uint32_t nibbles = (part < 2 ? r.qs[w] : r.qs[w] >> 4) & 0x0f0f0f0fu;
-      const uint32_t fifth = ((((qh >> (4 * w)) & 0x0fu) * 0x00204081u) & 0x01010101u) << 4;  // bit j to byte j
-      dot = __dp4a(int(nibbles | fifth), xw[w], dot);
-      sum = __dp4a(0x01010101, xw[w], sum);
+    for (int i = 0; i < 2; ++i) {
+      dot = __dp4a(int(w.u[i]), xw[i], dot);
+      sum = __dp4a(0x01010101, xw[i], sum);
     }
-    return exact::mul(exact::mul(r.d, x.d[b]), float(dot - 16 * sum));
+    return exact::mul(exact::mul(w.d, x.d[b]), float(dot - 16 * sum));
   }
+  __device__ static float dot(const Raw& r, int s, RoundedX x) { return dot(ready(r, s), s, x); }
 };
 
-// K4/K5 slice s of a super-block: 16 bytes of qs holding values 16 (s % 2) .. + 15 of sub-blocks
-// 2 (s / 2) (low nibbles) and 2 (s / 2) + 1 (high nibbles); head: the super-block's first 16 bytes
-// (d, dmin, the 12 scale bytes). kFifthBit: h holds Q5_K's fifth bits.
+// K4/K5 slice s of a super-block (s counted within the row): 16 bytes of qs holding values
+// 16 (s % 2) .. + 15 of sub-blocks 2 g and 2 g + 1, g = s % 8 / 2 (low and high nibbles); head: the
+// super-block's first 16 bytes (d, dmin, the 12 scale bytes). kFifthBit: h holds Q5_K's fifth bits.
+// Unpacked: the 16 low and 16 high values as bytes, the two sub-blocks' scales and mins.
+struct K45Ready {
+  uint32_t lo[4], hi[4];
+  int scale_lo, scale_hi, min_lo, min_hi;
+  float d, dmin;
+};
 template <bool kFifthBit>
-__device__ __forceinline__ float k45_dot(uint4 head, uint4 q, uint4 h, int sb, int s, RoundedX x) {
-  const int g = s / 2, lo_base = 256 * sb + 64 * g + 16 * (s % 2), hi_base = lo_base + 32;
-  // x's 16 low and 16 high values of the slice, one 16-byte shared load each (x.q is 16-byte aligned).
-  const int4 xl = *reinterpret_cast<const int4*>(x.q + lo_base), xh = *reinterpret_cast<const int4*>(x.q + hi_base);
-  const int xlw[4] = {xl.x, xl.y, xl.z, xl.w}, xhw[4] = {xh.x, xh.y, xh.z, xh.w};
+__device__ __forceinline__ K45Ready k45_ready(uint4 head, uint4 q, uint4 h, int s) {
+  const unsigned g = unsigned(s) % 8 / 2;
   const uint32_t qw[4] = {q.x, q.y, q.z, q.w}, hw[4] = {h.x, h.y, h.z, h.w};
+  K45Ready w;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    w.lo[i] = qw[i] & 0x0f0f0f0fu, w.hi[i] = (qw[i] >> 4) & 0x0f0f0f0fu;
+    if constexpr (kFifthBit) {
+      w.lo[i] |= ((hw[i] >> (2 * g)) & 0x01010101u) << 4;
+      w.hi[i] |= ((hw[i] >> (2 * g + 1)) & 0x01010101u) << 4;
+    }
+  }
+  uint32_t scales, mins;
+  scale_min_pair_k4(head.y, head.z, head.w, int(g), &scales, &mins);
+  w.scale_lo = int(scales & 0xffu), w.scale_hi = int(scales >> 8), w.min_lo = int(mins & 0xffu), w.min_hi = int(mins >> 8);
+  w.d = __half2float(__ushort_as_half(uint16_t(head.x)));
+  w.dmin = __half2float(__ushort_as_half(uint16_t(head.x >> 16)));
+  return w;
+}
+__device__ __forceinline__ float k45_dot(const K45Ready& w, int s, RoundedX x) {
+  const unsigned us = unsigned(s), g = us % 8 / 2;
+  const unsigned lo = 256 * (us / 8) + 64 * g + 16 * (us % 2), hi = lo + 32;
+  // x's 16 low and 16 high values of the slice, one 16-byte shared load each (x.q is 16-byte aligned).
+  const int4 xl = *reinterpret_cast<const int4*>(x.q + lo), xh = *reinterpret_cast<const int4*>(x.q + hi);
+  const int xlw[4] = {xl.x, xl.y, xl.z, xl.w}, xhw[4] = {xh.x, xh.y, xh.z, xh.w};
   int dot_lo = 0, dot_hi = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    uint32_t lo = qw[i] & 0x0f0f0f0fu, hi = (qw[i] >> 4) & 0x0f0f0f0fu;
-    if constexpr (kFifthBit) {
-      lo |= ((hw[i] >> (2 * g)) & 0x01010101u) << 4;
-      hi |= ((hw[i] >> (2 * g + 1)) & 0x01010101u) << 4;
-    }
-    dot_lo = __dp4a(int(lo), xlw[i], dot_lo);
-    dot_hi = __dp4a(int(hi), xhw[i], dot_hi);
+    dot_lo = __dp4a(int(w.lo[i]), xlw[i], dot_lo);
+    dot_hi = __dp4a(int(w.hi[i]), xhw[i], dot_hi);
   }
-  uint32_t scales, mins;
-  scale_min_pair_k4(head.y, head.z, head.w, g, &scales, &mins);
-  const int scaled = int(scales & 0xffu) * dot_lo + int(scales >> 8) * dot_hi;
-  const int sum_mins = int(mins & 0xffu) * x.sum16[lo_base / 16] + int(mins >> 8) * x.sum16[hi_base / 16];
-  const float d = __half2float(__ushort_as_half(uint16_t(head.x)));
-  const float dmin = __half2float(__ushort_as_half(uint16_t(head.x >> 16)));
-  return exact::mul(x.d[lo_base / 32], exact::sub(exact::mul(d, float(scaled)), exact::mul(dmin, float(sum_mins))));
+  const int scaled = w.scale_lo * dot_lo + w.scale_hi * dot_hi;
+  const int sum_mins = w.min_lo * x.sum16[lo / 16] + w.min_hi * x.sum16[hi / 16];
+  return exact::mul(x.d[lo / 32], exact::sub(exact::mul(w.d, float(scaled)), exact::mul(w.dmin, float(sum_mins))));
 }
 
 template <>
@@ -289,7 +325,10 @@ struct Slice<GgmlType::Q4_K> {
     const BlockQ4_K& b = reinterpret_cast<const BlockQ4_K*>(row)[s / 8];
     return {M::template at<uint4>(&b), M::template at<uint4>(reinterpret_cast<const uint4*>(b.qs) + s % 8)};
   }
-  __device__ static float dot(const Raw& r, int s, RoundedX x) { return k45_dot<false>(r.head, r.q, uint4{}, s / 8, s % 8, x); }
+  using Ready = K45Ready;
+  __device__ static Ready ready(const Raw& r, int s) { return k45_ready<false>(r.head, r.q, uint4{}, s); }
+  __device__ static float dot(const Ready& w, int s, RoundedX x) { return k45_dot(w, s, x); }
+  __device__ static float dot(const Raw& r, int s, RoundedX x) { return dot(ready(r, s), s, x); }
 };
 
 template <>
@@ -305,7 +344,10 @@ struct Slice<GgmlType::Q5_K> {
     return {M::template at<uint4>(&b), M::template at<uint4>(reinterpret_cast<const uint4*>(b.qs) + s % 8),
             M::template at<uint4>(reinterpret_cast<const uint4*>(b.qh) + s % 2)};
   }
-  __device__ static float dot(const Raw& r, int s, RoundedX x) { return k45_dot<true>(r.head, r.q, r.h, s / 8, s % 8, x); }
+  using Ready = K45Ready;
+  __device__ static Ready ready(const Raw& r, int s) { return k45_ready<true>(r.head, r.q, r.h, s); }
+  __device__ static float dot(const Ready& w, int s, RoundedX x) { return k45_dot(w, s, x); }
+  __device__ static float dot(const Raw& r, int s, RoundedX x) { return dot(ready(r, s), s, x); }
 };
 
 // Q6_K slice s of a block: half s / 4, positions l = 8 (s % 4) .. + 7 of its four 32-value
@@ -330,36 +372,51 @@ struct Slice<GgmlType::Q6_K> {
     return {u64_at_b2<M>(ql), u64_at_b2<M>(ql + 32), u64_at_b2<M>(qh),
             u64_at_b2<M>(block + offsetof(BlockQ6_K, scales) + 8 * half), half_at<M>(block + offsetof(BlockQ6_K, d))};
   }
-  __device__ static float dot(const Raw& r, int s, RoundedX x) {
-    const int blk = s / 8, half = (s % 8) / 4, t = s % 4;
-    const int base = 256 * blk + 128 * half + 8 * t;
+  struct Ready {
+    uint32_t u[2][4];  // word w of quarter q's 8 values (plus 32), as bytes
+    int scale[4];      // quarter q's signed scale
+    float d;
+  };
+  __device__ static Ready ready(const Raw& r, int s) {
+    const unsigned t = unsigned(s) % 4;
+    Ready w;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t a = i == 0 ? r.a.x : r.a.y, b = i == 0 ? r.b.x : r.b.y, h = i == 0 ? r.h.x : r.h.y;
+      w.u[i][0] = (a & 0x0f0f0f0fu) | ((h & 0x03030303u) << 4);
+      w.u[i][1] = (b & 0x0f0f0f0fu) | (((h >> 2) & 0x03030303u) << 4);
+      w.u[i][2] = ((a >> 4) & 0x0f0f0f0fu) | (((h >> 4) & 0x03030303u) << 4);
+      w.u[i][3] = ((b >> 4) & 0x0f0f0f0fu) | (((h >> 6) & 0x03030303u) << 4);
+    }
+#pragma unroll
+    for (int quarter = 0; quarter < 4; ++quarter) {
+      const uint32_t word = quarter < 2 ? r.scales.x : r.scales.y;
+      w.scale[quarter] = int(word << (24 - 8 * (t / 2 + 2 * (quarter % 2)))) >> 24;  // the signed byte
+    }
+    w.d = r.d;
+    return w;
+  }
+  __device__ static float dot(const Ready& w, int s, RoundedX x) {
+    const unsigned us = unsigned(s), blk = us / 8, half = us % 8 / 4, t = us % 4;
+    const unsigned base = 256 * blk + 128 * half + 8 * t;
     int dot[4] = {0, 0, 0, 0}, sum[4] = {0, 0, 0, 0};
     int2 xq[4];  // each quarter's 8 values of x, one 8-byte shared load each (base is a multiple of 8)
 #pragma unroll
     for (int quarter = 0; quarter < 4; ++quarter) xq[quarter] = *reinterpret_cast<const int2*>(x.q + base + 32 * quarter);
 #pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      const uint32_t a = w == 0 ? r.a.x : r.a.y, b = w == 0 ? r.b.x : r.b.y, h = w == 0 ? r.h.x : r.h.y;
-      const uint32_t u[4] = {(a & 0x0f0f0f0fu) | ((h & 0x03030303u) << 4),
-                             (b & 0x0f0f0f0fu) | (((h >> 2) & 0x03030303u) << 4),
-                             ((a >> 4) & 0x0f0f0f0fu) | (((h >> 4) & 0x03030303u) << 4),
-                             ((b >> 4) & 0x0f0f0f0fu) | (((h >> 6) & 0x03030303u) << 4)};
+    for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int quarter = 0; quarter < 4; ++quarter) {
-        const int xw = w == 0 ? xq[quarter].x : xq[quarter].y;
-        dot[quarter] = __dp4a(int(u[quarter]), xw, dot[quarter]);
+        const int xw = i == 0 ? xq[quarter].x : xq[quarter].y;
+        dot[quarter] = __dp4a(int(w.u[i][quarter]), xw, dot[quarter]);
         sum[quarter] = __dp4a(0x01010101, xw, sum[quarter]);
       }
-    }
     int total = 0;
 #pragma unroll
-    for (int quarter = 0; quarter < 4; ++quarter) {
-      const uint32_t word = quarter < 2 ? r.scales.x : r.scales.y;
-      const int scale = int(word << (24 - 8 * (t / 2 + 2 * (quarter % 2)))) >> 24;  // the signed byte
-      total += scale * (dot[quarter] - 32 * sum[quarter]);
-    }
-    return exact::mul(exact::mul(r.d, x.d[8 * blk]), float(total));
+    for (int quarter = 0; quarter < 4; ++quarter) total += w.scale[quarter] * (dot[quarter] - 32 * sum[quarter]);
+    return exact::mul(exact::mul(w.d, x.d[8 * blk]), float(total));
   }
+  __device__ static float dot(const Raw& r, int s, RoundedX x) { return dot(ready(r, s), s, x); }
 };
 
 }  // namespace

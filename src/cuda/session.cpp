@@ -495,7 +495,7 @@ struct CudaSession::Impl {
                int64_t x_stride, float* out, const MatvecInput& in, cudaStream_t on = nullptr) {
     if (is_left_out(what)) return;
     grouped_matvec(e.type, e.table, which, n, e.rows, e.cols, e.row_bytes, x, x_stride, out, on ? on : stream, in);
-    queued(what, double(n) * double(e.rows) * double(e.row_bytes), e.type);
+    queued(what, double(n) * double(in.group_parts) * double(e.rows) * double(e.row_bytes), e.type);
   }
 
   // A plain product of the window's rows (x [window][cols]; out rows y_stride apart, 0: m.rows).
@@ -765,8 +765,8 @@ struct CudaSession::Impl {
   int group_cap() const { return plan.all_resident() ? 4 : kGroupInputs; }
 
   // The step's rows' routed experts by expert: the (row, slot) pairs grouped by expert
-  // (kernels::expert_groups), then gate, up and down each one launch over the groups, every pair's
-  // products the bits of its own problem. (No CPU miss path here: it serves one-token steps.)
+  // (kernels::expert_groups), then gate and up (one launch where they share a table) and down over
+  // the groups, every pair's products the bits of its own problem. (No CPU miss path here: it serves one-token steps.)
   void experts_by_group(const DeviceLayer& d) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t k = c.n_experts_used, ff = c.expert_ff, n = window * k;
@@ -777,8 +777,14 @@ struct CudaSession::Impl {
     MatvecInput in = input();
     in.groups = expert_groups, in.x_run = int32_t(k), in.group_inputs = most;
     float* u = g + n * ff;
-    grouped("experts gate (by expert)", d.gate, nullptr, n, normed, c.hidden, g, in);
-    grouped("experts up (by expert)", d.up, nullptr, n, normed, c.hidden, u, in);
+    if (d.gate_up.table) {  // gates then ups, one launch (the gates' outputs n pairs before the ups')
+      MatvecInput both = in;
+      both.group_parts = 2, both.part_entries = c.n_experts;
+      grouped("experts gate|up (by expert)", d.gate_up, nullptr, n, normed, c.hidden, g, both);
+    } else {
+      grouped("experts gate (by expert)", d.gate, nullptr, n, normed, c.hidden, g, in);
+      grouped("experts up (by expert)", d.up, nullptr, n, normed, c.hidden, u, in);
+    }
     MatvecInput down = input(u - g);  // the SwiGLU applied as the gate and up outputs are read
     down.groups = expert_groups, down.group_inputs = most;
     grouped("experts down (by expert, SwiGLU inside)", d.down, nullptr, n, g, ff, y, down);
