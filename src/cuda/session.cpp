@@ -572,6 +572,9 @@ struct CudaSession::Impl {
       return kernels::deltanet_prepare(qkv, st.conv_state, d.conv, int(c.conv_channels()), int(c.ssm_conv_kernel),
                                        int(c.ssm_groups), int(c.ssm_state), stream, conv_rows);
     });
+    // The state bytes it moves: each row's own state read and written (rows of several sequences),
+    // or the one sequence's once, and a window's kept copies written.
+    const double state_bytes = double(recurrent_floats()) * sizeof(float);
     launch(
         "DeltaNet step and gated norm",
         [&] {
@@ -579,7 +582,7 @@ struct CudaSession::Impl {
                                         int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o,
                                         stream, recurrent_rows);
         },
-        2.0 * double(recurrent_floats()) * sizeof(float));
+        2.0 * state_bytes * (rows.sequence ? window : 1) + (keeping ? state_bytes * window : 0.0));
     mark(Phase::deltanet_core);
     mv("DeltaNet out", d.out, o, mixed);
     mark(Phase::deltanet_proj);
