@@ -585,18 +585,23 @@ cudaError_t with_experts_per_lane(int n, Launch&& launch) {
 // 489.1-493.5 reading them after the choice).
 constexpr int kRouterWarps = 4, kRouterLoads = 16;
 
-// A window's row t (blockIdx.y; kernels::TokenRows) reads its x and writes its logits, choices,
-// weights and counter at its own places, as moe_route_window lays them out.
+// A window's rows (kernels::TokenRows) come kRouterRowsAt to a block (blockIdx.y: rows 8 y ..),
+// which dots its weight rows, held in registers (one pass: rows of up to 2,048 values), with each of
+// them in turn, so the router matrix is read once a block rather than once a row; each row reads its
+// x and writes its logits, choices and weights at its own places, as moe_route_window lays them out,
+// and the blocks of rows 8 y .. count in arrivals[y]. Every row's logits are the bits one row's
+// launch gives.
+constexpr int kRouterRowsAt = 8;
+
 template <int P>
 __global__ void __launch_bounds__(kRouterWarps * kWarp)
     router_topk_kernel(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
                        int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, kernels::TokenRows window) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, t = blockIdx.y;
-  x += t * window.in_stride, logits += t * window.out_stride;
-  ids += t * k, weights += t * k, arrivals += t;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, t0 = int(blockIdx.y) * kRouterRowsAt;
+  const int rows_here = min(kRouterRowsAt, window.n - t0);
+  arrivals += blockIdx.y;
   const int r = min(int(blockIdx.x) * kRouterWarps + warp, rows - 1);  // past the end: the last row, not stored
   const float4* wr = reinterpret_cast<const float4*>(w + int64_t(r) * cols);
-  const float4* xv = reinterpret_cast<const float4*>(x);
   const int n4 = cols / 4;
   float4 a[kRouterLoads];
   const auto load = [&](int pass_begin) {
@@ -605,7 +610,8 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp)
       if (pass_begin + lane + kWarp * j < n4) a[j] = __ldcs(wr + pass_begin + lane + kWarp * j);
   };
   load(0);
-  if (n4 > kWarp * kRouterLoads)  // a row wider than one pass: the rest on its way to L2
+  const bool one_pass = n4 <= kWarp * kRouterLoads;
+  if (!one_pass)  // a row wider than one pass: the rest on its way to L2
     prefetch_lines(wr + kWarp * kRouterLoads, int64_t(n4 - kWarp * kRouterLoads) * 16, lane, kWarp);
   // Thread t holds flags t + 128 j.
   constexpr int kThreads = kRouterWarps * kWarp, kFlagsEach = (P * kWarp + kThreads - 1) / kThreads;
@@ -614,28 +620,37 @@ __global__ void __launch_bounds__(kRouterWarps * kWarp)
 #pragma unroll
   for (int j = 0; j < kFlagsEach; ++j) flags[j] = tally.counts && at(j) < n_experts ? __ldcg(tally.resident + at(j)) : 0;
   begin_after_inputs();
-  float sum = 0.0f;
-  for (int pass_begin = 0; pass_begin < n4; pass_begin += kWarp * kRouterLoads) {
-    if (pass_begin > 0) load(pass_begin);
+  for (int u = 0; u < rows_here; ++u) {
+    const float4* xv = reinterpret_cast<const float4*>(x + (t0 + u) * window.in_stride);
+    float sum = 0.0f;
+    for (int pass_begin = 0; pass_begin < n4; pass_begin += kWarp * kRouterLoads) {
+      if (pass_begin > 0 || (u > 0 && !one_pass)) load(pass_begin);
 #pragma unroll
-    for (int j = 0; j < kRouterLoads; ++j) {
-      const int i = pass_begin + lane + kWarp * j;
-      if (i >= n4) continue;
-      const float4 b = xv[i];
-      sum += a[j].x * b.x + a[j].y * b.y + a[j].z * b.z + a[j].w * b.w;
+      for (int j = 0; j < kRouterLoads; ++j) {
+        const int i = pass_begin + lane + kWarp * j;
+        if (i >= n4) continue;
+        const float4 b = xv[i];
+        sum += a[j].x * b.x + a[j].y * b.y + a[j].z * b.z + a[j].w * b.w;
+      }
     }
+    sum = warp_sum(sum);
+    if (lane == 0 && int(blockIdx.x) * kRouterWarps + warp < rows) logits[(t0 + u) * window.out_stride + r] = sum;
   }
-  sum = warp_sum(sum);
-  if (lane == 0 && int(blockIdx.x) * kRouterWarps + warp < rows) logits[r] = sum;
   if (!last_to_arrive(arrivals, gridDim.x)) return;
   __shared__ uint8_t resident[P * kWarp];
 #pragma unroll
   for (int j = 0; j < kFlagsEach; ++j)
     if (at(j) < P * kWarp) resident[at(j)] = flags[j];
-  RouteSlot slot;  // warp 0's lanes < k
-  if (warp == 0) slot = route_one_token<P>(logits, n_experts, k, lane);
+  // Warp w routes rows w, w + 4, ...; its first choice made while the flags are copied.
+  const auto choose = [&](int u) { return route_one_token<P>(logits + (t0 + u) * window.out_stride, n_experts, k, lane); };
+  RouteSlot slot;
+  if (warp < rows_here) slot = choose(warp);
   __syncthreads();
-  if (warp == 0) write_route(slot, lane, n_experts, k, ids, int(gridDim.y) * k, weights, tally, resident);
+  for (int u = warp; u < rows_here; u += kRouterWarps) {
+    if (u != warp) slot = choose(u);
+    const int t = t0 + u;
+    write_route(slot, lane, n_experts, k, ids + t * k, window.n * k, weights + t * k, tally, resident);
+  }
   if (threadIdx.x == 0) *arrivals = 0;
 }
 
@@ -1046,7 +1061,8 @@ const char* router_topk(const float* w, int rows, int cols, const float* x, floa
   if (window.n < 1 || window.n > 65535) return "a router window of 1 to 65535 rows";
   return error_text(with_experts_per_lane(n_experts, [&](auto per_lane) {
     return launch_overlapped(router_topk_kernel<decltype(per_lane)::value>,
-                             dim3((rows + kRouterWarps - 1) / kRouterWarps, window.n), dim3(kRouterWarps * kWarp), 0,
+                             dim3((rows + kRouterWarps - 1) / kRouterWarps, (window.n + kRouterRowsAt - 1) / kRouterRowsAt),
+                             dim3(kRouterWarps * kWarp), 0,
                              stream, w, rows, cols, x, logits, n_experts, k, ids, weights, tally, arrivals, window);
   }));
 }
