@@ -508,27 +508,32 @@ __global__ void moe_route_kernel(const float* logits, int64_t logits_stride, int
 // expert_groups: the pairs' ids into shared memory, each expert's pairs counted (shared atomics),
 // each expert's first group from a scan over the experts (thread t holds a run of them: a warp's
 // scan by shuffles, then the warps' totals), then each thread writes its experts' groups, pairs in
-// order, and the rest of the groups empty. (Thread 0 adding up 256 experts one after another took
-// about 4 us of a step's chain a layer.)
-constexpr int kGroupThreads = 256, kGroupWarps = kGroupThreads / kWarp;
+// order, and the rest of the groups empty. (With thread 0 adding up the experts one after another
+// and every thread counting by a pass over all the pairs, the kernel table of a step of 16
+// sequences booked it 10.7 us a layer on an H100; 8.9 since.)
+constexpr int kGroupThreads = 256;
 
-// The exclusive prefix sum of each thread's `mine` over the block, and the total in *total.
-__device__ __forceinline__ int block_exclusive_sum(int mine, int* warp_totals, int* total) {
+// The block's exclusive scan of one value a thread (kThreads of them), and the total (in every
+// thread).
+template <int kThreads>
+__device__ unsigned block_exclusive_scan(unsigned v, unsigned& total) {
+  __shared__ unsigned warp_sums[kThreads / kWarp];
   const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
-  int inclusive = mine;
-  for (int offset = 1; offset < kWarp; offset *= 2) {
-    const int up = __shfl_up_sync(0xffffffffu, inclusive, offset);
-    if (lane >= offset) inclusive += up;
+  unsigned sum = v;
+  for (int o = 1; o < kWarp; o *= 2) {
+    const unsigned up = __shfl_up_sync(0xffffffffu, sum, o);
+    if (lane >= o) sum += up;
   }
-  if (lane == kWarp - 1) warp_totals[warp] = inclusive;
+  if (lane == kWarp - 1) warp_sums[warp] = sum;
   __syncthreads();
-  int before = 0, all = 0;
-  for (int w = 0; w < kGroupWarps; ++w) {
-    before += w < warp ? warp_totals[w] : 0;
-    all += warp_totals[w];
+  unsigned before = sum - v;
+  total = 0;
+  for (int w = 0; w < kThreads / kWarp; ++w) {
+    if (w < warp) before += warp_sums[w];
+    total += warp_sums[w];
   }
-  *total = all;
-  return before + inclusive - mine;
+  __syncthreads();  // (warp_sums free for the next call)
+  return before;
 }
 
 __global__ void __launch_bounds__(kGroupThreads)
@@ -536,7 +541,6 @@ __global__ void __launch_bounds__(kGroupThreads)
   __shared__ int32_t id[kMaxGroupPairs];
   __shared__ int32_t count[kMaxExperts];
   __shared__ int32_t first[kMaxExperts];  // expert e's first group
-  __shared__ int warp_totals[kGroupWarps];
   begin_after_inputs();
   for (int e = threadIdx.x; e < n_experts; e += blockDim.x) count[e] = 0;
   __syncthreads();
@@ -550,8 +554,8 @@ __global__ void __launch_bounds__(kGroupThreads)
   const int end = min(n_experts, begin + per);
   int mine = 0;
   for (int e = begin; e < end; ++e) mine += (count[e] + most - 1) / most;
-  int all = 0;
-  int next = block_exclusive_sum(mine, warp_totals, &all);
+  unsigned all = 0;
+  int next = int(block_exclusive_scan<kGroupThreads>(unsigned(mine), all));
   for (int e = begin; e < end; ++e) first[e] = next, next += (count[e] + most - 1) / most;
   __syncthreads();
   for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
@@ -564,7 +568,7 @@ __global__ void __launch_bounds__(kGroupThreads)
     }
     if (n > 0) groups[g].id = e, groups[g].count = n;
   }
-  for (int g = all + int(threadIdx.x); g < pairs; g += blockDim.x) groups[g].id = -1, groups[g].count = 0;
+  for (int g = int(all) + int(threadIdx.x); g < pairs; g += blockDim.x) groups[g].id = -1, groups[g].count = 0;
 }
 
 // The fewest experts a lane holds (a power of two) for n experts, as launch(P).
@@ -748,27 +752,6 @@ __device__ __forceinline__ uint64_t top_key(float v, int32_t id) {
   return candidate_logit(v) ? uint64_t(order_key(v)) << 32 | uint32_t(~id) : 0;
 }
 
-// The block's exclusive scan of one value a thread, and the total (in every thread).
-__device__ unsigned block_exclusive_scan(unsigned v, unsigned& total) {
-  __shared__ unsigned warp_sums[kTopThreads / kWarp];
-  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
-  unsigned sum = v;
-  for (int o = 1; o < kWarp; o *= 2) {
-    const unsigned up = __shfl_up_sync(0xffffffffu, sum, o);
-    if (lane >= o) sum += up;
-  }
-  if (lane == kWarp - 1) warp_sums[warp] = sum;
-  __syncthreads();
-  unsigned before = sum - v;
-  total = 0;
-  for (int w = 0; w < kTopThreads / kWarp; ++w) {
-    if (w < warp) before += warp_sums[w];
-    total += warp_sums[w];
-  }
-  __syncthreads();  // (warp_sums free for the next call)
-  return before;
-}
-
 // The selection's state, the same in every thread: the digits chosen so far (prefix, under mask),
 // and how many keys of the k best lie at or under them.
 struct TopSelect {
@@ -796,7 +779,7 @@ __device__ unsigned top_pass(int m, KeyOf key_of, int shift, int bits, TopSelect
   unsigned mine = 0;
   for (int j = 0; j < per; ++j) mine += hist[top - j];
   unsigned total;
-  unsigned above = block_exclusive_scan(mine, total);
+  unsigned above = block_exclusive_scan<kTopThreads>(mine, total);
   if (above < s.need && above + mine >= s.need) {
     for (int j = 0; j < per; ++j) {
       const unsigned c = hist[top - j];
