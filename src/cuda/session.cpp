@@ -769,7 +769,8 @@ struct CudaSession::Impl {
 
   // The step's rows' routed experts by expert: the (row, slot) pairs grouped by expert
   // (kernels::expert_groups), then gate and up (one launch where they share a table) and down over
-  // the groups, every pair's products the bits of its own problem. (No CPU miss path here: it serves one-token steps.)
+  // the groups, every pair's products the bits of its own problem. (No CPU miss path here: it
+  // serves one-token steps.)
   void experts_by_group(const DeviceLayer& d) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t k = c.n_experts_used, ff = c.expert_ff, n = window * k;
