@@ -19,7 +19,9 @@
 // the same bytes a block's own rounding writes, without every block of the grid rounding them
 // again (for the pairs, on the H200 with the 35B synth: a 2-token window 2.92 ms against 3.02, a
 // step of 8 sequences 7.71 against 8.07). From 16 inputs of a plain matrix the tensor-core tiles
-// take over (matvec_q8_tile_kernels.cu), with the same bits.
+// take over (matvec_q8_tile_kernels.cu), with the same bits. Expert groups of up to 4 inputs whose
+// rows are whole 16-byte pieces have their own kernel (matvec_q8_group_staged_kernel: each warp's
+// rows staged once the group is known); other groups go through matvec_q8_kernel.
 #include <cuda_fp16.h>
 #include <algorithm>
 #include <type_traits>
@@ -593,11 +595,12 @@ cudaError_t launch_q8_slices(const MatvecLaunch& m, int lanes, int sets, int64_t
 template <GgmlType T>
 constexpr int kMaxRowsAtOnce = T == GgmlType::Q6_K ? 2 : 4;
 
-// Sets of rows a warp takes one after another in a block of an expert group with 4 or 8 inputs
-// (steps of many sequences): fewer blocks, each copying the group's rounded inputs into shared
-// memory for 4 times as many rows (the 35B's gate and up: 32 rows instead of 8). On the H200 (the 35B synth, lode bench --sequences, ms a step,
-// one set against 4 and 8): 16 sequences 13.34 / 12.01 / 12.71, 64 sequences 41.26 / 33.92 /
-// 34.66; groups of 2 inputs (verify windows of 2) unchanged by 4 sets, so they keep one.
+// Sets of rows a warp takes one after another in a block of matvec_q8_kernel's expert groups with 4
+// or 8 inputs (since stop 62: groups of 8, under a VRAM budget, and rows the staged group kernel
+// cannot copy): fewer blocks, each copying the group's rounded inputs into shared memory for 4
+// times as many rows. Measured when every group took this path (H200, the 35B synth, lode bench
+// --sequences, ms a step, one set against 4 and 8): 16 sequences 13.34 / 12.01 / 12.71, 64
+// sequences 41.26 / 33.92 / 34.66; groups of 2 inputs unchanged by 4 sets, so they keep one.
 constexpr int kGroupSets = 4;
 
 // Several inputs of one plain matrix (decode rows of several sequences): a block rounds up to 8 of
