@@ -290,7 +290,7 @@ TEST(CudaMatvec, SeveralInputsOfOneMatrixGetTheBitsOfOne) {
 }
 
 // The lm head's own shape with several inputs: Q6_K rows of 2,048 values (1,680 bytes, staged in
-// shared memory; 17 inputs: the tensor-core tiles, two tiles of inputs a block), 65,573 of them,
+// shared memory; from 16 inputs two tiles of 8 inputs a block, from 32 four), 65,573 of them,
 // random codes with a modest scale in every block.
 TEST(CudaMatvec, SeveralInputsOfTheLmHeadGetTheBitsOfOne) {
   LODE_REQUIRE_GPU();
@@ -303,7 +303,26 @@ TEST(CudaMatvec, SeveralInputsOfTheLmHeadGetTheBitsOfOne) {
   const uint16_t d = lode::fp32_to_fp16(0.01f);
   for (size_t b = 0; b < w.size(); b += sizeof(lode::quant::BlockQ6_K))
     std::memcpy(&w[b + offsetof(lode::quant::BlockQ6_K, d)], &d, 2);
-  expect_each_inputs_twin(vram, type, w, rows, cols, normal_floats(size_t(17 * cols), rng), {2, 5, 11, 17});
+  expect_each_inputs_twin(vram, type, w, rows, cols, normal_floats(size_t(40 * cols), rng), {2, 5, 11, 17, 40});
+}
+
+// Q8_0 rows of 8 and 16 spans with as many rows as a step's DeltaNet input product (the staged
+// kernel then takes 2, 4 or 8 tiles of 8 inputs a block: 24, 40 and 64 inputs here; the rows' last
+// tile partial) give each input the bits it gets alone.
+TEST(CudaMatvec, SeveralInputsOfManyQ8_0RowsGetTheBitsOfOne) {
+  LODE_REQUIRE_GPU();
+  lode::cuda::VramAccountant vram;
+  std::mt19937 rng(19);
+  const int64_t rows = 4243;
+  const GgmlType type = GgmlType::Q8_0;
+  for (const int64_t cols : {int64_t(2048), int64_t(4096)}) {
+    const size_t row_bytes = lode::row_bytes(type, cols);
+    std::vector<uint8_t> w(row_bytes * size_t(rows));
+    const auto values = normal_floats(size_t(rows * cols), rng);
+    for (int64_t r = 0; r < rows; ++r) lode::traits(type).quantize(values.data() + r * cols, w.data() + r * row_bytes, cols);
+    SCOPED_TRACE(std::to_string(cols) + " columns");
+    expect_each_inputs_twin(vram, type, w, rows, cols, normal_floats(size_t(64 * cols), rng), {24, 40, 64});
+  }
 }
 
 // The MoE's form: experts picked through a device-side table, one launch for all of them, with

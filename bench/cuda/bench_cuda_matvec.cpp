@@ -183,6 +183,8 @@ int main(int argc, char** argv) {
       {"deltanet qkv, 64 inputs", GgmlType::Q8_0, 8192, 2048, 64, false},
       {"q4_K trunk (8192 x 2048)", GgmlType::Q4_K, 8192, 2048, 1, false},
       {"q4_K trunk, 8 inputs", GgmlType::Q4_K, 8192, 2048, 8, false},
+      {"q4_K trunk, 16 inputs", GgmlType::Q4_K, 8192, 2048, 16, false},
+      {"q4_K trunk, 64 inputs", GgmlType::Q4_K, 8192, 2048, 64, false},
       {"attention q|gate (8192 x 2048)", GgmlType::Q8_0, 8192, 2048, 1, false},
       {"8 experts gate (8 x 512 x 2048)", GgmlType::Q4_K, 512, 2048, 8, true},
       {"8 experts down (8 x 2048 x 512)", GgmlType::Q5_K, 2048, 512, 8, true},

@@ -2,8 +2,10 @@
 // sequences, or of one sequence's positions), for Q8_0 rows of 256 values and more, Q4_K, Q5_K and
 // Q6_K: launch_matvec_q8 hands such launches here (q8_tiles_take). A warp takes 16 rows by 8 inputs
 // (an mma tile) or by 16; where the tiles are few, several warps share one. Q8_0 rows of 8 or 16
-// spans, and K-quant rows with 16 inputs, go to kernels that copy a tile's rows whole into shared
-// memory first (matvec_q8_0_staged_kernel, matvec_q8_staged_kernel).
+// spans, and K-quant rows with 16 consecutive inputs or more (Q4_K and Q5_K: fewer than 32), go to
+// kernels that copy a tile's rows whole into shared memory first and take 2 to 8 tiles of inputs a
+// block
+// (matvec_q8_0_staged_kernel, matvec_q8_staged_kernel).
 //
 // Every input's products keep the bits they get alone (matvec_q8_kernel, and the CPU miss path's
 // twin, cpu/q8_twin.h):
@@ -115,6 +117,7 @@ struct TileUnit;
 template <bool kFifthBit>
 struct K45Tile {
   static constexpr int kValues = 32, kSteps = 1, kDepth = kFifthBit ? 3 : 4, kPad = 1;  // (registers)
+  static constexpr int kStagedTiles = 2;  // most tiles of 8 inputs a staged block takes (registers)
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
   struct Raw {
     uint4 head[2];
@@ -183,6 +186,7 @@ struct TileUnit<GgmlType::Q5_K> : K45Tile<true> {};
 template <>
 struct TileUnit<GgmlType::Q6_K> {
   static constexpr int kValues = 32, kSteps = 1, kDepth = 3, kPad = 1;  // (registers)
+  static constexpr int kStagedTiles = 4;
   struct Raw {
     uint32_t qa[2], qb[2], qh[2];
     uint2 scales[2];
@@ -477,26 +481,27 @@ __device__ void store_warps_sums(const float (&mine)[kN][4], float* sums, TileLa
 }
 
 // Q8_0 rows of 8 or 16 spans (2,048 or 4,096 values: the DeltaNet and attention products of the
-// 35B) with 16 inputs a block: block (c, r) takes the 16 rows of tile r and inputs 16 c ..; warp w
-// the butterfly's leaves w and w + 8 (a leaf is one span here), whose rows it copies whole into
-// shared memory by cp.async before the wait for the kernel before (the weights depend on nothing),
-// so a tile's 35-70 KB are on their way at once instead of a few steps' loads a warp. A span's 8
-// blocks are 8 mmas of k 32 for each tile of 8 inputs (A from the staged rows, B and the inputs'
-// scales read through L1 from the rounded inputs), each block's float term added to the span's sum
-// in order; a warp adds its two leaves (the butterfly's first level where there are 16), and warp 0
-// the eight warps' sums in the butterfly's order. The bits are q8_0_span_dot's and the spans
-// kernel's, as the tiles' above.
-constexpr int kStagedWarps = 8, kStagedInputTiles = 2;
+// 35B) with kTiles tiles of 8 inputs a block: block (c, r) takes the 16 rows of tile r and inputs
+// 8 kTiles c ..; warp w the butterfly's leaves w and w + 8 (a leaf is one span here), whose rows it
+// copies whole into shared memory by cp.async before the wait for the kernel before (the weights
+// depend on nothing), so a tile's 35-70 KB are on their way at once instead of a few steps' loads a
+// warp. A span's 8 blocks are 8 mmas of k 32 for each tile of inputs (A from the staged rows, B and
+// the inputs' scales read through L1 from the rounded inputs), each block's float term added to the
+// span's sum in order; a warp adds its two leaves (the butterfly's first level where there are 16),
+// and warp 0 the eight warps' sums in the butterfly's order. The bits are q8_0_span_dot's and the
+// spans kernel's, as the tiles' above. More tiles a block read a row tile's bytes (from L2 after
+// the first block) fewer times and unpack nothing twice: q8_0_staged_tiles picks them.
+constexpr int kStagedWarps = 8;
 constexpr int kStagedRowBytes = kQ8_0SpanBlocks * int(sizeof(BlockQ8_0));  // a span of one row: 272
 
-template <int kSpans>  // a warp's spans (leaves): 1 or 2
+template <int kSpans, int kTiles>  // a warp's spans (leaves): 1 or 2; tiles of 8 inputs a block
 __global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
     matvec_q8_0_staged_kernel(const uint8_t* matrix, int64_t rows, int64_t cols, size_t row_bytes, ProblemIo io,
                               float* y, int64_t n_problems, const int4* rounded) {
   extern __shared__ int4 staged_words[];
   constexpr int kTileBytes = kTileRows * kStagedRowBytes;  // one span of the tile's 16 rows
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int64_t first = int64_t(blockIdx.y) * kTileRows, p = int64_t(blockIdx.x) * kTileInputs * kStagedInputTiles;
+  const int64_t first = int64_t(blockIdx.y) * kTileRows, p = int64_t(blockIdx.x) * kTileInputs * kTiles;
   uint8_t* const mine = reinterpret_cast<uint8_t*>(staged_words) + size_t(warp) * kSpans * kTileBytes;
   // The warp's spans w, w + 8 of the tile's rows (rows past the end: the last row again, unstored).
   for (int c = lane; c < kSpans * kTileBytes / 16; c += kWarp) {
@@ -508,28 +513,29 @@ __global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
   }
   kernels::begin_after_inputs();
   const TileLane tl{lane / 4, lane % 4};
-  const int inputs = int(min(int64_t(kTileInputs * kStagedInputTiles), n_problems - p));
+  const int inputs = int(min(int64_t(kTileInputs * kTiles), n_problems - p));
   const size_t words = rounded_x_words(size_t(cols), cols);
-  // B's input (g) and C's two (2 t, 2 t + 1) of each tile of inputs, as rounded inputs.
-  const int8_t* bq[kStagedInputTiles];
-  const float* cd[kStagedInputTiles][2];
+  // B's input (g) and C's two (2 t, 2 t + 1) of each tile of inputs: byte offsets of their q and
+  // of their scales from the rounded inputs' start (32 bits: registers for eight tiles).
+  const int8_t* const base = reinterpret_cast<const int8_t*>(rounded);
+  uint32_t bq[kTiles], cd[kTiles][2];
 #pragma unroll
-  for (int j = 0; j < kStagedInputTiles; ++j) {
-    const auto at = [&](int i) { return reinterpret_cast<const int8_t*>(rounded + io.input(p + min(i, inputs - 1)) * words); };
+  for (int j = 0; j < kTiles; ++j) {
+    const auto at = [&](int i) { return uint32_t(io.input(p + min(i, inputs - 1)) * words * 16); };
     bq[j] = at(kTileInputs * j + tl.g);
-    cd[j][0] = reinterpret_cast<const float*>(at(kTileInputs * j + 2 * tl.t) + cols);
-    cd[j][1] = reinterpret_cast<const float*>(at(kTileInputs * j + 2 * tl.t + 1) + cols);
+    cd[j][0] = at(kTileInputs * j + 2 * tl.t) + uint32_t(cols);
+    cd[j][1] = at(kTileInputs * j + 2 * tl.t + 1) + uint32_t(cols);
   }
   copies_arrived();
   __syncwarp();
-  float leaf[kSpans][kStagedInputTiles][4];
+  float leaf[kSpans][kTiles][4];
 #pragma unroll
   for (int k = 0; k < kSpans; ++k) {
     const int span = warp + kStagedWarps * k;
     const uint8_t* const row[2] = {mine + k * kTileBytes + tl.g * kStagedRowBytes,
                                    mine + k * kTileBytes + (tl.g + 8) * kStagedRowBytes};
 #pragma unroll
-    for (int j = 0; j < kStagedInputTiles; ++j)
+    for (int j = 0; j < kTiles; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) leaf[k][j][e] = 0.0f;
 #pragma unroll
@@ -543,11 +549,12 @@ __global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
         d[r] = half_at<FromShared>(row[r] + b * int(sizeof(BlockQ8_0)));
       }
 #pragma unroll
-      for (int j = 0; j < kStagedInputTiles; ++j) {
-        const int2 xv = __ldg(reinterpret_cast<const int2*>(bq[j] + 32 * blk + 8 * tl.t));
+      for (int j = 0; j < kTiles; ++j) {
+        const int2 xv = __ldg(reinterpret_cast<const int2*>(base + bq[j] + 32 * blk + 8 * tl.t));
         int c[4] = {0, 0, 0, 0};
         mma_k32(c, int(w[0].x), int(w[1].x), int(w[0].y), int(w[1].y), xv.x, xv.y);
-        const float xd[2] = {__ldg(cd[j][0] + blk), __ldg(cd[j][1] + blk)};
+        const float xd[2] = {__ldg(reinterpret_cast<const float*>(base + cd[j][0]) + blk),
+                             __ldg(reinterpret_cast<const float*>(base + cd[j][1]) + blk)};
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           leaf[k][j][e] = exact::add(leaf[k][j][e], exact::mul(exact::mul(d[e / 2], xd[e % 2]), float(c[e])));
@@ -555,9 +562,9 @@ __global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
     }
   }
   // The butterfly: leaves w and w + 8 first (offset 8 of 16), then the warps' sums (offsets 4, 2, 1).
-  float leaves_sum[kStagedInputTiles][4];
+  float leaves_sum[kTiles][4];
 #pragma unroll
-  for (int j = 0; j < kStagedInputTiles; ++j)
+  for (int j = 0; j < kTiles; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       leaves_sum[j][e] = kSpans == 2 ? exact::add(leaf[0][j][e], leaf[kSpans - 1][j][e]) : leaf[0][j][e];
@@ -571,33 +578,57 @@ int staged_spans_a_warp(int64_t cols) {
   return cols % kQ8_0SpanValues == 0 && (spans == 8 || spans == 16) ? int(spans / kStagedWarps) : 0;
 }
 
-template <int kSpans>
+// Tiles of 8 inputs a block of the staged kernel takes: as many as the inputs fill (2, 4 or 8),
+// fewer where the blocks would not fill every multiprocessor twice (the 2,048 rows of an attention
+// or DeltaNet output). On an H100 (bench_cuda_matvec inputs, stop 63), DeltaNet's qkv with 64
+// inputs took 42.0-42.4 us with 8 tiles a block, 46.4 with 4, 54.5 with 2.
+int q8_0_staged_tiles(const MatvecLaunch& m) {
+  const int64_t needed = (m.n_problems + kTileInputs - 1) / kTileInputs, row_tiles = (m.rows + kTileRows - 1) / kTileRows;
+  int tiles = 2;
+  while (tiles < 8 && 2 * tiles <= needed &&
+         row_tiles * ((needed + 2 * tiles - 1) / (2 * tiles)) >= 2 * int64_t(kernels::multiprocessors()))
+    tiles *= 2;
+  return tiles;
+}
+
+template <int kSpans, int kTiles>
 cudaError_t launch_q8_0_staged(const MatvecLaunch& m) {
-  const auto kernel = matvec_q8_0_staged_kernel<kSpans>;
-  const size_t shared = size_t(kStagedWarps) * kSpans * kTileRows * kStagedRowBytes;
+  const auto kernel = matvec_q8_0_staged_kernel<kSpans, kTiles>;
+  // (the rows, then the warps' sums of store_warps_sums)
+  const size_t shared = std::max(size_t(kStagedWarps) * kSpans * kTileRows * kStagedRowBytes,
+                                 size_t(kStagedWarps) * kTiles * 4 * kWarp * sizeof(float));
   if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
-  const int64_t per_block = int64_t(kTileInputs) * kStagedInputTiles;
+  const int64_t per_block = int64_t(kTileInputs) * kTiles;
   const dim3 grid(unsigned((m.n_problems + per_block - 1) / per_block), unsigned((m.rows + kTileRows - 1) / kTileRows));
   return kernels::launch_overlapped(kernel, grid, dim3(kStagedWarps * kWarp), shared, m.stream,
                                     static_cast<const uint8_t*>(m.w), m.rows, m.cols, m.row_bytes, m.io, m.y,
                                     m.n_problems, static_cast<const int4*>(m.rounded));
 }
 
-// K-quant rows staged whole, for 16 inputs (stop 61; the lm head of a step of 16 sequences): block
-// (c, r) copies the 16 rows of tile r into shared memory by cp.async before its wait (a unit's bytes
-// lie all over its super-block, so the warps share the copy), and they are read once from DRAM,
-// where matvec_q8_tiles_kernel reads each warp's steps a few at a time through L1 and, its units
-// out of address order, brought the lm head's rows from DRAM about seven times over (Nsight Compute,
-// 16 inputs on an H100: 3 GB moved for its 417 MB, 1.28 ms). Warp w then takes the butterfly's
-// leaves w, w + 8, ... (kLeaves of them), each leaf's units in order for 8 inputs (A from the staged
-// rows, B and the inputs' scales read in place from the rounded inputs, consecutive ones), adds its
-// leaves in the butterfly's first levels, and warp 0 the eight warps' sums in its last three. On
-// that H100, `bench_cuda_matvec inputs`: the lm head with 16 inputs 874 us against 1,300, with 64
-// 3,344 against 2,936 (so 16 only), and Q8_0 rows through this kernel slower than through the one
-// above (DeltaNet qkv with 16 inputs 31.7 us against 26.2).
+template <int kSpans>
+cudaError_t launch_q8_0_staged(const MatvecLaunch& m) {
+  switch (q8_0_staged_tiles(m)) {
+    case 8: return launch_q8_0_staged<kSpans, 8>(m);
+    case 4: return launch_q8_0_staged<kSpans, 4>(m);
+    default: return launch_q8_0_staged<kSpans, 2>(m);
+  }
+}
+
+// K-quant rows staged whole, for 16 inputs and more (stop 61; the lm head of a step of 16 or 64
+// sequences): block (c, r) copies the 16 rows of tile r into shared memory by cp.async before its
+// wait (a unit's bytes lie all over its super-block, so the warps share the copy), and they are
+// read once from DRAM, where matvec_q8_tiles_kernel reads each warp's steps a few at a time through
+// L1 and, its units out of address order, brought the lm head's rows from DRAM about seven times
+// over (Nsight Compute, 16 inputs on an H100: 3 GB moved for its 417 MB, 1.28 ms). Warp w then
+// takes the butterfly's leaves w, w + 8, ... (kLeaves of them), each leaf's units in order for kN
+// tiles of 8 inputs (A from the staged rows, unpacked once for all of them; B and the inputs'
+// scales read in place from the rounded inputs, consecutive ones), adds its leaves in the
+// butterfly's first levels, and warp 0 the eight warps' sums in its last three. Q8_0 rows through
+// this kernel were slower than through the one above (DeltaNet qkv with 16 inputs 31.7 us against
+// 26.2 on that H100).
 constexpr size_t kStagedMostBytes = 96 << 10;  // a tile's rows at most (Q4_K rows of 21,504 values stay above)
 
-template <class U, int kLeaves, int kN = 1>
+template <class U, int kLeaves, int kN>
 __global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
     matvec_q8_staged_kernel(const uint8_t* matrix, int64_t rows, int64_t cols, size_t row_bytes, ProblemIo io,
                             float* y, int per_leaf, int64_t n_problems, const int4* rounded) {
@@ -649,29 +680,44 @@ __global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
   store_warps_sums(leaf[0], reinterpret_cast<float*>(staged_words), tl, first, rows, p, inputs, io, y);
 }
 
-// A warp's leaves where the staged K-quant kernel takes a launch (0 where it does not): 16 inputs,
-// consecutive ones (a plain matrix's rows of 16 sequences), a butterfly of 8 leaves or more, and a
-// tile's rows in whole 16-byte words that fit kStagedMostBytes.
+// A warp's leaves where the staged K-quant kernel takes a launch (0 where it does not): 16 inputs
+// or more (fewer than 32 where a block takes at most two tiles of them: on an H100, Q4_K rows of
+// 2,048 values with 64 inputs took 89.4 us staged, two tiles a block, against 83.0 through
+// matvec_q8_tiles_kernel; with 16 inputs 31.5 against 38.0 with one tile a block), consecutive ones
+// (a plain matrix's rows of several sequences), a butterfly of 8 leaves or more, and a tile's rows
+// in whole 16-byte words that fit kStagedMostBytes.
 template <class U>
 int staged_leaves(const MatvecLaunch& m) {
   const int lanes = lanes_for(m.cols / U::kValues);
+  const bool inputs = m.n_problems >= 2 * kTileInputs && (U::kStagedTiles >= 4 || m.n_problems < 4 * kTileInputs);
   const bool consecutive = m.io.x_stride != 0 && m.io.x_run == 1 && m.io.x_inputs >= m.n_problems;
   const bool fits = m.row_bytes % 16 == 0 && size_t(kTileRows) * m.row_bytes <= kStagedMostBytes &&
                     reinterpret_cast<uintptr_t>(m.w) % 16 == 0;
-  return U::kSteps == 1 && m.n_problems == 16 && lanes >= kStagedWarps && consecutive && fits ? lanes / kStagedWarps
-                                                                                              : 0;
+  return U::kSteps == 1 && inputs && lanes >= kStagedWarps && consecutive && fits ? lanes / kStagedWarps : 0;
 }
 
-template <class U, int kLeaves>
+template <class U, int kLeaves, int kN>
 cudaError_t launch_staged(const MatvecLaunch& m) {
-  const auto kernel = matvec_q8_staged_kernel<U, kLeaves>;
-  const size_t shared = std::max(size_t(kTileRows) * m.row_bytes, size_t(kStagedWarps * 4 * kWarp) * sizeof(float));
+  const auto kernel = matvec_q8_staged_kernel<U, kLeaves, kN>;
+  const size_t shared = std::max(size_t(kTileRows) * m.row_bytes, size_t(kStagedWarps * kN * 4 * kWarp) * sizeof(float));
   if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
-  const int64_t lanes = kLeaves * kStagedWarps;
-  const dim3 grid(unsigned((m.n_problems + kTileInputs - 1) / kTileInputs), unsigned((m.rows + kTileRows - 1) / kTileRows));
+  const int64_t lanes = kLeaves * kStagedWarps, per_block = int64_t(kN) * kTileInputs;
+  const dim3 grid(unsigned((m.n_problems + per_block - 1) / per_block), unsigned((m.rows + kTileRows - 1) / kTileRows));
   return kernels::launch_overlapped(kernel, grid, dim3(kStagedWarps * kWarp), shared, m.stream,
                                     static_cast<const uint8_t*>(m.w), m.rows, m.cols, m.row_bytes, m.io, m.y,
                                     int(m.cols / U::kValues / lanes), m.n_problems, static_cast<const int4*>(m.rounded));
+}
+
+// The staged K-quant kernel with tiles of 8 inputs a block as the inputs fill (2 from 16 inputs, 4
+// from 32 where the unit's registers allow: Q6_K's; the others' spill): a tile's rows are staged,
+// and each unit unpacked, once for that many inputs. On an H100 (bench_cuda_matvec inputs, stop 63) the lm head
+// with 16 inputs took 614-617 us against 862 with a tile a block, with 64 inputs 2,041-2,072 (2,448
+// with two tiles a block, 2,918 through matvec_q8_tiles_kernel).
+template <class U, int kLeaves>
+cudaError_t launch_staged(const MatvecLaunch& m) {
+  if constexpr (U::kStagedTiles >= 4)
+    if (m.n_problems >= 4 * kTileInputs) return launch_staged<U, kLeaves, 4>(m);
+  return launch_staged<U, kLeaves, 2>(m);
 }
 
 // An input's shared words: its rounded words, rounded up to kPad past a multiple of 8.
