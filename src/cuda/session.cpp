@@ -751,10 +751,11 @@ struct CudaSession::Impl {
   // Whether a step of several rows multiplies the layer's experts by expert groups (each expert
   // read once for all its rows): where the grouped q8 kernels read all three projections' types,
   // and where some experts live in host RAM (grouping saves reads over PCIe) or the step has
-  // kGroupedFromRows rows or more. With every expert in VRAM and inputs rounded once (H200, the
-  // 35B synth, per pair against grouped): a window of 2 3.02 ms against 3.28, 4 sequences 4.52
-  // against 4.83; 16 sequences 14.85 against 14.65, 64 sequences 54.3 against 49.7.
-  static constexpr int kGroupedFromRows = 16;
+  // kGroupedFromRows rows or more. With every expert in VRAM (an H100, the 35B synth, stop 63, per
+  // pair against grouped, ms): a window of 2 3.196 / 3.202 against 3.379 / 3.324; of 4 4.966 /
+  // 4.960 against 4.801 / 4.751; 4 sequences 4.859 / 4.855 against 4.632 / 4.608; 8 sequences 8.483
+  // against 7.488 / 7.471. (From 16 rows before the staged group kernel.)
+  static constexpr int kGroupedFromRows = 4;
   bool by_expert(const DeviceLayer& d) const {
     return (!plan.all_resident() || window >= kGroupedFromRows) && options.activations == model::Activations::q8 &&
            has_q8_matvec(d.gate.type) && has_q8_matvec(d.up.type) && has_q8_matvec(d.down.type);
