@@ -4,8 +4,7 @@
 // (an mma tile) or by 16; where the tiles are few, several warps share one. Q8_0 rows of 8 or 16
 // spans, and K-quant rows with 16 consecutive inputs or more (Q4_K and Q5_K: fewer than 32), go to
 // kernels that copy a tile's rows whole into shared memory first and take 2 to 8 tiles of inputs a
-// block
-// (matvec_q8_0_staged_kernel, matvec_q8_staged_kernel).
+// block (matvec_q8_0_staged_kernel, matvec_q8_staged_kernel).
 //
 // Every input's products keep the bits they get alone (matvec_q8_kernel, and the CPU miss path's
 // twin, cpu/q8_twin.h):
@@ -710,9 +709,9 @@ cudaError_t launch_staged(const MatvecLaunch& m) {
 
 // The staged K-quant kernel with tiles of 8 inputs a block as the inputs fill (2 from 16 inputs, 4
 // from 32 where the unit's registers allow: Q6_K's; the others' spill): a tile's rows are staged,
-// and each unit unpacked, once for that many inputs. On an H100 (bench_cuda_matvec inputs, stop 63) the lm head
-// with 16 inputs took 614-617 us against 862 with a tile a block, with 64 inputs 2,041-2,072 (2,448
-// with two tiles a block, 2,918 through matvec_q8_tiles_kernel).
+// and each unit unpacked, once for that many inputs. On an H100 (bench_cuda_matvec inputs, stop
+// 63) the lm head with 16 inputs took 614-617 us against 862 with a tile a block, with 64 inputs
+// 2,041-2,072 (2,448 with two tiles a block, 2,918 through matvec_q8_tiles_kernel).
 template <class U, int kLeaves>
 cudaError_t launch_staged(const MatvecLaunch& m) {
   if constexpr (U::kStagedTiles >= 4)

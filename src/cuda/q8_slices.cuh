@@ -166,12 +166,12 @@ __device__ void round_x(const float* x, int64_t cols, int64_t swiglu_up, Rounded
 }
 
 // Q4_K / Q5_K sub-blocks 2 g and 2 g + 1: their 6-bit scales (bytes 0 and 1 of *scales) and mins
-// (likewise *mins), from the 12 packed bytes (words w0, w1, w2). Neighbouring lanes take different
-// g; nvcc 13 compiles the if below to a branch all the same (SASS, stop 63), and a form without one
+// (likewise *mins), from the 12 packed bytes (words w0, w1, w2). Sub-blocks 0-3 keep their scale in
+// the low 6 bits of bytes 0-3 and their min in bytes 4-7; sub-blocks 4-7 their low 4 bits in the
+// nibbles of bytes 8-11 and their top two bits in the top bits of bytes 0-7. Neighbouring lanes
+// take different g; nvcc 13 makes the if below a branch (SASS, stop 63), and a form without one
 // (both sides, then a mask) measured no faster (bench_cuda_matvec "by group", steps of 16 and 64
-// sequences, tg32, on an H100). Sub-blocks 0-3 keep
-// their scale in the low 6 bits of bytes 0-3 and their min in bytes 4-7; sub-blocks 4-7 their low 4
-// bits in the nibbles of bytes 8-11 and their top two bits in the top bits of bytes 0-7.
+// sequences, tg32, on an H100).
 __device__ __forceinline__ void scale_min_pair_k4(uint32_t w0, uint32_t w1, uint32_t w2, int g, uint32_t* scales,
                                                   uint32_t* mins) {
   const int shift = 16 * (g & 1);
