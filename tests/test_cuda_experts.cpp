@@ -145,9 +145,14 @@ void expect_same_at_every_budget(const fs::path& model, const std::string& what,
       continue;
     }
     ASSERT_EQ(got.size(), reference.size());
-    size_t differing = 0;
-    for (size_t i = 0; i < got.size(); ++i) differing += std::memcmp(&got[i], &reference[i], sizeof(float)) != 0;
-    EXPECT_EQ(differing, 0u) << "logits that differ from every expert in VRAM";
+    size_t differing = 0, first = got.size();
+    for (size_t i = 0; i < got.size(); ++i)
+      if (std::memcmp(&got[i], &reference[i], sizeof(float)) != 0) ++differing, first = std::min(first, i);
+    // Where they start, so that a rare failure says which position went first (stop 63 saw one).
+    const size_t row = first / size_t(config.vocab);
+    EXPECT_EQ(differing, 0u) << "logits that differ from every expert in VRAM, from "
+                             << (row < size_t(prompt_tokens) ? "prompt position " + std::to_string(row)
+                                                             : "decode step " + std::to_string(row - size_t(prompt_tokens)));
   }
 }
 
