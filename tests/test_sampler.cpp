@@ -329,6 +329,10 @@ TEST(Sampler, TopCandidatesAndWhatSampleTopRefuses) {
   EXPECT_TRUE(long_memory.takes_top());
   long_memory.accept(kTopAsideMost);
   EXPECT_FALSE(long_memory.takes_top());
+  // A window longer than that, of few distinct tokens, still takes the top candidates.
+  Sampler repetitive(params, 1000);
+  for (int32_t t = 0; t < 3 * kTopAsideMost; ++t) repetitive.accept(t % 10);
+  EXPECT_TRUE(repetitive.takes_top());
 }
 
 // With a logit bias and penalties, the tokens they change are set aside (Sampler::top_aside) and

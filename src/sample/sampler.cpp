@@ -419,7 +419,11 @@ size_t position_in(const std::vector<int32_t>& ids, int32_t id) {
 
 bool Sampler::takes_top() const {
   const bool changed = !params_.logit_bias.empty() || penalties_active(params_);
-  return takes_top_with(changed ? top_aside().size() : 0);
+  if (!changed) return takes_top_with(0);
+  // The ids set aside are at most the bias's and the penalty window's together: counted exactly (a
+  // sort of the window, asked every token) only where that bound is over what the candidates take.
+  const size_t bound = params_.logit_bias.size() + (penalties_active(params_) ? penalty_window().size() : 0);
+  return takes_top_with(bound <= size_t(kTopAsideMost) ? bound : top_aside().size());
 }
 
 bool Sampler::takes_top_with(size_t aside) const {
