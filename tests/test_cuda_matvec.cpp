@@ -569,13 +569,14 @@ struct ExpertShape {
   int64_t parts, part_rows, cols;
 };
 
-void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& shape, std::mt19937& rng) {
+// counts: the rows routed to each expert in turn (tiles cut at kExpertTileRows).
+void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& shape, std::mt19937& rng,
+                           const std::vector<int32_t>& counts = {0, 1, 64, 65, 128, 129, 300}) {
   const auto& traits = lode::traits(shape.type);
   const int64_t parts = shape.parts, part_rows = shape.part_rows, cols = shape.cols, n = parts * part_rows;
   const int64_t ldy = n + 8;
   SCOPED_TRACE(std::string(traits.name) + " " + std::to_string(n) + " x " + std::to_string(cols));
   ASSERT_TRUE(lode::cuda::has_expert_products(shape.type, cols));
-  const std::vector<int32_t> counts = {0, 1, 64, 65, 128, 129, 300};
   std::vector<lode::cuda::ExpertTile> tiles;
   int32_t total = 0, used = 0;
   for (int32_t c : counts) {
@@ -611,15 +612,22 @@ void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& 
   lode::cuda::copy_to_device(dtable.data(), table.data(), table.size() * sizeof(void*));
   // y starts as a sentinel: what the products do not write (columns past n) must keep it.
   constexpr float kUnwritten = 12345.0f;
-  const auto run = [&](std::vector<size_t> splits) {
+  const auto tile_rows = [&](size_t begin, size_t end) {
+    lode::cuda::TileRows rows{int32_t(lode::cuda::kExpertTileRows), 0};
+    for (size_t i = begin; i < end; ++i)
+      rows.fewest = std::min(rows.fewest, tiles[i].rows), rows.most = std::max(rows.most, tiles[i].rows);
+    return rows;
+  };
+  using Forms = lode::cuda::ExpertTileForms;
+  const auto run = [&](std::vector<size_t> splits, Forms forms = Forms::by_rows) {
     const std::vector<float> sentinel(size_t(total * ldy), kUnwritten);
     lode::cuda::copy_to_device(dy.data(), sentinel.data(), sentinel.size() * 4);
     splits.insert(splits.begin(), 0), splits.push_back(tiles.size());
     for (size_t s = 0; s + 1 < splits.size(); ++s) {
       const char* err = lode::cuda::expert_products(
           shape.type, dtiles.as<lode::cuda::ExpertTile>() + splits[s], int64_t(splits[s + 1] - splits[s]),
-          dtable.as<const void*>(), parts, part_rows, cols, row_bytes, dx.as<float>(), cols, dy.as<float>(), ldy,
-          nullptr);
+          tile_rows(splits[s], splits[s + 1]), dtable.as<const void*>(), parts, part_rows, cols, row_bytes,
+          dx.as<float>(), cols, dy.as<float>(), ldy, nullptr, forms);
       EXPECT_EQ(err, nullptr) << err;
     }
     lode::cuda::synchronize();
@@ -644,6 +652,10 @@ void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& 
     j += c > 0;
   }
   EXPECT_EQ(run({1, 3}), y);
+  // Each form of the kernel gives a row the same bits (the small one takes tiles of up to 32 rows).
+  EXPECT_EQ(run({}, Forms::large), y);
+  if (std::all_of(tiles.begin(), tiles.end(), [](const auto& t) { return t.rows <= 32; }))
+    EXPECT_EQ(run({}, Forms::small), y);
 }
 
 // The prompt's expert products on tensor cores, read from the stored bytes through a table of
@@ -655,7 +667,8 @@ void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& 
 // a k-quant's blocks; Q6_K's and the 32-value blocks' stages start off 16-byte boundaries); and
 // the 35B-A3B's shapes, Q4_K gate|up of 2 x 512 rows of 2048 values, Q5_K down of 2048 rows of
 // 512. A tile's values do not depend on the launch: the tiles in two launches give the same bits
-// as in one.
+// as in one, and the k-quants' forms for few and many rows give the same bits (tiles of a short
+// prompt's few rows each, and launches with tiles on both sides of the small form's 32).
 TEST(CudaMatvec, ExpertProductsOnTensorCoresMatchTheCpu) {
   LODE_REQUIRE_GPU();
   lode::cuda::VramAccountant vram;
@@ -666,6 +679,12 @@ TEST(CudaMatvec, ExpertProductsOnTensorCoresMatchTheCpu) {
     check_expert_products(vram, {type, 2, 72, 512}, rng);
   check_expert_products(vram, {GgmlType::Q4_K, 2, 512, 2048}, rng);
   check_expert_products(vram, {GgmlType::Q5_K, 1, 2048, 512}, rng);
+  // A short prompt's experts: tiles of a few rows, each form and both together in one launch.
+  const std::vector<int32_t> few = {1, 5, 8, 9, 17, 31, 32, 0, 2};
+  for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K})
+    check_expert_products(vram, {type, 2, 72, 512}, rng, few);
+  check_expert_products(vram, {GgmlType::Q4_K, 2, 512, 2048}, rng, few);
+  check_expert_products(vram, {GgmlType::Q5_K, 1, 2048, 512}, rng, {3, 40, 7, 33, 12});
 }
 
 TEST(CudaMatvec, TypesWithoutAKernelAreRefusedClearly) {

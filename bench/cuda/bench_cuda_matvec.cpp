@@ -8,7 +8,7 @@
 //   build/bench_cuda_matvec [--json]
 // Each case runs with float32 x and, for the types with integer kernels, with 8-bit x (MatvecInput::q8).
 // The "by group" cases are a step of many sequences' expert products (8-bit x), the bytes they must
-// read each chosen expert's once.
+// read each chosen expert's once; the "prompt experts" cases a prompt pass's (tf32 on tensor cores).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 
 #include "core/fp16.h"
 #include "core/quant/types.h"
+#include "cuda/expert_products.h"
 #include "cuda/matvec.h"
 #include "cuda/roofline.h"
 #include "cuda/vram.h"
@@ -144,6 +145,62 @@ double time_expert_groups(const GroupCase& c, lode::cuda::VramAccountant& vram, 
       5, 50);
 }
 
+// A prompt pass's expert products on tensor cores (cuda/expert_products.h): `tokens` rows, each
+// with kSlots distinct experts of kExperts, tiled by expert as the prompt pass tiles them.
+struct PromptCase {
+  const char* name;
+  GgmlType type;
+  int64_t parts, part_rows, cols, tokens;
+};
+
+double time_prompt_experts(const PromptCase& c, lode::cuda::VramAccountant& vram, std::mt19937& rng, double* bytes) {
+  const size_t row_bytes = lode::row_bytes(c.type, c.cols), matrix_bytes = row_bytes * size_t(c.part_rows);
+  const auto host = random_weights(c.type, matrix_bytes * size_t(c.parts * kExperts), rng);
+  lode::cuda::DeviceBuffer w(vram, host.size(), lode::cuda::VramUse::weights, c.name);
+  cudaMemcpy(w.data(), host.data(), host.size(), cudaMemcpyHostToDevice);
+  std::vector<int32_t> counts(static_cast<size_t>(kExperts), 0);
+  for (int64_t t = 0; t < c.tokens; ++t) {
+    std::vector<int32_t> all(static_cast<size_t>(kExperts));
+    for (int32_t e = 0; e < int32_t(kExperts); ++e) all[size_t(e)] = e;
+    std::shuffle(all.begin(), all.end(), rng);
+    for (int64_t k = 0; k < kSlots; ++k) ++counts[size_t(all[size_t(k)])];
+  }
+  std::vector<lode::cuda::ExpertTile> tiles;
+  std::vector<const void*> table;  // entry parts * j + p: part p of the j-th expert used
+  lode::cuda::TileRows tile_rows{int32_t(lode::cuda::kExpertTileRows), 0};
+  int32_t first = 0;
+  for (int64_t e = 0; e < kExperts; ++e) {
+    const int32_t n = counts[size_t(e)];
+    if (n == 0) continue;
+    const int32_t j = int32_t(table.size() / size_t(c.parts));
+    for (int64_t p = 0; p < c.parts; ++p) table.push_back(w.as<uint8_t>() + size_t(e * c.parts + p) * matrix_bytes);
+    for (int32_t r = 0; r < n; r += int32_t(lode::cuda::kExpertTileRows)) {
+      const int32_t rows = std::min(int32_t(lode::cuda::kExpertTileRows), n - r);
+      tiles.push_back({j, first + r, rows, 0});
+      tile_rows.fewest = std::min(tile_rows.fewest, rows), tile_rows.most = std::max(tile_rows.most, rows);
+    }
+    first += n;
+  }
+  *bytes = double(matrix_bytes) * double(table.size());
+  const int64_t n = c.parts * c.part_rows, pairs = c.tokens * kSlots;
+  const std::vector<float> xh(size_t(pairs * c.cols), 0.5f);
+  lode::cuda::DeviceBuffer x(vram, xh.size() * 4, lode::cuda::VramUse::scratch, "x");
+  lode::cuda::DeviceBuffer y(vram, size_t(pairs * n) * 4, lode::cuda::VramUse::scratch, "y");
+  lode::cuda::DeviceBuffer dtable(vram, table.size() * sizeof(void*), lode::cuda::VramUse::scratch, "table");
+  lode::cuda::DeviceBuffer dtiles(vram, tiles.size() * sizeof(tiles[0]), lode::cuda::VramUse::scratch, "tiles");
+  cudaMemcpy(x.data(), xh.data(), xh.size() * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(dtable.data(), table.data(), table.size() * sizeof(void*), cudaMemcpyHostToDevice);
+  cudaMemcpy(dtiles.data(), tiles.data(), tiles.size() * sizeof(tiles[0]), cudaMemcpyHostToDevice);
+  return lode::cuda::median_event_ms(
+      [&] {
+        const char* err = lode::cuda::expert_products(
+            c.type, dtiles.as<lode::cuda::ExpertTile>(), int64_t(tiles.size()), tile_rows, dtable.as<const void*>(),
+            c.parts, c.part_rows, c.cols, row_bytes, x.as<float>(), c.cols, y.as<float>(), n, nullptr);
+        if (err) std::fprintf(stderr, "bench_cuda_matvec: %s: %s\n", c.name, err);
+      },
+      3, 20);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -206,6 +263,15 @@ int main(int argc, char** argv) {
       {"experts gate|up by group, 16 rows", GgmlType::Q4_K, 512, 2048, 16, 4, false, 2},
       {"experts gate|up by group, 64 rows", GgmlType::Q4_K, 512, 2048, 64, 4, false, 2},
   };
+  // A prompt pass's experts by expert on tensor cores, from a short prompt to a long chunk's.
+  const std::vector<PromptCase> prompt_cases = {
+      {"prompt experts gate|up, 256 tokens", GgmlType::Q4_K, 2, 512, 2048, 256},
+      {"prompt experts down, 256 tokens", GgmlType::Q5_K, 1, 2048, 512, 256},
+      {"prompt experts gate|up, 720 tokens", GgmlType::Q4_K, 2, 512, 2048, 720},
+      {"prompt experts down, 720 tokens", GgmlType::Q5_K, 1, 2048, 512, 720},
+      {"prompt experts gate|up, 2048 tokens", GgmlType::Q4_K, 2, 512, 2048, 2048},
+      {"prompt experts down, 2048 tokens", GgmlType::Q5_K, 1, 2048, 512, 2048},
+  };
   std::mt19937 rng(1);
   Lines out{json, ceiling};
   if (json) std::printf("{\"device\": \"%s\", \"copy_GBps\": %.1f, \"cases\": [", prop.name, ceiling);
@@ -259,6 +325,12 @@ int main(int argc, char** argv) {
     double bytes = 0;
     const double ms = time_expert_groups(c, vram, rng, &bytes);
     out.line(c.name, c.type, "q8", bytes, ms);
+  }
+  for (const PromptCase& c : prompt_cases) {
+    if (only && !std::strstr(c.name, only)) continue;
+    double bytes = 0;
+    const double ms = time_prompt_experts(c, vram, rng, &bytes);
+    out.line(c.name, c.type, "tf32", bytes, ms);
   }
   if (json) std::printf("]}\n");
   return 0;

@@ -22,6 +22,18 @@ struct ExpertTile {
   int32_t padding = 0;  // 16 bytes a tile: one load
 };
 
+// The fewest and the most rows of a launch's tiles, as the caller counted them: tiles of a few rows
+// (a short prompt's experts) go to a form of the kernel that holds fewer x rows in shared memory and
+// so keeps more blocks in flight. Where `most` sends every tile there, a larger one makes it trap.
+struct TileRows {
+  int32_t fewest = 1, most = int32_t(kExpertTileRows);
+};
+
+// Which forms of the k-quants' kernel take a launch's tiles: by their rows (expert_products'
+// choice), or all through one (the tests' check that both give a row the same bits; the small
+// form takes tiles of at most 32 rows).
+enum class ExpertTileForms { by_rows, small, large };
+
 // Whether expert_products multiplies matrices of this type with `cols` columns (types with an
 // expansion unit, cols a multiple of 64).
 bool has_expert_products(GgmlType type, int64_t cols);
@@ -34,16 +46,17 @@ size_t expert_products_shared_bytes(GgmlType type);
 // need both to be multiples of 16; the others take any.
 bool expert_products_aligned(GgmlType type, size_t offset, size_t row_bytes);
 
-// For each of the n_tiles tiles (device memory): y rows [first_row, first_row + rows), columns
-// [0, n) = the same x rows times W^T, where W stacks `parts` matrices of part_rows rows each (n =
-// parts * part_rows): the p-th is at table[matrix * parts + p], its rows row_bytes apart, `cols`
-// values each; where a type's blocks are whole 16-byte pieces (Q4_K, Q5_K, the float types), its
-// matrices start on 16-byte boundaries (the kernel traps otherwise). x starts on a 16-byte
-// boundary, its rows ldx floats apart (a multiple of 4), already rounded to tf32
-// (kernels::gather_rows does; given other floats the tensor cores drop their low bits); y rows are
-// ldy floats apart. Returns null when queued, else what was wrong.
-const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_tiles, const void* const* table,
-                            int64_t parts, int64_t part_rows, int64_t cols, size_t row_bytes, const float* x,
-                            int64_t ldx, float* y, int64_t ldy, void* stream);
+// For each of the n_tiles tiles (device memory; `rows`: their row counts' range): y rows
+// [first_row, first_row + rows), columns [0, n) = the same x rows times W^T, where W stacks `parts`
+// matrices of part_rows rows each (n = parts * part_rows): the p-th is at table[matrix * parts +
+// p], its rows row_bytes apart, `cols` values each; where a type's blocks are whole 16-byte pieces
+// (Q4_K, Q5_K, the float types), its matrices start on 16-byte boundaries (the kernel traps
+// otherwise). x starts on a 16-byte boundary, its rows ldx floats apart (a multiple of 4), already
+// rounded to tf32 (kernels::gather_rows does; given other floats the tensor cores drop their low
+// bits); y rows are ldy floats apart. Returns null when queued, else what was wrong.
+const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_tiles, TileRows rows,
+                            const void* const* table, int64_t parts, int64_t part_rows, int64_t cols,
+                            size_t row_bytes, const float* x, int64_t ldx, float* y, int64_t ldy, void* stream,
+                            ExpertTileForms forms = ExpertTileForms::by_rows);
 
 }  // namespace lode::cuda

@@ -13,10 +13,13 @@
 // - The k-quants of the common recipes (Q4_K, Q5_K) stage only the pieces of a block that a step
 //   reads and expand their values two at a time, per substep, from codes held in registers; so a
 //   warp's values serve all 128 x rows of the tile, halving the expansion per product (the
-//   kernel's cost: Nsight Compute found the 64-row version bound by its instruction stream).
+//   kernel's cost: Nsight Compute found the 64-row version bound by its instruction stream). Tiles
+//   of a few rows go to a form of it that holds 32 (kSmallTileRows).
 // - Every other type expands its 16 values of a step up front through its unit and serves 64 x
 //   rows at a time, a tile in one or two passes.
 #include <cuda_runtime.h>
+
+#include <algorithm>
 
 #include "cuda/async_copy.cuh"
 #include "cuda/expand_units.cuh"
@@ -263,7 +266,6 @@ struct StepStage {
   static constexpr int kCodesPiece = 1 + K::kHighPieces;
   static constexpr int kPieces = kCodesPiece + 2;
   static constexpr size_t kPitchBytes = size_t(kPieces) * 16;
-  static constexpr size_t kShared = size_t(2) * kTileRows * kXPitch * sizeof(float) + size_t(2) * kCols * kPitchBytes;
   static_assert(kPieces % 2 == 1 && kStep * 4 == 256);
   // Where piece p of step s lies in a row: the head and high bits of block s / 4, then the codes of
   // its values [64 (s % 4), 64 (s % 4) + 64), which share 32 bytes (low and high nibbles).
@@ -307,23 +309,47 @@ struct RowCodes {
   }
 };
 
-// Each copy instruction of a warp reads consecutive bytes: lane l copies values [2 l, 2 l + 2) of
-// one x row's step (one row's 256 bytes, two cache lines), and consecutive lanes take consecutive
-// pieces of the weight rows. (A thread per row made each instruction touch 32 lines.) Rows past n
-// or past the tile's are not staged: the tensor cores' rows and columns are independent sums, and
-// those sums are never stored; x rows are skipped in the products 32 at a time past the tile's.
-template <GgmlType T>
-__global__ void __launch_bounds__(kThreads, 2)
-    kquant_expert_products_kernel(const ExpertTile* tiles, const void* const* table, int parts, int part_rows, int n,
-                                  int cols, size_t row_bytes, const float* x, int64_t ldx, float* y, int64_t ldy) {
+// The k-quants' kernel for tiles of at most kXRows x rows, with the bytes of kStages - 1 steps in
+// flight while a step computes. Each copy instruction of a warp reads consecutive bytes: lane l
+// copies values [2 l, 2 l + 2) of one x row's step (one row's 256 bytes, two cache lines), and
+// consecutive lanes take consecutive pieces of the weight rows. (A thread per row made each
+// instruction touch 32 lines.) Rows past n or past the tile's are not staged: the tensor cores'
+// rows and columns are independent sums, and those sums are never stored; x rows past the tile's
+// are skipped in the products (KQuantForm::kSkipRows at a time). Tiles of take_above rows or
+// fewer, and with larger_elsewhere those of more than kXRows, are another launch's. Every form
+// runs each sum through the same steps, substeps and mma instructions in the same order, so a row
+// gets the same bits from each (ExpertTileForms).
+template <GgmlType T, int kXRows, int kStages>
+struct KQuantForm {
   using S = StepStage<T>;
-  static_assert(kThreads == kTileRows && kThreads == kCols);
+  static_assert(kXRows % 32 == 0 && kXRows <= kTileRows && kStages >= 2);
+  static constexpr int kXTiles = kXRows / 8;
+  // x rows past the tile's are skipped this many at a time: the small form's 8 (an mma's), the
+  // large form's 32 (with a check every 8 rows, bench_cuda_matvec's 2,048 tokens' gate|up took
+  // 986 us on an H100 against 749).
+  static constexpr int kSkipRows = kXRows <= 32 ? 8 : 32;
+  static constexpr size_t kXStage = size_t(kXRows) * kXPitch * sizeof(float);
+  static constexpr size_t kWStage = size_t(kCols) * S::kPitchBytes;
+  static constexpr size_t kShared = kStages * (kXStage + kWStage);
+};
+
+template <GgmlType T, int kXRows, int kStages, int kBlocksPerSm>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    kquant_expert_products_kernel(const ExpertTile* tiles, const void* const* table, int parts, int part_rows, int n,
+                                  int cols, size_t row_bytes, const float* x, int64_t ldx, float* y, int64_t ldy,
+                                  int take_above, bool larger_elsewhere) {
+  using S = StepStage<T>;
+  using F = KQuantForm<T, kXRows, kStages>;
+  static_assert(kThreads == kCols);
   extern __shared__ float4 shared4[];
-  float* const xs = reinterpret_cast<float*>(shared4);                          // [2][kTileRows][kXPitch]
-  uint8_t* const raw = reinterpret_cast<uint8_t*>(xs + 2 * kTileRows * kXPitch);  // [2][kCols][S::kPitchBytes]
+  uint8_t* const stages = reinterpret_cast<uint8_t*>(shared4);  // stage i: x [kXRows][kXPitch], then weights
   __shared__ const uint8_t* row_at[kCols];  // each output column's weight row (null past n)
   const ExpertTile tile = tiles[blockIdx.x];
-  if (tile.rows > kTileRows) __trap();  // the tiles are cut at kExpertTileRows
+  if (tile.rows <= take_above) return;  // a smaller form's launch takes it
+  if (tile.rows > kXRows) {
+    if (larger_elsewhere) return;
+    __trap();  // no launch for it: the caller's TileRows were wrong
+  }
   const int col0 = int(blockIdx.y) * kCols, tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
   {
     const int col = col0 + tid;
@@ -335,37 +361,44 @@ __global__ void __launch_bounds__(kThreads, 2)
     row_at[tid] = row;
   }
   __syncthreads();
+  const auto stage_at = [&](int s) { return stages + (s % kStages) * (F::kXStage + F::kWStage); };
+  const auto x_stage = [&](int s) { return reinterpret_cast<float*>(stage_at(s)); };
+  const auto w_stage = [&](int s) { return stage_at(s) + F::kXStage; };
   const float* const x_lane = x + int64_t(tile.first_row) * ldx + 2 * lane;
   const int x_at = x_piece(lane / 8) + 2 * (lane % 8);
+  const int steps = cols / kStep;
+  // Step s's bytes, as one group of copies (none past the last step: the group stays, empty, so
+  // that the groups still count the steps).
   const auto stage = [&](int s) {
-    float* const x_to = xs + (s % 2) * kTileRows * kXPitch + x_at;
-    for (int r = warp; r < tile.rows; r += kThreads / 32)
-      copy_8(x_to + r * kXPitch, x_lane + int64_t(r) * ldx + s * kStep, true);
-    uint8_t* const w_to = raw + size_t(s % 2) * kCols * S::kPitchBytes;
+    if (s < steps) {
+      float* const x_to = x_stage(s) + x_at;
+      for (int r = warp; r < tile.rows; r += kThreads / 32)
+        copy_8(x_to + r * kXPitch, x_lane + int64_t(r) * ldx + s * kStep, true);
+      uint8_t* const w_to = w_stage(s);
 #pragma unroll
-    for (int i = tid; i < kCols * S::kPieces; i += kThreads) {
-      const int r = i / S::kPieces, p = i % S::kPieces;
-      if (row_at[r]) copy_16(w_to + r * S::kPitchBytes + 16 * p, row_at[r] + S::source(s, p), true);
+      for (int i = tid; i < kCols * S::kPieces; i += kThreads) {
+        const int r = i / S::kPieces, p = i % S::kPieces;
+        if (row_at[r]) copy_16(w_to + r * S::kPitchBytes + 16 * p, row_at[r] + S::source(s, p), true);
+      }
     }
     copies_sent();
   };
 
-  const int g = lane / 4, t = lane % 4, groups = (tile.rows + 31) / 32;  // x rows in use, 32 at a time
-  float acc[2][16][4] = {};
-  const int steps = cols / kStep;
-  stage(0);
+  const int g = lane / 4, t = lane % 4;
+  float acc[2][F::kXTiles][4] = {};
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) stage(s);
   for (int s = 0; s < steps; ++s) {
-    copies_arrived();
-    __syncthreads();  // step s's bytes are in; every warp is done with step s - 1
-    if (s + 1 < steps) stage(s + 1);
+    copies_arrived_but<kStages - 2>();
+    __syncthreads();  // step s's bytes are in; every warp is done with step s - 1, whose room the next stage takes
+    stage(s + kStages - 1);
     RowCodes<T> w[2][2];  // weight rows 32 w + 16 mt + 8 h + g
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        w[mt][h].read(raw + (size_t(s % 2) * kCols + 32 * warp + 16 * mt + 8 * h + g) * S::kPitchBytes, s, t);
-    const float* const x_step = xs + (s % 2) * kTileRows * kXPitch + g * kXPitch + x_piece(t);
-    // Substeps outermost, so that 32 independent sums separate two updates of one.
+      for (int h = 0; h < 2; ++h) w[mt][h].read(w_stage(s) + (32 * warp + 16 * mt + 8 * h + g) * S::kPitchBytes, s, t);
+    const float* const x_step = x_stage(s) + g * kXPitch + x_piece(t);
+    // Substeps outermost, so that the independent sums separate two updates of one.
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       uint32_t a[2][4];
@@ -375,8 +408,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         a[mt][2] = w[mt][0].value(2 * j + 1), a[mt][3] = w[mt][1].value(2 * j + 1);
       }
 #pragma unroll
-      for (int nt = 0; nt < 16; ++nt) {
-        if (nt / 4 >= groups) break;
+      for (int nt = 0; nt < F::kXTiles; ++nt) {
+        if (nt % (F::kSkipRows / 8) == 0 && 8 * nt >= tile.rows) break;
         const float2 two = *reinterpret_cast<const float2*>(x_step + 8 * nt * kXPitch + 2 * j);
         const uint32_t b[2] = {__float_as_uint(two.x), __float_as_uint(two.y)};
         mma_tf32(acc[0][nt], a[0], b);
@@ -388,13 +421,32 @@ __global__ void __launch_bounds__(kThreads, 2)
   store_sums(acc, y, ldy, tile.first_row, col0 + 32 * warp, g, t, n, tile.rows);
 }
 
-// f(kernel, shared bytes, blocks per tile and column block) with the kernel that multiplies type T.
-template <GgmlType T, class F>
-void with_kernel(F&& f) {
-  if constexpr (kHasKQuantKernel<T>)
-    f(kquant_expert_products_kernel<T>, StepStage<T>::kShared, 1);
-  else
-    f(expert_products_kernel<T>, Raw<T>::kShared, kTileRows / kRows);
+// The k-quants' forms: tiles of up to kSmallTileRows rows (a short prompt's experts get a few rows
+// each) hold a quarter of the x rows in shared memory and a quarter of the sums in registers, so
+// a multiprocessor takes twice the blocks, each with two steps of weights in flight; every weight
+// is still expanded once a tile, but more blocks' copies and expansion overlap. On an H100,
+// bench_cuda_matvec's 256 tokens' gate|up 347 us against 450 through the large form alone, down
+// 243 against 307. Measured and dropped: a form of 32 rows with three steps in flight (256 tokens'
+// gate|up 375 us), one of 64 rows at three blocks a multiprocessor (720 tokens' gate|up 484 us
+// against 515, their down 364 against 322).
+constexpr int kSmallTileRows = 32;
+template <GgmlType T>
+using SmallForm = KQuantForm<T, kSmallTileRows, 3>;
+template <GgmlType T>
+using LargeForm = KQuantForm<T, kTileRows, 2>;
+template <GgmlType T>
+constexpr auto kSmallKernel = kquant_expert_products_kernel<T, kSmallTileRows, 3, 4>;
+template <GgmlType T>
+constexpr auto kLargeKernel = kquant_expert_products_kernel<T, kTileRows, 2, 2>;
+
+// Launches `kernel` over every tile and column block (passes: blocks a tile and column block).
+template <class Kernel, class... Args>
+cudaError_t launch_tiles(Kernel kernel, size_t shared, int64_t n_tiles, int64_t n, int passes, void* stream,
+                         Args... args) {
+  if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
+  const dim3 grid(unsigned(n_tiles), blocks_for(n, kCols), unsigned(passes));
+  kernel<<<grid, kThreads, shared, as_stream(stream)>>>(args...);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -404,7 +456,7 @@ size_t expert_products_shared_bytes(GgmlType type) {
   for_weight_type<WeightKernel::expand>(type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
     if constexpr (kHasKQuantKernel<T>)
-      bytes = StepStage<T>::kShared;
+      bytes = std::max(SmallForm<T>::kShared, LargeForm<T>::kShared);
     else
       bytes = Raw<T>::kShared;
     bytes += kCols * sizeof(void*);  // both kernels' row_at
@@ -428,9 +480,10 @@ bool has_expert_products(GgmlType type, int64_t cols) {
   return cols % kStep == 0 && read_by(type, WeightKernel::expand);
 }
 
-const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_tiles, const void* const* table,
-                            int64_t parts, int64_t part_rows, int64_t cols, size_t row_bytes, const float* x,
-                            int64_t ldx, float* y, int64_t ldy, void* stream) {
+const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_tiles, TileRows rows,
+                            const void* const* table, int64_t parts, int64_t part_rows, int64_t cols,
+                            size_t row_bytes, const float* x, int64_t ldx, float* y, int64_t ldy, void* stream,
+                            ExpertTileForms forms) {
   const int64_t n = parts * part_rows;
   if (!has_expert_products(type, cols)) return "no tensor-core expert product for this type and row length";
   if (ldx % 4 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
@@ -438,14 +491,29 @@ const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_ti
   if (n_tiles == 0 || n == 0) return nullptr;
   cudaError_t err = cudaSuccess;
   for_weight_type<WeightKernel::expand>(type, [&](auto t) {
-    with_kernel<decltype(t)::value>([&](auto kernel, size_t shared, int passes) {
-      err = kernels::allow_shared(kernel, shared);
-      if (err != cudaSuccess) return;
-      const dim3 grid(unsigned(n_tiles), blocks_for(n, kCols), unsigned(passes));
-      kernel<<<grid, kThreads, shared, as_stream(stream)>>>(tiles, table, int(parts), int(part_rows), int(n),
-                                                                 int(cols), row_bytes, x, ldx, y, ldy);
-      err = cudaGetLastError();
-    });
+    constexpr GgmlType T = decltype(t)::value;
+    const auto args = [&](auto launch) {
+      return launch(tiles, table, int(parts), int(part_rows), int(n), int(cols), row_bytes, x, ldx, y, ldy);
+    };
+    if constexpr (kHasKQuantKernel<T>) {
+      const bool small = forms == ExpertTileForms::small ||
+                         (forms == ExpertTileForms::by_rows && rows.fewest <= kSmallTileRows);
+      const bool large = forms == ExpertTileForms::large ||
+                         (forms == ExpertTileForms::by_rows && rows.most > kSmallTileRows);
+      if (small)
+        err = args([&](auto... a) {
+          return launch_tiles(kSmallKernel<T>, SmallForm<T>::kShared, n_tiles, n, 1, stream, a..., 0, large);
+        });
+      if (large && err == cudaSuccess)
+        err = args([&](auto... a) {
+          return launch_tiles(kLargeKernel<T>, LargeForm<T>::kShared, n_tiles, n, 1, stream, a...,
+                              small ? kSmallTileRows : 0, false);
+        });
+    } else {
+      err = args([&](auto... a) {
+        return launch_tiles(expert_products_kernel<T>, Raw<T>::kShared, n_tiles, n, kTileRows / kRows, stream, a...);
+      });
+    }
   });
   return error_text(err);
 }

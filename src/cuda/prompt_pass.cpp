@@ -458,8 +458,11 @@ struct PromptPass::Impl {
   // y = x W^T over tiles [begin, end), W the pass's matrices through `table` (parts of part_rows).
   void products(const DeviceExperts& e, int64_t begin, int64_t end, const void* const* table, int64_t parts,
                 const float* x, int64_t ldx, float* y, int64_t ldy) {
-    check(expert_products(e.type, expert_tiles + begin, end - begin, table, parts, e.rows, e.cols, e.row_bytes, x,
-                          ldx, y, ldy, stream),
+    TileRows rows{int32_t(kExpertTileRows), 0};
+    for (int64_t i = begin; i < end; ++i)
+      rows.fewest = std::min(rows.fewest, host_tiles[i].rows), rows.most = std::max(rows.most, host_tiles[i].rows);
+    check(expert_products(e.type, expert_tiles + begin, end - begin, rows, table, parts, e.rows, e.cols, e.row_bytes,
+                          x, ldx, y, ldy, stream),
           "expert products");
   }
 
