@@ -425,8 +425,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 // each) hold a quarter of the x rows in shared memory and a quarter of the sums in registers, so
 // a multiprocessor takes twice the blocks, each with two steps of weights in flight; every weight
 // is still expanded once a tile, but more blocks' copies and expansion overlap. On an H100,
-// bench_cuda_matvec's 256 tokens' gate|up 347 us against 450 through the large form alone, down
-// 243 against 307. Measured and dropped: a form of 32 rows with three steps in flight (256 tokens'
+// bench_cuda_matvec's 256 tokens' gate|up 347 us against 450 through the large form alone (then
+// skipping rows 8 at a time), down 243 against 307. Measured and dropped: a form of 32 rows with three steps in flight (256 tokens'
 // gate|up 375 us), one of 64 rows at three blocks a multiprocessor (720 tokens' gate|up 484 us
 // against 515, their down 364 against 322).
 constexpr int kSmallTileRows = 32;
