@@ -301,8 +301,45 @@ struct ProfileRun {
   bool all_resident = true;
 };
 
+// The prompt path's phases between two of CudaSession::prompt_profile's totals, as a table under
+// `title` (which takes the milliseconds in all).
+void print_prompt_phases(const std::vector<std::pair<std::string, double>>& before,
+                         const std::vector<std::pair<std::string, double>>& after, const std::string& title) {
+  double total = 0;
+  for (size_t p = 0; p < after.size(); ++p) total += after[p].second - (p < before.size() ? before[p].second : 0.0);
+  fmt::print(fmt::runtime(title), 1e3 * total);
+  for (size_t p = 0; p < after.size(); ++p) {
+    const double s = after[p].second - (p < before.size() ? before[p].second : 0.0);
+    fmt::print("  {:<34} {:8.1f} ms  {:5.1f}%\n", after[p].first, 1e3 * s, 100.0 * s / std::max(total, 1e-12));
+  }
+}
+
+// Where one pass of `count` prompts of `n` tokens goes (--prompts-together), phase by phase:
+// sequence s, emptied first, reads the tokens from s on, as bench_pieces has them.
+void print_pieces_profile(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t n, int64_t count) {
+  const std::vector<int64_t> lengths(size_t(count), n);
+  if (!session.pieces_fit(lengths)) {
+    fmt::print("{} prompts of {} tokens do not fit one pass of {} rows: not profiled\n", count, n,
+               session.prompt_chunk());
+    return;
+  }
+  std::vector<cuda::CudaSession::Piece> pieces;
+  for (int64_t s = 0; s < count; ++s) {
+    session.use_sequence(s), session.reset();
+    pieces.push_back({.sequence = s, .tokens = std::span(tokens.data() + s, size_t(n)), .logits = true});
+  }
+  const auto before = session.prompt_profile();
+  session.prefill_pieces(pieces);
+  print_prompt_phases(before, session.prompt_profile(),
+                      fmt::format("where {} prompts of {} tokens in one pass go (synchronising between phases: "
+                                  "{{:.1f}} ms in all):\n",
+                                  count, n));
+  session.use_sequence(0);
+}
+
 // A second session that waits for the GPU between phases: where the time of one decode step and of
-// one prompt goes; then the same number of steps timed kernel by kernel (those kernel classes).
+// one prompt goes; then the same number of steps timed kernel by kernel (those kernel classes), and
+// with --prompts-together where a pass of that many prompts goes.
 ProfileRun print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfig& config, const BenchOptions& o,
                         const std::vector<int32_t>& tokens, int64_t budget_mib,
                         const std::vector<double>& expert_scores, double copy_gbps) {
@@ -325,13 +362,10 @@ ProfileRun print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfi
     const double s = after[p].second - before[p].second;
     fmt::print("  {:<34} {:8.3f} ms  {:5.1f}%\n", after[p].first, 1e3 * s / double(o.generate), 100.0 * s / total);
   }
-  const auto phases = session.prompt_profile();
-  double prompt_total = 0;
-  for (const auto& [name, s] : phases) prompt_total += s;
-  fmt::print("where a {}-token prompt goes (chunks of {}; synchronising between phases: {:.1f} ms in all):\n", prompt,
-             session.prompt_chunk(), 1e3 * prompt_total);
-  for (const auto& [name, s] : phases)
-    fmt::print("  {:<34} {:8.1f} ms  {:5.1f}%\n", name, 1e3 * s, 100.0 * s / std::max(prompt_total, 1e-12));
+  print_prompt_phases({}, session.prompt_profile(),
+                      fmt::format("where a {}-token prompt goes (chunks of {}; synchronising between phases: "
+                                  "{{:.1f}} ms in all):\n",
+                                  prompt, session.prompt_chunk()));
   session.profile_steps_by(cuda::StepProfile::kernels);
   const int64_t depth = session.position();
   decode_greedily();
@@ -359,6 +393,7 @@ ProfileRun print_profile(const gguf::Reader& reader, const model::Qwen35MoeConfi
     session.use_sequence(0);
     session.restore(zero);
   }
+  for (int64_t count : o.pieces) print_pieces_profile(session, tokens, o.prompts.front(), count);
   return {classes, session.plan().all_resident()};
 }
 
@@ -570,7 +605,8 @@ void add_bench_command(CLI::App& app) {
                 "where the time goes; then decode as many steps again timed kernel by kernel (per kernel class: "
                 "launches, microseconds, bytes moved, GB/s against the copy ceiling); then what each class costs "
                 "inside the overlapped step (the step timed without its launches); with --window or --sequences, "
-                "a kernel table for each window size and each count of sequences too");
+                "a kernel table for each window size and each count of sequences too; with --prompts-together, "
+                "where one pass of each count of prompts goes, phase by phase");
   cmd->callback([o] { run_bench(*o); });
 }
 
