@@ -22,16 +22,17 @@ SpinPool::~SpinPool() {
 }
 
 void SpinPool::work(uint32_t generation) {
+  const Job& job = jobs_[generation % 2];
   for (;;) {
     uint64_t claim = claim_.load(std::memory_order_acquire);
     if (uint32_t(claim >> 32) != generation) return;
-    // Read before the claim; used only if the claim succeeds, which means they are this generation's.
-    const Call call = call_.load(std::memory_order_relaxed);
-    void* const context = context_.load(std::memory_order_relaxed);
     const int64_t i = int64_t(claim & 0xffffffffu);
-    if (i >= tasks_.load(std::memory_order_relaxed)) return;
+    // (Acquire: a count written for generation + 2 comes after generation + 1's publication, and
+    // then the claim below fails.)
+    if (i >= job.tasks.load(std::memory_order_acquire)) return;
     if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel)) continue;
-    call(context, i);
+    // Claimed: the generation's run waits for this task, so the slot still holds its job.
+    job.call.load(std::memory_order_relaxed)(job.context.load(std::memory_order_relaxed), i);
     done_.fetch_add(1, std::memory_order_release);
   }
 }
@@ -55,9 +56,10 @@ void SpinPool::worker_loop() {
 
 void SpinPool::run_job(int64_t tasks, Call call, void* context) {
   const uint32_t generation = generation_.load(std::memory_order_relaxed) + 1;
-  call_.store(call, std::memory_order_relaxed);
-  context_.store(context, std::memory_order_relaxed);
-  tasks_.store(tasks, std::memory_order_relaxed);
+  Job& job = jobs_[generation % 2];
+  job.call.store(call, std::memory_order_relaxed);
+  job.context.store(context, std::memory_order_relaxed);
+  job.tasks.store(tasks, std::memory_order_release);
   done_.store(0, std::memory_order_relaxed);
   claim_.store(uint64_t(generation) << 32, std::memory_order_release);
   generation_.store(generation, std::memory_order_release);
