@@ -314,8 +314,9 @@ void print_prompt_phases(const std::vector<std::pair<std::string, double>>& befo
   }
 }
 
-// Where one pass of `count` prompts of `n` tokens goes (--prompts-together), phase by phase:
-// sequence s, emptied first, reads the tokens from s on, as bench_pieces has them.
+// Where one pass of `count` prompts of `n` tokens goes (--prompts-together), phase by phase, after
+// a pass to warm up: sequence s, emptied first, reads the tokens from s on, as bench_pieces has
+// them.
 void print_pieces_profile(cuda::CudaSession& session, const std::vector<int32_t>& tokens, int64_t n, int64_t count) {
   const std::vector<int64_t> lengths(size_t(count), n);
   if (!session.pieces_fit(lengths)) {
@@ -324,10 +325,12 @@ void print_pieces_profile(cuda::CudaSession& session, const std::vector<int32_t>
     return;
   }
   std::vector<cuda::CudaSession::Piece> pieces;
-  for (int64_t s = 0; s < count; ++s) {
-    session.use_sequence(s), session.reset();
+  for (int64_t s = 0; s < count; ++s)
     pieces.push_back({.sequence = s, .tokens = std::span(tokens.data() + s, size_t(n)), .logits = true});
-  }
+  const auto reset_all = [&] {
+    for (int64_t s = 0; s < count; ++s) session.use_sequence(s), session.reset();
+  };
+  reset_all(), session.prefill_pieces(pieces), reset_all();
   const auto before = session.prompt_profile();
   session.prefill_pieces(pieces);
   print_prompt_phases(before, session.prompt_profile(),
