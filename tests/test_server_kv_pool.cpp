@@ -84,6 +84,7 @@ class PooledModel final : public engine::Model {
   void closed(const PooledSequence* s) { open_.erase(std::find(open_.begin(), open_.end(), s)); }
   std::atomic<int64_t> refused{0};
   std::atomic<bool> failing_checkpoints{false};  // checkpoint() throws, as a device error would
+  std::atomic<bool> failing_releases{false};     // reserve(0) throws likewise
 
  private:
   std::shared_ptr<engine::Model> inner_;
@@ -102,6 +103,7 @@ std::shared_ptr<const engine::Checkpoint> PooledSequence::checkpoint() const {
 }
 
 bool PooledSequence::reserve(int64_t positions) {
+  if (positions == 0 && model_->failing_releases) fail("the device failed (a test's)");
   if (model_->committed_without(this) + std::max(positions, position()) > model_->pool()) {
     ++model_->refused;
     return false;
@@ -166,6 +168,25 @@ TEST(ServerKvPool, AnEngineFailureAfterAStepFailsThatRequestAlone) {
   pooled->failing_checkpoints = false;
   server.post_json("/v1/chat/completions", chat(long_text, 4));
   EXPECT_EQ(server.get_json("/v1/status")["sequences"]["active"], 0);
+}
+
+// An engine that fails to let a finished request's room go (reserve(0) throwing) still gives that
+// request its whole reply, and its slot takes the next one: the reply is not lost with the
+// failure, the request is not left running.
+TEST(ServerKvPool, AnEngineThatFailsToLetRoomGoStillAnswers) {
+  const auto pooled = std::make_shared<PooledModel>(mini_engine(), 512);
+  server::ServerOptions o;
+  o.worker.parallel = 1;
+  TestServer server(o, pooled), plain(o);
+  const json request = chat("What does grep do?", 8);
+  const json want = plain.post_json("/v1/chat/completions", request);
+  pooled->failing_releases = true;
+  const json got = server.post_json("/v1/chat/completions", request);
+  EXPECT_EQ(got["choices"][0]["message"]["content"], want["choices"][0]["message"]["content"]);
+  EXPECT_EQ(server.get_json("/v1/status")["sequences"]["active"], 0);
+  pooled->failing_releases = false;
+  const json again = server.post_json("/v1/chat/completions", request);
+  EXPECT_EQ(again["choices"][0]["message"]["content"], want["choices"][0]["message"]["content"]);
 }
 
 }  // namespace

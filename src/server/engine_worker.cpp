@@ -552,9 +552,13 @@ void EngineWorker::advance(Slot& slot, const engine::StepRow& entry) {
 
 void EngineWorker::finish(Slot& slot) {
   const std::unique_ptr<Running> seq = std::move(slot.running);
-  slot.sequence->reserve(0);  // what it holds stays, for the next turn, until room is wanted
   engine::GenerateResult result = seq->generation->result();
-  slot.prefix.record(result.tokens, result.last_token_pending);
+  try {
+    slot.sequence->reserve(0);  // what it holds stays, for the next turn, until room is wanted
+    slot.prefix.record(result.tokens, result.last_token_pending);
+  } catch (const std::exception&) {  // (the engine's own failure: the reply is whole, the sequence not to be reused)
+    slot.prefix.clear();
+  }
   slot.last_used = ++clock_;
   result.prompt_tokens = int64_t(seq->prompt().size());
   result.cached_tokens = seq->cached;
