@@ -26,11 +26,6 @@ constexpr size_t kSequenceAt = 0, kHintSequenceAt = 4, kPendingAt = 16,
                  kProbeSinkAt = kHintedAt + 2 * 4 * (1 + kernels::kMaxMissExperts), kClockAt = kProbeSinkAt + 8;
 static_assert(kClockAt + 3 * 8 <= plan::kMissPathScratch && kClockAt % 8 == 0);
 
-// The server spins while requests come (a decode step sends one per layer); after this long
-// without one it naps between looks, costing a nap's length on the next step's first request.
-constexpr auto kSpinBeforeNapping = std::chrono::milliseconds(50);
-constexpr auto kNap = std::chrono::microseconds(50);
-
 int server_threads() {
   // All cores but two: one drives the GPU (its launches and its waits), one is left to the system, so
   // that a pool thread the scheduler takes away (the pool waits for all of them) is rare.
@@ -43,7 +38,7 @@ size_t aligned(size_t n) { return (n + 255) / 256 * 256; }
 }  // namespace
 
 MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void* device_words, void* stream)
-    : weights_(weights), bytes_(plan::expert_bytes(weights)), host_(weights, server_threads()) {
+    : weights_(weights), host_(weights, server_threads()) {
   const model::Qwen35MoeConfig& c = weights.config;
   if (c.n_experts_used > kernels::kMaxMissExperts)
     fail("the CPU miss path routes at most {} experts per token; this model routes {} (use --miss-path gpu)",
@@ -73,17 +68,16 @@ MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void
   measure_costs();
   probe_gbps_ = measure_mapped_read_gbps(reinterpret_cast<unsigned*>(words + kProbeSinkAt), size_t(64) << 20, 3);
   size_t all_bytes = 0;
-  for (const plan::ExpertBytes& b : bytes_) all_bytes += b.total();
+  for (const plan::ExpertBytes& b : plan::expert_bytes(weights)) all_bytes += b.total();
   costs_.gpu_expert_us = double(all_bytes) / double(weights.layers.size()) / (probe_gbps_ * 1e3);
   split_ = std::make_unique<plan::MissSplit>(path, int(c.n_experts_used), costs_);
   upload_shares(stream);
   check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "the CPU miss path's split");
-  server_ = std::thread([this] { serve(); });
+  server_ = std::make_unique<MissServer>(weights, host_, *box_, x_, y_);
 }
 
 MissPath::~MissPath() {
-  stop_.store(true);
-  if (server_.joinable()) server_.join();
+  server_.reset();
   cudaFreeHost(pinned_shares_);
   cudaFreeHost(box_);
 }
@@ -132,78 +126,32 @@ void MissPath::upload_shares(void* stream) {
              "the CPU miss path's split");
 }
 
-// Answers each request; between them reads ahead the experts a hint names, until the request
-// comes.
-void MissPath::serve() {
-  std::atomic_ref<uint32_t> request(box_->request), hint(box_->hint);
-  uint32_t seen = 0, seen_hint = 0;
-  int32_t experts[kernels::kMaxMissExperts];
-  auto idle_since = Clock::now();
-  for (int spins = 0; !stop_.load(std::memory_order_relaxed); ++spins) {
-    const uint32_t number = request.load(std::memory_order_acquire);
-    if (number != seen) {
-      seen = number;
-      answer(number, experts);
-      idle_since = Clock::now();
-      continue;
-    }
-    const uint32_t hint_number = hint.load(std::memory_order_acquire);
-    if (hint_number != seen_hint) {
-      seen_hint = hint_number;
-      read_ahead(experts, [&] { return request.load(std::memory_order_relaxed) != seen; });
-      idle_since = Clock::now();
-      continue;
-    }
-    cpu::spin_pause();
-    if (spins % 1024 == 1023 && Clock::now() - idle_since > kSpinBeforeNapping) std::this_thread::sleep_for(kNap);
-  }
-}
-
-void MissPath::answer(uint32_t number, int32_t* experts) {
-  const int64_t layer = std::atomic_ref<int32_t>(box_->layer).load(std::memory_order_acquire);
-  const int n = std::clamp(std::atomic_ref<int32_t>(box_->count).load(std::memory_order_acquire), 0,
-                           int32_t(kernels::kMaxMissExperts));
-  const int hinted = std::clamp(std::atomic_ref<int32_t>(box_->hinted).load(std::memory_order_acquire), 0, n);
-  std::copy_n(box_->expert, n, experts);
-  answered_layer_ = layer;
-  const auto start = Clock::now();
-  host_.compute(layer, experts, n, x_, y_);
-  std::atomic_ref<uint32_t>(box_->done).store(number, std::memory_order_release);
-  cpu_ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
-  requests_ += 1, experts_ += uint64_t(n), hinted_experts_ += uint64_t(hinted);
-  expert_bytes_ += uint64_t(n) * bytes_[size_t(layer)].total();
-}
-
-template <class Stop>
-void MissPath::read_ahead(int32_t* experts, Stop&& stop) {
-  const int64_t layer = std::atomic_ref<int32_t>(box_->hint_layer).load(std::memory_order_acquire);
-  const int n = std::clamp(std::atomic_ref<int32_t>(box_->hint_count).load(std::memory_order_acquire), 0,
-                           int32_t(kernels::kMaxMissExperts));
-  // A hint for the layer just answered came too late to help (the host was behind).
-  if (layer < 0 || layer >= int64_t(bytes_.size()) || layer == answered_layer_) return;
-  std::copy_n(box_->hint_expert, n, experts);
-  read_ahead_bytes_ += uint64_t(host_.prefetch(layer, experts, n, stop));
-}
-
 void MissPath::after_step(double step_seconds, void* stream) {
-  if (std::atomic_ref<uint32_t>(box_->timed_out).load())
+  std::atomic_ref<uint32_t> timed_out(box_->timed_out);
+  if (timed_out.load(std::memory_order_acquire)) {
+    const int32_t layer = box_->layer;
+    // The step went on without the answer, so its outputs are wrong and it fails; the next step
+    // may use the mailbox again once the host has answered this step's last request.
+    if (server_->caught_up(std::chrono::nanoseconds(kTimeoutNs))) timed_out.store(0, std::memory_order_release);
     fail("the CPU miss path did not answer layer {}'s request within {} s (a stalled host?); run with "
          "--miss-path gpu to read absent experts over PCIe only",
-         box_->layer, kTimeoutNs / 1'000'000'000);
+         layer, kTimeoutNs / 1'000'000'000);
+  }
   if (split_->observe_step(step_seconds)) upload_shares(stream);
 }
 
 MissStats MissPath::stats() const {
   uint64_t clock[3] = {};
   check_cuda(cudaMemcpy(clock, link_.clock, sizeof(clock), cudaMemcpyDeviceToHost), "the CPU miss path's clocks");
+  const MissServerCounts c = server_->counts();
   return {.gpu_share_seconds = double(clock[1]) * 1e-9,
           .host_wait_seconds = double(clock[2]) * 1e-9,
-          .requests = requests_.load(),
-          .experts = experts_.load(),
-          .hinted_experts = hinted_experts_.load(),
-          .expert_bytes = expert_bytes_.load(),
-          .read_ahead_bytes = read_ahead_bytes_.load(),
-          .cpu_seconds = double(cpu_ns_.load()) * 1e-9};
+          .requests = c.requests,
+          .experts = c.experts,
+          .hinted_experts = c.hinted_experts,
+          .expert_bytes = c.expert_bytes,
+          .read_ahead_bytes = c.read_ahead_bytes,
+          .cpu_seconds = c.cpu_seconds};
 }
 
 std::string MissPath::describe() const {

@@ -14,17 +14,17 @@
 // ones the CPU would take. Once it has answered, the host reads their bytes into its caches while
 // the GPU finishes the layer and runs the next mixer, and the dispatch gives the CPU the hinted
 // experts first. A hint changes where the host's reads come from, never what is computed. Host
-// code; needs the CUDA runtime.
+// code; needs the CUDA runtime (the host's end itself, cuda/miss_server.h, does not).
 #pragma once
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cpu/host_experts.h"
 #include "cuda/expert_kernels.h"
+#include "cuda/miss_server.h"
 #include "model/weights.h"
 #include "plan/memory_plan.h"
 #include "plan/miss_split.h"
@@ -54,7 +54,8 @@ class MissPath {
 
   const kernels::MissLink& link() const { return link_; }
   // After each decode step, its stream idle: fails clearly when the host did not answer a request
-  // in time; feeds the step's time to the split and uploads a changed table on `stream`.
+  // in time (once the host has answered the step's last request, the next step may use the
+  // mailbox again); feeds the step's time to the split and uploads a changed table on `stream`.
   void after_step(double step_seconds, void* stream);
   MissStats stats() const;
   // One line for the run log: threads, measured costs, the split.
@@ -63,14 +64,9 @@ class MissPath {
 
  private:
   void measure_costs();
-  void serve();
-  void answer(uint32_t number, int32_t* experts);
-  template <class Stop>
-  void read_ahead(int32_t* experts, Stop&& stop);
   void upload_shares(void* stream);
 
   const model::ModelWeights& weights_;
-  std::vector<plan::ExpertBytes> bytes_;  // per layer
   cpu::HostExperts host_;
   plan::MissCosts costs_;
   std::unique_ptr<plan::MissSplit> split_;
@@ -81,10 +77,7 @@ class MissPath {
   float *x_ = nullptr, *y_ = nullptr;    // host addresses of the mailbox's x and y
   int32_t* pinned_shares_ = nullptr;
   kernels::MissLink link_;
-  std::thread server_;
-  std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> requests_{0}, experts_{0}, hinted_experts_{0}, expert_bytes_{0}, read_ahead_bytes_{0}, cpu_ns_{0};
-  int64_t answered_layer_ = -1;  // the server's last request's layer
+  std::unique_ptr<MissServer> server_;  // (started once the costs are measured)
 };
 
 }  // namespace lode::cuda
