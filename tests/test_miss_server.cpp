@@ -59,62 +59,58 @@ std::vector<float> input_of(int64_t hidden, float phase) {
   return x;
 }
 
-TEST(MissServer, AnswersEachRequestWithTheHostExpertsProducts) {
-  const Mini m;
-  lode::cpu::HostExperts served(m.weights, 2), reference(m.weights, 1);
+// lode-mini's experts served from a mailbox of the test's own, with a second HostExperts to
+// compute the answers expected.
+struct Served {
+  Mini m;
+  lode::cpu::HostExperts host{m.weights, 2}, reference{m.weights, 1};
   MissMailbox box;
-  std::vector<float> x(static_cast<size_t>(m.hidden)), y(static_cast<size_t>(kMaxMissExperts * m.hidden));
-  lode::cuda::MissServer server(m.weights, served, box, x.data(), y.data());
-  const int64_t layers = m.weights.config.n_layers, experts = m.weights.config.n_experts;
-  for (int r = 0; r < 12; ++r) {
-    const int32_t layer = int32_t(r % layers);
-    std::vector<int32_t> chosen;
-    for (int i = 0; i <= r % 4; ++i) chosen.push_back(int32_t((r * 5 + i * 3) % experts));
-    const std::vector<float> input = input_of(m.hidden, float(r));
+  std::vector<float> x = std::vector<float>(static_cast<size_t>(m.hidden)),
+                     y = std::vector<float>(static_cast<size_t>(kMaxMissExperts * m.hidden));
+  lode::cuda::MissServer server{m.weights, host, box, x.data(), y.data()};
+
+  // Posts a request, waits for its answer and checks it against the reference's products.
+  void expect_answer(int32_t layer, const std::vector<int32_t>& chosen, const std::vector<float>& input) {
     post(box, x, layer, chosen, input);
-    ASSERT_TRUE(answered(box)) << "request " << r;
+    ASSERT_TRUE(answered(box));
     std::vector<float> want(chosen.size() * size_t(m.hidden));
     reference.compute(layer, chosen.data(), int(chosen.size()), input.data(), want.data());
-    EXPECT_EQ(std::memcmp(y.data(), want.data(), want.size() * 4), 0) << "request " << r;
+    EXPECT_EQ(std::memcmp(y.data(), want.data(), want.size() * 4), 0) << "layer " << layer;
   }
-  EXPECT_EQ(server.counts().requests, 12u);
-  EXPECT_TRUE(server.caught_up(0s));
+};
+
+TEST(MissServer, AnswersEachRequestWithTheHostExpertsProducts) {
+  Served s;
+  const int64_t layers = s.m.weights.config.n_layers, experts = s.m.weights.config.n_experts;
+  for (int r = 0; r < 12; ++r) {
+    std::vector<int32_t> chosen;
+    for (int i = 0; i <= r % 4; ++i) chosen.push_back(int32_t((r * 5 + i * 3) % experts));
+    s.expect_answer(int32_t(r % layers), chosen, input_of(s.m.hidden, float(r)));
+  }
+  EXPECT_EQ(s.server.counts().requests, 12u);
+  EXPECT_TRUE(s.server.caught_up(0s));
 }
 
 TEST(MissServer, ReadsAheadTheExpertsAHintNames) {
-  const Mini m;
-  lode::cpu::HostExperts served(m.weights, 2);
-  MissMailbox box;
-  std::vector<float> x(static_cast<size_t>(m.hidden)), y(static_cast<size_t>(kMaxMissExperts * m.hidden));
-  lode::cuda::MissServer server(m.weights, served, box, x.data(), y.data());
-  box.hint_layer = 1, box.hint_count = 3;
-  box.hint_expert[0] = 2, box.hint_expert[1] = 5, box.hint_expert[2] = 9;
-  std::atomic_ref<uint32_t>(box.hint).store(1, std::memory_order_release);
+  Served s;
+  s.box.hint_layer = 1, s.box.hint_count = 3;
+  s.box.hint_expert[0] = 2, s.box.hint_expert[1] = 5, s.box.hint_expert[2] = 9;
+  std::atomic_ref<uint32_t>(s.box.hint).store(1, std::memory_order_release);
   const auto until = std::chrono::steady_clock::now() + 20s;
-  while (server.counts().read_ahead_bytes == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-  EXPECT_GT(server.counts().read_ahead_bytes, 0u);
-  EXPECT_EQ(server.counts().requests, 0u);
+  while (s.server.counts().read_ahead_bytes == 0 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  EXPECT_GT(s.server.counts().read_ahead_bytes, 0u);
+  EXPECT_EQ(s.server.counts().requests, 0u);
 }
 
 // A step that stopped waiting for an answer (a timeout) leaves the request to the server:
 // caught_up() waits until it has been answered, and the next request then gets its own answer.
 TEST(MissServer, CatchesUpWithARequestAStepStoppedWaitingFor) {
-  const Mini m;
-  lode::cpu::HostExperts served(m.weights, 2), reference(m.weights, 1);
-  MissMailbox box;
-  std::vector<float> x(static_cast<size_t>(m.hidden)), y(static_cast<size_t>(kMaxMissExperts * m.hidden));
-  lode::cuda::MissServer server(m.weights, served, box, x.data(), y.data());
-  post(box, x, 0, {3, 6, 2, 8}, input_of(m.hidden, 1.0f));
-  EXPECT_TRUE(server.caught_up(20s));
-  EXPECT_EQ(std::atomic_ref<uint32_t>(box.done).load(), 1u);
-  const std::vector<int32_t> chosen = {4, 7, 1};
-  const std::vector<float> input = input_of(m.hidden, 0.5f);
-  post(box, x, 1, chosen, input);
-  ASSERT_TRUE(answered(box));
-  std::vector<float> want(chosen.size() * size_t(m.hidden));
-  reference.compute(1, chosen.data(), int(chosen.size()), input.data(), want.data());
-  EXPECT_EQ(std::memcmp(y.data(), want.data(), want.size() * 4), 0);
-  EXPECT_EQ(server.counts().requests, 2u);
+  Served s;
+  post(s.box, s.x, 0, {3, 6, 2, 8}, input_of(s.m.hidden, 1.0f));
+  EXPECT_TRUE(s.server.caught_up(20s));
+  EXPECT_EQ(std::atomic_ref<uint32_t>(s.box.done).load(), 1u);
+  s.expect_answer(1, {4, 7, 1}, input_of(s.m.hidden, 0.5f));
+  EXPECT_EQ(s.server.counts().requests, 2u);
 }
 
 }  // namespace
