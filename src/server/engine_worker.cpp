@@ -379,7 +379,7 @@ EngineWorker::Placement EngineWorker::place(std::span<const int32_t> prompt) {
 void EngineWorker::start(Placement placement, Queued queued) {
   Slot& slot = *placement.slot;
   const auto done_early = [&] {
-    slot.sequence->reserve(0);
+    let_room_go(slot);
     std::lock_guard lock(mutex_);
     --active_;
   };
@@ -492,12 +492,19 @@ void EngineWorker::step() {
   if (options_.token_delay.count() > 0) std::this_thread::sleep_for(options_.token_delay);
 }
 
-std::shared_ptr<JobStream> EngineWorker::release(Slot& slot) {
-  slot.prefix.clear();  // what the sequence holds is not known any more
+bool EngineWorker::let_room_go(Slot& slot) {
   try {
     slot.sequence->reserve(0);
+    return true;
   } catch (const std::exception&) {  // (the engine's own failure: nothing more to give back)
+    slot.prefix.clear();
+    return false;
   }
+}
+
+std::shared_ptr<JobStream> EngineWorker::release(Slot& slot) {
+  slot.prefix.clear();  // what the sequence holds is not known any more
+  let_room_go(slot);
   std::shared_ptr<JobStream> stream = std::move(slot.running->queued.stream);
   slot.running.reset();
   std::lock_guard lock(mutex_);
@@ -553,12 +560,9 @@ void EngineWorker::advance(Slot& slot, const engine::StepRow& entry) {
 void EngineWorker::finish(Slot& slot) {
   const std::unique_ptr<Running> seq = std::move(slot.running);
   engine::GenerateResult result = seq->generation->result();
-  try {
-    slot.sequence->reserve(0);  // what it holds stays, for the next turn, until room is wanted
-    slot.prefix.record(result.tokens, result.last_token_pending);
-  } catch (const std::exception&) {  // (the engine's own failure: the reply is whole, the sequence not to be reused)
-    slot.prefix.clear();
-  }
+  // What the sequence holds stays, for the next turn, until room is wanted (unless the engine
+  // failed to let its room go: the reply is whole all the same).
+  if (let_room_go(slot)) slot.prefix.record(result.tokens, result.last_token_pending);
   slot.last_used = ++clock_;
   result.prompt_tokens = int64_t(seq->prompt().size());
   result.cached_tokens = seq->cached;

@@ -198,6 +198,9 @@ class EngineWorker {
   void fail_job(Slot& slot, const std::string& why);  // its stream fails, its slot is freed, forgetting its cache
   void stop_job(Slot& slot);  // the same, the server stopping under it (503: not a reply that looks whole)
   std::shared_ptr<JobStream> release(Slot& slot);  // frees a failed job's slot, forgetting its cache
+  // Gives the slot's K/V promise back (reserve(0)); where the engine fails to, forgets what the
+  // slot's sequence holds (not to be reused) rather than fail the job that ends. Whether it gave.
+  bool let_room_go(Slot& slot);
   void run_fake(const Queued& queued);
 
   const ServedModel& model_;
