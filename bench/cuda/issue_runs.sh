@@ -8,6 +8,7 @@
 #       (FILTER='CudaRows.*:Engine*' LIMIT=240: some of them first, as the tests of code no GPU
 #        has run yet; all of them passed on an H100 at stop 60)
 #   bench/cuda/issue_runs.sh floors    # lode bench on the 35B synth: the issues' floors, one file each
+#   bench/cuda/issue_runs.sh prompts   # where a prompt of 256 tokens and passes of 4 and 8 of them go
 #   bench/cuda/issue_runs.sh served    # lode serve + tools/load at 1 to 64 streams, --prompt-tokens 0 and 1024
 #   bench/cuda/issue_runs.sh stress    # long prompts arriving, 10% disconnects, a 16 GiB budget
 #
@@ -60,6 +61,16 @@ floors() {
     timeout 90 build/lode run -m "$m35" --backend cuda -p "The ls command" --temp $temp -n 256 --ignore-eos 2>&1 |
       grep -iE "tok/s" | sed "s/^/35B --temp $temp: /"
   done | tee -a "$out/mini_mtp.txt"
+}
+
+# Where a served prompt step goes: one prompt of 256 tokens, then passes of 4 and 8 of them
+# together, phase by phase (lode bench --profile --prompts-together).
+prompts() {
+  synth_35b
+  timeout 300 build/lode bench -m "$m35" -p 256 -n 4 -r 1 --ctx 4096 --prompts-together 4,8 --profile \
+    >"$out/prompts.txt" 2>&1
+  grep -E "^pp|prompts of" "$out/prompts.txt"
+  sed -n '/-token prompt goes/,/^[^ ]/p; /prompts of .* in one pass go/,/^[^ ]/p' "$out/prompts.txt"
 }
 
 # A server on $SERVE_MODEL (default the 35B synth) with the given options, on port 8090; waits for
@@ -153,6 +164,6 @@ stress() {
 }
 
 case "${1:-}" in
-  suite | floors | served | stress) "$1" ;;
-  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|served|stress" >&2; exit 2 ;;
+  suite | floors | prompts | served | stress) "$1" ;;
+  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|prompts|served|stress" >&2; exit 2 ;;
 esac
