@@ -89,14 +89,19 @@ struct GroupCase {
 };
 constexpr int64_t kExperts = 256, kSlots = 8;
 
-std::vector<lode::cuda::ExpertGroup> expert_groups(int64_t step_rows, int32_t cap, std::mt19937& rng) {
-  std::vector<int32_t> route;
-  for (int64_t t = 0; t < step_rows; ++t) {
-    std::vector<int32_t> all(static_cast<size_t>(kExperts));
+// Each of `tokens` rows' kSlots distinct experts of kExperts, drawn at random, row after row.
+std::vector<int32_t> random_routes(int64_t tokens, std::mt19937& rng) {
+  std::vector<int32_t> route, all(static_cast<size_t>(kExperts));
+  for (int64_t t = 0; t < tokens; ++t) {
     for (int32_t e = 0; e < int32_t(kExperts); ++e) all[size_t(e)] = e;
     std::shuffle(all.begin(), all.end(), rng);
     route.insert(route.end(), all.begin(), all.begin() + kSlots);
   }
+  return route;
+}
+
+std::vector<lode::cuda::ExpertGroup> expert_groups(int64_t step_rows, int32_t cap, std::mt19937& rng) {
+  const std::vector<int32_t> route = random_routes(step_rows, rng);
   std::vector<lode::cuda::ExpertGroup> groups;
   for (int32_t e = 0; e < int32_t(kExperts); ++e)
     for (int32_t p = 0; p < int32_t(route.size()); ++p) {
@@ -159,12 +164,7 @@ double time_prompt_experts(const PromptCase& c, lode::cuda::VramAccountant& vram
   lode::cuda::DeviceBuffer w(vram, host.size(), lode::cuda::VramUse::weights, c.name);
   cudaMemcpy(w.data(), host.data(), host.size(), cudaMemcpyHostToDevice);
   std::vector<int32_t> counts(static_cast<size_t>(kExperts), 0);
-  for (int64_t t = 0; t < c.tokens; ++t) {
-    std::vector<int32_t> all(static_cast<size_t>(kExperts));
-    for (int32_t e = 0; e < int32_t(kExperts); ++e) all[size_t(e)] = e;
-    std::shuffle(all.begin(), all.end(), rng);
-    for (int64_t k = 0; k < kSlots; ++k) ++counts[size_t(all[size_t(k)])];
-  }
+  for (const int32_t e : random_routes(c.tokens, rng)) ++counts[size_t(e)];
   std::vector<lode::cuda::ExpertTile> tiles;
   std::vector<const void*> table;  // entry parts * j + p: part p of the j-th expert used
   lode::cuda::TileRows tile_rows{int32_t(lode::cuda::kExpertTileRows), 0};
