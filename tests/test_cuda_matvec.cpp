@@ -490,13 +490,17 @@ struct GroupShape {
   int64_t rows, cols;
   bool swiglu;  // x is the SwiGLU of a gate and an up half
 };
+// A step's rows, the experts each row picks and the experts there are.
+struct GroupStep {
+  int64_t rows = 13, slots = 4, experts = 5;
+};
 void check_expert_groups(lode::cuda::VramAccountant& vram, GgmlType type, GroupShape shape, int32_t cap,
-                         size_t offset, int32_t parts, std::mt19937& rng) {
-  constexpr int64_t kStepRows = 13, kSlots = 4, kExperts = 5, kPairs = kStepRows * kSlots;
+                         size_t offset, int32_t parts, std::mt19937& rng, GroupStep step = {}) {
+  const int64_t kStepRows = step.rows, kSlots = step.slots, kExperts = step.experts, kPairs = kStepRows * kSlots;
   const int64_t rows = shape.rows, cols = shape.cols;
   SCOPED_TRACE(std::string(lode::traits(type).name) + " " + std::to_string(rows) + " x " + std::to_string(cols) +
                ", at most " + std::to_string(cap) + " a group, matrices " + std::to_string(offset) +
-               " bytes off, " + std::to_string(parts) + " parts");
+               " bytes off, " + std::to_string(parts) + " parts, " + std::to_string(kPairs) + " pairs");
   std::vector<int32_t> route(static_cast<size_t>(kPairs));
   for (size_t p = 0; p < route.size(); ++p) route[p] = p < 11 ? 0 : int32_t(1 + rng() % (kExperts - 1));
   std::vector<lode::cuda::ExpertGroup> groups;
@@ -552,6 +556,10 @@ TEST(CudaMatvec, ExpertGroupsGetTheTwinsBitsForEveryPair) {
         check_expert_groups(vram, type, shape, cap, 0, cap == 4 ? 2 : 1, rng);
   for (GgmlType type : {GgmlType::Q6_K, GgmlType::Q5_0})
     for (const GroupShape shape : shapes) check_expert_groups(vram, type, shape, 4, 2, 1, rng);
+  // A step of many rows: more groups than a launch has blocks for them, so blocks take several.
+  const GroupStep many{64, 8, 64};
+  check_expert_groups(vram, GgmlType::Q4_K, shapes[0], 4, 0, 2, rng, many);
+  check_expert_groups(vram, GgmlType::Q5_K, shapes[1], 4, 0, 1, rng, many);
 }
 
 // v rounded to tf32 as cvt.rna does (to nearest, ties away from zero): how the prompt pass hands

@@ -41,6 +41,9 @@ __global__ void miss_hint_kernel(MissLink link, const int32_t* predicted, int k,
     words[1 + i] = expert;
     link.box->hint_expert[i] = expert;
   }
+  // (The other lanes' writes ordered before lane 0's fence, and so before the number the host
+  // waits on: a fence orders its own thread's writes and those it has synchronized with.)
+  __syncwarp();
   if (lane != 0) return;
   words[0] = count;
   if (count == 0) return;
