@@ -556,7 +556,8 @@ TEST(CudaMatvec, ExpertGroupsGetTheTwinsBitsForEveryPair) {
         check_expert_groups(vram, type, shape, cap, 0, cap == 4 ? 2 : 1, rng);
   for (GgmlType type : {GgmlType::Q6_K, GgmlType::Q5_0})
     for (const GroupShape shape : shapes) check_expert_groups(vram, type, shape, 4, 2, 1, rng);
-  // A step of many rows: more groups than a launch has blocks for them, so blocks take several.
+  // A step of many rows (512 pairs over 64 experts, groups of 1 to 4 pairs), as a step of 64
+  // sequences makes them.
   const GroupStep many{64, 8, 64};
   check_expert_groups(vram, GgmlType::Q4_K, shapes[0], 4, 0, 2, rng, many);
   check_expert_groups(vram, GgmlType::Q5_K, shapes[1], 4, 0, 1, rng, many);

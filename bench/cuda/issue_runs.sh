@@ -9,7 +9,6 @@
 #        has run yet; all of them passed on an H100 at stop 60)
 #   bench/cuda/issue_runs.sh floors    # lode bench on the 35B synth: the issues' floors, one file each
 #   bench/cuda/issue_runs.sh prompts   # where a prompt of 256 tokens and passes of 4 and 8 of them go
-#   bench/cuda/issue_runs.sh groups    # the expert-group kernel's forms: bits, the kernel, steps of 16/64 sequences
 #   bench/cuda/issue_runs.sh served    # lode serve + tools/load at 1 to 64 streams, --prompt-tokens 0 and 1024
 #   bench/cuda/issue_runs.sh stress    # long prompts arriving, 10% disconnects, a 16 GiB budget
 #
@@ -72,32 +71,6 @@ prompts() {
     >"$out/prompts.txt" 2>&1
   grep -E "^pp|prompts of" "$out/prompts.txt"
   sed -n '/-token prompt goes/,/^[^ ]/p; /prompts of .* in one pass go/,/^[^ ]/p' "$out/prompts.txt"
-}
-
-# Issue 18's steps of many sequences: the expert-group kernel's forms side by side
-# (LODE_GROUP_FORM: 0 one block a group slot, 1 blocks that take group after group, 2 those with
-# each warp's rows of the next group sent for ahead, 3 as 2 at three blocks a multiprocessor, 4 as 2
-# with two rows a warp; docs/SERVER.md): each form's bits against the host twin and in steps of
-# many rows, its kernel alone (bench_cuda_matvec "by group"), then whole steps, the forms alternating.
-groups() {
-  synth_35b &
-  for f in ${FORMS:-1 2 3 4}; do
-    LODE_GROUP_FORM=$f LODE_REQUIRE_GPU=1 timeout 90 build/lode_tests --gtest_filter='CudaMatvec.ExpertGroups*:CudaRows.*' \
-      >"$out/groups_tests_$f.txt" 2>&1
-    grep -E "^\[  (PASSED|FAILED) |tests? from .* ran" "$out/groups_tests_$f.txt" | sed "s/^/form $f: /"
-  done
-  wait
-  for f in 0 ${FORMS:-1 2 3 4}; do
-    echo "== form $f"
-    LODE_GROUP_FORM=$f timeout 60 build/bench_cuda_matvec "by group" 2>&1
-  done | tee "$out/groups_kernel.txt"
-  for run in 1 2; do
-    for f in 0 ${FORMS:-1 2 3 4}; do
-      echo "== form $f, run $run"
-      LODE_GROUP_FORM=$f timeout 90 build/lode bench -m "$m35" --ctx 4096 -p 64 -n 16 -r 1 --window 4 --sequences 16,64 2>&1 |
-        grep -E "^(tg|window)|sequences"
-    done
-  done | tee "$out/groups_steps.txt"
 }
 
 # A server on $SERVE_MODEL (default the 35B synth) with the given options, on port 8090; waits for
@@ -191,6 +164,6 @@ stress() {
 }
 
 case "${1:-}" in
-  suite | floors | prompts | groups | served | stress) "$1" ;;
-  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|prompts|groups|served|stress" >&2; exit 2 ;;
+  suite | floors | prompts | served | stress) "$1" ;;
+  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|prompts|served|stress" >&2; exit 2 ;;
 esac

@@ -24,7 +24,6 @@
 // rows staged once the group is known); other groups go through matvec_q8_kernel.
 #include <cuda_fp16.h>
 #include <algorithm>
-#include <cstdlib>
 #include <type_traits>
 #include <utility>
 #include <cuda_runtime.h>
@@ -383,131 +382,6 @@ __global__ void __launch_bounds__(256, 4)
     }
 }
 
-// The same products with blocks that stay: block (b, j) of part q takes groups j, j + strides, ...
-// (strides = gridDim.y / parts) until the first empty one (expert_groups packs the groups, empties
-// last), so a step with few groups does not launch a block for every slot a step could fill. A
-// group's header (id, count, matrix) is read while the group before is computed; with kAhead each
-// warp also sends for its rows of the next group while it computes the current one (a half as soon
-// as the current half is done with). Lanes, slices and sums as matvec_q8_group_staged_kernel's:
-// the same bits.
-struct GroupHead {
-  const uint8_t* matrix;  // the block's first row (null: no group)
-  int inputs;
-};
-
-template <GgmlType T, int kRows, int kInputs, bool kAhead, int kBlocks>
-__global__ void __launch_bounds__(256, kBlocks)
-    matvec_q8_group_loop_kernel(const void* const* table, int64_t rows, int64_t cols, size_t row_bytes, ProblemIo io,
-                                float* y, int lanes, const ExpertGroup* groups, int64_t slots, int parts,
-                                int64_t part_entries, const int4* rounded) {
-  using S = Slice<T>;
-  static_assert(kRows % 2 == 0, "a warp's rows come in two halves");
-  constexpr int kHalf = kRows / 2;
-  extern __shared__ int4 shared_rows[];
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  const int group = lane / lanes, sub = lane % lanes, lane_groups = kWarp / lanes;
-  const int rows_per_block = warps * kRows * lane_groups;
-  const int64_t first = int64_t(blockIdx.x) * rows_per_block, strides = gridDim.y / parts;
-  const int64_t part = blockIdx.y / strides;
-  const int block_rows = int(min(int64_t(rows_per_block), rows - first));
-  uint8_t* const staged = reinterpret_cast<uint8_t*>(shared_rows);
-  int4* const x_at = shared_rows + size_t(rows_per_block) * row_bytes / 16;  // input i's RoundedX: x_at + i x_words
-  const size_t x_words = rounded_x_words(size_t(cols), cols);
-  RoundedX rx[kInputs];
-#pragma unroll
-  for (int i = 0; i < kInputs; ++i) rx[i] = rounded_x_in(x_at + i * x_words, size_t(cols), cols);
-  const int band = warp * kRows * lane_groups, local = band + group, n_slices = int(cols / S::kValues);
-  const int64_t row_pieces = int64_t(row_bytes / 16);
-  const auto head = [&](int64_t p) {
-    GroupHead h{nullptr, 0};
-    if (p >= slots) return h;
-    const int32_t id = groups[p].id, count = groups[p].count;
-    if (id < 0 || count == 0) return h;
-    h.inputs = min(count, kInputs);  // (a group has at most kInputs: one pair a row)
-    h.matrix = static_cast<const uint8_t*>(table[part * part_entries + id]) + first * int64_t(row_bytes);
-    return h;
-  };
-  const auto in_place = [](const GroupHead& h) { return reinterpret_cast<uintptr_t>(h.matrix) % 16 != 0; };
-  // Half h of the warp's rows of a group (row groups [h kHalf, (h + 1) kHalf)), one group of copies
-  // (empty where there is nothing to copy, so that every warp counts the same groups).
-  const auto send_half = [&](const GroupHead& g, int h) {
-    if (g.matrix && !in_place(g)) {
-      const int from = band + h * kHalf * lane_groups, count = min(kHalf * lane_groups, block_rows - from);
-      for (int64_t i = lane; i < int64_t(count) * row_pieces; i += kWarp)
-        copy_async<16>(staged + (from * row_pieces + i) * 16, g.matrix + (from * row_pieces + i) * 16, true);
-    }
-    copies_sent();
-  };
-  kernels::begin_after_inputs();
-  int64_t p = blockIdx.y % strides;
-  GroupHead cur = head(p);
-  if (!cur.matrix) return;
-  if constexpr (kAhead) send_half(cur, 0), send_half(cur, 1);
-  for (;;) {
-    if constexpr (!kAhead) send_half(cur, 0), send_half(cur, 1);
-    for (int i = 0; i < cur.inputs; ++i) {
-      const int64_t input = io.x_stride == 0 ? 0 : int64_t(groups[p].pairs[i] / io.x_run);
-      copy_rounded(x_at + i * x_words, rounded + input * x_words, x_words);
-    }
-    const GroupHead next = head(p + strides);
-    __syncthreads();  // (the inputs; each warp waits for its own rows below)
-    float sum[kRows][kInputs];
-#pragma unroll
-    for (int k = 0; k < kRows; ++k)
-#pragma unroll
-      for (int i = 0; i < kInputs; ++i) sum[k][i] = 0.0f;
-    // Row groups [k0, k1) of the warp, row r's bytes at row_of(r).
-    const auto products = [&](auto from, auto row_of, auto k0, auto k1) {
-      using M = decltype(from);
-      for (int s = sub; s < n_slices; s += lanes)
-#pragma unroll
-        for (int k = decltype(k0)::value; k < decltype(k1)::value; ++k) {
-          const typename S::Ready ready = S::ready(S::template load<M>(row_of(local + k * lane_groups), s), s);
-#pragma unroll
-          for (int i = 0; i < kInputs; ++i)
-            if (i < cur.inputs) sum[k][i] = exact::add(sum[k][i], S::dot(ready, s, rx[i]));
-        }
-    };
-    using First = std::integral_constant<int, 0>;
-    using Middle = std::integral_constant<int, kHalf>;
-    using End = std::integral_constant<int, kRows>;
-    if (in_place(cur)) {
-      products(FromGlobal{}, [&](int r) { return cur.matrix + size_t(min(r, block_rows - 1)) * row_bytes; }, First{},
-               End{});
-      if constexpr (kAhead) send_half(next, 0), send_half(next, 1);
-    } else {
-      const auto shared_row = [&](int r) { return staged + size_t(r) * row_bytes; };
-      copies_arrived_but<1>();
-      __syncwarp();
-      products(FromShared{}, shared_row, First{}, Middle{});
-      if constexpr (kAhead) {
-        __syncwarp();  // (the warp's reads of the first half are done)
-        send_half(next, 0);
-      }
-      copies_arrived_but<kAhead ? 1 : 0>();
-      __syncwarp();
-      products(FromShared{}, shared_row, Middle{}, End{});
-      if constexpr (kAhead) {
-        __syncwarp();
-        send_half(next, 1);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kRows; ++k)
-#pragma unroll
-      for (int i = 0; i < kInputs; ++i) {
-        if (i >= cur.inputs) continue;  // (inputs is the block's: the shuffles stay whole)
-        for (int offset = lanes / 2; offset > 0; offset /= 2)
-          sum[k][i] = exact::add(sum[k][i], __shfl_xor_sync(0xffffffffu, sum[k][i], offset));
-        const int64_t r = first + local + k * lane_groups;
-        if (sub == 0 && r < rows) y[(part * slots + groups[p].pairs[i]) * io.y_stride + r] = sum[k][i];
-      }
-    if (!next.matrix) return;
-    __syncthreads();  // (every warp is done with the inputs)
-    cur = next, p += strides;
-  }
-}
-
 // Q8_0 rows of 256 k values (quant::q8_0_in_spans): the block's rows are copied whole into shared
 // memory by cp.async, before the wait for the kernel before when no table is involved (a grouped
 // product's rows once its ids have come), so they are on their way while x is rounded and the
@@ -691,37 +565,8 @@ cudaError_t launch_q8_staged(const MatvecLaunch& m, int lanes) {
                                     static_cast<const int4*>(m.rounded));
 }
 
-// (Experiment: LODE_GROUP_FORM 1 and 2 pick the loop kernel without and with rows sent ahead, 3 with
-// rows ahead at three blocks a multiprocessor.)
-int group_form() {
-  static const int form = [] { const char* v = std::getenv("LODE_GROUP_FORM"); return v ? std::atoi(v) : 0; }();
-  return form;
-}
-
-template <GgmlType T, int kInputs, bool kAhead, int kBlocks, int kRows = kStagedRowsPerWarp>
-cudaError_t launch_q8_group_loop(const MatvecLaunch& m, int lanes) {
-  const auto kernel = matvec_q8_group_loop_kernel<T, kRows, kInputs, kAhead, kBlocks>;
-  const int rows_per_block = (kThreads / kWarp) * kRows * (kWarp / lanes);
-  const size_t shared = staged_shared_bytes(rows_per_block, m.row_bytes, m.cols, kInputs);
-  if (shared > kernels::max_shared_per_block()) return cudaErrorInvalidConfiguration;  // a group's inputs go together
-  if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
-  const int64_t row_blocks = (m.rows + rows_per_block - 1) / rows_per_block;
-  // Two waves of kBlocks blocks a multiprocessor, at most a block a slot.
-  const int64_t strides = std::min<int64_t>(
-      m.n_problems, std::max<int64_t>(1, (2 * kBlocks * kernels::multiprocessors() + row_blocks * m.group_parts - 1) /
-                                             (row_blocks * m.group_parts)));
-  const dim3 grid(unsigned(row_blocks), unsigned(strides * m.group_parts));
-  return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, m.table, m.rows, m.cols,
-                                    m.row_bytes, m.io, m.y, lanes, m.groups, m.n_problems, int(m.group_parts),
-                                    m.part_entries, static_cast<const int4*>(m.rounded));
-}
-
 template <GgmlType T, int kInputs>
 cudaError_t launch_q8_group_staged(const MatvecLaunch& m, int lanes) {
-  if (group_form() == 1) return launch_q8_group_loop<T, kInputs, false, 4>(m, lanes);
-  if (group_form() == 2) return launch_q8_group_loop<T, kInputs, true, 4>(m, lanes);
-  if (group_form() == 3) return launch_q8_group_loop<T, kInputs, true, 3>(m, lanes);
-  if (group_form() == 4) return launch_q8_group_loop<T, kInputs, true, 4, 2>(m, lanes);
   const auto kernel = matvec_q8_group_staged_kernel<T, kStagedRowsPerWarp, kInputs>;
   const int rows_per_block = (kThreads / kWarp) * kStagedRowsPerWarp * (kWarp / lanes);
   const size_t shared = staged_shared_bytes(rows_per_block, m.row_bytes, m.cols, kInputs);
