@@ -129,11 +129,16 @@ __global__ void __launch_bounds__(kMissThreads) miss_gather_kernel(MissLink link
   if (threadIdx.x == 0) {
     const uint32_t number = *link.sequence;
     const volatile uint32_t* done = &link.box->done;
+    volatile uint32_t* timed_out = &link.box->timed_out;
     const uint64_t start = global_ns();
     answered = 1;
-    while (*done != number) {
-      if (global_ns() - start > timeout_ns) {
-        *reinterpret_cast<volatile uint32_t*>(&link.box->timed_out) = 1;
+    for (;;) {
+      // (Both read at once: the flag costs no second trip over PCIe. Once a layer of the step has
+      // given up, the step fails; the layers after it do not wait their own timeout as well.)
+      const uint32_t answer = *done, gave_up = *timed_out;
+      if (answer == number) break;
+      if (gave_up || global_ns() - start > timeout_ns) {
+        *timed_out = 1;
         answered = 0;
         break;
       }
