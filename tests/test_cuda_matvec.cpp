@@ -496,47 +496,47 @@ struct GroupStep {
 };
 void check_expert_groups(lode::cuda::VramAccountant& vram, GgmlType type, GroupShape shape, int32_t cap,
                          size_t offset, int32_t parts, std::mt19937& rng, GroupStep step = {}) {
-  const int64_t kStepRows = step.rows, kSlots = step.slots, kExperts = step.experts, kPairs = kStepRows * kSlots;
+  const int64_t step_rows = step.rows, slots = step.slots, n_experts = step.experts, pairs = step_rows * slots;
   const int64_t rows = shape.rows, cols = shape.cols;
   SCOPED_TRACE(std::string(lode::traits(type).name) + " " + std::to_string(rows) + " x " + std::to_string(cols) +
                ", at most " + std::to_string(cap) + " a group, matrices " + std::to_string(offset) +
-               " bytes off, " + std::to_string(parts) + " parts, " + std::to_string(kPairs) + " pairs");
-  std::vector<int32_t> route(static_cast<size_t>(kPairs));
-  for (size_t p = 0; p < route.size(); ++p) route[p] = p < 11 ? 0 : int32_t(1 + rng() % (kExperts - 1));
+               " bytes off, " + std::to_string(parts) + " parts, " + std::to_string(pairs) + " pairs");
+  std::vector<int32_t> route(static_cast<size_t>(pairs));
+  for (size_t p = 0; p < route.size(); ++p) route[p] = p < 11 ? 0 : int32_t(1 + rng() % (n_experts - 1));
   std::vector<lode::cuda::ExpertGroup> groups;
-  for (int32_t e = 0; e < kExperts; ++e)
-    for (int32_t p = 0; p < kPairs; ++p) {
+  for (int32_t e = 0; e < n_experts; ++e)
+    for (int32_t p = 0; p < pairs; ++p) {
       if (route[size_t(p)] != e) continue;
       if (groups.empty() || groups.back().id != e || groups.back().count == cap) groups.push_back({e, 0, {}});
       groups.back().pairs[groups.back().count++] = p;
     }
   int32_t most = 0;
   for (const auto& g : groups) most = std::max(most, g.count);
-  groups.resize(size_t(kPairs), lode::cuda::ExpertGroup{0, 0, {}});
-  const ExpertsOnDevice experts = experts_on_device(vram, type, rows, cols, parts * kExperts, rng, offset);
+  groups.resize(size_t(pairs), lode::cuda::ExpertGroup{0, 0, {}});
+  const ExpertsOnDevice experts = experts_on_device(vram, type, rows, cols, parts * n_experts, rng, offset);
   const size_t row_bytes = experts.row_bytes;
   const int64_t x_stride = shape.swiglu ? 2 * cols : cols;
-  const auto x = normal_floats(size_t(kStepRows * x_stride), rng);
+  const auto x = normal_floats(size_t(step_rows * x_stride), rng);
   const lode::cuda::DeviceBuffer dgroups = on_device(vram, groups, "groups"), dx = on_device(vram, x, "x");
-  lode::cuda::DeviceBuffer dy(vram, size_t(rows * kPairs * parts) * 4, lode::cuda::VramUse::scratch, "y");
+  lode::cuda::DeviceBuffer dy(vram, size_t(rows * pairs * parts) * 4, lode::cuda::VramUse::scratch, "y");
   lode::cuda::MatvecInput input{.swiglu_up = shape.swiglu ? cols : 0, .q8 = true};
-  input.x_run = int32_t(kSlots), input.groups = dgroups.as<lode::cuda::ExpertGroup>(), input.group_inputs = most;
-  input.group_parts = parts, input.part_entries = kExperts;
-  const lode::cuda::DeviceBuffer scratch = rounded_scratch(vram, type, cols, kStepRows, input);
-  lode::cuda::grouped_matvec(type, experts.device_table(), nullptr, kPairs, rows, cols, row_bytes, dx.as<float>(),
+  input.x_run = int32_t(slots), input.groups = dgroups.as<lode::cuda::ExpertGroup>(), input.group_inputs = most;
+  input.group_parts = parts, input.part_entries = n_experts;
+  const lode::cuda::DeviceBuffer scratch = rounded_scratch(vram, type, cols, step_rows, input);
+  lode::cuda::grouped_matvec(type, experts.device_table(), nullptr, pairs, rows, cols, row_bytes, dx.as<float>(),
                              x_stride, dy.as<float>(), nullptr, input);
   lode::cuda::synchronize();
-  std::vector<float> got(size_t(rows * kPairs * parts));
+  std::vector<float> got(size_t(rows * pairs * parts));
   lode::cuda::copy_to_host(got.data(), dy.data(), got.size() * 4);
   lode::cpu::q8twin::RoundedBuffer rounded(cols);
   for (int64_t q = 0; q < parts; ++q)
-    for (int64_t p = 0; p < kPairs; ++p) {
-      const float* xp = x.data() + (p / kSlots) * x_stride;
+    for (int64_t p = 0; p < pairs; ++p) {
+      const float* xp = x.data() + (p / slots) * x_stride;
       lode::cpu::q8twin::round(type, xp, shape.swiglu ? xp + cols : nullptr, cols, rounded.x());
       std::vector<float> want(static_cast<size_t>(rows));
-      lode::cpu::q8twin::rows(type, experts.matrix(int32_t(q * kExperts) + route[size_t(p)]), row_bytes, rows, cols,
+      lode::cpu::q8twin::rows(type, experts.matrix(int32_t(q * n_experts) + route[size_t(p)]), row_bytes, rows, cols,
                               rounded.x(), want.data());
-      const auto at = got.begin() + (q * kPairs + p) * rows;
+      const auto at = got.begin() + (q * pairs + p) * rows;
       EXPECT_EQ(std::vector<float>(at, at + rows), want) << "part " << q << ", pair " << p;
     }
 }
