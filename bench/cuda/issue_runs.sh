@@ -9,6 +9,7 @@
 #        has run yet; all of them passed on an H100 at stop 60)
 #   bench/cuda/issue_runs.sh floors    # lode bench on the 35B synth: the issues' floors, one file each
 #   bench/cuda/issue_runs.sh prompts   # where a prompt of 256 tokens and passes of 4 and 8 of them go
+#   bench/cuda/issue_runs.sh groupcode # the expert-group kernel's SASS and executed opcodes
 #   bench/cuda/issue_runs.sh served    # lode serve + tools/load at 1 to 64 streams, --prompt-tokens 0 and 1024
 #   bench/cuda/issue_runs.sh stress    # long prompts arriving, 10% disconnects, a 16 GiB budget
 #
@@ -71,6 +72,21 @@ prompts() {
     >"$out/prompts.txt" 2>&1
   grep -E "^pp|prompts of" "$out/prompts.txt"
   sed -n '/-token prompt goes/,/^[^ ]/p; /prompts of .* in one pass go/,/^[^ ]/p' "$out/prompts.txt"
+}
+
+# The expert-group kernel's code and what it executes (issue 18's steps of many sequences: it is
+# issue-bound, docs/SERVER.md): the SASS of its Q4_K form with 4 inputs, and Nsight Compute's
+# executed instructions by opcode for a step of 16 rows' gate|up.
+groupcode() {
+  local object=build/CMakeFiles/lodecuda.dir/src/cuda/matvec_q8_kernels.cu.o kernel='group_staged_kernelILNS_8GgmlTypeE12ELi4ELi4E'
+  /usr/local/cuda/bin/cuobjdump -sass "$object" |
+    awk -v k="$kernel" '/Function : /{p = index($0, k) > 0} p' >"$out/group_q4k_4.sass"
+  echo "$(grep -cE '^ +/\*[0-9a-f]{4}\*/' "$out/group_q4k_4.sass") instructions in $out/group_q4k_4.sass"
+  timeout 120 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:group_staged --launch-skip 3 --launch-count 1 \
+    --section InstructionStats --section WarpStateStats --section SpeedOfLight \
+    --metrics sass__inst_executed_per_opcode --print-metric-instances values \
+    build/bench_cuda_matvec "experts gate|up by group, 16 rows" >"$out/group_ops.txt" 2>&1
+  grep -E "Duration|Executed Instructions  |sass__inst" "$out/group_ops.txt"
 }
 
 # A server on $SERVE_MODEL (default the 35B synth) with the given options, on port 8090; waits for
@@ -164,6 +180,6 @@ stress() {
 }
 
 case "${1:-}" in
-  suite | floors | prompts | served | stress) "$1" ;;
-  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|prompts|served|stress" >&2; exit 2 ;;
+  suite | floors | prompts | groupcode | served | stress) "$1" ;;
+  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|prompts|groupcode|served|stress" >&2; exit 2 ;;
 esac
