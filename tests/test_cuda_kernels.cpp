@@ -473,36 +473,38 @@ TEST(CudaKernels, TopCandidatesAreTheHostsTopCandidates) {
 
 // A window of rows in one launch (their x rows in_stride apart, logits out_stride apart, choices as
 // moe_route_window lays them out): each row's logits, choices and weights the bits of a launch of
-// that row alone, every choice counted once; 11 rows (blocks take 8: a whole chunk and a ragged
-// one), rows of 2048 and 2560 values (the weights held across rows, and loaded again per row).
+// that row alone, every choice counted once; windows of 11 rows (blocks of 2, the last ragged) and
+// 61 (blocks of 8, the last ragged), rows of 2048 and 2560 values (the weights held across rows,
+// and loaded again per row).
 TEST(CudaKernels, RouterWindowRowsGetTheBitsOfSingleRows) {
   LODE_REQUIRE_GPU();
   std::mt19937 rng(3);
-  constexpr int kRows = kExperts + 1, kWindow = 11;
+  constexpr int kRows = kExperts + 1;
+  for (const int window_rows : {11, 61})
   for (const int cols : {kHidden, 2560}) {
-    SCOPED_TRACE(cols);
+    SCOPED_TRACE(testing::Message() << window_rows << " rows of " << cols);
     const int64_t in_stride = cols + 4, out_stride = kRows + 3;
-    const auto w = normal_floats(size_t(kRows) * cols, rng, 0.05f), x = normal_floats(size_t(kWindow * in_stride), rng);
+    const auto w = normal_floats(size_t(kRows) * cols, rng, 0.05f), x = normal_floats(size_t(window_rows * in_stride), rng);
     const std::vector<uint8_t> resident(kExperts, 1);
     Device dev;
     const float* dw = dev.upload(w);
-    float* logits = dev.zeros<float>(size_t(kWindow * out_stride));
-    float* weights = dev.zeros<float>(kWindow * kUsed);
-    int32_t* ids = dev.zeros<int32_t>(2 * kWindow * kUsed);
+    float* logits = dev.zeros<float>(size_t(window_rows * out_stride));
+    float* weights = dev.zeros<float>(window_rows * kUsed);
+    int32_t* ids = dev.zeros<int32_t>(2 * window_rows * kUsed);
     unsigned *counts = dev.zeros<unsigned>(kExperts), *misses = dev.zeros<unsigned>(1);
-    unsigned* arrivals = dev.zeros<unsigned>(kWindow);
+    unsigned* arrivals = dev.zeros<unsigned>(window_rows);
     const lode::cuda::RouteTally tally{counts, dev.upload(resident), misses};
-    lode::cuda::kernels::TokenRows rows{kWindow, in_stride, out_stride};
+    lode::cuda::kernels::TokenRows rows{window_rows, in_stride, out_stride};
     ASSERT_EQ(lode::cuda::kernels::router_topk(dw, kRows, cols, dev.upload(x), logits, kExperts, kUsed, ids, weights,
                                                tally, arrivals, nullptr, rows),
               nullptr);
-    const auto got_logits = dev.download(logits, size_t(kWindow * out_stride));
-    const auto got_ids = dev.download(ids, 2 * kWindow * kUsed);
-    const auto got_weights = dev.download(weights, kWindow * kUsed);
+    const auto got_logits = dev.download(logits, size_t(window_rows * out_stride));
+    const auto got_ids = dev.download(ids, 2 * window_rows * kUsed);
+    const auto got_weights = dev.download(weights, window_rows * kUsed);
     const auto got_counts = dev.download(counts, kExperts);
-    EXPECT_EQ(dev.download(arrivals, kWindow), std::vector<unsigned>(kWindow, 0u));
+    EXPECT_EQ(dev.download(arrivals, window_rows), std::vector<unsigned>(window_rows, 0u));
     std::vector<unsigned> want_counts(kExperts, 0);
-    for (int t = 0; t < kWindow; ++t) {
+    for (int t = 0; t < window_rows; ++t) {
       SCOPED_TRACE(t);
       float* one_logits = dev.zeros<float>(kRows);
       float* one_weights = dev.zeros<float>(kUsed);
@@ -518,7 +520,7 @@ TEST(CudaKernels, RouterWindowRowsGetTheBitsOfSingleRows) {
       const auto want_weights = dev.download(one_weights, kUsed);
       for (int j = 0; j < kUsed; ++j) {
         EXPECT_EQ(got_ids[size_t(t * kUsed + j)], want_ids[size_t(j)]) << "slot " << j;
-        EXPECT_EQ(got_ids[size_t(kWindow * kUsed + t * kUsed + j)], want_ids[size_t(j)] + kExperts) << "slot " << j;
+        EXPECT_EQ(got_ids[size_t(window_rows * kUsed + t * kUsed + j)], want_ids[size_t(j)] + kExperts) << "slot " << j;
         EXPECT_EQ(got_weights[size_t(t * kUsed + j)], want_weights[size_t(j)]) << "slot " << j;
         ++want_counts[size_t(want_ids[size_t(j)])];
       }

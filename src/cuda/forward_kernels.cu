@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -600,20 +601,28 @@ cudaError_t with_experts_per_lane(int n, Launch&& launch) {
 // 489.1-493.5 reading them after the choice).
 constexpr int kRouterWarps = 4, kRouterLoads = 16;
 
-// A window's rows (kernels::TokenRows) come kRouterRowsAt to a block (blockIdx.y: rows 8 y ..),
+// A window's rows (kernels::TokenRows) come rows_at to a block (blockIdx.y: rows rows_at y ..),
 // which dots its weight rows, held in registers (one pass: rows of up to 2,048 values), with each of
 // them in turn, so the router matrix is read once a block rather than once a row; each row reads its
 // x and writes its logits, choices and weights at its own places, as moe_route_window lays them out,
-// and the blocks of rows 8 y .. count in arrivals[y]. Every row's logits are the bits one row's
-// launch gives.
-constexpr int kRouterRowsAt = 8;
+// and the blocks of rows rows_at y .. count in arrivals[y]. Every row's logits are the bits one
+// row's launch gives.
+//
+// rows_at: an eighth of the rows, from 2 to 8. A block dots its rows one after another and its last
+// to arrive routes them, a row a warp, so few rows a block shorten the chain, while each block reads
+// the matrix again (from L2). On an H100, the 35B synth, lode bench --sequences 16,64 (ms a step,
+// two runs each, 8 / 4 / 2 / 1 rows a block): 16 sequences 9.100, 9.088 / 8.892, 8.795 / 8.779,
+// 8.771 / 9.005, 8.973; 64 sequences 24.797, 24.589 / 24.969, 24.624 / 24.994, 24.962 / 25.216,
+// 25.287.
+int router_rows_per_block(int rows) { return std::clamp((rows + 7) / 8, 2, 8); }
 
 template <int P>
 __global__ void __launch_bounds__(kRouterWarps * kWarp)
     router_topk_kernel(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
-                       int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, kernels::TokenRows window) {
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, t0 = int(blockIdx.y) * kRouterRowsAt;
-  const int rows_here = min(kRouterRowsAt, window.n - t0);
+                       int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, kernels::TokenRows window,
+                       int rows_at) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, t0 = int(blockIdx.y) * rows_at;
+  const int rows_here = min(rows_at, window.n - t0);
   arrivals += blockIdx.y;
   const int r = min(int(blockIdx.x) * kRouterWarps + warp, rows - 1);  // past the end: the last row, not stored
   const float4* wr = reinterpret_cast<const float4*>(w + int64_t(r) * cols);
@@ -1053,11 +1062,13 @@ const char* router_topk(const float* w, int rows, int cols, const float* x, floa
   if (cols % 4 != 0 || rows < n_experts) return "router rows must be a multiple of 4 wide and hold every expert";
   if (const char* err = routing_refused(n_experts, k)) return err;
   if (window.n < 1 || window.n > 65535) return "a router window of 1 to 65535 rows";
+  const int rows_at = router_rows_per_block(window.n);
   return error_text(with_experts_per_lane(n_experts, [&](auto per_lane) {
     return launch_overlapped(router_topk_kernel<decltype(per_lane)::value>,
-                             dim3((rows + kRouterWarps - 1) / kRouterWarps, (window.n + kRouterRowsAt - 1) / kRouterRowsAt),
+                             dim3((rows + kRouterWarps - 1) / kRouterWarps, (window.n + rows_at - 1) / rows_at),
                              dim3(kRouterWarps * kWarp), 0,
-                             stream, w, rows, cols, x, logits, n_experts, k, ids, weights, tally, arrivals, window);
+                             stream, w, rows, cols, x, logits, n_experts, k, ids, weights, tally, arrivals, window,
+                             rows_at);
   }));
 }
 

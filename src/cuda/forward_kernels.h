@@ -101,7 +101,7 @@ const char* moe_route(const float* logits, int n_experts, int k, int n_tokens, i
 // moe_route's top k of the first n_experts logits for one token, in one launch. arrivals: one
 // zeroed counter (device memory) the kernel leaves zeroed. A window's window.n rows: row t's x
 // window.in_stride floats after row t - 1's, its logits window.out_stride after, its choices as
-// moe_route_window lays them out; zeroed counters arrivals [window.n] (one for each 8 rows used),
+// moe_route_window lays them out; zeroed counters arrivals [window.n] (one for each block of rows),
 // left zeroed. Each row's results are the bits of a launch of that row alone.
 const char* router_topk(const float* w, int rows, int cols, const float* x, float* logits, int n_experts, int k,
                         int32_t* ids, float* weights, RouteTally tally, unsigned* arrivals, void* stream,
