@@ -282,104 +282,128 @@ __global__ void __launch_bounds__(256)
 }
 
 // Expert groups (MatvecLaunch::groups) of matrices whose rows are whole 16-byte pieces: block (b,
-// j) takes rows of expert group j (ExpertGroup, as matvec_q8_kernel's), whose matrix is known only
-// after the wait (the groups come from the kernel before). Each warp copies its own rows into
-// shared memory by cp.async in two halves and computes on the first while the second is in flight,
-// so a warp starts as soon as its own bytes are in, not the block's. A matrix that does not start
-// on a 16-byte boundary is read in place. Lanes, slices and sums as matvec_q8_kernel's: the same
-// bits. With `parts` parts (MatvecLaunch::group_parts), block rows j of part q = j / groups take
-// group j % groups with the matrices of table + q part_entries, their outputs q groups pairs on.
-// Registers held to four blocks a multiprocessor: on an H100, bench_cuda_matvec "by group", 16
-// rows' gate|up 79 us against 84-88 with three, 64 rows' down 146 against 202-205.
+// slot, part) takes rows of expert group `slot` (ExpertGroup, as matvec_q8_kernel's), whose matrix
+// is known only after the wait (the groups come from the kernel before), with the matrices of table
+// + part part_entries, its outputs part slots pairs on. Each warp copies its own rows into shared
+// memory by cp.async in two halves and computes on the first while the second is in flight, so a
+// warp starts as soon as its own bytes are in, not the block's. A matrix that does not start on a
+// 16-byte boundary is read in place. Lanes, slices and sums as matvec_q8_kernel's: the same bits.
+// The warp's bookkeeping is kept small, since the kernel is bound by instruction issue, not by
+// memory (docs/SERVER.md, "Where the group kernel's instructions go"): no divisions (the slot and
+// part from the grid, lanes a power of two given as a shift), 32-bit offsets, code for one and for
+// two inputs at a time (a group of 3 or 4 takes two passes over its staged rows, each input's slices
+// in the same order), the butterflies unrolled, each input's output address made once. On an H100,
+// bench_cuda_matvec "by group", against the form before (a runtime test an input, the unpacking
+// redone for each): 16 rows' gate|up 65.0 us against 78.6, 64 rows' 155.5 against 201.8, 64 rows'
+// down 119.0 against 145.3. Registers held to four blocks a multiprocessor (three: 67.3, 165.3 and
+// 131.6 us).
 template <GgmlType T, int kRows, int kInputs>
 __global__ void __launch_bounds__(256, 4)
-    matvec_q8_group_staged_kernel(const void* const* table, int64_t rows, int64_t cols, size_t row_bytes, ProblemIo io,
-                                  float* y, int lanes, const ExpertGroup* groups, int parts, int64_t part_entries,
-                                  const int4* rounded) {
+    matvec_q8_group_staged_kernel(const void* const* table, int rows, int cols, int row_bytes, ProblemIo io, float* y,
+                                  int lane_shift, const ExpertGroup* groups, int64_t part_entries, const int4* rounded) {
   using S = Slice<T>;
   static_assert(kRows % 2 == 0, "a warp's rows come in two halves");
   constexpr int kHalf = kRows / 2;
   extern __shared__ int4 shared_rows[];
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, warps = blockDim.x / kWarp;
-  const int group = lane / lanes, sub = lane % lanes, lane_groups = kWarp / lanes;
-  const int rows_per_block = warps * kRows * lane_groups;
-  const int64_t first = int64_t(blockIdx.x) * rows_per_block, slots = gridDim.y / parts;
-  const int64_t part = blockIdx.y / slots, p = blockIdx.y % slots;
-  const int block_rows = int(min(int64_t(rows_per_block), rows - first));
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp, warps = int(blockDim.x) / kWarp;
+  const int lanes = 1 << lane_shift, group = lane >> lane_shift, sub = lane & (lanes - 1);
+  const int lane_groups = kWarp >> lane_shift, rows_per_block = warps * kRows * lane_groups;
+  const int first = int(blockIdx.x) * rows_per_block, p = int(blockIdx.y), part = int(blockIdx.z);
+  const int block_rows = min(rows_per_block, rows - first);
   uint8_t* const staged = reinterpret_cast<uint8_t*>(shared_rows);
-  int4* const x_at = shared_rows + size_t(rows_per_block) * row_bytes / 16;  // input i's RoundedX: x_at + i x_words
-  const size_t x_words = rounded_x_words(size_t(cols), cols);
-  RoundedX rx[kInputs];
-#pragma unroll
-  for (int i = 0; i < kInputs; ++i) rx[i] = rounded_x_in(x_at + i * x_words, size_t(cols), cols);
+  int4* const x_at = shared_rows + rows_per_block * row_bytes / 16;  // input i's RoundedX: x_at + i x_words
+  const int x_words = int(rounded_x_words(size_t(cols), cols));
   kernels::begin_after_inputs();
   const int inputs = min(groups[p].count, kInputs);  // (a group has at most kInputs: one pair a row)
   const int32_t id = groups[p].id;
   if (id < 0 || inputs == 0) return;  // an empty group
   const uint8_t* const matrix =
-      static_cast<const uint8_t*>(table[part * part_entries + id]) + first * int64_t(row_bytes);
+      static_cast<const uint8_t*>(table[part * part_entries + id]) + int64_t(first) * row_bytes;
   const bool in_place = reinterpret_cast<uintptr_t>(matrix) % 16 != 0;
   // The warp's rows: row groups k of lane_groups rows each, from `band` on; half h's row groups
   // [h kHalf, (h + 1) kHalf), one group of copies each.
   const int band = warp * kRows * lane_groups;
   if (!in_place) {
-    const int64_t row_pieces = int64_t(row_bytes / 16);
+    const int row_pieces = row_bytes / 16;
     for (int h = 0; h < 2; ++h) {
       const int from = band + h * kHalf * lane_groups, count = min(kHalf * lane_groups, block_rows - from);
-      for (int64_t i = lane; i < int64_t(count) * row_pieces; i += kWarp)
-        copy_async<16>(staged + (from * row_pieces + i) * 16, matrix + (from * row_pieces + i) * 16, true);
+      const uint8_t* const src = matrix + from * row_bytes;
+      uint8_t* const dst = staged + from * row_bytes;
+      for (int i = lane; i < count * row_pieces; i += kWarp) copy_async<16>(dst + 16 * i, src + 16 * i, true);
       copies_sent();
     }
   }
   for (int i = 0; i < inputs; ++i) {
-    const int64_t input = io.x_stride == 0 ? 0 : int64_t(groups[p].pairs[i] / io.x_run);
-    copy_rounded(x_at + i * x_words, rounded + input * x_words, x_words);
+    const int input = io.x_stride == 0 ? 0 : groups[p].pairs[i] / io.x_run;
+    copy_rounded(x_at + i * x_words, rounded + int64_t(input) * x_words, size_t(x_words));
   }
   __syncthreads();  // (the inputs; each warp waits for its own rows below)
   // Rows past the end compute on whatever the shared memory holds (in place: the last row again)
   // and are not written.
-  const int local = band + group, n_slices = int(cols / S::kValues);
-  float sum[kRows][kInputs];
+  const int local = band + group, n_slices = cols / S::kValues;
+  // The warp's products with the group's inputs [i0, i0 + N) (N: 1 or 2, so that their sums and x
+  // stay in registers; a group of 3 or 4 inputs takes two passes over the staged rows, each input's
+  // slices in the same order), then each (row, input)'s butterfly and store. The first pass waits
+  // for the warp's rows, half by half.
+  const auto pass = [&](auto n, int i0, bool first_pass) {
+    constexpr int N = decltype(n)::value;
+    RoundedX rx[N];
 #pragma unroll
-  for (int k = 0; k < kRows; ++k)
+    for (int i = 0; i < N; ++i) rx[i] = rounded_x_in(x_at + (i0 + i) * x_words, size_t(cols), cols);
+    float sum[kRows][N];
 #pragma unroll
-    for (int i = 0; i < kInputs; ++i) sum[k][i] = 0.0f;
-  // Row groups [k0, k1) of the warp, row r's bytes at row_of(r).
-  const auto products = [&](auto from, auto row_of, auto k0, auto k1) {
-    using M = decltype(from);
-    for (int s = sub; s < n_slices; s += lanes)
+    for (int k = 0; k < kRows; ++k)
 #pragma unroll
-      for (int k = decltype(k0)::value; k < decltype(k1)::value; ++k) {
-        const typename S::Ready ready = S::ready(S::template load<M>(row_of(local + k * lane_groups), s), s);
+      for (int i = 0; i < N; ++i) sum[k][i] = 0.0f;
+    const auto products = [&](auto from, auto row_of, auto k0, auto k1) {
+      using M = decltype(from);
+      for (int s = sub; s < n_slices; s += lanes)
 #pragma unroll
-        for (int i = 0; i < kInputs; ++i)
-          if (i < inputs) sum[k][i] = exact::add(sum[k][i], S::dot(ready, s, rx[i]));
-      }
-  };
-  using First = std::integral_constant<int, 0>;
-  using Middle = std::integral_constant<int, kHalf>;
-  using End = std::integral_constant<int, kRows>;
-  if (in_place) {
-    products(FromGlobal{}, [&](int r) { return matrix + size_t(min(r, block_rows - 1)) * row_bytes; }, First{}, End{});
-  } else {
-    const auto shared_row = [&](int r) { return staged + size_t(r) * row_bytes; };
-    copies_arrived_but<1>();
-    __syncwarp();
-    products(FromShared{}, shared_row, First{}, Middle{});
-    copies_arrived();
-    __syncwarp();
-    products(FromShared{}, shared_row, Middle{}, End{});
-  }
+        for (int k = decltype(k0)::value; k < decltype(k1)::value; ++k) {
+          const typename S::Ready ready = S::ready(S::template load<M>(row_of(local + k * lane_groups), s), s);
 #pragma unroll
-  for (int k = 0; k < kRows; ++k)
-#pragma unroll
-    for (int i = 0; i < kInputs; ++i) {
-      if (i >= inputs) continue;  // (inputs is the block's: the shuffles stay whole)
-      for (int offset = lanes / 2; offset > 0; offset /= 2)
-        sum[k][i] = exact::add(sum[k][i], __shfl_xor_sync(0xffffffffu, sum[k][i], offset));
-      const int64_t r = first + local + k * lane_groups;
-      if (sub == 0 && r < rows) y[(part * slots + groups[p].pairs[i]) * io.y_stride + r] = sum[k][i];
+          for (int i = 0; i < N; ++i) sum[k][i] = exact::add(sum[k][i], S::dot(ready, s, rx[i]));
+        }
+    };
+    using First = std::integral_constant<int, 0>;
+    using Middle = std::integral_constant<int, kHalf>;
+    using End = std::integral_constant<int, kRows>;
+    const auto shared_row = [&](int r) { return staged + r * row_bytes; };
+    if (in_place) {
+      products(FromGlobal{}, [&](int r) { return matrix + min(r, block_rows - 1) * row_bytes; }, First{}, End{});
+    } else if (first_pass) {
+      copies_arrived_but<1>();
+      __syncwarp();
+      products(FromShared{}, shared_row, First{}, Middle{});
+      copies_arrived();
+      __syncwarp();
+      products(FromShared{}, shared_row, Middle{}, End{});
+    } else {
+      products(FromShared{}, shared_row, First{}, End{});
     }
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      float* const out = y + (int64_t(part) * gridDim.y + groups[p].pairs[i0 + i]) * io.y_stride + first + local;
+#pragma unroll
+      for (int k = 0; k < kRows; ++k) {
+        float v = sum[k][i];
+#pragma unroll
+        for (int offset = kWarp / 2; offset > 0; offset /= 2)
+          if (offset < lanes) v = exact::add(v, __shfl_xor_sync(0xffffffffu, v, offset));
+        if (sub == 0 && first + local + k * lane_groups < rows) out[k * lane_groups] = v;
+      }
+    }
+  };
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  if (kInputs == 1 || inputs == 1) return pass(One{}, 0, true);
+  if constexpr (kInputs >= 2) {
+    pass(Two{}, 0, true);
+    if constexpr (kInputs >= 3) {
+      if (inputs == 3) pass(One{}, 2, false);
+      if (inputs == 4) pass(Two{}, 2, false);
+    }
+  }
 }
 
 // Q8_0 rows of 256 k values (quant::q8_0_in_spans): the block's rows are copied whole into shared
@@ -572,9 +596,12 @@ cudaError_t launch_q8_group_staged(const MatvecLaunch& m, int lanes) {
   const size_t shared = staged_shared_bytes(rows_per_block, m.row_bytes, m.cols, kInputs);
   if (shared > kernels::max_shared_per_block()) return cudaErrorInvalidConfiguration;  // a group's inputs go together
   if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
-  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems * m.group_parts));
-  return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, m.table, m.rows, m.cols,
-                                    m.row_bytes, m.io, m.y, lanes, m.groups, int(m.group_parts), m.part_entries,
+  int lane_shift = 0;
+  while ((1 << lane_shift) < lanes) ++lane_shift;
+  const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), unsigned(m.n_problems),
+                  unsigned(m.group_parts));
+  return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, m.table, int(m.rows), int(m.cols),
+                                    int(m.row_bytes), m.io, m.y, lane_shift, m.groups, m.part_entries,
                                     static_cast<const int4*>(m.rounded));
 }
 
@@ -627,9 +654,10 @@ bool in_spans(GgmlType type, int64_t cols) { return type == GgmlType::Q8_0 && q8
 
 // Expert groups the staged group kernel takes: rows of whole 16-byte pieces, not the spans kernel's,
 // at most 4 inputs a group (with 8, under a VRAM budget, matvec_q8_kernel's groups were faster on an
-// H100: 64 rows' gate 124-126 us against 150-153).
+// H100: 64 rows' gate 124-126 us against 150-153), a matrix's bytes counted in 32 bits.
 bool group_staged(const MatvecLaunch& m) {
-  return m.groups && m.group_inputs <= 4 && !in_spans(m.type, m.cols) && m.row_bytes % 16 == 0;
+  return m.groups && m.group_inputs <= 4 && !in_spans(m.type, m.cols) && m.row_bytes % 16 == 0 &&
+         m.rows * int64_t(m.row_bytes) < (int64_t(1) << 31);
 }
 
 template <GgmlType T>
