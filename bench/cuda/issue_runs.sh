@@ -9,7 +9,7 @@
 #        has run yet; all of them passed on an H100 at stop 60)
 #   bench/cuda/issue_runs.sh floors    # lode bench on the 35B synth: the issues' floors, one file each
 #   bench/cuda/issue_runs.sh prompts   # where a prompt of 256 tokens and passes of 4 and 8 of them go
-#   bench/cuda/issue_runs.sh groupcode # the expert-group kernel's SASS and executed opcodes
+#   bench/cuda/issue_runs.sh groupcode # the expert-group kernel's executed instructions, line by line
 #   bench/cuda/issue_runs.sh served    # lode serve + tools/load at 1 to 64 streams, --prompt-tokens 0 and 1024
 #   bench/cuda/issue_runs.sh stress    # long prompts arriving, 10% disconnects, a 16 GiB budget
 #
@@ -74,19 +74,20 @@ prompts() {
   sed -n '/-token prompt goes/,/^[^ ]/p; /prompts of .* in one pass go/,/^[^ ]/p' "$out/prompts.txt"
 }
 
-# The expert-group kernel's code and what it executes (issue 18's steps of many sequences: it is
-# issue-bound, docs/SERVER.md): the SASS of its Q4_K form with 4 inputs, and Nsight Compute's
-# executed instructions by opcode for a step of 16 rows' gate|up.
+# The expert-group kernel's executed instructions, SASS line by SASS line (Nsight Compute's source
+# counters), for a step of 16 rows' gate|up and 64 rows' down (issue 18's steps of many sequences:
+# the kernel is issue-bound, docs/SERVER.md), read by bench/cuda/sass_counts.py.
 groupcode() {
-  local object=build/CMakeFiles/lodecuda.dir/src/cuda/matvec_q8_kernels.cu.o kernel='group_staged_kernelILNS_8GgmlTypeE12ELi4ELi4E'
-  /usr/local/cuda/bin/cuobjdump -sass "$object" |
-    awk -v k="$kernel" '/Function : /{p = index($0, k) > 0} p' >"$out/group_q4k_4.sass"
-  echo "$(grep -cE '^ +/\*[0-9a-f]{4}\*/' "$out/group_q4k_4.sass") instructions in $out/group_q4k_4.sass"
-  timeout 120 /usr/local/cuda/bin/ncu --clock-control none --kernel-name regex:group_staged --launch-skip 3 --launch-count 1 \
-    --section InstructionStats --section WarpStateStats --section SpeedOfLight \
-    --metrics sass__inst_executed_per_opcode --print-metric-instances values \
-    build/bench_cuda_matvec "experts gate|up by group, 16 rows" >"$out/group_ops.txt" 2>&1
-  grep -E "Duration|Executed Instructions  |sass__inst" "$out/group_ops.txt"
+  local ncu=/usr/local/cuda/bin/ncu case tag
+  for case in "experts gate|up by group, 16 rows" "experts down by group, 64 rows"; do
+    tag=$(echo "$case" | tr -cd 'a-z0-9' | tail -c 12)
+    timeout 120 $ncu --clock-control none --kernel-name regex:group_staged --launch-skip 3 --launch-count 1 \
+      --section SourceCounters --section InstructionStats --section SpeedOfLight -f -o "/tmp/group_$tag" \
+      build/bench_cuda_matvec "$case" >"$out/group_$tag.log" 2>&1
+    $ncu -i "/tmp/group_$tag.ncu-rep" --page source --csv --print-source sass >"$out/group_$tag.csv" 2>&1
+    echo "$case:"
+    python3 bench/cuda/sass_counts.py "$out/group_$tag.csv" | head -30
+  done
 }
 
 # A server on $SERVE_MODEL (default the 35B synth) with the given options, on port 8090; waits for

@@ -21,10 +21,6 @@ ldd build/lode build/lode_tests | awk '/=> \// {print $3}' | sort -u |
 pwd >build/source-root
 files=(build/lode build/lode_tests build/runtime-libs build/source-root)
 [ -x build/bench_cuda_matvec ] && files+=(build/bench_cuda_matvec)
-# The 8-bit products' object, whose kernels' SASS issue_runs.sh groupcode dumps (the device has
-# cuobjdump; this machine has none).
-mq8=build/CMakeFiles/lodecuda.dir/src/cuda/matvec_q8_kernels.cu.o
-[ -f "$mq8" ] && files+=("$mq8")
 if [ -n "${NODE:-}" ]; then
   node=$(command -v node) || { echo "pack: NODE=1 but no node here" >&2; exit 1; }
   [ -d tools/server/node_modules/openai ] || { echo "pack: tools/server/node_modules/openai is missing (tools/server/fetch)" >&2; exit 1; }
