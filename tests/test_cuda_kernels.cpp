@@ -1,8 +1,9 @@
-// The decode step's fused kernels (cuda/forward_kernels.h) one by one against the CPU operations
-// they fuse (cpu/ops.h, cpu/moe.h, cpu/deltanet.h), on random data in the 35B-A3B's shapes, so a
-// kernel that drifts is named here and not only through a whole model's logits. Float sums run
-// in another order on the GPU: values agree to a few float32 roundings of their magnitude, and
-// what is chosen (the router's experts, their order) agrees exactly. Skip without a GPU.
+// The decode step's fused kernels (cuda/forward_kernels.h), and the prompt pass's DeltaNet scan,
+// one by one against the CPU operations they fuse (cpu/ops.h, cpu/moe.h, cpu/deltanet.h), on
+// random data in the 35B-A3B's shapes, so a kernel that drifts is named here and not only through
+// a whole model's logits. Float sums run in another order on the GPU: values agree to a few
+// float32 roundings of their magnitude, and what is chosen (the router's experts, their order)
+// agrees exactly. Skip without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 
 #ifdef LODE_HAVE_CUDA
 #include "cuda/forward_kernels.h"
+#include "cuda/prompt_kernels.h"
 #include "cuda/vram.h"
 
 namespace {
@@ -564,6 +566,70 @@ TEST(CudaKernels, ExpertGroupsHoldEveryPairOnceByExpert) {
       ASSERT_EQ(got[g].count, want[g].count);
       for (int i = 0; i < got[g].count; ++i) EXPECT_EQ(got[g].pairs[i], want[g].pairs[i]);
     }
+  }
+}
+
+// The prompt pass's DeltaNet scan (cuda/prompt_kernels.h), the 35B-A3B's heads: against the CPU's
+// delta rule token by token (cpu::deltanet_head_step; q and k L2-normed as deltanet_prepare leaves
+// them), and 17 sequences of 1 to 40 tokens in one call (two launches: 16 sequences, then 1) each
+// with the bits of a call of its own.
+TEST(CudaKernels, DeltaNetScanMatchesTheCpuAndSequencesGoTogether) {
+  LODE_REQUIRE_GPU();
+  std::mt19937 rng(11);
+  constexpr int kSequences = 17;
+  constexpr size_t kStateFloats = size_t(kValueHeads) * kDk * kDv;
+  const auto a = normal_floats(kValueHeads, rng, 0.5f, -1.0f), dt_bias = normal_floats(kValueHeads, rng, 0.5f);
+  struct Sequence {
+    int tokens;
+    std::vector<float> state, qkv, b, alpha;
+  };
+  std::vector<Sequence> sequences;
+  for (int i = 0; i < kSequences; ++i) {
+    Sequence q{1 + (7 * i) % 40, normal_floats(kStateFloats, rng, 0.1f), {}, {}, {}};
+    q.qkv = normal_floats(size_t(q.tokens) * kChannels, rng);
+    for (int t = 0; t < q.tokens; ++t)
+      for (int head = 0; head < 2 * kKeyHeads; ++head)
+        lode::cpu::l2_norm(&q.qkv[size_t(t) * kChannels + size_t(head) * kDk], kDk, 1e-6f);
+    q.b = normal_floats(size_t(q.tokens) * kValueHeads, rng), q.alpha = normal_floats(size_t(q.tokens) * kValueHeads, rng);
+    sequences.push_back(std::move(q));
+  }
+  Device dev;
+  const float *da = dev.upload(a), *ddt_bias = dev.upload(dt_bias);
+  // Each sequence's rows on the device, from its starting state: out o [tokens][hv dv].
+  const auto rows_of = [&](const Sequence& q) {
+    return lode::cuda::kernels::ScanRows{dev.upload(q.state), dev.upload(q.qkv), dev.upload(q.b), dev.upload(q.alpha),
+                                         dev.zeros<float>(size_t(q.tokens) * kValueHeads * kDv), q.tokens};
+  };
+  std::vector<lode::cuda::kernels::ScanRows> together;
+  for (const Sequence& q : sequences) together.push_back(rows_of(q));
+  ASSERT_EQ(lode::cuda::kernels::deltanet_scan(together.data(), kSequences, kChannels, da, ddt_bias, kKeyHeads,
+                                               kValueHeads, kDk, kDv, nullptr),
+            nullptr);
+  for (int i = 0; i < kSequences; ++i) {
+    const Sequence& q = sequences[size_t(i)];
+    SCOPED_TRACE("sequence " + std::to_string(i) + " of " + std::to_string(q.tokens) + " tokens");
+    const lode::cuda::kernels::ScanRows alone = rows_of(q);
+    ASSERT_EQ(lode::cuda::kernels::deltanet_scan(&alone, 1, kChannels, da, ddt_bias, kKeyHeads, kValueHeads, kDk, kDv,
+                                                 nullptr),
+              nullptr);
+    const size_t outputs = size_t(q.tokens) * kValueHeads * kDv;
+    const auto got_o = dev.download(together[size_t(i)].o, outputs);
+    const auto got_state = dev.download(together[size_t(i)].state, kStateFloats);
+    EXPECT_EQ(got_o, dev.download(alone.o, outputs));
+    EXPECT_EQ(got_state, dev.download(alone.state, kStateFloats));
+    std::vector<float> state = q.state, want(outputs);
+    for (int t = 0; t < q.tokens; ++t)
+      for (int s = 0; s < kValueHeads; ++s) {
+        const size_t bt = size_t(t) * kValueHeads + size_t(s);
+        const float beta = lode::cpu::sigmoid(q.b[bt]);
+        const float g = a[size_t(s)] * lode::cpu::softplus(q.alpha[bt] + dt_bias[size_t(s)]);
+        const float* row = &q.qkv[size_t(t) * kChannels];
+        lode::cpu::deltanet_head_step(&state[size_t(s) * kDk * kDv], row + size_t(s % kKeyHeads) * kDk,
+                                      row + kKeyDim + size_t(s % kKeyHeads) * kDk, row + 2 * kKeyDim + size_t(s) * kDv,
+                                      g, beta, kDk, kDv, &want[bt * kDv]);
+      }
+    EXPECT_LT(lode::test::relative_error(got_state, state), 1e-4);
+    EXPECT_LT(lode::test::relative_error(got_o, want), 1e-4);
   }
 }
 

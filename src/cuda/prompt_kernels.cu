@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/kernel_math.cuh"
@@ -20,12 +21,24 @@ constexpr int kScanMaxTile = 64;
 
 __host__ __device__ inline int scan_tile(int dk) { return min(kScanMaxTile, kScanTileFloats / dk); }
 
-// Block (value head s, 32 state columns): warp w owns columns 4w .. 4w + 3 of the group, each
-// column's dk values in registers across the chunk (lane l holds rows l, l + 32, ...). Tokens go in
-// tiles whose q and k rows (shared by every column of the head) are staged in shared memory once.
+// The sequences of one scan launch (kernel parameters: no copy to the device first).
+constexpr int kMaxScanSequences = 16;
+struct ScanBatch {
+  ScanRows rows[kMaxScanSequences];
+};
+
+// Block (value head s, 32 state columns; sequence blockIdx.y): warp w owns columns 4w .. 4w + 3 of
+// the group, each column's dk values in registers across the chunk (lane l holds rows l, l + 32,
+// ...). Tokens go in tiles whose q and k rows (shared by every column of the head) are staged in
+// shared memory once. A sequence's blocks are independent of the other sequences'.
 __global__ void __launch_bounds__(kScanWarps * kWarp)
-    deltanet_scan_kernel(float* state, const float* qkv, int channels, const float* b, const float* alpha,
-                         const float* a, const float* dt_bias, int hk, int hv, int dk, int dv, int n_tokens, float* o) {
+    deltanet_scan_kernel(ScanBatch batch, int channels, const float* a, const float* dt_bias, int hk, int hv, int dk,
+                         int dv) {
+  const ScanRows& mine = batch.rows[blockIdx.y];
+  float* const state = mine.state;
+  const float *const qkv = mine.qkv, *const b = mine.b, *const alpha = mine.alpha;
+  float* const o = mine.o;
+  const int n_tokens = mine.n_tokens;
   extern __shared__ float tile_qk[];  // q [tile][dk], then k [tile][dk]
   __shared__ float tile_v[kScanMaxTile][kScanColumns], tile_beta[kScanMaxTile], tile_decay[kScanMaxTile];
   const int tile = scan_tile(dk);
@@ -283,15 +296,20 @@ __global__ void moe_combine_rows_kernel(const float* y, const int32_t* slot_of, 
 
 }  // namespace
 
-const char* deltanet_scan(float* state, const float* qkv, int channels, const float* b, const float* alpha,
-                          const float* a, const float* dt_bias, int hk, int hv, int dk, int dv, int n_tokens,
-                          float* o, void* stream) {
+const char* deltanet_scan(const ScanRows* sequences, int count, int channels, const float* a, const float* dt_bias,
+                          int hk, int hv, int dk, int dv, void* stream) {
   if (dk > kMaxKeyDimsPerLane * kWarp) return "DeltaNet key heads wider than 256";
   const int groups = (dv + kScanColumns - 1) / kScanColumns;
   const size_t shared = 2 * size_t(scan_tile(dk)) * size_t(dk) * sizeof(float);
-  deltanet_scan_kernel<<<hv * groups, kScanWarps * kWarp, shared, as_stream(stream)>>>(
-      state, qkv, channels, b, alpha, a, dt_bias, hk, hv, dk, dv, n_tokens, o);
-  return launched();
+  for (int first = 0; first < count; first += kMaxScanSequences) {
+    const int here = std::min(kMaxScanSequences, count - first);
+    ScanBatch batch{};
+    std::copy(sequences + first, sequences + first + here, batch.rows);
+    deltanet_scan_kernel<<<dim3(hv * groups, here), kScanWarps * kWarp, shared, as_stream(stream)>>>(
+        batch, channels, a, dt_bias, hk, hv, dk, dv);
+    if (const char* err = launched()) return err;
+  }
+  return nullptr;
 }
 
 const char* deltanet_conv_rows(const float* in, float* out, float* state, const float* w, int channels, int kernel,

@@ -14,12 +14,22 @@ namespace lode::cuda::kernels {
 const char* deltanet_conv_rows(const float* in, float* out, float* state, const float* w, int channels, int kernel,
                                int n_tokens, void* stream);
 
-// The delta rule over n_tokens tokens in order, from and back into state [hv][dk][dv]: per token
-// and value head s, S *= g, S += k (beta (v - S^T k))^T, o_s = S^T q (before the gated norm).
-// qkv: [n_tokens][channels] after deltanet_prepare; b, alpha: [n_tokens][hv]; o: [n_tokens][hv * dv].
-const char* deltanet_scan(float* state, const float* qkv, int channels, const float* b, const float* alpha,
-                          const float* a, const float* dt_bias, int hk, int hv, int dk, int dv, int n_tokens,
-                          float* o, void* stream);
+// One sequence's rows for deltanet_scan: its state [hv][dk][dv]; its n_tokens rows of qkv
+// [n_tokens][channels] after deltanet_prepare, b and alpha [n_tokens][hv]; o [n_tokens][hv * dv].
+struct ScanRows {
+  float* state;
+  const float* qkv;
+  const float* b;
+  const float* alpha;
+  float* o;
+  int n_tokens;
+};
+// The delta rule over each of `count` sequences' tokens in order, from and back into its state: per
+// token and value head s, S *= g, S += k (beta (v - S^T k))^T, o_s = S^T q (before the gated
+// norm). The sequences go together (up to 16 a launch: a pass of several prompts), each computed as
+// it would be alone.
+const char* deltanet_scan(const ScanRows* sequences, int count, int channels, const float* a, const float* dt_bias,
+                          int hk, int hv, int dk, int dv, void* stream);
 // o = o * rsqrt(mean(o^2) + eps) * norm_w * silu(z), per row of dv (rows = n_tokens * hv).
 const char* gated_norm_rows(float* o, const float* z, const float* norm_w, int rows, int dv, float eps, void* stream);
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "cuda/dequant.h"
@@ -75,6 +76,7 @@ struct PromptPass::Impl {
   cudaEvent_t staged[2] = {nullptr, nullptr}, freed[2] = {nullptr, nullptr}, copies_done = nullptr;
   int64_t staged_groups = 0;                     // groups staged so far: group i uses buffer i % 2
   int32_t* hist;  // group_by_expert's scratch
+  std::vector<kernels::ScanRows> scans;  // a DeltaNet layer's sequences, scanned in one launch
 
   // One allocation, carved as plan::prompt_scratch lays it out (the attention layers', DeltaNet
   // layers' and MoE's own buffers share bytes).
@@ -204,6 +206,9 @@ struct PromptPass::Impl {
     project(d.b, normed, segments, b), project(d.alpha, normed, segments, alpha);
     const int channels = int(c.conv_channels());
     const int64_t values = c.ssm_dt_rank * c.ssm_state;  // o's and z's rows
+    // Each sequence's conv and norms, then every sequence's scan in one launch (the scan's blocks
+    // are few for one sequence: several sequences' run side by side), then the gated norms.
+    scans.clear();
     for (const PromptSegment& s : segments) {
       const LayerState& st = (*s.states)[layer];
       float* in = qkv + s.start * channels;
@@ -212,16 +217,18 @@ struct PromptPass::Impl {
             "prompt DeltaNet conv");
       check(kernels::l2_norm_heads(in, int(c.ssm_groups), int(c.ssm_state), channels, int(s.rows), stream),
             "prompt DeltaNet norms");
-      clock.mark(deltanet_conv);
-      check(kernels::deltanet_scan(st.ssm_state, in, channels, b + s.start * d.b.rows, alpha + s.start * d.alpha.rows,
-                                   d.a, d.dt_bias, int(c.ssm_groups), int(c.ssm_dt_rank), int(c.ssm_state),
-                                   int(c.ssm_state), int(s.rows), o + s.start * values, stream),
-            "prompt DeltaNet scan");
+      scans.push_back({st.ssm_state, in, b + s.start * d.b.rows, alpha + s.start * d.alpha.rows, o + s.start * values,
+                       int(s.rows)});
+    }
+    clock.mark(deltanet_conv);
+    check(kernels::deltanet_scan(scans.data(), int(scans.size()), channels, d.a, d.dt_bias, int(c.ssm_groups),
+                                 int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), stream),
+          "prompt DeltaNet scan");
+    for (const PromptSegment& s : segments)
       check(kernels::gated_norm_rows(o + s.start * values, z + s.start * d.z.rows, d.norm, int(s.rows * c.ssm_dt_rank),
                                      int(c.ssm_state), float(c.rms_eps), stream),
             "prompt DeltaNet norm");
-      clock.mark(deltanet_core);
-    }
+    clock.mark(deltanet_core);
     project(d.out, o, segments, mixed);
   }
 
