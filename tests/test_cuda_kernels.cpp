@@ -571,7 +571,7 @@ TEST(CudaKernels, ExpertGroupsHoldEveryPairOnceByExpert) {
 
 // The prompt pass's DeltaNet scan (cuda/prompt_kernels.h), the 35B-A3B's heads: against the CPU's
 // delta rule token by token (cpu::deltanet_head_step; q and k L2-normed as deltanet_prepare leaves
-// them), and 17 sequences of 1 to 40 tokens in one call (two launches: 16 sequences, then 1) each
+// them), and 17 sequences of 1 to 38 tokens in one call (two launches: 16 sequences, then 1) each
 // with the bits of a call of its own.
 TEST(CudaKernels, DeltaNetScanMatchesTheCpuAndSequencesGoTogether) {
   LODE_REQUIRE_GPU();

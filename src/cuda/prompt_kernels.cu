@@ -34,11 +34,11 @@ struct ScanBatch {
 __global__ void __launch_bounds__(kScanWarps * kWarp)
     deltanet_scan_kernel(ScanBatch batch, int channels, const float* a, const float* dt_bias, int hk, int hv, int dk,
                          int dv) {
-  const ScanRows& mine = batch.rows[blockIdx.y];
-  float* const state = mine.state;
-  const float *const qkv = mine.qkv, *const b = mine.b, *const alpha = mine.alpha;
-  float* const o = mine.o;
-  const int n_tokens = mine.n_tokens;
+  const ScanRows& sequence = batch.rows[blockIdx.y];
+  float* const state = sequence.state;
+  const float *const qkv = sequence.qkv, *const b = sequence.b, *const alpha = sequence.alpha;
+  float* const o = sequence.o;
+  const int n_tokens = sequence.n_tokens;
   extern __shared__ float tile_qk[];  // q [tile][dk], then k [tile][dk]
   __shared__ float tile_v[kScanMaxTile][kScanColumns], tile_beta[kScanMaxTile], tile_decay[kScanMaxTile];
   const int tile = scan_tile(dk);

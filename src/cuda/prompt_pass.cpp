@@ -207,7 +207,7 @@ struct PromptPass::Impl {
     const int channels = int(c.conv_channels());
     const int64_t values = c.ssm_dt_rank * c.ssm_state;  // o's and z's rows
     // Each sequence's conv and norms, then every sequence's scan in one launch (the scan's blocks
-    // are few for one sequence: several sequences' run side by side), then the gated norms.
+    // are few for one sequence: several sequences run side by side), then the gated norms.
     scans.clear();
     for (const PromptSegment& s : segments) {
       const LayerState& st = (*s.states)[layer];
