@@ -242,8 +242,21 @@ TEST(CudaKernels, TheDeltaNetConvAndNormsMatchTheCpu) {
     EXPECT_LT(lode::test::relative_error(part(got, begin, end), part(qkv, begin, end)), 1e-5) << "channels " << begin;
 }
 
-// deltanet_step, two tokens from a random state: per value head s (key head s % 16), beta =
-// sigmoid(b), g = a softplus(alpha + dt_bias), cpu::deltanet_head_step, then the gated RMSNorm
+// One token of the CPU's delta rule over every value head: per value head s (key head s % 16),
+// beta = sigmoid(b), g = a softplus(alpha + dt_bias), cpu::deltanet_head_step on state [hv][dk][dv];
+// row: the token's qkv; b, alpha: its [hv]; o [hv][dv] (before the gated norm).
+void cpu_delta_rule(std::vector<float>& state, const float* row, const float* b, const float* alpha,
+                    const std::vector<float>& a, const std::vector<float>& dt_bias, float* o) {
+  for (int s = 0; s < kValueHeads; ++s) {
+    const float beta = lode::cpu::sigmoid(b[s]);
+    const float g = a[size_t(s)] * lode::cpu::softplus(alpha[s] + dt_bias[size_t(s)]);
+    const size_t key = size_t(s % kKeyHeads) * kDk;
+    lode::cpu::deltanet_head_step(&state[size_t(s) * kDk * kDv], row + key, row + kKeyDim + key,
+                                  row + 2 * kKeyDim + size_t(s) * kDv, g, beta, kDk, kDv, o + size_t(s) * kDv);
+  }
+}
+
+// deltanet_step, two tokens from a random state: cpu_delta_rule, then the gated RMSNorm
 // (cpu::rms_norm times silu(z)). The second token steps from the state the first left.
 TEST(CudaKernels, TheDeltaNetStepMatchesTheCpu) {
   LODE_REQUIRE_GPU();
@@ -265,16 +278,11 @@ TEST(CudaKernels, TheDeltaNetStepMatchesTheCpu) {
                                                  dev.upload(norm_w), kKeyHeads, kValueHeads, kDk, kDv, kEps, o,
                                                  nullptr),
               nullptr);
-    std::vector<float> want(size_t(kValueHeads) * kDv), raw(kDv);
+    std::vector<float> want(size_t(kValueHeads) * kDv), raw(want.size());
+    cpu_delta_rule(state, qkv.data(), b.data(), alpha.data(), a, dt_bias, raw.data());
     for (int s = 0; s < kValueHeads; ++s) {
-      const float beta = lode::cpu::sigmoid(b[size_t(s)]);
-      const float g = a[size_t(s)] * lode::cpu::softplus(alpha[size_t(s)] + dt_bias[size_t(s)]);
-      const float* q = &qkv[size_t(s % kKeyHeads) * kDk];
-      const float* k = &qkv[size_t(kKeyDim + (s % kKeyHeads) * kDk)];
-      const float* v = &qkv[size_t(2 * kKeyDim + s * kDv)];
-      lode::cpu::deltanet_head_step(&state[size_t(s) * kDk * kDv], q, k, v, g, beta, kDk, kDv, raw.data());
       float* out = &want[size_t(s) * kDv];
-      lode::cpu::rms_norm(raw.data(), norm_w.data(), out, kDv, kEps);
+      lode::cpu::rms_norm(&raw[size_t(s) * kDv], norm_w.data(), out, kDv, kEps);
       for (int c = 0; c < kDv; ++c) out[c] *= lode::cpu::silu(z[size_t(s) * kDv + c]);
     }
     EXPECT_LT(lode::test::relative_error(dev.download(dstate, state.size()), state), 1e-5);
@@ -618,16 +626,11 @@ TEST(CudaKernels, DeltaNetScanMatchesTheCpuAndSequencesGoTogether) {
     EXPECT_EQ(got_o, dev.download(alone.o, outputs));
     EXPECT_EQ(got_state, dev.download(alone.state, kStateFloats));
     std::vector<float> state = q.state, want(outputs);
-    for (int t = 0; t < q.tokens; ++t)
-      for (int s = 0; s < kValueHeads; ++s) {
-        const size_t bt = size_t(t) * kValueHeads + size_t(s);
-        const float beta = lode::cpu::sigmoid(q.b[bt]);
-        const float g = a[size_t(s)] * lode::cpu::softplus(q.alpha[bt] + dt_bias[size_t(s)]);
-        const float* row = &q.qkv[size_t(t) * kChannels];
-        lode::cpu::deltanet_head_step(&state[size_t(s) * kDk * kDv], row + size_t(s % kKeyHeads) * kDk,
-                                      row + kKeyDim + size_t(s % kKeyHeads) * kDk, row + 2 * kKeyDim + size_t(s) * kDv,
-                                      g, beta, kDk, kDv, &want[bt * kDv]);
-      }
+    for (int t = 0; t < q.tokens; ++t) {
+      const size_t head_rows = size_t(t) * kValueHeads;
+      cpu_delta_rule(state, &q.qkv[size_t(t) * kChannels], &q.b[head_rows], &q.alpha[head_rows], a, dt_bias,
+                     &want[head_rows * kDv]);
+    }
     EXPECT_LT(lode::test::relative_error(got_state, state), 1e-4);
     EXPECT_LT(lode::test::relative_error(got_o, want), 1e-4);
   }
