@@ -9,7 +9,7 @@
 #        has run yet; all of them passed on an H100 at stop 60)
 #   bench/cuda/issue_runs.sh floors    # lode bench on the 35B synth: the issues' floors, one file each
 #   bench/cuda/issue_runs.sh prompts   # where a prompt of 256 tokens and passes of 4 and 8 of them go
-#   bench/cuda/issue_runs.sh groupcode # the expert-group kernel's executed instructions, line by line
+#   bench/cuda/issue_runs.sh groupcode # the group and lm-head kernels' executed instructions, line by line
 #   bench/cuda/issue_runs.sh served    # lode serve + tools/load at 1 to 64 streams, --prompt-tokens 0 and 1024
 #   bench/cuda/issue_runs.sh stress    # long prompts arriving, 10% disconnects, a 16 GiB budget
 #
@@ -74,19 +74,25 @@ prompts() {
   sed -n '/-token prompt goes/,/^[^ ]/p; /prompts of .* in one pass go/,/^[^ ]/p' "$out/prompts.txt"
 }
 
-# The expert-group kernel's executed instructions, SASS line by SASS line (Nsight Compute's source
-# counters), for a step of 16 rows' gate|up and 64 rows' down (issue 18's steps of many sequences:
-# the kernel is issue-bound, docs/SERVER.md), read by bench/cuda/sass_counts.py.
+# Executed instructions and warp stalls, SASS line by SASS line (Nsight Compute's source counters,
+# read by bench/cuda/sass_counts.py), with the launch's throughput and stall summaries: the
+# expert-group kernel for a step of 16 rows' gate|up and 64 rows' down, and the lm head's staged
+# tiles for 16 and 64 rows (issue 18's steps of many sequences; these kernels are issue-bound,
+# docs/SERVER.md). CASES: other "kernel-regex=bench_cuda_matvec case" pairs, separated by ";".
 groupcode() {
-  local ncu=/usr/local/cuda/bin/ncu case tag
-  for case in "experts gate|up by group, 16 rows" "experts down by group, 64 rows"; do
+  local ncu=/usr/local/cuda/bin/ncu pair regex case tag
+  local cases=${CASES:-"group_staged=experts gate|up by group, 16 rows;group_staged=experts down by group, 64 rows;q8_staged_kernel=lm head, 16 inputs;q8_staged_kernel=lm head, 64 inputs"}
+  IFS=';' read -ra pairs <<<"$cases"
+  for pair in "${pairs[@]}"; do
+    regex=${pair%%=*} case=${pair#*=}
     tag=$(echo "$case" | tr -cd 'a-z0-9' | tail -c 12)
-    timeout 120 $ncu --clock-control none --kernel-name regex:group_staged --launch-skip 3 --launch-count 1 \
-      --section SourceCounters --section InstructionStats --section SpeedOfLight -f -o "/tmp/group_$tag" \
-      build/bench_cuda_matvec "$case" >"$out/group_$tag.log" 2>&1
-    $ncu -i "/tmp/group_$tag.ncu-rep" --page source --csv --print-source sass >"$out/group_$tag.csv" 2>&1
+    timeout 120 $ncu --clock-control none --kernel-name "regex:$regex" --launch-skip 3 --launch-count 1 \
+      --section SourceCounters --section InstructionStats --section SpeedOfLight --section WarpStateStats \
+      --section Occupancy -f -o "/tmp/code_$tag" build/bench_cuda_matvec "$case" >"$out/code_$tag.log" 2>&1
+    $ncu -i "/tmp/code_$tag.ncu-rep" --page details >>"$out/code_$tag.log" 2>&1
+    $ncu -i "/tmp/code_$tag.ncu-rep" --page source --csv --print-source sass >"/tmp/code_$tag.csv" 2>&1
     echo "$case:"
-    python3 bench/cuda/sass_counts.py "$out/group_$tag.csv" | head -30
+    python3 bench/cuda/sass_counts.py "/tmp/code_$tag.csv" | tee "$out/code_$tag.txt" | head -30
   done
 }
 
