@@ -223,7 +223,10 @@ __device__ __forceinline__ void stage_rows(uint8_t* to, const uint8_t* from, int
 // tokens/s against 455.6-458.3 for rows in registers, two sets of two a warp). Lanes, slices and
 // sums as matvec_q8_kernel's: the same bits. Block (b, j) takes inputs j kInputs .. + kInputs - 1
 // (those past the last problem: its x again, not stored); each staged slice is read once and
-// dotted with every input's x (its unpacking shared by them).
+// dotted with every input's x (its unpacking shared by them), and each input's x of a slice is read
+// once for the warp's rows (Slice::x_at). That last cut Q6_K's 8 inputs from 138 registers to 128,
+// two blocks a multiprocessor instead of one: the lm head with 8 inputs (steps of 5 to 15
+// sequences) 497-506 us against 801-804 on an H100 (bench_cuda_matvec, stop 67).
 template <GgmlType T, int kRows, int kInputs>
 __global__ void __launch_bounds__(256)
     matvec_q8_staged_kernel(const uint8_t* w, int64_t rows, int64_t cols, size_t row_bytes, const float* x,
@@ -262,14 +265,18 @@ __global__ void __launch_bounds__(256)
   for (int k = 0; k < kRows; ++k)
 #pragma unroll
     for (int i = 0; i < kInputs; ++i) sum[k][i] = 0.0f;
-  for (int s = sub; s < n_slices; s += lanes)
+  for (int s = sub; s < n_slices; s += lanes) {
+    typename S::Xs xs[kInputs];  // the slice's x, read once for the warp's rows
+#pragma unroll
+    for (int i = 0; i < kInputs; ++i) xs[i] = S::x_at(s, rx[i]);
 #pragma unroll
     for (int k = 0; k < kRows; ++k) {
       const typename S::Ready ready =
           S::ready(S::template load<FromShared>(rows_at + size_t(k * groups) * row_bytes, s), s);
 #pragma unroll
-      for (int i = 0; i < kInputs; ++i) sum[k][i] = exact::add(sum[k][i], S::dot(ready, s, rx[i]));
+      for (int i = 0; i < kInputs; ++i) sum[k][i] = exact::add(sum[k][i], S::dot(ready, xs[i]));
     }
+  }
 #pragma unroll
   for (int k = 0; k < kRows; ++k)
 #pragma unroll
@@ -292,7 +299,8 @@ __global__ void __launch_bounds__(256)
 // memory (docs/SERVER.md, "Where the group kernel's instructions go"): no divisions (the slot and
 // part from the grid, lanes a power of two given as a shift), 32-bit offsets, code for one and for
 // two inputs at a time (a group of 3 or 4 takes two passes over its staged rows, each input's slices
-// in the same order), the butterflies unrolled, each input's output address made once. On an H100,
+// in the same order), the butterflies unrolled, each input's output address made once, each slice's
+// x read once for the warp's rows (stop 67: within the runs' spread of a read for each row). On an H100,
 // bench_cuda_matvec "by group", against the form before (a runtime test an input, the unpacking
 // redone for each): 16 rows' gate|up 65.0 us against 78.6, 64 rows' 155.5 against 201.8, 64 rows'
 // down 119.0 against 145.3. Registers held to four blocks a multiprocessor (three: 67.3, 165.3 and
@@ -357,13 +365,17 @@ __global__ void __launch_bounds__(256, 4)
       for (int i = 0; i < N; ++i) sum[k][i] = 0.0f;
     const auto products = [&](auto from, auto row_of, auto k0, auto k1) {
       using M = decltype(from);
-      for (int s = sub; s < n_slices; s += lanes)
+      for (int s = sub; s < n_slices; s += lanes) {
+        typename S::Xs xs[N];  // the slice's x, read once for the warp's rows
+#pragma unroll
+        for (int i = 0; i < N; ++i) xs[i] = S::x_at(s, rx[i]);
 #pragma unroll
         for (int k = decltype(k0)::value; k < decltype(k1)::value; ++k) {
           const typename S::Ready ready = S::ready(S::template load<M>(row_of(local + k * lane_groups), s), s);
 #pragma unroll
-          for (int i = 0; i < N; ++i) sum[k][i] = exact::add(sum[k][i], S::dot(ready, s, rx[i]));
+          for (int i = 0; i < N; ++i) sum[k][i] = exact::add(sum[k][i], S::dot(ready, xs[i]));
         }
+      }
     };
     using First = std::integral_constant<int, 0>;
     using Middle = std::integral_constant<int, kHalf>;

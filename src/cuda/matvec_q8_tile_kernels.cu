@@ -117,6 +117,7 @@ template <bool kFifthBit>
 struct K45Tile {
   static constexpr int kValues = 32, kSteps = 1, kDepth = kFifthBit ? 3 : 4, kPad = 1;  // (registers)
   static constexpr int kStagedTiles = 2;  // most tiles of 8 inputs a staged block takes (registers)
+  static constexpr bool kReadsSums = true;  // x's sum16 (the mins' term)
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
   struct Raw {
     uint4 head[2];
@@ -186,6 +187,7 @@ template <>
 struct TileUnit<GgmlType::Q6_K> {
   static constexpr int kValues = 32, kSteps = 1, kDepth = 3, kPad = 1;  // (registers)
   static constexpr int kStagedTiles = 4;
+  static constexpr bool kReadsSums = false;
   struct Raw {
     uint32_t qa[2], qb[2], qh[2];
     uint2 scales[2];
@@ -621,16 +623,19 @@ cudaError_t launch_q8_0_staged(const MatvecLaunch& m) {
 // over (Nsight Compute, 16 inputs on an H100: 3 GB moved for its 417 MB, 1.28 ms). Warp w then
 // takes the butterfly's leaves w, w + 8, ... (kLeaves of them), each leaf's units in order for kN
 // tiles of 8 inputs (A from the staged rows, unpacked once for all of them; B and the inputs'
-// scales read in place from the rounded inputs, consecutive ones), adds its leaves in the
-// butterfly's first levels, and warp 0 the eight warps' sums in its last three. Q8_0 rows through
-// this kernel were slower than through the one above (DeltaNet qkv with 16 inputs 31.7 us against
-// 26.2 on that H100).
+// scales from their words copied into shared memory after the wait, each input's padded so that
+// an mma's 8 inputs meet different banks), adds its leaves in the butterfly's first levels, and
+// warp 0 the eight warps' sums in its last three. B read in place from the rounded inputs (through
+// L1) had 8 inputs' lines in every load: Nsight Compute found the lm head with 64 inputs bound by
+// L1 (78.7% busy, 55% of its sectors excess; H100, stop 67), 2,041 us against 1,802-1,816 with B in
+// shared memory (16 inputs: 617 against 596-601). Q8_0 rows through this kernel were slower than
+// through the one above (DeltaNet qkv with 16 inputs 31.7 us against 26.2 on that H100).
 constexpr size_t kStagedMostBytes = 96 << 10;  // a tile's rows at most (Q4_K rows of 21,504 values stay above)
 
 template <class U, int kLeaves, int kN>
 __global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
     matvec_q8_staged_kernel(const uint8_t* matrix, int64_t rows, int64_t cols, size_t row_bytes, ProblemIo io,
-                            float* y, int per_leaf, int64_t n_problems, const int4* rounded) {
+                            float* y, int per_leaf, int64_t n_problems, const int4* rounded, int x_copied, int x_stride) {
   extern __shared__ int4 staged_words[];
   constexpr int kLanes = kLeaves * kStagedWarps;  // the butterfly's leaves
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -645,7 +650,12 @@ __global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
   const int inputs = int(min(int64_t(kTileInputs * kN), n_problems - p));
   const int words = int(rounded_x_words(size_t(cols), cols));
   const TileLane tl{lane / 4, lane % 4};
-  const TileX<kN> x(rounded + io.input(p) * words, words, int(cols), inputs - 1, tl.g, tl.t);
+  int4* const x_shared = staged_words + kTileRows * row_words;
+  for (int c = threadIdx.x; c < inputs * x_copied; c += kStagedWarps * kWarp) {  // x_stride words apart
+    const int i = c / x_copied, w = c % x_copied;
+    copy_async<16>(x_shared + i * x_stride + w, rounded + (io.input(p) + i) * words + w, true);
+  }
+  const TileX<kN> x(x_shared, x_stride, int(cols), inputs - 1, tl.g, tl.t);
   copies_arrived();
   __syncthreads();
   const uint8_t* const row[2] = {tile + tl.g * row_bytes, tile + (tl.g + 8) * row_bytes};
@@ -679,50 +689,69 @@ __global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
   store_warps_sums(leaf[0], reinterpret_cast<float*>(staged_words), tl, first, rows, p, inputs, io, y);
 }
 
+// Words `words` rounded up to `pad` past a multiple of 8 (an input's shared words, so that the
+// lanes of an mma's B, 8 inputs apart, meet different banks).
+int padded_words(int words, int pad) { return words + ((pad - words % 8) + 8) % 8; }
+
+// An input's shared words in the tiles kernel: its rounded words, padded.
+int tile_stride(int64_t cols, int pad) { return padded_words(int(rounded_x_words(size_t(cols), cols)), pad); }
+
+// The staged kernel's shared memory: a tile's rows, then its kN tiles of inputs' words that the unit
+// reads (q and d, and sum16 where it reads them: copied, the words each input's x_stride apart);
+// the warps' sums reuse it at the end.
+template <class U>
+struct StagedShared {
+  int x_copied, x_stride;
+  size_t bytes;
+  StagedShared(const MatvecLaunch& m, int n) {
+    x_copied = U::kReadsSums ? int(rounded_x_words(size_t(m.cols), m.cols)) : int((m.cols + m.cols / 8 + 15) / 16);
+    x_stride = padded_words(x_copied, U::kPad);
+    bytes = std::max(size_t(kTileRows) * m.row_bytes + size_t(n * kTileInputs) * size_t(x_stride) * 16,
+                     size_t(kStagedWarps * n * 4 * kWarp) * sizeof(float));
+  }
+  bool fits() const { return bytes <= kernels::max_shared_per_block(); }
+};
+
 // A warp's leaves where the staged K-quant kernel takes a launch (0 where it does not): 16 inputs
 // or more (fewer than 32 where a block takes at most two tiles of them: on an H100, Q4_K rows of
 // 2,048 values with 64 inputs took 89.4 us staged, two tiles a block, against 83.0 through
 // matvec_q8_tiles_kernel; with 16 inputs 31.5 against 38.0 with one tile a block), consecutive ones
-// (a plain matrix's rows of several sequences), a butterfly of 8 leaves or more, and a tile's rows
-// in whole 16-byte words that fit kStagedMostBytes.
+// (a plain matrix's rows of several sequences), a butterfly of 8 leaves or more, a tile's rows in
+// whole 16-byte words that fit kStagedMostBytes, and room for them and two tiles of inputs.
 template <class U>
 int staged_leaves(const MatvecLaunch& m) {
   const int lanes = lanes_for(m.cols / U::kValues);
   const bool inputs = m.n_problems >= 2 * kTileInputs && (U::kStagedTiles >= 4 || m.n_problems < 4 * kTileInputs);
   const bool consecutive = m.io.x_stride != 0 && m.io.x_run == 1 && m.io.x_inputs >= m.n_problems;
   const bool fits = m.row_bytes % 16 == 0 && size_t(kTileRows) * m.row_bytes <= kStagedMostBytes &&
-                    reinterpret_cast<uintptr_t>(m.w) % 16 == 0;
+                    reinterpret_cast<uintptr_t>(m.w) % 16 == 0 && StagedShared<U>(m, 2).fits();
   return U::kSteps == 1 && inputs && lanes >= kStagedWarps && consecutive && fits ? lanes / kStagedWarps : 0;
 }
 
 template <class U, int kLeaves, int kN>
 cudaError_t launch_staged(const MatvecLaunch& m) {
   const auto kernel = matvec_q8_staged_kernel<U, kLeaves, kN>;
-  const size_t shared = std::max(size_t(kTileRows) * m.row_bytes, size_t(kStagedWarps * kN * 4 * kWarp) * sizeof(float));
-  if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
+  const StagedShared<U> shared(m, kN);
+  if (const cudaError_t err = kernels::allow_shared(kernel, shared.bytes)) return err;
   const int64_t lanes = kLeaves * kStagedWarps, per_block = int64_t(kN) * kTileInputs;
   const dim3 grid(unsigned((m.n_problems + per_block - 1) / per_block), unsigned((m.rows + kTileRows - 1) / kTileRows));
-  return kernels::launch_overlapped(kernel, grid, dim3(kStagedWarps * kWarp), shared, m.stream,
+  return kernels::launch_overlapped(kernel, grid, dim3(kStagedWarps * kWarp), shared.bytes, m.stream,
                                     static_cast<const uint8_t*>(m.w), m.rows, m.cols, m.row_bytes, m.io, m.y,
-                                    int(m.cols / U::kValues / lanes), m.n_problems, static_cast<const int4*>(m.rounded));
+                                    int(m.cols / U::kValues / lanes), m.n_problems, static_cast<const int4*>(m.rounded),
+                                    shared.x_copied, shared.x_stride);
 }
 
 // The staged K-quant kernel with tiles of 8 inputs a block as the inputs fill (2 from 16 inputs, 4
 // from 32 where the unit's registers allow: Q6_K's; the others' spill): a tile's rows are staged,
 // and each unit unpacked, once for that many inputs. On an H100 (bench_cuda_matvec inputs, stop
 // 63) the lm head with 16 inputs took 614-617 us against 862 with a tile a block, with 64 inputs
-// 2,041-2,072 (2,448 with two tiles a block, 2,918 through matvec_q8_tiles_kernel).
+// 2,041-2,072 (2,448 with two tiles a block, 2,918 through matvec_q8_tiles_kernel), before B came
+// from shared memory.
 template <class U, int kLeaves>
 cudaError_t launch_staged(const MatvecLaunch& m) {
   if constexpr (U::kStagedTiles >= 4)
-    if (m.n_problems >= 4 * kTileInputs) return launch_staged<U, kLeaves, 4>(m);
+    if (m.n_problems >= 4 * kTileInputs && StagedShared<U>(m, 4).fits()) return launch_staged<U, kLeaves, 4>(m);
   return launch_staged<U, kLeaves, 2>(m);
-}
-
-// An input's shared words: its rounded words, rounded up to kPad past a multiple of 8.
-int tile_stride(int64_t cols, int pad) {
-  const int words = int(rounded_x_words(size_t(cols), cols));
-  return words + ((pad - words % 8) + 8) % 8;
 }
 
 // Tiles of inputs a block takes: two where a plain matrix has more than 8 inputs, their x fit

@@ -189,8 +189,10 @@ __device__ __forceinline__ void scale_min_pair_k4(uint32_t w0, uint32_t w1, uint
 // The kernel issues its first pass's loads before it rounds x (and, for a plain matrix, before it
 // waits for the kernel before it), so the weights' first trip to memory overlaps everything else
 // the block does first; a slice dotted with several inputs is unpacked once for all of them.
-// dot(raw, s, x) is dot(ready(raw, s), s, x). Slice indices are unsigned in the arithmetic (they
-// are never negative, and signed divisions cost fix-ups).
+// dot(raw, s, x) is dot(ready(raw, s), s, x), and dot(ready, s, x) is dot(ready, x_at(s, x)): x_at()
+// reads the slice's x (and what of its sums needs no weight) once, for a kernel that dots it with
+// several rows. Slice indices are unsigned in the arithmetic (they are never negative, and signed
+// divisions cost fix-ups).
 template <GgmlType T>
 struct Slice;
 
@@ -212,12 +214,19 @@ struct Slice<GgmlType::Q8_0> {
   }
   using Ready = Raw;  // (already int8 words)
   __device__ static Ready ready(const Raw& r, int) { return r; }
-  __device__ static float dot(const Ready& r, int s, RoundedX x) {
+  struct Xs {
+    int2 q;
+    float d;
+  };
+  __device__ static Xs x_at(int s, RoundedX x) {
     const unsigned b = unsigned(s) / 4;
-    const int* xw = reinterpret_cast<const int*>(x.q + 32 * b + 8 * (unsigned(s) % 4));
-    const int sum = __dp4a(r.q1, xw[1], __dp4a(r.q0, xw[0], 0));
-    return exact::mul(exact::mul(r.d, x.d[b]), float(sum));
+    return {*reinterpret_cast<const int2*>(x.q + 32 * b + 8 * (unsigned(s) % 4)), x.d[b]};
   }
+  __device__ static float dot(const Ready& r, const Xs& x) {
+    const int sum = __dp4a(r.q1, x.q.y, __dp4a(r.q0, x.q.x, 0));
+    return exact::mul(exact::mul(r.d, x.d), float(sum));
+  }
+  __device__ static float dot(const Ready& r, int s, RoundedX x) { return dot(r, x_at(s, x)); }
 };
 
 // Q5_0: 8 values per slice as for Q8_0. Part t = s % 4 of a block holds values 8 t .. 8 t + 7: the
@@ -255,17 +264,21 @@ struct Slice<GgmlType::Q5_0> {
     w.d = r.d;
     return w;
   }
-  __device__ static float dot(const Ready& w, int s, RoundedX x) {
+  struct Xs {
+    int q[2];
+    int sum;  // of the 8 values
+    float d;
+  };
+  __device__ static Xs x_at(int s, RoundedX x) {
     const unsigned b = unsigned(s) / 4;
-    const int* xw = reinterpret_cast<const int*>(x.q + 32 * b + 8 * (unsigned(s) % 4));
-    int dot = 0, sum = 0;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      dot = __dp4a(int(w.u[i]), xw[i], dot);
-      sum = __dp4a(0x01010101, xw[i], sum);
-    }
-    return exact::mul(exact::mul(w.d, x.d[b]), float(dot - 16 * sum));
+    const int2 q = *reinterpret_cast<const int2*>(x.q + 32 * b + 8 * (unsigned(s) % 4));
+    return {{q.x, q.y}, __dp4a(0x01010101, q.y, __dp4a(0x01010101, q.x, 0)), x.d[b]};
   }
+  __device__ static float dot(const Ready& w, const Xs& x) {
+    const int dot = __dp4a(int(w.u[1]), x.q[1], __dp4a(int(w.u[0]), x.q[0], 0));
+    return exact::mul(exact::mul(w.d, x.d), float(dot - 16 * x.sum));
+  }
+  __device__ static float dot(const Ready& w, int s, RoundedX x) { return dot(w, x_at(s, x)); }
   __device__ static float dot(const Raw& r, int s, RoundedX x) { return dot(ready(r, s), s, x); }
 };
 
@@ -298,12 +311,21 @@ __device__ __forceinline__ K45Ready k45_ready(uint4 head, uint4 q, uint4 h, int 
   w.dmin = __half2float(__ushort_as_half(uint16_t(head.x >> 16)));
   return w;
 }
-__device__ __forceinline__ float k45_dot(const K45Ready& w, int s, RoundedX x) {
+// x's part of K4/K5 slice s: its 16 low and 16 high values (one 16-byte shared load each: x.q is
+// 16-byte aligned), their sums and their scale.
+struct K45X {
+  int4 lo, hi;
+  int sum_lo, sum_hi;
+  float d;
+};
+__device__ __forceinline__ K45X k45_x(int s, RoundedX x) {
   const unsigned us = unsigned(s), g = us % 8 / 2;
   const unsigned lo = 256 * (us / 8) + 64 * g + 16 * (us % 2), hi = lo + 32;
-  // x's 16 low and 16 high values of the slice, one 16-byte shared load each (x.q is 16-byte aligned).
-  const int4 xl = *reinterpret_cast<const int4*>(x.q + lo), xh = *reinterpret_cast<const int4*>(x.q + hi);
-  const int xlw[4] = {xl.x, xl.y, xl.z, xl.w}, xhw[4] = {xh.x, xh.y, xh.z, xh.w};
+  return {*reinterpret_cast<const int4*>(x.q + lo), *reinterpret_cast<const int4*>(x.q + hi), x.sum16[lo / 16],
+          x.sum16[hi / 16], x.d[lo / 32]};
+}
+__device__ __forceinline__ float k45_dot(const K45Ready& w, const K45X& x) {
+  const int xlw[4] = {x.lo.x, x.lo.y, x.lo.z, x.lo.w}, xhw[4] = {x.hi.x, x.hi.y, x.hi.z, x.hi.w};
   int dot_lo = 0, dot_hi = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -311,8 +333,8 @@ __device__ __forceinline__ float k45_dot(const K45Ready& w, int s, RoundedX x) {
     dot_hi = __dp4a(int(w.hi[i]), xhw[i], dot_hi);
   }
   const int scaled = w.scale_lo * dot_lo + w.scale_hi * dot_hi;
-  const int sum_mins = w.min_lo * x.sum16[lo / 16] + w.min_hi * x.sum16[hi / 16];
-  return exact::mul(x.d[lo / 32], exact::sub(exact::mul(w.d, float(scaled)), exact::mul(w.dmin, float(sum_mins))));
+  const int sum_mins = w.min_lo * x.sum_lo + w.min_hi * x.sum_hi;
+  return exact::mul(x.d, exact::sub(exact::mul(w.d, float(scaled)), exact::mul(w.dmin, float(sum_mins))));
 }
 
 template <>
@@ -329,7 +351,10 @@ struct Slice<GgmlType::Q4_K> {
   }
   using Ready = K45Ready;
   __device__ static Ready ready(const Raw& r, int s) { return k45_ready<false>(r.head, r.q, uint4{}, s); }
-  __device__ static float dot(const Ready& w, int s, RoundedX x) { return k45_dot(w, s, x); }
+  using Xs = K45X;
+  __device__ static Xs x_at(int s, RoundedX x) { return k45_x(s, x); }
+  __device__ static float dot(const Ready& w, const Xs& x) { return k45_dot(w, x); }
+  __device__ static float dot(const Ready& w, int s, RoundedX x) { return k45_dot(w, k45_x(s, x)); }
   __device__ static float dot(const Raw& r, int s, RoundedX x) { return dot(ready(r, s), s, x); }
 };
 
@@ -348,7 +373,10 @@ struct Slice<GgmlType::Q5_K> {
   }
   using Ready = K45Ready;
   __device__ static Ready ready(const Raw& r, int s) { return k45_ready<true>(r.head, r.q, r.h, s); }
-  __device__ static float dot(const Ready& w, int s, RoundedX x) { return k45_dot(w, s, x); }
+  using Xs = K45X;
+  __device__ static Xs x_at(int s, RoundedX x) { return k45_x(s, x); }
+  __device__ static float dot(const Ready& w, const Xs& x) { return k45_dot(w, x); }
+  __device__ static float dot(const Ready& w, int s, RoundedX x) { return k45_dot(w, k45_x(s, x)); }
   __device__ static float dot(const Raw& r, int s, RoundedX x) { return dot(ready(r, s), s, x); }
 };
 
@@ -398,26 +426,33 @@ struct Slice<GgmlType::Q6_K> {
     w.d = r.d;
     return w;
   }
-  __device__ static float dot(const Ready& w, int s, RoundedX x) {
+  struct Xs {
+    int2 q[4];   // each quarter's 8 values
+    int sum[4];  // and their sums
+    float d;
+  };
+  __device__ static Xs x_at(int s, RoundedX x) {
     const unsigned us = unsigned(s), blk = us / 8, half = us % 8 / 4, t = us % 4;
     const unsigned base = 256 * blk + 128 * half + 8 * t;
-    int dot[4] = {0, 0, 0, 0}, sum[4] = {0, 0, 0, 0};
-    int2 xq[4];  // each quarter's 8 values of x, one 8-byte shared load each (base is a multiple of 8)
+    Xs xs;
 #pragma unroll
-    for (int quarter = 0; quarter < 4; ++quarter) xq[quarter] = *reinterpret_cast<const int2*>(x.q + base + 32 * quarter);
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-      for (int quarter = 0; quarter < 4; ++quarter) {
-        const int xw = i == 0 ? xq[quarter].x : xq[quarter].y;
-        dot[quarter] = __dp4a(int(w.u[i][quarter]), xw, dot[quarter]);
-        sum[quarter] = __dp4a(0x01010101, xw, sum[quarter]);
-      }
+    for (int quarter = 0; quarter < 4; ++quarter) {  // one 8-byte shared load each (base is a multiple of 8)
+      xs.q[quarter] = *reinterpret_cast<const int2*>(x.q + base + 32 * quarter);
+      xs.sum[quarter] = __dp4a(0x01010101, xs.q[quarter].y, __dp4a(0x01010101, xs.q[quarter].x, 0));
+    }
+    xs.d = x.d[8 * blk];
+    return xs;
+  }
+  __device__ static float dot(const Ready& w, const Xs& x) {
     int total = 0;
 #pragma unroll
-    for (int quarter = 0; quarter < 4; ++quarter) total += w.scale[quarter] * (dot[quarter] - 32 * sum[quarter]);
-    return exact::mul(exact::mul(w.d, x.d[8 * blk]), float(total));
+    for (int quarter = 0; quarter < 4; ++quarter) {
+      const int dot = __dp4a(int(w.u[1][quarter]), x.q[quarter].y, __dp4a(int(w.u[0][quarter]), x.q[quarter].x, 0));
+      total += w.scale[quarter] * (dot - 32 * x.sum[quarter]);
+    }
+    return exact::mul(exact::mul(w.d, x.d), float(total));
   }
+  __device__ static float dot(const Ready& w, int s, RoundedX x) { return dot(w, x_at(s, x)); }
   __device__ static float dot(const Raw& r, int s, RoundedX x) { return dot(ready(r, s), s, x); }
 };
 
