@@ -91,6 +91,7 @@ groupcode() {
       --section Occupancy -f -o "/tmp/code_$tag" build/bench_cuda_matvec "$case" >"$out/code_$tag.log" 2>&1
     $ncu -i "/tmp/code_$tag.ncu-rep" --page details >>"$out/code_$tag.log" 2>&1
     $ncu -i "/tmp/code_$tag.ncu-rep" --page source --csv --print-source sass >"/tmp/code_$tag.csv" 2>&1
+    gzip -c "/tmp/code_$tag.csv" >"$out/code_$tag.csv.gz"  # (for sass_counts.py's cut points afterwards)
     echo "$case:"
     python3 bench/cuda/sass_counts.py "/tmp/code_$tag.csv" | tee "$out/code_$tag.txt" | head -30
   done

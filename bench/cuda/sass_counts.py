@@ -66,11 +66,20 @@ def main():
     print("by opcode, a warp:")
     for name, e in by_opcode.most_common(20):
         print(f"  {name:10s} {e / warps:9.1f}  {100 * e / executed:5.1f}%")
-    print("hottest instructions (line: executions a warp, stall samples, SASS):")
-    hottest = sorted(range(len(rows)), key=lambda i: -rows[i][1])[:25]
-    for i in sorted(hottest):
-        text, e, s = rows[i]
-        print(f"  {i:5d}: {e / warps:6.2f}  {s:5d}  {text[:70]}")
+    # Most executed, then most stalled on (an unrolled kernel executes every line a few times, so
+    # the first list is flat there and the second says where its warps wait).
+    for title, key in (("most executed", 1), ("most stalled on", 2)):
+        print(f"{title} (line: executions a warp, stall samples, SASS):")
+        hottest = sorted(range(len(rows)), key=lambda i: -rows[i][key])[:25]
+        for i in sorted(hottest):
+            text, e, s = rows[i]
+            print(f"  {i:5d}: {e / warps:6.2f}  {s:5d}  {text[:70]}")
+    by_stalls = collections.Counter()
+    for text, _, s in rows:
+        by_stalls[opcode(text)] += s
+    print("stall samples by opcode:")
+    for name, s in by_stalls.most_common(12):
+        print(f"  {name:10s} {100 * s / samples:5.1f}%")
 
 
 if __name__ == "__main__":
