@@ -43,6 +43,14 @@ def opcode(text):
     return word.split(".")[0]
 
 
+def by_opcode(rows, column):
+    """Column `column` of the rows (1: executions, 2: stall samples) summed by opcode."""
+    totals = collections.Counter()
+    for row in rows:
+        totals[opcode(row[0])] += row[column]
+    return totals
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -60,11 +68,8 @@ def main():
         e, s = sum(r[1] for r in part), sum(r[2] for r in part)
         print(f"  lines {begin:5d}-{end - 1:5d}: {e / warps:9.1f} a warp ({100 * e / executed:5.1f}%), "
               f"stall samples {100 * s / samples:5.1f}%")
-    by_opcode = collections.Counter()
-    for text, e, _ in rows:
-        by_opcode[opcode(text)] += e
     print("by opcode, a warp:")
-    for name, e in by_opcode.most_common(20):
+    for name, e in by_opcode(rows, 1).most_common(20):
         print(f"  {name:10s} {e / warps:9.1f}  {100 * e / executed:5.1f}%")
     # Most executed, then most stalled on (an unrolled kernel executes every line a few times, so
     # the first list is flat there and the second says where its warps wait).
@@ -74,11 +79,8 @@ def main():
         for i in sorted(hottest):
             text, e, s = rows[i]
             print(f"  {i:5d}: {e / warps:6.2f}  {s:5d}  {text[:70]}")
-    by_stalls = collections.Counter()
-    for text, _, s in rows:
-        by_stalls[opcode(text)] += s
     print("stall samples by opcode:")
-    for name, s in by_stalls.most_common(12):
+    for name, s in by_opcode(rows, 2).most_common(12):
         print(f"  {name:10s} {100 * s / samples:5.1f}%")
 
 
