@@ -704,7 +704,8 @@ struct StagedShared {
   int x_copied, x_stride;
   size_t bytes;
   StagedShared(const MatvecLaunch& m, int n) {
-    x_copied = U::kReadsSums ? int(rounded_x_words(size_t(m.cols), m.cols)) : int((m.cols + m.cols / 8 + 15) / 16);
+    const size_t cols = size_t(m.cols);
+    x_copied = int(U::kReadsSums ? rounded_x_words(cols, m.cols) : rounded_x_words_before_sums(cols, m.cols));
     x_stride = padded_words(x_copied, U::kPad);
     bytes = std::max(size_t(kTileRows) * m.row_bytes + size_t(n * kTileInputs) * size_t(x_stride) * 16,
                      size_t(kStagedWarps * n * 4 * kWarp) * sizeof(float));

@@ -84,6 +84,10 @@ __host__ __device__ constexpr size_t rounded_x_bytes(size_t q_bytes, int64_t col
 __host__ __device__ constexpr size_t rounded_x_words(size_t q_bytes, int64_t cols) {
   return (rounded_x_bytes(q_bytes, cols) + 15) / 16;
 }
+// The words of a RoundedX's q and d alone, for a reader that takes no sums (its sum16 follows them).
+__host__ __device__ constexpr size_t rounded_x_words_before_sums(size_t q_bytes, int64_t cols) {
+  return (q_bytes + size_t(cols / 32) * 4 + 15) / 16;
+}
 // The bytes `inputs` such RoundedX take one after another, each in whole words (rounded inputs are
 // copied in whole words: copy_rounded).
 constexpr size_t inputs_x_bytes(int inputs, size_t q_bytes, int64_t cols) {
