@@ -675,9 +675,11 @@ void check_expert_products(lode::cuda::VramAccountant& vram, const ExpertShape& 
 // pairs of 72 rows (144 output columns: a partial second tile of 128) of 512 values (two stages of
 // a k-quant's blocks; Q6_K's and the 32-value blocks' stages start off 16-byte boundaries); and
 // the 35B-A3B's shapes, Q4_K gate|up of 2 x 512 rows of 2048 values, Q5_K down of 2048 rows of
-// 512. A tile's values do not depend on the launch: the tiles in two launches give the same bits
-// as in one, and the k-quants' forms for few and many rows give the same bits (tiles of a short
-// prompt's few rows each, and launches with tiles on both sides of the small form's 32).
+// 512; Q8_0 (the codes kernel's third type) also in rows of 320 values, 340 bytes apart, so that
+// its steps start 0, 4, 8 and 12 bytes into a 16-byte line. A tile's values do not depend on the
+// launch: the tiles in two launches give the same bits as in one, and the codes kernel's forms for
+// few and many rows give the same bits (tiles of a short prompt's few rows each, and launches with
+// tiles on both sides of the small form's 32).
 TEST(CudaMatvec, ExpertProductsOnTensorCoresMatchTheCpu) {
   LODE_REQUIRE_GPU();
   lode::cuda::VramAccountant vram;
@@ -688,8 +690,11 @@ TEST(CudaMatvec, ExpertProductsOnTensorCoresMatchTheCpu) {
     check_expert_products(vram, {type, 2, 72, 512}, rng);
   check_expert_products(vram, {GgmlType::Q4_K, 2, 512, 2048}, rng);
   check_expert_products(vram, {GgmlType::Q5_K, 1, 2048, 512}, rng);
+  check_expert_products(vram, {GgmlType::Q8_0, 2, 72, 320}, rng);
   // A short prompt's experts: tiles of a few rows, each form and both together in one launch.
   const std::vector<int32_t> few = {1, 5, 8, 9, 17, 31, 32, 0, 2};
+  check_expert_products(vram, {GgmlType::Q8_0, 1, 256, 2048}, rng, few);
+  check_expert_products(vram, {GgmlType::Q8_0, 2, 72, 320}, rng, few);
   for (const GgmlType type : {GgmlType::Q4_K, GgmlType::Q5_K})
     check_expert_products(vram, {type, 2, 72, 512}, rng, few);
   check_expert_products(vram, {GgmlType::Q4_K, 2, 512, 2048}, rng, few);

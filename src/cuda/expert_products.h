@@ -43,17 +43,17 @@ size_t expert_products_shared_bytes(GgmlType type);
 
 // Whether the kernel reads matrices of this type that start `offset` bytes past a 16-byte boundary,
 // rows row_bytes apart: types whose stages are whole 16-byte pieces (Q4_K, Q5_K, the float types)
-// need both to be multiples of 16; the others take any.
+// need both to be multiples of 16, Q8_0 multiples of 4; the others take any.
 bool expert_products_aligned(GgmlType type, size_t offset, size_t row_bytes);
 
 // For each of the n_tiles tiles (device memory; `rows`: their row counts' range): y rows
 // [first_row, first_row + rows), columns [0, n) = the same x rows times W^T, where W stacks `parts`
 // matrices of part_rows rows each (n = parts * part_rows): the p-th is at table[matrix * parts +
-// p], its rows row_bytes apart, `cols` values each; where a type's blocks are whole 16-byte pieces
-// (Q4_K, Q5_K, the float types), its matrices start on 16-byte boundaries (the kernel traps
-// otherwise). x starts on a 16-byte boundary, its rows ldx floats apart (a multiple of 4), already
-// rounded to tf32 (kernels::gather_rows does; given other floats the tensor cores drop their low
-// bits); y rows are ldy floats apart. Returns null when queued, else what was wrong.
+// p], its rows row_bytes apart, `cols` values each, its start and row_bytes as
+// expert_products_aligned asks (the kernel traps otherwise). x starts on a 16-byte boundary, its
+// rows ldx floats apart (a multiple of 4), already rounded to tf32 (kernels::gather_rows does;
+// given other floats the tensor cores drop their low bits); y rows are ldy floats apart. Returns
+// null when queued, else what was wrong.
 const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_tiles, TileRows rows,
                             const void* const* table, int64_t parts, int64_t part_rows, int64_t cols,
                             size_t row_bytes, const float* x, int64_t ldx, float* y, int64_t ldy, void* stream,

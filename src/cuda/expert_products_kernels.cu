@@ -10,11 +10,11 @@
 //
 // Two kernels, one arithmetic: for every type, each sum runs over the steps and substeps in the
 // same order with the same expanded values, so both give the same bits.
-// - The k-quants of the common recipes (Q4_K, Q5_K) stage only the pieces of a block that a step
-//   reads and expand their values two at a time, per substep, from codes held in registers; so a
-//   warp's values serve all 128 x rows of the tile, halving the expansion per product (the
-//   kernel's cost: Nsight Compute found the 64-row version bound by its instruction stream). Tiles
-//   of a few rows go to a form of it that holds 32 (kSmallTileRows).
+// - The codes kernel: the k-quants of the common recipes (Q4_K, Q5_K) and Q8_0 stage only the
+//   pieces of a row that a step reads and expand their values two at a time, per substep, from
+//   codes held in registers; so a warp's values serve all 128 x rows of the tile, halving the
+//   expansion per product (the kernel's cost: Nsight Compute found the 64-row version bound by its
+//   instruction stream). Tiles of a few rows go to a form of it that holds 32 (kSmallTileRows).
 // - Every other type expands its 16 values of a step up front through its unit and serves 64 x
 //   rows at a time, a tile in one or two passes.
 #include <cuda_runtime.h>
@@ -241,9 +241,11 @@ __global__ void __launch_bounds__(kThreads, 3)
   store_sums(acc, y, ldy, tile.first_row + first, col0 + 32 * warp, g, t, n, rows);
 }
 
-// The k-quants' kernel. A step stages, per weight row, the pieces of its block that the step
-// reads: the block's 16-byte head (d, dmin, the 12 scale bytes), Q5_K's 32 bytes of high bits,
-// and the step's 32 code bytes; an odd number of 16-byte pieces, so that the rows' loads spread
+// The codes kernel. A step stages, per weight row, the pieces of it that the step reads. For
+// Q4_K/Q5_K: the block's 16-byte head (d, dmin, the 12 scale bytes), Q5_K's 32 bytes of high bits,
+// and the step's 32 code bytes. For Q8_0: the 16-byte lines that hold the step's two blocks (68
+// bytes; rows start on 4-byte boundaries, so the step starts 0, 4, 8 or 12 bytes into its first
+// line, and five lines hold it). An odd number of 16-byte pieces, so that the rows' loads spread
 // over the banks.
 template <GgmlType T>
 struct KQuant;
@@ -258,7 +260,7 @@ struct KQuant<GgmlType::Q5_K> {
   static constexpr int kHighPieces = 2;
 };
 template <GgmlType T>
-constexpr bool kHasKQuantKernel = T == GgmlType::Q4_K || T == GgmlType::Q5_K;
+constexpr bool kHasCodesKernel = T == GgmlType::Q4_K || T == GgmlType::Q5_K || T == GgmlType::Q8_0;
 
 template <GgmlType T>
 struct StepStage {
@@ -266,24 +268,37 @@ struct StepStage {
   static constexpr int kCodesPiece = 1 + K::kHighPieces;
   static constexpr int kPieces = kCodesPiece + 2;
   static constexpr size_t kPitchBytes = size_t(kPieces) * 16;
+  static constexpr int kRowAlign = 16;  // the pieces are copied from where they lie
   static_assert(kPieces % 2 == 1 && kStep * 4 == 256);
-  // Where piece p of step s lies in a row: the head and high bits of block s / 4, then the codes of
-  // its values [64 (s % 4), 64 (s % 4) + 64), which share 32 bytes (low and high nibbles).
-  __device__ static size_t source(int s, int p) {
+  // Piece p of step s of `row`: the head and high bits of block s / 4, then the codes of its values
+  // [64 (s % 4), 64 (s % 4) + 64), which share 32 bytes (low and high nibbles).
+  __device__ static const uint8_t* piece(const uint8_t* row, int s, int p) {
     const size_t block = size_t(s / 4) * K::kBlockBytes;
-    return p < kCodesPiece ? block + 16 * p : block + 16 * kCodesPiece + 32 * (s % 4) + 16 * (p - kCodesPiece);
+    return row + (p < kCodesPiece ? block + 16 * p : block + 16 * kCodesPiece + 32 * (s % 4) + 16 * (p - kCodesPiece));
+  }
+};
+template <>
+struct StepStage<GgmlType::Q8_0> {
+  static constexpr size_t kStepBytes = 2 * sizeof(quant::BlockQ8_0);
+  static constexpr int kPieces = 5;
+  static constexpr size_t kPitchBytes = size_t(kPieces) * 16;
+  static constexpr int kRowAlign = 4;
+  static_assert(kStepBytes == 68 && kStep == 64);
+  __device__ static const uint8_t* piece(const uint8_t* row, int s, int p) {
+    return line_start(row + kStepBytes * size_t(s)) + 16 * p;
   }
 };
 
 // A lane's share of one weight row in one step: values [16 t, 16 t + 16), all of sub-block
 // 2 (s % 4) + t / 2, as codes (shifted to their nibble and high bit) and the sub-block's d * scale
 // and dmin * min. value(i) is what the unit expands (d * scale * q - dmin * min), as tf32.
+// `row_skew`: where the row starts within its 16-byte line (Q8_0's steps are not whole lines).
 template <GgmlType T>
 struct RowCodes {
   uint32_t codes[4], high[4];
   float d, m;
 
-  __device__ __forceinline__ void read(const uint8_t* row, int s, int t) {
+  __device__ __forceinline__ void read(const uint8_t* row, int s, int t, int /*row_skew*/) {
     using S = StepStage<T>;
     const int sub = 2 * (s % 4) + t / 2;
     const uint32_t head = *reinterpret_cast<const uint32_t*>(row);
@@ -309,7 +324,28 @@ struct RowCodes {
   }
 };
 
-// The k-quants' kernel for tiles of at most kXRows x rows, with the bytes of kStages - 1 steps in
+// Q8_0: the lane's 16 values are half of block t / 2 of the step, d * q as Expand<Q8_0> gives them.
+// The codes of block 0 start 2 bytes past a word (the step starts on a word, its d first), those
+// of block 1 on a word: block 0's lanes read five words and shift them by 16 bits.
+template <>
+struct RowCodes<GgmlType::Q8_0> {
+  uint32_t codes[4];
+  float d;
+
+  __device__ __forceinline__ void read(const uint8_t* row, int s, int t, int row_skew) {
+    const uint8_t* block = row + (row_skew + 4 * (s % 4)) % 16 + 34 * (t / 2);  // (68 s = 4 s mod 16)
+    d = __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(block)));
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(block + 16 * (t % 2) + (t < 2 ? 0 : 2));
+    const uint32_t w[5] = {words[0], words[1], words[2], words[3], t < 2 ? words[4] : 0u};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) codes[i] = __funnelshift_r(w[i], w[i + 1], t < 2 ? 16 : 0);
+  }
+  __device__ __forceinline__ uint32_t value(int i) const {
+    return to_tf32(d * float(int(int8_t(uint8_t(codes[i / 4] >> (8 * (i % 4)))))));
+  }
+};
+
+// The codes kernel for tiles of at most kXRows x rows, with the bytes of kStages - 1 steps in
 // flight while a step computes. Each copy instruction of a warp reads consecutive bytes: lane l
 // copies values [2 l, 2 l + 2) of one x row's step (one row's 256 bytes, two cache lines), and
 // consecutive lanes take consecutive pieces of the weight rows. (A thread per row made each
@@ -357,10 +393,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         col < n ? static_cast<const uint8_t*>(table[int64_t(tile.matrix) * parts + col / part_rows]) +
                       int64_t(col % part_rows) * row_bytes
                 : nullptr;
-    if (row && reinterpret_cast<uintptr_t>(row) % 16 != 0) __trap();  // expert_products_aligned says no
+    if (row && reinterpret_cast<uintptr_t>(row) % S::kRowAlign != 0) __trap();  // expert_products_aligned says no
     row_at[tid] = row;
   }
   __syncthreads();
+  const int g = lane / 4, t = lane % 4;
+  int row_skew[2][2];  // where this lane's weight rows start in their 16-byte lines
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      row_skew[mt][h] = int(reinterpret_cast<uintptr_t>(row_at[32 * warp + 16 * mt + 8 * h + g]) % 16);
   const auto stage_at = [&](int s) { return stages + (s % kStages) * (F::kXStage + F::kWStage); };
   const auto x_stage = [&](int s) { return reinterpret_cast<float*>(stage_at(s)); };
   const auto w_stage = [&](int s) { return stage_at(s) + F::kXStage; };
@@ -378,13 +421,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #pragma unroll
       for (int i = tid; i < kCols * S::kPieces; i += kThreads) {
         const int r = i / S::kPieces, p = i % S::kPieces;
-        if (row_at[r]) copy_16(w_to + r * S::kPitchBytes + 16 * p, row_at[r] + S::source(s, p), true);
+        if (row_at[r]) copy_16(w_to + r * S::kPitchBytes + 16 * p, S::piece(row_at[r], s, p), true);
       }
     }
     copies_sent();
   };
 
-  const int g = lane / 4, t = lane % 4;
   float acc[2][F::kXTiles][4] = {};
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) stage(s);
@@ -396,7 +438,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) w[mt][h].read(w_stage(s) + (32 * warp + 16 * mt + 8 * h + g) * S::kPitchBytes, s, t);
+      for (int h = 0; h < 2; ++h)
+        w[mt][h].read(w_stage(s) + (32 * warp + 16 * mt + 8 * h + g) * S::kPitchBytes, s, t, row_skew[mt][h]);
     const float* const x_step = x_stage(s) + g * kXPitch + x_piece(t);
     // Substeps outermost, so that the independent sums separate two updates of one.
 #pragma unroll
@@ -421,8 +464,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   store_sums(acc, y, ldy, tile.first_row, col0 + 32 * warp, g, t, n, tile.rows);
 }
 
-// The k-quants' forms: tiles of up to kSmallTileRows rows (a short prompt's experts get a few rows
-// each) hold a quarter of the x rows in shared memory and a quarter of the sums in registers, so
+// The codes kernel's forms: tiles of up to kSmallTileRows rows (a short prompt's experts get a few
+// rows each) hold a quarter of the x rows in shared memory and a quarter of the sums in registers, so
 // a multiprocessor takes twice the blocks, each with two steps of weights in flight; every weight
 // is still expanded once a tile, but more blocks' copies and expansion overlap. On an H100,
 // bench_cuda_matvec's 256 tokens' gate|up 347 us against 450 through the large form alone (then
@@ -455,7 +498,7 @@ size_t expert_products_shared_bytes(GgmlType type) {
   size_t bytes = 0;
   for_weight_type<WeightKernel::expand>(type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
-    if constexpr (kHasKQuantKernel<T>)
+    if constexpr (kHasCodesKernel<T>)
       bytes = std::max(SmallForm<T>::kShared, LargeForm<T>::kShared);
     else
       bytes = Raw<T>::kShared;
@@ -465,15 +508,15 @@ size_t expert_products_shared_bytes(GgmlType type) {
 }
 
 bool expert_products_aligned(GgmlType type, size_t offset, size_t row_bytes) {
-  bool whole_pieces = false;
+  size_t align = 1;  // what the rows and the matrix's start must be multiples of
   for_weight_type<WeightKernel::expand>(type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
-    if constexpr (kHasKQuantKernel<T>)
-      whole_pieces = true;
+    if constexpr (kHasCodesKernel<T>)
+      align = StepStage<T>::kRowAlign;
     else
-      whole_pieces = Raw<T>::kBytes % 16 == 0;
+      align = Raw<T>::kBytes % 16 == 0 ? 16 : 1;
   });
-  return !whole_pieces || (offset % 16 == 0 && row_bytes % 16 == 0);
+  return offset % align == 0 && row_bytes % align == 0;
 }
 
 bool has_expert_products(GgmlType type, int64_t cols) {
@@ -495,7 +538,7 @@ const char* expert_products(GgmlType type, const ExpertTile* tiles, int64_t n_ti
     const auto args = [&](auto launch) {
       return launch(tiles, table, int(parts), int(part_rows), int(n), int(cols), row_bytes, x, ldx, y, ldy);
     };
-    if constexpr (kHasKQuantKernel<T>) {
+    if constexpr (kHasCodesKernel<T>) {
       const bool small = forms == ExpertTileForms::small ||
                          (forms == ExpertTileForms::by_rows && rows.fewest <= kSmallTileRows);
       const bool large = forms == ExpertTileForms::large ||
