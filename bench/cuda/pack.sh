@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Packs this machine's CUDA build for the GPU machine, which has no compiler toolchain of ours and
-# no network: build/lode, build/lode_tests and (when built) build/bench_cuda_matvec, the shared
-# libraries it lacks (fmt, gomp, pcre2, utf8proc, cpp-httplib) in build/runtime-libs, and the path
-# the build was made at (the tests find their data there), in one archive under build/device/, the
-# folder to carry. bench/cuda/unpack.sh undoes it there.
+# no network: build/lode, build/lode_tests and (when built) build/bench_cuda_matvec and
+# build/bench_cuda_gemm_bits, the shared libraries it lacks (fmt, gomp, pcre2, utf8proc,
+# cpp-httplib) in build/runtime-libs, and the path the build was made at (the tests find their data
+# there), in one archive under build/device/, the folder to carry. bench/cuda/unpack.sh undoes it there.
 #
 #   scripts/build && bench/cuda/pack.sh         # then run(carry=["build/device"], ...)
 #
@@ -25,6 +25,7 @@ files=(build/lode build/runtime-libs build/source-root)
 if [ -z "${NODE:-}" ]; then
   files+=(build/lode_tests)
   [ -x build/bench_cuda_matvec ] && files+=(build/bench_cuda_matvec)
+  [ -x build/bench_cuda_gemm_bits ] && files+=(build/bench_cuda_gemm_bits)
 else
   node=$(command -v node) || { echo "pack: NODE=1 but no node here" >&2; exit 1; }
   [ -d tools/server/node_modules/openai ] || { echo "pack: tools/server/node_modules/openai is missing (tools/server/fetch)" >&2; exit 1; }

@@ -1,0 +1,231 @@
+// Whether a row of a cuBLAS product gets the same bits whatever the product's row count
+// (docs/PERFORMANCE.md, "Tried and dropped, stop 69"): for each of the 35B's dense matrix shapes
+// in the prompt path's maths (TF32; the router in float32), Y = X W^T over 4,096 random rows, then
+// over 1, 7, 64, 100, 256 and 1,024 of those rows from row 0 and from row 64, each compared bit for
+// bit with the big product's rows. Three ways:
+// - cuBLAS's own choice (cublasGemmEx, what the prompt path uses);
+// - each cuBLASLt algorithm that keeps a sum in one piece (split-K 1, no reduction) among the
+//   heuristic's first choices for 256, 1,024 and 4,096 rows, kept for every row count;
+// - the heuristic's first such algorithm for each row count (compared with the 4,096-row one's).
+// Prints how many of the 12 smaller products differ, and microseconds at 64, 256, 1,024 and 4,096
+// rows (CUDA events, 20 runs after 3).
+//
+//   build/bench_cuda_gemm_bits
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+namespace {
+
+#define CHECK(call)                                                                  \
+  do {                                                                               \
+    if (int status_ = int(call); status_ != 0) {                                     \
+      std::fprintf(stderr, "%s:%d: %s gave %d\n", __FILE__, __LINE__, #call, status_); \
+      std::exit(1);                                                                  \
+    }                                                                                \
+  } while (0)
+
+constexpr int kRows = 4096, kFirstRows[] = {0, 64}, kFewerRows[] = {1, 7, 64, 100, 256, 1024};
+constexpr int kTimedRows[] = {64, 256, 1024, 4096};
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+struct Shape {
+  const char* name;
+  int n, k;
+  bool float32;
+};
+constexpr Shape kShapes[] = {
+    {"DeltaNet qkv, attention q|gate", 8192, 2048, false}, {"DeltaNet z", 4096, 2048, false},
+    {"DeltaNet b, alpha", 32, 2048, false},               {"DeltaNet and attention out", 2048, 4096, false},
+    {"attention k, v; shared gate, up", 512, 2048, false}, {"shared expert down", 2048, 512, false},
+    {"router and shared gate logit", 257, 2048, true},
+};
+
+struct Context {
+  cublasHandle_t blas = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;
+  const float *w = nullptr, *x = nullptr;
+  float *all = nullptr, *some = nullptr;
+};
+
+// A product of `rows` rows from x into y: one of the three ways.
+using Product = std::function<void(int rows, const float* x, float* y)>;
+
+// Y^T [n, rows] = op_T(W^T as stored [k, n]) X^T [k, rows] in cuBLASLt's column-major terms.
+struct LtProduct {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t w = nullptr, x = nullptr, y = nullptr;
+  LtProduct(const Shape& s, int rows) {
+    CHECK(cublasLtMatmulDescCreate(&op, s.float32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F));
+    const cublasOperation_t t = CUBLAS_OP_T, plain = CUBLAS_OP_N;
+    CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+    CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &plain, sizeof plain));
+    CHECK(cublasLtMatrixLayoutCreate(&w, CUDA_R_32F, s.k, s.n, s.k));
+    CHECK(cublasLtMatrixLayoutCreate(&x, CUDA_R_32F, s.k, rows, s.k));
+    CHECK(cublasLtMatrixLayoutCreate(&y, CUDA_R_32F, s.n, rows, s.n));
+  }
+  ~LtProduct() {
+    cublasLtMatrixLayoutDestroy(y), cublasLtMatrixLayoutDestroy(x), cublasLtMatrixLayoutDestroy(w);
+    cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// The heuristic's first `most` algorithms for `rows` rows that keep each sum in one piece.
+std::vector<cublasLtMatmulAlgo_t> unsplit(const Context& c, const Shape& s, int rows, int most) {
+  const LtProduct p(s, rows);
+  cublasLtMatmulPreference_t preference = nullptr;
+  CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  const uint64_t workspace = kWorkspaceBytes;
+  const uint32_t whole_sums = CUBLASLT_REDUCTION_SCHEME_NONE;
+  CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                             sizeof workspace));
+  CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &whole_sums,
+                                             sizeof whole_sums));
+  std::vector<cublasLtMatmulHeuristicResult_t> results(16);
+  int found = 0;
+  cublasLtMatmulAlgoGetHeuristic(c.lt, p.op, p.w, p.x, p.y, p.y, preference, int(results.size()), results.data(),
+                                 &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (int i = 0; i < found && int(algos.size()) < most; ++i) {
+    uint32_t splits = 1;
+    size_t written = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits,
+                                         &written);
+    if (splits == 1) algos.push_back(results[i].algo);
+  }
+  return algos;
+}
+
+void run_lt(const Context& c, const Shape& s, const cublasLtMatmulAlgo_t& algo, int rows, const float* x, float* y) {
+  const LtProduct p(s, rows);
+  const float one = 1.0f, zero = 0.0f;
+  CHECK(cublasLtMatmul(c.lt, p.op, &one, c.w, p.w, x, p.x, &zero, y, p.y, y, p.y, &algo, c.workspace,
+                       kWorkspaceBytes, nullptr));
+}
+
+void run_cublas(const Context& c, const Shape& s, int rows, const float* x, float* y) {
+  const float one = 1.0f, zero = 0.0f;
+  CHECK(cublasGemmEx(c.blas, CUBLAS_OP_T, CUBLAS_OP_N, s.n, rows, s.k, &one, c.w, CUDA_R_32F, s.k, x, CUDA_R_32F, s.k,
+                     &zero, y, CUDA_R_32F, s.n, s.float32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32,
+                     CUBLAS_GEMM_DEFAULT));
+}
+
+std::vector<float> fetch(const float* y, size_t floats) {
+  std::vector<float> host(floats);
+  CHECK(cudaMemcpy(host.data(), y, floats * sizeof(float), cudaMemcpyDeviceToHost));
+  return host;
+}
+
+// How many of the smaller products give other bits than `reference`'s 4,096-row product.
+int differing(const Context& c, const Shape& s, const Product& reference, const Product& fewer) {
+  reference(kRows, c.x, c.all);
+  const std::vector<float> want = fetch(c.all, size_t(kRows) * s.n);
+  int differ = 0;
+  for (const int first : kFirstRows)
+    for (const int rows : kFewerRows) {
+      fewer(rows, c.x + size_t(first) * s.k, c.some);
+      const std::vector<float> got = fetch(c.some, size_t(rows) * s.n);
+      differ += std::memcmp(got.data(), want.data() + size_t(first) * s.n, got.size() * sizeof(float)) != 0;
+    }
+  return differ;
+}
+
+void print_times(const Context& c, const Product& product) {
+  cudaEvent_t begin, end;
+  CHECK(cudaEventCreate(&begin));
+  CHECK(cudaEventCreate(&end));
+  for (const int rows : kTimedRows) {
+    for (int i = 0; i < 3; ++i) product(rows, c.x, c.all);
+    CHECK(cudaEventRecord(begin));
+    for (int i = 0; i < 20; ++i) product(rows, c.x, c.all);
+    CHECK(cudaEventRecord(end));
+    CHECK(cudaEventSynchronize(end));
+    float ms = 0.0f;
+    CHECK(cudaEventElapsedTime(&ms, begin, end));
+    std::printf(" %d:%.1f", rows, ms * 1000.0f / 20);
+  }
+  std::printf("\n");
+  cudaEventDestroy(begin), cudaEventDestroy(end);
+}
+
+// One of an algorithm's settings, read as its own integer type.
+template <class T>
+long long setting(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
+  T value{};
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof value, &written);
+  return static_cast<long long>(value);
+}
+
+void describe(const cublasLtMatmulAlgo_t& algo) {
+  std::printf("id %lld tile %lld stages %lld swizzle %lld cluster %lld", setting<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID),
+              setting<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+              setting<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+              setting<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+              setting<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID));
+}
+
+void study(const Context& c, const Shape& s) {
+  std::printf("== %s: %d x %d, %s\n", s.name, s.n, s.k, s.float32 ? "float32" : "TF32");
+  const Product own = [&](int rows, const float* x, float* y) { run_cublas(c, s, rows, x, y); };
+  std::printf("  cuBLAS's own choice: %d of 12 differ; us", differing(c, s, own, own));
+  print_times(c, own);
+  std::vector<cublasLtMatmulAlgo_t> pinned;
+  for (const int rows : {256, 1024, 4096})
+    for (const cublasLtMatmulAlgo_t& algo : unsplit(c, s, rows, 4)) {
+      bool seen = false;
+      for (const cublasLtMatmulAlgo_t& p : pinned) seen = seen || std::memcmp(&p, &algo, sizeof algo) == 0;
+      if (!seen) pinned.push_back(algo);
+    }
+  for (const cublasLtMatmulAlgo_t& algo : pinned) {
+    const Product fixed = [&](int rows, const float* x, float* y) { run_lt(c, s, algo, rows, x, y); };
+    std::printf("  pinned ");
+    describe(algo);
+    std::printf(": %d of 12 differ; us", differing(c, s, fixed, fixed));
+    print_times(c, fixed);
+  }
+  const Product per_rows = [&](int rows, const float* x, float* y) {
+    const std::vector<cublasLtMatmulAlgo_t> first = unsplit(c, s, rows, 1);
+    if (first.empty()) std::exit((std::fprintf(stderr, "no unsplit algorithm for %d rows\n", rows), 1));
+    run_lt(c, s, first.front(), rows, x, y);
+  };
+  std::printf("  the first unsplit choice for each row count: %d of 12 differ; us", differing(c, s, per_rows, per_rows));
+  print_times(c, per_rows);
+}
+
+std::vector<float> random_floats(size_t n, unsigned seed, float scale) {
+  std::vector<float> v(n);
+  for (float& f : v) seed = seed * 1664525u + 1013904223u, f = scale * (float(seed >> 8) / float(1 << 24) - 0.5f);
+  return v;
+}
+
+float* upload(const std::vector<float>& host) {
+  float* device = nullptr;
+  CHECK(cudaMalloc(&device, host.size() * sizeof(float)));
+  CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return device;
+}
+
+}  // namespace
+
+int main() {
+  Context c;
+  CHECK(cublasCreate(&c.blas));
+  CHECK(cublasLtCreate(&c.lt));
+  CHECK(cudaMalloc(&c.workspace, kWorkspaceBytes));
+  c.w = upload(random_floats(size_t(8192) * 4096, 1, 0.1f));
+  c.x = upload(random_floats(size_t(kRows + 64) * 4096, 2, 4.0f));
+  CHECK(cudaMalloc(&c.all, size_t(kRows) * 8192 * sizeof(float)));
+  CHECK(cudaMalloc(&c.some, size_t(kRows) * 8192 * sizeof(float)));
+  for (const Shape& s : kShapes) study(c, s);
+  return 0;
+}
