@@ -8,7 +8,7 @@
 //   heuristic's first choices for 256, 1,024 and 4,096 rows, kept for every row count;
 // - the heuristic's first such algorithm for each row count (compared with the 4,096-row one's).
 // Prints how many of the 12 smaller products differ, and microseconds at 64, 256, 1,024 and 4,096
-// rows (CUDA events, 20 runs after 3).
+// rows (median_event_ms: the median of 20 runs after 3).
 //
 //   build/bench_cuda_gemm_bits
 #include <cublasLt.h>
@@ -22,6 +22,9 @@
 #include <functional>
 #include <map>
 #include <vector>
+
+#include "cuda/roofline.h"
+#include "cuda/vram.h"
 
 namespace {
 
@@ -134,18 +137,18 @@ void run_cublas(const Context& c, const Shape& s, int rows, const float* x, floa
 
 std::vector<float> fetch(const float* y, size_t floats) {
   std::vector<float> host(floats);
-  CHECK(cudaMemcpy(host.data(), y, floats * sizeof(float), cudaMemcpyDeviceToHost));
+  lode::cuda::copy_to_host(host.data(), y, floats * sizeof(float));
   return host;
 }
 
-// How many of the smaller products give other bits than `reference`'s 4,096-row product.
-int differing(const Context& c, const Shape& s, const Product& reference, const Product& fewer) {
-  reference(kRows, c.x, c.all);
+// How many of the smaller products give other bits than the 4,096-row product, each by `product`.
+int differing(const Context& c, const Shape& s, const Product& product) {
+  product(kRows, c.x, c.all);
   const std::vector<float> want = fetch(c.all, size_t(kRows) * s.n);
   int differ = 0;
   for (const int first : kFirstRows)
     for (const int rows : kFewerRows) {
-      fewer(rows, c.x + size_t(first) * s.k, c.some);
+      product(rows, c.x + size_t(first) * s.k, c.some);
       const std::vector<float> got = fetch(c.some, size_t(rows) * s.n);
       differ += std::memcmp(got.data(), want.data() + size_t(first) * s.n, got.size() * sizeof(float)) != 0;
     }
@@ -153,21 +156,10 @@ int differing(const Context& c, const Shape& s, const Product& reference, const 
 }
 
 void print_times(const Context& c, const Product& product) {
-  cudaEvent_t begin, end;
-  CHECK(cudaEventCreate(&begin));
-  CHECK(cudaEventCreate(&end));
-  for (const int rows : kTimedRows) {
-    for (int i = 0; i < 3; ++i) product(rows, c.x, c.all);
-    CHECK(cudaEventRecord(begin));
-    for (int i = 0; i < 20; ++i) product(rows, c.x, c.all);
-    CHECK(cudaEventRecord(end));
-    CHECK(cudaEventSynchronize(end));
-    float ms = 0.0f;
-    CHECK(cudaEventElapsedTime(&ms, begin, end));
-    std::printf(" %d:%.1f", rows, ms * 1000.0f / 20);
-  }
+  for (const int rows : kTimedRows)
+    std::printf(" %d:%.1f", rows,
+                1000.0 * lode::cuda::median_event_ms([&] { product(rows, c.x, c.all); }, 3, 20));
   std::printf("\n");
-  cudaEventDestroy(begin), cudaEventDestroy(end);
 }
 
 // One of an algorithm's settings, read as its own integer type.
@@ -190,7 +182,7 @@ void describe(const cublasLtMatmulAlgo_t& algo) {
 void study(const Context& c, const Shape& s) {
   std::printf("== %s: %d x %d, %s\n", s.name, s.n, s.k, s.float32 ? "float32" : "TF32");
   const Product own = [&](int rows, const float* x, float* y) { run_cublas(c, s, rows, x, y); };
-  std::printf("  cuBLAS's own choice: %d of 12 differ; us", differing(c, s, own, own));
+  std::printf("  cuBLAS's own choice: %d of 12 differ; us", differing(c, s, own));
   print_times(c, own);
   std::vector<cublasLtMatmulAlgo_t> pinned;
   for (const int rows : {256, 1024, 4096})
@@ -203,7 +195,7 @@ void study(const Context& c, const Shape& s) {
     const Product fixed = [&](int rows, const float* x, float* y) { run_lt(c, s, algo, rows, x, y); };
     std::printf("  pinned ");
     describe(algo);
-    std::printf(": %d of 12 differ; us", differing(c, s, fixed, fixed));
+    std::printf(": %d of 12 differ; us", differing(c, s, fixed));
     print_times(c, fixed);
   }
   std::map<int, cublasLtMatmulAlgo_t> first_for;  // chosen before the timed runs, not inside them
@@ -219,7 +211,7 @@ void study(const Context& c, const Shape& s) {
     run_lt(c, s, first_for[rows], rows, x, y);
   };
   for (const int rows : kTimedRows) per_rows(rows, c.x, c.all);
-  std::printf("  the first unsplit choice for each row count: %d of 12 differ; us", differing(c, s, per_rows, per_rows));
+  std::printf("  the first unsplit choice for each row count: %d of 12 differ; us", differing(c, s, per_rows));
   print_times(c, per_rows);
 }
 
@@ -229,24 +221,27 @@ std::vector<float> random_floats(size_t n, unsigned seed, float scale) {
   return v;
 }
 
-float* upload(const std::vector<float>& host) {
-  float* device = nullptr;
-  CHECK(cudaMalloc(&device, host.size() * sizeof(float)));
-  CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
-  return device;
-}
-
 }  // namespace
 
 int main() {
+  lode::cuda::VramAccountant vram;
+  const auto buffer = [&](size_t floats) {
+    return lode::cuda::DeviceBuffer(vram, floats * sizeof(float), lode::cuda::VramUse::scratch, "bench");
+  };
+  const auto upload = [&](lode::cuda::DeviceBuffer& b, const std::vector<float>& host) {
+    lode::cuda::copy_to_device(b.data(), host.data(), host.size() * sizeof(float));
+    return b.as<float>();
+  };
+  lode::cuda::DeviceBuffer w = buffer(size_t(8192) * 4096), x = buffer(size_t(kRows + 64) * 4096),
+                           all = buffer(size_t(kRows) * 8192), some = buffer(size_t(kRows) * 8192),
+                           workspace(vram, kWorkspaceBytes, lode::cuda::VramUse::scratch, "bench");
   Context c;
   CHECK(cublasCreate(&c.blas));
   CHECK(cublasLtCreate(&c.lt));
-  CHECK(cudaMalloc(&c.workspace, kWorkspaceBytes));
-  c.w = upload(random_floats(size_t(8192) * 4096, 1, 0.1f));
-  c.x = upload(random_floats(size_t(kRows + 64) * 4096, 2, 4.0f));
-  CHECK(cudaMalloc(&c.all, size_t(kRows) * 8192 * sizeof(float)));
-  CHECK(cudaMalloc(&c.some, size_t(kRows) * 8192 * sizeof(float)));
+  c.workspace = workspace.data();
+  c.w = upload(w, random_floats(size_t(8192) * 4096, 1, 0.1f));
+  c.x = upload(x, random_floats(size_t(kRows + 64) * 4096, 2, 4.0f));
+  c.all = all.as<float>(), c.some = some.as<float>();
   for (const Shape& s : kShapes) study(c, s);
   return 0;
 }
