@@ -27,18 +27,13 @@ struct ScanBatch {
   ScanRows rows[kMaxScanSequences];
 };
 
-// Block (value head s, 32 state columns; sequence blockIdx.y): warp w owns columns 4w .. 4w + 3 of
-// the group, each column's dk values in registers across the chunk (lane l holds rows l, l + 32,
+// Block (value head s, 32 state columns) of one sequence's scan: warp w owns columns 4w .. 4w + 3
+// of the group, each column's dk values in registers across the chunk (lane l holds rows l, l + 32,
 // ...). Tokens go in tiles whose q and k rows (shared by every column of the head) are staged in
-// shared memory once. A sequence's blocks are independent of the other sequences'.
-__global__ void __launch_bounds__(kScanWarps * kWarp)
-    deltanet_scan_kernel(ScanBatch batch, int channels, const float* a, const float* dt_bias, int hk, int hv, int dk,
-                         int dv) {
-  const ScanRows& sequence = batch.rows[blockIdx.y];
-  float* const state = sequence.state;
-  const float *const qkv = sequence.qkv, *const b = sequence.b, *const alpha = sequence.alpha;
-  float* const o = sequence.o;
-  const int n_tokens = sequence.n_tokens;
+// shared memory once.
+__device__ __forceinline__ void scan_block(float* state, const float* qkv, int channels, const float* b,
+                                           const float* alpha, const float* a, const float* dt_bias, int hk, int hv,
+                                           int dk, int dv, int n_tokens, float* o) {
   extern __shared__ float tile_qk[];  // q [tile][dk], then k [tile][dk]
   __shared__ float tile_v[kScanMaxTile][kScanColumns], tile_beta[kScanMaxTile], tile_decay[kScanMaxTile];
   const int tile = scan_tile(dk);
@@ -121,6 +116,22 @@ __global__ void __launch_bounds__(kScanWarps * kWarp)
     for (int m = 0; m < kMaxKeyDimsPerLane; ++m)
       if (j < dv && in_key(m)) state[(int64_t(s) * dk + lane + kWarp * m) * dv + j] = col[c][m];
   }
+}
+
+// One sequence: its pointers are the kernel's parameters (read from a batch's array, they take
+// registers: 120 against 108).
+__global__ void __launch_bounds__(kScanWarps * kWarp)
+    deltanet_scan_kernel(float* state, const float* qkv, int channels, const float* b, const float* alpha,
+                         const float* a, const float* dt_bias, int hk, int hv, int dk, int dv, int n_tokens, float* o) {
+  scan_block(state, qkv, channels, b, alpha, a, dt_bias, hk, hv, dk, dv, n_tokens, o);
+}
+
+// Several sequences (blockIdx.y: the sequence), each block's work that of its sequence alone.
+__global__ void __launch_bounds__(kScanWarps * kWarp)
+    deltanet_scan_batch_kernel(ScanBatch batch, int channels, const float* a, const float* dt_bias, int hk, int hv,
+                               int dk, int dv) {
+  const ScanRows& q = batch.rows[blockIdx.y];
+  scan_block(q.state, q.qkv, channels, q.b, q.alpha, a, dt_bias, hk, hv, dk, dv, q.n_tokens, q.o);
 }
 
 __global__ void conv_rows_kernel(const float* in, float* out, const float* state, const float* w, int channels,
@@ -301,11 +312,17 @@ const char* deltanet_scan(const ScanRows* sequences, int count, int channels, co
   if (dk > kMaxKeyDimsPerLane * kWarp) return "DeltaNet key heads wider than 256";
   const int groups = (dv + kScanColumns - 1) / kScanColumns;
   const size_t shared = 2 * size_t(scan_tile(dk)) * size_t(dk) * sizeof(float);
+  if (count == 1) {
+    const ScanRows& q = sequences[0];
+    deltanet_scan_kernel<<<hv * groups, kScanWarps * kWarp, shared, as_stream(stream)>>>(
+        q.state, q.qkv, channels, q.b, q.alpha, a, dt_bias, hk, hv, dk, dv, q.n_tokens, q.o);
+    return launched();
+  }
   for (int first = 0; first < count; first += kMaxScanSequences) {
     const int here = std::min(kMaxScanSequences, count - first);
     ScanBatch batch{};
     std::copy(sequences + first, sequences + first + here, batch.rows);
-    deltanet_scan_kernel<<<dim3(hv * groups, here), kScanWarps * kWarp, shared, as_stream(stream)>>>(
+    deltanet_scan_batch_kernel<<<dim3(hv * groups, here), kScanWarps * kWarp, shared, as_stream(stream)>>>(
         batch, channels, a, dt_bias, hk, hv, dk, dv);
     if (const char* err = launched()) return err;
   }
