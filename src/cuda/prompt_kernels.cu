@@ -118,8 +118,8 @@ __device__ __forceinline__ void scan_block(float* state, const float* qkv, int c
   }
 }
 
-// One sequence: its pointers are the kernel's parameters (read from a batch's array, they take
-// registers: 120 against 108).
+// One sequence: its pointers are the kernel's parameters. (Read from a batch's array they took
+// registers, 120 against 108, and an 8,192-token prompt's scans ran 15% longer on an H100: stop 70.)
 __global__ void __launch_bounds__(kScanWarps * kWarp)
     deltanet_scan_kernel(float* state, const float* qkv, int channels, const float* b, const float* alpha,
                          const float* a, const float* dt_bias, int hk, int hv, int dk, int dv, int n_tokens, float* o) {
@@ -130,8 +130,8 @@ __global__ void __launch_bounds__(kScanWarps * kWarp)
 __global__ void __launch_bounds__(kScanWarps * kWarp)
     deltanet_scan_batch_kernel(ScanBatch batch, int channels, const float* a, const float* dt_bias, int hk, int hv,
                                int dk, int dv) {
-  const ScanRows& q = batch.rows[blockIdx.y];
-  scan_block(q.state, q.qkv, channels, q.b, q.alpha, a, dt_bias, hk, hv, dk, dv, q.n_tokens, q.o);
+  const ScanRows& seq = batch.rows[blockIdx.y];
+  scan_block(seq.state, seq.qkv, channels, seq.b, seq.alpha, a, dt_bias, hk, hv, dk, dv, seq.n_tokens, seq.o);
 }
 
 __global__ void conv_rows_kernel(const float* in, float* out, const float* state, const float* w, int channels,
@@ -313,9 +313,9 @@ const char* deltanet_scan(const ScanRows* sequences, int count, int channels, co
   const int groups = (dv + kScanColumns - 1) / kScanColumns;
   const size_t shared = 2 * size_t(scan_tile(dk)) * size_t(dk) * sizeof(float);
   if (count == 1) {
-    const ScanRows& q = sequences[0];
+    const ScanRows& seq = sequences[0];
     deltanet_scan_kernel<<<hv * groups, kScanWarps * kWarp, shared, as_stream(stream)>>>(
-        q.state, q.qkv, channels, q.b, q.alpha, a, dt_bias, hk, hv, dk, dv, q.n_tokens, q.o);
+        seq.state, seq.qkv, channels, seq.b, seq.alpha, a, dt_bias, hk, hv, dk, dv, seq.n_tokens, seq.o);
     return launched();
   }
   for (int first = 0; first < count; first += kMaxScanSequences) {
