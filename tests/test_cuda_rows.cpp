@@ -151,16 +151,26 @@ TEST(CudaRows, RowsOfSeveralSequencesOnLodeMini) {
                {.max_context = 256, .activations = f32}, kSteps, "float32 products");
 }
 
-// Under a budget that holds a third of the experts, a step of several rows reads the absent ones
-// over PCIe: the bits of one-token steps with every expert in VRAM.
+// Under a budget that holds a third of the experts, a step of several rows gives some absent
+// experts to the CPU miss path with all the rows that chose them and reads the rest over PCIe (or
+// gives the CPU all it can hold, or none): the bits of one-token steps with every expert in VRAM.
+// 17 rows of the tiny synth's 4 experts each pass the most pairs a request holds (64).
 TEST(CudaRows, RowsDoNotDependOnWhereTheExpertsAre) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
   synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 25);
   const Loaded m(dir / "m.gguf");
   const int64_t third = m.config.n_layers * m.config.n_experts / 3;
-  compare_rows(dir / "m.gguf", {.max_context = 256, .step_rows = 5, .sequences = 5, .max_resident_experts = third},
-               {.max_context = 256}, kSteps, "a third of the experts in VRAM");
+  for (lode::plan::MissPath path : {lode::plan::MissPath::automatic, lode::plan::MissPath::cpu, lode::plan::MissPath::gpu})
+    compare_rows(dir / "m.gguf",
+                 {.max_context = 256, .step_rows = 5, .sequences = 5, .max_resident_experts = third, .miss_path = path},
+                 {.max_context = 256}, kSteps, std::string("a third of the experts in VRAM, misses ") + to_string(path));
+  std::vector<int64_t> all(17);
+  std::iota(all.begin(), all.end(), 0);
+  compare_rows(dir / "m.gguf",
+               {.max_context = 128, .step_rows = 17, .sequences = 17, .max_resident_experts = third,
+                .miss_path = lode::plan::MissPath::cpu},
+               {.max_context = 128}, {{all}, {{5, 9}}, {all}}, "17 sequences, a third of the experts in VRAM");
 }
 
 // A snapshot of one sequence restored into another continues as the first does; resetting one

@@ -2,8 +2,9 @@
 // at consecutive positions in one step give every row the bits that T one-token decode steps give
 // (logits, greedy tokens, final-normed hidden states), and leave the same state behind, on the
 // quantized synth models (Q8_0, Q4_K, Q5_K, Q6_K; the 35B geometry with few layers), lode-mini, in
-// each K/V format, and with a third of the experts in VRAM (the window reads the absent ones over
-// PCIe; the one-token steps beside it have every expert resident). Skips without a GPU.
+// each K/V format, and with a third of the experts in VRAM (the window's absent experts computed by
+// the CPU miss path or read over PCIe; the one-token steps beside it have every expert resident).
+// Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -105,8 +106,9 @@ TEST(CudaWindow, RowsGetTheBitsOfOneTokenStepsOnLodeMini) {
                   {3, 2, 3}, "float32 products");
 }
 
-// A window under a budget that holds a third of the experts reads the others over PCIe (the CPU
-// miss path takes one-token steps only): the bits of one-token steps with every expert in VRAM.
+// A window under a budget that holds a third of the experts, whoever computes the absent ones (the
+// CPU miss path with all the rows that chose each expert it takes, the GPU reading the rest over
+// PCIe, or either alone): the bits of one-token steps with every expert in VRAM.
 TEST(CudaWindow, RowsDoNotDependOnWhereTheExpertsAre) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -114,8 +116,9 @@ TEST(CudaWindow, RowsDoNotDependOnWhereTheExpertsAre) {
   const lode::gguf::Reader reader(dir / "m.gguf");
   const auto config = lode::model::read_config(reader.metadata());
   const int64_t third = config.n_layers * config.n_experts / 3;
-  compare_windows(dir / "m.gguf", {.max_context = 256, .step_rows = 4, .max_resident_experts = third},
-                  {.max_context = 256}, kSizes, "a third of the experts in VRAM");
+  for (lode::plan::MissPath path : {lode::plan::MissPath::automatic, lode::plan::MissPath::cpu, lode::plan::MissPath::gpu})
+    compare_windows(dir / "m.gguf", {.max_context = 256, .step_rows = 4, .max_resident_experts = third, .miss_path = path},
+                    {.max_context = 256}, kSizes, std::string("a third of the experts in VRAM, misses ") + to_string(path));
 }
 
 // Through the engine interface: a row computed as decode steps (StepRow::as_decode) longer than

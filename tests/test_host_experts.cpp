@@ -167,6 +167,14 @@ TEST(MissSplit, TheTableFollowsTheCostsAndThePath) {
   // A CPU four times as fast takes most of them.
   const MissSplit fast(MissPath::automatic, 8, {.cpu_request_us = 0, .cpu_expert_us = 10, .gpu_expert_us = 40});
   EXPECT_GE(fast.shares()[8], 6);
+  // Steps of several rows have more absent experts than a token routes: the table goes on to `most`.
+  const MissSplit rows(MissPath::automatic, 8, costs, 32);
+  ASSERT_EQ(rows.shares().size(), 33u);
+  for (int m = 0; m <= 8; ++m) EXPECT_EQ(rows.shares()[size_t(m)], split.shares()[size_t(m)]) << m;
+  for (int m = 9; m <= 32; ++m) {
+    EXPECT_GE(rows.shares()[size_t(m)], rows.shares()[size_t(m - 1)]) << m;
+    EXPECT_LE(rows.shares()[size_t(m)], m / 2 + 1) << m;
+  }
 }
 
 TEST(MissSplit, TuningKeepsWhatDecodesFaster) {

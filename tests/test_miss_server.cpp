@@ -1,7 +1,7 @@
 // The CPU miss path's host end (cuda/miss_server.h) without a GPU: a thread of the test plays the
 // decode step's dispatch and gather kernels on a mailbox in ordinary memory. Each answer is the
-// host experts' own products for the request's layer and experts; a hint makes the server read
-// ahead; and after a request a step stopped waiting for (a timeout), caught_up() says when the
+// host experts' own products for the request's layer and experts (with each of a step's rows that
+// chose them, for steps of several rows); a hint makes the server read ahead; and after a request a step stopped waiting for (a timeout), caught_up() says when the
 // server has answered it, so that the mailbox is in step for the next step. Runs in the CUDA build
 // (the miss path is part of it).
 #include <gtest/gtest.h>
@@ -25,6 +25,8 @@
 namespace {
 
 using lode::cuda::kernels::kMaxMissExperts;
+using lode::cuda::kernels::kMaxMissPairs;
+using lode::cuda::kernels::kMaxMissRows;
 using lode::cuda::kernels::MissMailbox;
 using namespace std::chrono_literals;
 
@@ -35,13 +37,21 @@ struct Mini {
   int64_t hidden = weights.config.hidden;
 };
 
-// The dispatch kernel's side: the request's fields, its x, then its number.
+// The dispatch kernel's side: the request's fields (each expert with its rows of the step), the
+// rows' x, then its number.
 void post(MissMailbox& box, std::vector<float>& x, int32_t layer, const std::vector<int32_t>& experts,
-          const std::vector<float>& input) {
+          const std::vector<uint64_t>& rows, const std::vector<float>& input) {
   box.layer = layer, box.count = int32_t(experts.size()), box.hinted = 0;
   std::copy(experts.begin(), experts.end(), box.expert);
-  x = input;
+  std::copy(rows.begin(), rows.end(), box.rows);
+  std::copy(input.begin(), input.end(), x.begin());
   std::atomic_ref<uint32_t>(box.request).fetch_add(1, std::memory_order_release);
+}
+
+// A one-token step's request: every expert with row 0.
+void post(MissMailbox& box, std::vector<float>& x, int32_t layer, const std::vector<int32_t>& experts,
+          const std::vector<float>& input) {
+  post(box, x, layer, experts, std::vector<uint64_t>(experts.size(), 1), input);
 }
 
 // The gather kernel's side: waits for the answer to the last request (at most 20 s).
@@ -63,10 +73,10 @@ std::vector<float> input_of(int64_t hidden, float phase) {
 // compute the answers expected.
 struct Served {
   Mini m;
-  lode::cpu::HostExperts host{m.weights, 2}, reference{m.weights, 1};
+  lode::cpu::HostExperts host{m.weights, 2, kMaxMissPairs, kMaxMissRows}, reference{m.weights, 1};
   MissMailbox box;
-  std::vector<float> x = std::vector<float>(static_cast<size_t>(m.hidden)),
-                     y = std::vector<float>(static_cast<size_t>(kMaxMissExperts * m.hidden));
+  std::vector<float> x = std::vector<float>(static_cast<size_t>(kMaxMissRows * m.hidden)),
+                     y = std::vector<float>(static_cast<size_t>(kMaxMissPairs * m.hidden));
   lode::cuda::MissServer server{m.weights, host, box, x.data(), y.data()};
 
   // Posts a request, waits for its answer and checks it against the reference's products.
@@ -89,6 +99,37 @@ TEST(MissServer, AnswersEachRequestWithTheHostExpertsProducts) {
   }
   EXPECT_EQ(s.server.counts().requests, 12u);
   EXPECT_TRUE(s.server.caught_up(0s));
+}
+
+// A step of several rows sends each expert with the rows that chose it: the answer holds every
+// (expert, row) pair, expert after expert and each one's rows ascending, each the products of that
+// expert on that row's x alone.
+TEST(MissServer, AnswersEachExpertForEachOfItsRows) {
+  Served s;
+  const int64_t h = s.m.hidden, experts = s.m.weights.config.n_experts;
+  const int rows = 40;
+  std::vector<float> input(static_cast<size_t>(rows * h));
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<float> row = input_of(h, 0.3f * float(r));
+    std::copy(row.begin(), row.end(), input.begin() + r * h);
+  }
+  const std::vector<int32_t> chosen = {int32_t(experts - 1), 4, 0, 9};
+  const std::vector<uint64_t> rows_of = {1ull << 39 | 1ull << 2, 1ull << 7, 0x5ull, 1ull << 20 | 1ull << 21 | 1ull << 38};
+  post(s.box, s.x, 1, chosen, rows_of, input);
+  ASSERT_TRUE(answered(s.box));
+  size_t pair = 0;
+  for (size_t i = 0; i < chosen.size(); ++i)
+    for (int r = 0; r < rows; ++r) {
+      if (!(rows_of[i] >> r & 1)) continue;
+      std::vector<float> want(static_cast<size_t>(h));
+      s.reference.compute(1, &chosen[i], 1, input.data() + r * h, want.data());
+      EXPECT_EQ(std::memcmp(s.y.data() + pair * size_t(h), want.data(), want.size() * 4), 0)
+          << "expert " << chosen[i] << ", row " << r;
+      ++pair;
+    }
+  EXPECT_EQ(pair, 8u);
+  EXPECT_EQ(s.server.counts().pairs, 8u);
+  EXPECT_EQ(s.server.counts().experts, 4u);
 }
 
 TEST(MissServer, ReadsAheadTheExpertsAHintNames) {

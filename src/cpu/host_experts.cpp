@@ -1,6 +1,7 @@
 #include "cpu/host_experts.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "core/error.h"
 #include "cpu/q8_twin.h"
@@ -41,61 +42,97 @@ std::string HostExperts::unsupported(const model::ModelWeights& weights) {
   return "";
 }
 
-HostExperts::HostExperts(const model::ModelWeights& weights, int threads)
+HostExperts::HostExperts(const model::ModelWeights& weights, int threads, int most_pairs, int most_rows)
     : weights_(weights),
       hidden_(weights.config.hidden),
       ff_(weights.config.expert_ff),
-      max_experts_(weights.config.n_experts_used),
+      most_pairs_(std::max<int64_t>(most_pairs, weights.config.n_experts_used)),
+      most_rows_(std::clamp(most_rows, 1, 64)),
       pool_(std::max(threads, 1)),
-      gate_x_(hidden_),
-      up_x_(hidden_),
-      gu_(size_t(max_experts_ * 2 * ff_)),
-      gate_up_left_(size_t(max_experts_)),
-      down_ready_(size_t(max_experts_)) {
+      gu_(size_t(most_pairs_ * 2 * ff_)),
+      pair_expert_(size_t(most_pairs_)),
+      pair_row_(size_t(most_pairs_)),
+      used_rows_(size_t(most_rows_)),
+      row_ready_(size_t(most_rows_)),
+      gate_up_left_(size_t(most_pairs_)),
+      down_ready_(size_t(most_pairs_)) {
   if (const std::string why = unsupported(weights); !why.empty()) fail("the CPU miss path cannot run this model: {}", why);
-  for (int64_t i = 0; i < max_experts_; ++i) down_x_.emplace_back(ff_);
+  for (int64_t i = 0; i < most_rows_; ++i) gate_x_.emplace_back(hidden_), up_x_.emplace_back(hidden_);
+  for (int64_t i = 0; i < most_pairs_; ++i) down_x_.emplace_back(ff_);
 }
 
 void HostExperts::compute(int64_t layer, const int32_t* experts, int n, const float* x, float* y) {
+  const int64_t most = std::min<int64_t>(weights_.config.n_experts_used, 64);
+  if (n > most) fail("host experts: {} experts for one token; at most {}", n, most);
+  uint64_t row0[64];
+  std::fill_n(row0, std::max(n, 0), uint64_t(1));
+  compute(layer, experts, row0, n, x, y);
+}
+
+void HostExperts::compute(int64_t layer, const int32_t* experts, const uint64_t* rows, int n, const float* x, float* y) {
   if (n <= 0) return;
-  if (n > max_experts_) fail("host experts: {} experts for one token; at most {}", n, max_experts_);
+  // The pairs, expert after expert, and the rows they read (row_of: a row's place among them).
+  uint64_t all_rows = 0;
+  for (int i = 0; i < n; ++i) all_rows |= rows[i];
+  int64_t pairs = 0, used = 0;
+  int row_of[64];
+  for (int r = 0; r < 64; ++r)
+    if (all_rows >> r & 1) {
+      if (used == most_rows_) fail("host experts: a request reads more than {} rows", most_rows_);
+      row_of[r] = int(used), used_rows_[size_t(used++)] = r;
+    }
+  for (int i = 0; i < n; ++i)
+    for (uint64_t m = rows[i]; m; m &= m - 1) {
+      if (pairs == most_pairs_) fail("host experts: a request of more than {} (expert, row) pairs", most_pairs_);
+      pair_expert_[size_t(pairs)] = experts[i], pair_row_[size_t(pairs++)] = row_of[std::countr_zero(m)];
+    }
   const model::MoeWeights& m = weights_.layers[size_t(layer)].moe;
   const GgmlType gate_type = m.gate.first.type->type, up_type = m.up.first.type->type;
   const GgmlType down_type = m.down.first.type->type;
-  const q8twin::RoundedX& gate_x = gate_x_.x();
-  const q8twin::RoundedX& up_x = up_type == gate_type ? gate_x : up_x_.x();
-  q8twin::round(gate_type, x, nullptr, hidden_, gate_x);
-  if (up_type != gate_type) q8twin::round(up_type, x, nullptr, hidden_, up_x);
+  const auto up_x = [&](int64_t j) -> const q8twin::RoundedX& {
+    return up_type == gate_type ? gate_x_[size_t(j)].x() : up_x_[size_t(j)].x();
+  };
 
-  // One parallel loop: the gate and up products (per expert, tasks of rows of the gate then of the
-  // up matrix), then the down products. Whoever finishes an expert's last gate/up task rounds its
-  // SwiGLU for the down weights and flags it; down tasks wait for their expert's flag. Tasks are
-  // claimed in order, so every gate/up task is taken before a down task waits, and no barrier
-  // between the phases is needed (each costs microseconds, 40 times a step).
-  const int64_t ff_tasks = tasks_for(ff_), hidden_tasks = tasks_for(hidden_), gate_up_tasks = int64_t(n) * 2 * ff_tasks;
-  for (int i = 0; i < n; ++i) {
+  // One parallel loop: each row's x rounded, then the gate and up products (per pair, tasks of rows
+  // of the gate then of the up matrix), then the down products. Whoever finishes a pair's last
+  // gate/up task rounds its SwiGLU for the down weights and flags it; a task waits for the flag of
+  // what it reads (its row's rounding, its pair's SwiGLU). Tasks are claimed in order, so what a
+  // task waits for has been taken before it, and no barrier between the phases is needed (each
+  // costs microseconds, 40 times a step).
+  const int64_t ff_tasks = tasks_for(ff_), hidden_tasks = tasks_for(hidden_), gate_up_tasks = pairs * 2 * ff_tasks;
+  for (int64_t j = 0; j < used; ++j) row_ready_[size_t(j)].store(0, std::memory_order_relaxed);
+  for (int64_t i = 0; i < pairs; ++i) {
     gate_up_left_[size_t(i)].store(int(2 * ff_tasks), std::memory_order_relaxed);
     down_ready_[size_t(i)].store(0, std::memory_order_relaxed);
   }
-  pool_.run(gate_up_tasks + int64_t(n) * hidden_tasks, [&](int64_t t) {
-    if (t < gate_up_tasks) {
-      const int i = int(t / (2 * ff_tasks)), which = int(t / ff_tasks % 2);
-      const int64_t first = t % ff_tasks * kRowsPerTask, rows = std::min(kRowsPerTask, ff_ - first);
-      const model::MatrixView w = (which ? m.up : m.gate).expert(experts[i]);
-      float* g = gu_.data() + int64_t(i) * 2 * ff_;
-      q8twin::rows(w.type->type, w.row(first), w.row_bytes, rows, w.cols, which ? up_x : gate_x, g + which * ff_ + first);
+  pool_.run(used + gate_up_tasks + pairs * hidden_tasks, [&](int64_t t) {
+    if (t < used) {
+      const float* row = x + int64_t(used_rows_[size_t(t)]) * hidden_;
+      q8twin::round(gate_type, row, nullptr, hidden_, gate_x_[size_t(t)].x());
+      if (up_type != gate_type) q8twin::round(up_type, row, nullptr, hidden_, up_x_[size_t(t)].x());
+      row_ready_[size_t(t)].store(1, std::memory_order_release);
+      return;
+    }
+    if ((t -= used) < gate_up_tasks) {
+      const int64_t i = t / (2 * ff_tasks), j = pair_row_[size_t(i)];
+      const int which = int(t / ff_tasks % 2);
+      const int64_t first = t % ff_tasks * kRowsPerTask, count = std::min(kRowsPerTask, ff_ - first);
+      const model::MatrixView w = (which ? m.up : m.gate).expert(pair_expert_[size_t(i)]);
+      float* g = gu_.data() + i * 2 * ff_;
+      while (!row_ready_[size_t(j)].load(std::memory_order_acquire)) spin_pause();
+      q8twin::rows(w.type->type, w.row(first), w.row_bytes, count, w.cols, which ? up_x(j) : gate_x_[size_t(j)].x(),
+                   g + which * ff_ + first);
       if (gate_up_left_[size_t(i)].fetch_sub(1, std::memory_order_acq_rel) == 1) {
         q8twin::round(down_type, g, g + ff_, ff_, down_x_[size_t(i)].x());
         down_ready_[size_t(i)].store(1, std::memory_order_release);
       }
       return;
     }
-    const int64_t d = t - gate_up_tasks;
-    const int i = int(d / hidden_tasks);
-    const int64_t first = d % hidden_tasks * kRowsPerTask, rows = std::min(kRowsPerTask, hidden_ - first);
+    const int64_t d = t - gate_up_tasks, i = d / hidden_tasks;
+    const int64_t first = d % hidden_tasks * kRowsPerTask, count = std::min(kRowsPerTask, hidden_ - first);
     while (!down_ready_[size_t(i)].load(std::memory_order_acquire)) spin_pause();
-    const model::MatrixView w = m.down.expert(experts[i]);
-    q8twin::rows(w.type->type, w.row(first), w.row_bytes, rows, w.cols, down_x_[size_t(i)].x(), y + int64_t(i) * hidden_ + first);
+    const model::MatrixView w = m.down.expert(pair_expert_[size_t(i)]);
+    q8twin::rows(w.type->type, w.row(first), w.row_bytes, count, w.cols, down_x_[size_t(i)].x(), y + i * hidden_ + first);
   });
 }
 

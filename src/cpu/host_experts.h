@@ -1,8 +1,10 @@
 // Routed experts computed on the host with the GPU's arithmetic (cpu/q8_twin.h): the CPU miss
-// path's work for a decode step's absent experts (cuda/miss_path.h). For one token: x rounded for
-// the gate (and up) weights, the gate and up products, their SwiGLU rounded for the down weights,
-// the down product; each float bit-identical to what the CUDA decode step computes for the same
-// expert. Buffers are allocated once; compute() allocates nothing.
+// path's work for a decode step's absent experts (cuda/miss_path.h). For each (expert, row) pair:
+// the row's x rounded for the gate (and up) weights, the gate and up products, their SwiGLU rounded
+// for the down weights, the down product; each float bit-identical to what the CUDA decode step
+// computes for the same expert and row. A step of several rows (a verify window, several
+// sequences) sends an expert with every row that chose it. Buffers are allocated once; compute()
+// allocates nothing.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -21,11 +23,16 @@ class HostExperts {
   // twin of its GPU kernel.
   static std::string unsupported(const model::ModelWeights& weights);
 
-  // `threads` in all, the calling thread included.
-  HostExperts(const model::ModelWeights& weights, int threads);
+  // `threads` in all, the calling thread included; a compute() of at most `most_pairs` (expert,
+  // row) pairs (at least n_experts_used) over at most `most_rows` rows.
+  HostExperts(const model::ModelWeights& weights, int threads, int most_pairs = 0, int most_rows = 1);
 
   // y [n][hidden] = experts[0, n) of `layer` applied to x [hidden]; n <= n_experts_used.
   void compute(int64_t layer, const int32_t* experts, int n, const float* x, float* y);
+  // The pairs of experts[0, n) and their rows: expert i with each row r whose bit is set in
+  // rows[i] (r < 64), x of row r at x + r hidden. Outputs in that order, expert after expert and
+  // each expert's rows ascending, y [pairs][hidden].
+  void compute(int64_t layer, const int32_t* experts, const uint64_t* rows, int n, const float* x, float* y);
 
   // Reads the bytes of experts[0, n) of `layer` (gate, up and down) into the caches, in pieces
   // spread over the pool, so that a compute() of them soon after reads the caches instead of RAM.
@@ -49,12 +56,14 @@ class HostExperts {
   PrefetchLayout prefetch_layout(int64_t layer, int n) const;
   int64_t prefetch_piece(const PrefetchLayout& layout, const int32_t* experts, int64_t piece) const;  // its bytes
   const model::ModelWeights& weights_;
-  int64_t hidden_, ff_, max_experts_;
+  int64_t hidden_, ff_, most_pairs_, most_rows_;
   SpinPool pool_;
-  q8twin::RoundedBuffer gate_x_, up_x_;   // x rounded for the gate (and up, when its type differs)
-  std::vector<q8twin::RoundedBuffer> down_x_;  // per expert: its SwiGLU rounded for the down weights
-  std::vector<float> gu_;                 // [n][gate ff | up ff]
-  std::vector<std::atomic<int>> gate_up_left_, down_ready_;  // per expert of a compute()
+  // Per row: x rounded for the gate (and up, when its type differs) weights.
+  std::vector<q8twin::RoundedBuffer> gate_x_, up_x_;
+  std::vector<q8twin::RoundedBuffer> down_x_;  // per pair: its SwiGLU rounded for the down weights
+  std::vector<float> gu_;                      // [pairs][gate ff | up ff]
+  std::vector<int32_t> pair_expert_, pair_row_, used_rows_;  // a compute()'s pairs and rows
+  std::vector<std::atomic<int>> row_ready_, gate_up_left_, down_ready_;  // per row and per pair of a compute()
 };
 
 }  // namespace lode::cpu

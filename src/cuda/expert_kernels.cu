@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "cuda/kernel_math.cuh"
 
 namespace lode::cuda::kernels {
@@ -94,6 +96,7 @@ __global__ void __launch_bounds__(kMissThreads)
     if (cpu) {
       const int i = in_hint ? rank : hinted + __popc(other_mask & below);
       link.box->expert[i] = expert;
+      link.box->rows[i] = 1;  // (the step's one row)
       link.pending[1 + i] = lane;
       ids[lane] = -1;
       ids[k + lane] = -1;
@@ -109,6 +112,99 @@ __global__ void __launch_bounds__(kMissThreads)
   __syncthreads();
   if (count == 0) return;
   for (int c = threadIdx.x; c < link.hidden; c += blockDim.x) link.x[c] = x[c];
+  __threadfence_system();  // the request's contents reach the host before its number
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t number = *link.sequence + 1;
+    *link.sequence = number;
+    link.clock[0] = global_ns();
+    *reinterpret_cast<volatile uint32_t*>(&link.box->request) = number;
+  }
+}
+
+// One block: each absent expert's rows (shared atomics over the pairs), then warp 0 chooses the
+// CPU's experts, and the block writes where each pair's output goes, takes the chosen experts out of
+// the groups, copies the rows they read into the mailbox and posts the request.
+constexpr int kMaxRoutedExperts = 512;  // (router_topk's most)
+__global__ void __launch_bounds__(kMissThreads)
+    miss_dispatch_rows_kernel(MissLink link, const int32_t* ids, int rows, int k, const uint8_t* resident, int layer,
+                              const float* x, int n_experts, ExpertGroup* groups, int n_groups) {
+  __shared__ unsigned long long rows_of[kMaxRoutedExperts];  // absent expert e: bit r for each row r that chose it
+  __shared__ int8_t taken[kMaxRoutedExperts];               // the CPU's expert e: 1 + its place in the request
+  __shared__ int first_pair[kMaxMissExperts];                // the request's expert i: its first pair's place
+  __shared__ int count;
+  __shared__ unsigned long long read_rows;  // the rows the CPU's experts read
+  const int pairs = rows * k;
+  for (int e = threadIdx.x; e < n_experts; e += blockDim.x) rows_of[e] = 0, taken[e] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int32_t e = ids[p];
+    if (unsigned(e) < unsigned(n_experts) && !resident[e]) atomicOr(&rows_of[e], 1ull << (p / k));
+  }
+  __syncthreads();
+  if (threadIdx.x < kWarp) {
+    const int lane = int(threadIdx.x);
+    int absent = 0;
+    for (int e = lane; e < n_experts; e += kWarp) absent += rows_of[e] != 0;
+    for (int o = kWarp / 2; o > 0; o /= 2) absent += __shfl_xor_sync(0xffffffffu, absent, o);
+    const int share = link.share[min(absent, kMaxMissExperts)];
+    int n = 0, used = 0;  // the experts taken so far, and their pairs
+    unsigned long long union_rows = 0;
+    // The experts one row chose first (the CPU computes a pair where the GPU reads an expert once
+    // for all its rows), then the others, in expert order; the candidates a lane group takes are a
+    // prefix of them (both bounds grow along the lanes).
+    for (int pass = 0; pass < 2; ++pass)
+      for (int c = 0; c < n_experts && n < share; c += kWarp) {
+        const int e = c + lane;
+        const unsigned long long m = e < n_experts ? rows_of[e] : 0;
+        const int r = __popcll(m);
+        const bool candidate = r > 0 && (pass == 0) == (r == 1);
+        int before = candidate, before_pairs = candidate ? r : 0;  // inclusive prefix sums
+        for (int o = 1; o < kWarp; o *= 2) {
+          const int a = __shfl_up_sync(0xffffffffu, before, o), b = __shfl_up_sync(0xffffffffu, before_pairs, o);
+          if (lane >= o) before += a, before_pairs += b;
+        }
+        const bool take = candidate && n + before <= share && used + before_pairs <= kMaxMissPairs;
+        if (take) {
+          const int i = n + before - 1;
+          taken[e] = int8_t(1 + i);
+          first_pair[i] = used + before_pairs - r;
+          link.box->expert[i] = e;
+          link.box->rows[i] = m;
+        }
+        unsigned long long took_rows = take ? m : 0;
+        for (int o = kWarp / 2; o > 0; o /= 2) took_rows |= __shfl_xor_sync(0xffffffffu, took_rows, o);
+        union_rows |= took_rows;
+        const unsigned took = __ballot_sync(0xffffffffu, take);
+        if (took) {
+          const int last = 31 - __clz(took);
+          n += __shfl_sync(0xffffffffu, before, last), used += __shfl_sync(0xffffffffu, before_pairs, last);
+        }
+      }
+    if (lane == 0) {
+      count = n, read_rows = union_rows;
+      link.pending[0] = used;
+      link.box->layer = layer;
+      link.box->count = n;
+      link.box->hinted = 0;
+    }
+  }
+  __syncthreads();
+  if (count == 0) return;
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    const int32_t e = ids[p];
+    if (unsigned(e) >= unsigned(n_experts) || !taken[e]) continue;
+    const int row = p / k;
+    link.pending[1 + first_pair[taken[e] - 1] + __popcll(rows_of[e] & ((1ull << row) - 1))] = p;
+  }
+  for (int g = threadIdx.x; g < n_groups; g += blockDim.x) {
+    const int32_t e = groups[g].id;
+    if (unsigned(e) < unsigned(n_experts) && taken[e]) groups[g].id = -1;
+  }
+  const int per_row = link.hidden / 4;
+  for (int i = threadIdx.x; i < rows * per_row; i += blockDim.x)
+    if (read_rows >> (i / per_row) & 1)
+      reinterpret_cast<float4*>(link.x)[i] = reinterpret_cast<const float4*>(x)[i];
   __threadfence_system();  // the request's contents reach the host before its number
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -205,6 +301,17 @@ const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8
   return launched();
 }
 
+const char* miss_dispatch_rows(const MissLink& link, const int32_t* ids, int rows, int k, const uint8_t* resident,
+                               int layer, const float* x, int n_experts, ExpertGroup* groups, int n_groups,
+                               void* stream) {
+  if (rows > kMaxMissRows) return "the CPU miss path serves steps of at most 64 rows";
+  if (n_experts > kMaxRoutedExperts) return "the CPU miss path serves models of at most 512 experts a layer";
+  if (link.hidden % 4 != 0) return "the CPU miss path moves hidden states of a multiple of 4 values";
+  miss_dispatch_rows_kernel<<<1, kMissThreads, 0, as_stream(stream)>>>(link, ids, rows, k, resident, layer, x,
+                                                                       n_experts, groups, n_groups);
+  return launched();
+}
+
 const char* miss_hint(const MissLink& link, const int32_t* predicted, int k, const uint8_t* resident, int layer,
                       void* stream) {
   if (k > 32) return "the CPU miss path routes at most 32 experts per token";
@@ -212,9 +319,9 @@ const char* miss_hint(const MissLink& link, const int32_t* predicted, int k, con
   return launched();
 }
 
-const char* miss_gather(const MissLink& link, float* y, int k, uint64_t timeout_ns, void* stream) {
+const char* miss_gather(const MissLink& link, float* y, int pairs, uint64_t timeout_ns, void* stream) {
   if (link.hidden % 4 != 0) return "the CPU miss path moves hidden states of a multiple of 4 values";
-  const unsigned blocks = blocks_for(int64_t(k) * link.hidden / 4, kMissThreads);
+  const unsigned blocks = blocks_for(int64_t(std::min(pairs, kMaxMissPairs)) * link.hidden / 4, kMissThreads);
   miss_gather_kernel<<<blocks, kMissThreads, 0, as_stream(stream)>>>(link, y, timeout_ns);
   return launched();
 }

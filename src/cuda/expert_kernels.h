@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 
+#include "cuda/matvec_launch.h"
+
 namespace lode::cuda::kernels {
 
 struct ExpertEntry {
@@ -25,32 +27,36 @@ const char* set_experts(const void** tables, uint8_t* flags, int64_t n_experts, 
                         void* stream);
 
 // The CPU miss path's mailbox, in pinned host memory mapped into the device: a decode step's
-// dispatch kernel writes a request (the layer, the experts the CPU computes, the MoE input) and
-// its sequence number; the host answers with the experts' outputs and the same number in `done`.
-// Before that, at the start of each layer, the hint kernel posts the experts the CPU will likely
-// compute (routed from the layer's input, before its mixer), so that the host can read their bytes
-// into its caches while the GPU runs the mixer.
-constexpr int kMaxMissExperts = 32;
+// dispatch kernel writes a request (the layer, the experts the CPU computes and the rows of the
+// step that chose each, the rows' MoE inputs) and its sequence number; the host answers with the
+// (expert, row) pairs' outputs, expert after expert and each one's rows ascending, and the same
+// number in `done`. Before that, at the start of each layer of a one-token step, the hint kernel
+// posts the experts the CPU will likely compute (routed from the layer's input, before its mixer),
+// so that the host can read their bytes into its caches while the GPU runs the mixer.
+constexpr int kMaxMissExperts = 32;  // experts a request may hold
+constexpr int kMaxMissRows = 64;     // rows of a step the CPU miss path serves (a bit each in `rows`)
+constexpr int kMaxMissPairs = 64;    // (expert, row) pairs a request may hold
 struct MissMailbox {
   uint32_t request = 0, done = 0;  // sequence numbers (accessed as volatile / atomic)
   uint32_t timed_out = 0;          // set by the gather kernel when the host did not answer
   int32_t layer = 0, count = 0;
   int32_t hinted = 0;              // of the request's experts, how many were hinted (they lead)
   int32_t expert[kMaxMissExperts] = {};
+  uint64_t rows[kMaxMissExperts] = {};  // expert i's rows: bit r, row r of the step
   uint32_t hint = 0;               // the hint's sequence number
   int32_t hint_layer = 0, hint_count = 0;
   int32_t hint_expert[kMaxMissExperts] = {};
 };
 
-// What the kernels need: the mailbox and its x [hidden] and y [kMaxMissExperts][hidden] (device
-// addresses of the mapped memory), and device memory of their own.
+// What the kernels need: the mailbox and its x [kMaxMissRows][hidden] and y [kMaxMissPairs][hidden]
+// (device addresses of the mapped memory), and device memory of their own.
 struct MissLink {
   MissMailbox* box = nullptr;
   float* x = nullptr;
   const float* y = nullptr;
   uint32_t* sequence = nullptr;  // the last request's number
-  int32_t* pending = nullptr;    // [1 + kMaxMissExperts]: this layer's CPU experts, then their positions
-  const int32_t* share = nullptr;  // [k + 1]: of m absent experts, how many the CPU computes
+  int32_t* pending = nullptr;    // [1 + kMaxMissPairs]: this layer's CPU pairs, then where each one's output goes
+  const int32_t* share = nullptr;  // [1 + kMaxMissExperts]: of m absent experts, how many the CPU computes
   uint32_t* hint_sequence = nullptr;  // the last hint's number
   int32_t* hinted = nullptr;  // [2][1 + kMaxMissExperts]: by the layer's parity, its hint's count and experts
   // [3] ns: the last request's time; the sums over requests of the time from each request to its
@@ -90,11 +96,21 @@ struct MissStage {
 const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8_t* resident, int layer,
                           const float* x, const void* const* table, int n_experts, const MissStage& stage,
                           void* stream);
+// A step of several rows (rows, at most kMaxMissRows; ids [rows k]: row r's experts at r k, as
+// moe_route_window writes them), after kernels::expert_groups: of the distinct experts the rows
+// chose that are absent from VRAM, the CPU takes as many as link.share gives it of that many
+// (those of one row first, at most kMaxMissPairs pairs in all); their groups get id -1 (the grouped
+// products skip them), the rows they read go to the mailbox (x [rows][hidden]), and the request is
+// posted. Each pair's output goes to y at its pair's place (r k + slot), by miss_gather.
+const char* miss_dispatch_rows(const MissLink& link, const int32_t* ids, int rows, int k, const uint8_t* resident,
+                               int layer, const float* x, int n_experts, ExpertGroup* groups, int n_groups,
+                               void* stream);
 // Copies the experts miss_dispatch listed from their host bytes (table) into the stage.
 const char* miss_stage(const MissStage& stage, const int32_t* ids, int k, const void* const* table, int n_experts,
                        void* stream);
 // Before the expert sum: waits for the host's answer (at most `timeout_ns`, then marks the mailbox
-// timed out) and copies its outputs into y [k][hidden] at their positions (hidden a multiple of 4).
-const char* miss_gather(const MissLink& link, float* y, int k, uint64_t timeout_ns, void* stream);
+// timed out) and copies its outputs into y [pairs][hidden] at their places (hidden a multiple of 4;
+// `pairs`: the step's, which bounds the request's).
+const char* miss_gather(const MissLink& link, float* y, int pairs, uint64_t timeout_ns, void* stream);
 
 }  // namespace lode::cuda::kernels

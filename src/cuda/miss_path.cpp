@@ -21,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 
 // The device words' layout inside the decode scratch's kMissPathScratch bytes.
 constexpr size_t kSequenceAt = 0, kHintSequenceAt = 4, kPendingAt = 16,
-                 kSharesAt = kPendingAt + 4 * (1 + kernels::kMaxMissExperts),
+                 kSharesAt = kPendingAt + 4 * (1 + kernels::kMaxMissPairs),
                  kHintedAt = kSharesAt + 4 * (1 + kernels::kMaxMissExperts),
                  kProbeSinkAt = kHintedAt + 2 * 4 * (1 + kernels::kMaxMissExperts), kClockAt = kProbeSinkAt + 8;
 static_assert(kClockAt + 3 * 8 <= plan::kMissPathScratch && kClockAt % 8 == 0);
@@ -38,13 +38,14 @@ size_t aligned(size_t n) { return (n + 255) / 256 * 256; }
 }  // namespace
 
 MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void* device_words, void* stream)
-    : weights_(weights), host_(weights, server_threads()) {
+    : weights_(weights), host_(weights, server_threads(), kernels::kMaxMissPairs, kernels::kMaxMissRows) {
   const model::Qwen35MoeConfig& c = weights.config;
   if (c.n_experts_used > kernels::kMaxMissExperts)
     fail("the CPU miss path routes at most {} experts per token; this model routes {} (use --miss-path gpu)",
          kernels::kMaxMissExperts, c.n_experts_used);
-  const size_t x_at = aligned(sizeof(kernels::MissMailbox)), y_at = x_at + aligned(size_t(c.hidden) * 4);
-  const size_t bytes = y_at + size_t(kernels::kMaxMissExperts * c.hidden) * 4;
+  const size_t x_at = aligned(sizeof(kernels::MissMailbox));
+  const size_t y_at = x_at + aligned(size_t(kernels::kMaxMissRows * c.hidden) * 4);
+  const size_t bytes = y_at + size_t(kernels::kMaxMissPairs * c.hidden) * 4;
   void* mailbox = nullptr;
   check_cuda(cudaHostAlloc(&mailbox, bytes, cudaHostAllocMapped), "the CPU miss path's mailbox (pinned memory)");
   std::memset(mailbox, 0, bytes);
@@ -70,7 +71,7 @@ MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void
   size_t all_bytes = 0;
   for (const plan::ExpertBytes& b : plan::expert_bytes(weights)) all_bytes += b.total();
   costs_.gpu_expert_us = double(all_bytes) / double(weights.layers.size()) / (probe_gbps_ * 1e3);
-  split_ = std::make_unique<plan::MissSplit>(path, int(c.n_experts_used), costs_);
+  split_ = std::make_unique<plan::MissSplit>(path, int(c.n_experts_used), costs_, kernels::kMaxMissExperts);
   upload_shares(stream);
   check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "the CPU miss path's split");
   server_ = std::make_unique<MissServer>(weights, host_, *box_, x_, y_);
@@ -137,7 +138,7 @@ void MissPath::after_step(double step_seconds, void* stream) {
          "--miss-path gpu to read absent experts over PCIe only",
          layer, kTimeoutNs / 1'000'000'000);
   }
-  if (split_->observe_step(step_seconds)) upload_shares(stream);
+  if (step_seconds >= 0 && split_->observe_step(step_seconds)) upload_shares(stream);
 }
 
 MissStats MissPath::stats() const {
@@ -156,8 +157,8 @@ MissStats MissPath::stats() const {
 
 std::string MissPath::describe() const {
   std::string shares;
-  for (int32_t s : split_->shares()) shares += fmt::format("{}{}", shares.empty() ? "" : " ", s);
-  const size_t k = split_->shares().size() - 1;
+  const size_t k = size_t(weights_.config.n_experts_used);  // (a token's; steps of several rows read further)
+  for (size_t m = 0; m <= k; ++m) shares += fmt::format("{}{}", m ? " " : "", split_->shares()[m]);
   return fmt::format("CPU miss path: {} threads; a request {:.0f} us + {:.0f} us per expert on the CPU ({} again {:.0f} "
                      "us; read ahead in {:.0f} us, then {:.0f} us), {:.0f} us per expert over PCIe ({:.1f} GB/s mapped "
                      "reads); of 0..{} absent experts the CPU takes {}",

@@ -55,7 +55,8 @@ class MissPath {
   const kernels::MissLink& link() const { return link_; }
   // After each decode step, its stream idle: fails clearly when the host did not answer a request
   // in time (once the host has answered the step's last request, the next step may use the
-  // mailbox again); feeds the step's time to the split and uploads a changed table on `stream`.
+  // mailbox again); feeds the step's time (negative: none, a step of several rows) to the split
+  // and uploads a changed table on `stream`.
   void after_step(double step_seconds, void* stream);
   MissStats stats() const;
   // One line for the run log: threads, measured costs, the split.

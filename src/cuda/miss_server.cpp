@@ -1,6 +1,7 @@
 #include "cuda/miss_server.h"
 
 #include <algorithm>
+#include <bit>
 
 #include "cpu/spin_pool.h"
 
@@ -39,6 +40,7 @@ bool MissServer::caught_up(std::chrono::nanoseconds timeout) const {
 MissServerCounts MissServer::counts() const {
   return {.requests = requests_.load(),
           .experts = experts_.load(),
+          .pairs = pairs_.load(),
           .hinted_experts = hinted_experts_.load(),
           .expert_bytes = expert_bytes_.load(),
           .read_ahead_bytes = read_ahead_bytes_.load(),
@@ -77,13 +79,17 @@ void MissServer::answer(uint32_t number, int32_t* experts) {
   const int n = std::clamp(std::atomic_ref<int32_t>(box_.count).load(std::memory_order_acquire), 0,
                            int32_t(kernels::kMaxMissExperts));
   const int hinted = std::clamp(std::atomic_ref<int32_t>(box_.hinted).load(std::memory_order_acquire), 0, n);
+  uint64_t rows[kernels::kMaxMissExperts];
   std::copy_n(box_.expert, n, experts);
+  std::copy_n(box_.rows, n, rows);
   answered_layer_ = layer;
   const auto start = Clock::now();
-  host_.compute(layer, experts, n, x_, y_);
+  host_.compute(layer, experts, rows, n, x_, y_);
   std::atomic_ref<uint32_t>(box_.done).store(number, std::memory_order_release);
   cpu_ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
-  requests_ += 1, experts_ += uint64_t(n), hinted_experts_ += uint64_t(hinted);
+  int64_t pairs = 0;
+  for (int i = 0; i < n; ++i) pairs += std::popcount(rows[i]);
+  requests_ += 1, experts_ += uint64_t(n), pairs_ += uint64_t(pairs), hinted_experts_ += uint64_t(hinted);
   expert_bytes_ += uint64_t(n) * bytes_[size_t(layer)].total();
 }
 

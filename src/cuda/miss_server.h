@@ -1,7 +1,7 @@
 // The host's end of the CPU miss path (cuda/miss_path.h): a thread that answers each request a
 // decode step's dispatch kernel posts in the mailbox (kernels::MissMailbox: the layer, the experts
-// the CPU computes, the MoE input x) with the experts' outputs in y and the request's number in
-// `done`, and between requests reads into its caches the experts a hint names. Host code on plain
+// the CPU computes and their rows, the rows' MoE inputs x) with the (expert, row) pairs' outputs in
+// y and the request's number in `done`, and between requests reads into its caches the experts a hint names. Host code on plain
 // memory, no CUDA calls: MissPath gives it the mailbox mapped into the device, tests memory of
 // their own.
 #pragma once
@@ -22,6 +22,7 @@ namespace lode::cuda {
 struct MissServerCounts {
   uint64_t requests = 0;          // requests answered
   uint64_t experts = 0;           // experts computed
+  uint64_t pairs = 0;             // (expert, row) pairs computed (an expert with each row that chose it)
   uint64_t hinted_experts = 0;    // of them, those a hint had named (read ahead while the mixer ran)
   uint64_t expert_bytes = 0;      // their bytes
   uint64_t read_ahead_bytes = 0;  // expert bytes read into the caches on hints
@@ -30,8 +31,8 @@ struct MissServerCounts {
 
 class MissServer {
  public:
-  // Starts the thread. `host` computes the experts; x [hidden] and y [kMaxMissExperts][hidden] are
-  // the mailbox's. All must outlive the server.
+  // Starts the thread. `host` computes the experts (HostExperts made for kMaxMissPairs pairs over
+  // kMaxMissRows rows); x [kMaxMissRows][hidden] and y [kMaxMissPairs][hidden] are the mailbox's. All must outlive the server.
   MissServer(const model::ModelWeights& weights, cpu::HostExperts& host, kernels::MissMailbox& box, const float* x,
              float* y);
   ~MissServer();  // stops the thread
@@ -56,7 +57,7 @@ class MissServer {
   const float* x_;
   float* y_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> requests_{0}, experts_{0}, hinted_experts_{0}, expert_bytes_{0}, read_ahead_bytes_{0}, cpu_ns_{0};
+  std::atomic<uint64_t> requests_{0}, experts_{0}, pairs_{0}, hinted_experts_{0}, expert_bytes_{0}, read_ahead_bytes_{0}, cpu_ns_{0};
   int64_t answered_layer_ = -1;  // the last request's layer (the server thread's)
   std::thread thread_;           // (last: started once the rest is set)
 };

@@ -701,19 +701,23 @@ struct CudaSession::Impl {
     }
     // Some absent experts go to the CPU (their ids become -1, which the products skip); the hinted
     // first. The GPU's own absent ones are staged into VRAM, and the products read the chosen
-    // experts through the stage's table. (A window's steps read every absent expert over PCIe:
-    // the CPU miss path serves one-token steps.)
-    const bool cpu_misses = miss && window == 1 && layer < int64_t(layers.size());  // not the MTP block's
-    const kernels::MissStage stage = cpu_misses ? stages[size_t(layer)] : kernels::MissStage{};
-    const void* const* table = cpu_misses ? tier->table(layer) : nullptr;
-    if (cpu_misses)
+    // experts through the stage's table. (A step of several rows gives the CPU its experts once
+    // its rows are grouped by expert, in experts_by_group; the GPU reads its own absent ones over
+    // PCIe once a group.)
+    const bool grouped = window > 1 && by_expert(d);
+    const bool cpu_misses = miss && layer < int64_t(layers.size()) &&  // not the MTP block's
+                            (window == 1 || (grouped && window <= kernels::kMaxMissRows));
+    const bool token_misses = cpu_misses && window == 1;
+    const kernels::MissStage stage = token_misses ? stages[size_t(layer)] : kernels::MissStage{};
+    const void* const* table = token_misses ? tier->table(layer) : nullptr;
+    if (token_misses)
       launch(kMissDispatch, [&] {
         return kernels::miss_dispatch(miss->link(), ids, int(k), d.tally.resident, int(layer), normed, table,
                                       int(c.n_experts), stage, stream);
       });
     // The next layer's hint, from h after this layer's mixer, while the host computes this layer's
     // request and the GPU its share: the host reads ahead once it has answered.
-    if (cpu_misses && hints() && layer + 1 < int64_t(layers.size())) hint_misses(layers[size_t(layer + 1)], layer + 1);
+    if (token_misses && hints() && layer + 1 < int64_t(layers.size())) hint_misses(layers[size_t(layer + 1)], layer + 1);
     if (stage.table)
       launch(kMissStage,
              [&] { return kernels::miss_stage(stage, ids, int(k), table, int(c.n_experts), stream); });
@@ -722,14 +726,14 @@ struct CudaSession::Impl {
       return stage.table ? DeviceExperts{e.type, stage.table + at, e.rows, e.cols, e.row_bytes} : e;
     };
     const int32_t* which = stage.table ? stage.ids : ids;
-    if (window > 1 && by_expert(d)) {
-      experts_by_group(d);
+    if (grouped) {
+      experts_by_group(d, cpu_misses ? layer : -1);
     } else {
       routed_experts(d, which, through_stage);
     }
     if (cpu_misses)
       launch(kMissGather,
-             [&] { return kernels::miss_gather(miss->link(), y, int(k), MissPath::kTimeoutNs, stream); });
+             [&] { return kernels::miss_gather(miss->link(), y, int(window * k), MissPath::kTimeoutNs, stream); });
     mark(Phase::experts);
     if (beside) {
       check_cuda(cudaStreamWaitEvent(stream, join), "joining the shared expert");
@@ -770,15 +774,20 @@ struct CudaSession::Impl {
 
   // The step's rows' routed experts by expert: the (row, slot) pairs grouped by expert
   // (kernels::expert_groups), then gate and up (one launch where they share a table) and down over
-  // the groups, every pair's products the bits of its own problem. (No CPU miss path here: it
-  // serves one-token steps.)
-  void experts_by_group(const DeviceLayer& d) {
+  // the groups, every pair's products the bits of its own problem. With `cpu_layer` (not -1) the
+  // CPU miss path takes some absent experts with all their rows first (their groups emptied).
+  void experts_by_group(const DeviceLayer& d, int64_t cpu_layer) {
     const model::Qwen35MoeConfig& c = config;
     const int64_t k = c.n_experts_used, ff = c.expert_ff, n = window * k;
     // (An expert has at most one pair a row: a group holds at most the step's rows.)
     const int32_t most = int32_t(std::min<int64_t>(window, group_cap()));
     launch("expert groups",
            [&] { return kernels::expert_groups(ids, int(n), int(c.n_experts), most, expert_groups, stream); });
+    if (cpu_layer >= 0)
+      launch(kMissDispatch, [&] {
+        return kernels::miss_dispatch_rows(miss->link(), ids, window, int(k), d.tally.resident, int(cpu_layer), normed,
+                                           int(c.n_experts), expert_groups, int(n), stream);
+      });
     MatvecInput in = input();
     in.groups = expert_groups, in.x_run = int32_t(k), in.group_inputs = most;
     float* u = g + n * ff;
@@ -1078,8 +1087,10 @@ struct CudaSession::Impl {
     } else {
       for (int64_t q : sequences) places[size_t(q)].position += 1, places[size_t(q)].window_start = -1;
     }
-    if (miss && n == 1)
-      miss->after_step(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), stream);
+    // (The split follows one-token steps' times only.)
+    if (miss)
+      miss->after_step(n == 1 ? std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() : -1,
+                       stream);
     tier->between_steps(stream);
   }
 

@@ -18,14 +18,14 @@ const char* to_string(MissPath path) {
   return "?";
 }
 
-MissSplit::MissSplit(MissPath path, int k, MissCosts costs)
-    : path_(path), k_(k), costs_(costs), shares_(table(1.0)) {}
+MissSplit::MissSplit(MissPath path, int k, MissCosts costs, int most)
+    : path_(path), most_(std::max(k, most)), costs_(costs), shares_(table(1.0)) {}
 
 // For each m, the CPU's share that finishes the layer's misses soonest: the slower of the CPU's
 // request (if it has any) and the GPU's reads of the rest, the CPU's cost times `weight`.
 std::vector<int32_t> MissSplit::table(double weight) const {
-  std::vector<int32_t> shares(size_t(k_ + 1), 0);
-  for (int m = 0; m <= k_; ++m) {
+  std::vector<int32_t> shares(size_t(most_ + 1), 0);
+  for (int m = 0; m <= most_; ++m) {
     if (path_ == MissPath::cpu) shares[size_t(m)] = m;
     if (path_ != MissPath::automatic) continue;
     double best = -1;

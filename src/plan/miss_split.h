@@ -22,10 +22,11 @@ struct MissCosts {
 
 class MissSplit {
  public:
-  // k: experts routed per token. MissPath::cpu gives the CPU every absent expert; automatic splits
-  // by the costs and tunes; gpu gives the CPU none.
-  MissSplit(MissPath path, int k, MissCosts costs);
-  // [k + 1]: of m absent experts, how many the CPU computes.
+  // k: experts routed per token; most: the most absent experts a layer of a step may have (a step
+  // of several rows has up to k a row; at least k). MissPath::cpu gives the CPU every absent
+  // expert; automatic splits by the costs and tunes; gpu gives the CPU none.
+  MissSplit(MissPath path, int k, MissCosts costs, int most = 0);
+  // [most + 1]: of m absent experts, how many the CPU computes.
   const std::vector<int32_t>& shares() const { return shares_; }
   // A decode step's wall time; true when the table changed (the session uploads it).
   bool observe_step(double seconds);
@@ -37,7 +38,7 @@ class MissSplit {
   std::vector<int32_t> table(double weight) const;
   void start_trial();
   MissPath path_;
-  int k_;
+  int most_;
   MissCosts costs_;
   // The tuning alternates windows: one at the accepted weight (refreshing its time), then trials of
   // a weight one step away (the first that changes the table), in `direction_` while they win.

@@ -44,7 +44,7 @@ int top_candidate_slices(int64_t vocab);
 // several sequences), offsets in
 // bytes; the sizes below are one row's, a buffer of rows holds that many one after another (the
 // expert ids: kernels::moe_route_window's [2][rows][k]). The CPU miss path's hint and stage serve
-// one-token steps only.
+// one-token steps only (a step of several rows gives the CPU its experts by expert group).
 
 struct DecodeScratch {
   // A step's inputs, one after another (one copy from the host writes them): each row's sequence
