@@ -10,6 +10,9 @@
 #   bench/cuda/issue_runs.sh floors    # lode bench on the 35B synth: the issues' floors, one file each
 #   bench/cuda/issue_runs.sh prompts   # where a prompt of 256 tokens and passes of 4 and 8 of them go
 #   bench/cuda/issue_runs.sh groupcode # the group and lm-head kernels' executed instructions, line by line
+#   bench/cuda/issue_runs.sh tier      # the expert tier's steps of several rows: their GPU tests, then
+#       windows under 12 GiB and steps of sequences under 16 GiB (BEFORE=path/to/another/lode: the
+#       same runs with it, alternating; ROUNDS=2 rounds)
 #   bench/cuda/issue_runs.sh served    # lode serve + tools/load at 1 to 64 streams, --prompt-tokens 0 and 1024
 #   bench/cuda/issue_runs.sh stress    # long prompts arriving, 10% disconnects, a 16 GiB budget
 #
@@ -62,6 +65,27 @@ floors() {
     timeout 90 build/lode run -m "$m35" --backend cuda -p "The ls command" --temp $temp -n 256 --ignore-eos 2>&1 |
       grep -iE "tok/s" | sed "s/^/35B --temp $temp: /"
   done | tee -a "$out/mini_mtp.txt"
+}
+
+# The CPU miss path in steps of several rows (docs/EXPERTS.md, "In a step of several rows"): the
+# tests that compare such steps under a budget, each miss path, with one-token steps in VRAM; then
+# verify windows under 12 GiB (issue 19: a window of 2 at most 1.15 one-token steps) and steps of
+# 4 and 16 sequences under 16 GiB (issue 18), with BEFORE's build beside them when given.
+tier() {
+  synth_35b
+  LODE_REQUIRE_GPU=1 timeout 200 build/lode_tests \
+    --gtest_filter='CudaWindow.*:CudaRows.*:CudaExperts.*:CudaMtp.*:MissServer.*:HostExperts.*:MissSplit.*' \
+    >"$out/tier_tests.txt" 2>&1
+  grep -E "^\[  (PASSED|FAILED) |tests? ran|^\[  FAILED  \]" "$out/tier_tests.txt"
+  local build
+  for round in $(seq "${ROUNDS:-2}"); do
+    for build in build/lode ${BEFORE:-}; do
+      timeout 120 $build bench -m "$m35" --kv fp16 --ctx 4096 -p 256 -n 32 -r 2 --window 2,4 --vram-budget 12288 2>&1 |
+        grep -E "^tg|^window|rror" | sed "s|^|$build, round $round: |"
+      timeout 120 $build bench -m "$m35" --kv fp16 --ctx 4096 -p 256 -n 32 -r 2 --sequences 4,16 --vram-budget 16384 \
+        2>&1 | grep -E "^tg|sequences @|rror" | sed "s|^|$build, round $round: |"
+    done
+  done | tee "$out/tier.txt"
 }
 
 # Where a served prompt step goes: one prompt of 256 tokens, then passes of 4 and 8 of them
@@ -188,6 +212,6 @@ stress() {
 }
 
 case "${1:-}" in
-  suite | floors | prompts | groupcode | served | stress) "$1" ;;
-  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|prompts|groupcode|served|stress" >&2; exit 2 ;;
+  suite | floors | prompts | groupcode | tier | served | stress) "$1" ;;
+  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|prompts|groupcode|tier|served|stress" >&2; exit 2 ;;
 esac
