@@ -186,6 +186,15 @@ TEST(MissSplit, TuningKeepsWhatDecodesFaster) {
   for (int i = 0; i < 40 * MissSplit::kWindow; ++i) split.observe_step(step_time());
   EXPECT_GT(split.shares()[8], before);
   EXPECT_LT(split.cpu_weight(), 1.0);
+  // With the table going on past k (steps of several rows), every change of the table changes what
+  // one-token steps read (m <= k), whose times alone judge a trial.
+  MissSplit wide(lode::plan::MissPath::automatic, 8, {.cpu_request_us = 10, .cpu_expert_us = 40, .gpu_expert_us = 40}, 32);
+  for (int i = 0; i < 40 * MissSplit::kWindow; ++i) {
+    const std::vector<int32_t> shares = wide.shares();
+    if (wide.observe_step(1.0 - 0.01 * shares[8]))
+      ASSERT_FALSE(std::equal(shares.begin(), shares.begin() + 9, wide.shares().begin())) << "step " << i;
+  }
+  EXPECT_GT(wide.shares()[8], before);
   // Never changes for a fixed path.
   MissSplit fixed(lode::plan::MissPath::cpu, 8, {});
   for (int i = 0; i < 4 * MissSplit::kWindow; ++i) EXPECT_FALSE(fixed.observe_step(1.0));

@@ -130,6 +130,7 @@ TEST(MissServer, AnswersEachExpertForEachOfItsRows) {
   EXPECT_EQ(pair, 8u);
   EXPECT_EQ(s.server.counts().pairs, 8u);
   EXPECT_EQ(s.server.counts().experts, 4u);
+  EXPECT_EQ(s.server.counts().pair_bytes, 2 * s.server.counts().expert_bytes);  // (4 experts, 8 pairs, one layer)
 }
 
 TEST(MissServer, ReadsAheadTheExpertsAHintNames) {

@@ -147,14 +147,17 @@ __global__ void __launch_bounds__(kMissThreads)
     int absent = 0;
     for (int e = lane; e < n_experts; e += kWarp) absent += rows_of[e] != 0;
     for (int o = kWarp / 2; o > 0; o /= 2) absent += __shfl_xor_sync(0xffffffffu, absent, o);
+    // The table's share counts experts of one row each; the CPU's work is a product a pair, so an
+    // expert of several rows spends one of the share a row.
     const int share = link.share[min(absent, kMaxMissExperts)];
+    const int budget = link.cpu_takes_all ? kMaxMissPairs : min(share, kMaxMissPairs);
     int n = 0, used = 0;  // the experts taken so far, and their pairs
     unsigned long long union_rows = 0;
     // The experts one row chose first (the CPU computes a pair where the GPU reads an expert once
     // for all its rows), then the others, in expert order; the candidates a lane group takes are a
     // prefix of them (both bounds grow along the lanes).
     for (int pass = 0; pass < 2; ++pass)
-      for (int c = 0; c < n_experts && n < share; c += kWarp) {
+      for (int c = 0; c < n_experts && n < kMaxMissExperts && used < budget; c += kWarp) {
         const int e = c + lane;
         const unsigned long long m = e < n_experts ? rows_of[e] : 0;
         const int r = __popcll(m);
@@ -164,7 +167,7 @@ __global__ void __launch_bounds__(kMissThreads)
           const int a = __shfl_up_sync(0xffffffffu, before, o), b = __shfl_up_sync(0xffffffffu, before_pairs, o);
           if (lane >= o) before += a, before_pairs += b;
         }
-        const bool take = candidate && n + before <= share && used + before_pairs <= kMaxMissPairs;
+        const bool take = candidate && n + before <= kMaxMissExperts && used + before_pairs <= budget;
         if (take) {
           const int i = n + before - 1;
           taken[e] = int8_t(1 + i);

@@ -63,6 +63,7 @@ struct MissLink {
   // gather (the GPU's own share) and of the gather's wait for the host's answer.
   uint64_t* clock = nullptr;
   int hidden = 0;
+  bool cpu_takes_all = false;  // --miss-path cpu: a step of several rows gives the CPU all the pairs it holds
 };
 
 // Before `layer`'s router, from k experts routed for it from an earlier h (predicted ids [k], as
@@ -97,9 +98,10 @@ const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8
                           const float* x, const void* const* table, int n_experts, const MissStage& stage,
                           void* stream);
 // A step of several rows (rows, at most kMaxMissRows; ids [rows k]: row r's experts at r k, as
-// moe_route_window writes them), after kernels::expert_groups: of the distinct experts the rows
-// chose that are absent from VRAM, the CPU takes as many as link.share gives it of that many
-// (those of one row first, at most kMaxMissPairs pairs in all); their groups get id -1 (the grouped
+// moe_route_window writes them), after kernels::expert_groups: of the m distinct experts the rows
+// chose that are absent from VRAM, the CPU takes experts with link.share[m] (pairs, a product each)
+// of work (those of one row first; at most kMaxMissExperts experts and kMaxMissPairs pairs, all it
+// can hold with cpu_takes_all); their groups get id -1 (the grouped
 // products skip them), the rows they read go to the mailbox (x [rows][hidden]), and the request is
 // posted. Each pair's output goes to y at its pair's place (r k + slot), by miss_gather.
 const char* miss_dispatch_rows(const MissLink& link, const int32_t* ids, int rows, int k, const uint8_t* resident,

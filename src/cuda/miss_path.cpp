@@ -66,6 +66,7 @@ MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void
   link_.hinted = reinterpret_cast<int32_t*>(words + kHintedAt);
   link_.clock = reinterpret_cast<uint64_t*>(words + kClockAt);
   link_.hidden = int(c.hidden);
+  link_.cpu_takes_all = path == plan::MissPath::cpu;
   measure_costs();
   probe_gbps_ = measure_mapped_read_gbps(reinterpret_cast<unsigned*>(words + kProbeSinkAt), size_t(64) << 20, 3);
   size_t all_bytes = 0;
@@ -151,6 +152,7 @@ MissStats MissPath::stats() const {
           .experts = c.experts,
           .hinted_experts = c.hinted_experts,
           .expert_bytes = c.expert_bytes,
+          .pair_bytes = c.pair_bytes,
           .read_ahead_bytes = c.read_ahead_bytes,
           .cpu_seconds = c.cpu_seconds};
 }

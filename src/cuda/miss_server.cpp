@@ -43,6 +43,7 @@ MissServerCounts MissServer::counts() const {
           .pairs = pairs_.load(),
           .hinted_experts = hinted_experts_.load(),
           .expert_bytes = expert_bytes_.load(),
+          .pair_bytes = pair_bytes_.load(),
           .read_ahead_bytes = read_ahead_bytes_.load(),
           .cpu_seconds = double(cpu_ns_.load()) * 1e-9};
 }
@@ -91,6 +92,7 @@ void MissServer::answer(uint32_t number, int32_t* experts) {
   for (int i = 0; i < n; ++i) pairs += std::popcount(rows[i]);
   requests_ += 1, experts_ += uint64_t(n), pairs_ += uint64_t(pairs), hinted_experts_ += uint64_t(hinted);
   expert_bytes_ += uint64_t(n) * bytes_[size_t(layer)].total();
+  pair_bytes_ += uint64_t(pairs) * bytes_[size_t(layer)].total();
 }
 
 template <class Stop>

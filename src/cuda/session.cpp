@@ -1987,7 +1987,8 @@ ExpertStats CudaSession::expert_stats() const {
     stats.cpu_experts = m.experts, stats.cpu_hinted_experts = m.hinted_experts, stats.cpu_expert_bytes = m.expert_bytes,
     stats.cpu_read_ahead_bytes = m.read_ahead_bytes, stats.cpu_seconds = m.cpu_seconds;
     stats.gpu_share_seconds = m.gpu_share_seconds, stats.host_wait_seconds = m.host_wait_seconds;
-    stats.decode_miss_bytes -= std::min(stats.decode_miss_bytes, m.expert_bytes);
+    // (The misses count routings, a group's pairs each: the CPU's pairs are theirs.)
+    stats.decode_miss_bytes -= std::min(stats.decode_miss_bytes, m.pair_bytes);
   }
   return stats;
 }

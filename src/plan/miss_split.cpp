@@ -19,7 +19,7 @@ const char* to_string(MissPath path) {
 }
 
 MissSplit::MissSplit(MissPath path, int k, MissCosts costs, int most)
-    : path_(path), most_(std::max(k, most)), costs_(costs), shares_(table(1.0)) {}
+    : path_(path), k_(k), most_(std::max(k, most)), costs_(costs), shares_(table(1.0)) {}
 
 // For each m, the CPU's share that finishes the layer's misses soonest: the slower of the CPU's
 // request (if it has any) and the GPU's reads of the rest, the CPU's cost times `weight`.
@@ -38,15 +38,16 @@ std::vector<int32_t> MissSplit::table(double weight) const {
   return shares;
 }
 
-// The next weight from the accepted one in direction_ (then the other way) that changes the table;
-// none: stay at the accepted weight.
+// The next weight from the accepted one in direction_ (then the other way) that changes the table
+// where one-token steps read it (m <= k: the steps whose times the trial measures); none: stay at
+// the accepted weight.
 void MissSplit::start_trial() {
   const std::vector<int32_t> accepted = table(accepted_);
   for (int turn = 0; turn < 2; ++turn, direction_ = -direction_) {
     for (double w = accepted_;;) {
       w = std::clamp(direction_ > 0 ? w * kTuneStep : w / kTuneStep, kMinWeight, kMaxWeight);
       std::vector<int32_t> trial = table(w);
-      if (trial != accepted) {
+      if (!std::equal(trial.begin(), trial.begin() + k_ + 1, accepted.begin())) {
         weight_ = w, shares_ = std::move(trial), trying_ = true;
         return;
       }

@@ -38,7 +38,7 @@ class MissSplit {
   std::vector<int32_t> table(double weight) const;
   void start_trial();
   MissPath path_;
-  int most_;
+  int k_, most_;
   MissCosts costs_;
   // The tuning alternates windows: one at the accepted weight (refreshing its time), then trials of
   // a weight one step away (the first that changes the table), in `direction_` while they win.
