@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "cuda/forward_kernels.h"
 #include "cuda/kernel_math.cuh"
 
 namespace lode::cuda::kernels {
@@ -55,6 +56,19 @@ __global__ void miss_hint_kernel(MissLink link, const int32_t* predicted, int k,
   const uint32_t number = *link.hint_sequence + 1;
   *link.hint_sequence = number;
   *reinterpret_cast<volatile uint32_t*>(&link.box->hint) = number;
+}
+
+// The dispatch block's last step, once every thread has written its part of the request: the
+// request's number, after its contents.
+__device__ void post_request(const MissLink& link) {
+  __threadfence_system();  // the request's contents reach the host before its number
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t number = *link.sequence + 1;
+    *link.sequence = number;
+    link.clock[0] = global_ns();
+    *reinterpret_cast<volatile uint32_t*>(&link.box->request) = number;
+  }
 }
 
 // The stage's entries for the j-th chosen expert (miss_dispatch's, without the CPU's).
@@ -112,20 +126,12 @@ __global__ void __launch_bounds__(kMissThreads)
   __syncthreads();
   if (count == 0) return;
   for (int c = threadIdx.x; c < link.hidden; c += blockDim.x) link.x[c] = x[c];
-  __threadfence_system();  // the request's contents reach the host before its number
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint32_t number = *link.sequence + 1;
-    *link.sequence = number;
-    link.clock[0] = global_ns();
-    *reinterpret_cast<volatile uint32_t*>(&link.box->request) = number;
-  }
+  post_request(link);
 }
 
 // One block: each absent expert's rows (shared atomics over the pairs), then warp 0 chooses the
 // CPU's experts, and the block writes where each pair's output goes, takes the chosen experts out of
 // the groups, copies the rows they read into the mailbox and posts the request.
-constexpr int kMaxRoutedExperts = 512;  // (router_topk's most)
 __global__ void __launch_bounds__(kMissThreads)
     miss_dispatch_rows_kernel(MissLink link, const int32_t* ids, int rows, int k, const uint8_t* resident, int layer,
                               const float* x, int n_experts, ExpertGroup* groups, int n_groups) {
@@ -208,14 +214,7 @@ __global__ void __launch_bounds__(kMissThreads)
   for (int i = threadIdx.x; i < rows * per_row; i += blockDim.x)
     if (read_rows >> (i / per_row) & 1)
       reinterpret_cast<float4*>(link.x)[i] = reinterpret_cast<const float4*>(x)[i];
-  __threadfence_system();  // the request's contents reach the host before its number
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint32_t number = *link.sequence + 1;
-    *link.sequence = number;
-    link.clock[0] = global_ns();
-    *reinterpret_cast<volatile uint32_t*>(&link.box->request) = number;
-  }
+  post_request(link);
 }
 
 // Each block waits for the answer, then moves its share of the outputs with 16-byte loads over

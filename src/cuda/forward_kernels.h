@@ -118,6 +118,7 @@ const char* moe_route_window(const float* logits, int64_t logits_stride, int n_e
 // group; groups [pairs] (the most there can be), those after the last empty. One block; pairs at
 // most kMaxGroupPairs.
 constexpr int kMaxGroupPairs = 1024;
+constexpr int kMaxRoutedExperts = 512;  // experts a layer that the router and the expert groups take
 const char* expert_groups(const int32_t* ids, int pairs, int n_experts, int most, ExpertGroup* groups, void* stream);
 // Greedy sampling on the device: *token = the index of the largest of n logits (the lowest index
 // among equals), or -1 when a logit is NaN or +inf or all are -inf (where the host's sampler
