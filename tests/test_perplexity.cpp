@@ -1,7 +1,8 @@
 // engine::perplexity and `lode ppl` on a synthesized tiny model (random weights, the synth
 // byte-level vocabulary): the result equals a hand computation from whole-window logits, windows
 // are independent, the chunk size does not matter, --max-windows limits the work, bad input fails
-// clearly, and the command line prints the library's numbers.
+// clearly, and the command line prints the library's numbers; on the GPU (`--backend cuda`) the
+// command gives lode-mini's perplexity as the CPU engine does, within the GPU's float steps.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,8 @@
 #include "cpu/engine.h"
 #include "engine/perplexity.h"
 #include "model/synth.h"
+#include "support/gpu.h"
+#include "support/paths.h"
 #include "support/run_lode.h"
 #include "test_gguf_helpers.h"
 #include "tokenizer/tokenizer.h"
@@ -210,7 +213,7 @@ TEST_F(Perplexity, CliPrintsTheLibrarysNumbers) {
   ASSERT_GE(lib.windows, 3);
 
   const auto r = test::run_lode("ppl -m '" + model_path().string() + "' -f '" + (scratch / "in.txt").string() +
-                                    "' --ctx 32 --threads 1",
+                                    "' --ctx 32 --threads 1 --backend cpu",
                                 scratch.path());
   ASSERT_EQ(r.status, 0) << r.err;
   const std::regex line(R"(perplexity: ([0-9.]+) over (\d+) tokens in (\d+) windows of 32 \(mean NLL ([0-9.]+) nats/token, ([0-9.]+) bits/byte\))");
@@ -230,6 +233,55 @@ TEST_F(Perplexity, CliPrintsTheLibrarysNumbers) {
                                   scratch.path());
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.err.find("--ctx 1"), std::string::npos) << bad.err;
+}
+
+// `lode ppl`'s numbers from a line of its output: mean NLL and windows.
+struct PplLine {
+  double mean_nll = 0;
+  int64_t scored = 0, windows = 0;
+};
+PplLine parse_ppl(const std::string& out) {
+  const std::regex line(R"(perplexity: [0-9.]+ over (\d+) tokens in (\d+) windows of \d+ \(mean NLL ([0-9.]+) nats/token)");
+  std::smatch m;
+  if (!std::regex_search(out, m, line)) return {};
+  return {.mean_nll = std::stod(m[3]), .scored = std::stoll(m[1]), .windows = std::stoll(m[2])};
+}
+
+// Without a GPU, --backend cuda is refused, saying why, rather than run on the CPU.
+TEST_F(Perplexity, CliOnTheGpuWithoutOneFailsClearly) {
+  std::string why;
+  if (test::gpu_available(&why)) GTEST_SKIP() << "a GPU is here: Perplexity.CliOnTheGpuGivesTheCpusFigure runs it";
+  const test::TempDir scratch;
+  std::ofstream(scratch / "in.txt", std::ios::binary) << "The quick brown fox jumps over the lazy dog again and again.";
+  const auto r = test::run_lode("ppl -m '" + model_path().string() + "' -f '" + (scratch / "in.txt").string() +
+                                    "' --ctx 16 --backend cuda",
+                                scratch.path());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_TRUE(r.err.find("CUDA") != std::string::npos || r.err.find("GPU") != std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("perplexity:"), std::string::npos) << r.out;
+}
+
+// lode-mini over held-out text in windows of 256 on both engines. The GPU's prompt products run
+// in TF32 (a logit vector within about 2e-4 of the CPU's, tests/test_cuda_forward.cpp); a token's
+// NLL moves by about the error of its logits, so the mean over a thousand tokens within 0.01 nats
+// of the CPU's. A window that kept the one before it, or logits a position off, moves lode-mini's
+// mean by tenths of a nat or more.
+TEST_F(Perplexity, CliOnTheGpuGivesTheCpusFigure) {
+  LODE_REQUIRE_GPU();
+  const std::string args = "ppl -m '" + test::mini_model_path().string() + "' -f '" +
+                           (test::test_data() / "mini/heldout_sample.txt").string() +
+                           "' --ctx 256 --max-windows 4 --chunk 128 --backend ";
+  const test::TempDir scratch;
+  const auto cpu = test::run_lode(args + "cpu", scratch.path());
+  const auto gpu = test::run_lode(args + "cuda", scratch.path());
+  ASSERT_EQ(cpu.status, 0) << cpu.err;
+  ASSERT_EQ(gpu.status, 0) << gpu.err;
+  const PplLine want = parse_ppl(cpu.out), got = parse_ppl(gpu.out);
+  ASSERT_EQ(want.windows, 4) << cpu.out;
+  EXPECT_EQ(got.windows, want.windows) << gpu.out;
+  EXPECT_EQ(got.scored, want.scored) << gpu.out;
+  std::printf("[ cuda ] lode-mini mean NLL: GPU %.5f, CPU %.5f\n", got.mean_nll, want.mean_nll);
+  EXPECT_NEAR(got.mean_nll, want.mean_nll, 0.01);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// `lode ppl -m MODEL -f FILE [--ctx N] [--max-windows N] [--threads N] [--chunk N]`: perplexity of
-// the model over a text file on the CPU engine, in independent windows of --ctx tokens
-// (engine/perplexity.h has the definition). Progress per window on stderr; the result on stdout:
+// `lode ppl -m MODEL -f FILE [--ctx N] [--max-windows N] [--chunk N] [--backend cpu|cuda]`:
+// perplexity of the model over a text file, in independent windows of --ctx tokens
+// (engine/perplexity.h has the definition), on the CPU engine or the GPU (default: the GPU when
+// there is one, as `lode run`). Progress per window on stderr; the result on stdout:
 //   perplexity: 12.3456 over 40960 tokens in 40 windows of 1024 (mean NLL 2.5133 nats/token, 0.9876 bits/byte)
 //   speed: 2345.6 tokens/s (40.0 s), prompt 2403.2 tokens/s
 // The first speed counts scored tokens, the prompt speed every token run through the model.
@@ -21,6 +22,7 @@ namespace {
 
 struct PplOptions {
   ModelRunOptions run;
+  BackendOptions backend;
   int64_t max_windows = 0;
 };
 
@@ -39,8 +41,8 @@ void run_ppl(const PplOptions& o) {
   const std::string text = read_prompt_text(o.run);
   LoadedModel model(o.run);
   const std::vector<int32_t> tokens = model.text().encode(text, false);
-  fmt::print(stderr, "lode: K/V cache {} (one window)\n", describe_kv(model.config, model.cpu_options().kv_format, o.run.ctx));
-  const std::unique_ptr<engine::Sequence> sequence = model.cpu_model()->open_sequence();
+  // (Its K/V line, or the GPU's plan, on stderr: a sequence holds one window.)
+  const std::unique_ptr<engine::Sequence> sequence = open_sequence(o.backend, model, o.run);
   const engine::PerplexityOptions options{.ctx = o.run.ctx, .chunk = o.run.chunk,
                                           .max_windows = o.max_windows};
   engine::PerplexityResult r = engine::perplexity(
@@ -60,12 +62,21 @@ void run_ppl(const PplOptions& o) {
 void add_ppl_command(CLI::App& app) {
   auto o = std::make_shared<PplOptions>();
   o->run.ctx = 1024;  // a window, not the model's whole context
-  auto* cmd = app.add_subcommand("ppl", "Perplexity over a text file, in windows of --ctx tokens (CPU)");
+  auto* cmd = app.add_subcommand("ppl", "Perplexity over a text file, in windows of --ctx tokens");
   add_model_run_options(*cmd, o->run, PromptInput::none);
   cmd->get_option("--ctx")->description("Tokens per window, each evaluated from an empty state (default 1024)");
+  // (Both engines: a call's logits are held at once. The CPU's result does not depend on it; the
+  // GPU's prompt products may round a row otherwise in a call of another length.)
+  cmd->get_option("--chunk")->description(
+      "Positions per forward call on either engine, bounding the logits held at once to chunk x vocabulary "
+      "floats (default 64; the GPU runs larger calls faster, and its figure may move in the last digits with it)");
   cmd->add_option("-f,--file", o->run.prompt_file, "The text file to score")->required()->check(CLI::ExistingFile);
   cmd->add_option("--max-windows", o->max_windows, "Evaluate at most this many windows (default 0: all)")
       ->check(integer_at_least(0));
+  add_backend_options(*cmd, o->backend);
+  cmd->get_option("--backend")->description(
+      "auto (default: the GPU when there is one, else the CPU), cpu, or cuda: the whole model on the GPU, its K/V "
+      "for one window (--threads is the CPU engine's)");
   cmd->callback([o] { run_ppl(*o); });
 }
 

@@ -24,7 +24,7 @@ void check_gpus(const std::vector<int>& gpus) {
   int count = 0;
   if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess || count == 0)
     fail("no usable NVIDIA GPU (CUDA runtime: {}): the CUDA backend needs one; the CPU engine runs without "
-         "(lode run, lode chat, lode serve)",
+         "(lode run, chat, ppl and serve: --backend cpu)",
          err != cudaSuccess ? cudaGetErrorString(err) : "no device");
   for (int g : gpus)
     if (g < 0 || g >= count) fail("--gpus: there is no GPU {}; this machine shows {} (0 to {})", g, count, count - 1);
