@@ -2,7 +2,7 @@
 """Long-context cross-check of lode against transformers on lode-mini: for one held-out needle case
 at ~4k and ~16k tokens, the whole text as a single window (lode ppl's definition with ctx >= its
 length), scored by transformers in float32 on the GPU machine. lode then scores the same files:
-    lode ppl -m lode-mini-f32.gguf -f needle_16k.txt --ctx 17000
+    lode ppl -m lode-mini-f32.gguf -f needle_16k.txt --ctx 17000 --backend cpu
 Usage: python3 tools/mini/long_context_check.py --ckpt DIR --corpus DIR --out DIR
 """
 import argparse
