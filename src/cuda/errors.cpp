@@ -10,6 +10,12 @@ void check_cuda(cudaError_t err, std::string_view what) {
   fail("CUDA: {}: {}", what, cudaGetErrorString(err));
 }
 
+void fail_no_gpu(std::string_view why) {
+  fail("no usable NVIDIA GPU (CUDA runtime: {}): the CUDA backend needs one; the CPU engine runs without "
+       "(lode run, chat, ppl and serve: --backend cpu)",
+       why);
+}
+
 void check(const char* launch_error, std::string_view what) {
   if (!launch_error) return;
   cudaGetLastError();

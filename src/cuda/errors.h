@@ -10,6 +10,9 @@ namespace lode::cuda {
 
 // Fails when err is not cudaSuccess.
 void check_cuda(cudaError_t err, std::string_view what);
+// Fails saying there is no usable GPU (why: the runtime's reason or the device count) and that
+// the CPU engine runs without one.
+[[noreturn]] void fail_no_gpu(std::string_view why);
 // Fails when a kernel launcher (cuda/forward_kernels.h and the like) returned a message.
 void check(const char* launch_error, std::string_view what);
 

@@ -23,9 +23,7 @@ void check_gpus(const std::vector<int>& gpus) {
   if (gpus.empty()) fail("--gpus: name at least one GPU (device indices: 0,1,...)");
   int count = 0;
   if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess || count == 0)
-    fail("no usable NVIDIA GPU (CUDA runtime: {}): the CUDA backend needs one; the CPU engine runs without "
-         "(lode run, chat, ppl and serve: --backend cpu)",
-         err != cudaSuccess ? cudaGetErrorString(err) : "no device");
+    fail_no_gpu(err != cudaSuccess ? cudaGetErrorString(err) : "no device");
   for (int g : gpus)
     if (g < 0 || g >= count) fail("--gpus: there is no GPU {}; this machine shows {} (0 to {})", g, count, count - 1);
 }

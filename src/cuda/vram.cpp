@@ -34,9 +34,8 @@ const char* to_string(VramUse use) {
 VramAccountant::VramAccountant(size_t budget_bytes, int device) : budget_(budget_bytes), device_(device) {
   int count = 0;
   if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess || count <= device)
-    fail("no usable NVIDIA GPU (CUDA runtime: {}): the CUDA backend needs one; the CPU engine runs without "
-         "(lode run, chat, ppl and serve: --backend cpu)",
-         err != cudaSuccess ? cudaGetErrorString(err) : fmt::format("{} device(s), asked for device {}", count, device));
+    fail_no_gpu(err != cudaSuccess ? cudaGetErrorString(err)
+                                   : fmt::format("{} device(s), asked for device {}", count, device));
   check_cuda(cudaSetDevice(device), fmt::format("selecting device {}", device));
   if (const std::string missing = kernels_missing_for(device); !missing.empty()) fail("{}", missing);
   if (budget_ == 0) {
