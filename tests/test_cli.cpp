@@ -10,6 +10,7 @@
 
 #include "gguf/reader.h"
 #include "gguf/writer.h"
+#include "support/fixtures.h"
 #include "support/gpu.h"
 #include "support/paths.h"
 #include "support/run_lode.h"
@@ -328,6 +329,52 @@ TEST(Cli, RunOnTheGpuGivesTheCpuTokens) {
     EXPECT_EQ(gpu.out, cpu.out);
     EXPECT_FALSE(gpu.out.empty());
   }
+}
+
+// lode logits --backend cuda: on the GPU machine, lode-mini's logits of every position of a
+// sentence from the GPU against the CPU engine's, both with float32 activations (the GPU's prompt
+// pass then multiplies in TF32; its default 8-bit activations would put any position it ran as a
+// decode step about 1.4e-2 from the CPU's). Each position within tests/test_cuda_forward.cpp's TF32
+// bar (2e-3 relative L2) at the median and within 0.1 at worst (a near tie at a router may send a
+// token to another expert: 1.8e-2 measured there); a row a position off is 0.5-0.7 away. Elsewhere
+// a clear error and no file (before --backend, logits ran the CPU engine whatever the machine).
+TEST(Cli, LogitsOnTheGpuAreTheCpusToRounding) {
+  const lode::test::TempDir dir;
+  const std::string mini = "-m '" + lode::test::mini_model_path().string() + "' ";
+  const auto ids = run_lode("tokenize " + mini + "-p 'The ls command lists the files of a directory, and with -l "
+                            "it shows their sizes, owners and the times they were changed.'", dir.path());
+  ASSERT_EQ(ids.status, 0) << ids.err;
+  std::string list = ids.out.substr(0, ids.out.find('\n'));
+  std::replace(list.begin(), list.end(), ' ', ',');
+  const std::string logits =
+      "logits " + mini + "--activations f32 --tokens " + list + " -o '" + dir.path().string() + "/";
+  const auto gpu = run_lode(logits + "gpu.f32' --backend cuda", dir.path());
+  std::string why;
+  if (!lode::test::gpu_available(&why)) {
+    expect_no_gpu_error(gpu);
+    EXPECT_FALSE(std::filesystem::exists(dir / "gpu.f32"));
+    return;
+  }
+  const auto cpu = run_lode(logits + "cpu.f32' --backend cpu", dir.path());
+  ASSERT_EQ(gpu.status, 0) << gpu.err;
+  ASSERT_EQ(cpu.status, 0) << cpu.err;
+  const std::vector<float> got = lode::test::read_floats(dir / "gpu.f32"), want = lode::test::read_floats(dir / "cpu.f32");
+  const int64_t vocab = 8192 /* lode-mini's */, positions = int64_t(std::count(list.begin(), list.end(), ',')) + 1;
+  ASSERT_GE(positions, 16) << list;
+  ASSERT_EQ(want.size(), size_t(positions * vocab));
+  ASSERT_EQ(got.size(), want.size());
+  std::vector<double> errors;
+  for (int64_t p = 0; p < positions; ++p) {
+    const auto row = [&](const std::vector<float>& v) {
+      return std::vector<float>(v.begin() + p * vocab, v.begin() + (p + 1) * vocab);
+    };
+    errors.push_back(lode::test::relative_l2(row(got), row(want)));
+  }
+  std::sort(errors.begin(), errors.end());
+  std::printf("[ cuda ] lode logits, %lld positions: relative L2 against the CPU median %.3g, largest %.3g\n",
+              static_cast<long long>(positions), errors[errors.size() / 2], errors.back());
+  EXPECT_LT(errors[errors.size() / 2], 2e-3);
+  EXPECT_LT(errors.back(), 0.1);
 }
 
 // No --backend: the GPU when there is one (saying so on stderr), else the CPU engine, silently;

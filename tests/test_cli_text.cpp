@@ -115,11 +115,11 @@ TEST_F(CliText, RunRefusesBadInputClearly) {
   EXPECT_NE(r.err.find("--activations"), std::string::npos) << r.err;
 }
 
-// --activations q8 reaches the engine: the q8_0 model's logits move (slightly) with it.
+// --activations q8 reaches the CPU engine: the q8_0 model's logits move (slightly) with it.
 TEST_F(CliText, LogitsWithQ8ActivationsDiffer) {
   const auto out = [&](const char* name) { return "'" + (scratch_.path() / name).string() + "'"; };
-  const auto f32 = lode("logits " + m() + "--tokens 9,8,7 -o " + out("f32.bin"));
-  const auto q8 = lode("logits " + m() + "--tokens 9,8,7 -o " + out("q8.bin") + " --activations q8");
+  const auto f32 = lode("logits " + m() + "--backend cpu --tokens 9,8,7 -o " + out("f32.bin"));
+  const auto q8 = lode("logits " + m() + "--backend cpu --tokens 9,8,7 -o " + out("q8.bin") + " --activations q8");
   ASSERT_EQ(f32.status, 0) << f32.err;
   ASSERT_EQ(q8.status, 0) << q8.err;
   const std::string a = lode::test::slurp(scratch_.path() / "f32.bin"), b = lode::test::slurp(scratch_.path() / "q8.bin");

@@ -267,7 +267,7 @@ TEST(Synth, CommandsRefuseLogitsThatAreNotFinite) {
   copy_with(dir / "m.gguf", dir / "nan.gguf", [](gguf::Metadata&) {}, "output_norm.weight",
             std::span(reinterpret_cast<const uint8_t*>(nan.data()), nan.size() * sizeof(float)));
   const std::string m = " -m '" + (dir / "nan.gguf").string() + "' ";
-  auto r = test::run_lode("logits" + m + "--tokens 1,2 -o '" + (dir / "l.bin").string() + "'", dir.path());
+  auto r = test::run_lode("logits" + m + "--backend cpu --tokens 1,2 -o '" + (dir / "l.bin").string() + "'", dir.path());
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(r.err.find("is nan"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "l.bin"));

@@ -12,7 +12,7 @@ void check_cuda(cudaError_t err, std::string_view what) {
 
 void fail_no_gpu(std::string_view why) {
   fail("no usable NVIDIA GPU (CUDA runtime: {}): the CUDA backend needs one; the CPU engine runs without "
-       "(lode run, chat, ppl and serve: --backend cpu)",
+       "(lode run, chat, ppl, logits and serve: --backend cpu)",
        why);
 }
 
