@@ -54,9 +54,11 @@ struct Step {
 
 // `batched` holds `n` sequences and runs `steps`; `alone` (its own options, one sequence) is made
 // once per sequence and runs the same tokens one step at a time. Every row must match bit for bit,
-// and each sequence's next one-token step after all of them too.
+// and each sequence's next one-token step after all of them too. With `stats`, what the batched
+// session's expert tier did.
 void compare_rows(const fs::path& path, CudaSessionOptions batched, CudaSessionOptions alone,
-                  const std::vector<Step>& steps, const std::string& what) {
+                  const std::vector<Step>& steps, const std::string& what,
+                  lode::cuda::ExpertStats* stats = nullptr) {
   SCOPED_TRACE(what);
   const Loaded m(path);
   const int64_t vocab = m.config.vocab, hidden = m.config.hidden, n = batched.sequences;
@@ -101,6 +103,7 @@ void compare_rows(const fs::path& path, CudaSessionOptions batched, CudaSessionO
     const std::vector<float> a = many.decode(next), b = own[size_t(s)]->decode(next);
     EXPECT_TRUE(same_bits(a.data(), b.data(), size_t(vocab)));
   }
+  if (stats) *stats = many.expert_stats();
 }
 
 // Rows of all the sequences, some, one, in changing orders, and windows of one sequence (cut)
@@ -154,23 +157,39 @@ TEST(CudaRows, RowsOfSeveralSequencesOnLodeMini) {
 // Under a budget that holds a third of the experts, a step of several rows gives some absent
 // experts to the CPU miss path with all the rows that chose them and reads the rest over PCIe (or
 // gives the CPU all it can hold, or none): the bits of one-token steps with every expert in VRAM.
-// 17 rows of the tiny synth's 4 experts each pass the most pairs a request holds (64).
+// The bits cannot tell who computed an expert, so the tier's counts say it: with the CPU path no
+// decode step, of one row or several, reads an expert over PCIe (5 rows of 4 experts are within a
+// request's 64 pairs), with the GPU path the CPU computes none. 17 rows of the tiny synth's 4
+// experts each, with no expert in VRAM, pass the most pairs a request holds: the CPU takes 64 of
+// each layer's 68 at most, the GPU the rest.
 TEST(CudaRows, RowsDoNotDependOnWhereTheExpertsAre) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
   synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 25);
   const Loaded m(dir / "m.gguf");
   const int64_t third = m.config.n_layers * m.config.n_experts / 3;
-  for (lode::plan::MissPath path : {lode::plan::MissPath::automatic, lode::plan::MissPath::cpu, lode::plan::MissPath::gpu})
+  for (lode::plan::MissPath path : {lode::plan::MissPath::automatic, lode::plan::MissPath::cpu, lode::plan::MissPath::gpu}) {
+    lode::cuda::ExpertStats stats;
     compare_rows(dir / "m.gguf",
                  {.max_context = 256, .step_rows = 5, .sequences = 5, .max_resident_experts = third, .miss_path = path},
-                 {.max_context = 256}, kSteps, std::string("a third of the experts in VRAM, misses ") + to_string(path));
+                 {.max_context = 256}, kSteps, std::string("a third of the experts in VRAM, misses ") + to_string(path),
+                 &stats);
+    EXPECT_GT(stats.missed, 0u) << to_string(path);
+    if (path == lode::plan::MissPath::cpu) {
+      EXPECT_EQ(stats.decode_miss_bytes, 0u) << stats.miss_path;
+      EXPECT_GT(stats.cpu_experts, 0u) << stats.miss_path;
+    }
+    if (path == lode::plan::MissPath::gpu) EXPECT_EQ(stats.cpu_experts, 0u) << stats.miss_path;
+  }
   std::vector<int64_t> all(17);
   std::iota(all.begin(), all.end(), 0);
+  lode::cuda::ExpertStats stats;
   compare_rows(dir / "m.gguf",
-               {.max_context = 128, .step_rows = 17, .sequences = 17, .max_resident_experts = third,
+               {.max_context = 128, .step_rows = 17, .sequences = 17, .max_resident_experts = 0,
                 .miss_path = lode::plan::MissPath::cpu},
-               {.max_context = 128}, {{all}, {{5, 9}}, {all}}, "17 sequences, a third of the experts in VRAM");
+               {.max_context = 128}, {{all}, {{5, 9}}, {all}}, "17 sequences, no expert in VRAM", &stats);
+  EXPECT_GT(stats.cpu_experts, 0u) << stats.miss_path;
+  EXPECT_GT(stats.decode_miss_bytes, 0u) << stats.miss_path;
 }
 
 // A snapshot of one sequence restored into another continues as the first does; resetting one

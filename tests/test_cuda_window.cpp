@@ -41,9 +41,11 @@ using lode::test::synth_model;
 using lode::test::tokens_from;
 
 // `windowed` runs windows of the sizes in `sizes` after a prompt; `stepwise` (same model, its own
-// options) runs the same tokens one decode step at a time. Every row must match bit for bit.
+// options) runs the same tokens one decode step at a time. Every row must match bit for bit. With
+// `stats`, what the windowed session's expert tier did.
 void compare_windows(const fs::path& model, CudaSessionOptions windowed, CudaSessionOptions stepwise,
-                     const std::vector<int>& sizes, const std::string& what) {
+                     const std::vector<int>& sizes, const std::string& what,
+                     lode::cuda::ExpertStats* stats = nullptr) {
   SCOPED_TRACE(what);
   const lode::test::LoadedWeights loaded(model);
   const auto& [reader, config, weights] = loaded;
@@ -72,6 +74,7 @@ void compare_windows(const fs::path& model, CudaSessionOptions windowed, CudaSes
   const std::vector<int32_t> next = tokens_from(vocab, 1, 99);
   const std::vector<float> la = a.decode(next[0]), lb = b.decode(next[0]);
   EXPECT_TRUE(same_bits(la.data(), lb.data(), size_t(vocab)));
+  if (stats) *stats = a.expert_stats();
 }
 
 const std::vector<int> kSizes = {2, 1, 3, 4, 2, 4, 3};
@@ -108,7 +111,9 @@ TEST(CudaWindow, RowsGetTheBitsOfOneTokenStepsOnLodeMini) {
 
 // A window under a budget that holds a third of the experts, whoever computes the absent ones (the
 // CPU miss path with all the rows that chose each expert it takes, the GPU reading the rest over
-// PCIe, or either alone): the bits of one-token steps with every expert in VRAM.
+// PCIe, or either alone): the bits of one-token steps with every expert in VRAM. The tier's counts
+// say who did: with the CPU path no window reads an expert over PCIe (4 rows of 4 experts are
+// within a request's 64 pairs), with the GPU path the CPU computes none.
 TEST(CudaWindow, RowsDoNotDependOnWhereTheExpertsAre) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -116,9 +121,18 @@ TEST(CudaWindow, RowsDoNotDependOnWhereTheExpertsAre) {
   const lode::gguf::Reader reader(dir / "m.gguf");
   const auto config = lode::model::read_config(reader.metadata());
   const int64_t third = config.n_layers * config.n_experts / 3;
-  for (lode::plan::MissPath path : {lode::plan::MissPath::automatic, lode::plan::MissPath::cpu, lode::plan::MissPath::gpu})
+  for (lode::plan::MissPath path : {lode::plan::MissPath::automatic, lode::plan::MissPath::cpu, lode::plan::MissPath::gpu}) {
+    lode::cuda::ExpertStats stats;
     compare_windows(dir / "m.gguf", {.max_context = 256, .step_rows = 4, .max_resident_experts = third, .miss_path = path},
-                    {.max_context = 256}, kSizes, std::string("a third of the experts in VRAM, misses ") + to_string(path));
+                    {.max_context = 256}, kSizes, std::string("a third of the experts in VRAM, misses ") + to_string(path),
+                    &stats);
+    EXPECT_GT(stats.missed, 0u) << to_string(path);
+    if (path == lode::plan::MissPath::cpu) {
+      EXPECT_EQ(stats.decode_miss_bytes, 0u) << stats.miss_path;
+      EXPECT_GT(stats.cpu_experts, 0u) << stats.miss_path;
+    }
+    if (path == lode::plan::MissPath::gpu) EXPECT_EQ(stats.cpu_experts, 0u) << stats.miss_path;
+  }
 }
 
 // Through the engine interface: a row computed as decode steps (StepRow::as_decode) longer than

@@ -155,6 +155,22 @@ TEST(MissServer, CatchesUpWithARequestAStepStoppedWaitingFor) {
   EXPECT_EQ(s.server.counts().requests, 2u);
 }
 
+// A request read while the device rewrote it (a step that stopped waiting, then later layers'
+// requests over it) can name more pairs than a request holds, or no layer: the server leaves it
+// unanswered (the step's gather then times out with its clear error) instead of ending the process,
+// as HostExperts' refusal thrown on the server's thread did; the next request is answered.
+TEST(MissServer, LeavesATornRequestUnansweredAndAnswersTheNext) {
+  Served s;
+  const std::vector<float> input(static_cast<size_t>(kMaxMissRows * s.m.hidden), 0.25f);
+  post(s.box, s.x, 0, {1, 2}, {~0ull, ~0ull}, input);  // 128 pairs
+  EXPECT_FALSE(s.server.caught_up(200ms));
+  post(s.box, s.x, int32_t(s.m.weights.config.n_layers), {1}, {1}, input);  // a layer past the last
+  EXPECT_FALSE(s.server.caught_up(200ms));
+  s.expect_answer(1, {4, 7, 1}, input_of(s.m.hidden, 0.5f));
+  EXPECT_EQ(s.server.counts().requests, 1u);
+  EXPECT_EQ(s.server.counts().pairs, 3u);
+}
+
 }  // namespace
 
 #else

@@ -83,16 +83,21 @@ void MissServer::answer(uint32_t number, int32_t* experts) {
   uint64_t rows[kernels::kMaxMissExperts];
   std::copy_n(box_.expert, n, experts);
   std::copy_n(box_.rows, n, rows);
+  int64_t pairs = 0;
+  for (int i = 0; i < n; ++i) pairs += std::popcount(rows[i]);
+  // A request read while the device rewrote it (only after a step stopped waiting for an answer:
+  // the run is failing already) is left unanswered rather than computed: HostExperts would refuse
+  // it by throwing on this thread, which ends the process instead of that step's clear error.
+  if (layer < 0 || layer >= int64_t(bytes_.size()) || pairs > kernels::kMaxMissPairs) return;
   answered_layer_ = layer;
   const auto start = Clock::now();
   host_.compute(layer, experts, rows, n, x_, y_);
-  std::atomic_ref<uint32_t>(box_.done).store(number, std::memory_order_release);
   cpu_ns_ += uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
-  int64_t pairs = 0;
-  for (int i = 0; i < n; ++i) pairs += std::popcount(rows[i]);
+  // Counted before the answer is posted, so that the counts are whole once the device has it.
   requests_ += 1, experts_ += uint64_t(n), pairs_ += uint64_t(pairs), hinted_experts_ += uint64_t(hinted);
   expert_bytes_ += uint64_t(n) * bytes_[size_t(layer)].total();
   pair_bytes_ += uint64_t(pairs) * bytes_[size_t(layer)].total();
+  std::atomic_ref<uint32_t>(box_.done).store(number, std::memory_order_release);
 }
 
 template <class Stop>
