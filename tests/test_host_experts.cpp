@@ -175,6 +175,14 @@ TEST(MissSplit, TheTableFollowsTheCostsAndThePath) {
     EXPECT_GE(rows.shares()[size_t(m)], rows.shares()[size_t(m - 1)]) << m;
     EXPECT_LE(rows.shares()[size_t(m)], m / 2 + 1) << m;
   }
+  // A step of 16 rows under a budget has about 60 absent experts a layer: the CPU's share goes on
+  // growing past 32 (the H200's costs: a request 22 us + 19 us an expert, 37 us an expert over
+  // PCIe; balanced at 39 of 60). Until stop 74 such a step read the share of 32.
+  const MissSplit h200(MissPath::automatic, 8, {.cpu_request_us = 22, .cpu_expert_us = 19, .gpu_expert_us = 37}, 512);
+  ASSERT_EQ(h200.shares().size(), 513u);
+  EXPECT_EQ(h200.shares()[32], 21);
+  EXPECT_EQ(h200.shares()[60], 39);
+  EXPECT_EQ(h200.shares()[512], 338);  // (22 + 19 c against 37 (512 - c): even at 337.9)
 }
 
 TEST(MissSplit, TuningKeepsWhatDecodesFaster) {

@@ -24,7 +24,7 @@ void add_miss_path_option(CLI::App& cmd, std::string& path) {
   cmd.add_option("--miss-path", path,
                  "Who computes a decode step's experts that are not in VRAM: auto (default: the CPU takes a share "
                  "of each layer's, by costs measured at start and tuned on step times), gpu (read over PCIe), cpu "
-                 "(all on the CPU; a step of several rows: up to 32 experts and 64 (expert, row) pairs a layer); the "
+                 "(all on the CPU; a step of several rows: up to 64 (expert, row) pairs a layer); the "
                  "tokens are the same either way")
       ->check(CLI::IsMember({"auto", "gpu", "cpu"}));
 }

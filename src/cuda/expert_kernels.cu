@@ -32,7 +32,7 @@ __device__ __forceinline__ uint64_t global_ns() {
 }
 
 __global__ void miss_hint_kernel(MissLink link, const int32_t* predicted, int k, const uint8_t* resident, int layer) {
-  const int lane = threadIdx.x;  // one warp; k <= 32
+  const int lane = threadIdx.x;  // one warp; k <= kMaxMissTokenExperts
   const int32_t expert = lane < k ? predicted[lane] : 0;
   const bool absent = lane < k && !resident[expert];
   const unsigned absent_mask = __ballot_sync(0xffffffffu, absent), below = (1u << lane) - 1;
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kMissThreads)
     miss_dispatch_kernel(MissLink link, int32_t* ids, int k, const uint8_t* resident, int layer, const float* x,
                          const void* const* table, int n_experts, MissStage stage) {
   __shared__ int count;
-  if (threadIdx.x < 32) {  // warp 0 chooses; k <= 32
+  if (threadIdx.x < 32) {  // warp 0 chooses; k <= kMaxMissTokenExperts
     const int lane = threadIdx.x;
     const int32_t expert = lane < k ? ids[lane] : 0;
     const bool absent = lane < k && !resident[expert];
@@ -129,6 +129,9 @@ __global__ void __launch_bounds__(kMissThreads)
   post_request(link);
 }
 
+static_assert(kMaxMissShares == kMaxRoutedExperts, "the split table tells apart every count of absent experts");
+static_assert(kMaxMissTokenExperts == kWarp && kMaxMissExperts < 128, "a lane a routed expert; taken[] holds 1 + a place");
+
 // One block: each absent expert's rows (shared atomics over the pairs), then warp 0 chooses the
 // CPU's experts, and the block writes where each pair's output goes, takes the chosen experts out of
 // the groups, copies the rows they read into the mailbox and posts the request.
@@ -155,7 +158,7 @@ __global__ void __launch_bounds__(kMissThreads)
     for (int o = kWarp / 2; o > 0; o /= 2) absent += __shfl_xor_sync(0xffffffffu, absent, o);
     // The table's share counts experts of one row each; the CPU's work is a product a pair, so an
     // expert of several rows spends one of the share a row.
-    const int share = link.share[min(absent, kMaxMissExperts)];
+    const int share = link.share[min(absent, kMaxMissShares)];
     const int budget = link.cpu_takes_all ? kMaxMissPairs : min(share, kMaxMissPairs);
     int n = 0, used = 0;  // the experts taken so far, and their pairs
     unsigned long long union_rows = 0;
@@ -297,7 +300,7 @@ const char* miss_stage(const MissStage& stage, const int32_t* ids, int k, const 
 const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8_t* resident, int layer,
                           const float* x, const void* const* table, int n_experts, const MissStage& stage,
                           void* stream) {
-  if (k > 32) return "the CPU miss path routes at most 32 experts per token";
+  if (k > kMaxMissTokenExperts) return "the CPU miss path routes at most 32 experts per token";
   miss_dispatch_kernel<<<1, kMissThreads, 0, as_stream(stream)>>>(link, ids, k, resident, layer, x, table, n_experts,
                                                                   stage);
   return launched();
@@ -316,7 +319,7 @@ const char* miss_dispatch_rows(const MissLink& link, const int32_t* ids, int row
 
 const char* miss_hint(const MissLink& link, const int32_t* predicted, int k, const uint8_t* resident, int layer,
                       void* stream) {
-  if (k > 32) return "the CPU miss path routes at most 32 experts per token";
+  if (k > kMaxMissTokenExperts) return "the CPU miss path routes at most 32 experts per token";
   miss_hint_kernel<<<1, 32, 0, as_stream(stream)>>>(link, predicted, k, resident, layer);
   return launched();
 }

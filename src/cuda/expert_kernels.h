@@ -33,9 +33,14 @@ const char* set_experts(const void** tables, uint8_t* flags, int64_t n_experts, 
 // number in `done`. Before that, at the start of each layer of a one-token step, the hint kernel
 // posts the experts the CPU will likely compute (routed from the layer's input, before its mixer),
 // so that the host can read their bytes into its caches while the GPU runs the mixer.
-constexpr int kMaxMissExperts = 32;  // experts a request may hold
+constexpr int kMaxMissExperts = 64;  // experts a request may hold (a step of many rows: about 40 of
+                                     // 60 absent ones a layer balance the CPU with PCIe at 16 rows)
+constexpr int kMaxMissTokenExperts = 32;  // experts a token may route (the one-token kernels: a warp)
 constexpr int kMaxMissRows = 64;     // rows of a step the CPU miss path serves (a bit each in `rows`)
 constexpr int kMaxMissPairs = 64;    // (expert, row) pairs a request may hold
+// The split table's last m (link.share): a layer of a step of several rows may have as many absent
+// experts as the router takes (kMaxRoutedExperts), and the CPU's share goes on growing with them.
+constexpr int kMaxMissShares = 512;
 struct MissMailbox {
   uint32_t request = 0, done = 0;  // sequence numbers (accessed as volatile / atomic)
   uint32_t timed_out = 0;          // set by the gather kernel when the host did not answer
@@ -56,7 +61,7 @@ struct MissLink {
   const float* y = nullptr;
   uint32_t* sequence = nullptr;  // the last request's number
   int32_t* pending = nullptr;    // [1 + kMaxMissPairs]: this layer's CPU pairs, then where each one's output goes
-  const int32_t* share = nullptr;  // [1 + kMaxMissExperts]: of m absent experts, how many the CPU computes
+  const int32_t* share = nullptr;  // [1 + kMaxMissShares]: of m absent experts, how many the CPU computes
   uint32_t* hint_sequence = nullptr;  // the last hint's number
   int32_t* hinted = nullptr;  // [2][1 + kMaxMissExperts]: by the layer's parity, its hint's count and experts
   // [3] ns: the last request's time; the sums over requests of the time from each request to its

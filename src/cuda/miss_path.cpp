@@ -22,7 +22,7 @@ using Clock = std::chrono::steady_clock;
 // The device words' layout inside the decode scratch's kMissPathScratch bytes.
 constexpr size_t kSequenceAt = 0, kHintSequenceAt = 4, kPendingAt = 16,
                  kSharesAt = kPendingAt + 4 * (1 + kernels::kMaxMissPairs),
-                 kHintedAt = kSharesAt + 4 * (1 + kernels::kMaxMissExperts),
+                 kHintedAt = kSharesAt + 4 * (1 + kernels::kMaxMissShares),
                  kProbeSinkAt = kHintedAt + 2 * 4 * (1 + kernels::kMaxMissExperts), kClockAt = kProbeSinkAt + 8;
 static_assert(kClockAt + 3 * 8 <= plan::kMissPathScratch && kClockAt % 8 == 0);
 
@@ -40,9 +40,9 @@ size_t aligned(size_t n) { return (n + 255) / 256 * 256; }
 MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void* device_words, void* stream)
     : weights_(weights), host_(weights, server_threads(), kernels::kMaxMissPairs, kernels::kMaxMissRows) {
   const model::Qwen35MoeConfig& c = weights.config;
-  if (c.n_experts_used > kernels::kMaxMissExperts)
+  if (c.n_experts_used > kernels::kMaxMissTokenExperts)
     fail("the CPU miss path routes at most {} experts per token; this model routes {} (use --miss-path gpu)",
-         kernels::kMaxMissExperts, c.n_experts_used);
+         kernels::kMaxMissTokenExperts, c.n_experts_used);
   const size_t x_at = aligned(sizeof(kernels::MissMailbox));
   const size_t y_at = x_at + aligned(size_t(kernels::kMaxMissRows * c.hidden) * 4);
   const size_t bytes = y_at + size_t(kernels::kMaxMissPairs * c.hidden) * 4;
@@ -52,7 +52,7 @@ MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void
   box_ = new (mailbox) kernels::MissMailbox();
   x_ = reinterpret_cast<float*>(static_cast<uint8_t*>(mailbox) + x_at);
   y_ = reinterpret_cast<float*>(static_cast<uint8_t*>(mailbox) + y_at);
-  check_cuda(cudaMallocHost(&pinned_shares_, size_t(1 + kernels::kMaxMissExperts) * 4), "pinned memory");
+  check_cuda(cudaMallocHost(&pinned_shares_, size_t(1 + kernels::kMaxMissShares) * 4), "pinned memory");
   void* device_box = nullptr;
   check_cuda(cudaHostGetDevicePointer(&device_box, mailbox, 0), "mapping the CPU miss path's mailbox");
   auto* words = static_cast<uint8_t*>(device_words);
@@ -72,7 +72,7 @@ MissPath::MissPath(const model::ModelWeights& weights, plan::MissPath path, void
   size_t all_bytes = 0;
   for (const plan::ExpertBytes& b : plan::expert_bytes(weights)) all_bytes += b.total();
   costs_.gpu_expert_us = double(all_bytes) / double(weights.layers.size()) / (probe_gbps_ * 1e3);
-  split_ = std::make_unique<plan::MissSplit>(path, int(c.n_experts_used), costs_, kernels::kMaxMissExperts);
+  split_ = std::make_unique<plan::MissSplit>(path, int(c.n_experts_used), costs_, kernels::kMaxMissShares);
   upload_shares(stream);
   check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "the CPU miss path's split");
   server_ = std::make_unique<MissServer>(weights, host_, *box_, x_, y_);

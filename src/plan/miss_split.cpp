@@ -23,9 +23,9 @@ MissSplit::MissSplit(MissPath path, int k, MissCosts costs, int most)
 
 // For each m, the CPU's share that finishes the layer's misses soonest: the slower of the CPU's
 // request (if it has any) and the GPU's reads of the rest, the CPU's cost times `weight`.
-std::vector<int32_t> MissSplit::table(double weight) const {
-  std::vector<int32_t> shares(size_t(most_ + 1), 0);
-  for (int m = 0; m <= most_; ++m) {
+std::vector<int32_t> MissSplit::table(double weight, int up_to) const {
+  std::vector<int32_t> shares(size_t((up_to < 0 ? most_ : up_to) + 1), 0);
+  for (int m = 0; m < int(shares.size()); ++m) {
     if (path_ == MissPath::cpu) shares[size_t(m)] = m;
     if (path_ != MissPath::automatic) continue;
     double best = -1;
@@ -40,21 +40,22 @@ std::vector<int32_t> MissSplit::table(double weight) const {
 
 // The next weight from the accepted one in direction_ (then the other way) that changes the table
 // where one-token steps read it (m <= k: the steps whose times the trial measures); none: stay at
-// the accepted weight.
+// the accepted weight. The search looks at those entries alone (a whole table for the hundreds of
+// absent experts a step of many rows may have costs about a tenth of a millisecond), then makes
+// the chosen weight's whole table.
 void MissSplit::start_trial() {
-  const std::vector<int32_t> accepted = table(accepted_);
+  const std::vector<int32_t> accepted = table(accepted_, k_);
   for (int turn = 0; turn < 2; ++turn, direction_ = -direction_) {
     for (double w = accepted_;;) {
       w = std::clamp(direction_ > 0 ? w * kTuneStep : w / kTuneStep, kMinWeight, kMaxWeight);
-      std::vector<int32_t> trial = table(w);
-      if (!std::equal(trial.begin(), trial.begin() + k_ + 1, accepted.begin())) {
-        weight_ = w, shares_ = std::move(trial), trying_ = true;
+      if (table(w, k_) != accepted) {
+        weight_ = w, shares_ = table(w), trying_ = true;
         return;
       }
       if (w == kMinWeight || w == kMaxWeight) break;
     }
   }
-  weight_ = accepted_, shares_ = accepted, trying_ = false;
+  weight_ = accepted_, shares_ = table(accepted_), trying_ = false;
 }
 
 bool MissSplit::observe_step(double seconds) {

@@ -35,7 +35,8 @@ class MissSplit {
   static constexpr int kWindow = 16;  // steps per measurement
 
  private:
-  std::vector<int32_t> table(double weight) const;
+  // Shares for m = 0 .. up_to (default: most_).
+  std::vector<int32_t> table(double weight, int up_to = -1) const;
   void start_trial();
   MissPath path_;
   int k_, most_;

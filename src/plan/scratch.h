@@ -102,7 +102,7 @@ struct DecodeScratch {
 constexpr size_t kExpertGroupBytes = 40;
 // The CPU miss path's device words (cuda/miss_path.h): its request number, a layer's CPU experts
 // and their positions, the split table.
-constexpr size_t kMissPathScratch = 1024;
+constexpr size_t kMissPathScratch = 4096;
 DecodeScratch decode_scratch(const model::Qwen35MoeConfig& config, int64_t max_context, int64_t rows = 1,
                              bool mtp = false);
 // The most bytes one input of `cols` values takes rounded to 8 bits for an integer product, for any
