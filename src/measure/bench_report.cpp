@@ -74,26 +74,43 @@ std::string decode_line(const Ceilings& c, const BenchRun& b, const DecodeFigure
 
 constexpr double kAcceptances[] = {0.6, 0.8, 0.9};
 
+// A step of several rows under the tier: the absent experts' bytes read over PCIe, those the CPU
+// read from host RAM to compute its share, and both over the step's time (the host's RAM serves
+// both, so their sum against its read rate is the roofline of a step with many misses).
+std::string rows_tier_text(const TierFigures& t, double seconds, const char* unit) {
+  return fmt::format("; {:.1f} MB a {} over PCIe, the CPU {:.1f} experts ({:.1f} MB from host RAM): {:.1f} GB/s of "
+                     "host RAM in all",
+                     t.pcie_bytes / 1e6, unit, t.cpu_experts, t.cpu_bytes / 1e6,
+                     seconds > 0 ? (t.pcie_bytes + t.cpu_bytes) / seconds / 1e9 : 0.0);
+}
+
+nlohmann::json rows_tier_json(const TierFigures& t) {
+  return {{"pcie_bytes", rounded(t.pcie_bytes, 0)}, {"cpu_experts", rounded(t.cpu_experts, 2)},
+          {"cpu_bytes", rounded(t.cpu_bytes, 0)}};
+}
+
 nlohmann::json window_json(const WindowFigures& w) {
   nlohmann::json speedups = nlohmann::json::object();
   for (double a : kAcceptances) speedups[fmt::format("{:.1f}", a)] = rounded(w.tokens_at(a) / w.step_ratio, 3);
   return {{"depth", w.depth}, {"tokens", w.tokens}, {"ms_per_window", rounded(1e3 * w.seconds, 4)},
           {"one_token_steps", rounded(w.step_ratio, 3)}, {"speedup_at_acceptance", speedups},
-          {"pcie_bytes_per_window", rounded(w.tier.pcie_bytes, 0)}};
+          {"pcie_bytes_per_window", rounded(w.tier.pcie_bytes, 0)}, {"tier_per_window", rows_tier_json(w.tier)}};
 }
 
-std::string window_line(const WindowFigures& w) {
+std::string window_line(const BenchRun& b, const WindowFigures& w) {
   std::string speedups;
   for (double a : kAcceptances) speedups += fmt::format("{}{:.2f}x", speedups.empty() ? "" : " / ", w.tokens_at(a) / w.step_ratio);
-  return fmt::format("window {} @ depth {:<6} {:7.3f} ms a window = {:.2f} one-token steps; at acceptance 0.6 / 0.8 / "
-                     "0.9 it would decode {} faster\n",
-                     w.tokens, w.depth, 1e3 * w.seconds, w.step_ratio, speedups);
+  std::string line = fmt::format("window {} @ depth {:<6} {:7.3f} ms a window = {:.2f} one-token steps; at acceptance "
+                                 "0.6 / 0.8 / 0.9 it would decode {} faster",
+                                 w.tokens, w.depth, 1e3 * w.seconds, w.step_ratio, speedups);
+  if (!b.plan.all_resident()) line += rows_tier_text(w.tier, w.seconds, "window");
+  return line + "\n";
 }
 
 nlohmann::json sequences_json(const SequencesFigures& f) {
   return {{"depth", f.depth}, {"sequences", f.sequences}, {"ms_per_step", rounded(1e3 * f.seconds, 4)},
           {"tokens_per_s", rounded(f.tokens_per_s(), 1)}, {"one_token_steps", rounded(f.step_ratio, 3)},
-          {"pcie_bytes_per_step", rounded(f.tier.pcie_bytes, 0)}};
+          {"pcie_bytes_per_step", rounded(f.tier.pcie_bytes, 0)}, {"tier_per_step", rows_tier_json(f.tier)}};
 }
 
 std::string sequences_line(const BenchRun& b, const SequencesFigures& f) {
@@ -101,7 +118,7 @@ std::string sequences_line(const BenchRun& b, const SequencesFigures& f) {
                                  "tokens/s in all, {:.2f}x one sequence's",
                                  f.sequences, f.depth, 1e3 * f.seconds, f.step_ratio, f.tokens_per_s(),
                                  double(f.sequences) / f.step_ratio);
-  if (!b.plan.all_resident()) line += fmt::format("; {:.1f} MB a step over PCIe", f.tier.pcie_bytes / 1e6);
+  if (!b.plan.all_resident()) line += rows_tier_text(f.tier, f.seconds, "step");
   return line + "\n";
 }
 
@@ -176,7 +193,7 @@ std::string to_text(const Ceilings& c, const BenchRun& b) {
   if (!b.plan.all_resident()) text += fmt::format("decode misses: {}\n", b.miss_path);
   for (const auto& r : b.prefills) text += prefill_line(c, b, r);
   for (const auto& r : b.decodes) text += decode_line(c, b, r);
-  for (const auto& w : b.windows) text += window_line(w);
+  for (const auto& w : b.windows) text += window_line(b, w);
   for (const auto& f : b.sequences) text += sequences_line(b, f);
   for (const auto& f : b.pieces) text += pieces_line(b, f);
   text += fmt::format("peak VRAM held by lode: {:.1f} MiB (median of {} runs after a warm-up each)\n", b.peak_mib,
