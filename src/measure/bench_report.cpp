@@ -74,14 +74,16 @@ std::string decode_line(const Ceilings& c, const BenchRun& b, const DecodeFigure
 
 constexpr double kAcceptances[] = {0.6, 0.8, 0.9};
 
-// A step of several rows under the tier: the absent experts' bytes read over PCIe, those the CPU
-// read from host RAM to compute its share, and both over the step's time (the host's RAM serves
-// both, so their sum against its read rate is the roofline of a step with many misses).
-std::string rows_tier_text(const TierFigures& t, double seconds, const char* unit) {
-  return fmt::format("; {:.1f} MB a {} over PCIe, the CPU {:.1f} experts ({:.1f} MB from host RAM): {:.1f} GB/s of "
-                     "host RAM in all",
-                     t.pcie_bytes / 1e6, unit, t.cpu_experts, t.cpu_bytes / 1e6,
-                     seconds > 0 ? (t.pcie_bytes + t.cpu_bytes) / seconds / 1e9 : 0.0);
+// A step of several rows under the tier: the bytes of the absent experts the GPU computed, counted
+// by routing (the session's counters count a (row, slot) pair each, while the grouped products read
+// an expert over PCIe once for all its rows: what crosses PCIe is at most this), and the experts
+// the CPU computed with the bytes it read from host RAM for them.
+std::string rows_tier_text(const TierFigures& t, const char* unit) {
+  std::string text = fmt::format("; {:.1f} MB a {} of absent experts' routings (at most that over PCIe)",
+                                 t.pcie_bytes / 1e6, unit);
+  if (t.cpu_experts > 0)
+    text += fmt::format(", the CPU {:.1f} experts ({:.1f} MB from host RAM)", t.cpu_experts, t.cpu_bytes / 1e6);
+  return text;
 }
 
 nlohmann::json rows_tier_json(const TierFigures& t) {
@@ -103,7 +105,7 @@ std::string window_line(const BenchRun& b, const WindowFigures& w) {
   std::string line = fmt::format("window {} @ depth {:<6} {:7.3f} ms a window = {:.2f} one-token steps; at acceptance "
                                  "0.6 / 0.8 / 0.9 it would decode {} faster",
                                  w.tokens, w.depth, 1e3 * w.seconds, w.step_ratio, speedups);
-  if (!b.plan.all_resident()) line += rows_tier_text(w.tier, w.seconds, "window");
+  if (!b.plan.all_resident()) line += rows_tier_text(w.tier, "window");
   return line + "\n";
 }
 
@@ -118,7 +120,7 @@ std::string sequences_line(const BenchRun& b, const SequencesFigures& f) {
                                  "tokens/s in all, {:.2f}x one sequence's",
                                  f.sequences, f.depth, 1e3 * f.seconds, f.step_ratio, f.tokens_per_s(),
                                  double(f.sequences) / f.step_ratio);
-  if (!b.plan.all_resident()) line += rows_tier_text(f.tier, f.seconds, "step");
+  if (!b.plan.all_resident()) line += rows_tier_text(f.tier, "step");
   return line + "\n";
 }
 
