@@ -541,7 +541,9 @@ TEST(CudaKernels, RouterWindowRowsGetTheBitsOfSingleRows) {
 
 // A step's (row, slot) pairs grouped by expert: experts ascending, each expert's pairs in order, at
 // most `most` a group (8: an expert of 19 pairs makes groups of 8, 8 and 3), every pair once, and
-// the groups after the last empty; against a host grouping of random routes of up to 64 rows.
+// the groups after the last empty; against a host grouping of random routes of up to 64 rows. With
+// residency flags, the groups of absent experts are counted (added to the counter: a layer's
+// steps add up).
 TEST(CudaKernels, ExpertGroupsHoldEveryPairOnceByExpert) {
   LODE_REQUIRE_GPU();
   std::mt19937 rng(7);
@@ -560,9 +562,17 @@ TEST(CudaKernels, ExpertGroupsHoldEveryPairOnceByExpert) {
           want.push_back({e, 0, {}});
         want.back().pairs[want.back().count++] = p;
       }
+    std::vector<uint8_t> resident(static_cast<size_t>(kExperts));
+    for (uint8_t& r : resident) r = uint8_t(rng() % 3 == 0);
+    unsigned want_absent = 7;  // (what the counter held before)
+    for (const lode::cuda::ExpertGroup& g : want) want_absent += resident[size_t(g.id)] ? 0u : 1u;
     Device dev;
     auto* groups = dev.zeros<lode::cuda::ExpertGroup>(size_t(pairs));
-    ASSERT_EQ(lode::cuda::kernels::expert_groups(dev.upload(ids), pairs, kExperts, most, groups, nullptr), nullptr);
+    auto* absent = dev.upload(std::vector<unsigned>{7u});
+    ASSERT_EQ(lode::cuda::kernels::expert_groups(dev.upload(ids), pairs, kExperts, most, groups, nullptr,
+                                                 dev.upload(resident), absent),
+              nullptr);
+    EXPECT_EQ(dev.download(absent, 1)[0], want_absent);
     const auto got = dev.download(groups, size_t(pairs));
     for (size_t g = 0; g < got.size(); ++g) {
       SCOPED_TRACE(g);

@@ -40,8 +40,8 @@ struct Mini {
 // The dispatch kernel's side: the request's fields (each expert with its rows of the step), the
 // rows' x, then its number.
 void post(MissMailbox& box, std::vector<float>& x, int32_t layer, const std::vector<int32_t>& experts,
-          const std::vector<uint64_t>& rows, const std::vector<float>& input) {
-  box.layer = layer, box.count = int32_t(experts.size()), box.hinted = 0;
+          const std::vector<uint64_t>& rows, const std::vector<float>& input, bool grouped = false) {
+  box.layer = layer, box.count = int32_t(experts.size()), box.hinted = 0, box.grouped = grouped ? 1 : 0;
   std::copy(experts.begin(), experts.end(), box.expert);
   std::copy(rows.begin(), rows.end(), box.rows);
   std::copy(input.begin(), input.end(), x.begin());
@@ -115,7 +115,7 @@ TEST(MissServer, AnswersEachExpertForEachOfItsRows) {
   }
   const std::vector<int32_t> chosen = {int32_t(experts - 1), 4, 0, 9};
   const std::vector<uint64_t> rows_of = {1ull << 39 | 1ull << 2, 1ull << 7, 0x5ull, 1ull << 20 | 1ull << 21 | 1ull << 38};
-  post(s.box, s.x, 1, chosen, rows_of, input);
+  post(s.box, s.x, 1, chosen, rows_of, input, true);
   ASSERT_TRUE(answered(s.box));
   size_t pair = 0;
   for (size_t i = 0; i < chosen.size(); ++i)
@@ -131,6 +131,14 @@ TEST(MissServer, AnswersEachExpertForEachOfItsRows) {
   EXPECT_EQ(s.server.counts().pairs, 8u);
   EXPECT_EQ(s.server.counts().experts, 4u);
   EXPECT_EQ(s.server.counts().pair_bytes, 2 * s.server.counts().expert_bytes);  // (4 experts, 8 pairs, one layer)
+  // A grouped step's reads are counted by group on the device, less the CPU's: its pairs are not
+  // the one-token steps' routings the session takes the CPU's bytes from.
+  EXPECT_EQ(s.server.counts().token_pair_bytes, 0u);
+  const uint64_t grouped_bytes = s.server.counts().pair_bytes;
+  post(s.box, s.x, 1, {5, 6}, input);  // a one-token step's request
+  ASSERT_TRUE(answered(s.box));
+  EXPECT_GT(s.server.counts().token_pair_bytes, 0u);
+  EXPECT_EQ(s.server.counts().token_pair_bytes, s.server.counts().pair_bytes - grouped_bytes);
 }
 
 TEST(MissServer, ReadsAheadTheExpertsAHintNames) {

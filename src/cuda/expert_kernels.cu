@@ -121,6 +121,7 @@ __global__ void __launch_bounds__(kMissThreads)
       link.box->layer = layer;
       link.box->count = count;
       link.box->hinted = hinted;
+      link.box->grouped = 0;
     }
   }
   __syncthreads();
@@ -137,13 +138,15 @@ static_assert(kMaxMissTokenExperts == kWarp && kMaxMissExperts < 128, "a lane a 
 // the groups, copies the rows they read into the mailbox and posts the request.
 __global__ void __launch_bounds__(kMissThreads)
     miss_dispatch_rows_kernel(MissLink link, const int32_t* ids, int rows, int k, const uint8_t* resident, int layer,
-                              const float* x, int n_experts, ExpertGroup* groups, int n_groups) {
+                              const float* x, int n_experts, ExpertGroup* groups, int n_groups, unsigned* absent_groups) {
   __shared__ unsigned long long rows_of[kMaxRoutedExperts];  // absent expert e: bit r for each row r that chose it
   __shared__ int8_t taken[kMaxRoutedExperts];               // the CPU's expert e: 1 + its place in the request
   __shared__ int first_pair[kMaxMissExperts];                // the request's expert i: its first pair's place
   __shared__ int count;
   __shared__ unsigned long long read_rows;  // the rows the CPU's experts read
+  __shared__ unsigned emptied;              // groups handed to the CPU
   const int pairs = rows * k;
+  if (threadIdx.x == 0) emptied = 0;
   for (int e = threadIdx.x; e < n_experts; e += blockDim.x) rows_of[e] = 0, taken[e] = 0;
   __syncthreads();
   for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
@@ -199,6 +202,7 @@ __global__ void __launch_bounds__(kMissThreads)
       link.box->layer = layer;
       link.box->count = n;
       link.box->hinted = 0;
+      link.box->grouped = 1;
     }
   }
   __syncthreads();
@@ -211,13 +215,14 @@ __global__ void __launch_bounds__(kMissThreads)
   }
   for (int g = threadIdx.x; g < n_groups; g += blockDim.x) {
     const int32_t e = groups[g].id;
-    if (unsigned(e) < unsigned(n_experts) && taken[e]) groups[g].id = -1;
+    if (unsigned(e) < unsigned(n_experts) && taken[e]) groups[g].id = -1, atomicAdd(&emptied, 1u);
   }
   const int per_row = link.hidden / 4;
   for (int i = threadIdx.x; i < rows * per_row; i += blockDim.x)
     if (read_rows >> (i / per_row) & 1)
       reinterpret_cast<float4*>(link.x)[i] = reinterpret_cast<const float4*>(x)[i];
-  post_request(link);
+  post_request(link);  // (its barrier also orders the emptied groups' count)
+  if (threadIdx.x == 0 && absent_groups) atomicSub(absent_groups, emptied);
 }
 
 // Each block waits for the answer, then moves its share of the outputs with 16-byte loads over
@@ -308,12 +313,12 @@ const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8
 
 const char* miss_dispatch_rows(const MissLink& link, const int32_t* ids, int rows, int k, const uint8_t* resident,
                                int layer, const float* x, int n_experts, ExpertGroup* groups, int n_groups,
-                               void* stream) {
+                               void* stream, unsigned* absent_groups) {
   if (rows > kMaxMissRows) return "the CPU miss path serves steps of at most 64 rows";
   if (n_experts > kMaxRoutedExperts) return "the CPU miss path serves models of at most 512 experts a layer";
   if (link.hidden % 4 != 0) return "the CPU miss path moves hidden states of a multiple of 4 values";
   miss_dispatch_rows_kernel<<<1, kMissThreads, 0, as_stream(stream)>>>(link, ids, rows, k, resident, layer, x,
-                                                                       n_experts, groups, n_groups);
+                                                                       n_experts, groups, n_groups, absent_groups);
   return launched();
 }
 

@@ -46,6 +46,7 @@ struct MissMailbox {
   uint32_t timed_out = 0;          // set by the gather kernel when the host did not answer
   int32_t layer = 0, count = 0;
   int32_t hinted = 0;              // of the request's experts, how many were hinted (they lead)
+  int32_t grouped = 0;             // 1: from a step grouped by expert (miss_dispatch_rows), 0: one token's
   int32_t expert[kMaxMissExperts] = {};
   uint64_t rows[kMaxMissExperts] = {};  // expert i's rows: bit r, row r of the step
   uint32_t hint = 0;               // the hint's sequence number
@@ -108,10 +109,12 @@ const char* miss_dispatch(const MissLink& link, int32_t* ids, int k, const uint8
 // of work (those of one row first; at most kMaxMissExperts experts and kMaxMissPairs pairs, all it
 // can hold with cpu_takes_all); their groups get id -1 (the grouped
 // products skip them), the rows they read go to the mailbox (x [rows][hidden]), and the request is
-// posted. Each pair's output goes to y at its pair's place (r k + slot), by miss_gather.
+// posted. Each pair's output goes to y at its pair's place (r k + slot), by miss_gather. With
+// `absent_groups` (expert_groups' count of the groups that read an absent expert over PCIe): less
+// the groups handed to the CPU.
 const char* miss_dispatch_rows(const MissLink& link, const int32_t* ids, int rows, int k, const uint8_t* resident,
                                int layer, const float* x, int n_experts, ExpertGroup* groups, int n_groups,
-                               void* stream);
+                               void* stream, unsigned* absent_groups = nullptr);
 // Copies the experts miss_dispatch listed from their host bytes (table) into the stage.
 const char* miss_stage(const MissStage& stage, const int32_t* ids, int k, const void* const* table, int n_experts,
                        void* stream);

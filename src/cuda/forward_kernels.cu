@@ -540,7 +540,8 @@ __device__ unsigned block_exclusive_scan(unsigned v, unsigned& total) {
 }
 
 __global__ void __launch_bounds__(kGroupThreads)
-    expert_groups_kernel(const int32_t* ids, int pairs, int n_experts, int most, ExpertGroup* groups) {
+    expert_groups_kernel(const int32_t* ids, int pairs, int n_experts, int most, ExpertGroup* groups,
+                         const uint8_t* resident, unsigned* absent_groups) {
   __shared__ int32_t id[kMaxGroupPairs];
   __shared__ int32_t count[kMaxExperts];
   __shared__ int32_t first[kMaxExperts];   // expert e's first group
@@ -556,9 +557,18 @@ __global__ void __launch_bounds__(kGroupThreads)
   // Thread t's experts: [t per, (t + 1) per).
   const int per = (n_experts + kGroupThreads - 1) / kGroupThreads, begin = int(threadIdx.x) * per;
   const int end = min(n_experts, begin + per);
-  int mine = 0;
-  for (int e = begin; e < end; ++e) mine += (count[e] + most - 1) / most;
+  int mine = 0, mine_absent = 0;
+  for (int e = begin; e < end; ++e) {
+    const int groups_of_e = (count[e] + most - 1) / most;
+    mine += groups_of_e;
+    if (absent_groups && !resident[e]) mine_absent += groups_of_e;
+  }
   unsigned all = 0;
+  if (absent_groups) {
+    unsigned absent = 0;
+    block_exclusive_scan<kGroupThreads>(unsigned(mine_absent), absent);
+    if (threadIdx.x == 0 && absent) atomicAdd(absent_groups, absent);
+  }
   int next = int(block_exclusive_scan<kGroupThreads>(unsigned(mine), all));
   for (int e = begin; e < end; ++e) first[e] = next, next += (count[e] + most - 1) / most, placed[e] = 0;
   __syncthreads();
@@ -1095,12 +1105,14 @@ const char* moe_route_window(const float* logits, int64_t logits_stride, int n_e
   return error_text(route_rows(logits, logits_stride, n_experts, k, n, ids, k, n * k, weights, tally, stream));
 }
 
-const char* expert_groups(const int32_t* ids, int pairs, int n_experts, int most, ExpertGroup* groups, void* stream) {
+const char* expert_groups(const int32_t* ids, int pairs, int n_experts, int most, ExpertGroup* groups, void* stream,
+                          const uint8_t* resident, unsigned* absent_groups) {
   if (pairs < 1 || pairs > kMaxGroupPairs) return "expert groups of 1 to 1024 pairs";
   if (n_experts < 1 || n_experts > kMaxExperts) return "expert groups of 1 to 512 experts";
   if (most < 1 || most > kGroupInputs) return "expert groups of 1 to 8 pairs each";
+  if (absent_groups && !resident) return "expert groups: counting absent groups needs the residency flags";
   return error_text(launch_overlapped(expert_groups_kernel, dim3(1), dim3(kGroupThreads), 0, stream, ids, pairs,
-                                      n_experts, most, groups));
+                                      n_experts, most, groups, resident, absent_groups));
 }
 
 const char* greedy_token(const float* logits, int n, void* partials, int blocks, unsigned* arrivals, int32_t* token,

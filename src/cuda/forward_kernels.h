@@ -116,10 +116,13 @@ const char* moe_route_window(const float* logits, int64_t logits_stride, int n_e
 // (cuda/matvec_launch.h's ExpertGroup): ids [pairs] (row t's k choices at t k: moe_route_window's
 // first half), experts ascending, each expert's pairs in order, up to `most` (1 to kGroupInputs) a
 // group; groups [pairs] (the most there can be), those after the last empty. One block; pairs at
-// most kMaxGroupPairs.
+// most kMaxGroupPairs. With `absent_groups` (and the experts' `resident` flags): adds the number of
+// groups whose expert is not in VRAM (each such group reads its expert over PCIe once, whatever
+// its pairs; the CPU miss path takes some back, kernels::miss_dispatch_rows).
 constexpr int kMaxGroupPairs = 1024;
 constexpr int kMaxRoutedExperts = 512;  // experts a layer that the router and the expert groups take
-const char* expert_groups(const int32_t* ids, int pairs, int n_experts, int most, ExpertGroup* groups, void* stream);
+const char* expert_groups(const int32_t* ids, int pairs, int n_experts, int most, ExpertGroup* groups, void* stream,
+                          const uint8_t* resident = nullptr, unsigned* absent_groups = nullptr);
 // Greedy sampling on the device: *token = the index of the largest of n logits (the lowest index
 // among equals), or -1 when a logit is NaN or +inf or all are -inf (where the host's sampler
 // fails), in one launch of `blocks` blocks, each reducing its share to a (value, index) pair in

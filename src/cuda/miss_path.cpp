@@ -152,7 +152,7 @@ MissStats MissPath::stats() const {
           .experts = c.experts,
           .hinted_experts = c.hinted_experts,
           .expert_bytes = c.expert_bytes,
-          .pair_bytes = c.pair_bytes,
+          .token_pair_bytes = c.token_pair_bytes,
           .read_ahead_bytes = c.read_ahead_bytes,
           .cpu_seconds = c.cpu_seconds};
 }

@@ -38,7 +38,7 @@ struct MissStats {
   uint64_t experts = 0;       // experts the CPU computed
   uint64_t hinted_experts = 0;  // of them, those a hint had named (read ahead while the mixer ran)
   uint64_t expert_bytes = 0;  // their bytes (not read over PCIe)
-  uint64_t pair_bytes = 0;    // an expert's bytes for each row that chose it (as the tier's miss counters count)
+  uint64_t token_pair_bytes = 0;  // those of one-token steps' requests (as the tier's routing counters count them)
   uint64_t read_ahead_bytes = 0;  // expert bytes read into the caches on hints
   double cpu_seconds = 0;     // the server's time computing them
 };

@@ -44,6 +44,7 @@ MissServerCounts MissServer::counts() const {
           .hinted_experts = hinted_experts_.load(),
           .expert_bytes = expert_bytes_.load(),
           .pair_bytes = pair_bytes_.load(),
+          .token_pair_bytes = token_pair_bytes_.load(),
           .read_ahead_bytes = read_ahead_bytes_.load(),
           .cpu_seconds = double(cpu_ns_.load()) * 1e-9};
 }
@@ -80,6 +81,7 @@ void MissServer::answer(uint32_t number, int32_t* experts) {
   const int n = std::clamp(std::atomic_ref<int32_t>(box_.count).load(std::memory_order_acquire), 0,
                            int32_t(kernels::kMaxMissExperts));
   const int hinted = std::clamp(std::atomic_ref<int32_t>(box_.hinted).load(std::memory_order_acquire), 0, n);
+  const bool grouped = std::atomic_ref<int32_t>(box_.grouped).load(std::memory_order_acquire) != 0;
   uint64_t rows[kernels::kMaxMissExperts];
   std::copy_n(box_.expert, n, experts);
   std::copy_n(box_.rows, n, rows);
@@ -97,6 +99,7 @@ void MissServer::answer(uint32_t number, int32_t* experts) {
   requests_ += 1, experts_ += uint64_t(n), pairs_ += uint64_t(pairs), hinted_experts_ += uint64_t(hinted);
   expert_bytes_ += uint64_t(n) * bytes_[size_t(layer)].total();
   pair_bytes_ += uint64_t(pairs) * bytes_[size_t(layer)].total();
+  if (!grouped) token_pair_bytes_ += uint64_t(pairs) * bytes_[size_t(layer)].total();
   std::atomic_ref<uint32_t>(box_.done).store(number, std::memory_order_release);
 }
 

@@ -26,6 +26,7 @@ struct MissServerCounts {
   uint64_t hinted_experts = 0;    // of them, those a hint had named (read ahead while the mixer ran)
   uint64_t expert_bytes = 0;      // their bytes
   uint64_t pair_bytes = 0;        // an expert's bytes for each of its pairs (the routings the CPU took, in bytes)
+  uint64_t token_pair_bytes = 0;  // of them, those of one-token steps' requests (MissMailbox::grouped 0)
   uint64_t read_ahead_bytes = 0;  // expert bytes read into the caches on hints
   double cpu_seconds = 0;         // time computing them
 };
@@ -58,7 +59,8 @@ class MissServer {
   const float* x_;
   float* y_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> requests_{0}, experts_{0}, pairs_{0}, hinted_experts_{0}, expert_bytes_{0}, pair_bytes_{0};
+  std::atomic<uint64_t> requests_{0}, experts_{0}, pairs_{0}, hinted_experts_{0}, expert_bytes_{0}, pair_bytes_{0},
+      token_pair_bytes_{0};
   std::atomic<uint64_t> read_ahead_bytes_{0}, cpu_ns_{0};
   int64_t answered_layer_ = -1;  // the last request's layer (the server thread's)
   std::thread thread_;           // (last: started once the rest is set)

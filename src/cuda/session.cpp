@@ -138,7 +138,11 @@ struct CudaSession::Impl {
   int32_t* top_aside;               // each row's count of ids set aside, then the ids [rows][kTopAsideMost]
   float* top_aside_logits;          // and their logits [rows][kTopAsideMost]
   unsigned* route_counts;       // [layer][expert]: routings so far (decode steps and prompts)
-  unsigned* route_misses;       // [2][layer]: routings to absent experts, by decode steps, then by prompts
+  // [4][layer]: routings to absent experts by decode steps whose products read an expert for each
+  // (one-token steps, windows by pair), by prompts, and by steps grouped by expert; then the groups
+  // of those grouped steps that read an absent expert over PCIe (kernels::expert_groups, less the
+  // CPU's: kernels::miss_dispatch_rows).
+  unsigned* route_misses;
   float *hint_normed, *hint_logits, *hint_weights;  // the CPU miss path's hint (plan::DecodeScratch)
   int32_t* hint_ids;
   unsigned* hint_arrivals;
@@ -680,6 +684,11 @@ struct CudaSession::Impl {
     }
     // router_logits [window][n_experts + 1]: each row's router logits, then its shared expert's gate.
     const int64_t logit_row = c.n_experts + 1;
+    // A step grouped by expert reads an absent expert once a group, not once a routing: its routings
+    // are counted apart from those whose products read an expert each.
+    const bool grouped = window > 1 && by_expert(d);
+    RouteTally tally = d.tally;
+    if (grouped && tally.misses) tally.misses += 2 * c.n_layers;
     const float* shared_gate_logit = router_logits + c.n_experts;
     if (d.router.type == GgmlType::F32 && c.hidden % 4 == 0) {
       const DeviceMatrix& r = d.router_and_shared_logit.data ? d.router_and_shared_logit : d.router;
@@ -687,7 +696,7 @@ struct CudaSession::Impl {
           "router",
           [&] {
             return kernels::router_topk(static_cast<const float*>(r.data), int(r.rows), int(r.cols), normed,
-                                        router_logits, int(c.n_experts), int(k), ids, weights, d.tally, router_arrivals,
+                                        router_logits, int(c.n_experts), int(k), ids, weights, tally, router_arrivals,
                                         stream, {window, c.hidden, logit_row});
           },
           double(r.rows) * double(r.row_bytes));
@@ -696,7 +705,7 @@ struct CudaSession::Impl {
          router_logits, 0, nullptr, logit_row);
       launch("router", [&] {
         return kernels::moe_route_window(router_logits, logit_row, int(c.n_experts), int(k), window, ids, weights,
-                                         d.tally, stream);
+                                         tally, stream);
       });
     }
     // Some absent experts go to the CPU (their ids become -1, which the products skip); the hinted
@@ -704,7 +713,6 @@ struct CudaSession::Impl {
     // experts through the stage's table. (A step of several rows gives the CPU its experts once
     // its rows are grouped by expert, in experts_by_group; the GPU reads its own absent ones over
     // PCIe once a group.)
-    const bool grouped = window > 1 && by_expert(d);
     const bool cpu_misses = miss && layer < int64_t(layers.size()) &&  // not the MTP block's
                             (window == 1 || (grouped && window <= kernels::kMaxMissRows));
     const bool token_misses = cpu_misses && window == 1;
@@ -781,12 +789,15 @@ struct CudaSession::Impl {
     const int64_t k = c.n_experts_used, ff = c.expert_ff, n = window * k;
     // (An expert has at most one pair a row: a group holds at most the step's rows.)
     const int32_t most = int32_t(std::min<int64_t>(window, group_cap()));
-    launch("expert groups",
-           [&] { return kernels::expert_groups(ids, int(n), int(c.n_experts), most, expert_groups, stream); });
+    unsigned* absent_groups = d.tally.misses ? d.tally.misses + 3 * c.n_layers : nullptr;  // (the MTP block: none)
+    launch("expert groups", [&] {
+      return kernels::expert_groups(ids, int(n), int(c.n_experts), most, expert_groups, stream, d.tally.resident,
+                                    absent_groups);
+    });
     if (cpu_layer >= 0)
       launch(kMissDispatch, [&] {
         return kernels::miss_dispatch_rows(miss->link(), ids, window, int(k), d.tally.resident, int(cpu_layer), normed,
-                                           int(c.n_experts), expert_groups, int(n), stream);
+                                           int(c.n_experts), expert_groups, int(n), stream, absent_groups);
       });
     MatvecInput in = input();
     in.groups = expert_groups, in.x_run = int32_t(k), in.group_inputs = most;
@@ -1970,15 +1981,16 @@ std::vector<uint64_t> CudaSession::routing_counts() const {
 ExpertStats CudaSession::expert_stats() const {
   const Impl& s = *impl_;
   const int64_t layers = s.config.n_layers;
-  std::vector<unsigned> misses(size_t(2 * layers));
+  std::vector<unsigned> misses(size_t(4 * layers));
   check_cuda(cudaStreamSynchronize(s.stream), "expert counters");
   copy_to_host(misses.data(), s.route_misses, misses.size() * sizeof(unsigned));
   ExpertStats stats{.resident = s.tier->resident_count(), .total = layers * s.config.n_experts,
                     .swaps = s.tier->swaps(), .host_tier = s.tier->host_tier(), .miss_path = {}};
   for (uint64_t c : routing_counts()) stats.routed += c;
-  for (int64_t l = 0; l < layers; ++l) {
-    stats.missed += misses[size_t(l)] + misses[size_t(layers + l)];
-    stats.decode_miss_bytes += uint64_t(misses[size_t(l)]) * s.tier->expert_bytes(l);
+  for (int64_t l = 0; l < layers; ++l) {  // (route_misses' four rows)
+    const auto at = [&](int64_t row) { return uint64_t(misses[size_t(row * layers + l)]); };
+    stats.missed += at(0) + at(1) + at(2);
+    stats.decode_miss_bytes += (at(0) + at(3)) * s.tier->expert_bytes(l);
   }
   stats.prompt_miss_bytes = s.prompt ? s.prompt->miss_bytes() : 0;
   stats.miss_path = s.miss_summary;
@@ -1987,8 +1999,9 @@ ExpertStats CudaSession::expert_stats() const {
     stats.cpu_experts = m.experts, stats.cpu_hinted_experts = m.hinted_experts, stats.cpu_expert_bytes = m.expert_bytes,
     stats.cpu_read_ahead_bytes = m.read_ahead_bytes, stats.cpu_seconds = m.cpu_seconds;
     stats.gpu_share_seconds = m.gpu_share_seconds, stats.host_wait_seconds = m.host_wait_seconds;
-    // (The misses count routings, a group's pairs each: the CPU's pairs are theirs.)
-    stats.decode_miss_bytes -= std::min(stats.decode_miss_bytes, m.pair_bytes);
+    // (One-token steps' misses count routings: the CPU's are theirs. Grouped steps' reads are
+    // counted less the CPU's already.)
+    stats.decode_miss_bytes -= std::min(stats.decode_miss_bytes, m.token_pair_bytes);
   }
   return stats;
 }

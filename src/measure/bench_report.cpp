@@ -74,13 +74,11 @@ std::string decode_line(const Ceilings& c, const BenchRun& b, const DecodeFigure
 
 constexpr double kAcceptances[] = {0.6, 0.8, 0.9};
 
-// A step of several rows under the tier: the bytes of the absent experts the GPU computed, counted
-// by routing (the session's counters count a (row, slot) pair each, while the grouped products read
-// an expert over PCIe once for all its rows: what crosses PCIe is at most this), and the experts
-// the CPU computed with the bytes it read from host RAM for them.
+// A step of several rows under the tier: the bytes of the absent experts the GPU read over PCIe
+// (a grouped step's once a group, cuda::ExpertStats), and the experts the CPU computed with the
+// bytes it read from host RAM for them.
 std::string rows_tier_text(const TierFigures& t, const char* unit) {
-  std::string text = fmt::format("; {:.1f} MB a {} of absent experts' routings (at most that over PCIe)",
-                                 t.pcie_bytes / 1e6, unit);
+  std::string text = fmt::format("; {:.1f} MB a {} over PCIe", t.pcie_bytes / 1e6, unit);
   if (t.cpu_experts > 0)
     text += fmt::format(", the CPU {:.1f} experts ({:.1f} MB from host RAM)", t.cpu_experts, t.cpu_bytes / 1e6);
   return text;

@@ -79,7 +79,7 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.logits = l.floats(n * c.vocab);
   s.router_arrivals = l.take(size_t(n) * 4);
   s.route_counts = l.take(size_t(c.n_layers * c.n_experts) * 4);
-  s.route_misses = l.take(size_t(2 * c.n_layers) * 4);
+  s.route_misses = l.take(size_t(4 * c.n_layers) * 4);
   s.miss_path = l.take(kMissPathScratch);
   s.hint_normed = l.floats(c.hidden), s.hint_logits = l.floats(c.n_experts + 1), s.hint_weights = l.floats(k);
   s.hint_ids = l.take(size_t(2 * k) * 4), s.hint_arrivals = l.take(4);

@@ -68,8 +68,9 @@ struct DecodeScratch {
   size_t logits;                           // [vocab]
   size_t router_arrivals;                  // one unsigned a row, kept zeroed
   size_t route_counts;                     // [layers][n_experts] unsigned: routings per expert
-  size_t route_misses;                     // [2][layers] unsigned: routings to experts not in VRAM, by decode
-                                           // steps, then by prompts
+  size_t route_misses;                     // [4][layers] unsigned: routings to experts not in VRAM (decode
+                                           // steps read by pair, prompts, grouped steps), then grouped
+                                           // steps' reads of them (cuda/session.cpp)
   size_t miss_path;                        // kMissPathScratch bytes: the CPU miss path's device words
   // The CPU miss path's hint: the layer's input normed for the MoE, the router's logits, weights,
   // ids and block counter (kept zeroed) for it.
