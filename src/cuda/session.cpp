@@ -789,7 +789,9 @@ struct CudaSession::Impl {
     const int64_t k = c.n_experts_used, ff = c.expert_ff, n = window * k;
     // (An expert has at most one pair a row: a group holds at most the step's rows.)
     const int32_t most = int32_t(std::min<int64_t>(window, group_cap()));
-    unsigned* absent_groups = d.tally.misses ? d.tally.misses + 3 * c.n_layers : nullptr;  // (the MTP block: none)
+    // (None to count with every expert in VRAM, which spares the step the flags' reads, or for the
+    // MTP block.)
+    unsigned* absent_groups = d.tally.misses && !plan.all_resident() ? d.tally.misses + 3 * c.n_layers : nullptr;
     launch("expert groups", [&] {
       return kernels::expert_groups(ids, int(n), int(c.n_experts), most, expert_groups, stream, d.tally.resident,
                                     absent_groups);
