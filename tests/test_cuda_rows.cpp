@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "gguf/reader.h"
 #include "model/weights.h"
+#include "plan/memory_plan.h"
 #include "sample/sampler.h"
 #include "support/fixtures.h"
 #include "support/gpu.h"
@@ -185,6 +186,44 @@ TEST(CudaRows, RowsDoNotDependOnWhereTheExpertsAre) {
                {.max_context = 128}, {{all}, {{5, 9}}, {all}}, "17 sequences, no expert in VRAM", &stats);
   EXPECT_GT(stats.cpu_experts, 0u) << stats.miss_path;
   EXPECT_GT(stats.decode_miss_bytes, 0u) << stats.miss_path;
+}
+
+// A step grouped by expert reads an absent expert over PCIe once a group (at most 8 of its rows),
+// whatever its rows: the tier's count of the bytes decode reads over PCIe says so, not once a
+// routing. 17 rows of the tiny synth's 4 experts each, with no expert in VRAM and every miss on the
+// GPU: the step's groups, from the routing counts it added, against the bytes it counted.
+TEST(CudaRows, AGroupedStepCountsAnAbsentExpertOnceAGroup) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 27);
+  const Loaded m(dir / "m.gguf");
+  const int64_t n = 17, layers = m.config.n_layers, experts = m.config.n_experts;
+  CudaSession s(m.reader, m.weights,
+                {.max_context = 64, .step_rows = n, .sequences = n, .max_resident_experts = 0,
+                 .miss_path = lode::plan::MissPath::gpu});
+  std::vector<CudaSession::Row> rows;
+  for (int64_t q = 0; q < n; ++q) {
+    s.use_sequence(q);
+    s.prefill(tokens_from(m.config.vocab, 6, int(q) + 1));
+    rows.push_back({q, int32_t(q + 3)});
+  }
+  const std::vector<uint64_t> counts_before = s.routing_counts();
+  const lode::cuda::ExpertStats before = s.expert_stats();
+  s.decode_rows(rows, true);
+  const std::vector<uint64_t> counts = s.routing_counts();
+  const lode::cuda::ExpertStats after = s.expert_stats();
+  const std::vector<lode::plan::ExpertBytes> bytes = lode::plan::expert_bytes(*m.weights);
+  uint64_t want = 0, routings = 0;
+  for (int64_t l = 0; l < layers; ++l)
+    for (int64_t e = 0; e < experts; ++e) {
+      const uint64_t c = counts[size_t(l * experts + e)] - counts_before[size_t(l * experts + e)];
+      want += (c + 7) / 8 * bytes[size_t(l)].total();
+      routings += c;
+    }
+  ASSERT_EQ(routings, uint64_t(n * layers * m.config.n_experts_used));
+  EXPECT_EQ(after.missed - before.missed, routings);  // (none in VRAM)
+  EXPECT_EQ(after.decode_miss_bytes - before.decode_miss_bytes, want);
+  EXPECT_EQ(after.cpu_experts, 0u);
 }
 
 // A snapshot of one sequence restored into another continues as the first does; resetting one
