@@ -127,8 +127,9 @@ TEST(BenchReport, StepsOfRowsUnderTheTierSayWhatTheyReadFromHostRam) {
   const std::string gpu = measure::to_text(h200_like(), b);
   EXPECT_NE(gpu.find("a step over PCIe\n"), std::string::npos) << gpu;
   const auto parsed = nlohmann::json::parse(measure::to_json(h200_like(), b).dump());
-  EXPECT_EQ(parsed["sequences"][0]["tier_per_step"].at("cpu_bytes"), 4e7);
-  EXPECT_EQ(parsed["windows"][0]["tier_per_window"].at("cpu_experts"), 20.0);
+  EXPECT_EQ(parsed["sequences"][0].at("cpu_bytes_per_step"), 4e7);
+  EXPECT_EQ(parsed["sequences"][0].at("pcie_bytes_per_step"), 1e8);
+  EXPECT_EQ(parsed["windows"][0].at("cpu_experts_per_window"), 20.0);
   // With every expert in VRAM there is nothing to say.
   b.plan.experts_resident = b.plan.experts_total;
   const std::string resident = measure::to_text(h200_like(), b);

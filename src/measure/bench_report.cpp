@@ -84,17 +84,20 @@ std::string rows_tier_text(const TierFigures& t, const char* unit) {
   return text;
 }
 
-nlohmann::json rows_tier_json(const TierFigures& t) {
-  return {{"pcie_bytes", rounded(t.pcie_bytes, 0)}, {"cpu_experts", rounded(t.cpu_experts, 2)},
-          {"cpu_bytes", rounded(t.cpu_bytes, 0)}};
+// The same in JSON, beside a window's or step's other figures (keys per `unit`, as decode's per token).
+void add_rows_tier_json(nlohmann::json& j, const TierFigures& t, const char* unit) {
+  j[fmt::format("pcie_bytes_per_{}", unit)] = rounded(t.pcie_bytes, 0);
+  j[fmt::format("cpu_experts_per_{}", unit)] = rounded(t.cpu_experts, 2);
+  j[fmt::format("cpu_bytes_per_{}", unit)] = rounded(t.cpu_bytes, 0);
 }
 
 nlohmann::json window_json(const WindowFigures& w) {
   nlohmann::json speedups = nlohmann::json::object();
   for (double a : kAcceptances) speedups[fmt::format("{:.1f}", a)] = rounded(w.tokens_at(a) / w.step_ratio, 3);
-  return {{"depth", w.depth}, {"tokens", w.tokens}, {"ms_per_window", rounded(1e3 * w.seconds, 4)},
-          {"one_token_steps", rounded(w.step_ratio, 3)}, {"speedup_at_acceptance", speedups},
-          {"pcie_bytes_per_window", rounded(w.tier.pcie_bytes, 0)}, {"tier_per_window", rows_tier_json(w.tier)}};
+  nlohmann::json j = {{"depth", w.depth}, {"tokens", w.tokens}, {"ms_per_window", rounded(1e3 * w.seconds, 4)},
+                      {"one_token_steps", rounded(w.step_ratio, 3)}, {"speedup_at_acceptance", speedups}};
+  add_rows_tier_json(j, w.tier, "window");
+  return j;
 }
 
 std::string window_line(const BenchRun& b, const WindowFigures& w) {
@@ -108,9 +111,10 @@ std::string window_line(const BenchRun& b, const WindowFigures& w) {
 }
 
 nlohmann::json sequences_json(const SequencesFigures& f) {
-  return {{"depth", f.depth}, {"sequences", f.sequences}, {"ms_per_step", rounded(1e3 * f.seconds, 4)},
-          {"tokens_per_s", rounded(f.tokens_per_s(), 1)}, {"one_token_steps", rounded(f.step_ratio, 3)},
-          {"pcie_bytes_per_step", rounded(f.tier.pcie_bytes, 0)}, {"tier_per_step", rows_tier_json(f.tier)}};
+  nlohmann::json j = {{"depth", f.depth}, {"sequences", f.sequences}, {"ms_per_step", rounded(1e3 * f.seconds, 4)},
+                      {"tokens_per_s", rounded(f.tokens_per_s(), 1)}, {"one_token_steps", rounded(f.step_ratio, 3)}};
+  add_rows_tier_json(j, f.tier, "step");
+  return j;
 }
 
 std::string sequences_line(const BenchRun& b, const SequencesFigures& f) {
