@@ -4,6 +4,7 @@
 // a whole model's logits. Float sums run in another order on the GPU: values agree to a few
 // float32 roundings of their magnitude, and what is chosen (the router's experts, their order)
 // agrees exactly. Skip without a GPU.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -643,6 +644,54 @@ TEST(CudaKernels, DeltaNetScanMatchesTheCpuAndSequencesGoTogether) {
     }
     EXPECT_LT(lode::test::relative_error(got_state, state), 1e-4);
     EXPECT_LT(lode::test::relative_error(got_o, want), 1e-4);
+  }
+}
+
+// The scan's other layouts (cuda/prompt_kernels.cu: a state column on 8 lanes up to 64 key rows, on
+// 32 from 129 to 256; the test above takes 16), with value heads of fewer columns than a block
+// holds, one sequence and two in a launch, against the CPU's delta rule.
+TEST(CudaKernels, DeltaNetScansOfOtherHeadSizesMatchTheCpu) {
+  LODE_REQUIRE_GPU();
+  std::mt19937 rng(12);
+  struct Heads {
+    int hk, hv, dk, dv;
+  };
+  for (const Heads g : {Heads{2, 4, 32, 48}, Heads{2, 4, 64, 40}, Heads{1, 2, 256, 24}}) {
+    SCOPED_TRACE(fmt::format("dk {}, dv {}", g.dk, g.dv));
+    const int channels = 2 * g.hk * g.dk + g.hv * g.dv, tokens = 37;
+    const size_t state_floats = size_t(g.hv) * g.dk * g.dv;
+    const auto a = normal_floats(size_t(g.hv), rng, 0.5f, -1.0f), dt_bias = normal_floats(size_t(g.hv), rng, 0.5f);
+    auto qkv = normal_floats(size_t(tokens) * channels, rng);
+    for (int t = 0; t < tokens; ++t)
+      for (int head = 0; head < 2 * g.hk; ++head) lode::cpu::l2_norm(&qkv[size_t(t) * channels + size_t(head) * g.dk], g.dk, 1e-6f);
+    const auto b = normal_floats(size_t(tokens) * g.hv, rng), alpha = normal_floats(size_t(tokens) * g.hv, rng);
+    const auto state0 = normal_floats(state_floats, rng, 0.1f);
+    std::vector<float> state = state0, want(size_t(tokens) * g.hv * g.dv);
+    for (int t = 0; t < tokens; ++t)
+      for (int s = 0; s < g.hv; ++s) {
+        const float* row = &qkv[size_t(t) * channels];
+        const size_t key = size_t(s % g.hk) * g.dk, at = size_t(t) * g.hv + size_t(s);
+        lode::cpu::deltanet_head_step(&state[size_t(s) * g.dk * g.dv], row + key, row + size_t(g.hk) * g.dk + key,
+                                      row + 2 * size_t(g.hk) * g.dk + size_t(s) * g.dv,
+                                      a[size_t(s)] * lode::cpu::softplus(alpha[at] + dt_bias[size_t(s)]),
+                                      lode::cpu::sigmoid(b[at]), g.dk, g.dv, &want[at * g.dv]);
+      }
+    Device dev;
+    const float *da = dev.upload(a), *ddt_bias = dev.upload(dt_bias);
+    for (const int count : {1, 2}) {
+      SCOPED_TRACE(fmt::format("{} sequences a launch", count));
+      std::vector<lode::cuda::kernels::ScanRows> rows;
+      for (int i = 0; i < count; ++i)
+        rows.push_back({dev.upload(state0), dev.upload(qkv), dev.upload(b), dev.upload(alpha),
+                        dev.zeros<float>(want.size()), tokens});
+      ASSERT_EQ(lode::cuda::kernels::deltanet_scan(rows.data(), count, channels, da, ddt_bias, g.hk, g.hv, g.dk, g.dv,
+                                                   nullptr),
+                nullptr);
+      for (const lode::cuda::kernels::ScanRows& r : rows) {
+        EXPECT_LT(lode::test::relative_error(dev.download(r.state, state_floats), state), 1e-4);
+        EXPECT_LT(lode::test::relative_error(dev.download(r.o, want.size()), want), 1e-4);
+      }
+    }
   }
 }
 

@@ -12,14 +12,28 @@ namespace lode::cuda::kernels {
 
 namespace {
 
-constexpr int kMaxKeyDimsPerLane = 8;  // dk <= 256
-constexpr int kScanColumnsPerWarp = 4;  // independent recurrences per warp: their reductions overlap
 constexpr int kScanWarps = 8;
-constexpr int kScanColumns = kScanColumnsPerWarp * kScanWarps;  // per block
+constexpr int kScanMaxColumns = 32;     // per block, at most (ScanLayout)
 constexpr int kScanTileFloats = 4096;   // q and k of a tile of tokens: at most this many floats each
 constexpr int kScanMaxTile = 64;
+// Blocks a multiprocessor holds (registers held to 64 a thread).
+constexpr int kScanBlocksPerSm = 4;
 
 __host__ __device__ inline int scan_tile(int dk) { return min(kScanMaxTile, kScanTileFloats / dk); }
+
+// How a scan block lays a value head's state out: each state column (a recurrence) on kLanes lanes
+// of a warp, each lane kKeys consecutive key rows of it in registers (dk <= kLanes kKeys), so a
+// warp takes 32 / kLanes columns and a block kScanWarps times that. A column's two sums a token
+// (S^T k and S q) meet over its kLanes lanes in log2(kLanes) shuffles, all of a warp's columns in
+// the same instructions. (The layout before, a column's keys across all 32 lanes, four columns a
+// warp, took eight warp sums of five shuffles a token and was bound by the shuffle unit: an H100
+// spent 2.7 us a token in a pass of 4 prompts.)
+template <int kLanes, int kKeys>
+struct ScanLayout {
+  static constexpr int kColumnsPerWarp = kWarp / kLanes;
+  static constexpr int kColumns = kColumnsPerWarp * kScanWarps;
+  static_assert(kColumns <= kScanMaxColumns && kKeys % 4 == 0);  // (q and k read four at a time)
+};
 
 // The sequences of one scan launch (kernel parameters: no copy to the device first).
 constexpr int kMaxScanSequences = 16;
@@ -27,32 +41,47 @@ struct ScanBatch {
   ScanRows rows[kMaxScanSequences];
 };
 
-// Block (value head s, 32 state columns) of one sequence's scan: warp w owns columns 4w .. 4w + 3
-// of the group, each column's dk values in registers across the chunk (lane l holds rows l, l + 32,
-// ...). Tokens go in tiles whose q and k rows (shared by every column of the head) are staged in
-// shared memory once.
+// Block (value head s, L::kColumns state columns) of one sequence's scan, in its layout L: lane l of
+// warp w holds column (l / kLanes) of the warp's, rows kKeys (l % kLanes) .. + kKeys - 1, in
+// registers across the chunk. Tokens go in tiles whose q and k rows (shared by every column of the
+// head) are staged in shared memory once; a lane reads its keys' q and k four at a time.
+template <int kLanes, int kKeys>
 __device__ __forceinline__ void scan_block(float* state, const float* qkv, int channels, const float* b,
                                            const float* alpha, const float* a, const float* dt_bias, int hk, int hv,
                                            int dk, int dv, int n_tokens, float* o) {
-  extern __shared__ float tile_qk[];  // q [tile][dk], then k [tile][dk]
-  __shared__ float tile_v[kScanMaxTile][kScanColumns], tile_beta[kScanMaxTile], tile_decay[kScanMaxTile];
+  using L = ScanLayout<kLanes, kKeys>;
+  extern __shared__ float4 tile_qk4[];  // q [tile][dk], then k [tile][dk]
+  __shared__ float tile_v[kScanMaxTile][kScanMaxColumns], tile_beta[kScanMaxTile], tile_decay[kScanMaxTile];
   const int tile = scan_tile(dk);
-  float* tq = tile_qk;
-  float* tk = tile_qk + tile * dk;
+  float* const tq = reinterpret_cast<float*>(tile_qk4);
+  float* const tk = tq + tile * dk;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int groups = (dv + kScanColumns - 1) / kScanColumns;
-  const int s = blockIdx.x / groups, j0 = (blockIdx.x % groups) * kScanColumns;
+  const int groups = (dv + L::kColumns - 1) / L::kColumns;
+  const int s = blockIdx.x / groups, j0 = (blockIdx.x % groups) * L::kColumns;
   const int key_dim = hk * dk, head = s % hk;
-  const auto in_key = [&](int m) { return lane + kWarp * m < dk; };
-  float col[kScanColumnsPerWarp][kMaxKeyDimsPerLane];
+  const int local = warp * L::kColumnsPerWarp + lane / kLanes, j = j0 + local;  // this lane's column
+  const int key0 = (lane % kLanes) * kKeys;                                     // and its first key row
+  const bool column = j < dv;
+  const auto in_key = [&](int m) { return key0 + m < dk; };
+  float col[kKeys];
 #pragma unroll
-  for (int c = 0; c < kScanColumnsPerWarp; ++c) {
-    const int j = j0 + kScanColumnsPerWarp * warp + c;
-#pragma unroll
-    for (int m = 0; m < kMaxKeyDimsPerLane; ++m)
-      col[c][m] = j < dv && in_key(m) ? state[(int64_t(s) * dk + lane + kWarp * m) * dv + j] : 0.0f;
-  }
+  for (int m = 0; m < kKeys; ++m) col[m] = column && in_key(m) ? state[(int64_t(s) * dk + key0 + m) * dv + j] : 0.0f;
   const float a_s = a[s], bias = dt_bias[s];
+  // A lane's keys' k of row t of the staged tile (dk a multiple of 4: whole float4s, zeros past dk).
+  const auto keys_of = [&](int t, float (&out)[kKeys]) {
+#pragma unroll
+    for (int m = 0; m < kKeys; m += 4) {
+      const float4 v = key0 + m < dk ? *reinterpret_cast<const float4*>(tk + t * dk + key0 + m)
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      out[m] = v.x, out[m + 1] = v.y, out[m + 2] = v.z, out[m + 3] = v.w;
+    }
+  };
+  // The sum of a column's kLanes lanes, in every one of them.
+  const auto column_sum = [](float v) {
+#pragma unroll
+    for (int offset = kLanes / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+  };
   for (int t0 = 0; t0 < n_tokens; t0 += tile) {
     const int count = min(tile, n_tokens - t0);
     __syncthreads();  // the previous tile is done with
@@ -61,10 +90,10 @@ __device__ __forceinline__ void scan_block(float* state, const float* qkv, int c
       tq[i] = row[head * dk + i % dk];
       tk[i] = row[key_dim + head * dk + i % dk];
     }
-    for (int i = threadIdx.x; i < count * kScanColumns; i += blockDim.x) {
-      const int j = j0 + i % kScanColumns;
-      tile_v[i / kScanColumns][i % kScanColumns] =
-          j < dv ? qkv[int64_t(t0 + i / kScanColumns) * channels + 2 * key_dim + int64_t(s) * dv + j] : 0.0f;
+    for (int i = threadIdx.x; i < count * L::kColumns; i += blockDim.x) {
+      const int jj = j0 + i % L::kColumns;
+      tile_v[i / L::kColumns][i % L::kColumns] =
+          jj < dv ? qkv[int64_t(t0 + i / L::kColumns) * channels + 2 * key_dim + int64_t(s) * dv + jj] : 0.0f;
     }
     for (int i = threadIdx.x; i < count; i += blockDim.x) {
       tile_beta[i] = sigmoidf(b[int64_t(t0 + i) * hv + s]);
@@ -72,66 +101,55 @@ __device__ __forceinline__ void scan_block(float* state, const float* qkv, int c
     }
     __syncthreads();
     for (int t = 0; t < count; ++t) {
-      float kk[kMaxKeyDimsPerLane], kv[kScanColumnsPerWarp];
+      float kk[kKeys];
+      keys_of(t, kk);
       const float decay = tile_decay[t], beta = tile_beta[t];
+      float kv = 0.0f;
 #pragma unroll
-      for (int m = 0; m < kMaxKeyDimsPerLane; ++m) kk[m] = in_key(m) ? tk[t * dk + lane + kWarp * m] : 0.0f;
+      for (int m = 0; m < kKeys; ++m) {
+        col[m] *= decay;
+        kv += col[m] * kk[m];
+      }
+      kv = column_sum(kv);
+      const float d = beta * (tile_v[t][local] - kv);
+      float out = 0.0f;
 #pragma unroll
-      for (int c = 0; c < kScanColumnsPerWarp; ++c) {
-        kv[c] = 0.0f;
+      for (int m = 0; m < kKeys; m += 4) {  // (q four at a time: fewer registers)
+        const float4 q4 = key0 + m < dk ? *reinterpret_cast<const float4*>(tq + t * dk + key0 + m)
+                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float q[4] = {q4.x, q4.y, q4.z, q4.w};
 #pragma unroll
-        for (int m = 0; m < kMaxKeyDimsPerLane; ++m) {
-          col[c][m] *= decay;
-          kv[c] += col[c][m] * kk[m];
+        for (int i = 0; i < 4; ++i) {
+          col[m + i] += kk[m + i] * d;
+          out += col[m + i] * q[i];
         }
       }
-#pragma unroll
-      for (int c = 0; c < kScanColumnsPerWarp; ++c) kv[c] = warp_sum(kv[c]);
-      float out[kScanColumnsPerWarp];
-#pragma unroll
-      for (int c = 0; c < kScanColumnsPerWarp; ++c) {
-        const float d = beta * (tile_v[t][kScanColumnsPerWarp * warp + c] - kv[c]);
-        out[c] = 0.0f;
-#pragma unroll
-        for (int m = 0; m < kMaxKeyDimsPerLane; ++m) {
-          col[c][m] += kk[m] * d;
-          out[c] += col[c][m] * (in_key(m) ? tq[t * dk + lane + kWarp * m] : 0.0f);
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < kScanColumnsPerWarp; ++c) out[c] = warp_sum(out[c]);
-      const int j = j0 + kScanColumnsPerWarp * warp + lane;
-      if (lane < kScanColumnsPerWarp && j < dv) {
-        float mine = out[0];
-#pragma unroll
-        for (int c = 1; c < kScanColumnsPerWarp; ++c) mine = lane == c ? out[c] : mine;
-        o[int64_t(t0 + t) * hv * dv + int64_t(s) * dv + j] = mine;
-      }
+      out = column_sum(out);
+      if (lane % kLanes == 0 && column) o[int64_t(t0 + t) * hv * dv + int64_t(s) * dv + j] = out;
     }
   }
 #pragma unroll
-  for (int c = 0; c < kScanColumnsPerWarp; ++c) {
-    const int j = j0 + kScanColumnsPerWarp * warp + c;
-#pragma unroll
-    for (int m = 0; m < kMaxKeyDimsPerLane; ++m)
-      if (j < dv && in_key(m)) state[(int64_t(s) * dk + lane + kWarp * m) * dv + j] = col[c][m];
-  }
+  for (int m = 0; m < kKeys; ++m)
+    if (column && in_key(m)) state[(int64_t(s) * dk + key0 + m) * dv + j] = col[m];
 }
 
 // One sequence: its pointers are the kernel's parameters. (Read from a batch's array they took
 // registers, 120 against 108, and an 8,192-token prompt's scans ran 15% longer on an H100: stop 70.)
-__global__ void __launch_bounds__(kScanWarps * kWarp)
+template <int kLanes, int kKeys>
+__global__ void __launch_bounds__(kScanWarps * kWarp, kScanBlocksPerSm)
     deltanet_scan_kernel(float* state, const float* qkv, int channels, const float* b, const float* alpha,
                          const float* a, const float* dt_bias, int hk, int hv, int dk, int dv, int n_tokens, float* o) {
-  scan_block(state, qkv, channels, b, alpha, a, dt_bias, hk, hv, dk, dv, n_tokens, o);
+  scan_block<kLanes, kKeys>(state, qkv, channels, b, alpha, a, dt_bias, hk, hv, dk, dv, n_tokens, o);
 }
 
 // Several sequences (blockIdx.y: the sequence), each block's work that of its sequence alone.
-__global__ void __launch_bounds__(kScanWarps * kWarp)
+template <int kLanes, int kKeys>
+__global__ void __launch_bounds__(kScanWarps * kWarp, kScanBlocksPerSm)
     deltanet_scan_batch_kernel(ScanBatch batch, int channels, const float* a, const float* dt_bias, int hk, int hv,
                                int dk, int dv) {
   const ScanRows& seq = batch.rows[blockIdx.y];
-  scan_block(seq.state, seq.qkv, channels, seq.b, seq.alpha, a, dt_bias, hk, hv, dk, dv, seq.n_tokens, seq.o);
+  scan_block<kLanes, kKeys>(seq.state, seq.qkv, channels, seq.b, seq.alpha, a, dt_bias, hk, hv, dk, dv, seq.n_tokens,
+                            seq.o);
 }
 
 __global__ void conv_rows_kernel(const float* in, float* out, const float* state, const float* w, int channels,
@@ -307,14 +325,18 @@ __global__ void moe_combine_rows_kernel(const float* y, const int32_t* slot_of, 
 
 }  // namespace
 
-const char* deltanet_scan(const ScanRows* sequences, int count, int channels, const float* a, const float* dt_bias,
-                          int hk, int hv, int dk, int dv, void* stream) {
-  if (dk > kMaxKeyDimsPerLane * kWarp) return "DeltaNet key heads wider than 256";
-  const int groups = (dv + kScanColumns - 1) / kScanColumns;
+namespace {
+
+// The scans with a column on kLanes lanes, kKeys key rows a lane.
+template <int kLanes, int kKeys>
+const char* scan_with(const ScanRows* sequences, int count, int channels, const float* a, const float* dt_bias, int hk,
+                      int hv, int dk, int dv, void* stream) {
+  using L = ScanLayout<kLanes, kKeys>;
+  const int groups = (dv + L::kColumns - 1) / L::kColumns;
   const size_t shared = 2 * size_t(scan_tile(dk)) * size_t(dk) * sizeof(float);
   if (count == 1) {
     const ScanRows& seq = sequences[0];
-    deltanet_scan_kernel<<<hv * groups, kScanWarps * kWarp, shared, as_stream(stream)>>>(
+    deltanet_scan_kernel<kLanes, kKeys><<<hv * groups, kScanWarps * kWarp, shared, as_stream(stream)>>>(
         seq.state, seq.qkv, channels, seq.b, seq.alpha, a, dt_bias, hk, hv, dk, dv, seq.n_tokens, seq.o);
     return launched();
   }
@@ -322,11 +344,26 @@ const char* deltanet_scan(const ScanRows* sequences, int count, int channels, co
     const int here = std::min(kMaxScanSequences, count - first);
     ScanBatch batch{};
     std::copy(sequences + first, sequences + first + here, batch.rows);
-    deltanet_scan_batch_kernel<<<dim3(hv * groups, here), kScanWarps * kWarp, shared, as_stream(stream)>>>(
+    deltanet_scan_batch_kernel<kLanes, kKeys><<<dim3(hv * groups, here), kScanWarps * kWarp, shared, as_stream(stream)>>>(
         batch, channels, a, dt_bias, hk, hv, dk, dv);
     if (const char* err = launched()) return err;
   }
   return nullptr;
+}
+
+}  // namespace
+
+// The layout for dk: 8 key rows a lane, a column on as many lanes as that takes: 8 up to 64 rows (32
+// columns a block), 16 up to 128 (16), 32 up to 256 (8). (16 rows a lane on 8 lanes spilled at 64
+// registers.)
+const char* deltanet_scan(const ScanRows* sequences, int count, int channels, const float* a, const float* dt_bias,
+                          int hk, int hv, int dk, int dv, void* stream) {
+  if (dk > 256) return "DeltaNet key heads wider than 256";
+  if (dk % 4 != 0) return "DeltaNet key heads of a size not a multiple of 4";
+  const auto with = [&](auto scan) { return scan(sequences, count, channels, a, dt_bias, hk, hv, dk, dv, stream); };
+  if (dk <= 64) return with(scan_with<8, 8>);
+  if (dk <= 128) return with(scan_with<16, 8>);
+  return with(scan_with<32, 8>);
 }
 
 const char* deltanet_conv_rows(const float* in, float* out, float* state, const float* w, int channels, int kernel,

@@ -27,7 +27,8 @@ struct ScanRows {
 // The delta rule over each of `count` sequences' tokens in order, from and back into its state: per
 // token and value head s, S *= g, S += k (beta (v - S^T k))^T, o_s = S^T q (before the gated
 // norm). Several sequences go together (up to 16 a launch: a pass of several prompts), each computed
-// as it would be alone; a lone sequence has a kernel of its own (the same block code).
+// as it would be alone; a lone sequence has a kernel of its own (the same block code). dk: a
+// multiple of 4, at most 256.
 const char* deltanet_scan(const ScanRows* sequences, int count, int channels, const float* a, const float* dt_bias,
                           int hk, int hv, int dk, int dv, void* stream);
 // o = o * rsqrt(mean(o^2) + eps) * norm_w * silu(z), per row of dv (rows = n_tokens * hv).
