@@ -647,18 +647,21 @@ TEST(CudaKernels, DeltaNetScanMatchesTheCpuAndSequencesGoTogether) {
   }
 }
 
-// The scan's other layouts (cuda/prompt_kernels.cu: a state column on 8 lanes up to 64 key rows, on
-// 32 from 129 to 256; the test above takes 16), with value heads of fewer columns than a block
-// holds, one sequence and two in a launch, against the CPU's delta rule.
+// The scan's layouts (cuda/prompt_kernels.cu: a state column on 8 lanes up to 64 key rows, on 16 up
+// to 128, on 32 up to 256) at other head sizes: key rows that leave a lane's last four empty (36,
+// 100), fewer than 128 on 16 lanes (96), a last block of columns part empty (dv not a multiple of a
+// block's columns), 70 tokens (more than a tile of 64), against the CPU's delta rule, one sequence
+// alone and two in a launch each with the bits of the one alone.
 TEST(CudaKernels, DeltaNetScansOfOtherHeadSizesMatchTheCpu) {
   LODE_REQUIRE_GPU();
   std::mt19937 rng(12);
   struct Heads {
     int hk, hv, dk, dv;
   };
-  for (const Heads g : {Heads{2, 4, 32, 48}, Heads{2, 4, 64, 40}, Heads{1, 2, 256, 24}}) {
+  for (const Heads g : {Heads{2, 4, 36, 48}, Heads{2, 4, 64, 40}, Heads{2, 4, 96, 20}, Heads{1, 2, 100, 24},
+                        Heads{1, 2, 256, 20}}) {
     SCOPED_TRACE(fmt::format("dk {}, dv {}", g.dk, g.dv));
-    const int channels = 2 * g.hk * g.dk + g.hv * g.dv, tokens = 37;
+    const int channels = 2 * g.hk * g.dk + g.hv * g.dv, tokens = 70;
     const size_t state_floats = size_t(g.hv) * g.dk * g.dv;
     const auto a = normal_floats(size_t(g.hv), rng, 0.5f, -1.0f), dt_bias = normal_floats(size_t(g.hv), rng, 0.5f);
     auto qkv = normal_floats(size_t(tokens) * channels, rng);
@@ -678,6 +681,7 @@ TEST(CudaKernels, DeltaNetScansOfOtherHeadSizesMatchTheCpu) {
       }
     Device dev;
     const float *da = dev.upload(a), *ddt_bias = dev.upload(dt_bias);
+    std::vector<float> alone_state, alone_o;
     for (const int count : {1, 2}) {
       SCOPED_TRACE(fmt::format("{} sequences a launch", count));
       std::vector<lode::cuda::kernels::ScanRows> rows;
@@ -688,8 +692,12 @@ TEST(CudaKernels, DeltaNetScansOfOtherHeadSizesMatchTheCpu) {
                                                    nullptr),
                 nullptr);
       for (const lode::cuda::kernels::ScanRows& r : rows) {
-        EXPECT_LT(lode::test::relative_error(dev.download(r.state, state_floats), state), 1e-4);
-        EXPECT_LT(lode::test::relative_error(dev.download(r.o, want.size()), want), 1e-4);
+        const std::vector<float> got_state = dev.download(r.state, state_floats), got_o = dev.download(r.o, want.size());
+        EXPECT_LT(lode::test::relative_error(got_state, state), 1e-4);
+        EXPECT_LT(lode::test::relative_error(got_o, want), 1e-4);
+        if (count == 1) alone_state = got_state, alone_o = got_o;
+        EXPECT_EQ(got_state, alone_state);
+        EXPECT_EQ(got_o, alone_o);
       }
     }
   }

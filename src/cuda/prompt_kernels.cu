@@ -22,12 +22,12 @@ constexpr int kScanBlocksPerSm = 4;
 __host__ __device__ inline int scan_tile(int dk) { return min(kScanMaxTile, kScanTileFloats / dk); }
 
 // How a scan block lays a value head's state out: each state column (a recurrence) on kLanes lanes
-// of a warp, each lane kKeys consecutive key rows of it in registers (dk <= kLanes kKeys), so a
-// warp takes 32 / kLanes columns and a block kScanWarps times that. A column's two sums a token
-// (S^T k and S q) meet over its kLanes lanes in log2(kLanes) shuffles, all of a warp's columns in
-// the same instructions. (The layout before, a column's keys across all 32 lanes, four columns a
-// warp, took eight warp sums of five shuffles a token and was bound by the shuffle unit: an H100
-// spent 2.7 us a token in a pass of 4 prompts.)
+// of a warp, each lane kKeys consecutive key rows of it in registers (deltanet_scan picks a layout
+// with dk <= kLanes kKeys), so a warp takes 32 / kLanes columns and a block kScanWarps times that.
+// A column's two sums a token (S^T k and S q) meet over its kLanes lanes in log2(kLanes) shuffles,
+// all of a warp's columns in the same instructions. (The layout before, a column's keys across all
+// 32 lanes, four columns a warp, took eight warp sums of five shuffles a token and was bound by the
+// shuffle unit: an H100 spent 2.7 us a token in a pass of 4 prompts.)
 template <int kLanes, int kKeys>
 struct ScanLayout {
   static constexpr int kColumnsPerWarp = kWarp / kLanes;
@@ -134,7 +134,7 @@ __device__ __forceinline__ void scan_block(float* state, const float* qkv, int c
 }
 
 // One sequence: its pointers are the kernel's parameters. (Read from a batch's array they took
-// registers, 120 against 108, and an 8,192-token prompt's scans ran 15% longer on an H100: stop 70.)
+// registers, and an 8,192-token prompt's scans ran 15% longer on an H100: stop 70, the layout before.)
 template <int kLanes, int kKeys>
 __global__ void __launch_bounds__(kScanWarps * kWarp, kScanBlocksPerSm)
     deltanet_scan_kernel(float* state, const float* qkv, int channels, const float* b, const float* alpha,
