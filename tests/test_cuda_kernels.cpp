@@ -666,7 +666,8 @@ TEST(CudaKernels, DeltaNetScansOfOtherHeadSizesMatchTheCpu) {
     const auto a = normal_floats(size_t(g.hv), rng, 0.5f, -1.0f), dt_bias = normal_floats(size_t(g.hv), rng, 0.5f);
     auto qkv = normal_floats(size_t(tokens) * channels, rng);
     for (int t = 0; t < tokens; ++t)
-      for (int head = 0; head < 2 * g.hk; ++head) lode::cpu::l2_norm(&qkv[size_t(t) * channels + size_t(head) * g.dk], g.dk, 1e-6f);
+      for (int head = 0; head < 2 * g.hk; ++head)
+        lode::cpu::l2_norm(&qkv[size_t(t) * channels + size_t(head) * g.dk], g.dk, 1e-6f);
     const auto b = normal_floats(size_t(tokens) * g.hv, rng), alpha = normal_floats(size_t(tokens) * g.hv, rng);
     const auto state0 = normal_floats(state_floats, rng, 0.1f);
     std::vector<float> state = state0, want(size_t(tokens) * g.hv * g.dv);
@@ -692,7 +693,8 @@ TEST(CudaKernels, DeltaNetScansOfOtherHeadSizesMatchTheCpu) {
                                                    nullptr),
                 nullptr);
       for (const lode::cuda::kernels::ScanRows& r : rows) {
-        const std::vector<float> got_state = dev.download(r.state, state_floats), got_o = dev.download(r.o, want.size());
+        const std::vector<float> got_state = dev.download(r.state, state_floats);
+        const std::vector<float> got_o = dev.download(r.o, want.size());
         EXPECT_LT(lode::test::relative_error(got_state, state), 1e-4);
         EXPECT_LT(lode::test::relative_error(got_o, want), 1e-4);
         if (count == 1) alone_state = got_state, alone_o = got_o;

@@ -344,7 +344,8 @@ const char* scan_with(const ScanRows* sequences, int count, int channels, const 
     const int here = std::min(kMaxScanSequences, count - first);
     ScanBatch batch{};
     std::copy(sequences + first, sequences + first + here, batch.rows);
-    deltanet_scan_batch_kernel<kLanes, kKeys><<<dim3(hv * groups, here), kScanWarps * kWarp, shared, as_stream(stream)>>>(
+    const dim3 grid(unsigned(hv * groups), unsigned(here));
+    deltanet_scan_batch_kernel<kLanes, kKeys><<<grid, kScanWarps * kWarp, shared, as_stream(stream)>>>(
         batch, channels, a, dt_bias, hk, hv, dk, dv);
     if (const char* err = launched()) return err;
   }
