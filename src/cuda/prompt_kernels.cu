@@ -22,15 +22,17 @@ constexpr int kScanBlocksPerSm = 4;
 __host__ __device__ inline int scan_tile(int dk) { return min(kScanMaxTile, kScanTileFloats / dk); }
 
 // How a scan block lays a value head's state out: each state column (a recurrence) on kLanes lanes
-// of a warp, each lane kKeys consecutive key rows of it in registers (deltanet_scan picks a layout
-// with dk <= kLanes kKeys), so a warp takes 32 / kLanes columns and a block kScanWarps times that.
-// A column's two sums a token (S^T k and S q) meet over its kLanes lanes in log2(kLanes) shuffles,
-// all of a warp's columns in the same instructions. (The layout before, a column's keys across all
-// 32 lanes, four columns a warp, took eight warp sums of five shuffles a token and was bound by the
-// shuffle unit: an H100 spent 2.7 us a token in a pass of 4 prompts.)
-template <int kLanes, int kKeys>
+// of a warp, each lane kKeys consecutive key rows of kCols adjacent columns in registers
+// (deltanet_scan picks a layout with dk <= kLanes kKeys), so a warp takes kCols 32 / kLanes columns
+// and a block kScanWarps times that. A column's two sums a token (S^T k and S q) meet over its
+// kLanes lanes in log2(kLanes) shuffles, all of a warp's columns in the same instructions; a lane's
+// kCols columns share its reads of q and k. Each column's float steps are the same in every layout
+// of one kLanes and kKeys, so kCols does not change its bits. (The layout before, a column's keys
+// across all 32 lanes, four columns a warp, took eight warp sums of five shuffles a token and was
+// bound by the shuffle unit: an H100 spent 2.7 us a token in a pass of 4 prompts.)
+template <int kLanes, int kKeys, int kCols = 1>
 struct ScanLayout {
-  static constexpr int kColumnsPerWarp = kWarp / kLanes;
+  static constexpr int kColumnsPerWarp = kWarp / kLanes * kCols;
   static constexpr int kColumns = kColumnsPerWarp * kScanWarps;
   static_assert(kColumns <= kScanMaxColumns && kKeys % 4 == 0);  // (q and k read four at a time)
 };
@@ -42,14 +44,14 @@ struct ScanBatch {
 };
 
 // Block (value head s, L::kColumns state columns) of one sequence's scan, in its layout L: lane l of
-// warp w holds column (l / kLanes) of the warp's, rows kKeys (l % kLanes) .. + kKeys - 1, in
-// registers across the chunk. Tokens go in tiles whose q and k rows (shared by every column of the
+// warp w holds columns kCols (l / kLanes) .. + kCols - 1 of the warp's, rows kKeys (l % kLanes) .. +
+// kKeys - 1, in registers across the chunk. Tokens go in tiles whose q and k rows (shared by every column of the
 // head) are staged in shared memory once; a lane reads its keys' q and k four at a time.
-template <int kLanes, int kKeys>
+template <int kLanes, int kKeys, int kCols>
 __device__ __forceinline__ void scan_block(float* state, const float* qkv, int channels, const float* b,
                                            const float* alpha, const float* a, const float* dt_bias, int hk, int hv,
                                            int dk, int dv, int n_tokens, float* o) {
-  using L = ScanLayout<kLanes, kKeys>;
+  using L = ScanLayout<kLanes, kKeys, kCols>;
   extern __shared__ float4 tile_qk4[];  // q [tile][dk], then k [tile][dk]
   __shared__ float tile_v[kScanMaxTile][kScanMaxColumns], tile_beta[kScanMaxTile], tile_decay[kScanMaxTile];
   const int tile = scan_tile(dk);
@@ -59,13 +61,16 @@ __device__ __forceinline__ void scan_block(float* state, const float* qkv, int c
   const int groups = (dv + L::kColumns - 1) / L::kColumns;
   const int s = blockIdx.x / groups, j0 = (blockIdx.x % groups) * L::kColumns;
   const int key_dim = hk * dk, head = s % hk;
-  const int local = warp * L::kColumnsPerWarp + lane / kLanes, j = j0 + local;  // this lane's column
-  const int key0 = (lane % kLanes) * kKeys;                                     // and its first key row
-  const bool column = j < dv;
+  const int local = warp * L::kColumnsPerWarp + lane / kLanes * kCols, j = j0 + local;  // a lane's first column
+  const int key0 = (lane % kLanes) * kKeys;                                              // and first key row
+  const auto column = [&](int c) { return j + c < dv; };
   const auto in_key = [&](int m) { return key0 + m < dk; };
-  float col[kKeys];
+  float col[kCols][kKeys];
 #pragma unroll
-  for (int m = 0; m < kKeys; ++m) col[m] = column && in_key(m) ? state[(int64_t(s) * dk + key0 + m) * dv + j] : 0.0f;
+  for (int c = 0; c < kCols; ++c)
+#pragma unroll
+    for (int m = 0; m < kKeys; ++m)
+      col[c][m] = column(c) && in_key(m) ? state[(int64_t(s) * dk + key0 + m) * dv + j + c] : 0.0f;
   const float a_s = a[s], bias = dt_bias[s];
   // A lane's keys' k of row t of the staged tile (dk a multiple of 4: whole float4s, zeros past dk).
   const auto keys_of = [&](int t, float (&out)[kKeys]) {
@@ -104,52 +109,64 @@ __device__ __forceinline__ void scan_block(float* state, const float* qkv, int c
       float kk[kKeys];
       keys_of(t, kk);
       const float decay = tile_decay[t], beta = tile_beta[t];
-      float kv = 0.0f;
+      float kv[kCols], d[kCols], out[kCols];
 #pragma unroll
-      for (int m = 0; m < kKeys; ++m) {
-        col[m] *= decay;
-        kv += col[m] * kk[m];
+      for (int c = 0; c < kCols; ++c) {
+        kv[c] = 0.0f;
+#pragma unroll
+        for (int m = 0; m < kKeys; ++m) {
+          col[c][m] *= decay;
+          kv[c] += col[c][m] * kk[m];
+        }
       }
-      kv = column_sum(kv);
-      const float d = beta * (tile_v[t][local] - kv);
-      float out = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) kv[c] = column_sum(kv[c]);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) d[c] = beta * (tile_v[t][local + c] - kv[c]), out[c] = 0.0f;
 #pragma unroll
       for (int m = 0; m < kKeys; m += 4) {  // (q four at a time: fewer registers)
         const float4 q4 = key0 + m < dk ? *reinterpret_cast<const float4*>(tq + t * dk + key0 + m)
                                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const float q[4] = {q4.x, q4.y, q4.z, q4.w};
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          col[m + i] += kk[m + i] * d;
-          out += col[m + i] * q[i];
-        }
+        for (int c = 0; c < kCols; ++c)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            col[c][m + i] += kk[m + i] * d[c];
+            out[c] += col[c][m + i] * q[i];
+          }
       }
-      out = column_sum(out);
-      if (lane % kLanes == 0 && column) o[int64_t(t0 + t) * hv * dv + int64_t(s) * dv + j] = out;
+#pragma unroll
+      for (int c = 0; c < kCols; ++c) out[c] = column_sum(out[c]);
+#pragma unroll
+      for (int c = 0; c < kCols; ++c)
+        if (lane % kLanes == 0 && column(c)) o[int64_t(t0 + t) * hv * dv + int64_t(s) * dv + j + c] = out[c];
     }
   }
 #pragma unroll
-  for (int m = 0; m < kKeys; ++m)
-    if (column && in_key(m)) state[(int64_t(s) * dk + key0 + m) * dv + j] = col[m];
+  for (int c = 0; c < kCols; ++c)
+#pragma unroll
+    for (int m = 0; m < kKeys; ++m)
+      if (column(c) && in_key(m)) state[(int64_t(s) * dk + key0 + m) * dv + j + c] = col[c][m];
 }
 
 // One sequence: its pointers are the kernel's parameters. (Read from a batch's array they took
 // registers, and an 8,192-token prompt's scans ran 15% longer on an H100: stop 70, the layout before.)
-template <int kLanes, int kKeys>
+template <int kLanes, int kKeys, int kCols>
 __global__ void __launch_bounds__(kScanWarps * kWarp, kScanBlocksPerSm)
     deltanet_scan_kernel(float* state, const float* qkv, int channels, const float* b, const float* alpha,
                          const float* a, const float* dt_bias, int hk, int hv, int dk, int dv, int n_tokens, float* o) {
-  scan_block<kLanes, kKeys>(state, qkv, channels, b, alpha, a, dt_bias, hk, hv, dk, dv, n_tokens, o);
+  scan_block<kLanes, kKeys, kCols>(state, qkv, channels, b, alpha, a, dt_bias, hk, hv, dk, dv, n_tokens, o);
 }
 
 // Several sequences (blockIdx.y: the sequence), each block's work that of its sequence alone.
-template <int kLanes, int kKeys>
+template <int kLanes, int kKeys, int kCols>
 __global__ void __launch_bounds__(kScanWarps * kWarp, kScanBlocksPerSm)
     deltanet_scan_batch_kernel(ScanBatch batch, int channels, const float* a, const float* dt_bias, int hk, int hv,
                                int dk, int dv) {
   const ScanRows& seq = batch.rows[blockIdx.y];
-  scan_block<kLanes, kKeys>(seq.state, seq.qkv, channels, seq.b, seq.alpha, a, dt_bias, hk, hv, dk, dv, seq.n_tokens,
-                            seq.o);
+  scan_block<kLanes, kKeys, kCols>(seq.state, seq.qkv, channels, seq.b, seq.alpha, a, dt_bias, hk, hv, dk, dv,
+                                   seq.n_tokens, seq.o);
 }
 
 __global__ void conv_rows_kernel(const float* in, float* out, const float* state, const float* w, int channels,
@@ -328,15 +345,15 @@ __global__ void moe_combine_rows_kernel(const float* y, const int32_t* slot_of, 
 namespace {
 
 // The scans with a column on kLanes lanes, kKeys key rows a lane.
-template <int kLanes, int kKeys>
+template <int kLanes, int kKeys, int kCols = 1>
 const char* scan_with(const ScanRows* sequences, int count, int channels, const float* a, const float* dt_bias, int hk,
                       int hv, int dk, int dv, void* stream) {
-  using L = ScanLayout<kLanes, kKeys>;
+  using L = ScanLayout<kLanes, kKeys, kCols>;
   const int groups = (dv + L::kColumns - 1) / L::kColumns;
   const size_t shared = 2 * size_t(scan_tile(dk)) * size_t(dk) * sizeof(float);
   if (count == 1) {
     const ScanRows& seq = sequences[0];
-    deltanet_scan_kernel<kLanes, kKeys><<<hv * groups, kScanWarps * kWarp, shared, as_stream(stream)>>>(
+    deltanet_scan_kernel<kLanes, kKeys, kCols><<<hv * groups, kScanWarps * kWarp, shared, as_stream(stream)>>>(
         seq.state, seq.qkv, channels, seq.b, seq.alpha, a, dt_bias, hk, hv, dk, dv, seq.n_tokens, seq.o);
     return launched();
   }
@@ -345,7 +362,7 @@ const char* scan_with(const ScanRows* sequences, int count, int channels, const 
     ScanBatch batch{};
     std::copy(sequences + first, sequences + first + here, batch.rows);
     const dim3 grid(unsigned(hv * groups), unsigned(here));
-    deltanet_scan_batch_kernel<kLanes, kKeys><<<grid, kScanWarps * kWarp, shared, as_stream(stream)>>>(
+    deltanet_scan_batch_kernel<kLanes, kKeys, kCols><<<grid, kScanWarps * kWarp, shared, as_stream(stream)>>>(
         batch, channels, a, dt_bias, hk, hv, dk, dv);
     if (const char* err = launched()) return err;
   }
@@ -356,14 +373,17 @@ const char* scan_with(const ScanRows* sequences, int count, int channels, const 
 
 // The layout for dk: 8 key rows a lane, a column on as many lanes as that takes: 8 up to 64 rows (32
 // columns a block), 16 up to 128 (16), 32 up to 256 (8). (16 rows a lane on 8 lanes spilled at 64
-// registers.)
+// registers.) Up to 128 rows, a launch of several sequences gives a lane two columns (32 a block):
+// half the blocks, so a pass of 4 prompts of the 35B is one wave of 512 blocks, not two (an H100, stop
+// 76: its scans 10.5 ms against 16.0, of 8 prompts 20.6 against 30.8). A lone sequence keeps one
+// column a lane: two would leave its scan 128 blocks for 132 multiprocessors (not measured).
 const char* deltanet_scan(const ScanRows* sequences, int count, int channels, const float* a, const float* dt_bias,
                           int hk, int hv, int dk, int dv, void* stream) {
   if (dk > 256) return "DeltaNet key heads wider than 256";
   if (dk % 4 != 0) return "DeltaNet key heads of a size not a multiple of 4";
   const auto with = [&](auto scan) { return scan(sequences, count, channels, a, dt_bias, hk, hv, dk, dv, stream); };
   if (dk <= 64) return with(scan_with<8, 8>);
-  if (dk <= 128) return with(scan_with<16, 8>);
+  if (dk <= 128) return count > 1 ? with(scan_with<16, 8, 2>) : with(scan_with<16, 8>);
   return with(scan_with<32, 8>);
 }
 
