@@ -2,6 +2,7 @@
 // previous one (cached_tokens > 0) and returns exactly what a cold run of the same prompt returns;
 // an unrelated request reuses nothing.
 #include <algorithm>
+#include <thread>
 #include <unordered_set>
 
 #include "chat/output_parser.h"
@@ -256,6 +257,123 @@ TEST(ServerPrefix, GpuSlotsSharePagesAndMatchColdRuns) {
 #endif
 }
 
+// A slot whose request is still generating lends its checkpoints: a second agent with the same
+// system prompt, arriving while the first one decodes, copies the system prompt's checkpoints from
+// the busy slot (the first one's K/V before them does not change as it goes on) and returns what a
+// cold run returns.
+TEST(ServerPrefix, ABusySlotLendsTheSystemPromptItRead) {
+  server::ServerOptions o;
+  o.worker.parallel = 2;
+  o.worker.token_delay = std::chrono::milliseconds(10);
+  TestServer server(o);
+  const json first = {{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", "What does chmod do?"}}};
+  const int64_t first_prompt = int64_t(prompt_of(first).size());
+  std::thread decoding([&] {
+    const json done = server.post_json("/v1/chat/completions", request(first, 60));
+    EXPECT_EQ(done["usage"]["completion_tokens"], 60);  // it was still decoding meanwhile
+  });
+  // The second agent arrives once the first one decodes (its prompt took a step a chunk).
+  ASSERT_TRUE(eventually([&] { return server.get_json("/v1/status")["steps"]["total"] >= first_prompt / 64 + 4; }));
+  const json second = {{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", "And chown?"}}};
+  const json reply = server.post_json("/v1/chat/completions", request(second, 4));
+  decoding.join();
+  const std::vector<int32_t> a = prompt_of(first), b = prompt_of(second);
+  const int64_t shared = std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin();
+  EXPECT_EQ(reply["usage"]["prompt_tokens_details"]["cached_tokens"], shared / 64 * 64) << reply.dump();
+  EXPECT_EQ(reply_text(reply), parsed_text(cold_run(second, 4)));
+}
+
+// Where a prompt's turns start (the template's <|im_start|>).
+std::vector<int64_t> turn_starts(const std::vector<int32_t>& prompt) {
+  const int32_t turn = mini_model()->tokenizer.find_token(chat::kTurnStart).value();
+  std::vector<int64_t> at;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    if (prompt[i] == turn) at.push_back(int64_t(i));
+  return at;
+}
+
+// Where a step is long (the GPU's 1,024 tokens; 512 here, more than these prompts hold), prompts are
+// also cut where a turn starts at least 64 tokens from other cuts and the end (server/prompt_cuts.h),
+// and those cuts keep checkpoints. Two agents share a system prompt on a two-slot server: the
+// second one's first request reuses the first's system prompt; a conversation's second turn reuses
+// it too (its first prompt's user turn ended too close to the end to be cut), and its third turn
+// reuses everything before the first reply (cut in the second prompt). Every reply, and its
+// logprobs, is what a one-slot server's cold run of the same messages gives.
+template <class Cold>
+void share_turns_on_long_steps(const TestServer& server, const Cold& cold) {
+  const std::string question[2] = {
+      "I keep a directory of shell scripts and text notes in my home folder, sorted into a few "
+      "folders by topic, and I often need to look at several of them at once. What does cat do with "
+      "several file names, in which order does it print them, and how would I use it to join two of "
+      "my notes into a third file without losing either of the originals?",
+      "My project has hundreds of files in nested folders and I want an overview of them before I "
+      "start cleaning up, ideally one listing I can read from top to bottom. What does ls do with the "
+      "-l and -R options together, what do the columns of its long listing mean, and how do I sort "
+      "its listing by modification time, newest last?"};
+  const std::string follow_up =
+      "Thank you. Now please explain the same thing again for a beginner who has never opened a "
+      "terminal before: what the command line is, where to type the command, what the output will "
+      "look like on the screen, and what could go wrong if a file name has a space in it or starts "
+      "with a dash. Keep it to one short paragraph, please.";
+  std::vector<json> chats(2);
+  for (int c = 0; c < 2; ++c)
+    chats[size_t(c)] = {{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", question[c]}}};
+  for (int turn = 0; turn < 3; ++turn) {
+    for (int c = 0; c < 2; ++c) {
+      json& messages = chats[size_t(c)];
+      const std::vector<int32_t> prompt = prompt_of(messages);
+      const std::vector<int64_t> turns = turn_starts(prompt);  // system, user, (assistant, user)...
+      ASSERT_EQ(turns.size(), size_t(2 * turn + 3));
+      ASSERT_GE(turns[1], 64);                 // the system turn is long enough to be cut off,
+      ASSERT_GE(turns[2] - turns[1], 64);      // and so is the first user turn
+      ASSERT_LT(int64_t(prompt.size()), 480);  // (no multiple of the step inside: 512 positions)
+      json body = request(messages, 8);
+      body["logprobs"] = true;
+      body["top_logprobs"] = 2;
+      const json reply = server.post_json("/v1/chat/completions", body);
+      const int64_t cached = reply["usage"]["prompt_tokens_details"]["cached_tokens"];
+      const std::string what = "conversation " + std::to_string(c) + " turn " + std::to_string(turn) + ": " + reply.dump();
+      EXPECT_EQ(cached, turn == 0 && c == 0 ? 0 : turn < 2 ? turns[1] : turns[2]) << what;
+      const json alone = cold(body);
+      EXPECT_EQ(reply_text(reply), reply_text(alone)) << what;
+      EXPECT_EQ(reply["choices"][0]["logprobs"], alone["choices"][0]["logprobs"]) << what;
+      const json& said = reply["choices"][0]["message"];
+      json assistant = {{"role", "assistant"}, {"content", said["content"].is_string() ? said["content"] : json("")}};
+      if (said.contains("reasoning_content")) assistant["reasoning_content"] = said["reasoning_content"];
+      messages.push_back(assistant);
+      messages.push_back({{"role", "user"}, {"content", follow_up}});
+    }
+  }
+}
+
+TEST(ServerPrefix, LongStepsCutAtTurnsSoSystemPromptsAndEarlierTurnsAreReused) {
+  server::ServerOptions two, one;
+  two.worker.parallel = 2;
+  one.worker.parallel = 1;
+  two.worker.chunk = one.worker.chunk = 512;
+  TestServer server(two);
+  share_turns_on_long_steps(server, [&](const json& body) {
+    const TestServer cold(one);
+    return cold.post_json("/v1/chat/completions", body);
+  });
+}
+
+// The same on the GPU, whose pieces' bits depend on where they are cut.
+TEST(ServerPrefix, GpuLongStepsCutAtTurnsAndMatchColdRuns) {
+  LODE_REQUIRE_GPU();
+#ifdef LODE_HAVE_CUDA
+  server::ServerOptions two, one;
+  two.worker.parallel = 2;
+  one.worker.parallel = 1;
+  two.worker.chunk = one.worker.chunk = 512;
+  TestServer server(two, gpu_mini_engine(2));
+  share_turns_on_long_steps(server, [&](const json& body) {
+    const TestServer cold(one, gpu_mini_engine(1));
+    return cold.post_json("/v1/chat/completions", body);
+  });
+#endif
+}
+
 INSTANTIATE_TEST_SUITE_P(Kv, ServerPrefixFormats, ::testing::Values(kv::Format::f32, kv::Format::k8v4),
                          [](const auto& info) { return std::string(kv::to_string(info.param)); });
 
@@ -272,7 +390,7 @@ void prefill_from(engine::Sequence& session, server::PrefixCache& cache, std::sp
 TEST(ServerPrefix, CheckpointsAreBoundedAndSitAtWholeIntervals) {
   const auto sequence = mini_engine()->open_sequence();
   engine::Sequence& session = *sequence;
-  server::PrefixCache cache(16, 3);
+  server::PrefixCache cache({.step = 16, .checkpoint_every = 16}, 3);
   std::vector<int32_t> prompt(100);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(100 + i);
   EXPECT_EQ(cache.resume(session, prompt), 0);
@@ -296,7 +414,7 @@ TEST(ServerPrefix, CheckpointsAreBoundedAndSitAtWholeIntervals) {
 TEST(ServerPrefix, CheckpointsTwoSlotsShareAreCountedOnce) {
   const auto engine = mini_engine();
   const auto first = engine->open_sequence(), second = engine->open_sequence();
-  server::PrefixCache a(16, 8), b(16, 8);
+  server::PrefixCache a({.step = 16, .checkpoint_every = 16}, 8), b({.step = 16, .checkpoint_every = 16}, 8);
   std::vector<int32_t> prompt(70);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(200 + i);
   prefill_from(*first, a, prompt, 0);

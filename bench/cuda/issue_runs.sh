@@ -123,9 +123,9 @@ groupcode() {
 
 # A server on $SERVE_MODEL (default the 35B synth) with the given options, on port 8090; waits for
 # /health (the load takes a while). BACKEND=cpu and SERVE_MODEL=models/lode-mini.gguf try the
-# script on a machine without a GPU.
+# script on a machine without a GPU; LODE=path/to/another/lode serves with that build.
 start_server() {
-  build/lode serve -m "${SERVE_MODEL:-$m35}" --backend "${BACKEND:-cuda}" --port 8090 "$@" >>"$out/serve.log" 2>&1 &
+  "${LODE:-build/lode}" serve -m "${SERVE_MODEL:-$m35}" --backend "${BACKEND:-cuda}" --port 8090 "$@" >>"$out/serve.log" 2>&1 &
   server=$!
   for _ in $(seq 180); do
     curl -sf localhost:8090/health >/dev/null && return 0

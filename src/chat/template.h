@@ -7,11 +7,15 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/text_span.h"
 
 namespace lode::chat {
+
+// The control token that opens every turn the template renders (then the role, a newline).
+inline constexpr std::string_view kTurnStart = "<|im_start|>";
 
 struct ToolCall {
   std::string id;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <unordered_set>
 
+#include "chat/template.h"
 #include "core/error.h"
 #include "core/utf8.h"
 #include "engine/speculative.h"
@@ -105,9 +106,12 @@ EngineWorker::EngineWorker(const ServedModel& model, std::shared_ptr<engine::Mod
     fail("the prompt tokens a step takes ({}) must divide the prefill chunk ({})", options_.prompt_step, options_.chunk);
   if (options_.prompt_tokens < 0)
     fail("the prompt tokens a step takes over several sequences must be 0 or more, got {}", options_.prompt_tokens);
+  cuts_ = {.step = options_.prompt_step > 0 ? options_.prompt_step : options_.chunk,
+           .checkpoint_every = options_.chunk,
+           .turn_start = model_.tokenizer.find_token(chat::kTurnStart).value_or(-1)};
   for (int i = 0; i < options_.parallel; ++i)
     slots_.push_back(std::make_unique<Slot>(
-        Slot{engine_->open_sequence(), PrefixCache(options_.chunk, options_.checkpoints_per_slot), 0, nullptr}));
+        Slot{engine_->open_sequence(), PrefixCache(cuts_, options_.checkpoints_per_slot), 0, nullptr}));
   // A request may fill no more than one sequence's context, nor more than a shared pool holds.
   context_ = slots_.front()->sequence->max_context();
   const engine::EngineInfo info = engine_->info();
@@ -359,7 +363,7 @@ EngineWorker::Placement EngineWorker::place(std::span<const int32_t> prompt) {
   Slot* source = nullptr;
   int64_t best = 0;
   for (auto& slot : slots_) {
-    const int64_t reuse = slot->prefix.reusable(*slot->sequence, prompt);
+    const int64_t reuse = slot->prefix.reusable(*slot->sequence, prompt, slot->running != nullptr);
     if (reuse > best) {
       source = slot.get();
       best = reuse;
@@ -395,7 +399,8 @@ void EngineWorker::start(Placement placement, Queued queued) {
   try {
     auto seq = std::make_unique<Running>(std::move(queued), engine_->vocab(), options_);
     seq->cached = seq->prefilled =
-        placement.source ? slot.prefix.resume_from(*slot.sequence, placement.source->prefix, *placement.source->sequence, seq->prompt())
+        placement.source ? slot.prefix.resume_from(*slot.sequence, placement.source->prefix, *placement.source->sequence,
+                                                   seq->prompt(), placement.source->running != nullptr)
                          : slot.prefix.resume(*slot.sequence, seq->prompt());
     engine::check_prompt_fits(*slot.sequence, seq->prompt().subspan(size_t(seq->cached)));
     for (int32_t t : seq->prompt()) seq->sampler.accept(t);  // penalties see the whole prompt
@@ -444,8 +449,7 @@ void EngineWorker::step() {
     Slot& slot = *slots_[(turn + i) % slots_.size()];
     if (!slot.running || !slot.running->prefilling()) continue;
     const Running& seq = *slot.running;
-    const int64_t step = options_.prompt_step > 0 ? options_.prompt_step : options_.chunk;
-    const int64_t end = std::min((seq.prefilled / step + 1) * step, int64_t(seq.prompt().size()));
+    const int64_t end = cuts_.next(seq.prompt(), seq.prefilled);
     if (prompt_rows > 0 && prompt_tokens + (end - seq.prefilled) > options_.prompt_tokens) break;
     const bool last = end == int64_t(seq.prompt().size());
     batch.push_back({.sequence = slot.sequence.get(),
@@ -538,7 +542,7 @@ void EngineWorker::advance(Slot& slot, const engine::StepRow& entry) {
   if (seq.prefilling()) {
     seq.prefilled += int64_t(entry.tokens.size());
     const bool last = !seq.prefilling();
-    slot.prefix.after_chunk(*slot.sequence, entry.tokens, !last && seq.prefilled % options_.chunk == 0);
+    slot.prefix.after_chunk(*slot.sequence, entry.tokens, !last && cuts_.keeps_checkpoint(seq.prefilled));
     if (options_.mtp > 0) engine::follow(*slot.sequence, slot.sequence->drafter(), entry.tokens, entry.hidden);
     if (!last) return;
     seq.pending = seq.generation->step(entry.logits);

@@ -72,10 +72,12 @@ class JobStream {
 struct WorkerOptions {
   int parallel = 4;       // sequences generated together, each in a slot that keeps its prefix
   int max_queue = 16;     // jobs that may wait for a free slot; more are refused (429)
-  int64_t chunk = 64;     // the prefix checkpoint interval, and the prompt tokens a step takes
+  // The prompt tokens a step takes of one sequence, and the interval of its prefix checkpoints
+  // (server/prompt_cuts.h: prompts are cut at its multiples and at turns, which keep checkpoints too).
+  int64_t chunk = 64;
   // Prompt tokens one step takes at most where fewer than `chunk` (0: chunk), so that a long
-  // prompt holds up the decoding sequences for less at a time. A divisor of chunk: a prompt is cut
-  // at the same boundaries whether it starts cold or from a checkpoint.
+  // prompt holds up the decoding sequences for less at a time. A divisor of chunk: checkpoints sit
+  // on cuts.
   int64_t prompt_step = 0;
   // Prompt tokens one step takes at most over several prefilling sequences, each its next piece
   // (cut at prompt_step as alone), slots in turn (0: one sequence's piece a step). An engine that
@@ -206,6 +208,7 @@ class EngineWorker {
   const ServedModel& model_;
   std::shared_ptr<engine::Model> engine_;
   WorkerOptions options_;
+  PromptCuts cuts_;  // where prompts are cut, from options_ and the tokenizer
   FinishedHook on_finished_;
   int64_t context_;
   int64_t pool_positions_ = 0, page_positions_ = 1;  // the engine's shared K/V pool (EngineInfo), 0: none

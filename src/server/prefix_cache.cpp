@@ -4,8 +4,7 @@
 
 namespace lode::server {
 
-PrefixCache::PrefixCache(int64_t interval, size_t max_checkpoints)
-    : interval_(std::max<int64_t>(1, interval)), max_checkpoints_(max_checkpoints) {}
+PrefixCache::PrefixCache(PromptCuts cuts, size_t max_checkpoints) : cuts_(cuts), max_checkpoints_(max_checkpoints) {}
 
 int64_t PrefixCache::bytes(std::unordered_set<const engine::Checkpoint*>& seen) const {
   int64_t total = 0;
@@ -26,24 +25,28 @@ bool PrefixCache::drop_oldest() {
 }
 
 std::map<int64_t, std::shared_ptr<const engine::Checkpoint>>::const_iterator PrefixCache::usable(
-    const engine::Sequence& sequence, std::span<const int32_t> prompt) const {
-  if (sequence.position() != int64_t(tokens_.size())) return checkpoints_.end();  // someone else used it
+    const engine::Sequence& sequence, std::span<const int32_t> prompt, bool generating) const {
+  const int64_t held = int64_t(tokens_.size());
+  if (generating ? sequence.position() < held : sequence.position() != held) return checkpoints_.end();  // moved
   // The shared prefix, leaving at least the prompt's last token to be run again.
   const auto limit = std::min(tokens_.size(), prompt.size() - std::min<size_t>(prompt.size(), 1));
   const size_t shared = size_t(std::mismatch(tokens_.begin(), tokens_.begin() + ptrdiff_t(limit), prompt.begin()).first -
                                tokens_.begin());
-  auto after = checkpoints_.upper_bound(int64_t(shared));  // first checkpoint past the shared part
-  if (after == checkpoints_.begin() || std::prev(after)->first <= 0) return checkpoints_.end();
-  return std::prev(after);
+  // The last checkpoint inside the shared part where a cold run of the prompt cuts it too.
+  for (auto it = checkpoints_.upper_bound(int64_t(shared)); it != checkpoints_.begin();) {
+    --it;
+    if (it->first > 0 && cuts_.is_cut(prompt, it->first)) return it;
+  }
+  return checkpoints_.end();
 }
 
-int64_t PrefixCache::reusable(const engine::Sequence& sequence, std::span<const int32_t> prompt) const {
-  const auto it = usable(sequence, prompt);
+int64_t PrefixCache::reusable(const engine::Sequence& sequence, std::span<const int32_t> prompt, bool generating) const {
+  const auto it = usable(sequence, prompt, generating);
   return it == checkpoints_.end() ? 0 : it->first;
 }
 
 int64_t PrefixCache::resume(engine::Sequence& sequence, std::span<const int32_t> prompt) {
-  const auto it = usable(sequence, prompt);
+  const auto it = usable(sequence, prompt, false);
   if (it == checkpoints_.end()) {
     sequence.reset();
     clear();
@@ -57,8 +60,8 @@ int64_t PrefixCache::resume(engine::Sequence& sequence, std::span<const int32_t>
 }
 
 int64_t PrefixCache::resume_from(engine::Sequence& sequence, const PrefixCache& source, const engine::Sequence& source_sequence,
-                                 std::span<const int32_t> prompt) {
-  const auto it = source.usable(source_sequence, prompt);
+                                 std::span<const int32_t> prompt, bool source_generating) {
+  const auto it = source.usable(source_sequence, prompt, source_generating);
   if (it == source.checkpoints_.end()) return resume(sequence, prompt);
   sequence.copy_prefix(source_sequence, *it->second);
   tokens_.assign(source.tokens_.begin(), source.tokens_.begin() + ptrdiff_t(it->first));
