@@ -253,6 +253,40 @@ TEST(CudaRows, SnapshotsMoveBetweenSequences) {
   EXPECT_EQ(s.position(), 0);
 }
 
+// A kept prefix's DeltaNet states sit in page-locked memory (copied at the link's speed), and the
+// block of a prefix let go is the next one's; two prefixes held at once have blocks of their own.
+TEST(CudaRows, KeptPrefixesHoldTheirStatesInReusedPinnedBlocks) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 29);
+  const Loaded m(dir / "m.gguf");
+  CudaSession s(m.reader, m.weights, {.max_context = 128, .prompt_chunk = 16});
+  s.prefill(tokens_from(m.config.vocab, 20, 1));
+  std::shared_ptr<const CudaSession::Prefix> first = s.keep();
+  ASSERT_TRUE(first->states.pinned());
+  const float* block = first->states.data();
+  const std::vector<float> held(first->states.data(), first->states.data() + first->states.size());
+  first.reset();
+  const std::shared_ptr<const CudaSession::Prefix> again = s.keep(), beside = s.keep();
+  EXPECT_EQ(again->states.data(), block);
+  EXPECT_NE(beside->states.data(), block);
+  EXPECT_TRUE(beside->states.pinned());
+  EXPECT_TRUE(std::equal(held.begin(), held.end(), again->states.data()));  // (the same states again)
+}
+
+// Floats a pool cannot hold (its blocks too small) are in ordinary memory, as they are where no
+// page-locked memory can be had (no GPU); either way they are the floats asked for.
+TEST(CudaRows, HostFloatsTooLargeForThePoolAreOrdinaryMemory) {
+  auto pool = std::make_shared<lode::cuda::PinnedBlocks>(64, 2);
+  lode::cuda::HostFloats large(pool, 100);
+  EXPECT_FALSE(large.pinned());
+  ASSERT_EQ(large.size(), 100u);
+  large.data()[99] = 3.0f;
+  lode::cuda::HostFloats moved = std::move(large);
+  EXPECT_EQ(moved.data()[99], 3.0f);
+  EXPECT_EQ(large.size(), 0u);
+}
+
 // A kept prefix (the engine's checkpoints) shares its K/V pages instead of copying them: a sequence
 // resumed from another's prefix, and the first one going on and coming back to it, each continue
 // as a fresh sequence fed the same tokens does, bit for bit, though both write into the prefix's

@@ -45,6 +45,10 @@ bool same_shape(const DeviceMatrix& a, const DeviceMatrix& b) {
 
 enum class Phase { embedding, norms, attention_proj, attention_core, deltanet_proj, deltanet_core, router, experts,
                    shared_expert, expert_sum, lm_head, output_copy, count };
+// Prefixes' DeltaNet state blocks kept once given back, for the next prefix (PinnedBlocks): a
+// server takes and drops prefixes as requests come and go.
+constexpr size_t kKeptStateBlocks = 4;
+
 constexpr const char* kPhaseNames[] = {"embedding (host lookup, copy)", "norms and residuals", "attention projections",
                                        "attention core", "DeltaNet projections", "DeltaNet core",
                                        "router and top-k", "experts", "shared expert",
@@ -415,37 +419,49 @@ struct CudaSession::Impl {
   }
 
   // The current sequence's DeltaNet states on the host: every DeltaNet layer's conv state, then
-  // its recurrent state (Snapshot::states); and back.
-  std::vector<float> states_to_host() const {
-    const size_t conv = size_t(conv_floats()), recurrent = size_t(recurrent_floats());
-    std::vector<float> out;
-    for (const LayerState& st : sequence_states(current)) {
-      if (!st.conv_state) continue;
-      const size_t at = out.size();
-      out.resize(at + conv + recurrent);
-      copy_to_host(out.data() + at, st.conv_state, conv * sizeof(float));
-      copy_to_host(out.data() + at + conv, st.ssm_state, recurrent * sizeof(float));
-    }
-    return out;
-  }
-  void check_states(const std::vector<float>& saved) const {
+  // its recurrent state (Snapshot::states), state_floats() in all; and back. The copies go on the
+  // step's stream, which they wait for; to the host, it is synchronised before they return.
+  size_t state_floats() const {
     size_t n_recurrent = 0;
     for (const DeviceLayer& d : layers) n_recurrent += d.recurrent;
-    const size_t want = n_recurrent * size_t(conv_floats() + recurrent_floats());
-    if (saved.size() != want)
-      fail("cuda session: the snapshot's DeltaNet states ({} floats) are not this model's ({})", saved.size(), want);
+    return n_recurrent * size_t(conv_floats() + recurrent_floats());
   }
-  void states_from_host(const std::vector<float>& saved) {
-    check_states(saved);
+  void states_to_host(float* out) const {
     const size_t conv = size_t(conv_floats()), recurrent = size_t(recurrent_floats());
-    const float* at = saved.data();
     for (const LayerState& st : sequence_states(current)) {
       if (!st.conv_state) continue;
-      copy_to_device(st.conv_state, at, conv * sizeof(float));
-      copy_to_device(st.ssm_state, at + conv, recurrent * sizeof(float));
+      check_cuda(cudaMemcpyAsync(out, st.conv_state, conv * sizeof(float), cudaMemcpyDeviceToHost, stream),
+                 "copy from the device");
+      check_cuda(cudaMemcpyAsync(out + conv, st.ssm_state, recurrent * sizeof(float), cudaMemcpyDeviceToHost, stream),
+                 "copy from the device");
+      out += conv + recurrent;
+    }
+    check_cuda(cudaStreamSynchronize(stream), "copy from the device");
+  }
+  std::vector<float> states_to_host() const {
+    std::vector<float> out(state_floats());
+    states_to_host(out.data());
+    return out;
+  }
+  void check_states(size_t saved) const {
+    if (saved != state_floats())
+      fail("cuda session: the snapshot's DeltaNet states ({} floats) are not this model's ({})", saved, state_floats());
+  }
+  // (The caller synchronises before the host memory may go.)
+  void states_from_host(const float* at, size_t count) {
+    check_states(count);
+    const size_t conv = size_t(conv_floats()), recurrent = size_t(recurrent_floats());
+    for (const LayerState& st : sequence_states(current)) {
+      if (!st.conv_state) continue;
+      check_cuda(cudaMemcpyAsync(st.conv_state, at, conv * sizeof(float), cudaMemcpyHostToDevice, stream),
+                 "copy to the device");
+      check_cuda(cudaMemcpyAsync(st.ssm_state, at + conv, recurrent * sizeof(float), cudaMemcpyHostToDevice, stream),
+                 "copy to the device");
       at += conv + recurrent;
     }
   }
+  // Prefixes' states: blocks of state_floats(), a few kept for reuse (made on first use).
+  std::shared_ptr<PinnedBlocks> prefix_states;
   // Moves saved cells and states into the current sequence; if that fails part way, the sequence is
   // left empty (its K/V pages back) rather than its old position over cells it no longer holds.
   template <class Move>
@@ -1867,10 +1883,10 @@ void CudaSession::restore(const Snapshot& snapshot) {
   if (snapshot.positions > s.options.max_context)
     fail("cuda session: a snapshot of {} positions does not fit the context of {}; raise max_context",
          snapshot.positions, s.options.max_context);
-  s.check_states(snapshot.states);
+  s.check_states(snapshot.states.size());
   s.move_in([&] {
     s.kv->restore(snapshot.cells, snapshot.positions, s.current);
-    s.states_from_host(snapshot.states);
+    s.states_from_host(snapshot.states.data(), snapshot.states.size());
     s.place() = {.position = snapshot.positions};
     synchronize();  // (the copies above may still be in flight, and the step's stream does not wait for them)
   });
@@ -1886,7 +1902,9 @@ std::shared_ptr<const CudaSession::Prefix> CudaSession::keep() {
   check_cuda(cudaStreamSynchronize(s.stream), "the step's stream");  // a cut window's copies first
   auto prefix = std::make_shared<Prefix>();
   prefix->cells = s.kv->keep(s.current, s.place().position);
-  prefix->states = s.states_to_host();
+  if (!s.prefix_states) s.prefix_states = std::make_shared<PinnedBlocks>(s.state_floats() * sizeof(float), kKeptStateBlocks);
+  prefix->states = HostFloats(s.prefix_states, s.state_floats());
+  s.states_to_host(prefix->states.data());
   prefix->session = this;
   return prefix;
 }
@@ -1897,7 +1915,7 @@ void CudaSession::resume(const Prefix& prefix) {
   check_cuda(cudaStreamSynchronize(s.stream), "the step's stream");  // a cut window's copies first
   s.move_in([&] {
     s.kv->resume(*prefix.cells, s.current);
-    s.states_from_host(prefix.states);
+    s.states_from_host(prefix.states.data(), prefix.states.size());
     s.place() = {.position = prefix.positions()};
     synchronize();
   });

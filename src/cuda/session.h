@@ -22,6 +22,7 @@
 
 #include "cuda/gemm.h"
 #include "cuda/kv_format.h"
+#include "cuda/pinned_floats.h"
 #include "cuda/step_profile.h"
 #include "gguf/reader.h"
 #include "model/activations.h"
@@ -289,7 +290,7 @@ class CudaSession {
   // copied to host memory. Immutable once kept; it may outlive the session (keeping nothing then).
   struct Prefix {
     std::shared_ptr<const KvPrefix> cells;
-    std::vector<float> states;  // as Snapshot::states
+    HostFloats states;  // as Snapshot::states, page-locked where the memory could be had
     const CudaSession* session = nullptr;
     int64_t positions() const;
     int64_t host_bytes() const;  // its states, and its cells once moved to host memory
