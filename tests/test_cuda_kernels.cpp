@@ -648,9 +648,10 @@ TEST(CudaKernels, DeltaNetScanMatchesTheCpuAndSequencesGoTogether) {
 }
 
 // The scan's layouts (cuda/prompt_kernels.cu: a state column on 8 lanes up to 64 key rows, on 16 up
-// to 128, on 32 up to 256) at other head sizes: key rows that leave a lane's last four empty (36,
-// 100), fewer than 128 on 16 lanes (96), a last block of columns part empty (dv not a multiple of a
-// block's columns), 70 tokens (more than a tile of 64), against the CPU's delta rule, one sequence
+// to 128, two columns a lane there for a launch of several sequences, on 32 up to 256) at other head
+// sizes: key rows that leave a lane's last four empty (36, 100), fewer than 128 on 16 lanes (96), a
+// last block of columns part empty (dv not a multiple of a block's columns; odd, 21: a lane's second
+// column past it), 70 tokens (more than a tile of 64), against the CPU's delta rule, one sequence
 // alone and two in a launch each with the bits of the one alone.
 TEST(CudaKernels, DeltaNetScansOfOtherHeadSizesMatchTheCpu) {
   LODE_REQUIRE_GPU();
@@ -659,7 +660,7 @@ TEST(CudaKernels, DeltaNetScansOfOtherHeadSizesMatchTheCpu) {
     int hk, hv, dk, dv;
   };
   for (const Heads g : {Heads{2, 4, 36, 48}, Heads{2, 4, 64, 40}, Heads{2, 4, 96, 20}, Heads{1, 2, 100, 24},
-                        Heads{1, 2, 256, 20}}) {
+                        Heads{2, 4, 128, 21}, Heads{1, 2, 256, 20}}) {
     SCOPED_TRACE(fmt::format("dk {}, dv {}", g.dk, g.dv));
     const int channels = 2 * g.hk * g.dk + g.hv * g.dv, tokens = 70;
     const size_t state_floats = size_t(g.hv) * g.dk * g.dv;

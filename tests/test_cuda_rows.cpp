@@ -277,7 +277,7 @@ TEST(CudaRows, KeptPrefixesHoldTheirStatesInReusedPinnedBlocks) {
 // Floats a pool cannot hold (its blocks too small) are in ordinary memory, as they are where no
 // page-locked memory can be had (no GPU); either way they are the floats asked for.
 TEST(CudaRows, HostFloatsTooLargeForThePoolAreOrdinaryMemory) {
-  auto pool = std::make_shared<lode::cuda::PinnedBlocks>(64, 2);
+  auto pool = std::make_shared<lode::cuda::PinnedBlocks>(64);
   lode::cuda::HostFloats large(pool, 100);
   EXPECT_FALSE(large.pinned());
   ASSERT_EQ(large.size(), 100u);

@@ -165,7 +165,7 @@ void add_serve_command(CLI::App& app) {
       ->check(integer_at_least(0));
   cmd->add_option("--prefix-cache-mib", o->prefix_cache_mib,
                   "Host memory the slots' prefix checkpoints may hold together (DeltaNet states, tens of MiB each "
-                  "for a 35B model); past it the least recently used go first (default: a quarter of the machine's "
+                  "for a 35B model, page-locked on the GPU); past it the least recently used go first (default: a quarter of the machine's "
                   "RAM; 0: no checkpoints kept)")
       ->check(integer_at_least(0));
   cmd->add_option("--mtp", o->server.worker.mtp,

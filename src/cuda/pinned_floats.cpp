@@ -2,12 +2,22 @@
 
 #include <cuda_runtime.h>
 
+#include <new>
 #include <utility>
 
 namespace lode::cuda {
 
+namespace {
+
+// (A failure is not worth a throw, and must not stay as the last error for a launch to report.)
+void free_block(void* block) {
+  if (cudaFreeHost(block) != cudaSuccess) cudaGetLastError();
+}
+
+}  // namespace
+
 PinnedBlocks::~PinnedBlocks() {
-  for (void* block : free_) cudaFreeHost(block);
+  for (void* block : free_) free_block(block);
 }
 
 void* PinnedBlocks::take() {
@@ -28,14 +38,17 @@ void* PinnedBlocks::take() {
 }
 
 void PinnedBlocks::give(void* block) {
-  {
-    std::lock_guard lock(mutex_);
-    if (free_.size() < keep_free_) {
-      free_.push_back(block);
-      return;
-    }
+  std::lock_guard lock(mutex_);
+  try {
+    free_.push_back(block);
+  } catch (const std::bad_alloc&) {  // (give() runs in destructors)
+    free_block(block);
   }
-  cudaFreeHost(block);
+}
+
+size_t PinnedBlocks::kept() const {
+  std::lock_guard lock(mutex_);
+  return free_.size();
 }
 
 HostFloats::HostFloats(std::shared_ptr<PinnedBlocks> pool, size_t count) : count_(count) {

@@ -2,7 +2,10 @@
 // size, kept for reuse. The DeltaNet states of prefix checkpoints (CudaSession::Prefix, 63 MiB for
 // the 35B) are taken and restored for every server request that shares a prefix; from pageable
 // memory each copy goes through the driver's staging at a fraction of the link. A block given back
-// is kept for the next checkpoint (up to a few), since cudaFreeHost waits for the device.
+// is kept for the next checkpoint, not freed: cudaFreeHost waits for the device and cudaMallocHost
+// takes milliseconds, and a server takes and drops checkpoints all the time. So the blocks a pool
+// holds are the most that were ever in use at once (for prefixes, what the server's bound on their
+// memory allows), until the pool goes.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -13,18 +16,19 @@ namespace lode::cuda {
 
 class PinnedBlocks {
  public:
-  PinnedBlocks(size_t bytes, size_t keep_free) : bytes_(bytes), keep_free_(keep_free) {}
+  explicit PinnedBlocks(size_t bytes) : bytes_(bytes) {}
   ~PinnedBlocks();
   PinnedBlocks(const PinnedBlocks&) = delete;
   PinnedBlocks& operator=(const PinnedBlocks&) = delete;
 
   size_t bytes() const { return bytes_; }
-  void* take();          // a block, or nullptr where no page-locked memory could be had
-  void give(void* block);  // back: kept for the next take(), or freed past keep_free
+  void* take();            // a block, or nullptr where no page-locked memory could be had
+  void give(void* block);  // back, for the next take()
+  size_t kept() const;     // blocks given back and not taken again
 
  private:
-  size_t bytes_, keep_free_;
-  std::mutex mutex_;
+  size_t bytes_;
+  mutable std::mutex mutex_;
   std::vector<void*> free_;
 };
 

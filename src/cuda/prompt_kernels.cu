@@ -344,7 +344,7 @@ __global__ void moe_combine_rows_kernel(const float* y, const int32_t* slot_of, 
 
 namespace {
 
-// The scans with a column on kLanes lanes, kKeys key rows a lane.
+// The scans with a column on kLanes lanes, kKeys key rows a lane, kCols columns a lane.
 template <int kLanes, int kKeys, int kCols = 1>
 const char* scan_with(const ScanRows* sequences, int count, int channels, const float* a, const float* dt_bias, int hk,
                       int hv, int dk, int dv, void* stream) {

@@ -45,10 +45,6 @@ bool same_shape(const DeviceMatrix& a, const DeviceMatrix& b) {
 
 enum class Phase { embedding, norms, attention_proj, attention_core, deltanet_proj, deltanet_core, router, experts,
                    shared_expert, expert_sum, lm_head, output_copy, count };
-// Prefixes' DeltaNet state blocks kept once given back, for the next prefix (PinnedBlocks): a
-// server takes and drops prefixes as requests come and go.
-constexpr size_t kKeptStateBlocks = 4;
-
 constexpr const char* kPhaseNames[] = {"embedding (host lookup, copy)", "norms and residuals", "attention projections",
                                        "attention core", "DeltaNet projections", "DeltaNet core",
                                        "router and top-k", "experts", "shared expert",
@@ -405,8 +401,8 @@ struct CudaSession::Impl {
     top_aside = reinterpret_cast<int32_t*>(base + l.top_aside), top_aside_logits = f(l.top_aside_logits);
   }
 
-  // (cudaMemset and the snapshots' copies run on the default stream: whatever the step's stream
-  // still holds, a cut window's copies say, goes first.)
+  // (cudaMemset runs on the default stream: whatever the step's stream still holds, a cut window's
+  // copies say, goes first. The states' copies below go on the step's stream.)
   // The current sequence's.
   void zero_states() {
     if (stream) check_cuda(cudaStreamSynchronize(stream), "the step's stream");
@@ -460,7 +456,7 @@ struct CudaSession::Impl {
       at += conv + recurrent;
     }
   }
-  // Prefixes' states: blocks of state_floats(), a few kept for reuse (made on first use).
+  // Prefixes' states: blocks of state_floats(), kept for reuse (made on first use).
   std::shared_ptr<PinnedBlocks> prefix_states;
   // Moves saved cells and states into the current sequence; if that fails part way, the sequence is
   // left empty (its K/V pages back) rather than its old position over cells it no longer holds.
@@ -1888,7 +1884,7 @@ void CudaSession::restore(const Snapshot& snapshot) {
     s.kv->restore(snapshot.cells, snapshot.positions, s.current);
     s.states_from_host(snapshot.states.data(), snapshot.states.size());
     s.place() = {.position = snapshot.positions};
-    synchronize();  // (the copies above may still be in flight, and the step's stream does not wait for them)
+    synchronize();  // (the copies above may still be in flight: the snapshot may go once this returns)
   });
 }
 
@@ -1902,7 +1898,7 @@ std::shared_ptr<const CudaSession::Prefix> CudaSession::keep() {
   check_cuda(cudaStreamSynchronize(s.stream), "the step's stream");  // a cut window's copies first
   auto prefix = std::make_shared<Prefix>();
   prefix->cells = s.kv->keep(s.current, s.place().position);
-  if (!s.prefix_states) s.prefix_states = std::make_shared<PinnedBlocks>(s.state_floats() * sizeof(float), kKeptStateBlocks);
+  if (!s.prefix_states) s.prefix_states = std::make_shared<PinnedBlocks>(s.state_floats() * sizeof(float));
   prefix->states = HostFloats(s.prefix_states, s.state_floats());
   s.states_to_host(prefix->states.data());
   prefix->session = this;

@@ -287,7 +287,8 @@ class CudaSession {
   // what the engine's checkpoints are on the GPU. Its K/V pages are shared, not copied (a sequence
   // writing into a shared page first copies it to a page of its own; when pages run short, the
   // oldest prefixes move their cells to host memory: cuda/kv_cache.h); its DeltaNet states are
-  // copied to host memory. Immutable once kept; it may outlive the session (keeping nothing then).
+  // copied to host memory (a page-locked block of the session's, which the prefix keeps until it
+  // goes). Immutable once kept; it may outlive the session (keeping nothing of the device's then).
   struct Prefix {
     std::shared_ptr<const KvPrefix> cells;
     HostFloats states;  // as Snapshot::states, page-locked where the memory could be had

@@ -72,8 +72,9 @@ class JobStream {
 struct WorkerOptions {
   int parallel = 4;       // sequences generated together, each in a slot that keeps its prefix
   int max_queue = 16;     // jobs that may wait for a free slot; more are refused (429)
-  // The prompt tokens a step takes of one sequence, and the interval of its prefix checkpoints
-  // (server/prompt_cuts.h: prompts are cut at its multiples and at turns, which keep checkpoints too).
+  // The interval of a sequence's prefix checkpoints, and the prompt tokens a step takes of it
+  // unless prompt_step says fewer (server/prompt_cuts.h: prompts are cut at the step's multiples
+  // and at turns, which keep checkpoints too).
   int64_t chunk = 64;
   // Prompt tokens one step takes at most where fewer than `chunk` (0: chunk), so that a long
   // prompt holds up the decoding sequences for less at a time. A divisor of chunk: checkpoints sit

@@ -20,7 +20,8 @@ int64_t PromptCuts::next(std::span<const int32_t> prompt, int64_t from) const {
 // and both prompts' cuts up to `at` are the same.
 bool PromptCuts::is_cut(std::span<const int32_t> prompt, int64_t at) const {
   if (at <= 0 || at >= int64_t(prompt.size())) return false;
-  if (turn_start < 0) return at % step == 0;
+  if (at % step == 0) return true;  // (every cut's next goes no further than the multiple after it)
+  if (turn_start < 0) return false;
   int64_t cut = 0;
   while (cut < at) cut = next(prompt, cut);
   return cut == at;
