@@ -3,6 +3,7 @@
 // an unrelated request reuses nothing.
 #include <algorithm>
 #include <thread>
+#include <utility>
 #include <unordered_set>
 
 #include "chat/output_parser.h"
@@ -175,6 +176,16 @@ TEST(ServerPrefix, APromptStepThatDoesNotDivideTheChunkIsRefused) {
   EXPECT_THROW(TestServer server(o), lode::Error);
 }
 
+// The options of a two-slot server and of the one-slot server whose cold runs it is held to, both
+// checkpointing every `chunk` tokens.
+std::pair<server::ServerOptions, server::ServerOptions> two_slots_and_one(int64_t chunk) {
+  server::ServerOptions two, one;
+  two.worker.parallel = 2;
+  one.worker.parallel = 1;
+  two.worker.chunk = one.worker.chunk = chunk;
+  return {two, one};
+}
+
 // Two agents with the same long system prompt take turns on a two-slot server checkpointing every
 // `chunk` tokens. The second one's first request copies the shared system prompt from the first
 // one's slot into a free slot (cached: the last checkpoint inside the part the two prompts share)
@@ -245,10 +256,7 @@ TEST_P(ServerPrefixFormats, InterleavedConversationsEachKeepTheirCache) {
 TEST(ServerPrefix, GpuSlotsSharePagesAndMatchColdRuns) {
   LODE_REQUIRE_GPU();
 #ifdef LODE_HAVE_CUDA
-  server::ServerOptions two, one;
-  two.worker.parallel = 2;
-  one.worker.parallel = 1;
-  two.worker.chunk = one.worker.chunk = 48;
+  const auto [two, one] = two_slots_and_one(48);
   TestServer server(two, gpu_mini_engine(2));
   interleave_two_conversations(server, 48, [&](const json& messages, int max_tokens) {
     const TestServer cold(one, gpu_mini_engine(1));
@@ -347,10 +355,7 @@ void share_turns_on_long_steps(const TestServer& server, const Cold& cold) {
 }
 
 TEST(ServerPrefix, LongStepsCutAtTurnsSoSystemPromptsAndEarlierTurnsAreReused) {
-  server::ServerOptions two, one;
-  two.worker.parallel = 2;
-  one.worker.parallel = 1;
-  two.worker.chunk = one.worker.chunk = 512;
+  const auto [two, one] = two_slots_and_one(512);
   TestServer server(two);
   share_turns_on_long_steps(server, [&](const json& body) {
     const TestServer cold(one);
@@ -362,10 +367,7 @@ TEST(ServerPrefix, LongStepsCutAtTurnsSoSystemPromptsAndEarlierTurnsAreReused) {
 TEST(ServerPrefix, GpuLongStepsCutAtTurnsAndMatchColdRuns) {
   LODE_REQUIRE_GPU();
 #ifdef LODE_HAVE_CUDA
-  server::ServerOptions two, one;
-  two.worker.parallel = 2;
-  one.worker.parallel = 1;
-  two.worker.chunk = one.worker.chunk = 512;
+  const auto [two, one] = two_slots_and_one(512);
   TestServer server(two, gpu_mini_engine(2));
   share_turns_on_long_steps(server, [&](const json& body) {
     const TestServer cold(one, gpu_mini_engine(1));
