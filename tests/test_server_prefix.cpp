@@ -411,6 +411,32 @@ TEST(ServerPrefix, CheckpointsAreBoundedAndSitAtWholeIntervals) {
   EXPECT_EQ(cache.reusable(session, prompt), 0);
 }
 
+// Past the bound on a slot's checkpoints the lowest go first, but for the first at a turn (a system
+// prompt's end, which other conversations share): with room for two, a prompt cut at its turn (64),
+// at 128, 256 and 384 keeps 64 and 384, so a request that shares only its first 200 tokens resumes
+// at 64.
+TEST(ServerPrefix, TheFirstTurnsCheckpointOutlivesLaterOnesPastTheBound) {
+  const auto sequence = mini_engine()->open_sequence();
+  const server::PromptCuts cuts{.step = 128, .checkpoint_every = 128, .turn_start = 5};
+  server::PrefixCache cache(cuts, 2);
+  std::vector<int32_t> prompt(450);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(100 + i % 300);
+  prompt[64] = 5;
+  for (int64_t at = 0; at < int64_t(prompt.size());) {
+    const int64_t end = cuts.next(prompt, at);
+    const auto piece = std::span(prompt).subspan(size_t(at), size_t(end - at));
+    engine::prefill(*sequence, piece, 128);
+    cache.after_chunk(*sequence, piece, end < int64_t(prompt.size()) && cuts.keeps_checkpoint(end));
+    at = end;
+  }
+  cache.record({}, false);
+  EXPECT_EQ(cache.checkpoints(), 2u);
+  EXPECT_EQ(cache.reusable(*sequence, prompt), 384);
+  std::vector<int32_t> other = prompt;
+  other[200] = 7;
+  EXPECT_EQ(cache.reusable(*sequence, other), 64);
+}
+
 // A prefix copied to another slot shares the source's checkpoints: their host memory is counted
 // once across the caches (what the server's --prefix-cache-mib bound and /v1/status add up).
 TEST(ServerPrefix, CheckpointsTwoSlotsShareAreCountedOnce) {

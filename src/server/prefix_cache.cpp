@@ -66,7 +66,7 @@ int64_t PrefixCache::resume_from(engine::Sequence& sequence, const PrefixCache& 
   sequence.copy_prefix(source_sequence, *it->second);
   tokens_.assign(source.tokens_.begin(), source.tokens_.begin() + ptrdiff_t(it->first));
   checkpoints_ = std::map<int64_t, std::shared_ptr<const engine::Checkpoint>>(source.checkpoints_.begin(), std::next(it));
-  while (checkpoints_.size() > max_checkpoints_) checkpoints_.erase(checkpoints_.begin());
+  bound();
   return it->first;
 }
 
@@ -74,7 +74,15 @@ void PrefixCache::after_chunk(const engine::Sequence& sequence, std::span<const 
   tokens_.insert(tokens_.end(), chunk.begin(), chunk.end());
   if (!checkpoint || max_checkpoints_ == 0) return;
   checkpoints_[sequence.position()] = sequence.checkpoint();
-  while (checkpoints_.size() > max_checkpoints_) checkpoints_.erase(checkpoints_.begin());
+  bound();
+}
+
+void PrefixCache::bound() {
+  while (checkpoints_.size() > max_checkpoints_) {
+    auto drop = checkpoints_.begin();
+    if (max_checkpoints_ >= 2 && drop->first % cuts_.step != 0) ++drop;  // the first turn's end stays
+    checkpoints_.erase(drop);
+  }
 }
 
 void PrefixCache::record(std::span<const int32_t> generated, bool last_pending) {

@@ -22,8 +22,11 @@ namespace lode::server {
 class PrefixCache {
  public:
   // cuts: where prompts are cut (the checkpoints' positions are cuts of it); max_checkpoints bounds
-  // the memory (the oldest positions are dropped first). What a checkpoint holds is the engine's:
-  // the CPU engine's the DeltaNet states, the GPU's its K/V pages as well.
+  // the memory: the lowest positions are dropped first, but for the lowest at a turn (a cut off
+  // the step's multiples: the end of a system prompt, which other conversations share, or of a
+  // first message), which stays while the bound leaves room for a newer one beside it. What a
+  // checkpoint holds is the engine's: the CPU engine's the DeltaNet states, the GPU's its K/V pages
+  // as well.
   explicit PrefixCache(PromptCuts cuts = {}, size_t max_checkpoints = 64);
 
   // How many of `prompt`'s tokens resume() would reuse on this sequence (a checkpoint's position,
@@ -64,6 +67,8 @@ class PrefixCache {
   std::map<int64_t, std::shared_ptr<const engine::Checkpoint>>::const_iterator usable(const engine::Sequence& sequence,
                                                                     std::span<const int32_t> prompt,
                                                                     bool generating) const;
+
+  void bound();  // drops checkpoints past max_checkpoints_ (the constructor's comment says which)
 
   PromptCuts cuts_;
   size_t max_checkpoints_;
