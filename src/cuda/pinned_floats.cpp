@@ -46,10 +46,6 @@ void PinnedBlocks::give(void* block) {
   }
 }
 
-size_t PinnedBlocks::kept() const {
-  std::lock_guard lock(mutex_);
-  return free_.size();
-}
 
 HostFloats::HostFloats(std::shared_ptr<PinnedBlocks> pool, size_t count) : count_(count) {
   if (pool && pool->bytes() >= count * sizeof(float)) pinned_ = static_cast<float*>(pool->take());

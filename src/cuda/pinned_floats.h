@@ -24,11 +24,10 @@ class PinnedBlocks {
   size_t bytes() const { return bytes_; }
   void* take();            // a block, or nullptr where no page-locked memory could be had
   void give(void* block);  // back, for the next take()
-  size_t kept() const;     // blocks given back and not taken again
 
  private:
   size_t bytes_;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::vector<void*> free_;
 };
 

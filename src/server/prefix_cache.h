@@ -54,7 +54,6 @@ class PrefixCache {
   // does when all slots' checkpoints hold more memory than it allows.
   bool drop_oldest();
 
-  const PromptCuts& cuts() const { return cuts_; }
   int64_t held() const { return int64_t(tokens_.size()); }  // tokens the sequence holds
   size_t checkpoints() const { return checkpoints_.size(); }
   // The host memory its checkpoints hold, each counted once however many caches hold it (a prefix
