@@ -28,6 +28,7 @@
 
 #ifdef LODE_HAVE_CUDA
 #include "cuda/engine.h"
+#include "cuda/mtp_drafter.h"
 #include "cuda/session.h"
 
 namespace {
@@ -131,6 +132,48 @@ TEST(CudaMtp, TheBlocksDraftsAgreeWithTheModelAsInTraining) {
   const double share = test::held_out_agreement(*sequence);
   EXPECT_GT(share, 0.45);
   EXPECT_LT(share, 0.75);
+}
+
+// The drafters of a session's sequences share the block's K/V cache: each drafts from its own rows
+// while no other drafter has written since, and one whose rows another wrote over (drafts write
+// rows too) starts over where it is, drafting as a drafter begun one token back does.
+TEST(CudaMtp, DraftersOfTwoSequencesShareTheBlocksCache) {
+  LODE_REQUIRE_GPU();
+  const Loaded& m = mini();
+  const int64_t width = m.config.hidden;
+  cuda::CudaSession two(m.reader, m.weights, {.max_context = 256, .step_rows = 2, .sequences = 2, .mtp = true});
+  const std::vector<int32_t> a = m.text.encode("The ls command lists the files of a folder, and with -l", false),
+                             b = m.text.encode("To copy a file keep its name: cp notes.txt backup/ then", false);
+  std::vector<float> hidden_a, hidden_b;
+  two.use_sequence(0);
+  two.prefill(a, false, &hidden_a);
+  cuda::GpuDrafter first(two);
+  first.advance(a, hidden_a);
+  two.use_sequence(1);
+  two.prefill(b, false, &hidden_b);
+  cuda::GpuDrafter second(two);
+  second.advance(b, hidden_b);  // (writes over the first's rows)
+  const int32_t p = a.front(), q = b.front();
+  const std::vector<int32_t> second_drafts = second.draft(q, 4, 0), first_drafts = first.draft(p, 4, 0),
+                             second_again = second.draft(q, 4, 0);
+  ASSERT_EQ(first_drafts.size(), 4u);
+  EXPECT_EQ(first.followed(), int64_t(a.size()));
+  // References, each on a session of one sequence: a drafter that followed the whole text, and one
+  // begun one token back.
+  const auto drafts_of = [&](std::span<const int32_t> tokens, std::span<const float> hidden, bool whole,
+                             int32_t pending) {
+    cuda::CudaSession one(m.reader, m.weights, {.max_context = 256, .step_rows = 2, .mtp = true});
+    cuda::GpuDrafter drafter(one);
+    if (!whole) {
+      drafter.reset(int64_t(tokens.size()) - 1);
+      tokens = tokens.last(1), hidden = hidden.last(size_t(width));
+    }
+    drafter.advance(tokens, hidden);
+    return drafter.draft(pending, 4, 0);
+  };
+  EXPECT_EQ(second_drafts, drafts_of(b, hidden_b, true, q)) << "its own rows";
+  EXPECT_EQ(first_drafts, drafts_of(a, hidden_a, false, p)) << "written over by the second's";
+  EXPECT_EQ(second_again, drafts_of(b, hidden_b, false, q)) << "written over by the first's drafts";
 }
 
 TEST(CudaMtp, AFileWithoutTheBlockIsRefusedSayingSo) {

@@ -132,6 +132,49 @@ TEST(ServerConcurrency, StreamsWithDraftsEqualTheirSoloRunsWithout) {
   EXPECT_GT(mtp["ms_per_verify_step"].get<double>(), 0.0) << status.dump();
 }
 
+// A chat request whose reply runs to max_tokens: the end tokens are banned.
+json unending_request(const std::string& question, int max_tokens) {
+  json bias = json::object();
+  for (const char* end : {"<|im_end|>", "<|endoftext|>"})
+    if (const auto id = mini_model()->tokenizer.find_token(end)) bias[std::to_string(*id)] = -100;
+  return {{"messages", {{{"role", "user"}, {"content", question}}}},
+          {"max_tokens", max_tokens}, {"temperature", 0}, {"logit_bias", bias}};
+}
+
+// With mtp_alone (the GPU's setting) a sequence drafts only while it decodes alone: a request that
+// decoded only beside another drafted nothing, the long one drafted while alone, and both get the
+// replies of a server without drafts.
+TEST(ServerConcurrency, DraftsOnlyWhileOneSequenceDecodes) {
+  const json long_request = unending_request("Name some shell commands.", 48), short_request = streamed_request(1);
+  server::ServerOptions plain_options;
+  plain_options.worker.parallel = 2;
+  std::string long_alone, short_alone;
+  {
+    TestServer plain(plain_options);
+    long_alone = reply_text(plain.post_json("/v1/chat/completions", long_request));
+    short_alone = streamed_text(plain.post("/v1/chat/completions", short_request.dump())->body);
+  }
+  server::ServerOptions o = plain_options;
+  o.worker.mtp = 3;
+  o.worker.mtp_alone = true;
+  o.worker.token_delay = std::chrono::milliseconds(10);
+  TestServer server(o);
+  std::string long_text;
+  std::thread long_client([&] { long_text = reply_text(server.post_json("/v1/chat/completions", long_request)); });
+  ASSERT_TRUE(eventually([&] { return server.get_json("/v1/status")["steps"]["total"] >= 3; }));  // decoding alone
+  const auto short_reply = server.post("/v1/chat/completions", short_request.dump());
+  const json beside = server.get_json("/v1/status");
+  long_client.join();
+  ASSERT_TRUE(short_reply && short_reply->status == 200);
+  EXPECT_EQ(streamed_text(short_reply->body), short_alone);
+  EXPECT_EQ(long_text, long_alone);
+  ASSERT_EQ(beside["sequences"]["active"], 1) << "the long request ended before the short one: " << beside.dump();
+  EXPECT_EQ(beside["mtp"]["windows"], 0) << "the short request decoded only beside the long one" << beside.dump();
+  const json after = server.get_json("/v1/status");
+  EXPECT_GT(after["mtp"]["windows"].get<int64_t>(), 0) << after.dump();
+  EXPECT_GT(after["mtp"]["accepted"].get<int64_t>(), 0) << after.dump();
+}
+
 TEST(ServerConcurrency, LongPromptIsPrefilledBesideDecodingSequences) {
   server::ServerOptions o;
   o.worker.parallel = 2;
@@ -182,6 +225,32 @@ TEST(ServerConcurrency, GpuStreamsEqualTheirSoloRuns) {
   EXPECT_EQ(status["gpus"], json::array({0})) << status.dump();
   EXPECT_GE(status["steps"]["max_batch"], 2) << status.dump();  // they did run together
   EXPECT_EQ(status["sequences"]["active"], 0);
+}
+
+// With drafts on a GPU server of four sequences (cmd_serve's mtp_alone: one sequence's window a
+// step, drafting only while it decodes alone, its drafter starting over where another's wrote over
+// the block's cache): four streams at once, then two requests one after another (in other slots),
+// get the texts of a one-sequence GPU server without drafts, and the lone ones' drafts were accepted.
+TEST(ServerConcurrency, GpuStreamsWithDraftsEqualTheirSoloRunsWithout) {
+  LODE_REQUIRE_GPU();
+  constexpr int kClients = 4;
+  const std::vector<std::string> alone = solo_texts(kClients + 2, gpu_mini_engine(1));
+  server::ServerOptions drafted;
+  drafted.worker.parallel = kClients;
+  drafted.worker.mtp = 3;
+  drafted.worker.mtp_alone = true;
+  TestServer server(drafted, gpu_mini_engine(kClients, 3));
+  const std::vector<std::string> together = concurrent_texts(server, kClients);
+  for (int i = 0; i < kClients; ++i) EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
+  for (int i = kClients; i < kClients + 2; ++i) {
+    auto res = server.post("/v1/chat/completions", streamed_request(i).dump());
+    ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+    EXPECT_EQ(streamed_text(res->body), alone[size_t(i)]) << "request " << i << ", alone";
+    EXPECT_FALSE(alone[size_t(i)].empty());
+  }
+  const json status = server.get_json("/v1/status");
+  EXPECT_GT(status["mtp"]["windows"].get<int64_t>(), 0) << status.dump();
+  EXPECT_GT(status["mtp"]["accepted"].get<int64_t>(), 0) << status.dump();
 }
 #else
 TEST(ServerConcurrency, GpuStreamsNeedACudaBuild) { LODE_REQUIRE_GPU(); }

@@ -5,6 +5,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -40,11 +41,16 @@ inline std::shared_ptr<engine::Model> mini_engine(cpu::SessionOptions options = 
 }
 
 #ifdef LODE_HAVE_CUDA
-// lode-mini on the GPU, holding `sequences` sequences of 512 positions, K/V in fp16.
-inline std::shared_ptr<engine::Model> gpu_mini_engine(int64_t sequences) {
+// lode-mini on the GPU, holding `sequences` sequences of 512 positions, K/V in fp16; with `mtp`, the
+// MTP block and verify windows of up to mtp + 1 tokens.
+inline std::shared_ptr<engine::Model> gpu_mini_engine(int64_t sequences, int64_t mtp = 0) {
   static const auto weights = std::make_shared<const model::ModelWeights>(
       model::bind_weights(mini_model()->reader, mini_model()->config));
-  cuda::CudaSessionOptions o{.max_context = 512, .step_rows = sequences, .sequences = sequences};
+  cuda::CudaSessionOptions o{.max_context = 512,
+                             .step_rows = std::max(sequences, mtp + 1),
+                             .window_rows = mtp > 0 ? mtp + 1 : 0,
+                             .sequences = sequences,
+                             .mtp = mtp > 0};
   o.kv_format = kv::Format::f16;
   return std::make_shared<cuda::CudaModel>(std::make_unique<cuda::CudaSession>(mini_model()->reader, weights, o));
 }

@@ -30,7 +30,6 @@ struct ServeOptions {
   server::ServerOptions server;
   int64_t max_body_bytes = 8 << 20;
   BackendOptions backend;
-  bool parallel_given = false;  // --parallel on the command line
   int64_t kv_positions = 0;     // --kv-positions (the GPU's shared pool; 0: --parallel x --ctx)
   int64_t prefix_cache_mib = -1;  // --prefix-cache-mib (-1: a quarter of the machine's RAM)
   std::optional<int64_t> prompt_tokens;  // --prompt-tokens; unset: kGpuChunk on the GPU, 0 on the CPU
@@ -54,21 +53,10 @@ std::string serving_backend(const ServeOptions& o) {
   return first_gpu().empty() ? "cpu" : "cuda";
 }
 
-// The sequences the GPU holds: --parallel, or with --mtp (whose block drafts for one sequence on
-// the GPU) one, refusing an explicit --parallel above 1.
-int gpu_sequences(const ServeOptions& o) {
-  const int parallel = o.server.worker.parallel;
-  if (o.server.worker.mtp == 0) return parallel;
-  if (o.parallel_given && parallel > 1)
-    fail("--mtp on the GPU drafts for one sequence: leave out --parallel (or --parallel 1), or --mtp 0 for {} at once",
-         parallel);
-  return 1;
-}
-
 // The engine on the GPU, --parallel sequences; the worker's chunks and checkpoints sized for it.
 std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedModel& model,
                                           std::shared_ptr<const model::ModelWeights> weights, kv::Format kv) {
-  const int sequences = gpu_sequences(o);
+  const int sequences = o.server.worker.parallel;
   const GpuRun run{.ctx = gpu_context(model.config, o.context),
                    .activations = model::Activations::q8,
                    .kv_format = kv,
@@ -76,7 +64,7 @@ std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedM
                    .sequences = sequences,
                    .kv_positions = o.kv_positions};
   auto engine = open_gpu_model(o.backend, model.reader, model.config, std::move(weights), run);
-  o.server.worker.parallel = sequences;
+  o.server.worker.mtp_alone = true;  // (the engine verifies one sequence's window a step)
   const int64_t interval = std::max<int64_t>(kGpuChunk, run.ctx / int64_t(kGpuCheckpoints));
   o.server.worker.chunk = (interval + kGpuChunk - 1) / kGpuChunk * kGpuChunk;
   o.server.worker.prompt_step = kGpuChunk;
@@ -152,10 +140,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--api-key", o->server.api_key, "Require this key (Authorization: Bearer KEY, or x-api-key: KEY) on every route but /health");
   cmd->add_option("--ctx", o->context, "Context length per request (default: the model's; on the GPU the model's up to 8192)")->check(integer_at_least(0));
   cmd->add_option("--threads", o->threads, "CPU threads (default: all cores)")->check(thread_count());
-  auto* parallel = cmd->add_option("--parallel", o->server.worker.parallel,
-                                    "Requests generated together (one step runs them all), each keeping its "
-                                    "conversation's prefix cached (default 4; at most 64 on the GPU, 1 with --mtp there)")
-                       ->check(integer_at_least(1));
+  cmd->add_option("--parallel", o->server.worker.parallel,
+                  "Requests generated together (one step runs them all), each keeping its conversation's prefix "
+                  "cached (default 4; at most 64 on the GPU)")
+      ->check(integer_at_least(1));
   add_backend_options(*cmd, o->backend);
   add_kv_option(*cmd, o->kv);
   cmd->add_option("--kv-positions", o->kv_positions,
@@ -170,7 +158,8 @@ void add_serve_command(CLI::App& app) {
       ->check(integer_at_least(0));
   cmd->add_option("--mtp", o->server.worker.mtp,
                   "Draft up to N tokens per sequence and step with the model's MTP block, verified in the same step; "
-                  "the replies do not change (default 0: off)")
+                  "the replies do not change (default 0: off). On the GPU only while one request generates: "
+                  "beside others a step runs every sequence's next token")
       ->check(CLI::Range(int64_t(0), int64_t(16)));
   cmd->add_option("--mtp-min-p", o->server.worker.mtp_min_p,
                   "Stop drafting when the MTP block's most likely token is below this probability (default 0)")
@@ -186,10 +175,7 @@ void add_serve_command(CLI::App& app) {
       ->check(integer_at_least(0));
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body; larger gets 413 (default 8 MiB)")
       ->check(integer_at_least(1));
-  cmd->callback([o, parallel] {
-    o->parallel_given = parallel->count() > 0;
-    serve(*o);
-  });
+  cmd->callback([o] { serve(*o); });
 }
 
 }  // namespace lode::cli

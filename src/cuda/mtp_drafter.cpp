@@ -8,8 +8,15 @@
 
 namespace lode::cuda {
 
-GpuDrafter::GpuDrafter(CudaSession& session) : session_(session) {
+GpuDrafter::GpuDrafter(CudaSession& session) : session_(session), sequence_(session.sequence()) {
   if (!session.has_mtp()) fail("--mtp: this GPU session was opened without the MTP block");
+}
+
+void GpuDrafter::take_cache() {
+  if (session_.mtp_take(sequence_) || rows_ == 0) return;  // (rows written: last_hidden_ is set)
+  // As if it had begun one token back and followed that token (no row: no state before it), so
+  // the next row, the next token's, pairs it with last_hidden_ at its own position.
+  start_ = followed() - 1, seen_ = 1, rows_ = 0;
 }
 
 std::string GpuDrafter::describe() const {
@@ -28,6 +35,7 @@ void GpuDrafter::advance(std::span<const int32_t> tokens, std::span<const float>
   if (n == 0) return;
   if (!rows.tokens.empty()) {  // committed rows are never drafted from: their K/V is all that is needed
     const OnDevice on(session_.device());  // (the engine's other calls go through cuda/pipeline.h, which does this)
+    take_cache();
     session_.mtp_append(rows.tokens, rows.before, rows_, shift());
     rows_ += int64_t(rows.tokens.size());
   }
@@ -40,6 +48,7 @@ std::vector<int32_t> GpuDrafter::draft(int32_t pending, int64_t n, float min_p) 
   if (last_hidden_.empty()) return drafts;
   // The drafts' rows are written after the committed ones and written over by the next advance.
   const OnDevice on(session_.device());
+  take_cache();
   int32_t token = pending;
   for (int64_t i = 0; i < n && rows_ + i < session_.max_context(); ++i) {
     float probability = 1.0f;

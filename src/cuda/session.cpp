@@ -1143,6 +1143,7 @@ struct CudaSession::Impl {
     std::vector<cudaGraphExec_t> append;  // [n - 1]: n rows' K/V, likewise
   };
   std::unique_ptr<Mtp> mtp;
+  int64_t mtp_owner = -1;  // the sequence whose drafter wrote the block's K/V rows (mtp_take)
 
   void bind_mtp(const plan::DecodeScratch& scratch, uint8_t* base) {
     const model::MtpWeights& w = *host.mtp;
@@ -1547,9 +1548,6 @@ CudaSession::CudaSession(const gguf::Reader& reader, std::shared_ptr<const model
   if (!options.next_norm.empty() && int64_t(options.next_norm.size()) != config.hidden)
     fail("cuda session: the next share's norm has {} values; the model's hidden size is {}", options.next_norm.size(),
          config.hidden);
-  if (options.mtp && options.sequences > 1)
-    fail("cuda session: the MTP block drafts for one sequence on the GPU; {} sequences were asked for",
-         options.sequences);
   if (options.kv_positions < 0 || options.kv_positions > options.sequences * options.max_context)
     fail("cuda session: {} positions of K/V shared by {} sequences of {} (at most {}; 0: all of them)",
          options.kv_positions, options.sequences, options.max_context, options.sequences * options.max_context);
@@ -1779,6 +1777,11 @@ void CudaSession::cut_window(int64_t tokens) {
 }
 
 bool CudaSession::has_mtp() const { return impl_->mtp != nullptr; }
+
+bool CudaSession::mtp_take(int64_t sequence) {
+  if (sequence < 0 || sequence >= sequences()) fail("cuda session: no sequence {} to draft for", sequence);
+  return std::exchange(impl_->mtp_owner, sequence) == sequence;
+}
 
 void CudaSession::mtp_append(std::span<const int32_t> tokens, std::span<const float> hidden, int64_t row, int64_t shift) {
   Impl& s = *impl_;

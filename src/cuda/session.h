@@ -249,6 +249,10 @@ class CudaSession {
   // The MTP block (options.mtp; cuda/mtp_drafter.h drafts with it). Its K/V cache holds a row per
   // token it has followed, dense from row 0; a row's rotary position is its row plus `shift`.
   bool has_mtp() const;
+  // The block's K/V cache is one for all the session's sequences: a drafter takes it for its
+  // sequence before writing rows. False where it held another sequence's rows, which are then the
+  // new owner's to write over (that drafter's rows are gone: it starts over).
+  bool mtp_take(int64_t sequence);
   // Adds the block's K/V rows for tokens at rows row.. (token t paired with the main model's hidden
   // state before it, hidden [n][hidden], host memory); nothing drafted from them.
   void mtp_append(std::span<const int32_t> tokens, std::span<const float> hidden, int64_t row, int64_t shift);

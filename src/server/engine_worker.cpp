@@ -82,7 +82,8 @@ struct EngineWorker::Running {
   std::optional<int32_t> pending;  // the sampled token to run next
   size_t logprobs_sent = 0;        // logprobs entries streamed
   std::vector<int32_t> top_aside;  // this step's ids its top candidates set aside (the row points here)
-  // With drafts: this step's window (pending, then drafts), the checkpoint before it, the counts.
+  // With drafts: this step's window (pending, then drafts; empty where the step's row is the
+  // pending token alone, not a window), the checkpoint before it, the counts.
   std::vector<int32_t> window;
   std::shared_ptr<const engine::Checkpoint> before;
   engine::WindowCounts counts;
@@ -428,13 +429,17 @@ void EngineWorker::step() {
       finish(*slot);
     }
   }
-  // Every decoding sequence's next token, and one prompt chunk, slots taking turns.
+  // Every decoding sequence's next token (or window), and one prompt chunk, slots taking turns.
   std::vector<engine::StepRow> batch;
   std::vector<Slot*> owners;
+  // (With mtp_alone, a sequence drafts, and its drafter follows its prompt, only while it runs
+  // alone: the drafter otherwise starts over at its next window.)
+  const bool drafting = options_.mtp > 0 && (!options_.mtp_alone || decoding_slots() == 1);
+  const bool following = options_.mtp > 0 && (!options_.mtp_alone || running_slots() == 1);
   for (auto& slot : slots_) {
     if (!slot->running || slot->running->prefilling()) continue;
     try {
-      batch.push_back(decode_row(*slot));  // (with drafts, the drafter runs here)
+      batch.push_back(decode_row(*slot, drafting));  // (with drafts, the drafter runs here)
     } catch (const std::exception& e) {
       fail_job(*slot, e.what());
       continue;
@@ -455,14 +460,14 @@ void EngineWorker::step() {
     batch.push_back({.sequence = slot.sequence.get(),
                      .tokens = seq.prompt().subspan(size_t(seq.prefilled), size_t(end - seq.prefilled)),
                      .logit_rows = last ? 1 : 0,
-                     .want_hidden = options_.mtp > 0});  // the drafter follows the prompt too
+                     .want_hidden = following});  // the drafter follows the prompt too
     owners.push_back(&slot);
     ++prompt_rows, prompt_tokens += end - seq.prefilled;
     prefill_turn_ = (turn + i + 1) % slots_.size();
     if (options_.prompt_tokens <= 0) break;
   }
   const bool prompt_chunk = prompt_rows > 0;
-  const bool verifying = options_.mtp > 0 && int64_t(batch.size()) > prompt_rows;  // (decoding rows verify drafts)
+  const bool verifying = drafting && int64_t(batch.size()) > prompt_rows;  // (decoding rows verify drafts)
   if (batch.empty()) return;
   {
     std::lock_guard lock(mutex_);
@@ -520,10 +525,19 @@ void EngineWorker::fail_job(Slot& slot, const std::string& why) { release(slot)-
 
 void EngineWorker::stop_job(Slot& slot) { release(slot)->fail_shutting_down(); }
 
-engine::StepRow EngineWorker::decode_row(Slot& slot) {
+int64_t EngineWorker::decoding_slots() const {
+  return std::ranges::count_if(slots_, [](const auto& slot) { return slot->running && !slot->running->prefilling(); });
+}
+
+int64_t EngineWorker::running_slots() const {
+  return std::ranges::count_if(slots_, [](const auto& slot) { return slot->running != nullptr; });
+}
+
+engine::StepRow EngineWorker::decode_row(Slot& slot, bool drafting) {
   Running& seq = *slot.running;
   engine::Sequence& sequence = *slot.sequence;
-  if (options_.mtp == 0) {  // plain greedy: only the token; sampling: only the top candidates (the GPU finds them)
+  seq.window.clear();
+  if (!drafting) {  // plain greedy: only the token; sampling: only the top candidates (the GPU finds them)
     const bool top = !seq.generation->greedy_only() && seq.generation->top_only();
     seq.top_aside = top ? seq.generation->top_aside() : std::vector<int32_t>();
     return {.sequence = &sequence,
@@ -543,10 +557,10 @@ void EngineWorker::advance(Slot& slot, const engine::StepRow& entry) {
     seq.prefilled += int64_t(entry.tokens.size());
     const bool last = !seq.prefilling();
     slot.prefix.after_chunk(*slot.sequence, entry.tokens, !last && cuts_.keeps_checkpoint(seq.prefilled));
-    if (options_.mtp > 0) engine::follow(*slot.sequence, slot.sequence->drafter(), entry.tokens, entry.hidden);
+    if (entry.want_hidden) engine::follow(*slot.sequence, slot.sequence->drafter(), entry.tokens, entry.hidden);
     if (!last) return;
     seq.pending = seq.generation->step(entry.logits);
-  } else if (options_.mtp > 0) {
+  } else if (!seq.window.empty()) {
     seq.pending = engine::accept_window(*slot.sequence, slot.sequence->drafter(), *seq.generation, seq.window, entry,
                                         seq.before.get(), seq.counts);
   } else {

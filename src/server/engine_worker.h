@@ -94,6 +94,10 @@ struct WorkerOptions {
   // is its pending token and up to `mtp` drafts; 0: off. The output does not change.
   int64_t mtp = 0;
   float mtp_min_p = 0.0f;
+  // With mtp: draft only in steps where one sequence decodes, the others' rows one token each. For
+  // an engine that verifies one sequence's window a step (the GPU: several windows would run one
+  // after another, where one step of a token each runs all the sequences at once).
+  bool mtp_alone = false;
   // Test hooks, never set by `lode serve`: fake_output replaces the model's output with this text
   // (tests of tool calls, which a small model will not make reliably); token_delay sleeps after
   // every engine step (or piece of fake text) so a test can keep the worker busy.
@@ -196,7 +200,10 @@ class EngineWorker {
   void start(Placement placement, Queued queued);
   void step();
   void advance(Slot& slot, const engine::StepRow& row);  // after the step: sample, or go on prefilling
-  engine::StepRow decode_row(Slot& slot);  // a decoding sequence's row: its pending token (and drafts)
+  int64_t running_slots() const;   // slots with a job
+  int64_t decoding_slots() const;  // of them, those past their prompts
+  // A decoding sequence's row: its pending token, and with `drafting` its drafts.
+  engine::StepRow decode_row(Slot& slot, bool drafting);
   void finish(Slot& slot);
   void fail_job(Slot& slot, const std::string& why);  // its stream fails, its slot is freed, forgetting its cache
   void stop_job(Slot& slot);  // the same, the server stopping under it (503: not a reply that looks whole)
