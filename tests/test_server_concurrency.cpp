@@ -145,7 +145,7 @@ json unending_request(const std::string& question, int max_tokens) {
 // decoded only beside another drafted nothing, the long one drafted while alone, and both get the
 // replies of a server without drafts.
 TEST(ServerConcurrency, DraftsOnlyWhileOneSequenceDecodes) {
-  const json long_request = unending_request("Name some shell commands.", 48), short_request = streamed_request(1);
+  const json long_request = unending_request("Name some shell commands.", 200), short_request = streamed_request(1);
   server::ServerOptions plain_options;
   plain_options.worker.parallel = 2;
   std::string long_alone, short_alone;
@@ -228,9 +228,11 @@ TEST(ServerConcurrency, GpuStreamsEqualTheirSoloRuns) {
 }
 
 // With drafts on a GPU server of four sequences (cmd_serve's mtp_alone: one sequence's window a
-// step, drafting only while it decodes alone, its drafter starting over where another's wrote over
-// the block's cache): four streams at once, then two requests one after another (in other slots),
-// get the texts of a one-sequence GPU server without drafts, and the lone ones' drafts were accepted.
+// step, drafting only while it decodes alone, the drafters sharing the block's cache): four streams
+// at once, then two requests one after another (in other slots), get the texts of a one-sequence
+// GPU server without drafts, and the lone ones' drafts were accepted. (A drafter written over by
+// another's rows is CudaMtp.DraftersOfTwoSequencesShareTheBlocksCache's: here the drafters lose
+// track of their sequences beside others and start afresh.)
 TEST(ServerConcurrency, GpuStreamsWithDraftsEqualTheirSoloRunsWithout) {
   LODE_REQUIRE_GPU();
   constexpr int kClients = 4;

@@ -158,7 +158,7 @@ void add_serve_command(CLI::App& app) {
       ->check(integer_at_least(0));
   cmd->add_option("--mtp", o->server.worker.mtp,
                   "Draft up to N tokens per sequence and step with the model's MTP block, verified in the same step; "
-                  "the replies do not change (default 0: off). On the GPU only while one request generates: "
+                  "the replies do not change (default 0: off). On the GPU only while one sequence decodes: "
                   "beside others a step runs every sequence's next token")
       ->check(CLI::Range(int64_t(0), int64_t(16)));
   cmd->add_option("--mtp-min-p", o->server.worker.mtp_min_p,

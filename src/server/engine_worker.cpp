@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <span>
 #include <unordered_set>
 
 #include "chat/template.h"
@@ -467,7 +468,8 @@ void EngineWorker::step() {
     if (options_.prompt_tokens <= 0) break;
   }
   const bool prompt_chunk = prompt_rows > 0;
-  const bool verifying = drafting && int64_t(batch.size()) > prompt_rows;  // (decoding rows verify drafts)
+  const bool verifying = std::ranges::any_of(std::span(batch).first(batch.size() - size_t(prompt_rows)),
+                                             [](const engine::StepRow& row) { return row.tokens.size() > 1; });
   if (batch.empty()) return;
   {
     std::lock_guard lock(mutex_);
