@@ -237,22 +237,25 @@ TEST(ServerConcurrency, GpuStreamsWithDraftsEqualTheirSoloRunsWithout) {
   LODE_REQUIRE_GPU();
   constexpr int kClients = 4;
   const std::vector<std::string> alone = solo_texts(kClients + 2, gpu_mini_engine(1));
-  server::ServerOptions drafted;
-  drafted.worker.parallel = kClients;
-  drafted.worker.mtp = 3;
-  drafted.worker.mtp_alone = true;
-  TestServer server(drafted, gpu_mini_engine(kClients, 3));
-  const std::vector<std::string> together = concurrent_texts(server, kClients);
-  for (int i = 0; i < kClients; ++i) EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
-  for (int i = kClients; i < kClients + 2; ++i) {
-    auto res = server.post("/v1/chat/completions", streamed_request(i).dump());
-    ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
-    EXPECT_EQ(streamed_text(res->body), alone[size_t(i)]) << "request " << i << ", alone";
-    EXPECT_FALSE(alone[size_t(i)].empty());
+  for (const int64_t mtp : {3, 2}) {  // (2: steps of more rows than a window, 4 against 3)
+    SCOPED_TRACE("--mtp " + std::to_string(mtp));
+    server::ServerOptions drafted;
+    drafted.worker.parallel = kClients;
+    drafted.worker.mtp = mtp;
+    drafted.worker.mtp_alone = true;
+    TestServer server(drafted, gpu_mini_engine(kClients, mtp));
+    const std::vector<std::string> together = concurrent_texts(server, kClients);
+    for (int i = 0; i < kClients; ++i) EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
+    for (int i = kClients; i < kClients + 2; ++i) {
+      auto res = server.post("/v1/chat/completions", streamed_request(i).dump());
+      ASSERT_TRUE(res && res->status == 200) << (res ? res->body : "no response");
+      EXPECT_EQ(streamed_text(res->body), alone[size_t(i)]) << "request " << i << ", alone";
+      EXPECT_FALSE(alone[size_t(i)].empty());
+    }
+    const json status = server.get_json("/v1/status");
+    EXPECT_GT(status["mtp"]["windows"].get<int64_t>(), 0) << status.dump();
+    EXPECT_GT(status["mtp"]["accepted"].get<int64_t>(), 0) << status.dump();
   }
-  const json status = server.get_json("/v1/status");
-  EXPECT_GT(status["mtp"]["windows"].get<int64_t>(), 0) << status.dump();
-  EXPECT_GT(status["mtp"]["accepted"].get<int64_t>(), 0) << status.dump();
 }
 #else
 TEST(ServerConcurrency, GpuStreamsNeedACudaBuild) { LODE_REQUIRE_GPU(); }
