@@ -152,7 +152,9 @@ TEST(ServerConcurrency, DraftsOnlyWhileOneSequenceDecodes) {
   {
     TestServer plain(plain_options);
     long_alone = reply_text(plain.post_json("/v1/chat/completions", long_request));
-    short_alone = streamed_text(plain.post("/v1/chat/completions", short_request.dump())->body);
+    const auto reply = plain.post("/v1/chat/completions", short_request.dump());
+    ASSERT_TRUE(reply && reply->status == 200);
+    short_alone = streamed_text(reply->body);
   }
   server::ServerOptions o = plain_options;
   o.worker.mtp = 3;
