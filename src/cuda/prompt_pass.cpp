@@ -32,10 +32,6 @@ bool expandable(GgmlType type, int64_t cols) { return has_dequantize(type) && co
 static_assert(plan::kPromptExpertTileRows == kExpertTileRows && sizeof(ExpertTile) == 16,
               "plan::prompt_scratch sizes the expert tiles");
 
-// Streams a pass's pieces' dense products run on side by side (Gemm's lanes: each its own cuBLAS
-// handle and 32 MiB workspace, outside the memory plan like cuBLAS's own, in the budget's margin).
-constexpr int kProductLanes = 4;
-
 enum Phase : size_t { expand, dense, attention_core, deltanet_conv, deltanet_core, routing, experts, elementwise };
 const std::vector<std::string> kPhaseNames = {"expanding weights",        "dense products (cuBLAS)",
                                               "attention core",           "DeltaNet conv and L2 norms",
@@ -49,7 +45,7 @@ struct PromptPass::Impl {
   Impl(const model::ModelWeights& w, const std::vector<DeviceLayer>& l, const ExpertTier& t, const float* on,
        VramAccountant& v, PromptPassOptions o, void* s)
       : model_weights(w), config(w.config), layers(l), tier(t), output_norm(on), vram(v), options(o),
-        stream(static_cast<cudaStream_t>(s)), gemm(o.math, s, kProductLanes), clock(kPhaseNames, o.profile) {}
+        stream(static_cast<cudaStream_t>(s)), gemm(o.math, s), clock(kPhaseNames, o.profile) {}
 
   const model::ModelWeights& model_weights;
   model::Qwen35MoeConfig config;
@@ -144,19 +140,12 @@ struct PromptPass::Impl {
       clock.mark(expand);
       w = expanded, ldw = m.cols;
     }
-    // Several pieces' products side by side, a lane each in turn: one piece's product of a few
-    // hundred rows fills few of the GPU's multiprocessors.
-    const bool spread = w && segments.size() > 1;
-    if (spread) gemm.fork();
-    for (size_t i = 0; i < segments.size(); ++i) {
-      const PromptSegment& s = segments[i];
+    for (const PromptSegment& s : segments) {
       const float* in = x + s.start * m.cols;
       float* out = y + s.start * m.rows;
-      const int lane = spread ? int(i % size_t(gemm.lanes())) : 0;
-      if (w) gemm.xwt(in, m.cols, w, ldw, out, m.rows, s.rows, m.rows, m.cols, exact, lane);
+      if (w) gemm.xwt(in, m.cols, w, ldw, out, m.rows, s.rows, m.rows, m.cols, exact);
       else matvec(m.type, m.data, m.rows, m.cols, m.row_bytes, in, out, s.rows, stream);
     }
-    if (spread) gemm.join();
     clock.mark(dense);
   }
 
