@@ -109,6 +109,26 @@ TEST(BenchReport, StepsOfSeveralSequencesShowTheirAggregateRate) {
   EXPECT_DOUBLE_EQ(parsed["sequences"][0].at("tokens_per_s").get<double>(), 2000.0);
 }
 
+// Steps of several sequences' verify windows: their cost in steps of one token each of as many
+// sequences, and the speedup that implies at each acceptance (every sequence's window yielding
+// 1 + a tokens for a window of 2).
+TEST(BenchReport, StepsOfSeveralSequencesWindowsShowTheSpeedupTheyImply) {
+  measure::BenchRun b = a_run("m.gguf", 10240);
+  b.sequences.push_back({.depth = 0, .sequences = 16, .seconds = 0.008, .step_ratio = 4.0});
+  b.sequences.push_back({.depth = 0, .sequences = 16, .window = 2, .seconds = 0.01, .step_ratio = 5.0, .plain_ratio = 1.25});
+  const std::string text = measure::to_text(h200_like(), b);
+  EXPECT_NE(text.find("16 sequences x window 2 @ depth 0       10.000 ms a step = 1.25 steps of one token each; at "
+                      "acceptance 0.6 / 0.8 / 0.9 they would decode 1.28x / 1.44x / 1.52x faster"),
+            std::string::npos)
+      << text;
+  const auto parsed = nlohmann::json::parse(measure::to_json(h200_like(), b).dump());
+  ASSERT_EQ(parsed.at("sequences").size(), 2u);
+  EXPECT_EQ(parsed["sequences"][1].at("window"), 2);
+  EXPECT_DOUBLE_EQ(parsed["sequences"][1].at("steps_of_one_token_each").get<double>(), 1.25);
+  EXPECT_DOUBLE_EQ(parsed["sequences"][1]["speedup_at_acceptance"].at("0.8").get<double>(), 1.44);
+  EXPECT_FALSE(parsed["sequences"][1].contains("tokens_per_s"));
+}
+
 // Under the tier a step of rows says what its misses cost both ways: the absent experts' bytes the
 // GPU read over PCIe and the CPU's experts with the bytes it read; the CPU's part only where it took
 // some.

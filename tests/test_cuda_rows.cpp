@@ -46,11 +46,13 @@ using lode::test::tokens_from;
 
 using Loaded = lode::test::LoadedWeights;
 
-// The steps the comparison runs: each a list of sequences (a row each, in this order), or one
-// sequence's verify window of `window` tokens cut to `keep`.
+// The steps the comparison runs: each a list of sequences (a row each, in this order; a sequence
+// named in consecutive rows is a verify window of it, cut afterwards to the next of `cuts` when
+// there is one), or one sequence's verify window of `window` tokens cut to `keep`.
 struct Step {
   std::vector<int64_t> sequences;
   int window = 0, keep = 0;
+  std::vector<int> cuts{};  // for the step's windows in order: the tokens each keeps
 };
 
 // `batched` holds `n` sequences and runs `steps`; `alone` (its own options, one sequence) is made
@@ -85,15 +87,25 @@ void compare_rows(const fs::path& path, CudaSessionOptions batched, CudaSessionO
     }
     SCOPED_TRACE("a step of " + std::to_string(step.sequences.size()) + " rows");
     std::vector<CudaSession::Row> rows;
-    for (int64_t s : step.sequences) rows.push_back({s, tokens_from(vocab, 1, seed++)[0]});
+    std::vector<int32_t> tokens;
+    for (int64_t s : step.sequences) tokens.push_back(tokens_from(vocab, 1, seed++)[0]), rows.push_back({s, tokens.back()});
     const bool greedy = seed % 3 == 0;  // some steps take the greedy tokens, the rest the logits
     const CudaSession::Window w = many.decode_rows(rows, greedy, true);
-    for (size_t r = 0; r < rows.size(); ++r) {
-      CudaSession& one = *own[size_t(rows[r].sequence)];
-      const CudaSession::Window o = one.decode_window(std::span(&rows[r].token, 1), false, true);
-      ASSERT_TRUE(same_bits(w.hidden.data() + r * hidden, o.hidden.data(), size_t(hidden))) << "row " << r;
-      if (greedy) ASSERT_EQ(w.greedy[r], argmax(o.logits.data(), vocab)) << "row " << r;
-      else ASSERT_TRUE(same_bits(w.logits.data() + r * vocab, o.logits.data(), size_t(vocab))) << "row " << r;
+    size_t cut = 0;
+    for (size_t r = 0, end = 0; r < rows.size(); r = end) {  // each sequence's run of rows: its own window
+      for (end = r + 1; end < rows.size() && rows[end].sequence == rows[r].sequence;) ++end;
+      const int64_t s = rows[r].sequence;
+      const CudaSession::Window o = own[size_t(s)]->decode_window(std::span(tokens).subspan(r, end - r), false, true);
+      for (size_t i = r; i < end; ++i) {
+        ASSERT_TRUE(same_bits(w.hidden.data() + i * hidden, o.hidden.data() + (i - r) * hidden, size_t(hidden))) << "row " << i;
+        if (greedy) ASSERT_EQ(w.greedy[i], argmax(o.logits.data() + (i - r) * vocab, vocab)) << "row " << i;
+        else ASSERT_TRUE(same_bits(w.logits.data() + i * vocab, o.logits.data() + (i - r) * vocab, size_t(vocab))) << "row " << i;
+      }
+      if (end - r > 1 && cut < step.cuts.size()) {  // cut as its own window is cut
+        many.use_sequence(s);
+        many.cut_window(step.cuts[cut]);
+        own[size_t(s)]->cut_window(step.cuts[cut++]);
+      }
     }
   }
   for (int64_t s = 0; s < n; ++s) {
@@ -135,6 +147,28 @@ TEST(CudaRows, StepsOfManyRowsGetTheBitsOfTheirOwnSteps) {
   const std::vector<Step> steps = {{all}, {sixteen}, {{5, 9}}, {all}};
   compare_rows(dir / "k.gguf", {.max_context = 128, .step_rows = 17, .sequences = 17}, {.max_context = 128}, steps,
                "17 sequences");
+}
+
+// Verify windows of several sequences in one step (a sequence's consecutive rows, beside one-token
+// rows of others): every row the bits of its sequence's own window, and each window then cut (or
+// not) as its own is, so that the sequences go on where their own cut windows leave them; between
+// them steps of one token each, and a window of one sequence alone.
+TEST(CudaRows, WindowsOfSeveralSequencesInOneStepGetTheBitsOfTheirOwnWindows) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "k.gguf", "tiny", "ud-q4_k_xl", 29);
+  synth_model(dir / "big.gguf", "qwen3.6-35b-a3b", "ud-q4_k_xl", 30, 4);
+  const std::vector<Step> steps = {
+      {{0, 0, 0, 1, 2, 2}, 0, 0, {2, 1}},  // sequence 0 keeps 2 of 3, sequence 2 1 of 2
+      {{3, 1, 1}, 0, 0, {2}},              // a window kept whole
+      {{0, 1, 2, 3, 4}},
+      {{4, 4, 4, 4, 2, 2, 0}, 0, 0, {1, 0}},  // a window cut to nothing
+      {{2}, 3, 2},
+      {{1, 1, 3, 3, 3}, 0, 0, {1, 3}},
+      {{4, 3, 2, 1, 0}}};
+  for (const char* name : {"k.gguf", "big.gguf"})
+    compare_rows(dir / name, {.max_context = 256, .step_rows = 8, .sequences = 5}, {.max_context = 256, .step_rows = 4},
+                 steps, name);
 }
 
 TEST(CudaRows, RowsOfSeveralSequencesInEveryKvFormat) {
@@ -452,6 +486,57 @@ TEST(CudaRows, SeveralSequencesThroughTheEngine) {
   EXPECT_TRUE(same_bits(fresh.data(), want.data(), size_t(vocab)));
 }
 
+// Through the engine: verify windows (as_decode rows) of two sequences beside a one-token row of a
+// third run as one step of the session, each answered as it asks (every row's greedy token and
+// hidden state, every row's logits, one row's logits), and a window is then cut through its
+// sequence: each sequence goes on as its own steps and cut leave it.
+TEST(CudaRows, WindowsOfSeveralSequencesThroughTheEngine) {
+  LODE_REQUIRE_GPU();
+  const lode::test::TempDir dir;
+  synth_model(dir / "m.gguf", "tiny", "ud-q4_k_xl", 31);
+  const Loaded m(dir / "m.gguf");
+  const int64_t vocab = m.config.vocab, hidden = m.config.hidden;
+  auto model = std::make_shared<lode::cuda::CudaModel>(std::make_unique<CudaSession>(
+      m.reader, m.weights, CudaSessionOptions{.max_context = 128, .step_rows = 6, .sequences = 3}));
+  std::vector<std::unique_ptr<lode::engine::Sequence>> open;
+  std::vector<std::unique_ptr<CudaSession>> own;
+  for (int i = 0; i < 3; ++i) {
+    open.push_back(model->open_sequence());
+    own.push_back(std::make_unique<CudaSession>(m.reader, m.weights, CudaSessionOptions{.max_context = 128, .step_rows = 3}));
+    const std::vector<int32_t> prompt = tokens_from(vocab, 4 + 5 * i, i + 1);
+    lode::engine::prefill(*open.back(), prompt, 0);
+    own.back()->prefill(prompt);
+  }
+  const std::vector<int32_t> a = tokens_from(vocab, 3, 7), b = tokens_from(vocab, 2, 8);
+  const int32_t c = tokens_from(vocab, 1, 9)[0];
+  std::vector<lode::engine::StepRow> rows = {
+      {.sequence = open[0].get(), .tokens = a, .logit_rows = 3, .want_hidden = true, .as_decode = true, .greedy_only = true},
+      {.sequence = open[1].get(), .tokens = b, .logit_rows = 2, .as_decode = true},
+      {.sequence = open[2].get(), .tokens = std::span(&c, 1)}};
+  model->step(rows);
+  EXPECT_EQ(model->paths().joined_windows, 1);
+  EXPECT_EQ(model->paths().alone, 0);
+  const CudaSession::Window wa = own[0]->decode_window(a, false, true), wb = own[1]->decode_window(b);
+  const std::vector<float> wc = own[2]->decode(c);
+  ASSERT_EQ(rows[0].greedy.size(), 3u);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(rows[0].greedy[size_t(r)], argmax(wa.logits.data() + r * vocab, vocab)) << r;
+  ASSERT_EQ(rows[0].hidden.size(), size_t(3 * hidden));
+  EXPECT_TRUE(same_bits(rows[0].hidden.data(), wa.hidden.data(), size_t(3 * hidden)));
+  ASSERT_EQ(rows[1].logits.size(), size_t(2 * vocab));
+  EXPECT_TRUE(same_bits(rows[1].logits.data(), wb.logits.data(), size_t(2 * vocab)));
+  ASSERT_EQ(rows[2].logits.size(), size_t(vocab));
+  EXPECT_TRUE(same_bits(rows[2].logits.data(), wc.data(), size_t(vocab)));
+  open[0]->cut_window(1), own[0]->cut_window(1);
+  open[1]->cut_window(2);  // (all of it: nothing to cut)
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("sequence " + std::to_string(i) + " afterwards");
+    ASSERT_EQ(open[size_t(i)]->position(), own[size_t(i)]->position());
+    const int32_t next = tokens_from(vocab, 1, 20 + i)[0];
+    const std::vector<float> x = lode::engine::decode(*open[size_t(i)], next), y = own[size_t(i)]->decode(next);
+    EXPECT_TRUE(same_bits(x.data(), y.data(), size_t(vocab)));
+  }
+}
+
 // A step of rows that asks for top candidates (decode_rows' `top`) gives each row the
 // sample::top_candidates of the logits a step asking for logits gives it (with the ids some rows
 // set aside: a few, then the best of the step before), and leaves the sequences as that step does;
@@ -553,9 +638,9 @@ TEST(CudaRows, TopCandidatesOfAStepAreThoseOfItsLogits) {
   }
 }
 
-// Refused: more sequences than rows, a sequence twice in a step or outside the session, a cut of a
-// window whose kept states another sequence's window has since written over, and a window longer
-// than the session keeps states for.
+// Refused: more sequences than rows, a sequence's rows apart in a step or a sequence outside the
+// session, a cut of a window whose kept states another sequence's window has since written over, and
+// a window longer than the session keeps states for, alone or in a step of several sequences.
 TEST(CudaRows, RefusesWhatItCannotHold) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -572,8 +657,8 @@ TEST(CudaRows, RefusesWhatItCannotHold) {
   refused([&] { CudaSession s(m.reader, m.weights, {.max_context = 64, .step_rows = 2, .sequences = 3}); },
           "3 sequences");
   CudaSession s(m.reader, m.weights, {.max_context = 64, .step_rows = 3, .sequences = 3});
-  const std::vector<CudaSession::Row> twice = {{1, 5}, {1, 6}};
-  refused([&] { s.decode_rows(twice); }, "two rows");
+  const std::vector<CudaSession::Row> twice = {{1, 5}, {2, 6}, {1, 7}};
+  refused([&] { s.decode_rows(twice); }, "rows apart");
   const std::vector<CudaSession::Row> outside = {{3, 5}};
   refused([&] { s.decode_rows(outside); }, "sequence 3");
   refused([&] { s.use_sequence(-1); }, "sequence -1");
@@ -593,6 +678,8 @@ TEST(CudaRows, RefusesWhatItCannotHold) {
   // A session whose windows take one token keeps no states: steps of several sequences only.
   CudaSession rows_only(m.reader, m.weights, {.max_context = 64, .step_rows = 3, .window_rows = 1, .sequences = 3});
   refused([&] { rows_only.decode_window(two); }, "window_rows");
+  const std::vector<CudaSession::Row> window = {{0, 5}, {0, 6}, {1, 7}};
+  refused([&] { rows_only.decode_rows(window); }, "window_rows");
   const std::vector<CudaSession::Row> three = {{0, 5}, {1, 6}, {2, 7}};
   EXPECT_EQ(rows_only.decode_rows(three, true).greedy.size(), 3u);
 }

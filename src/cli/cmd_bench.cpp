@@ -40,6 +40,7 @@ struct BenchOptions {
   std::vector<int64_t> depths = {0};
   std::vector<int64_t> windows;  // verify windows timed at each depth (tokens in one step)
   std::vector<int64_t> sequences;  // steps of that many sequences timed at each depth (a token each)
+  std::vector<int64_t> sequence_windows;  // and of those sequences' verify windows of that many tokens each
   std::vector<int64_t> pieces;     // that many prompts of the first length read together
   int64_t generate = 128;
   int repeats = 3;
@@ -189,24 +190,40 @@ std::vector<cuda::CudaSession::Row> started_rows(Session& session, int64_t n, in
   return rows;
 }
 
-// One step of every row, each row's next token its greedy one.
+// One step of every row, each sequence's next tokens the greedy token of its last row (a verify
+// window's rows, consecutive, all take it: every draft accepted).
 template <class Session>
 void step_rows_greedily(Session& session, std::vector<cuda::CudaSession::Row>& rows) {
   const std::vector<int32_t> next = session.decode_rows(rows, true).greedy;
-  for (size_t r = 0; r < rows.size(); ++r) rows[r].token = next[r];
+  for (size_t r = rows.size(); r-- > 0;)
+    rows[r].token = r + 1 < rows.size() && rows[r + 1].sequence == rows[r].sequence ? rows[r + 1].token : next[r];
+}
+
+// Whether --sequence-windows times steps of n sequences with windows of w tokens (at most a step's rows).
+bool times_sequence_window(int64_t n, int64_t w) { return w > 1 && n * w <= cuda::kMaxStepRows; }
+
+// The most rows a step of --sequences with --sequence-windows takes (0: none).
+int64_t sequence_window_rows(const BenchOptions& o) {
+  int64_t rows = 0;
+  for (int64_t n : o.sequences)
+    for (int64_t w : o.sequence_windows)
+      if (times_sequence_window(n, w)) rows = std::max(rows, n * w);
+  return rows;
 }
 
 measure::SequencesFigures bench_sequences(cuda::CudaPipeline& session, const DecodeFigures& step, int64_t n, int64_t generate,
-                                          int repeats, const cuda::CudaPipeline::Snapshot* start) {
+                                          int repeats, const cuda::CudaPipeline::Snapshot* start, int64_t window = 1) {
   const cuda::CudaPipeline::Snapshot zero = session.save();
-  std::vector<cuda::CudaSession::Row> rows = started_rows(session, n, step.depth, start);
+  std::vector<cuda::CudaSession::Row> rows;
+  for (const cuda::CudaSession::Row& row : started_rows(session, n, step.depth, start))
+    rows.insert(rows.end(), size_t(window), row);  // (a window: the sequence's rows consecutive)
   const auto run = [&] { step_rows_greedily(session, rows); };
   run();
   const cuda::ExpertStats before = session.expert_stats();
   const double s = median_seconds_per_call(run, generate, repeats);
   session.use_sequence(0);
   session.restore(zero);
-  return {.depth = step.depth, .sequences = n, .seconds = s, .step_ratio = s * step.tokens_per_s,
+  return {.depth = step.depth, .sequences = n, .window = window, .seconds = s, .step_ratio = s * step.tokens_per_s,
           .tier = per(tier_delta(before, session.expert_stats()), double(generate * repeats))};
 }
 
@@ -266,6 +283,8 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
   if (!o.sequences.empty()) {
     options.sequences = *std::max_element(o.sequences.begin(), o.sequences.end());
     options.step_rows = std::max(options.step_rows, options.sequences);
+    const int64_t rows = sequence_window_rows(o);  // (their states kept for every row)
+    options.step_rows = std::max(options.step_rows, rows), options.window_rows = std::max(options.window_rows, rows);
   }
   if (!o.pieces.empty()) {
     const int64_t most = *std::max_element(o.pieces.begin(), o.pieces.end());
@@ -478,8 +497,17 @@ measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeCon
     // The other sequences start where a prompt left sequence 0 (or from random cells, as it did).
     const std::optional<cuda::CudaPipeline::Snapshot> start =
         o.fill == "random" ? std::nullopt : std::optional(pipeline.save());
-    for (int64_t n : o.sequences)
-      b.sequences.push_back(bench_sequences(pipeline, b.decodes.back(), n, o.generate, o.repeats, start ? &*start : nullptr));
+    for (int64_t n : o.sequences) {
+      const measure::SequencesFigures plain =
+          b.sequences.emplace_back(bench_sequences(pipeline, b.decodes.back(), n, o.generate, o.repeats, start ? &*start : nullptr));
+      for (int64_t w : o.sequence_windows) {
+        if (!times_sequence_window(n, w)) continue;
+        measure::SequencesFigures f =
+            bench_sequences(pipeline, b.decodes.back(), n, o.generate, o.repeats, start ? &*start : nullptr, w);
+        f.plain_ratio = f.seconds / plain.seconds;
+        b.sequences.push_back(f);
+      }
+    }
   }
   for (size_t g = 0; g < pipeline.shares(); ++g) b.peak_mib += double(pipeline.share(g).vram().peak()) / double(1 << 20);
   b.prompt_chunk = pipeline.prompt_chunk();
@@ -490,6 +518,9 @@ measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeCon
 }
 
 void run_bench(const BenchOptions& o) {
+  if (!o.sequence_windows.empty() && o.sequences.empty())
+    fail("--sequence-windows {}: times the windows of the steps of --sequences; give --sequences too",
+         fmt::join(o.sequence_windows, ","));
   if (!o.gpus.empty() && parse_gpus(o.gpus).size() > 1 && o.profile)
     fail("--gpus {}: --profile runs on one GPU only for now", o.gpus);
   gguf::Reader reader(o.model);
@@ -498,7 +529,11 @@ void run_bench(const BenchOptions& o) {
   // Each window size decodes about as many tokens again, and a warm-up window.
   int64_t after_depth = 2 + o.generate * o.repeats;
   for (int64_t n : o.windows) after_depth += n * (std::max<int64_t>(o.generate / n, 1) * o.repeats + 1);
-  if (!o.sequences.empty()) after_depth += o.generate * o.repeats + 1;  // (from where sequence 0 got to)
+  if (!o.sequences.empty()) {  // (from where sequence 0 got to; a window's tokens a step)
+    int64_t most = 1;
+    for (int64_t w : o.sequence_windows) most = std::max(most, w);
+    after_depth += (o.generate * o.repeats + 1) * most;
+  }
   // (Prompts read together: sequence s reads the tokens from s on.)
   const int64_t together = o.pieces.empty() ? 0 : o.prompts.front() + *std::max_element(o.pieces.begin(), o.pieces.end());
   const int64_t longest = std::max({*std::max_element(o.prompts.begin(), o.prompts.end()),
@@ -568,6 +603,13 @@ void add_bench_command(CLI::App& app) {
                   "second in all and the cost in one-token steps")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(64)));
+  cmd->add_option("--sequence-windows", o->sequence_windows,
+                  "With --sequences: steps of every sequence's verify window of each of these token counts too "
+                  "(serving with drafts: every draft accepted, the states kept for every row, sequences x tokens at "
+                  "most 64), against the steps of one token each and the speedup they imply at draft acceptance "
+                  "0.6, 0.8 and 0.9")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(2), int64_t(64)));
   cmd->add_option("--prompts-together", o->pieces,
                   "Prompts of the first --prompt length read together, comma-separated counts (serving: requests' "
                   "prompts arriving at once; each pass of the prompt path takes as many as fit), beside one at a time")

@@ -152,8 +152,30 @@ sample::TopCandidates device_top(const CudaSession::Window& out, size_t r) {
           out.aside.at(r)};
 }
 
-// Whether a row can share a step with other sequences' rows: one token, one logit row at most.
-bool joins_rows(const engine::StepRow& row) { return row.tokens.size() == 1 && row.logit_rows <= 1; }
+// A joined step's answers for one StepRow whose tokens were the step's rows first.. (step_joined):
+// every row's hidden state where the row wants them, and for each logit row (its last, or every
+// one) the greedy token, top candidates or logits it asks for.
+void take_rows(engine::StepRow& row, const CudaSession::Window& out, size_t first, bool greedy_only, bool top,
+               size_t vocab, size_t width) {
+  const size_t n = row.tokens.size();
+  row.logits.clear(), row.hidden.clear(), row.greedy.clear();
+  if (row.want_hidden && !out.hidden.empty())
+    row.hidden.assign(out.hidden.begin() + long(first * width), out.hidden.begin() + long((first + n) * width));
+  const size_t logit_rows = size_t(row.logit_rows);
+  for (size_t r = first + n - logit_rows; r < first + n; ++r) {
+    if (greedy_only) {
+      row.greedy.push_back(out.greedy[r]);
+    } else if (top) {
+      sample::TopCandidates candidates = device_top(out, r);
+      if (row.greedy_only) row.greedy.push_back(sample::greedy(candidates));
+      else row.top = std::move(candidates);
+    } else {
+      const std::span<const float> logits(out.logits.data() + r * vocab, vocab);
+      if (row.greedy_only) row.greedy.push_back(sample::greedy(logits));
+      else row.logits.insert(row.logits.end(), logits.begin(), logits.end());
+    }
+  }
+}
 
 }  // namespace
 
@@ -194,12 +216,37 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
   for (const std::vector<engine::StepRow*>& pass : prompt_passes(pieces))
     pass.size() > 1 ? step_pieces(pass) : step_alone(*pass.front());
   for (engine::StepRow* row : alone) step_alone(*row);
-  for (size_t at = 0; at < joined.size(); at += size_t(pipeline_->step_rows()))
-    step_joined(std::span(joined).subspan(at, std::min(joined.size() - at, size_t(pipeline_->step_rows()))));
+  for (const std::vector<engine::StepRow*>& step : joined_steps(joined)) step_joined(step);
   // Top-only rows whose path gave logits (all but a step of top-only and greedy-only rows): their
   // candidates taken on the host.
   for (engine::StepRow& row : rows)
     if (row.top_only && !row.logits.empty()) engine::top_from_logits(row);
+}
+
+// Whether a row can share a step with other sequences' rows: one token and one logit row at most,
+// or a verify window the session keeps states for (not asking for top candidates).
+bool CudaModel::joins_rows(const engine::StepRow& row) const {
+  const int64_t n = int64_t(row.tokens.size());
+  if (n == 1) return row.logit_rows <= 1;
+  return row.as_decode && !row.top_only && n <= pipeline_->window_rows() && pipeline_->window_rows() > 1;
+}
+
+// The joining rows cut into steps, in order: each takes rows while their tokens fit step_rows, and
+// window_rows where one is a window (the session keeps every row's states then).
+std::vector<std::vector<engine::StepRow*>> CudaModel::joined_steps(std::span<engine::StepRow* const> rows) const {
+  std::vector<std::vector<engine::StepRow*>> steps;
+  int64_t tokens = 0;
+  bool windows = false;
+  for (engine::StepRow* row : rows) {
+    const int64_t n = int64_t(row->tokens.size());
+    const bool with = windows || n > 1;
+    const int64_t most = with ? std::min(pipeline_->window_rows(), pipeline_->step_rows()) : pipeline_->step_rows();
+    if (steps.empty() || tokens + n > most)
+      steps.emplace_back(), tokens = 0, windows = false;
+    steps.back().push_back(row);
+    tokens += n, windows = windows || n > 1;
+  }
+  return steps;
 }
 
 // A row the prompt pass takes whole, beside other sequences' (CudaSession::prefill_pieces): several
@@ -258,39 +305,32 @@ void CudaModel::step_alone(engine::StepRow& row) {
   if (row.greedy_only) engine::greedy_from_logits(row);
 }
 
-// One-token rows of several sequences in one step of the session (CudaSession::decode_rows): the
-// greedy tokens chosen on the device when every row wants only that; the top candidates found
-// there when every row wants those or a greedy token (its best candidate); else every row's logits
-// to the host (and a greedy-only or top-only row's answer taken there, by the same rules).
+// Rows of several sequences in one step of the session (CudaSession::decode_rows), a session row
+// for each token (a verify window's consecutive): the greedy tokens chosen on the device when every
+// row wants only that; the top candidates found there when every row wants those or greedy tokens
+// (each logit row's best candidate); else every row's logits to the host (and a greedy-only or
+// top-only row's answer taken there, by the same rules). A window keeps its states for cut_window.
 void CudaModel::step_joined(std::span<engine::StepRow* const> rows) {
   std::vector<CudaSession::Row> tokens;
-  bool greedy_only = true, top = true, want_hidden = false;
+  bool greedy_only = true, top = true, want_hidden = false, windows = false;
   for (const engine::StepRow* row : rows) {
-    tokens.push_back({sequence_of(*row).slot(), row->tokens[0], row->top_only ? row->top_aside : std::span<const int32_t>()});
+    for (int32_t token : row->tokens)
+      tokens.push_back({sequence_of(*row).slot(), token, row->top_only ? row->top_aside : std::span<const int32_t>()});
     greedy_only = greedy_only && row->greedy_only && !row->want_hidden;
     top = top && (row->greedy_only || row->top_only);
     want_hidden = want_hidden || row->want_hidden;
+    windows = windows || row->tokens.size() > 1;
   }
   if (!top || greedy_only)
     for (CudaSession::Row& row : tokens) row.aside = {};  // (the host sets them aside from the logits)
   CudaSession::Window out = pipeline_->decode_rows(tokens, greedy_only, want_hidden, top);
-  ++paths_.joined, paths_.joined_top += top && !greedy_only;
-  const size_t vocab = size_t(pipeline_->vocab()), width = size_t(pipeline_->config().hidden);
-  for (size_t r = 0; r < rows.size(); ++r) {
-    engine::StepRow& row = *rows[r];
-    row.logits.clear(), row.hidden.clear();
-    if (want_hidden && row.want_hidden) row.hidden.assign(out.hidden.begin() + long(r * width),
-                                                          out.hidden.begin() + long((r + 1) * width));
-    if (greedy_only) {
-      row.greedy = {out.greedy[r]};
-    } else if (top) {
-      row.top = device_top(out, r);
-      if (row.greedy_only) row.greedy = {sample::greedy(row.top)}, row.top = {};
-    } else {
-      const std::span<const float> logits(out.logits.data() + r * vocab, vocab);
-      if (row.greedy_only) row.greedy = {sample::greedy(logits)};
-      else if (row.logit_rows == 1) row.logits.assign(logits.begin(), logits.end());
-    }
+  ++paths_.joined, paths_.joined_top += top && !greedy_only, paths_.joined_windows += windows;
+  size_t first = 0;  // the row's first session row
+  for (engine::StepRow* row : rows) {
+    const size_t n = row->tokens.size();
+    take_rows(*row, out, first, greedy_only, top, size_t(pipeline_->vocab()), size_t(pipeline_->config().hidden));
+    if (n > 1) sequence_of(*row).row_tokens_ = int64_t(n);  // (its window's first token at 0)
+    first += n;
   }
 }
 

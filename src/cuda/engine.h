@@ -27,12 +27,14 @@ class CudaModel final : public engine::Model {
   const model::Qwen35MoeConfig& config() const override { return pipeline_->config(); }
   // One of the session's sequences (CudaSessionOptions::sequences); fails when all are open.
   std::unique_ptr<engine::Sequence> open_sequence() override;
-  // One-token rows of several sequences run in one step of the session (its step_rows at a time);
-  // prompt rows of several sequences (several tokens, at most the last row's logits) in one pass
-  // of the prompt path while they fit one (CudaSession::prefill_pieces), each with the bits it
-  // has alone. Any other row runs alone: a longer row goes through the prompt pass in its own
+  // One-token rows of several sequences run in one step of the session (its step_rows at a time),
+  // and with them the verify windows of other sequences (as_decode rows of at most window_rows
+  // tokens; window_rows rows at a time in a step that holds one); prompt rows of several sequences
+  // (several tokens, at most the last row's logits) in one pass of the prompt path while they fit
+  // one (CudaSession::prefill_pieces), each with the bits it has alone. Any other row, and a row
+  // with no other to join, runs alone: a longer row goes through the prompt pass in its own
   // chunks, or, computed as decode steps (as_decode: a verify window, with hidden states if
-  // wanted), through verify windows of up to the session's step_rows tokens.
+  // wanted), through verify windows of up to the session's window_rows tokens.
   void step(std::span<engine::StepRow> rows) override;
   bool chunks_prompts() const override { return true; }
   int64_t kv_pool_free_positions() const override {
@@ -52,7 +54,8 @@ class CudaModel final : public engine::Model {
   // that gives the same answers).
   struct Paths {
     int64_t alone = 0;          // rows through the session alone
-    int64_t joined = 0;         // steps of one-token rows of several sequences
+    int64_t joined = 0;         // steps of one-token rows and verify windows of several sequences
+    int64_t joined_windows = 0;  // of them, steps that held a window
     int64_t joined_top = 0;     // of them, steps whose top candidates were found on the device
     int64_t shared_passes = 0;  // prompt passes of several sequences' pieces
   };
@@ -62,6 +65,8 @@ class CudaModel final : public engine::Model {
   friend class CudaSequence;
   CudaSequence& sequence_of(const engine::StepRow& row) const;
   bool is_prompt_piece(const engine::StepRow& row) const;
+  bool joins_rows(const engine::StepRow& row) const;
+  std::vector<std::vector<engine::StepRow*>> joined_steps(std::span<engine::StepRow* const> rows) const;
   std::vector<std::vector<engine::StepRow*>> prompt_passes(std::span<engine::StepRow* const> pieces) const;
   void step_pieces(std::span<engine::StepRow* const> rows);
   void step_alone(engine::StepRow& row);

@@ -86,10 +86,11 @@ struct CudaSession::Impl {
   DeviceMatrix output;
   bool hands_on() const { return !options.next_norm.empty(); }
   // Each sequence's place on the host: its position, and the last step's window while cut_window
-  // may cut it (its first position, -1: none, and its tokens).
+  // may cut it (its first position, -1: none, its tokens, and the step's row its first token was:
+  // where its kept states start).
   struct Place {
     int64_t position = 0;
-    int64_t window_start = -1, window_tokens = 0;
+    int64_t window_start = -1, window_tokens = 0, window_row = 0;
   };
   std::vector<Place> places;
   int64_t current = 0;  // the sequence the one-sequence calls work on (CudaSession::use_sequence)
@@ -945,8 +946,8 @@ struct CudaSession::Impl {
     ~WindowRows() { s.window = 1, s.keeping = false; }
   };
 
-  // A cut to the current sequence's window's first j tokens: the DeltaNet states it kept before
-  // token j copied back.
+  // The current sequence back to the DeltaNet states kept before the step's row j (a cut of its
+  // window: Place::window_row + the tokens it keeps) copied back.
   void queue_cut(int64_t j) {
     const size_t conv = size_t(conv_floats()), recurrent = size_t(recurrent_floats());
     for (const LayerState& st : sequence_states(current)) {
@@ -959,7 +960,7 @@ struct CudaSession::Impl {
                  "cutting a window");
     }
   }
-  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> cuts;  // (sequence, j): queue_cut(j), made on first use
+  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> cuts;  // (sequence, row j): queue_cut(j), made on first use
 
   // The step captured once as a CUDA graph (one for each number of rows, whether they keep states,
   // and StepOutput) and replayed: one launch instead of ~700. What the rows are (their sequences
@@ -977,8 +978,8 @@ struct CudaSession::Impl {
     return greedy;
   }
 
-  // Each row's sequence (`sequences`: every row's own, distinct; empty: all the current sequence's,
-  // a window), checked; its position.
+  // Each row's sequence (`sequences`: a sequence's rows consecutive, its next tokens in order;
+  // empty: all the current sequence's, a window), checked; its position.
   std::vector<int64_t> row_positions(std::span<const int32_t> tokens, std::span<const int64_t> sequences) const {
     const int64_t n = int64_t(tokens.size());
     std::vector<int64_t> positions(static_cast<size_t>(n));
@@ -993,13 +994,30 @@ struct CudaSession::Impl {
       const int64_t q = sequences[size_t(t)];
       if (q < 0 || q >= int64_t(places.size()))
         fail("cuda session: row {} names sequence {}; this session holds {}", t, q, places.size());
-      if (seen[size_t(q)]) fail("cuda session: sequence {} has two rows in one step", q);
+      const bool continues = t > 0 && sequences[size_t(t - 1)] == q;  // the run's next token
+      if (seen[size_t(q)] && !continues)
+        fail("cuda session: sequence {} has rows apart in one step (a sequence's rows must be consecutive)", q);
       seen[size_t(q)] = true;
-      positions[size_t(t)] = places[size_t(q)].position;
+      positions[size_t(t)] = continues ? positions[size_t(t - 1)] + 1 : places[size_t(q)].position;
       if (positions[size_t(t)] + 1 > options.max_context)
         fail("cuda session: sequence {}'s context of {} positions is full; raise max_context", q, options.max_context);
     }
     return positions;
+  }
+
+  // After a step of several sequences' rows: each sequence `rows` positions on, where it had that
+  // many; with `kept`, each one's rows a window that cut_window can cut (and any other sequence's
+  // window no longer: the step wrote over the kept states).
+  void advance_runs(std::span<const int64_t> sequences, bool kept) {
+    if (kept)
+      for (Place& other : places) other.window_start = -1;
+    for (size_t r = 0, end = 0; r < sequences.size(); r = end) {
+      for (end = r + 1; end < sequences.size() && sequences[end] == sequences[r];) ++end;
+      Place& at = places[size_t(sequences[r])];
+      const int64_t rows = int64_t(end - r);
+      at.window_start = kept ? at.position : -1, at.window_tokens = rows, at.window_row = int64_t(r);
+      at.position += rows;
+    }
   }
 
   // The rows' ids set aside to the device (their counts, and where there are any, the ids): whether
@@ -1020,8 +1038,10 @@ struct CudaSession::Impl {
   }
 
   // Tokens in one step, each row computed as a one-token step of its sequence computes it: rows of
-  // distinct sequences (`sequences`, a token each), or with `sequences` empty a verify window, the
-  // tokens at the current sequence's next positions (its states before each kept for cut_window).
+  // several sequences (`sequences`, a row's own; a sequence's rows consecutive, its next tokens in
+  // order), or with `sequences` empty the current sequence's next tokens. Where a sequence has
+  // several rows (a verify window; with `sequences` empty, always) the step keeps every row's
+  // DeltaNet states before it, for cut_window.
   // Out, as `wanted`, each row's logits [n][vocab] into logits_out or its greedy token into
   // greedy_out [n] (-1 where there is none), and each row's final-normed hidden state [n][hidden]
   // into hidden_out when it is not null (not with StepOutput::none).
@@ -1040,12 +1060,16 @@ struct CudaSession::Impl {
       fail("cuda session: a step of {} tokens; this session takes 1 to {} (step_rows)", n, options.step_rows);
     for (int32_t token : tokens)
       if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
-    if (sequences.empty() && n > window_rows())
-      fail("cuda session: a verify window of {} tokens; this session keeps states for windows of at most {} "
+    bool windows = sequences.empty();  // whether the step keeps its rows' states
+    for (size_t r = 1; r < sequences.size(); ++r) windows = windows || sequences[r] == sequences[r - 1];
+    if (windows && n > window_rows())
+      fail("cuda session: verify windows of {} tokens in a step; this session keeps states for windows of at most {} "
            "(window_rows)", n, window_rows());
     const std::vector<int64_t> positions = row_positions(tokens, sequences);
     if (sequences.empty()) prepare_kv(current, positions.front(), positions.front() + n);
-    for (size_t r = 0; r < sequences.size(); ++r) prepare_kv(sequences[r], positions[r], positions[r] + 1);
+    for (size_t r = 0; r < sequences.size(); ++r)  // a sequence's rows from its position to its last row's
+      if (r + 1 == sequences.size() || sequences[r + 1] != sequences[r])
+        prepare_kv(sequences[r], places[size_t(sequences[r])].position, positions[r] + 1);
     clock.start();
     const auto started = std::chrono::steady_clock::now();
     for (int t = 0; t < n; ++t) {
@@ -1064,7 +1088,7 @@ struct CudaSession::Impl {
     if (timing_kernels()) kernel_clock.begin(stream);
     stepping = sequences.empty() ? &sequence_states(current) : &states;
     {
-      const WindowRows rows(*this, n, sequences.empty());
+      const WindowRows rows(*this, n, windows);
       run_step(wanted);
     }
     if (wanted == StepOutput::logits)
@@ -1107,10 +1131,10 @@ struct CudaSession::Impl {
       // longer be cut.
       if (n > 1)
         for (Place& other : places) other.window_start = -1;
-      place().window_start = n > 1 ? place().position : -1, place().window_tokens = n;
+      place().window_start = n > 1 ? place().position : -1, place().window_tokens = n, place().window_row = 0;
       place().position += n;
     } else {
-      for (int64_t q : sequences) places[size_t(q)].position += 1, places[size_t(q)].window_start = -1;
+      advance_runs(sequences, windows && n > 1);
     }
     // (The split follows one-token steps' times only.)
     if (miss)
@@ -1769,7 +1793,8 @@ void CudaSession::cut_window(int64_t tokens) {
   // Queued on the step's stream, which the next step follows (no wait here). The kept states are
   // this sequence's: a window of another one since would have ended its window (Impl::step), and
   // steps that are not windows keep none.
-  s.replay(s.cuts[{s.current, tokens}], "cutting a window", [&] { s.queue_cut(tokens); });
+  const int64_t row = at.window_row + tokens;  // the row whose kept states it goes back to
+  s.replay(s.cuts[{s.current, row}], "cutting a window", [&] { s.queue_cut(row); });
   // The K/V rows past the kept tokens stay where they are: attention reads up to the position, and
   // the next steps write over them.
   at.position = at.window_start + tokens;

@@ -47,7 +47,8 @@ struct CudaSessionOptions {
   // for each).
   int64_t step_rows = 1;
   // Tokens a verify window (decode_window) takes at most, the DeltaNet states before each kept for
-  // cut_window (1: no windows of several tokens, nothing kept); 0: step_rows.
+  // cut_window; also the most rows of a decode_rows step that holds windows of several sequences
+  // (1: no windows of several tokens, nothing kept); 0: step_rows.
   int64_t window_rows = 0;
   // Sequences the session holds (each its K/V pages, from the pool, and DeltaNet states; at most step_rows):
   // the one-sequence calls below work on the one use_sequence() chose, and decode_rows runs a step
@@ -197,9 +198,12 @@ class CudaSession {
     std::vector<std::vector<sample::Scored>> aside;
   };
   Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false);
-  // One step over rows of distinct sequences (1 to step_rows), each its sequence's next token:
+  // One step over rows of several sequences (1 to step_rows), each its sequence's next token:
   // each row computed as a one-token step of its sequence computes it (the same bits), every
-  // sequence one position on. Out as decode_window's, a row each.
+  // sequence one position on for each of its rows. A sequence's rows must be consecutive: several
+  // are a verify window of it (its next tokens, in order), and a step that holds one keeps every
+  // row's DeltaNet states, for cut_window (at most window_rows rows then). Out as decode_window's,
+  // a row each.
   struct Row {
     int64_t sequence = 0;
     int32_t token = 0;
@@ -240,10 +244,11 @@ class CudaSession {
   void use_sequence(int64_t sequence);
   int64_t sequence() const;
   int64_t sequences() const;
-  // Right after a decode_window of n > 1 tokens: the sequence as it stood after its first `tokens`
-  // (0..n; again, shorter, after a cut), from the DeltaNet states the window kept before each token,
-  // nothing run again (speculative decoding's rollback). Fails when the last step was not such a
-  // window, or for more tokens than it kept.
+  // Right after a decode_window of n > 1 tokens, or a decode_rows step with a window of the current
+  // sequence: the sequence as it stood after its first `tokens` (0..n; again, shorter, after a
+  // cut), from the DeltaNet states the step kept before each token, nothing run again (speculative
+  // decoding's rollback). Fails when the sequence's last step kept no states, a later step's did,
+  // or for more tokens than it kept.
   void cut_window(int64_t tokens);
 
   // The MTP block (options.mtp; cuda/mtp_drafter.h drafts with it). Its K/V cache holds a row per

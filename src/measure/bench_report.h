@@ -34,6 +34,10 @@ struct DecodeFigures {
   TierFigures tier;  // per token
 };
 
+// Tokens a verify window of `tokens` tokens yields on average when each draft is accepted with
+// probability `acceptance` (independently, until the first rejection): 1 + a + ... + a^(tokens - 1).
+double window_tokens_at(int64_t tokens, double acceptance);
+
 // Verify windows at a depth (speculative decoding's step: `tokens` tokens in one step), against the
 // one-token step measured at the same depth.
 struct WindowFigures {
@@ -41,18 +45,19 @@ struct WindowFigures {
   double seconds = 0;     // per window
   double step_ratio = 0;  // seconds over the one-token step's
   TierFigures tier;       // per window
-  // Tokens a window yields on average when each draft is accepted with probability `acceptance`
-  // (independently, until the first rejection): 1 + a + ... + a^(tokens - 1).
-  double tokens_at(double acceptance) const;
+  double tokens_at(double acceptance) const { return window_tokens_at(tokens, acceptance); }
 };
 
 // Steps of several sequences at a depth (serving: every sequence's next token in one step), against
-// the one-token step of one sequence measured at the same depth.
+// the one-token step of one sequence measured at the same depth; with `window` > 1, every
+// sequence's verify window of that many tokens in one step (serving with drafts), against the step
+// of one token each of as many sequences too.
 struct SequencesFigures {
-  int64_t depth = 0, sequences = 0;
-  double seconds = 0;     // per step
-  double step_ratio = 0;  // seconds over the one-token step's
-  TierFigures tier;       // per step
+  int64_t depth = 0, sequences = 0, window = 1;
+  double seconds = 0;      // per step
+  double step_ratio = 0;   // seconds over the one-token step's
+  double plain_ratio = 0;  // with windows: seconds over the step of one token each
+  TierFigures tier;        // per step
   double tokens_per_s() const { return seconds > 0 ? double(sequences) / seconds : 0; }  // all sequences'
 };
 
