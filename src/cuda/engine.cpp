@@ -159,6 +159,7 @@ void take_rows(engine::StepRow& row, const CudaSession::Window& out, size_t firs
                size_t vocab, size_t width) {
   const size_t n = row.tokens.size();
   row.logits.clear(), row.hidden.clear(), row.greedy.clear();
+  if (top) row.top = {};
   if (row.want_hidden && !out.hidden.empty())
     row.hidden.assign(out.hidden.begin() + long(first * width), out.hidden.begin() + long((first + n) * width));
   const size_t logit_rows = size_t(row.logit_rows);
