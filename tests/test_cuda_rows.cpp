@@ -55,13 +55,13 @@ struct Step {
   std::vector<int> cuts{};  // for the step's windows in order: the tokens each keeps
 };
 
-// `batched` holds `n` sequences and runs `steps`; `alone` (its own options, one sequence) is made
-// once per sequence and runs the same tokens one step at a time. Every row must match bit for bit,
+// `batched` holds `n` sequences (prompts of prompt_base + 7 s tokens) and runs `steps`; `alone` (its
+// own options, one sequence) is made once per sequence and runs the same tokens one step at a time. Every row must match bit for bit,
 // and each sequence's next one-token step after all of them too. With `stats`, what the batched
 // session's expert tier did.
 void compare_rows(const fs::path& path, CudaSessionOptions batched, CudaSessionOptions alone,
                   const std::vector<Step>& steps, const std::string& what,
-                  lode::cuda::ExpertStats* stats = nullptr) {
+                  lode::cuda::ExpertStats* stats = nullptr, int prompt_base = 5) {
   SCOPED_TRACE(what);
   const Loaded m(path);
   const int64_t vocab = m.config.vocab, hidden = m.config.hidden, n = batched.sequences;
@@ -69,7 +69,7 @@ void compare_rows(const fs::path& path, CudaSessionOptions batched, CudaSessionO
   std::vector<std::unique_ptr<CudaSession>> own;
   for (int64_t s = 0; s < n; ++s) {  // prompts of different lengths: every sequence at its own position
     own.push_back(std::make_unique<CudaSession>(m.reader, m.weights, alone));
-    const std::vector<int32_t> prompt = tokens_from(vocab, int(5 + 7 * s), int(s) + 1);
+    const std::vector<int32_t> prompt = tokens_from(vocab, int(prompt_base + 7 * s), int(s) + 1);
     many.use_sequence(s);
     many.prefill(prompt);
     own.back()->prefill(prompt);
@@ -166,9 +166,9 @@ TEST(CudaRows, WindowsOfSeveralSequencesInOneStepGetTheBitsOfTheirOwnWindows) {
       {{2}, 3, 2},
       {{1, 1, 3, 3, 3}, 0, 0, {1, 3}},
       {{4, 3, 2, 1, 0}}};
-  for (const char* name : {"k.gguf", "big.gguf"})
+  for (const char* name : {"k.gguf", "big.gguf"})  // (prompts of 58 + 7 s tokens: windows cross K/V pages of 64)
     compare_rows(dir / name, {.max_context = 256, .step_rows = 8, .sequences = 5}, {.max_context = 256, .step_rows = 4},
-                 steps, name);
+                 steps, name, nullptr, 58);
 }
 
 TEST(CudaRows, RowsOfSeveralSequencesInEveryKvFormat) {
@@ -513,9 +513,10 @@ TEST(CudaRows, WindowsOfSeveralSequencesThroughTheEngine) {
       {.sequence = open[0].get(), .tokens = a, .logit_rows = 3, .want_hidden = true, .as_decode = true, .greedy_only = true},
       {.sequence = open[1].get(), .tokens = b, .logit_rows = 2, .as_decode = true},
       {.sequence = open[2].get(), .tokens = std::span(&c, 1)}};
+  const int64_t alone = model->paths().alone;
   model->step(rows);
   EXPECT_EQ(model->paths().joined_windows, 1);
-  EXPECT_EQ(model->paths().alone, 0);
+  EXPECT_EQ(model->paths().alone, alone);  // (no row ran alone)
   const CudaSession::Window wa = own[0]->decode_window(a, false, true), wb = own[1]->decode_window(b);
   const std::vector<float> wc = own[2]->decode(c);
   ASSERT_EQ(rows[0].greedy.size(), 3u);
@@ -526,8 +527,8 @@ TEST(CudaRows, WindowsOfSeveralSequencesThroughTheEngine) {
   EXPECT_TRUE(same_bits(rows[1].logits.data(), wb.logits.data(), size_t(2 * vocab)));
   ASSERT_EQ(rows[2].logits.size(), size_t(vocab));
   EXPECT_TRUE(same_bits(rows[2].logits.data(), wc.data(), size_t(vocab)));
-  open[0]->cut_window(1), own[0]->cut_window(1);
-  open[1]->cut_window(2);  // (all of it: nothing to cut)
+  open[0]->cut_window(3);  // (all of it: nothing to cut)
+  open[1]->cut_window(1), own[1]->cut_window(1);  // a window whose kept states start at the step's row 3
   for (int i = 0; i < 3; ++i) {
     SCOPED_TRACE("sequence " + std::to_string(i) + " afterwards");
     ASSERT_EQ(open[size_t(i)]->position(), own[size_t(i)]->position());
@@ -535,6 +536,20 @@ TEST(CudaRows, WindowsOfSeveralSequencesThroughTheEngine) {
     const std::vector<float> x = lode::engine::decode(*open[size_t(i)], next), y = own[size_t(i)]->decode(next);
     EXPECT_TRUE(same_bits(x.data(), y.data(), size_t(vocab)));
   }
+  // Windows of several sequences that one step cannot keep the states of are refused, changing
+  // nothing: 3 + 4 tokens in a session that keeps 6 rows.
+  const std::vector<int32_t> four = tokens_from(vocab, 4, 10);
+  std::vector<lode::engine::StepRow> too_many = {
+      {.sequence = open[0].get(), .tokens = a, .logit_rows = 3, .as_decode = true},
+      {.sequence = open[1].get(), .tokens = four, .logit_rows = 4, .as_decode = true}};
+  const int64_t before = open[0]->position();
+  try {
+    model->step(too_many);
+    ADD_FAILURE() << "not refused";
+  } catch (const lode::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("window_rows"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(open[0]->position(), before);
 }
 
 // A step of rows that asks for top candidates (decode_rows' `top`) gives each row the

@@ -530,8 +530,10 @@ void run_bench(const BenchOptions& o) {
   int64_t after_depth = 2 + o.generate * o.repeats;
   for (int64_t n : o.windows) after_depth += n * (std::max<int64_t>(o.generate / n, 1) * o.repeats + 1);
   if (!o.sequences.empty()) {  // (from where sequence 0 got to; a window's tokens a step)
-    int64_t most = 1;
-    for (int64_t w : o.sequence_windows) most = std::max(most, w);
+    int64_t most = 1;  // (the windows timed: see times_sequence_window)
+    for (int64_t n : o.sequences)
+      for (int64_t w : o.sequence_windows)
+        if (times_sequence_window(n, w)) most = std::max(most, w);
     after_depth += (o.generate * o.repeats + 1) * most;
   }
   // (Prompts read together: sequence s reads the tokens from s on.)
@@ -605,8 +607,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(int64_t(1), int64_t(64)));
   cmd->add_option("--sequence-windows", o->sequence_windows,
                   "With --sequences: steps of every sequence's verify window of each of these token counts too "
-                  "(serving with drafts: every draft accepted, the states kept for every row, sequences x tokens at "
-                  "most 64), against the steps of one token each and the speedup they imply at draft acceptance "
+                  "(serving with drafts: every draft accepted, sequences x tokens at most 64; the states are kept for "
+                  "every row of the largest such step, VRAM that a budget takes from the experts), against the steps of one token each and the speedup they imply at draft acceptance "
                   "0.6, 0.8 and 0.9")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(2), int64_t(64)));

@@ -206,6 +206,7 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
       fail("cuda engine: {} tokens after {} do not fit the context of {} positions", n, sequence.position(),
            sequence.max_context());
   }
+  check_windows_fit(rows);
   std::vector<engine::StepRow*> joined, pieces, alone;
   for (engine::StepRow& row : rows) {
     sequence_of(row).row_tokens_ = 0, sequence_of(row).window_offset_ = 0;
@@ -224,6 +225,23 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
     if (row.top_only && !row.logits.empty()) engine::top_from_logits(row);
 }
 
+// A step with verify windows (as_decode rows of several tokens) of several sequences runs them in
+// one step of the session, which keeps the states before each of their tokens for cut_window; one
+// that cannot (each a window the session keeps states for, together at most window_rows tokens)
+// fails before anything runs.
+void CudaModel::check_windows_fit(std::span<const engine::StepRow> rows) const {
+  int64_t windows = 0, tokens = 0;
+  bool joinable = true;
+  for (const engine::StepRow& row : rows)
+    if (row.as_decode && row.tokens.size() > 1)
+      ++windows, tokens += int64_t(row.tokens.size()), joinable = joinable && joins_rows(row);
+  const int64_t most = std::min(pipeline_->window_rows(), pipeline_->step_rows());
+  if (windows > 1 && (!joinable || tokens > most))
+    fail("cuda engine: verify windows of {} sequences ({} tokens) in one step; the GPU keeps the states of at most "
+         "{} rows a step (window_rows): run them in steps that fit",
+         windows, tokens, most);
+}
+
 // Whether a row can share a step with other sequences' rows: one token and one logit row at most,
 // or a verify window the session keeps states for (not asking for top candidates).
 bool CudaModel::joins_rows(const engine::StepRow& row) const {
@@ -232,13 +250,16 @@ bool CudaModel::joins_rows(const engine::StepRow& row) const {
   return row.as_decode && !row.top_only && n <= pipeline_->window_rows() && pipeline_->window_rows() > 1;
 }
 
-// The joining rows cut into steps, in order: each takes rows while their tokens fit step_rows, and
-// window_rows where one is a window (the session keeps every row's states then).
+// The joining rows cut into steps, the windows first, all in the first step (step() checked that
+// they fit one: a step that keeps states writes over the kept states of any window before it), then
+// one-token rows while their tokens fit step_rows, and window_rows in a step that holds a window.
 std::vector<std::vector<engine::StepRow*>> CudaModel::joined_steps(std::span<engine::StepRow* const> rows) const {
+  std::vector<engine::StepRow*> ordered(rows.begin(), rows.end());
+  std::stable_partition(ordered.begin(), ordered.end(), [](const engine::StepRow* row) { return row->tokens.size() > 1; });
   std::vector<std::vector<engine::StepRow*>> steps;
   int64_t tokens = 0;
   bool windows = false;
-  for (engine::StepRow* row : rows) {
+  for (engine::StepRow* row : ordered) {
     const int64_t n = int64_t(row->tokens.size());
     const bool with = windows || n > 1;
     const int64_t most = with ? std::min(pipeline_->window_rows(), pipeline_->step_rows()) : pipeline_->step_rows();

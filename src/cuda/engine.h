@@ -34,7 +34,9 @@ class CudaModel final : public engine::Model {
   // one (CudaSession::prefill_pieces), each with the bits it has alone. Any other row, and a row
   // with no other to join, runs alone: a longer row goes through the prompt pass in its own
   // chunks, or, computed as decode steps (as_decode: a verify window, with hidden states if
-  // wanted), through verify windows of up to the session's window_rows tokens.
+  // wanted), through verify windows of up to the session's window_rows tokens. Verify windows of
+  // several sequences must fit one step (at most window_rows tokens together, each one that
+  // joins), or the step fails before anything runs: each can be cut afterwards.
   void step(std::span<engine::StepRow> rows) override;
   bool chunks_prompts() const override { return true; }
   int64_t kv_pool_free_positions() const override {
@@ -66,6 +68,7 @@ class CudaModel final : public engine::Model {
   CudaSequence& sequence_of(const engine::StepRow& row) const;
   bool is_prompt_piece(const engine::StepRow& row) const;
   bool joins_rows(const engine::StepRow& row) const;
+  void check_windows_fit(std::span<const engine::StepRow> rows) const;
   std::vector<std::vector<engine::StepRow*>> joined_steps(std::span<engine::StepRow* const> rows) const;
   std::vector<std::vector<engine::StepRow*>> prompt_passes(std::span<engine::StepRow* const> pieces) const;
   void step_pieces(std::span<engine::StepRow* const> rows);
