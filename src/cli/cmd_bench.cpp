@@ -202,13 +202,17 @@ void step_rows_greedily(Session& session, std::vector<cuda::CudaSession::Row>& r
 // Whether --sequence-windows times steps of n sequences with windows of w tokens (at most a step's rows).
 bool times_sequence_window(int64_t n, int64_t w) { return w > 1 && n * w <= cuda::kMaxStepRows; }
 
-// The most rows a step of --sequences with --sequence-windows takes (0: none).
-int64_t sequence_window_rows(const BenchOptions& o) {
-  int64_t rows = 0;
+// Of the steps --sequences with --sequence-windows times: the most rows one takes (0: none) and the
+// widest window (1: none).
+struct SequenceWindows {
+  int64_t rows = 0, widest = 1;
+};
+SequenceWindows timed_sequence_windows(const BenchOptions& o) {
+  SequenceWindows most;
   for (int64_t n : o.sequences)
     for (int64_t w : o.sequence_windows)
-      if (times_sequence_window(n, w)) rows = std::max(rows, n * w);
-  return rows;
+      if (times_sequence_window(n, w)) most.rows = std::max(most.rows, n * w), most.widest = std::max(most.widest, w);
+  return most;
 }
 
 measure::SequencesFigures bench_sequences(cuda::CudaPipeline& session, const DecodeFigures& step, int64_t n, int64_t generate,
@@ -283,7 +287,7 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
   if (!o.sequences.empty()) {
     options.sequences = *std::max_element(o.sequences.begin(), o.sequences.end());
     options.step_rows = std::max(options.step_rows, options.sequences);
-    const int64_t rows = sequence_window_rows(o);  // (their states kept for every row)
+    const int64_t rows = timed_sequence_windows(o).rows;  // (their states kept for every row)
     options.step_rows = std::max(options.step_rows, rows), options.window_rows = std::max(options.window_rows, rows);
   }
   if (!o.pieces.empty()) {
@@ -529,13 +533,8 @@ void run_bench(const BenchOptions& o) {
   // Each window size decodes about as many tokens again, and a warm-up window.
   int64_t after_depth = 2 + o.generate * o.repeats;
   for (int64_t n : o.windows) after_depth += n * (std::max<int64_t>(o.generate / n, 1) * o.repeats + 1);
-  if (!o.sequences.empty()) {  // (from where sequence 0 got to; a window's tokens a step)
-    int64_t most = 1;  // (the windows timed: see times_sequence_window)
-    for (int64_t n : o.sequences)
-      for (int64_t w : o.sequence_windows)
-        if (times_sequence_window(n, w)) most = std::max(most, w);
-    after_depth += (o.generate * o.repeats + 1) * most;
-  }
+  if (!o.sequences.empty())  // (from where sequence 0 got to; a window's tokens a step)
+    after_depth += (o.generate * o.repeats + 1) * timed_sequence_windows(o).widest;
   // (Prompts read together: sequence s reads the tokens from s on.)
   const int64_t together = o.pieces.empty() ? 0 : o.prompts.front() + *std::max_element(o.pieces.begin(), o.pieces.end());
   const int64_t longest = std::max({*std::max_element(o.prompts.begin(), o.prompts.end()),
@@ -607,9 +606,9 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(int64_t(1), int64_t(64)));
   cmd->add_option("--sequence-windows", o->sequence_windows,
                   "With --sequences: steps of every sequence's verify window of each of these token counts too "
-                  "(serving with drafts: every draft accepted, sequences x tokens at most 64; the states are kept for "
-                  "every row of the largest such step, VRAM that a budget takes from the experts), against the steps of one token each and the speedup they imply at draft acceptance "
-                  "0.6, 0.8 and 0.9")
+                  "(serving with drafts: every draft accepted, sequences x tokens at most 64; the states are kept "
+                  "for every row of the largest such step, VRAM that a budget takes from the experts), against "
+                  "the steps of one token each and the speedup they imply at draft acceptance 0.6, 0.8 and 0.9")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(2), int64_t(64)));
   cmd->add_option("--prompts-together", o->pieces,
