@@ -137,10 +137,9 @@ TEST(CudaMtp, TheBlocksDraftsAgreeWithTheModelAsInTraining) {
 // The drafters of a session's sequences share the block's K/V cache: each drafts from its own rows
 // while no other drafter has written since, and one whose rows another wrote over (drafts write
 // rows too) starts over where it is, drafting as a drafter begun one token back does.
-TEST(CudaMtp, DraftersOfTwoSequencesShareTheBlocksCache) {
+TEST(CudaMtp, DraftersOfTwoSequencesKeepTheirOwnRows) {
   LODE_REQUIRE_GPU();
   const Loaded& m = mini();
-  const int64_t width = m.config.hidden;
   cuda::CudaSession two(m.reader, m.weights, {.max_context = 256, .step_rows = 2, .sequences = 2, .mtp = true});
   const std::vector<int32_t> a = m.text.encode("The ls command lists the files of a folder, and with -l", false),
                              b = m.text.encode("To copy a file keep its name: cp notes.txt backup/ then", false);
@@ -152,28 +151,32 @@ TEST(CudaMtp, DraftersOfTwoSequencesShareTheBlocksCache) {
   two.use_sequence(1);
   two.prefill(b, false, &hidden_b);
   cuda::GpuDrafter second(two);
-  second.advance(b, hidden_b);  // (writes over the first's rows)
+  second.advance(b, hidden_b);  // (its own cache: the first's rows stay)
   const int32_t p = a.front(), q = b.front();
-  const std::vector<int32_t> second_drafts = second.draft(q, 4, 0), first_drafts = first.draft(p, 4, 0),
-                             second_again = second.draft(q, 4, 0);
+  // Drafts of both, in turn, with the session working on the other sequence meanwhile.
+  const std::vector<int32_t> second_drafts = second.draft(q, 4, 0);
+  two.use_sequence(0);
+  const std::vector<int32_t> first_drafts = first.draft(p, 4, 0), second_again = second.draft(q, 4, 0);
   ASSERT_EQ(first_drafts.size(), 4u);
   EXPECT_EQ(first.followed(), int64_t(a.size()));
-  // References, each on a session of one sequence: a drafter that followed the whole text, and one
-  // begun one token back.
-  const auto drafts_of = [&](std::span<const int32_t> tokens, std::span<const float> hidden, bool whole,
-                             int32_t pending) {
+  // The reference: a drafter that followed the whole text, on a session of one sequence.
+  const auto drafts_of = [&](std::span<const int32_t> tokens, std::span<const float> hidden, int32_t pending) {
     cuda::CudaSession one(m.reader, m.weights, {.max_context = 256, .step_rows = 2, .mtp = true});
     cuda::GpuDrafter drafter(one);
-    if (!whole) {
-      drafter.reset(int64_t(tokens.size()) - 1);
-      tokens = tokens.last(1), hidden = hidden.last(size_t(width));
-    }
     drafter.advance(tokens, hidden);
     return drafter.draft(pending, 4, 0);
   };
-  EXPECT_EQ(second_drafts, drafts_of(b, hidden_b, true, q)) << "its own rows";
-  EXPECT_EQ(first_drafts, drafts_of(a, hidden_a, false, p)) << "written over by the second's";
-  EXPECT_EQ(second_again, drafts_of(b, hidden_b, false, q)) << "written over by the first's drafts";
+  const std::vector<int32_t> reference_a = drafts_of(a, hidden_a, p), reference_b = drafts_of(b, hidden_b, q);
+  EXPECT_EQ(second_drafts, reference_b);
+  EXPECT_EQ(first_drafts, reference_a) << "the second's rows written after the first's";
+  EXPECT_EQ(second_again, reference_b) << "the first's drafts written after the second's";
+  // The test can fail: from no rows but the last token's, the drafts differ (as they did when the
+  // sequences shared one cache and wrote over each other's rows).
+  cuda::CudaSession one(m.reader, m.weights, {.max_context = 256, .step_rows = 2, .mtp = true});
+  cuda::GpuDrafter late(one);
+  late.reset(int64_t(a.size()) - 1);
+  late.advance(std::span(a).last(1), std::span(hidden_a).last(size_t(m.config.hidden)));
+  EXPECT_NE(late.draft(p, 4, 0), reference_a) << "the drafts do not depend on the rows followed";
 }
 
 TEST(CudaMtp, AFileWithoutTheBlockIsRefusedSayingSo) {

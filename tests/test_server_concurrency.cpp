@@ -130,6 +130,7 @@ TEST(ServerConcurrency, StreamsWithDraftsEqualTheirSoloRunsWithout) {
   EXPECT_DOUBLE_EQ(per_window, 1.0 + double(mtp["accepted"].get<int64_t>()) / double(mtp["windows"].get<int64_t>()));
   EXPECT_GT(mtp["verify_steps"].get<int64_t>(), 0) << status.dump();
   EXPECT_GT(mtp["ms_per_verify_step"].get<double>(), 0.0) << status.dump();
+  EXPECT_GE(mtp["max_sequences_per_verify_step"].get<int64_t>(), 2) << status.dump();  // windows side by side
 }
 
 // A chat request whose reply runs to max_tokens: the end tokens are banned.
@@ -141,9 +142,9 @@ json unending_request(const std::string& question, int max_tokens) {
           {"max_tokens", max_tokens}, {"temperature", 0}, {"logit_bias", bias}};
 }
 
-// With mtp_alone (the GPU's setting) a sequence drafts only while it decodes alone: a request that
-// decoded only beside another drafted nothing, the long one drafted while alone, and both get the
-// replies of a server without drafts.
+// With mtp_sequences 1 (the GPU's default) a sequence drafts only while it decodes alone: a request
+// that decoded only beside another drafted nothing, the long one drafted while alone, and both get
+// the replies of a server without drafts.
 TEST(ServerConcurrency, DraftsOnlyWhileOneSequenceDecodes) {
   const json long_request = unending_request("Name some shell commands.", 200), short_request = streamed_request(1);
   server::ServerOptions plain_options;
@@ -158,7 +159,7 @@ TEST(ServerConcurrency, DraftsOnlyWhileOneSequenceDecodes) {
   }
   server::ServerOptions o = plain_options;
   o.worker.mtp = 3;
-  o.worker.mtp_alone = true;
+  o.worker.mtp_sequences = 1;
   o.worker.token_delay = std::chrono::milliseconds(10);
   TestServer server(o);
   std::string long_text;
@@ -175,6 +176,7 @@ TEST(ServerConcurrency, DraftsOnlyWhileOneSequenceDecodes) {
   const json after = server.get_json("/v1/status");
   EXPECT_GT(after["mtp"]["windows"].get<int64_t>(), 0) << after.dump();
   EXPECT_GT(after["mtp"]["accepted"].get<int64_t>(), 0) << after.dump();
+  EXPECT_EQ(after["mtp"]["max_sequences_per_verify_step"], 1) << after.dump();
 }
 
 TEST(ServerConcurrency, LongPromptIsPrefilledBesideDecodingSequences) {
@@ -229,23 +231,27 @@ TEST(ServerConcurrency, GpuStreamsEqualTheirSoloRuns) {
   EXPECT_EQ(status["sequences"]["active"], 0);
 }
 
-// With drafts on a GPU server of four sequences (cmd_serve's mtp_alone: one sequence's window a
-// step, drafting only while it decodes alone, the drafters sharing the block's cache): four streams
-// at once, then two requests one after another (in other slots), get the texts of a one-sequence
-// GPU server without drafts, and the lone ones' drafts were accepted. (A drafter written over by
-// another's rows is CudaMtp.DraftersOfTwoSequencesShareTheBlocksCache's: here the drafters lose
-// track of their sequences beside others and start afresh.)
+// With drafts on a GPU server of four sequences: four streams at once, then two requests one after
+// another (in other slots), get the texts of a one-sequence GPU server without drafts, and drafts
+// were accepted. With --mtp-sequences 1 (the default) a sequence drafts only while it decodes alone
+// (the drafters lose track of their sequences beside others and start afresh); with 4, every
+// sequence drafts, and their windows verify in one step (4 x 3 rows, the sequences' drafters each
+// on its own cache of the block).
 TEST(ServerConcurrency, GpuStreamsWithDraftsEqualTheirSoloRunsWithout) {
   LODE_REQUIRE_GPU();
   constexpr int kClients = 4;
   const std::vector<std::string> alone = solo_texts(kClients + 2, gpu_mini_engine(1));
-  for (const int64_t mtp : {3, 2}) {  // (2: steps of more rows than a window, 4 against 3)
-    SCOPED_TRACE("--mtp " + std::to_string(mtp));
+  struct Drafting {
+    int64_t mtp, sequences;
+  };
+  // (mtp 2 alone: steps of more rows than a window, 4 against 3)
+  for (const Drafting d : {Drafting{3, 1}, Drafting{2, 1}, Drafting{2, kClients}}) {
+    SCOPED_TRACE(fmt::format("--mtp {} --mtp-sequences {}", d.mtp, d.sequences));
     server::ServerOptions drafted;
     drafted.worker.parallel = kClients;
-    drafted.worker.mtp = mtp;
-    drafted.worker.mtp_alone = true;
-    TestServer server(drafted, gpu_mini_engine(kClients, mtp));
+    drafted.worker.mtp = d.mtp;
+    drafted.worker.mtp_sequences = d.sequences;
+    TestServer server(drafted, gpu_mini_engine(kClients, d.mtp, d.sequences));
     const std::vector<std::string> together = concurrent_texts(server, kClients);
     for (int i = 0; i < kClients; ++i) EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;
     for (int i = kClients; i < kClients + 2; ++i) {
@@ -257,6 +263,9 @@ TEST(ServerConcurrency, GpuStreamsWithDraftsEqualTheirSoloRunsWithout) {
     const json status = server.get_json("/v1/status");
     EXPECT_GT(status["mtp"]["windows"].get<int64_t>(), 0) << status.dump();
     EXPECT_GT(status["mtp"]["accepted"].get<int64_t>(), 0) << status.dump();
+    const int64_t together_most = status["mtp"]["max_sequences_per_verify_step"];
+    if (d.sequences == 1) EXPECT_EQ(together_most, 1) << status.dump();
+    else EXPECT_GE(together_most, 2) << "several sequences' drafts in one step: " << status.dump();
   }
 }
 #else

@@ -42,13 +42,15 @@ inline std::shared_ptr<engine::Model> mini_engine(cpu::SessionOptions options = 
 
 #ifdef LODE_HAVE_CUDA
 // lode-mini on the GPU, holding `sequences` sequences of 512 positions, K/V in fp16; with `mtp`, the
-// MTP block and verify windows of up to mtp + 1 tokens.
-inline std::shared_ptr<engine::Model> gpu_mini_engine(int64_t sequences, int64_t mtp = 0) {
+// MTP block and steps that hold the verify windows of up to mtp + 1 tokens of `draft_sequences`
+// sequences (lode serve's --mtp-sequences).
+inline std::shared_ptr<engine::Model> gpu_mini_engine(int64_t sequences, int64_t mtp = 0, int64_t draft_sequences = 1) {
   static const auto weights = std::make_shared<const model::ModelWeights>(
       model::bind_weights(mini_model()->reader, mini_model()->config));
+  const int64_t window_rows = mtp > 0 ? draft_sequences * (mtp + 1) : 0;
   cuda::CudaSessionOptions o{.max_context = 512,
-                             .step_rows = std::max(sequences, mtp + 1),
-                             .window_rows = mtp > 0 ? mtp + 1 : 0,
+                             .step_rows = std::max(sequences, window_rows),
+                             .window_rows = window_rows,
                              .sequences = sequences,
                              .mtp = mtp > 0};
   o.kv_format = kv::Format::f16;

@@ -134,7 +134,11 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
     fail("--kv-positions {}: give at least one sequence's context ({}) and at most --parallel x --ctx ({})",
          run.kv_positions, run.ctx, run.sequences * run.ctx);
   options.kv_positions = run.kv_positions == run.sequences * run.ctx ? 0 : run.kv_positions;
-  options.window_rows = std::min(run.mtp + 1, cuda::kMaxStepRows);  // (1 without drafts: nothing kept)
+  if (run.mtp > 0 && (run.draft_sequences < 1 || run.draft_sequences * (run.mtp + 1) > cuda::kMaxStepRows))
+    fail("--mtp-sequences {} with --mtp {}: a GPU step holds the windows of 1 to {} sequences ({} rows of {} tokens)",
+         run.draft_sequences, run.mtp, cuda::kMaxStepRows / (run.mtp + 1), cuda::kMaxStepRows, run.mtp + 1);
+  // (1 without drafts: nothing kept)
+  options.window_rows = run.mtp > 0 ? run.draft_sequences * (run.mtp + 1) : 1;
   options.step_rows = std::max(options.window_rows, run.sequences);
   const std::vector<int> gpus = o.gpus.empty() ? default_gpus(*weights, options) : parse_gpus(o.gpus);
   std::unique_ptr<cuda::CudaPipeline> pipeline;

@@ -57,6 +57,9 @@ struct GpuRun {
   model::Activations activations = model::Activations::q8;
   kv::Format kv_format = kv::Format::f16;
   int64_t mtp = 0;  // drafts per verify step (--mtp): the MTP block on the GPU, verify windows of mtp + 1
+  // Sequences whose verify windows one step holds (lode serve --mtp-sequences): the DeltaNet states
+  // kept for draft_sequences x (mtp + 1) rows.
+  int64_t draft_sequences = 1;
   int64_t sequences = 1;  // sequences held at once, each ctx positions (lode serve --parallel)
   int64_t kv_positions = 0;  // positions of K/V they share (lode serve --kv-positions; 0: ctx each)
 };

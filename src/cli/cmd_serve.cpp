@@ -33,6 +33,7 @@ struct ServeOptions {
   int64_t kv_positions = 0;     // --kv-positions (the GPU's shared pool; 0: --parallel x --ctx)
   int64_t prefix_cache_mib = -1;  // --prefix-cache-mib (-1: a quarter of the machine's RAM)
   std::optional<int64_t> prompt_tokens;  // --prompt-tokens; unset: kGpuChunk on the GPU, 0 on the CPU
+  std::optional<int64_t> mtp_sequences;  // --mtp-sequences; unset: kGpuDraftSequences on the GPU, 0 on the CPU
 };
 
 // On the GPU: a prefix checkpoint every kGpuChunk prompt tokens, or every whole number of them that
@@ -45,6 +46,10 @@ struct ServeOptions {
 // step, with ITL p99 at 64 streams 146 ms against 149 and at 16 streams 103 against 69 (4,096:
 // 1,022 / 1,383, but 359 ms at 64; SERVER.md).
 constexpr int64_t kGpuChunk = 1024;
+// With --mtp on the GPU, drafts while at most this many sequences decode (--mtp-sequences). A
+// sequence's drafts are steps of the MTP block and the lm head of their own, one sequence after
+// another, while the windows of all of them verify in one step (stop 79).
+constexpr int64_t kGpuDraftSequences = 1;
 constexpr size_t kGpuCheckpoints = 8;
 
 // "cpu" or "cuda": --backend, with auto the GPU when there is one.
@@ -61,10 +66,11 @@ std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedM
                    .activations = model::Activations::q8,
                    .kv_format = kv,
                    .mtp = o.server.worker.mtp,
+                   .draft_sequences = o.mtp_sequences.value_or(kGpuDraftSequences),
                    .sequences = sequences,
                    .kv_positions = o.kv_positions};
   auto engine = open_gpu_model(o.backend, model.reader, model.config, std::move(weights), run);
-  o.server.worker.mtp_alone = true;  // (the engine verifies one sequence's window a step)
+  o.server.worker.mtp_sequences = run.draft_sequences;  // (the windows its steps hold)
   const int64_t interval = std::max<int64_t>(kGpuChunk, run.ctx / int64_t(kGpuCheckpoints));
   o.server.worker.chunk = (interval + kGpuChunk - 1) / kGpuChunk * kGpuChunk;
   o.server.worker.prompt_step = kGpuChunk;
@@ -103,6 +109,7 @@ void serve(ServeOptions& o) {
   if (!engine) {
     note_gpu_options_unused(o.backend);
     o.server.worker.prompt_tokens = o.prompt_tokens.value_or(0);
+    o.server.worker.mtp_sequences = o.mtp_sequences.value_or(0);
     if (o.kv_positions > 0)
       fmt::print(stderr, "lode serve: --kv-positions is the GPU's; the CPU engine's K/V grows as each sequence writes\n");
     const cpu::SessionOptions cpu{.threads = o.threads,
@@ -158,9 +165,13 @@ void add_serve_command(CLI::App& app) {
       ->check(integer_at_least(0));
   cmd->add_option("--mtp", o->server.worker.mtp,
                   "Draft up to N tokens per sequence and step with the model's MTP block, verified in the same step; "
-                  "the replies do not change (default 0: off). On the GPU only while one sequence decodes: "
-                  "beside others a step runs every sequence's next token")
+                  "the replies do not change (default 0: off); only while at most --mtp-sequences sequences decode")
       ->check(CLI::Range(int64_t(0), int64_t(16)));
+  cmd->add_option("--mtp-sequences", o->mtp_sequences,
+                  "With --mtp: draft only in steps where at most N sequences decode (beside more, every sequence's "
+                  "row is its next token); on the GPU a step keeps DeltaNet states for N x (--mtp + 1) rows "
+                  "(default 1 on the GPU, at most 64 / (--mtp + 1); 0 on the CPU: any number)")
+      ->check(integer_at_least(0));
   cmd->add_option("--mtp-min-p", o->server.worker.mtp_min_p,
                   "Stop drafting when the MTP block's most likely token is below this probability (default 0)")
       ->check(number_in(0, 1));

@@ -75,8 +75,8 @@ class CudaSequence final : public engine::Sequence {
     row_tokens_ = tokens;
   }
 
-  // The GPU's MTP drafter, when the session holds the block (CudaSessionOptions::mtp; one GPU): the
-  // sequences' drafters share the block's cache (cuda/mtp_drafter.h).
+  // The GPU's MTP drafter, when the session holds the block (CudaSessionOptions::mtp; one GPU), on
+  // this sequence's cache of the block (cuda/mtp_drafter.h).
   engine::Drafter& drafter() override {
     if (!drafter_) drafter_ = std::make_unique<GpuDrafter>(session().only("the MTP drafter"));
     return *drafter_;

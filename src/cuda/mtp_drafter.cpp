@@ -12,13 +12,6 @@ GpuDrafter::GpuDrafter(CudaSession& session) : session_(session), sequence_(sess
   if (!session.has_mtp()) fail("--mtp: this GPU session was opened without the MTP block");
 }
 
-void GpuDrafter::take_cache() {
-  if (session_.mtp_take(sequence_) || rows_ == 0) return;  // (rows written: last_hidden_ is set)
-  // As if it had begun one token back and followed that token (no row: no state before it), so
-  // the next row, the next token's, pairs it with last_hidden_ at its own position.
-  start_ = followed() - 1, seen_ = 1, rows_ = 0;
-}
-
 std::string GpuDrafter::describe() const {
   return fmt::format("MTP drafter on the GPU, its K/V cache {}",
                      kv::to_string(kv::mtp_format(session_.config().head_dim, session_.kv_format())));
@@ -35,8 +28,7 @@ void GpuDrafter::advance(std::span<const int32_t> tokens, std::span<const float>
   if (n == 0) return;
   if (!rows.tokens.empty()) {  // committed rows are never drafted from: their K/V is all that is needed
     const OnDevice on(session_.device());  // (the engine's other calls go through cuda/pipeline.h, which does this)
-    take_cache();
-    session_.mtp_append(rows.tokens, rows.before, rows_, shift());
+    session_.mtp_append(sequence_, rows.tokens, rows.before, rows_, shift());
     rows_ += int64_t(rows.tokens.size());
   }
   last_hidden_.assign(hidden.end() - h, hidden.end());
@@ -48,11 +40,10 @@ std::vector<int32_t> GpuDrafter::draft(int32_t pending, int64_t n, float min_p) 
   if (last_hidden_.empty()) return drafts;
   // The drafts' rows are written after the committed ones and written over by the next advance.
   const OnDevice on(session_.device());
-  take_cache();
   int32_t token = pending;
   for (int64_t i = 0; i < n && rows_ + i < session_.max_context(); ++i) {
     float probability = 1.0f;
-    token = session_.mtp_draft(token, i == 0 ? std::span<const float>(last_hidden_) : std::span<const float>(),
+    token = session_.mtp_draft(sequence_, token, i == 0 ? std::span<const float>(last_hidden_) : std::span<const float>(),
                                rows_ + i, shift(), min_p > 0 ? &probability : nullptr);
     if (probability < min_p) break;
     drafts.push_back(token);

@@ -1,10 +1,9 @@
 // The MTP drafter on the GPU (engine::Drafter): the session's MTP block (CudaSession::mtp_append,
 // mtp_draft) follows the tokens the sequence commits and drafts after the pending one, as the CPU's
 // drafter does (cpu/mtp.h): a row pairs the main model's final-normed hidden state before a token
-// with the token, at the token's rotary position; its K/V rows are dense from the first position
-// followed. The session's sequences share the block's K/V cache: a drafter whose rows another one
-// wrote over starts over where it is (CudaSession::mtp_take), its drafts then seeing only the
-// tokens since. What it drafts never changes the output, only how many tokens a verify step accepts.
+// with the token, at the token's rotary position; its K/V rows, in its sequence's own cache of the
+// block, are dense from the first position followed. What it drafts never changes the output, only
+// how many tokens a verify step accepts.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -18,7 +17,8 @@ namespace lode::cuda {
 
 class GpuDrafter final : public engine::Drafter {
  public:
-  // The session must hold the MTP block (CudaSessionOptions::mtp); drafts for its current sequence.
+  // The session must hold the MTP block (CudaSessionOptions::mtp); drafts for its current sequence
+  // (whichever the session works on later).
   explicit GpuDrafter(CudaSession& session);
   void advance(std::span<const int32_t> tokens, std::span<const float> hidden) override;
   std::vector<int32_t> draft(int32_t pending, int64_t n, float min_p) override;
@@ -30,10 +30,6 @@ class GpuDrafter final : public engine::Drafter {
   // The rotary position of K/V row r is r + shift(): the first position followed with a state
   // before it is row 0.
   int64_t shift() const { return start_ + 1; }
-  // Takes the block's cache for this drafter's sequence; where another wrote over its rows, starts
-  // over at the position followed, keeping the state before it (drafting goes on, from no rows).
-  void take_cache();
-
   CudaSession& session_;
   int64_t sequence_;
   int64_t start_ = 0;               // the sequence's position when it began to follow

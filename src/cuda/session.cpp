@@ -1153,21 +1153,24 @@ struct CudaSession::Impl {
   }
 
   // The MTP block (options.mtp): its layer bound as a main layer is, its experts all in VRAM behind
-  // a table of its own, its K/V cache in kv::mtp_format, its rows in the decode scratch. Its cache
-  // rows are dense from the first position the drafter followed; the rotation adds `shift`.
+  // a table of its own, its K/V cache in kv::mtp_format, its rows in the decode scratch. Each
+  // sequence has its own cache (as the memory plan counts it: every sequence's whole context), so
+  // the drafters of sequences that decode together keep their rows; a sequence's cache rows are
+  // dense from the first position its drafter followed; the rotation adds `shift`.
   struct Mtp {
     DeviceLayer layer;
-    LayerState state;
+    std::vector<LayerState> states;  // [sequence]: its cache's view
     std::unique_ptr<KvCache> kv;
     DeviceMatrix eh_proj;
     const float *enorm = nullptr, *hnorm = nullptr, *head_norm = nullptr;
     float* rows = nullptr;            // [step_rows][2 hidden]: embedding | hidden state
     int64_t* position = nullptr;      // device: {K/V row, rotary shift}
-    cudaGraphExec_t draft = nullptr;  // one draft step, captured on first use
-    std::vector<cudaGraphExec_t> append;  // [n - 1]: n rows' K/V, likewise
+    // A sequence's graphs (its cache's page table is their kernels' argument), captured on first
+    // use: [sequence] one draft step; [sequence][n - 1] n rows' K/V.
+    std::vector<cudaGraphExec_t> draft;
+    std::vector<std::vector<cudaGraphExec_t>> append;
   };
   std::unique_ptr<Mtp> mtp;
-  int64_t mtp_owner = -1;  // the sequence whose drafter wrote the block's K/V rows (mtp_take)
 
   void bind_mtp(const plan::DecodeScratch& scratch, uint8_t* base) {
     const model::MtpWeights& w = *host.mtp;
@@ -1187,11 +1190,16 @@ struct CudaSession::Impl {
     m.layer.gate = experts_of(e.gate.first, t), m.layer.up = experts_of(e.up.first, t + n);
     m.layer.down = experts_of(e.down.first, t + 2 * n);
     if (model::same_shape(e.gate.first, e.up.first)) m.layer.gate_up = m.layer.gate;
+    const int64_t sequences = options.sequences;
     m.kv = std::make_unique<KvCache>(vram, kv::mtp_format(c.head_dim, options.kv_format), 1, c.n_kv_heads, c.head_dim,
-                                     options.max_context, std::vector<int32_t>{});
-    m.kv->prepare_write(0, 0, options.max_context);  // every page mapped: the block's rows go straight in
-    m.state.kv = m.kv->layer(0);
-    m.append.assign(size_t(options.step_rows), nullptr);
+                                     options.max_context, std::vector<int32_t>{}, sequences);
+    m.states.resize(size_t(sequences));
+    for (int64_t q = 0; q < sequences; ++q) {
+      m.kv->prepare_write(q, 0, options.max_context);  // every page mapped: the block's rows go straight in
+      m.states[size_t(q)].kv = m.kv->layer(0, q);
+    }
+    m.draft.assign(size_t(sequences), nullptr);
+    m.append.assign(size_t(sequences), std::vector<cudaGraphExec_t>(size_t(options.step_rows), nullptr));
     m.rows = reinterpret_cast<float*>(base + scratch.mtp_rows);
     m.position = reinterpret_cast<int64_t*>(base + scratch.mtp_position);
   }
@@ -1253,13 +1261,13 @@ struct CudaSession::Impl {
     launch("MTP norms", [&] { return kernels::rms_norm(h, m.layer.attn_norm, normed, window, hd, eps, stream); });
   }
 
-  // One draft: the block's forward for the row in m.rows, its output (shared_head_norm) left in
-  // normed, its logits in logits and their greedy token in device_token.
-  void mtp_draft_step() {
+  // One draft: the block's forward for the row in m.rows over the sequence's cache, its output
+  // (shared_head_norm) left in normed, its logits in logits and their greedy token in device_token.
+  void mtp_draft_step(int64_t sequence) {
     const model::Qwen35MoeConfig& c = config;
     Mtp& m = *mtp;
     mtp_layer_input();
-    attention(m.layer, m.state, m.position, m.position + 1);
+    attention(m.layer, m.states[size_t(sequence)], m.position, m.position + 1);
     launch("MTP residual and norm", [&] {
       return kernels::add_rms_norm(h, mixed, m.layer.post_norm, normed, window, int(c.hidden), float(c.rms_eps), stream);
     });
@@ -1460,8 +1468,9 @@ struct CudaSession::Impl {
     for (auto& [key, exec] : graphs) drop(exec);
     for (auto& [at, exec] : cuts) drop(exec);
     if (!mtp) return;
-    drop(mtp->draft);
-    for (cudaGraphExec_t& exec : mtp->append) drop(exec);
+    for (cudaGraphExec_t& exec : mtp->draft) drop(exec);
+    for (auto& of_sequence : mtp->append)
+      for (cudaGraphExec_t& exec : of_sequence) drop(exec);
   }
 
   ~Impl() {
@@ -1803,15 +1812,21 @@ void CudaSession::cut_window(int64_t tokens) {
 
 bool CudaSession::has_mtp() const { return impl_->mtp != nullptr; }
 
-bool CudaSession::mtp_take(int64_t sequence) {
-  if (sequence < 0 || sequence >= sequences()) fail("cuda session: no sequence {} to draft for", sequence);
-  return std::exchange(impl_->mtp_owner, sequence) == sequence;
+namespace {
+
+void check_mtp_sequence(const CudaSession& session, int64_t sequence) {
+  if (!session.has_mtp()) fail("cuda session: made without the MTP block (options.mtp)");
+  if (sequence < 0 || sequence >= session.sequences())
+    fail("cuda session: no sequence {} to draft for (it holds {})", sequence, session.sequences());
 }
 
-void CudaSession::mtp_append(std::span<const int32_t> tokens, std::span<const float> hidden, int64_t row, int64_t shift) {
+}  // namespace
+
+void CudaSession::mtp_append(int64_t sequence, std::span<const int32_t> tokens, std::span<const float> hidden,
+                             int64_t row, int64_t shift) {
   Impl& s = *impl_;
   const int64_t n = int64_t(tokens.size()), width = s.config.hidden;
-  if (!s.mtp) fail("cuda session: made without the MTP block (options.mtp)");
+  check_mtp_sequence(*this, sequence);
   if (int64_t(hidden.size()) != n * width) fail("cuda session: {} hidden values for {} MTP rows", hidden.size(), n);
   if (row < 0 || row + n > s.options.max_context)
     fail("cuda session: MTP rows {}..{} past the context of {}", row, row + n, s.options.max_context);
@@ -1821,24 +1836,24 @@ void CudaSession::mtp_append(std::span<const int32_t> tokens, std::span<const fl
     const int64_t piece = std::min(s.options.step_rows, n - at);
     s.mtp_inputs(tokens.data() + at, hidden.data() + at * width, piece, row + at, shift, p);
     const Impl::WindowRows rows(s, piece);  // (the MTP block's layer has no DeltaNet states)
-    s.replay(s.mtp->append[size_t(piece - 1)], "the MTP block's rows", [&] {
+    s.replay(s.mtp->append[size_t(sequence)][size_t(piece - 1)], "the MTP block's rows", [&] {
       s.mtp_layer_input();
-      s.attention_kv(s.mtp->layer, s.mtp->state, s.mtp->position, s.mtp->position + 1);
+      s.attention_kv(s.mtp->layer, s.mtp->states[size_t(sequence)], s.mtp->position, s.mtp->position + 1);
     });
   }
   check_cuda(cudaStreamSynchronize(s.stream), "the MTP block's rows");
 }
 
-int32_t CudaSession::mtp_draft(int32_t token, std::span<const float> hidden, int64_t row, int64_t shift,
-                               float* probability) {
+int32_t CudaSession::mtp_draft(int64_t sequence, int32_t token, std::span<const float> hidden, int64_t row,
+                               int64_t shift, float* probability) {
   Impl& s = *impl_;
   const model::Qwen35MoeConfig& c = s.config;
-  if (!s.mtp) fail("cuda session: made without the MTP block (options.mtp)");
+  check_mtp_sequence(*this, sequence);
   if (!hidden.empty() && int64_t(hidden.size()) != c.hidden) fail("cuda session: an MTP row of {} hidden values", hidden.size());
   if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
   if (row < 0 || row >= s.options.max_context) fail("cuda session: MTP row {} past the context of {}", row, s.options.max_context);
   s.mtp_inputs(&token, hidden.empty() ? nullptr : hidden.data(), 1, row, shift);
-  s.replay(s.mtp->draft, "a draft", [&] { s.mtp_draft_step(); });
+  s.replay(s.mtp->draft[size_t(sequence)], "a draft", [&] { s.mtp_draft_step(sequence); });
   check_cuda(cudaMemcpyAsync(s.pinned_token, s.device_token, sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream),
              "the draft to the host");
   if (probability)

@@ -251,20 +251,21 @@ class CudaSession {
   // or for more tokens than it kept.
   void cut_window(int64_t tokens);
 
-  // The MTP block (options.mtp; cuda/mtp_drafter.h drafts with it). Its K/V cache holds a row per
-  // token it has followed, dense from row 0; a row's rotary position is its row plus `shift`.
+  // The MTP block (options.mtp; cuda/mtp_drafter.h drafts with it). Each sequence has its own K/V
+  // cache of the block, a row per token its drafter has followed, dense from row 0; a row's rotary
+  // position is its row plus `shift`. `sequence` names it (0 to sequences - 1), whichever sequence
+  // use_sequence() chose.
   bool has_mtp() const;
-  // The block's K/V cache is one for all the session's sequences: a drafter takes it for its
-  // sequence before writing rows. False where it held another sequence's rows, which are then the
-  // new owner's to write over (that drafter's rows are gone: it starts over).
-  bool mtp_take(int64_t sequence);
   // Adds the block's K/V rows for tokens at rows row.. (token t paired with the main model's hidden
   // state before it, hidden [n][hidden], host memory); nothing drafted from them.
-  void mtp_append(std::span<const int32_t> tokens, std::span<const float> hidden, int64_t row, int64_t shift);
+  void mtp_append(int64_t sequence, std::span<const int32_t> tokens, std::span<const float> hidden, int64_t row,
+                  int64_t shift);
   // One draft: the block's row for `token` at K/V row `row`, paired with `hidden` ([hidden]; empty:
-  // the previous draft's output), through the lm head; its greedy token, and when probability is
-  // not null that token's probability (the logits come to the host for it).
-  int32_t mtp_draft(int32_t token, std::span<const float> hidden, int64_t row, int64_t shift, float* probability);
+  // the output of the draft just before, which must be this sequence's), through the lm head; its
+  // greedy token, and when probability is not null that token's probability (the logits come to
+  // the host for it).
+  int32_t mtp_draft(int64_t sequence, int32_t token, std::span<const float> hidden, int64_t row, int64_t shift,
+                    float* probability);
   void reset();  // empty sequence: K/V forgotten (its pages back to the pool), DeltaNet states zeroed
   // Promises the current sequence room for `positions` positions of K/V in the shared pool
   // (options.kv_positions; replacing its promise, 0 letting it go): false, changing nothing, when

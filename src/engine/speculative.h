@@ -6,8 +6,7 @@
 // sampled. A window that stops early is cut back to the tokens it keeps (Sequence::cut_window); a
 // backend that cannot cut goes back to a checkpoint taken before it and runs them again.
 // generate() runs it on one sequence; the server's worker runs the same pieces inside its batched
-// steps (a window per decoding sequence, or with WorkerOptions::mtp_alone for a sequence decoding
-// alone).
+// steps (a window per decoding sequence, while at most WorkerOptions::mtp_sequences decode).
 #pragma once
 
 #include "engine/generate.h"

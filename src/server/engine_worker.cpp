@@ -433,10 +433,11 @@ void EngineWorker::step() {
   // Every decoding sequence's next token (or window), and one prompt chunk, slots taking turns.
   std::vector<engine::StepRow> batch;
   std::vector<Slot*> owners;
-  // (With mtp_alone, a sequence drafts, and its drafter follows its prompt, only while it runs
-  // alone: the drafter otherwise starts over at its next window.)
-  const bool drafting = options_.mtp > 0 && (!options_.mtp_alone || decoding_slots() == 1);
-  const bool following = options_.mtp > 0 && (!options_.mtp_alone || running_slots() == 1);
+  // (With mtp_sequences, the sequences draft, and their drafters follow their prompts, only while
+  // that many at most decode, or run: a drafter that did not follow starts over at its next window.)
+  const auto few = [&](int64_t n) { return options_.mtp_sequences == 0 || n <= options_.mtp_sequences; };
+  const bool drafting = options_.mtp > 0 && few(decoding_slots());
+  const bool following = options_.mtp > 0 && few(running_slots());
   for (auto& slot : slots_) {
     if (!slot->running || slot->running->prefilling()) continue;
     try {
@@ -468,8 +469,9 @@ void EngineWorker::step() {
     if (options_.prompt_tokens <= 0) break;
   }
   const bool prompt_chunk = prompt_rows > 0;
-  const bool verifying = std::ranges::any_of(std::span(batch).first(batch.size() - size_t(prompt_rows)),
-                                             [](const engine::StepRow& row) { return row.tokens.size() > 1; });
+  const int64_t verified = std::ranges::count_if(std::span(batch).first(batch.size() - size_t(prompt_rows)),
+                                                 [](const engine::StepRow& row) { return row.tokens.size() > 1; });
+  const bool verifying = verified > 0;
   if (batch.empty()) return;
   {
     std::lock_guard lock(mutex_);
@@ -491,6 +493,7 @@ void EngineWorker::step() {
     step_counts_.step_seconds += seconds;
     if (prompt_chunk) step_counts_.prompt_step_seconds += seconds, step_counts_.prompt_tokens += prompt_tokens;
     if (verifying) ++step_counts_.verify_steps, step_counts_.verify_step_seconds += seconds;
+    step_counts_.max_verified_sequences = std::max(step_counts_.max_verified_sequences, verified);
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     try {

@@ -94,10 +94,11 @@ struct WorkerOptions {
   // is its pending token and up to `mtp` drafts; 0: off. The output does not change.
   int64_t mtp = 0;
   float mtp_min_p = 0.0f;
-  // With mtp: draft only in steps where one sequence decodes, the others' rows one token each. For
-  // an engine that verifies one sequence's window a step (the GPU: several windows would run one
-  // after another, where one step of a token each runs all the sequences at once).
-  bool mtp_alone = false;
+  // With mtp: draft only in steps where at most this many sequences decode (0: any number); in the
+  // others every sequence's row is its next token. For an engine whose steps hold the windows of
+  // only so many sequences (the GPU's window_rows), or whose drafts run one sequence after another,
+  // each costing a step of its own, so that beside many sequences they would not pay.
+  int64_t mtp_sequences = 0;
   // Test hooks, never set by `lode serve`: fake_output replaces the model's output with this text
   // (tests of tool calls, which a small model will not make reliably); token_delay sleeps after
   // every engine step (or piece of fake text) so a test can keep the worker busy.
@@ -157,9 +158,11 @@ class EngineWorker {
     double step_seconds = 0, prompt_step_seconds = 0;
     int64_t prompt_tokens = 0;
     int64_t max_prompt_rows = 0;  // most prompt pieces (sequences prefilling) in one step
-    // With --mtp: the steps whose decoding rows verified drafts, and their wall time.
+    // With --mtp: the steps whose decoding rows verified drafts, and their wall time; the most
+    // sequences' drafts one of them verified.
     int64_t verify_steps = 0;
     double verify_step_seconds = 0;
+    int64_t max_verified_sequences = 0;
   };
   StepCounts step_counts() const;
 

@@ -486,8 +486,8 @@ json Server::status_json() const {
 }
 
 // Speculative decoding's figures (--mtp; zeros without): drafts, acceptance and tokens per verify
-// window over the finished requests, and the verify steps' time (each step verifies every
-// decoding sequence's window at once).
+// window over the finished requests, and the verify steps' time (a step verifies the window of every
+// sequence that drafted) with the most sequences' drafts one of them verified.
 json Server::mtp_json(const ServerStats::Snapshot& s, const EngineWorker::StepCounts& steps) const {
   const auto share = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   return {{"drafts", worker_->mtp()},
@@ -497,7 +497,8 @@ json Server::mtp_json(const ServerStats::Snapshot& s, const EngineWorker::StepCo
           {"acceptance", share(double(s.mtp_accepted), double(s.mtp_drafted))},
           {"tokens_per_window", share(double(s.mtp_windows + s.mtp_accepted), double(s.mtp_windows))},
           {"verify_steps", steps.verify_steps},
-          {"ms_per_verify_step", share(1000.0 * steps.verify_step_seconds, double(steps.verify_steps))}};
+          {"ms_per_verify_step", share(1000.0 * steps.verify_step_seconds, double(steps.verify_steps))},
+          {"max_sequences_per_verify_step", steps.max_verified_sequences}};
 }
 
 int Server::start() {
