@@ -179,6 +179,55 @@ TEST(CudaMtp, DraftersOfTwoSequencesKeepTheirOwnRows) {
   EXPECT_NE(late.draft(p, 4, 0), reference_a) << "the drafts do not depend on the rows followed";
 }
 
+// Drafts for several sequences in one step of the block a draft (GpuDrafter::draft_together, the
+// GPU server's) are each drafter's own drafts: different numbers wanted (none for one), a minimum
+// probability for another, one drafter that has followed nothing (no drafts).
+TEST(CudaMtp, DraftersOfSeveralSequencesDraftTogetherAsAlone) {
+  LODE_REQUIRE_GPU();
+  const Loaded& m = mini();
+  cuda::CudaSession session(m.reader, m.weights, {.max_context = 256, .step_rows = 5, .sequences = 5, .mtp = true});
+  const char* texts[] = {"The ls command lists the files of a folder, and with -l", "To copy a file keep its name: cp",
+                         "grep finds lines that match a pattern in", "A folder's disk usage: du -sh"};
+  std::vector<std::unique_ptr<cuda::GpuDrafter>> drafters;
+  std::vector<int32_t> pending;
+  for (int64_t q = 0; q < 4; ++q) {
+    const std::vector<int32_t> tokens = m.text.encode(texts[q], false);
+    std::vector<float> hidden;
+    session.use_sequence(q);
+    session.prefill(tokens, false, &hidden);
+    drafters.push_back(std::make_unique<cuda::GpuDrafter>(session));
+    drafters.back()->advance(tokens, hidden);
+    pending.push_back(tokens[size_t(q)]);
+  }
+  session.use_sequence(4);
+  drafters.push_back(std::make_unique<cuda::GpuDrafter>(session));  // (nothing followed)
+  pending.push_back(pending.front());
+  const std::vector<int64_t> n = {4, 2, 0, 3, 2};
+  const std::vector<float> min_p = {0, 0, 0, 0.5f, 0};
+  std::vector<cuda::GpuDrafter*> all;
+  for (auto& d : drafters) all.push_back(d.get());
+  const std::vector<std::vector<int32_t>> together = cuda::GpuDrafter::draft_together(all, pending, n, min_p);
+  ASSERT_EQ(together.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    const std::vector<int32_t> alone = n[i] > 0 ? all[i]->draft(pending[i], n[i], min_p[i]) : std::vector<int32_t>{};
+    EXPECT_EQ(together[i], alone) << "drafter " << i;
+  }
+  EXPECT_EQ(together[0].size(), 4u);
+  EXPECT_TRUE(together[2].empty());
+  EXPECT_TRUE(together[4].empty());
+  // And again, the drafters having followed another token each (their rows written after the drafts').
+  for (size_t i = 0; i < 4; ++i) {
+    session.use_sequence(int64_t(i));
+    std::vector<float> hidden;
+    session.prefill(std::span(&pending[i], 1), false, &hidden);
+    all[i]->advance(std::span(&pending[i], 1), hidden);
+  }
+  const std::vector<int64_t> three(5, 3);
+  const std::vector<std::vector<int32_t>> again =
+      cuda::GpuDrafter::draft_together(all, pending, three, std::vector<float>(5, 0.0f));
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(again[i], all[i]->draft(pending[i], 3, 0)) << "drafter " << i << ", again";
+}
+
 TEST(CudaMtp, AFileWithoutTheBlockIsRefusedSayingSo) {
   LODE_REQUIRE_GPU();
   const test::TempDir dir;

@@ -49,6 +49,9 @@ class CudaModel final : public engine::Model {
   }
   // "experts: 4719 of 10240 in VRAM, hit rate 54.9%, 1.2 GB over PCIe (decode 0.9, prompts 0.3), 1008 swaps".
   std::string activity() const override;
+  // The GPU's drafters draft together, one step of the MTP block over a row of each a draft
+  // (GpuDrafter::draft_together).
+  std::vector<std::vector<int32_t>> draft_together(std::span<const engine::DraftAsk> asks) override;
 
   CudaPipeline& pipeline() { return *pipeline_; }
 

@@ -156,7 +156,7 @@ __global__ void attention_prepare_kernel(float* qg, float* k, const float* v, co
   const int t = blockIdx.y;  // the token of a prompt chunk or a window, or a step's row
   const RowPlace place = row_place(kv, position, t);  // written before the step (or the prompt's chunk) began
   const int64_t pos = place.position;
-  const PairRotation turn(rope_dims, pos + (rotary_shift ? *rotary_shift : 0), theta);
+  const PairRotation turn(rope_dims, pos + (rotary_shift ? rotary_shift[kv.row_sequence ? t : 0] : 0), theta);
   begin_after_inputs();
   const int n_kv_heads = int(gridDim.x) - n_heads;
   const int64_t row = int64_t(n_kv_heads) * head_dim;

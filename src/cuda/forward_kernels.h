@@ -45,7 +45,8 @@ struct TokenRows {
 // verify window's stacked q|k|v product: [n_tokens][rows]). With rotary_shift (device memory), the
 // rotation's position is the row's plus *rotary_shift (the MTP block's cache, whose rows start at
 // the first position it followed). Rows of several sequences (kv.row_sequence): row t's K/V row
-// written at position pos[t] of its own sequence's pages, and rotated for that position.
+// written at position pos[t] of its own sequence's pages, and rotated for that position (plus
+// rotary_shift[t]).
 const char* attention_prepare(float* qg, float* k, const float* v, const float* q_norm, const float* k_norm,
                               KvView kv, const int64_t* pos, int n_heads, int n_kv_heads, int head_dim, int rope_dims,
                               double rope_theta, float eps, int n_tokens, void* stream, int64_t stacked_stride = 0,

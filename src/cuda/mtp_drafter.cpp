@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "cuda/on_device.h"
 #include "kv/format.h"
@@ -47,6 +49,48 @@ std::vector<int32_t> GpuDrafter::draft(int32_t pending, int64_t n, float min_p) 
                                rows_ + i, shift(), min_p > 0 ? &probability : nullptr);
     if (probability < min_p) break;
     drafts.push_back(token);
+  }
+  return drafts;
+}
+
+std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafter* const> drafters,
+                                                             std::span<const int32_t> pending,
+                                                             std::span<const int64_t> n, std::span<const float> min_p) {
+  std::vector<std::vector<int32_t>> drafts(drafters.size());
+  std::vector<size_t> live;  // the drafters that draft: a state to pair the pending token with
+  for (size_t i = 0; i < drafters.size(); ++i)
+    if (n[i] > 0 && !drafters[i]->last_hidden_.empty()) live.push_back(i);
+  if (live.empty()) return drafts;
+  CudaSession& session = drafters[live.front()]->session_;
+  const OnDevice on(session.device());
+  std::vector<int64_t> sequences, rows, shifts, wanted;
+  std::vector<int32_t> tokens;
+  std::vector<float> hidden, probabilities;
+  bool with_probabilities = false;
+  for (const size_t i : live) {
+    const GpuDrafter& d = *drafters[i];
+    if (&d.session_ != &session) fail("cuda drafter: drafts together for drafters of one session only");
+    sequences.push_back(d.sequence_), rows.push_back(d.rows_), shifts.push_back(d.shift());
+    tokens.push_back(pending[i]), hidden.insert(hidden.end(), d.last_hidden_.begin(), d.last_hidden_.end());
+    wanted.push_back(std::min(n[i], session.max_context() - d.rows_));  // (as draft(): rows within the context)
+    with_probabilities = with_probabilities || min_p[i] > 0;
+  }
+  const int64_t most = *std::ranges::max_element(wanted);
+  std::vector<int32_t> out(live.size());
+  if (with_probabilities) probabilities.resize(live.size());
+  std::vector<bool> going(live.size(), true);
+  // Every row stays in every step (a step's rows pair with the outputs of the step before, row by
+  // row), those done drafting at a row the context holds; their extra drafts are dropped.
+  std::vector<int64_t> at(live.size());
+  for (int64_t step = 0; step < most; ++step) {
+    for (size_t t = 0; t < live.size(); ++t) at[t] = std::min(rows[t] + step, session.max_context() - 1);
+    session.mtp_draft_rows(sequences, tokens, step == 0 ? std::span<const float>(hidden) : std::span<const float>(),
+                           at, shifts, out, probabilities);
+    for (size_t t = 0; t < live.size(); ++t) {
+      going[t] = going[t] && step < wanted[t] && !(min_p[live[t]] > 0 && probabilities[t] < min_p[live[t]]);
+      if (going[t]) drafts[live[t]].push_back(out[t]);
+    }
+    tokens = out;
   }
   return drafts;
 }

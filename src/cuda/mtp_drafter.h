@@ -25,6 +25,14 @@ class GpuDrafter final : public engine::Drafter {
   void reset(int64_t position) override;
   int64_t followed() const override { return start_ + seen_; }
   std::string describe() const override;
+  // Drafts for several drafters of one session at once (CudaModel::draft_together): a step of the
+  // block over one row of each a draft (CudaSession::mtp_draft_rows), so its weights and the lm
+  // head are read once for all of them; each drafter's drafts are the tokens its draft() gives.
+  // drafters[i] wants up to n[i] after pending[i], and stops where its draft's probability falls
+  // below min_p[i].
+  static std::vector<std::vector<int32_t>> draft_together(std::span<GpuDrafter* const> drafters,
+                                                          std::span<const int32_t> pending,
+                                                          std::span<const int64_t> n, std::span<const float> min_p);
 
  private:
   // The rotary position of K/V row r is r + shift(): the first position followed with a state

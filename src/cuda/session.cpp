@@ -1160,6 +1160,8 @@ struct CudaSession::Impl {
   struct Mtp {
     DeviceLayer layer;
     std::vector<LayerState> states;  // [sequence]: its cache's view
+    LayerState rows_state;           // every sequence's cache, a row's sequence read on the device
+    int64_t* shifts = nullptr;       // device: [step_rows] what each row's rotary position adds
     std::unique_ptr<KvCache> kv;
     DeviceMatrix eh_proj;
     const float *enorm = nullptr, *hnorm = nullptr, *head_norm = nullptr;
@@ -1169,6 +1171,7 @@ struct CudaSession::Impl {
     // use: [sequence] one draft step; [sequence][n - 1] n rows' K/V.
     std::vector<cudaGraphExec_t> draft;
     std::vector<std::vector<cudaGraphExec_t>> append;
+    std::vector<cudaGraphExec_t> draft_rows;  // [n - 1]: a draft step of n sequences' rows
   };
   std::unique_ptr<Mtp> mtp;
 
@@ -1198,10 +1201,14 @@ struct CudaSession::Impl {
       m.kv->prepare_write(q, 0, options.max_context);  // every page mapped: the block's rows go straight in
       m.states[size_t(q)].kv = m.kv->layer(0, q);
     }
+    m.rows_state.kv = m.kv->layer(0, 0);
+    m.rows_state.kv.row_sequence = device_sequences, m.rows_state.kv.pages_stride = m.kv->pages_per_sequence();
     m.draft.assign(size_t(sequences), nullptr);
     m.append.assign(size_t(sequences), std::vector<cudaGraphExec_t>(size_t(options.step_rows), nullptr));
+    m.draft_rows.assign(size_t(options.step_rows), nullptr);
     m.rows = reinterpret_cast<float*>(base + scratch.mtp_rows);
     m.position = reinterpret_cast<int64_t*>(base + scratch.mtp_position);
+    m.shifts = reinterpret_cast<int64_t*>(base + scratch.mtp_shifts);
   }
 
   // Pinned staging of the MTP block's rows, room for `pieces` pieces of step_rows rows (and their
@@ -1261,13 +1268,42 @@ struct CudaSession::Impl {
     launch("MTP norms", [&] { return kernels::rms_norm(h, m.layer.attn_norm, normed, window, hd, eps, stream); });
   }
 
-  // One draft: the block's forward for the row in m.rows over the sequence's cache, its output
-  // (shared_head_norm) left in normed, its logits in logits and their greedy token in device_token.
-  void mtp_draft_step(int64_t sequence) {
+  // The rows of a draft step over several sequences (mtp_draft_rows) staged: each row's embedding
+  // and the hidden state it pairs with (host memory, [n][hidden]; null: the rows' outputs of the
+  // draft step before, in normed), its sequence, K/V row and rotary shift.
+  void mtp_row_inputs(std::span<const int64_t> sequences, std::span<const int32_t> tokens, const float* hidden,
+                      std::span<const int64_t> rows, std::span<const int64_t> shifts) {
+    const int64_t hd = config.hidden, n = int64_t(tokens.size());
+    const size_t row_bytes = size_t(hd) * sizeof(float);
+    Mtp& m = *mtp;
+    for (int64_t t = 0; t < n; ++t) {
+      model::dequantize_row(host.token_embd, tokens[size_t(t)], pinned_mtp_rows + t * 2 * hd);
+      if (hidden) std::copy_n(hidden + t * hd, hd, pinned_mtp_rows + t * 2 * hd + hd);
+      pinned_sequences[t] = int32_t(sequences[size_t(t)]), pinned_positions[t] = rows[size_t(t)];
+      pinned_mtp_shifts[t] = shifts[size_t(t)];
+    }
+    const auto check = [](cudaError_t e) { check_cuda(e, "the MTP block's rows"); };
+    if (hidden) {
+      check(cudaMemcpyAsync(m.rows, pinned_mtp_rows, 2 * n * row_bytes, cudaMemcpyHostToDevice, stream));
+    } else {  // the embeddings from the host, the states the last draft step's outputs
+      check(cudaMemcpy2DAsync(m.rows, 2 * row_bytes, pinned_mtp_rows, 2 * row_bytes, row_bytes, size_t(n),
+                              cudaMemcpyHostToDevice, stream));
+      check(cudaMemcpy2DAsync(m.rows + hd, 2 * row_bytes, normed, row_bytes, row_bytes, size_t(n),
+                              cudaMemcpyDeviceToDevice, stream));
+    }
+    check(cudaMemcpyAsync(device_sequences, pinned_sequences, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    check(cudaMemcpyAsync(device_positions, pinned_positions, size_t(n) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+    check(cudaMemcpyAsync(m.shifts, pinned_mtp_shifts, size_t(n) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+  }
+
+  // One draft step: the block's forward for the window's rows in m.rows over the caches `st` reads
+  // (at: the rows' K/V rows, shift: what their rotary positions add), its outputs (shared_head_norm)
+  // left in normed, its logits in logits and each row's greedy token in device_token.
+  void mtp_draft_step(const LayerState& st, const int64_t* at, const int64_t* shift) {
     const model::Qwen35MoeConfig& c = config;
     Mtp& m = *mtp;
     mtp_layer_input();
-    attention(m.layer, m.states[size_t(sequence)], m.position, m.position + 1);
+    attention(m.layer, st, at, shift);
     launch("MTP residual and norm", [&] {
       return kernels::add_rms_norm(h, mixed, m.layer.post_norm, normed, window, int(c.hidden), float(c.rms_eps), stream);
     });
@@ -1275,7 +1311,7 @@ struct CudaSession::Impl {
     mv("lm head", output, normed, logits);
     launch("greedy token", [&] {
       return kernels::greedy_token(logits, int(c.vocab), greedy_partials, plan::kGreedyBlocks, greedy_arrivals,
-                                   device_token, stream);
+                                   device_token, stream, window);
     });
   }
 
@@ -1452,7 +1488,10 @@ struct CudaSession::Impl {
     // (Also where a step's top candidates land: 64 pairs a row, more than a small vocabulary's floats.)
     const size_t row_floats = std::max<size_t>(size_t(config.vocab), 2 * sample::kTopCandidates);
     check_cuda(cudaMallocHost(&pinned_logits, rows * row_floats * sizeof(float)), "pinned memory");
-    if (options.mtp) mtp_stage_for(1);
+    if (options.mtp) {
+      mtp_stage_for(1);
+      check_cuda(cudaMallocHost(&pinned_mtp_shifts, rows * sizeof(int64_t)), "pinned memory");
+    }
     check_cuda(cudaMallocHost(&pinned_token, rows * sizeof(int32_t)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_aside, rows * (1 + sample::kTopAsideMost) * sizeof(int32_t)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_aside_logits, rows * sample::kTopAsideMost * sizeof(float)), "pinned memory");
@@ -1471,6 +1510,7 @@ struct CudaSession::Impl {
     for (cudaGraphExec_t& exec : mtp->draft) drop(exec);
     for (auto& of_sequence : mtp->append)
       for (cudaGraphExec_t& exec : of_sequence) drop(exec);
+    for (cudaGraphExec_t& exec : mtp->draft_rows) drop(exec);
   }
 
   ~Impl() {
@@ -1480,6 +1520,7 @@ struct CudaSession::Impl {
     cudaFreeHost(pinned_logits);
     cudaFreeHost(pinned_mtp_rows);
     cudaFreeHost(pinned_mtp_position);
+    cudaFreeHost(pinned_mtp_shifts);
     cudaFreeHost(pinned_token);
     cudaFreeHost(pinned_aside);
     cudaFreeHost(pinned_aside_logits);
@@ -1517,6 +1558,7 @@ struct CudaSession::Impl {
   float* pinned_logits = nullptr;
   float* pinned_mtp_rows = nullptr;     // the MTP block's rows staged: [pieces][step_rows][2 hidden]
   int64_t* pinned_mtp_position = nullptr;  // [pieces][2]: the MTP block's K/V row and rotary shift
+  int64_t* pinned_mtp_shifts = nullptr;    // [step_rows]: a draft step of several sequences' shifts
   int64_t mtp_stage_pieces = 0;
   int32_t* pinned_token = nullptr;
   int32_t* pinned_aside = nullptr;         // a step's ids set aside, as top_aside holds them
@@ -1853,7 +1895,8 @@ int32_t CudaSession::mtp_draft(int64_t sequence, int32_t token, std::span<const 
   if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
   if (row < 0 || row >= s.options.max_context) fail("cuda session: MTP row {} past the context of {}", row, s.options.max_context);
   s.mtp_inputs(&token, hidden.empty() ? nullptr : hidden.data(), 1, row, shift);
-  s.replay(s.mtp->draft[size_t(sequence)], "a draft", [&] { s.mtp_draft_step(sequence); });
+  s.replay(s.mtp->draft[size_t(sequence)], "a draft",
+           [&] { s.mtp_draft_step(s.mtp->states[size_t(sequence)], s.mtp->position, s.mtp->position + 1); });
   check_cuda(cudaMemcpyAsync(s.pinned_token, s.device_token, sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream),
              "the draft to the host");
   if (probability)
@@ -1864,6 +1907,54 @@ int32_t CudaSession::mtp_draft(int64_t sequence, int32_t token, std::span<const 
   if (best < 0) fail("cuda session: the MTP block's logits hold NaN or +inf, or are all -inf (a damaged model file?)");
   if (probability) *probability = float(sample::probability_of(std::span(s.pinned_logits, size_t(c.vocab)), best));
   return best;
+}
+
+void CudaSession::mtp_draft_rows(std::span<const int64_t> sequences, std::span<const int32_t> tokens,
+                                 std::span<const float> hidden, std::span<const int64_t> rows,
+                                 std::span<const int64_t> shifts, std::span<int32_t> out,
+                                 std::span<float> probabilities) {
+  Impl& s = *impl_;
+  const model::Qwen35MoeConfig& c = s.config;
+  const int64_t n = int64_t(tokens.size());
+  if (n < 1 || n > s.options.step_rows)
+    fail("cuda session: a draft step of {} rows; this session takes 1 to {} (step_rows)", n, s.options.step_rows);
+  if (sequences.size() != tokens.size() || rows.size() != tokens.size() || shifts.size() != tokens.size() ||
+      out.size() != tokens.size() || (!probabilities.empty() && probabilities.size() != tokens.size()))
+    fail("cuda session: a draft step's sequences, tokens, rows, shifts and outputs differ in number");
+  if (!hidden.empty() && int64_t(hidden.size()) != n * c.hidden)
+    fail("cuda session: {} hidden values for {} MTP rows", hidden.size(), n);
+  std::vector<int64_t> seen(sequences.begin(), sequences.end());
+  std::ranges::sort(seen);
+  if (std::ranges::adjacent_find(seen) != seen.end()) fail("cuda session: a draft step holds a sequence twice");
+  for (int64_t t = 0; t < n; ++t) {
+    check_mtp_sequence(*this, sequences[size_t(t)]);
+    if (tokens[size_t(t)] < 0 || tokens[size_t(t)] >= c.vocab)
+      fail("cuda session: token id {} is outside the vocabulary [0, {})", tokens[size_t(t)], c.vocab);
+    if (rows[size_t(t)] < 0 || rows[size_t(t)] >= s.options.max_context)
+      fail("cuda session: MTP row {} past the context of {}", rows[size_t(t)], s.options.max_context);
+  }
+  s.mtp_row_inputs(sequences, tokens, hidden.empty() ? nullptr : hidden.data(), rows, shifts);
+  {
+    const Impl::WindowRows window(s, n);
+    s.replay(s.mtp->draft_rows[size_t(n - 1)], "a draft step of several sequences",
+             [&] { s.mtp_draft_step(s.mtp->rows_state, s.device_positions, s.mtp->shifts); });
+  }
+  check_cuda(cudaMemcpyAsync(s.pinned_token, s.device_token, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                             s.stream),
+             "the drafts to the host");
+  if (!probabilities.empty())
+    check_cuda(cudaMemcpyAsync(s.pinned_logits, s.logits, size_t(n * c.vocab) * sizeof(float), cudaMemcpyDeviceToHost,
+                               s.stream),
+               "the drafts' logits to the host");
+  check_cuda(cudaStreamSynchronize(s.stream), "a draft step of several sequences");
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t best = s.pinned_token[t];
+    if (best < 0) fail("cuda session: the MTP block's logits hold NaN or +inf, or are all -inf (a damaged model file?)");
+    out[size_t(t)] = best;
+    if (!probabilities.empty())
+      probabilities[size_t(t)] = float(
+          sample::probability_of(std::span(s.pinned_logits + t * c.vocab, size_t(c.vocab)), best));
+  }
 }
 
 void CudaSession::reset() {

@@ -266,6 +266,15 @@ class CudaSession {
   // the host for it).
   int32_t mtp_draft(int64_t sequence, int32_t token, std::span<const float> hidden, int64_t row, int64_t shift,
                     float* probability);
+  // One draft for each of several sequences in one step of the block (each weight read once for
+  // all): row t is sequences[t]'s (distinct sequences, at most step_rows), the block's row for
+  // tokens[t] at K/V row rows[t] of its cache with rotary shift shifts[t], paired with hidden row t
+  // ([n][hidden]; empty: row t's output of the mtp_draft_rows just before, which must have had the
+  // same sequences in the same order). Row t's greedy token into out[t] (its bits those of
+  // mtp_draft), and where probabilities is not empty (n of them) that token's probability.
+  void mtp_draft_rows(std::span<const int64_t> sequences, std::span<const int32_t> tokens,
+                      std::span<const float> hidden, std::span<const int64_t> rows, std::span<const int64_t> shifts,
+                      std::span<int32_t> out, std::span<float> probabilities);
   void reset();  // empty sequence: K/V forgotten (its pages back to the pool), DeltaNet states zeroed
   // Promises the current sequence room for `positions` positions of K/V in the shared pool
   // (options.kv_positions; replacing its promise, 0 letting it go): false, changing nothing, when

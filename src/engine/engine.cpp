@@ -6,6 +6,12 @@
 
 namespace lode::engine {
 
+std::vector<std::vector<int32_t>> Model::draft_together(std::span<const DraftAsk> asks) {
+  std::vector<std::vector<int32_t>> drafts;
+  for (const DraftAsk& a : asks) drafts.push_back(a.n > 0 ? a.drafter->draft(a.pending, a.n, a.min_p) : std::vector<int32_t>{});
+  return drafts;
+}
+
 std::vector<float> prefill(Sequence& sequence, std::span<const int32_t> tokens, int64_t chunk, bool all_logits,
                            const ChunkStates& on_chunk) {
   Model& model = sequence.model();

@@ -131,6 +131,15 @@ struct StepRow {
   sample::TopCandidates top{};  // out, with top_only
 };
 
+// What Model::draft_together asks of one sequence's drafter: up to n tokens to follow `pending`,
+// as Drafter::draft gives them.
+struct DraftAsk {
+  Drafter* drafter = nullptr;
+  int32_t pending = 0;
+  int64_t n = 0;
+  float min_p = 0.0f;
+};
+
 // What a server's status shows of an engine.
 struct EngineInfo {
   std::string backend;  // "cpu" or "cuda"
@@ -164,6 +173,10 @@ class Model : public std::enable_shared_from_this<Model> {
   // Positions of a shared K/V pool (EngineInfo::kv_pool_positions) on pages nothing holds now;
   // 0 without a pool. Safe to call from any thread.
   virtual int64_t kv_pool_free_positions() const { return 0; }
+  // Drafts for several sequences at once, each ask's as its drafter's draft() gives them (n 0:
+  // none). By default one drafter after another; the GPU drafts for all of them in one step of the
+  // MTP block a draft.
+  virtual std::vector<std::vector<int32_t>> draft_together(std::span<const DraftAsk> asks);
 };
 
 // Called after each chunk of a prefill with its tokens and their final-normed hidden states.

@@ -28,18 +28,44 @@ void follow(const Sequence& sequence, Drafter& drafter, std::span<const int32_t>
   drafter.advance(tokens, hidden);
 }
 
-std::vector<int32_t> next_window(const Sequence& sequence, Drafter& drafter, const Generation& generation,
-                                 int32_t pending, const GenerateOptions& options) {
-  // A window of n tokens yields at most n samples: no more than the context and the token limit hold.
+namespace {
+
+// The drafts a window may hold: a window of n tokens yields at most n samples, no more than the
+// context and the token limit hold; none where the drafter has not followed the sequence.
+int64_t drafts_wanted(const Sequence& sequence, const Drafter& drafter, const Generation& generation,
+                      const GenerateOptions& options) {
   const int64_t room = sequence.max_context() - sequence.position();
   const int64_t left = options.max_tokens - int64_t(generation.result().tokens.size());
   const int64_t n = std::max<int64_t>(std::min({options.mtp, room - 1, left - 1}), 0);
+  return drafter.followed() == sequence.position() ? n : 0;
+}
+
+std::vector<int32_t> window_of(int32_t pending, std::span<const int32_t> drafts) {
   std::vector<int32_t> window = {pending};
-  if (n > 0 && drafter.followed() == sequence.position()) {
-    const std::vector<int32_t> drafts = drafter.draft(pending, n, options.mtp_min_p);
-    window.insert(window.end(), drafts.begin(), drafts.end());
-  }
+  window.insert(window.end(), drafts.begin(), drafts.end());
   return window;
+}
+
+}  // namespace
+
+std::vector<int32_t> next_window(const Sequence& sequence, Drafter& drafter, const Generation& generation,
+                                 int32_t pending, const GenerateOptions& options) {
+  const int64_t n = drafts_wanted(sequence, drafter, generation, options);
+  return window_of(pending, n > 0 ? drafter.draft(pending, n, options.mtp_min_p) : std::vector<int32_t>{});
+}
+
+std::vector<std::vector<int32_t>> next_windows(std::span<const WindowAsk> asks) {
+  if (asks.empty()) return {};
+  std::vector<DraftAsk> drafts;
+  for (const WindowAsk& a : asks) {
+    Drafter& drafter = a.sequence->drafter();
+    drafts.push_back({&drafter, a.pending, drafts_wanted(*a.sequence, drafter, *a.generation, *a.options),
+                      a.options->mtp_min_p});
+  }
+  const std::vector<std::vector<int32_t>> drafted = asks.front().sequence->model().draft_together(drafts);
+  std::vector<std::vector<int32_t>> windows;
+  for (size_t i = 0; i < asks.size(); ++i) windows.push_back(window_of(asks[i].pending, drafted[i]));
+  return windows;
 }
 
 StepRow verify_row(Sequence& sequence, std::span<const int32_t> window, bool greedy_only) {

@@ -31,6 +31,16 @@ void follow(const Sequence& sequence, Drafter& drafter, std::span<const int32_t>
 std::vector<int32_t> next_window(const Sequence& sequence, Drafter& drafter, const Generation& generation,
                                  int32_t pending, const GenerateOptions& options);
 
+// next_window for several sequences at once (of one model), their drafts asked of the model together
+// (Model::draft_together): windows[i] is asks[i]'s.
+struct WindowAsk {
+  Sequence* sequence = nullptr;
+  const Generation* generation = nullptr;
+  int32_t pending = 0;
+  const GenerateOptions* options = nullptr;
+};
+std::vector<std::vector<int32_t>> next_windows(std::span<const WindowAsk> asks);
+
 // The step row that verifies a window (every position's logits and state, computed as decode
 // steps). greedy_only (Generation::greedy_only): every position's greedy token instead of its
 // logits (the GPU then copies 4 bytes a position, not the vocabulary's floats).

@@ -438,15 +438,19 @@ void EngineWorker::step() {
   const auto few = [&](int64_t n) { return options_.mtp_sequences == 0 || n <= options_.mtp_sequences; };
   const bool drafting = options_.mtp > 0 && few(decoding_slots());
   const bool following = options_.mtp > 0 && few(running_slots());
-  for (auto& slot : slots_) {
-    if (!slot->running || slot->running->prefilling()) continue;
+  std::vector<Slot*> decoding;
+  for (auto& slot : slots_)
+    if (slot->running && !slot->running->prefilling()) decoding.push_back(slot.get());
+  if (drafting) draft_windows(decoding);  // (all the drafters at once)
+  for (Slot* slot : decoding) {
+    if (!slot->running) continue;  // (its drafts failed)
     try {
-      batch.push_back(decode_row(*slot, drafting));  // (with drafts, the drafter runs here)
+      batch.push_back(decode_row(*slot, drafting));
     } catch (const std::exception& e) {
       fail_job(*slot, e.what());
       continue;
     }
-    owners.push_back(slot.get());
+    owners.push_back(slot);
   }
   // Prompt pieces, slots in turn from prefill_turn_: one, or as many as prompt_tokens allows (the
   // first always; the turn stops at the first piece that does not fit, so none is passed over).
@@ -538,11 +542,25 @@ int64_t EngineWorker::running_slots() const {
   return std::ranges::count_if(slots_, [](const auto& slot) { return slot->running != nullptr; });
 }
 
+void EngineWorker::draft_windows(std::span<Slot* const> slots) {
+  std::vector<engine::WindowAsk> asks;
+  for (Slot* slot : slots) {
+    const Running& seq = *slot->running;
+    asks.push_back({slot->sequence.get(), seq.generation.get(), *seq.pending, &seq.options});
+  }
+  try {
+    std::vector<std::vector<int32_t>> windows = engine::next_windows(asks);
+    for (size_t i = 0; i < slots.size(); ++i) slots[i]->running->window = std::move(windows[i]);
+  } catch (const std::exception& e) {
+    for (Slot* slot : slots) fail_job(*slot, e.what());
+  }
+}
+
 engine::StepRow EngineWorker::decode_row(Slot& slot, bool drafting) {
   Running& seq = *slot.running;
   engine::Sequence& sequence = *slot.sequence;
-  seq.window.clear();
-  if (!drafting) {  // plain greedy: only the token; sampling: only the top candidates (the GPU finds them)
+  if (!drafting) {
+    seq.window.clear();  // plain greedy: only the token; sampling: only the top candidates (the GPU finds them)
     const bool top = !seq.generation->greedy_only() && seq.generation->top_only();
     seq.top_aside = top ? seq.generation->top_aside() : std::vector<int32_t>();
     return {.sequence = &sequence,
@@ -551,7 +569,6 @@ engine::StepRow EngineWorker::decode_row(Slot& slot, bool drafting) {
             .top_only = top,
             .top_aside = seq.top_aside};
   }
-  seq.window = engine::next_window(sequence, sequence.drafter(), *seq.generation, *seq.pending, seq.options);
   seq.before = engine::window_checkpoint(sequence, seq.window);
   return engine::verify_row(sequence, seq.window, seq.generation->greedy_only());
 }

@@ -205,7 +205,10 @@ class EngineWorker {
   void advance(Slot& slot, const engine::StepRow& row);  // after the step: sample, or go on prefilling
   int64_t running_slots() const;   // slots with a job
   int64_t decoding_slots() const;  // of them, those past their prompts
-  // A decoding sequence's row: its pending token, and with `drafting` its drafts.
+  // The next windows of these decoding slots' sequences, their drafts asked of the engine together
+  // (engine::next_windows) into each one's Running::window; a failure fails their jobs.
+  void draft_windows(std::span<Slot* const> slots);
+  // A decoding sequence's row: its pending token, and with `drafting` its window (draft_windows').
   engine::StepRow decode_row(Slot& slot, bool drafting);
   void finish(Slot& slot);
   void fail_job(Slot& slot, const std::string& why);  // its stream fails, its slot is freed, forgetting its cache
