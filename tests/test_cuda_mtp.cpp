@@ -134,9 +134,8 @@ TEST(CudaMtp, TheBlocksDraftsAgreeWithTheModelAsInTraining) {
   EXPECT_LT(share, 0.75);
 }
 
-// The drafters of a session's sequences share the block's K/V cache: each drafts from its own rows
-// while no other drafter has written since, and one whose rows another wrote over (drafts write
-// rows too) starts over where it is, drafting as a drafter begun one token back does.
+// Each of a session's sequences has its own K/V cache of the block: drafters of two sequences,
+// following and drafting in turn, draft as drafters alone on sessions of one sequence do.
 TEST(CudaMtp, DraftersOfTwoSequencesKeepTheirOwnRows) {
   LODE_REQUIRE_GPU();
   const Loaded& m = mini();
@@ -181,7 +180,8 @@ TEST(CudaMtp, DraftersOfTwoSequencesKeepTheirOwnRows) {
 
 // Drafts for several sequences in one step of the block a draft (GpuDrafter::draft_together, the
 // GPU server's) are each drafter's own drafts: different numbers wanted (none for one), a minimum
-// probability for another, one drafter that has followed nothing (no drafts).
+// probability for another, one drafter that has followed nothing (no drafts), one begun part way
+// (its rows' rotary positions shifted otherwise than the others').
 TEST(CudaMtp, DraftersOfSeveralSequencesDraftTogetherAsAlone) {
   LODE_REQUIRE_GPU();
   const Loaded& m = mini();
@@ -196,7 +196,14 @@ TEST(CudaMtp, DraftersOfSeveralSequencesDraftTogetherAsAlone) {
     session.use_sequence(q);
     session.prefill(tokens, false, &hidden);
     drafters.push_back(std::make_unique<cuda::GpuDrafter>(session));
-    drafters.back()->advance(tokens, hidden);
+    if (q == 1) {  // begun 5 tokens back: its K/V row 0 is position 5 from the end
+      const size_t from = tokens.size() - 5;
+      drafters.back()->reset(int64_t(from));
+      drafters.back()->advance(std::span(tokens).subspan(from),
+                               std::span(hidden).subspan(from * size_t(m.config.hidden)));
+    } else {
+      drafters.back()->advance(tokens, hidden);
+    }
     pending.push_back(tokens[size_t(q)]);
   }
   session.use_sequence(4);
@@ -226,6 +233,12 @@ TEST(CudaMtp, DraftersOfSeveralSequencesDraftTogetherAsAlone) {
   const std::vector<std::vector<int32_t>> again =
       cuda::GpuDrafter::draft_together(all, pending, three, std::vector<float>(5, 0.0f));
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(again[i], all[i]->draft(pending[i], 3, 0)) << "drafter " << i << ", again";
+  // Three other sequences than the first call's three (its captured step replayed for them).
+  const std::vector<cuda::GpuDrafter*> others = {all[1], all[2], all[3]};
+  const std::vector<std::vector<int32_t>> third = cuda::GpuDrafter::draft_together(
+      others, std::span(pending).subspan(1, 3), std::span(three).first(3), std::vector<float>(3, 0.0f));
+  for (size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(third[i], others[i]->draft(pending[i + 1], 3, 0)) << "drafter " << i + 1 << ", with others";
 }
 
 TEST(CudaMtp, AFileWithoutTheBlockIsRefusedSayingSo) {

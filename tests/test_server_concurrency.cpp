@@ -111,6 +111,7 @@ TEST(ServerConcurrency, StreamsWithDraftsEqualTheirSoloRunsWithout) {
   server::ServerOptions drafted;
   drafted.worker.parallel = kClients;
   drafted.worker.mtp = 3;
+  drafted.worker.token_delay = std::chrono::milliseconds(5);  // (the four overlap: windows side by side)
   TestServer server(drafted);
   const std::vector<std::string> together = concurrent_texts(server, kClients);
   for (int i = 0; i < kClients; ++i) EXPECT_EQ(together[size_t(i)], alone[size_t(i)]) << "client " << i;

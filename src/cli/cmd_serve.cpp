@@ -66,7 +66,8 @@ std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedM
                    .activations = model::Activations::q8,
                    .kv_format = kv,
                    .mtp = o.server.worker.mtp,
-                   .draft_sequences = o.mtp_sequences.value_or(kGpuDraftSequences),
+                   // (no more than can decode at once: the kept states are for their windows)
+                   .draft_sequences = std::min<int64_t>(o.mtp_sequences.value_or(kGpuDraftSequences), sequences),
                    .sequences = sequences,
                    .kv_positions = o.kv_positions};
   auto engine = open_gpu_model(o.backend, model.reader, model.config, std::move(weights), run);

@@ -82,7 +82,7 @@ std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafte
   // Every row stays in every step (a step's rows pair with the outputs of the step before, row by
   // row), those done drafting at a row the context holds; their extra drafts are dropped.
   std::vector<int64_t> at(live.size());
-  for (int64_t step = 0; step < most; ++step) {
+  for (int64_t step = 0; step < most && std::find(going.begin(), going.end(), true) != going.end(); ++step) {
     for (size_t t = 0; t < live.size(); ++t) at[t] = std::min(rows[t] + step, session.max_context() - 1);
     session.mtp_draft_rows(sequences, tokens, step == 0 ? std::span<const float>(hidden) : std::span<const float>(),
                            at, shifts, out, probabilities);

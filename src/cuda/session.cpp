@@ -7,6 +7,7 @@
 #include <cassert>
 #include <chrono>
 #include <map>
+#include <numeric>
 #include <tuple>
 #include <optional>
 #include <random>
@@ -1162,16 +1163,18 @@ struct CudaSession::Impl {
     std::vector<LayerState> states;  // [sequence]: its cache's view
     LayerState rows_state;           // every sequence's cache, a row's sequence read on the device
     int64_t* shifts = nullptr;       // device: [step_rows] what each row's rotary position adds
+    // (The rows' sequences and K/V rows in the step's device_sequences and device_positions.)
     std::unique_ptr<KvCache> kv;
     DeviceMatrix eh_proj;
     const float *enorm = nullptr, *hnorm = nullptr, *head_norm = nullptr;
     float* rows = nullptr;            // [step_rows][2 hidden]: embedding | hidden state
     int64_t* position = nullptr;      // device: {K/V row, rotary shift}
-    // A sequence's graphs (its cache's page table is their kernels' argument), captured on first
-    // use: [sequence] one draft step; [sequence][n - 1] n rows' K/V.
+    // Graphs captured on first use: [sequence] one draft step (its cache's page table is their
+    // kernels' argument); [n - 1] n rows' K/V (of any sequence: rows_state); [n - 1] a draft step
+    // of n sequences' rows.
     std::vector<cudaGraphExec_t> draft;
-    std::vector<std::vector<cudaGraphExec_t>> append;
-    std::vector<cudaGraphExec_t> draft_rows;  // [n - 1]: a draft step of n sequences' rows
+    std::vector<cudaGraphExec_t> append;
+    std::vector<cudaGraphExec_t> draft_rows;
   };
   std::unique_ptr<Mtp> mtp;
 
@@ -1204,52 +1207,53 @@ struct CudaSession::Impl {
     m.rows_state.kv = m.kv->layer(0, 0);
     m.rows_state.kv.row_sequence = device_sequences, m.rows_state.kv.pages_stride = m.kv->pages_per_sequence();
     m.draft.assign(size_t(sequences), nullptr);
-    m.append.assign(size_t(sequences), std::vector<cudaGraphExec_t>(size_t(options.step_rows), nullptr));
+    m.append.assign(size_t(options.step_rows), nullptr);
     m.draft_rows.assign(size_t(options.step_rows), nullptr);
     m.rows = reinterpret_cast<float*>(base + scratch.mtp_rows);
     m.position = reinterpret_cast<int64_t*>(base + scratch.mtp_position);
     m.shifts = reinterpret_cast<int64_t*>(base + scratch.mtp_shifts);
   }
 
-  // Pinned staging of the MTP block's rows, room for `pieces` pieces of step_rows rows (and their
-  // positions) at once: a call stages every piece first, since the stream copies each later.
+  // Pinned staging of the MTP block's rows, room for `pieces` pieces of step_rows rows (their
+  // embeddings and states, sequences, K/V rows and shifts) at once: a call stages every piece
+  // first, since the stream copies each later.
+  struct MtpStage {
+    float* rows = nullptr;         // [pieces][step_rows][2 hidden]
+    int64_t* positions = nullptr;  // [pieces][step_rows] K/V rows, then [pieces][step_rows] shifts
+    int32_t* sequences = nullptr;  // [pieces][step_rows]
+    int64_t pieces = 0;
+  } mtp_stage;
+  void free_mtp_stage() {
+    cudaFreeHost(mtp_stage.rows), cudaFreeHost(mtp_stage.positions), cudaFreeHost(mtp_stage.sequences);
+    mtp_stage = {};
+  }
   void mtp_stage_for(int64_t pieces) {
-    if (pieces <= mtp_stage_pieces) return;
-    pieces = std::max(pieces, 2 * mtp_stage_pieces);  // (growing synchronises the device: rarely)
-    cudaFreeHost(pinned_mtp_rows);
-    cudaFreeHost(pinned_mtp_position);
-    pinned_mtp_rows = nullptr, pinned_mtp_position = nullptr, mtp_stage_pieces = 0;
+    if (pieces <= mtp_stage.pieces) return;
+    pieces = std::max(pieces, 2 * mtp_stage.pieces);  // (growing synchronises the device: rarely)
+    free_mtp_stage();
     const size_t rows = size_t(pieces * options.step_rows);
-    check_cuda(cudaMallocHost(&pinned_mtp_rows, rows * size_t(2 * config.hidden) * sizeof(float)), "pinned memory");
-    check_cuda(cudaMallocHost(&pinned_mtp_position, size_t(2 * pieces) * sizeof(int64_t)), "pinned memory");
-    mtp_stage_pieces = pieces;
+    check_cuda(cudaMallocHost(&mtp_stage.rows, rows * size_t(2 * config.hidden) * sizeof(float)), "pinned memory");
+    check_cuda(cudaMallocHost(&mtp_stage.positions, 2 * rows * sizeof(int64_t)), "pinned memory");
+    check_cuda(cudaMallocHost(&mtp_stage.sequences, rows * sizeof(int32_t)), "pinned memory");
+    mtp_stage.pieces = pieces;
   }
 
-  // The block's rows for `n` tokens (at most step_rows), staged as piece p: each token's embedding
-  // and the hidden state it pairs with (host memory, [n][hidden]; null: the block's own output of
-  // the last draft, in `normed`), at K/V rows row.. with the rotation's positions `shift` further on.
-  void mtp_inputs(const int32_t* tokens, const float* hidden, int64_t n, int64_t row, int64_t shift, int64_t p = 0) {
-    const model::Qwen35MoeConfig& c = config;
-    const int64_t hd = c.hidden;
+  // The block's row for one draft of one sequence: the token's embedding and the hidden state it
+  // pairs with (host memory, [hidden]; null: the block's own output of the last draft, in
+  // `normed`), at K/V row `row` with the rotation's position `shift` further on (m.position).
+  void mtp_input(int32_t token, const float* hidden, int64_t row, int64_t shift) {
+    const int64_t hd = config.hidden;
     Mtp& m = *mtp;
-    float* stage = pinned_mtp_rows + p * options.step_rows * 2 * hd;
-    int64_t* position = pinned_mtp_position + 2 * p;
-    for (int64_t t = 0; t < n; ++t) {
-      model::dequantize_row(host.token_embd, tokens[t], stage + t * 2 * hd);
-      if (hidden) std::copy_n(hidden + t * hd, hd, stage + t * 2 * hd + hd);
-    }
+    float* stage = mtp_stage.rows;
+    int64_t* position = mtp_stage.positions;
+    model::dequantize_row(host.token_embd, token, stage);
+    if (hidden) std::copy_n(hidden, hd, stage + hd);
     position[0] = row, position[1] = shift;
-    if (hidden) {
-      check_cuda(cudaMemcpyAsync(m.rows, stage, size_t(n * 2 * hd) * sizeof(float), cudaMemcpyHostToDevice, stream),
-                 "the MTP block's rows");
-    } else {  // one row: its embedding from the host, its state the last draft's output
-      check_cuda(cudaMemcpyAsync(m.rows, stage, size_t(hd) * sizeof(float), cudaMemcpyHostToDevice, stream),
-                 "the MTP block's rows");
-      check_cuda(cudaMemcpyAsync(m.rows + hd, normed, size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, stream),
-                 "the MTP block's rows");
-    }
-    check_cuda(cudaMemcpyAsync(m.position, position, 2 * sizeof(int64_t), cudaMemcpyHostToDevice, stream),
-               "the MTP block's position");
+    const auto check = [](cudaError_t e) { check_cuda(e, "the MTP block's row"); };
+    check(cudaMemcpyAsync(m.rows, stage, size_t((hidden ? 2 : 1) * hd) * sizeof(float), cudaMemcpyHostToDevice, stream));
+    if (!hidden)  // its state the last draft's output
+      check(cudaMemcpyAsync(m.rows + hd, normed, size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    check(cudaMemcpyAsync(m.position, position, 2 * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
   }
 
   // The block's layer input for the window's rows in m.rows: both halves normed, eh_proj into h,
@@ -1271,29 +1275,33 @@ struct CudaSession::Impl {
   // The rows of a draft step over several sequences (mtp_draft_rows) staged: each row's embedding
   // and the hidden state it pairs with (host memory, [n][hidden]; null: the rows' outputs of the
   // draft step before, in normed), its sequence, K/V row and rotary shift.
+  // (staged as piece p of mtp_stage: a caller that stages several pieces calls mtp_stage_for first)
   void mtp_row_inputs(std::span<const int64_t> sequences, std::span<const int32_t> tokens, const float* hidden,
-                      std::span<const int64_t> rows, std::span<const int64_t> shifts) {
-    const int64_t hd = config.hidden, n = int64_t(tokens.size());
+                      std::span<const int64_t> rows, std::span<const int64_t> shifts, int64_t p = 0) {
+    const int64_t hd = config.hidden, n = int64_t(tokens.size()), at = p * options.step_rows;
     const size_t row_bytes = size_t(hd) * sizeof(float);
     Mtp& m = *mtp;
+    float* stage = mtp_stage.rows + at * 2 * hd;
+    int64_t* positions = mtp_stage.positions + at;
+    int64_t* shifted = mtp_stage.positions + mtp_stage.pieces * options.step_rows + at;
+    int32_t* of = mtp_stage.sequences + at;
     for (int64_t t = 0; t < n; ++t) {
-      model::dequantize_row(host.token_embd, tokens[size_t(t)], pinned_mtp_rows + t * 2 * hd);
-      if (hidden) std::copy_n(hidden + t * hd, hd, pinned_mtp_rows + t * 2 * hd + hd);
-      pinned_sequences[t] = int32_t(sequences[size_t(t)]), pinned_positions[t] = rows[size_t(t)];
-      pinned_mtp_shifts[t] = shifts[size_t(t)];
+      model::dequantize_row(host.token_embd, tokens[size_t(t)], stage + t * 2 * hd);
+      if (hidden) std::copy_n(hidden + t * hd, hd, stage + t * 2 * hd + hd);
+      of[t] = int32_t(sequences[size_t(t)]), positions[t] = rows[size_t(t)], shifted[t] = shifts[size_t(t)];
     }
     const auto check = [](cudaError_t e) { check_cuda(e, "the MTP block's rows"); };
     if (hidden) {
-      check(cudaMemcpyAsync(m.rows, pinned_mtp_rows, 2 * n * row_bytes, cudaMemcpyHostToDevice, stream));
+      check(cudaMemcpyAsync(m.rows, stage, 2 * n * row_bytes, cudaMemcpyHostToDevice, stream));
     } else {  // the embeddings from the host, the states the last draft step's outputs
-      check(cudaMemcpy2DAsync(m.rows, 2 * row_bytes, pinned_mtp_rows, 2 * row_bytes, row_bytes, size_t(n),
+      check(cudaMemcpy2DAsync(m.rows, 2 * row_bytes, stage, 2 * row_bytes, row_bytes, size_t(n),
                               cudaMemcpyHostToDevice, stream));
       check(cudaMemcpy2DAsync(m.rows + hd, 2 * row_bytes, normed, row_bytes, row_bytes, size_t(n),
                               cudaMemcpyDeviceToDevice, stream));
     }
-    check(cudaMemcpyAsync(device_sequences, pinned_sequences, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
-    check(cudaMemcpyAsync(device_positions, pinned_positions, size_t(n) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
-    check(cudaMemcpyAsync(m.shifts, pinned_mtp_shifts, size_t(n) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+    check(cudaMemcpyAsync(device_sequences, of, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    check(cudaMemcpyAsync(device_positions, positions, size_t(n) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+    check(cudaMemcpyAsync(m.shifts, shifted, size_t(n) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
   }
 
   // One draft step: the block's forward for the window's rows in m.rows over the caches `st` reads
@@ -1488,10 +1496,7 @@ struct CudaSession::Impl {
     // (Also where a step's top candidates land: 64 pairs a row, more than a small vocabulary's floats.)
     const size_t row_floats = std::max<size_t>(size_t(config.vocab), 2 * sample::kTopCandidates);
     check_cuda(cudaMallocHost(&pinned_logits, rows * row_floats * sizeof(float)), "pinned memory");
-    if (options.mtp) {
-      mtp_stage_for(1);
-      check_cuda(cudaMallocHost(&pinned_mtp_shifts, rows * sizeof(int64_t)), "pinned memory");
-    }
+    if (options.mtp) mtp_stage_for(1);
     check_cuda(cudaMallocHost(&pinned_token, rows * sizeof(int32_t)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_aside, rows * (1 + sample::kTopAsideMost) * sizeof(int32_t)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_aside_logits, rows * sample::kTopAsideMost * sizeof(float)), "pinned memory");
@@ -1508,8 +1513,7 @@ struct CudaSession::Impl {
     for (auto& [at, exec] : cuts) drop(exec);
     if (!mtp) return;
     for (cudaGraphExec_t& exec : mtp->draft) drop(exec);
-    for (auto& of_sequence : mtp->append)
-      for (cudaGraphExec_t& exec : of_sequence) drop(exec);
+    for (cudaGraphExec_t& exec : mtp->append) drop(exec);
     for (cudaGraphExec_t& exec : mtp->draft_rows) drop(exec);
   }
 
@@ -1518,9 +1522,7 @@ struct CudaSession::Impl {
     cudaFreeHost(pinned_sequences);  // (with the positions and embeddings after it)
     cudaFreeHost(pinned_hidden);
     cudaFreeHost(pinned_logits);
-    cudaFreeHost(pinned_mtp_rows);
-    cudaFreeHost(pinned_mtp_position);
-    cudaFreeHost(pinned_mtp_shifts);
+    free_mtp_stage();
     cudaFreeHost(pinned_token);
     cudaFreeHost(pinned_aside);
     cudaFreeHost(pinned_aside_logits);
@@ -1556,10 +1558,6 @@ struct CudaSession::Impl {
   float* pinned_embedding = nullptr;
   float* pinned_hidden = nullptr;     // likewise, the final-normed states back
   float* pinned_logits = nullptr;
-  float* pinned_mtp_rows = nullptr;     // the MTP block's rows staged: [pieces][step_rows][2 hidden]
-  int64_t* pinned_mtp_position = nullptr;  // [pieces][2]: the MTP block's K/V row and rotary shift
-  int64_t* pinned_mtp_shifts = nullptr;    // [step_rows]: a draft step of several sequences' shifts
-  int64_t mtp_stage_pieces = 0;
   int32_t* pinned_token = nullptr;
   int32_t* pinned_aside = nullptr;         // a step's ids set aside, as top_aside holds them
   float* pinned_aside_logits = nullptr;    // and their logits back
@@ -1872,15 +1870,22 @@ void CudaSession::mtp_append(int64_t sequence, std::span<const int32_t> tokens, 
   if (int64_t(hidden.size()) != n * width) fail("cuda session: {} hidden values for {} MTP rows", hidden.size(), n);
   if (row < 0 || row + n > s.options.max_context)
     fail("cuda session: MTP rows {}..{} past the context of {}", row, row + n, s.options.max_context);
-  // In pieces the step's scratch holds, all staged before the stream copies any.
-  s.mtp_stage_for((n + s.options.step_rows - 1) / s.options.step_rows);
-  for (int64_t at = 0, p = 0; at < n; at += s.options.step_rows, ++p) {
-    const int64_t piece = std::min(s.options.step_rows, n - at);
-    s.mtp_inputs(tokens.data() + at, hidden.data() + at * width, piece, row + at, shift, p);
+  // In pieces the step's scratch holds, all staged before the stream copies any; each piece's rows
+  // through every sequence's cache (rows_state), so that a graph serves all sequences.
+  const int64_t most = s.options.step_rows;
+  s.mtp_stage_for((n + most - 1) / most);
+  const std::vector<int64_t> of(size_t(most), sequence), shifts(size_t(most), shift);
+  std::vector<int64_t> rows_of(of.size());
+  for (int64_t at = 0, p = 0; at < n; at += most, ++p) {
+    const int64_t piece = std::min(most, n - at);
+    std::iota(rows_of.begin(), rows_of.end(), row + at);
+    s.mtp_row_inputs(std::span(of).first(size_t(piece)), tokens.subspan(size_t(at), size_t(piece)),
+                     hidden.data() + at * width, std::span(rows_of).first(size_t(piece)),
+                     std::span(shifts).first(size_t(piece)), p);
     const Impl::WindowRows rows(s, piece);  // (the MTP block's layer has no DeltaNet states)
-    s.replay(s.mtp->append[size_t(sequence)][size_t(piece - 1)], "the MTP block's rows", [&] {
+    s.replay(s.mtp->append[size_t(piece - 1)], "the MTP block's rows", [&] {
       s.mtp_layer_input();
-      s.attention_kv(s.mtp->layer, s.mtp->states[size_t(sequence)], s.mtp->position, s.mtp->position + 1);
+      s.attention_kv(s.mtp->layer, s.mtp->rows_state, s.device_positions, s.mtp->shifts);
     });
   }
   check_cuda(cudaStreamSynchronize(s.stream), "the MTP block's rows");
@@ -1894,7 +1899,7 @@ int32_t CudaSession::mtp_draft(int64_t sequence, int32_t token, std::span<const 
   if (!hidden.empty() && int64_t(hidden.size()) != c.hidden) fail("cuda session: an MTP row of {} hidden values", hidden.size());
   if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
   if (row < 0 || row >= s.options.max_context) fail("cuda session: MTP row {} past the context of {}", row, s.options.max_context);
-  s.mtp_inputs(&token, hidden.empty() ? nullptr : hidden.data(), 1, row, shift);
+  s.mtp_input(token, hidden.empty() ? nullptr : hidden.data(), row, shift);
   s.replay(s.mtp->draft[size_t(sequence)], "a draft",
            [&] { s.mtp_draft_step(s.mtp->states[size_t(sequence)], s.mtp->position, s.mtp->position + 1); });
   check_cuda(cudaMemcpyAsync(s.pinned_token, s.device_token, sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream),

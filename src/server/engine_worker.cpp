@@ -551,8 +551,17 @@ void EngineWorker::draft_windows(std::span<Slot* const> slots) {
   try {
     std::vector<std::vector<int32_t>> windows = engine::next_windows(asks);
     for (size_t i = 0; i < slots.size(); ++i) slots[i]->running->window = std::move(windows[i]);
-  } catch (const std::exception& e) {
-    for (Slot* slot : slots) fail_job(*slot, e.what());
+    return;
+  } catch (const std::exception&) {  // (one sequence's, maybe: each drafts alone, failing only its job)
+  }
+  for (Slot* slot : slots) {
+    Running& seq = *slot->running;
+    try {
+      seq.window = engine::next_window(*slot->sequence, slot->sequence->drafter(), *seq.generation, *seq.pending,
+                                       seq.options);
+    } catch (const std::exception& e) {
+      fail_job(*slot, e.what());
+    }
   }
 }
 

@@ -206,7 +206,8 @@ class EngineWorker {
   int64_t running_slots() const;   // slots with a job
   int64_t decoding_slots() const;  // of them, those past their prompts
   // The next windows of these decoding slots' sequences, their drafts asked of the engine together
-  // (engine::next_windows) into each one's Running::window; a failure fails their jobs.
+  // (engine::next_windows) into each one's Running::window; where that fails, each drafts alone, a
+  // failure failing its job.
   void draft_windows(std::span<Slot* const> slots);
   // A decoding sequence's row: its pending token, and with `drafting` its window (draft_windows').
   engine::StepRow decode_row(Slot& slot, bool drafting);
