@@ -127,6 +127,27 @@ TEST(BenchReport, StepsOfSeveralSequencesWindowsShowTheSpeedupTheyImply) {
   EXPECT_DOUBLE_EQ(parsed["sequences"][1].at("steps_of_one_token_each").get<double>(), 1.25);
   EXPECT_DOUBLE_EQ(parsed["sequences"][1]["speedup_at_acceptance"].at("0.8").get<double>(), 1.44);
   EXPECT_FALSE(parsed["sequences"][1].contains("tokens_per_s"));
+  EXPECT_FALSE(parsed["sequences"][1].contains("ms_drafting"));
+  EXPECT_EQ(text.find("drafting them"), std::string::npos) << text;  // (no MTP block: not timed)
+}
+
+// On a model with an MTP block the step of windows says what drafting them costs, and the speedup
+// with it: a window of 3 yields 1 + 0.8 + 0.64 tokens at acceptance 0.8, for 1.5 steps of one token
+// each plus drafts of 2 ms against the 8 ms step (0.25 steps).
+TEST(BenchReport, StepsOfSeveralSequencesWindowsSayWhatDraftingThemCosts) {
+  measure::BenchRun b = a_run("m.gguf", 10240);
+  b.sequences.push_back({.depth = 0, .sequences = 4, .seconds = 0.008, .step_ratio = 4.0});
+  b.sequences.push_back({.depth = 0, .sequences = 4, .window = 3, .seconds = 0.012, .step_ratio = 6.0, .plain_ratio = 1.5,
+                         .draft_seconds = 0.002});
+  const std::string text = measure::to_text(h200_like(), b);
+  EXPECT_NE(text.find("4 sequences x window 3 @ depth 0       12.000 ms a step = 1.50 steps of one token each; at "
+                      "acceptance 0.6 / 0.8 / 0.9 they would decode 1.31x / 1.63x / 1.81x faster; drafting them 2.000 ms "
+                      "(0.25 steps), with it 1.12x / 1.39x / 1.55x\n"),
+            std::string::npos)
+      << text;
+  const auto parsed = nlohmann::json::parse(measure::to_json(h200_like(), b).dump());
+  EXPECT_DOUBLE_EQ(parsed["sequences"][1].at("ms_drafting").get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(parsed["sequences"][1]["speedup_with_drafting_at_acceptance"].at("0.8").get<double>(), 1.394);
 }
 
 // Under the tier a step of rows says what its misses cost both ways: the absent experts' bytes the

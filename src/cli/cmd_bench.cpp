@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 #include <optional>
 #include <random>
 
@@ -231,6 +232,34 @@ measure::SequencesFigures bench_sequences(cuda::CudaPipeline& session, const Dec
           .tier = per(tier_delta(before, session.expert_stats()), double(generate * repeats))};
 }
 
+// The drafts of a step of n sequences' verify windows of w tokens: w - 1 steps of the MTP block
+// over a row of each sequence (CudaSession::mtp_draft_rows, as the GPU server drafts), the first
+// from random hidden states, at K/V rows `row`.. of the sequences' caches of the block (what the
+// rows hold does not change the work); the median of `repeats` runs of `generate` windows' drafts
+// after a warm-up, per window.
+double bench_drafts(cuda::CudaPipeline& pipeline, int64_t n, int64_t w, int64_t row, int64_t generate, int repeats) {
+  cuda::CudaSession& session = pipeline.only("--sequence-windows' drafts");
+  const int64_t width = session.config().hidden;
+  const size_t count = static_cast<size_t>(n);
+  std::vector<int64_t> sequences(count), shifts(count, 1), rows(count);
+  std::iota(sequences.begin(), sequences.end(), int64_t(0));
+  std::vector<int32_t> tokens(count, 1), out(count);
+  std::vector<float> hidden(size_t(n * width));
+  std::mt19937 random(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& x : hidden) x = normal(random);
+  row = std::clamp<int64_t>(row, 0, session.max_context() - w);
+  const auto run = [&] {
+    for (int64_t d = 0; d + 1 < w; ++d) {
+      std::fill(rows.begin(), rows.end(), row + d);
+      session.mtp_draft_rows(sequences, tokens, d == 0 ? std::span<const float>(hidden) : std::span<const float>(),
+                             rows, shifts, out, {});
+    }
+  };
+  run();
+  return median_seconds_per_call(run, generate, repeats);
+}
+
 // `count` prompts of `n` tokens, sequence s reading the tokens from s on, from empty sequences, in
 // passes that take as many as fit one (CudaSession::prefill_pieces); the median of `repeats` runs
 // after a warm-up, against one prompt at a time (`alone`: the prefill of n tokens). Sequence 0 is
@@ -273,7 +302,7 @@ measure::PiecesFigures bench_pieces(cuda::CudaPipeline& session, const std::vect
 }
 
 cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_context, int64_t budget_mib,
-                                         const std::vector<double>& expert_scores) {
+                                         const std::vector<double>& expert_scores, bool with_mtp = false) {
   cuda::CudaSessionOptions options;
   options.max_context = max_context;
   options.vram_budget = size_t(budget_mib) << 20;
@@ -282,6 +311,7 @@ cuda::CudaSessionOptions session_options(const BenchOptions& o, int64_t max_cont
   options.miss_path = miss_path_from(o.miss_path);
   options.prompt_chunk = o.prompt_chunk;
   options.kv_format = chosen_kv_format(o.kv);
+  options.mtp = with_mtp;  // (for --sequence-windows' drafts)
   options.step_rows = o.windows.empty() ? 1 : *std::max_element(o.windows.begin(), o.windows.end());
   options.window_rows = options.step_rows;
   if (!o.sequences.empty()) {
@@ -476,8 +506,10 @@ measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeCon
                   const std::vector<double>& expert_scores) {
   const std::vector<int> gpus = o.gpus.empty() ? std::vector<int>{0} : parse_gpus(o.gpus);
   const auto t_load = Clock::now();
-  cuda::CudaPipeline pipeline(reader, std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config)),
-                              session_options(o, context, budget_mib, expert_scores), gpus,
+  auto weights = std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config));
+  // --sequence-windows times their drafts too where the file has the MTP block (on one GPU).
+  const bool drafts = !o.sequence_windows.empty() && weights->mtp && gpus.size() == 1;
+  cuda::CudaPipeline pipeline(reader, weights, session_options(o, context, budget_mib, expert_scores, drafts), gpus,
                               o.hand_over == "nccl" ? cuda::HandOverBy::nccl : cuda::HandOverBy::peer_copy);
   measure::BenchRun b;
   b.model = o.model, b.kv = kv::to_string(chosen_kv_format(o.kv)), b.fill = o.fill;
@@ -509,6 +541,7 @@ measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeCon
         measure::SequencesFigures f =
             bench_sequences(pipeline, b.decodes.back(), n, o.generate, o.repeats, start ? &*start : nullptr, w);
         f.plain_ratio = f.seconds / plain.seconds;
+        if (drafts) f.draft_seconds = bench_drafts(pipeline, n, w, b.decodes.back().depth, o.generate, o.repeats);
         b.sequences.push_back(f);
       }
     }
@@ -608,7 +641,9 @@ void add_bench_command(CLI::App& app) {
                   "With --sequences: steps of every sequence's verify window of each of these token counts too "
                   "(serving with drafts: every draft accepted, sequences x tokens at most 64; the states are kept "
                   "for every row of the largest such step, VRAM that a budget takes from the experts), against "
-                  "the steps of one token each and the speedup they imply at draft acceptance 0.6, 0.8 and 0.9")
+                  "the steps of one token each and the speedup they imply at draft acceptance 0.6, 0.8 and 0.9; "
+                  "on a model with an MTP block (one GPU), also what drafting them costs (the block's steps over "
+                  "a row of each sequence, as lode serve drafts) and the speedup with it")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(2), int64_t(64)));
   cmd->add_option("--prompts-together", o->pieces,

@@ -118,6 +118,12 @@ nlohmann::json sequences_json(const SequencesFigures& f) {
     for (double a : kAcceptances)
       speedups[fmt::format("{:.1f}", a)] = rounded(window_tokens_at(f.window, a) / f.plain_ratio, 3);
     j["window"] = f.window, j["steps_of_one_token_each"] = rounded(f.plain_ratio, 3), j["speedup_at_acceptance"] = speedups;
+    if (f.draft_seconds > 0) {
+      nlohmann::json drafted = nlohmann::json::object();
+      for (double a : kAcceptances)
+        drafted[fmt::format("{:.1f}", a)] = rounded(window_tokens_at(f.window, a) / (f.plain_ratio + f.draft_ratio()), 3);
+      j["ms_drafting"] = rounded(1e3 * f.draft_seconds, 4), j["speedup_with_drafting_at_acceptance"] = drafted;
+    }
   } else {
     j["tokens_per_s"] = rounded(f.tokens_per_s(), 1);
   }
@@ -134,6 +140,14 @@ std::string sequences_line(const BenchRun& b, const SequencesFigures& f) {
     line = fmt::format("{} sequences x window {} @ depth {:<6} {:7.3f} ms a step = {:.2f} steps of one token each; at "
                        "acceptance 0.6 / 0.8 / 0.9 they would decode {} faster",
                        f.sequences, f.window, f.depth, 1e3 * f.seconds, f.plain_ratio, speedups);
+    if (f.draft_seconds > 0) {
+      std::string drafted;
+      for (double a : kAcceptances)
+        drafted += fmt::format("{}{:.2f}x", drafted.empty() ? "" : " / ",
+                               window_tokens_at(f.window, a) / (f.plain_ratio + f.draft_ratio()));
+      line += fmt::format("; drafting them {:.3f} ms ({:.2f} steps), with it {}", 1e3 * f.draft_seconds,
+                          f.draft_ratio(), drafted);
+    }
   } else {
     line = fmt::format("{} sequences @ depth {:<6} {:7.3f} ms a step = {:.2f} one-token steps; {:8.1f} "
                        "tokens/s in all, {:.2f}x one sequence's",

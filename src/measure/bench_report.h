@@ -57,6 +57,11 @@ struct SequencesFigures {
   double seconds = 0;      // per step
   double step_ratio = 0;   // seconds over the one-token step's
   double plain_ratio = 0;  // with windows: seconds over the step of one token each
+  // With windows, on a model with an MTP block: the drafts of one such step (window - 1 steps of the
+  // block over a row of each sequence, as the GPU server drafts them); 0: not timed.
+  double draft_seconds = 0;
+  // The drafts in steps of one token each, as plain_ratio counts the step.
+  double draft_ratio() const { return seconds > 0 ? draft_seconds / seconds * plain_ratio : 0; }
   TierFigures tier;        // per step
   double tokens_per_s() const { return seconds > 0 ? double(sequences) / seconds : 0; }  // all sequences'
 };
