@@ -175,6 +175,47 @@ TEST(Mtp, TheBlocksDraftsAgreeWithTheModelAsInTraining) {
   EXPECT_LT(share, 0.75);
 }
 
+// Drafts for several sequences in steps of the block over a row of each (MtpDrafter::draft_together,
+// the CPU server's) are each drafter's own: different numbers wanted (none for one), a minimum
+// probability for another, one drafter that has followed nothing, one begun part way.
+TEST(Mtp, DraftersOfSeveralSequencesDraftTogetherAsAlone) {
+  const Loaded& m = mini();
+  const char* texts[] = {"The ls command lists the files of a folder, and with -l", "To copy a file keep its name: cp",
+                         "grep finds lines that match a pattern in", "A folder's disk usage: du -sh"};
+  auto model = cpu::CpuModel::make(m.weights, {.threads = 2, .max_context = 256});
+  std::vector<std::unique_ptr<engine::Sequence>> sequences;
+  std::vector<engine::Drafter*> drafters;
+  std::vector<int32_t> pending;
+  for (int q = 0; q < 4; ++q) {
+    const std::vector<int32_t> tokens = m.text.encode(texts[q], false);
+    sequences.push_back(model->open_sequence());
+    engine::Drafter& drafter = sequences.back()->drafter();
+    const size_t from = q == 1 ? tokens.size() - 5 : 0;  // (the second begun 5 tokens back)
+    if (from > 0) engine::prefill(*sequences.back(), std::span(tokens).first(from), 0);
+    drafter.reset(int64_t(from));
+    engine::prefill(*sequences.back(), std::span(tokens).subspan(from), 0, false,
+                    [&](std::span<const int32_t> chunk, std::span<const float> hidden) { drafter.advance(chunk, hidden); });
+    drafters.push_back(&drafter), pending.push_back(tokens[size_t(q)]);
+  }
+  sequences.push_back(model->open_sequence());  // (nothing followed)
+  drafters.push_back(&sequences.back()->drafter()), pending.push_back(pending.front());
+  const std::vector<int64_t> n = {4, 2, 0, 3, 2};
+  const std::vector<float> min_p = {0, 0, 0, 0.5f, 0};
+  std::vector<engine::DraftAsk> asks;
+  for (size_t i = 0; i < 5; ++i) asks.push_back({drafters[i], pending[i], n[i], min_p[i]});
+  const std::vector<std::vector<int32_t>> together = model->draft_together(asks);
+  ASSERT_EQ(together.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    const std::vector<int32_t> alone = n[i] > 0 ? drafters[i]->draft(pending[i], n[i], min_p[i]) : std::vector<int32_t>{};
+    EXPECT_EQ(together[i], alone) << "drafter " << i;
+  }
+  EXPECT_EQ(together[0].size(), 4u);
+  EXPECT_TRUE(together[2].empty());
+  EXPECT_TRUE(together[4].empty());
+  // The drafters' caches hold what they followed, no draft's rows: drafting again gives the same.
+  EXPECT_EQ(model->draft_together(asks), together);
+}
+
 TEST(Mtp, AFileWithoutTheBlockIsRefusedSayingSo) {
   const test::TempDir dir;
   model::SynthOptions o;

@@ -106,6 +106,19 @@ void CpuModel::step(std::span<engine::StepRow> rows) {
   }
 }
 
+std::vector<std::vector<int32_t>> CpuModel::draft_together(std::span<const engine::DraftAsk> asks) {
+  std::vector<MtpDrafter*> drafters;
+  std::vector<int32_t> pending;
+  std::vector<int64_t> n;
+  std::vector<float> min_p;
+  for (const engine::DraftAsk& a : asks) {
+    auto* drafter = dynamic_cast<MtpDrafter*>(a.drafter);
+    if (!drafter) return engine::Model::draft_together(asks);  // (another kind of drafter)
+    drafters.push_back(drafter), pending.push_back(a.pending), n.push_back(a.n), min_p.push_back(a.min_p);
+  }
+  return MtpDrafter::draft_together(drafters, pending, n, min_p);
+}
+
 engine::EngineInfo CpuModel::info() const {
   return {.backend = "cpu", .threads = Compute{.threads = options_.threads}.resolved_threads(),
           .kv_format = options_.kv_format, .gpus = {}};

@@ -17,6 +17,9 @@ class CpuModel final : public engine::Model {
   std::unique_ptr<engine::Sequence> open_sequence() override;
   void step(std::span<engine::StepRow> rows) override;
   engine::EngineInfo info() const override;
+  // The CPU's drafters draft together, a step of the MTP block over a row of each a draft
+  // (MtpDrafter::draft_together).
+  std::vector<std::vector<int32_t>> draft_together(std::span<const engine::DraftAsk> asks) override;
 
   const std::shared_ptr<const model::ModelWeights>& weights() const { return weights_; }
   const SessionOptions& options() const { return options_; }

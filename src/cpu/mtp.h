@@ -24,6 +24,14 @@ void mtp_forward(const model::ModelWeights& main, const model::MtpWeights& w, Kv
                  const int32_t* tokens, int64_t n, int64_t first_position, const Compute& compute, float* out,
                  float* last_logits);
 
+// mtp_forward for one row of each of several caches at once (the drafts of several sequences: the
+// block's matrices and the lm head read once for all of them): row t pairs hidden row t ([n][hidden])
+// with tokens[t] at rotary position positions[t] over caches[t] (its K/V row added); out [n][hidden]
+// as mtp_forward's, every row's logits into logits [n][vocab].
+void mtp_forward_rows(const model::ModelWeights& main, const model::MtpWeights& w, std::span<KvCache* const> caches,
+                      const float* hidden, const int32_t* tokens, const int64_t* positions, const Compute& compute,
+                      float* out, float* logits);
+
 class MtpDrafter final : public engine::Drafter {
  public:
   // The weights must hold an MTP block. Its K/V cache is int8 (one fp16 scale per 64 values), a
@@ -34,6 +42,13 @@ class MtpDrafter final : public engine::Drafter {
   void reset(int64_t position) override;
   int64_t followed() const override { return start_ + seen_; }
   std::string describe() const override;
+  // Drafts for several drafters of one model at once (CpuModel::draft_together), in steps of the
+  // block over a row of each that still drafts (mtp_forward_rows); each drafter's drafts are what
+  // its draft() gives: drafters[i] wants up to n[i] after pending[i], stopping where its draft's
+  // probability falls below min_p[i].
+  static std::vector<std::vector<int32_t>> draft_together(std::span<MtpDrafter* const> drafters,
+                                                          std::span<const int32_t> pending,
+                                                          std::span<const int64_t> n, std::span<const float> min_p);
 
  private:
   std::shared_ptr<const model::ModelWeights> weights_;
