@@ -213,7 +213,14 @@ TEST(CudaMtp, DraftersOfSeveralSequencesDraftTogetherAsAlone) {
   const std::vector<float> min_p = {0, 0, 0, 0.5f, 0};
   std::vector<cuda::GpuDrafter*> all;
   for (auto& d : drafters) all.push_back(d.get());
-  const std::vector<std::vector<int32_t>> together = cuda::GpuDrafter::draft_together(all, pending, n, min_p);
+  // (What the engine asks: engine::DraftAsk's, drafters[i] asks[i]'s.)
+  const auto draft_together = [](std::vector<cuda::GpuDrafter*> drafters, std::span<const int32_t> tokens,
+                                 std::span<const int64_t> wanted, std::span<const float> least) {
+    std::vector<engine::DraftAsk> asks;
+    for (size_t i = 0; i < drafters.size(); ++i) asks.push_back({drafters[i], tokens[i], wanted[i], least[i]});
+    return cuda::GpuDrafter::draft_together(drafters, asks);
+  };
+  const std::vector<std::vector<int32_t>> together = draft_together(all, pending, n, min_p);
   ASSERT_EQ(together.size(), 5u);
   for (size_t i = 0; i < 5; ++i) {
     const std::vector<int32_t> alone = n[i] > 0 ? all[i]->draft(pending[i], n[i], min_p[i]) : std::vector<int32_t>{};
@@ -231,11 +238,11 @@ TEST(CudaMtp, DraftersOfSeveralSequencesDraftTogetherAsAlone) {
   }
   const std::vector<int64_t> three(5, 3);
   const std::vector<std::vector<int32_t>> again =
-      cuda::GpuDrafter::draft_together(all, pending, three, std::vector<float>(5, 0.0f));
+      draft_together(all, pending, three, std::vector<float>(5, 0.0f));
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(again[i], all[i]->draft(pending[i], 3, 0)) << "drafter " << i << ", again";
   // Three other sequences than the first call's three (its captured step replayed for them).
   const std::vector<cuda::GpuDrafter*> others = {all[1], all[2], all[3]};
-  const std::vector<std::vector<int32_t>> third = cuda::GpuDrafter::draft_together(
+  const std::vector<std::vector<int32_t>> third = draft_together(
       others, std::span(pending).subspan(1, 3), std::span(three).first(3), std::vector<float>(3, 0.0f));
   for (size_t i = 0; i < 3; ++i)
     EXPECT_EQ(third[i], others[i]->draft(pending[i + 1], 3, 0)) << "drafter " << i + 1 << ", with others";

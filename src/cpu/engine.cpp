@@ -107,16 +107,9 @@ void CpuModel::step(std::span<engine::StepRow> rows) {
 }
 
 std::vector<std::vector<int32_t>> CpuModel::draft_together(std::span<const engine::DraftAsk> asks) {
-  std::vector<MtpDrafter*> drafters;
-  std::vector<int32_t> pending;
-  std::vector<int64_t> n;
-  std::vector<float> min_p;
-  for (const engine::DraftAsk& a : asks) {
-    auto* drafter = dynamic_cast<MtpDrafter*>(a.drafter);
-    if (!drafter) return engine::Model::draft_together(asks);  // (another kind of drafter)
-    drafters.push_back(drafter), pending.push_back(a.pending), n.push_back(a.n), min_p.push_back(a.min_p);
-  }
-  return MtpDrafter::draft_together(drafters, pending, n, min_p);
+  const std::vector<MtpDrafter*> drafters = engine::drafters_as<MtpDrafter>(asks);
+  if (drafters.size() != asks.size()) return engine::Model::draft_together(asks);  // (another kind of drafter)
+  return MtpDrafter::draft_together(drafters, asks);
 }
 
 engine::EngineInfo CpuModel::info() const {

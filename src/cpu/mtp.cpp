@@ -112,12 +112,10 @@ void MtpDrafter::advance(std::span<const int32_t> tokens, std::span<const float>
 }
 
 std::vector<std::vector<int32_t>> MtpDrafter::draft_together(std::span<MtpDrafter* const> drafters,
-                                                             std::span<const int32_t> pending,
-                                                             std::span<const int64_t> n, std::span<const float> min_p) {
+                                                             std::span<const engine::DraftAsk> asks) {
   std::vector<std::vector<int32_t>> drafts(drafters.size());
-  std::vector<size_t> live;  // the drafters still drafting: a state to pair their next token with
-  for (size_t i = 0; i < drafters.size(); ++i)
-    if (n[i] > 0 && !drafters[i]->last_hidden_.empty()) live.push_back(i);
+  // The drafters still drafting.
+  std::vector<size_t> live = engine::drafting(drafters, asks, [](const MtpDrafter& d) { return !d.last_hidden_.empty(); });
   if (live.empty()) return drafts;
   const MtpDrafter& first = *drafters[live.front()];
   const model::ModelWeights& weights = *first.weights_;
@@ -134,7 +132,7 @@ std::vector<std::vector<int32_t>> MtpDrafter::draft_together(std::span<MtpDrafte
   for (const size_t i : live) {
     if (drafters[i]->weights_ != first.weights_) fail("cpu drafter: drafts together for drafters of one model only");
     keep.held.emplace_back(&drafters[i]->cache_, drafters[i]->cache_.positions());
-    token[i] = pending[i], state[i] = drafters[i]->last_hidden_;
+    token[i] = asks[i].pending, state[i] = drafters[i]->last_hidden_;
   }
   for (int64_t step = 0; !live.empty(); ++step) {
     const int64_t rows = int64_t(live.size());
@@ -155,10 +153,10 @@ std::vector<std::vector<int32_t>> MtpDrafter::draft_together(std::span<MtpDrafte
       const size_t i = live[size_t(t)];
       const std::span<const float> row(logits.data() + t * vocab, size_t(vocab));
       const int32_t best = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
-      if (min_p[i] > 0 && sample::probability_of(row, best) < double(min_p[i])) continue;  // (as draft())
+      if (asks[i].min_p > 0 && sample::probability_of(row, best) < double(asks[i].min_p)) continue;  // (as draft())
       drafts[i].push_back(best);
       token[i] = best, state[i].assign(out.begin() + t * h, out.begin() + (t + 1) * h);
-      if (int64_t(drafts[i].size()) < n[i]) going.push_back(i);
+      if (int64_t(drafts[i].size()) < asks[i].n) going.push_back(i);
     }
     live = std::move(going);
   }

@@ -44,11 +44,9 @@ class MtpDrafter final : public engine::Drafter {
   std::string describe() const override;
   // Drafts for several drafters of one model at once (CpuModel::draft_together), in steps of the
   // block over a row of each that still drafts (mtp_forward_rows); each drafter's drafts are what
-  // its draft() gives: drafters[i] wants up to n[i] after pending[i], stopping where its draft's
-  // probability falls below min_p[i].
+  // its draft() gives: drafters[i] is asks[i]'s.
   static std::vector<std::vector<int32_t>> draft_together(std::span<MtpDrafter* const> drafters,
-                                                          std::span<const int32_t> pending,
-                                                          std::span<const int64_t> n, std::span<const float> min_p);
+                                                          std::span<const engine::DraftAsk> asks);
 
  private:
   std::shared_ptr<const model::ModelWeights> weights_;

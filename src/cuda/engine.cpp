@@ -106,16 +106,9 @@ CudaModel::CudaModel(std::unique_ptr<CudaPipeline> pipeline)
     : pipeline_(std::move(pipeline)), open_(size_t(pipeline_->sequences()), false) {}
 
 std::vector<std::vector<int32_t>> CudaModel::draft_together(std::span<const engine::DraftAsk> asks) {
-  std::vector<GpuDrafter*> drafters;
-  std::vector<int32_t> pending;
-  std::vector<int64_t> n;
-  std::vector<float> min_p;
-  for (const engine::DraftAsk& a : asks) {
-    auto* drafter = dynamic_cast<GpuDrafter*>(a.drafter);
-    if (!drafter) return engine::Model::draft_together(asks);  // (another backend's drafter)
-    drafters.push_back(drafter), pending.push_back(a.pending), n.push_back(a.n), min_p.push_back(a.min_p);
-  }
-  return GpuDrafter::draft_together(drafters, pending, n, min_p);
+  const std::vector<GpuDrafter*> drafters = engine::drafters_as<GpuDrafter>(asks);
+  if (drafters.size() != asks.size()) return engine::Model::draft_together(asks);  // (another backend's drafter)
+  return GpuDrafter::draft_together(drafters, asks);
 }
 
 std::unique_ptr<engine::Sequence> CudaModel::open_sequence() {

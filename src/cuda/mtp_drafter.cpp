@@ -54,12 +54,10 @@ std::vector<int32_t> GpuDrafter::draft(int32_t pending, int64_t n, float min_p) 
 }
 
 std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafter* const> drafters,
-                                                             std::span<const int32_t> pending,
-                                                             std::span<const int64_t> n, std::span<const float> min_p) {
+                                                             std::span<const engine::DraftAsk> asks) {
   std::vector<std::vector<int32_t>> drafts(drafters.size());
-  std::vector<size_t> live;  // the drafters that draft: a state to pair the pending token with
-  for (size_t i = 0; i < drafters.size(); ++i)
-    if (n[i] > 0 && !drafters[i]->last_hidden_.empty()) live.push_back(i);
+  const std::vector<size_t> live =
+      engine::drafting(drafters, asks, [](const GpuDrafter& d) { return !d.last_hidden_.empty(); });
   if (live.empty()) return drafts;
   CudaSession& session = drafters[live.front()]->session_;
   const OnDevice on(session.device());
@@ -71,9 +69,9 @@ std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafte
     const GpuDrafter& d = *drafters[i];
     if (&d.session_ != &session) fail("cuda drafter: drafts together for drafters of one session only");
     sequences.push_back(d.sequence_), rows.push_back(d.rows_), shifts.push_back(d.shift());
-    tokens.push_back(pending[i]), hidden.insert(hidden.end(), d.last_hidden_.begin(), d.last_hidden_.end());
-    wanted.push_back(std::min(n[i], session.max_context() - d.rows_));  // (as draft(): rows within the context)
-    with_probabilities = with_probabilities || min_p[i] > 0;
+    tokens.push_back(asks[i].pending), hidden.insert(hidden.end(), d.last_hidden_.begin(), d.last_hidden_.end());
+    wanted.push_back(std::min(asks[i].n, session.max_context() - d.rows_));  // (as draft(): rows within the context)
+    with_probabilities = with_probabilities || asks[i].min_p > 0;
   }
   const int64_t most = *std::ranges::max_element(wanted);
   std::vector<int32_t> out(live.size());
@@ -87,7 +85,8 @@ std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafte
     session.mtp_draft_rows(sequences, tokens, step == 0 ? std::span<const float>(hidden) : std::span<const float>(),
                            at, shifts, out, probabilities);
     for (size_t t = 0; t < live.size(); ++t) {
-      going[t] = going[t] && step < wanted[t] && !(min_p[live[t]] > 0 && probabilities[t] < min_p[live[t]]);
+      const float min_p = asks[live[t]].min_p;
+      going[t] = going[t] && step < wanted[t] && !(min_p > 0 && probabilities[t] < min_p);
       if (going[t]) drafts[live[t]].push_back(out[t]);
     }
     tokens = out;

@@ -28,11 +28,9 @@ class GpuDrafter final : public engine::Drafter {
   // Drafts for several drafters of one session at once (CudaModel::draft_together): a step of the
   // block over one row of each a draft (CudaSession::mtp_draft_rows), so its weights and the lm
   // head are read once for all of them; each drafter's drafts are the tokens its draft() gives.
-  // drafters[i] wants up to n[i] after pending[i], and stops where its draft's probability falls
-  // below min_p[i].
+  // drafters[i] is asks[i]'s.
   static std::vector<std::vector<int32_t>> draft_together(std::span<GpuDrafter* const> drafters,
-                                                          std::span<const int32_t> pending,
-                                                          std::span<const int64_t> n, std::span<const float> min_p);
+                                                          std::span<const engine::DraftAsk> asks);
 
  private:
   // The rotary position of K/V row r is r + shift(): the first position followed with a state

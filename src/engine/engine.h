@@ -140,6 +140,27 @@ struct DraftAsk {
   float min_p = 0.0f;
 };
 
+// The asks' drafters as a backend's own drafter type D, or none where one of them is not a D.
+template <class D>
+std::vector<D*> drafters_as(std::span<const DraftAsk> asks) {
+  std::vector<D*> drafters;
+  for (const DraftAsk& a : asks) {
+    D* drafter = dynamic_cast<D*>(a.drafter);
+    if (!drafter) return {};
+    drafters.push_back(drafter);
+  }
+  return drafters;
+}
+// Of those asks, the ones that draft (any wanted, and their drafter ready: a state to pair the
+// pending token with), by index.
+template <class D, class Ready>
+std::vector<size_t> drafting(std::span<D* const> drafters, std::span<const DraftAsk> asks, Ready&& ready) {
+  std::vector<size_t> live;
+  for (size_t i = 0; i < drafters.size(); ++i)
+    if (asks[i].n > 0 && ready(*drafters[i])) live.push_back(i);
+  return live;
+}
+
 // What a server's status shows of an engine.
 struct EngineInfo {
   std::string backend;  // "cpu" or "cuda"
