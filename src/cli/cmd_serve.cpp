@@ -46,9 +46,10 @@ struct ServeOptions {
 // step, with ITL p99 at 64 streams 146 ms against 149 and at 16 streams 103 against 69 (4,096:
 // 1,022 / 1,383, but 359 ms at 64; SERVER.md).
 constexpr int64_t kGpuChunk = 1024;
-// With --mtp on the GPU, drafts while at most this many sequences decode (--mtp-sequences). A
-// sequence's drafts are steps of the MTP block and the lm head of their own, one sequence after
-// another, while the windows of all of them verify in one step (stop 79).
+// With --mtp on the GPU, drafts while at most this many sequences decode (--mtp-sequences). Their
+// drafts are steps of the MTP block over a row of each and their windows verify in one step, but
+// served on lode-mini that was slower at 4 sequences than without drafts (docs/MTP.md, stop 79),
+// and no model with a trained block and long steps has been served so yet: one until measured.
 constexpr int64_t kGpuDraftSequences = 1;
 constexpr size_t kGpuCheckpoints = 8;
 

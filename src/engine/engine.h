@@ -195,8 +195,8 @@ class Model : public std::enable_shared_from_this<Model> {
   // 0 without a pool. Safe to call from any thread.
   virtual int64_t kv_pool_free_positions() const { return 0; }
   // Drafts for several sequences at once, each ask's as its drafter's draft() gives them (n 0:
-  // none). By default one drafter after another; the GPU drafts for all of them in one step of the
-  // MTP block a draft.
+  // none). By default one drafter after another; the CPU and GPU engines draft for all of them in
+  // steps of the MTP block over a row of each.
   virtual std::vector<std::vector<int32_t>> draft_together(std::span<const DraftAsk> asks);
 };
 
