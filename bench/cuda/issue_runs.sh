@@ -13,6 +13,9 @@
 #   bench/cuda/issue_runs.sh tier      # the expert tier's steps of several rows: their GPU tests, then
 #       windows under 12 GiB and steps of sequences under 16 GiB (BEFORE=path/to/another/lode: the
 #       same runs with it, alternating; ROUNDS=2 rounds)
+#   bench/cuda/issue_runs.sh drafts    # drafts of several sequences at once (issue 19): their GPU tests, then
+#       lode bench --sequence-windows with drafting on lode-mini and the 35B synth with an MTP block, and
+#       lode-mini served with --mtp-sequences 1 and 4 (bench/cuda/served_drafts.py: no Node needed)
 #   bench/cuda/issue_runs.sh served    # lode serve + tools/load at 1 to 64 streams, --prompt-tokens 0 and 1024
 #   bench/cuda/issue_runs.sh stress    # long prompts arriving, 10% disconnects, a 16 GiB budget
 #
@@ -86,6 +89,29 @@ tier() {
         2>&1 | grep -E "^tg|sequences @|rror" | sed "s|^|$build, round $round: |"
     done
   done | tee "$out/tier.txt"
+}
+
+# Drafts of several sequences at once (docs/MTP.md, "Drafts of several sequences in one step of the
+# block"): the tests, then what a step of S sequences' windows and their drafts cost against steps
+# of one token each, and lode-mini served with drafts for one sequence at a time and for four.
+drafts() {
+  local m=${TMPDIR:-/tmp}/m35mtp.gguf
+  [ -f "$m" ] || build/lode synth -o "$m" --preset qwen3.6-35b-a3b --recipe ud-q4_k_xl --mtp \
+    --tokenizer tools/mini/tokenizer.json >/dev/null &
+  LODE_REQUIRE_GPU=1 timeout 200 build/lode_tests --gtest_filter='CudaMtp.*:ServerConcurrency.*:CliServe.Drafts*' \
+    >"$out/drafts_tests.txt" 2>&1
+  grep -E "^\[  (PASSED|FAILED) |tests? ran|^\[  FAILED  \]" "$out/drafts_tests.txt"
+  wait
+  for model in models/lode-mini.gguf "$m"; do
+    timeout 120 build/lode bench -m "$model" --ctx 4096 -p 64 -n 16 -r 2 --sequences 1,4,16 --sequence-windows 2,3 2>&1 |
+      grep -E "sequences|^tg|rror" | sed "s|^|$model: |"
+  done | tee "$out/drafts_bench.txt"
+  for args in "--mtp 0" "--mtp 2 --mtp-sequences 1" "--mtp 2 --mtp-sequences 4"; do
+    SERVE_MODEL=models/lode-mini.gguf start_server --parallel 4 --ctx 2048 $args || return 1
+    echo "$args: $(timeout 120 python3 bench/cuda/served_drafts.py http://127.0.0.1:8090 4 6 200)"
+    status_line
+    stop_server
+  done 2>&1 | tee "$out/drafts_served.txt"
 }
 
 # Where a served prompt step goes: one prompt of 256 tokens, then passes of 4 and 8 of them
@@ -212,6 +238,6 @@ stress() {
 }
 
 case "${1:-}" in
-  suite | floors | prompts | groupcode | tier | served | stress) "$1" ;;
-  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|prompts|groupcode|tier|served|stress" >&2; exit 2 ;;
+  suite | floors | prompts | groupcode | tier | drafts | served | stress) "$1" ;;
+  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|prompts|groupcode|tier|drafts|served|stress" >&2; exit 2 ;;
 esac
