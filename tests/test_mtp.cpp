@@ -11,10 +11,12 @@
 
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "cpu/engine.h"
+#include "cpu/mtp.h"
 #include "engine/generate.h"
 #include "gguf/reader.h"
 #include "model/synth.h"
@@ -214,6 +216,40 @@ TEST(Mtp, DraftersOfSeveralSequencesDraftTogetherAsAlone) {
   EXPECT_TRUE(together[4].empty());
   // The drafters' caches hold what they followed, no draft's rows: drafting again gives the same.
   EXPECT_EQ(model->draft_together(asks), together);
+}
+
+// A draft row's K/V row (mtp_forward_rows, every draft's step) is the row its token and state get
+// when a drafter follows them at that position (mtp_append): the rotary positions of the two paths
+// agree, for rows of several caches each at its own position.
+TEST(Mtp, ADraftRowsKeysAndValuesAreThoseItsTokenGetsWhenFollowed) {
+  const Loaded& m = mini();
+  const model::Qwen35MoeConfig& c = m.config;
+  const kv::Format format = kv::mtp_format(c.head_dim, kv::Format::f32);
+  const cpu::Compute compute{.threads = 2};
+  std::mt19937 random(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> hidden(size_t(2 * c.hidden));
+  for (float& x : hidden) x = normal(random);
+  const std::vector<int32_t> tokens = {17, 301};
+  const std::vector<int64_t> positions = {7, 40};  // (each cache empty: the rotation all the row's)
+  cpu::KvCache drafted[2] = {{format, c.n_kv_heads, c.head_dim}, {format, c.n_kv_heads, c.head_dim}};
+  std::vector<cpu::KvCache*> caches = {&drafted[0], &drafted[1]};
+  std::vector<float> out(size_t(2 * c.hidden)), logits(size_t(2 * c.vocab));
+  cpu::mtp_forward_rows(*m.weights, *m.weights->mtp, caches, hidden.data(), tokens.data(), positions.data(), compute,
+                        out.data(), logits.data());
+  std::vector<float> a(size_t(c.head_dim)), b(a.size());
+  for (size_t t = 0; t < 2; ++t) {
+    cpu::KvCache followed(format, c.n_kv_heads, c.head_dim);
+    cpu::mtp_append(*m.weights, *m.weights->mtp, followed, hidden.data() + t * size_t(c.hidden), &tokens[t], 1,
+                    positions[t], compute);
+    ASSERT_EQ(drafted[t].positions(), 1);
+    for (int64_t head = 0; head < c.n_kv_heads; ++head) {
+      drafted[t].key(0, head, a.data()), followed.key(0, head, b.data());
+      EXPECT_EQ(a, b) << "row " << t << ", key head " << head;
+      drafted[t].value(0, head, a.data()), followed.value(0, head, b.data());
+      EXPECT_EQ(a, b) << "row " << t << ", value head " << head;
+    }
+  }
 }
 
 TEST(Mtp, AFileWithoutTheBlockIsRefusedSayingSo) {

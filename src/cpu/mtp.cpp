@@ -52,18 +52,13 @@ void block_output(const model::ModelWeights& main, const model::MtpWeights& w, f
 
 }  // namespace
 
-void mtp_forward(const model::ModelWeights& main, const model::MtpWeights& w, KvCache& cache, const float* hidden,
-                 const int32_t* tokens, int64_t n, int64_t first_position, const Compute& compute, float* out,
-                 float* last_logits) {
-  const model::Qwen35MoeConfig& c = main.config;
-  const int64_t h = c.hidden;
-  std::vector<float> x(size_t(n * h)), normed(x.size()), mixed(x.size());
+void mtp_append(const model::ModelWeights& main, const model::MtpWeights& w, KvCache& cache, const float* hidden,
+                const int32_t* tokens, int64_t n, int64_t first_position, const Compute& compute) {
+  const int64_t h = main.config.hidden;
+  std::vector<float> x(size_t(n * h)), normed(x.size());
   block_input(main, w, hidden, tokens, n, compute, x.data(), normed.data());
   const int64_t held = cache.positions();
-  if (!out) return attention_append_kv(w.layer.attention, c, cache, normed.data(), n, held, compute, first_position - held);
-  attention_forward(w.layer.attention, c, cache, normed.data(), mixed.data(), n, held, compute, first_position - held);
-  block_output(main, w, x.data(), mixed.data(), n, compute, out);
-  if (last_logits) matmul(main.output, out + (n - 1) * h, last_logits, 1, compute);
+  attention_append_kv(w.layer.attention, main.config, cache, normed.data(), n, held, compute, first_position - held);
 }
 
 void mtp_forward_rows(const model::ModelWeights& main, const model::MtpWeights& w, std::span<KvCache* const> caches,
@@ -105,8 +100,8 @@ void MtpDrafter::advance(std::span<const int32_t> tokens, std::span<const float>
   const engine::FollowedRows rows = engine::followed_rows(tokens, hidden, last_hidden_, followed(), h);
   if (n == 0) return;
   if (!rows.tokens.empty())  // committed rows are never drafted from: their K/V is all that is needed
-    mtp_forward(*weights_, *weights_->mtp, cache_, rows.before.data(), rows.tokens.data(), int64_t(rows.tokens.size()),
-                rows.first, compute_, nullptr, nullptr);
+    mtp_append(*weights_, *weights_->mtp, cache_, rows.before.data(), rows.tokens.data(), int64_t(rows.tokens.size()),
+               rows.first, compute_);
   last_hidden_.assign(hidden.end() - h, hidden.end());
   seen_ += n;
 }
@@ -164,29 +159,9 @@ std::vector<std::vector<int32_t>> MtpDrafter::draft_together(std::span<MtpDrafte
 }
 
 std::vector<int32_t> MtpDrafter::draft(int32_t pending, int64_t n, float min_p) {
-  std::vector<int32_t> drafts;
-  if (last_hidden_.empty()) return drafts;
-  // The drafts' rows go again whatever happens: advance() adds the committed ones.
-  struct KeepRows {
-    KvCache& cache;
-    int64_t held;
-    ~KeepRows() { cache.truncate(held); }
-  } keep{cache_, cache_.positions()};
-  const int64_t h = weights_->config.hidden;
-  std::vector<float> state = last_hidden_;
-  std::vector<float> out(static_cast<size_t>(h)), logits(static_cast<size_t>(weights_->config.vocab));
-  int32_t token = pending;
-  for (int64_t i = 0; i < n; ++i) {
-    mtp_forward(*weights_, *weights_->mtp, cache_, state.data(), &token, 1, followed() + i, compute_, out.data(),
-                logits.data());
-    const auto best = std::max_element(logits.begin(), logits.end());
-    token = int32_t(best - logits.begin());
-    // The most likely token's probability, only where it can stop the drafts.
-    if (min_p > 0 && sample::probability_of(logits, token) < double(min_p)) break;
-    drafts.push_back(token);
-    state = out;
-  }
-  return drafts;
+  MtpDrafter* self = this;
+  const engine::DraftAsk ask{this, pending, n, min_p};
+  return draft_together(std::span(&self, 1), std::span(&ask, 1)).front();
 }
 
 }  // namespace lode::cpu

@@ -15,19 +15,17 @@
 
 namespace lode::cpu {
 
-// n rows after the cache's, the first at rotary position first_position: hidden [n][hidden] (the
-// state before each token), tokens [n]. Writes the block's output, shared_head_norm(u), to out
-// [n][hidden] (what the lm head reads and what the next draft pairs with its token), and the last
-// row's logits to last_logits [vocab] when not null. With out null only the attention layer's K/V
-// rows are added (rows that will never be drafted from).
-void mtp_forward(const model::ModelWeights& main, const model::MtpWeights& w, KvCache& cache, const float* hidden,
-                 const int32_t* tokens, int64_t n, int64_t first_position, const Compute& compute, float* out,
-                 float* last_logits);
+// The block's attention K/V rows for n rows after the cache's, the first at rotary position
+// first_position: hidden [n][hidden] (the state before each token), tokens [n]; nothing else (rows
+// that will never be drafted from: the tokens a drafter follows).
+void mtp_append(const model::ModelWeights& main, const model::MtpWeights& w, KvCache& cache, const float* hidden,
+                const int32_t* tokens, int64_t n, int64_t first_position, const Compute& compute);
 
-// mtp_forward for one row of each of several caches at once (the drafts of several sequences: the
-// block's matrices and the lm head read once for all of them): row t pairs hidden row t ([n][hidden])
-// with tokens[t] at rotary position positions[t] over caches[t] (its K/V row added); out [n][hidden]
-// as mtp_forward's, every row's logits into logits [n][vocab].
+// The block's forward for one row of each of several caches at once (drafts of one or several
+// sequences: the block's matrices and the lm head read once for all of them): row t pairs hidden
+// row t ([n][hidden]) with tokens[t] at rotary position positions[t] over caches[t] (its K/V row
+// added). Writes the block's output, shared_head_norm(u), to out [n][hidden] (what the lm head
+// reads and what the next draft pairs with its token), every row's logits to logits [n][vocab].
 void mtp_forward_rows(const model::ModelWeights& main, const model::MtpWeights& w, std::span<KvCache* const> caches,
                       const float* hidden, const int32_t* tokens, const int64_t* positions, const Compute& compute,
                       float* out, float* logits);
@@ -42,9 +40,9 @@ class MtpDrafter final : public engine::Drafter {
   void reset(int64_t position) override;
   int64_t followed() const override { return start_ + seen_; }
   std::string describe() const override;
-  // Drafts for several drafters of one model at once (CpuModel::draft_together), in steps of the
-  // block over a row of each that still drafts (mtp_forward_rows); each drafter's drafts are what
-  // its draft() gives: drafters[i] is asks[i]'s.
+  // Drafts for several drafters of one model at once (CpuModel::draft_together; draft() is this
+  // for one), in steps of the block over a row of each that still drafts (mtp_forward_rows); each
+  // drafter's drafts are the tokens its row alone gives: drafters[i] is asks[i]'s.
   static std::vector<std::vector<int32_t>> draft_together(std::span<MtpDrafter* const> drafters,
                                                           std::span<const engine::DraftAsk> asks);
 

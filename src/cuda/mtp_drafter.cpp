@@ -38,19 +38,9 @@ void GpuDrafter::advance(std::span<const int32_t> tokens, std::span<const float>
 }
 
 std::vector<int32_t> GpuDrafter::draft(int32_t pending, int64_t n, float min_p) {
-  std::vector<int32_t> drafts;
-  if (last_hidden_.empty()) return drafts;
-  // The drafts' rows are written after the committed ones and written over by the next advance.
-  const OnDevice on(session_.device());
-  int32_t token = pending;
-  for (int64_t i = 0; i < n && rows_ + i < session_.max_context(); ++i) {
-    float probability = 1.0f;
-    token = session_.mtp_draft(sequence_, token, i == 0 ? std::span<const float>(last_hidden_) : std::span<const float>(),
-                               rows_ + i, shift(), min_p > 0 ? &probability : nullptr);
-    if (probability < min_p) break;
-    drafts.push_back(token);
-  }
-  return drafts;
+  GpuDrafter* self = this;
+  const engine::DraftAsk ask{this, pending, n, min_p};
+  return draft_together(std::span(&self, 1), std::span(&ask, 1)).front();
 }
 
 std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafter* const> drafters,

@@ -1,5 +1,5 @@
 // The MTP drafter on the GPU (engine::Drafter): the session's MTP block (CudaSession::mtp_append,
-// mtp_draft) follows the tokens the sequence commits and drafts after the pending one, as the CPU's
+// mtp_draft_rows) follows the tokens the sequence commits and drafts after the pending one, as the CPU's
 // drafter does (cpu/mtp.h): a row pairs the main model's final-normed hidden state before a token
 // with the token, at the token's rotary position; its K/V rows, in its sequence's own cache of the
 // block, are dense from the first position followed. What it drafts never changes the output, only
@@ -27,8 +27,8 @@ class GpuDrafter final : public engine::Drafter {
   std::string describe() const override;
   // Drafts for several drafters of one session at once (CudaModel::draft_together): a step of the
   // block over one row of each a draft (CudaSession::mtp_draft_rows), so its weights and the lm
-  // head are read once for all of them; each drafter's drafts are the tokens its draft() gives.
-  // drafters[i] is asks[i]'s.
+  // head are read once for all of them (draft() is this for one); each drafter's drafts are the
+  // tokens its row alone gives. drafters[i] is asks[i]'s.
   static std::vector<std::vector<int32_t>> draft_together(std::span<GpuDrafter* const> drafters,
                                                           std::span<const engine::DraftAsk> asks);
 

@@ -1160,7 +1160,6 @@ struct CudaSession::Impl {
   // dense from the first position its drafter followed; the rotation adds `shift`.
   struct Mtp {
     DeviceLayer layer;
-    std::vector<LayerState> states;  // [sequence]: its cache's view
     LayerState rows_state;           // every sequence's cache, a row's sequence read on the device
     int64_t* shifts = nullptr;       // device: [step_rows] what each row's rotary position adds
     // (The rows' sequences and K/V rows in the step's device_sequences and device_positions.)
@@ -1168,11 +1167,8 @@ struct CudaSession::Impl {
     DeviceMatrix eh_proj;
     const float *enorm = nullptr, *hnorm = nullptr, *head_norm = nullptr;
     float* rows = nullptr;            // [step_rows][2 hidden]: embedding | hidden state
-    int64_t* position = nullptr;      // device: {K/V row, rotary shift}
-    // Graphs captured on first use: [sequence] one draft step (its cache's page table is their
-    // kernels' argument); [n - 1] n rows' K/V (of any sequence: rows_state); [n - 1] a draft step
-    // of n sequences' rows.
-    std::vector<cudaGraphExec_t> draft;
+    // Graphs captured on first use, of any sequences (rows_state): [n - 1] n rows' K/V; [n - 1] a
+    // draft step of n sequences' rows.
     std::vector<cudaGraphExec_t> append;
     std::vector<cudaGraphExec_t> draft_rows;
   };
@@ -1199,24 +1195,19 @@ struct CudaSession::Impl {
     const int64_t sequences = options.sequences;
     m.kv = std::make_unique<KvCache>(vram, kv::mtp_format(c.head_dim, options.kv_format), 1, c.n_kv_heads, c.head_dim,
                                      options.max_context, std::vector<int32_t>{}, sequences);
-    m.states.resize(size_t(sequences));
-    for (int64_t q = 0; q < sequences; ++q) {
+    for (int64_t q = 0; q < sequences; ++q)
       m.kv->prepare_write(q, 0, options.max_context);  // every page mapped: the block's rows go straight in
-      m.states[size_t(q)].kv = m.kv->layer(0, q);
-    }
     m.rows_state.kv = m.kv->layer(0, 0);
     m.rows_state.kv.row_sequence = device_sequences, m.rows_state.kv.pages_stride = m.kv->pages_per_sequence();
-    m.draft.assign(size_t(sequences), nullptr);
     m.append.assign(size_t(options.step_rows), nullptr);
     m.draft_rows.assign(size_t(options.step_rows), nullptr);
     m.rows = reinterpret_cast<float*>(base + scratch.mtp_rows);
-    m.position = reinterpret_cast<int64_t*>(base + scratch.mtp_position);
     m.shifts = reinterpret_cast<int64_t*>(base + scratch.mtp_shifts);
   }
 
   // Pinned staging of the MTP block's rows, room for `pieces` pieces of step_rows rows (their
   // embeddings and states, sequences, K/V rows and shifts) at once: a call stages every piece
-  // first, since the stream copies each later.
+  // first, since the stream copies each later (mtp_row_inputs).
   struct MtpStage {
     float* rows = nullptr;         // [pieces][step_rows][2 hidden]
     int64_t* positions = nullptr;  // [pieces][step_rows] K/V rows, then [pieces][step_rows] shifts
@@ -1236,24 +1227,6 @@ struct CudaSession::Impl {
     check_cuda(cudaMallocHost(&mtp_stage.positions, 2 * rows * sizeof(int64_t)), "pinned memory");
     check_cuda(cudaMallocHost(&mtp_stage.sequences, rows * sizeof(int32_t)), "pinned memory");
     mtp_stage.pieces = pieces;
-  }
-
-  // The block's row for one draft of one sequence: the token's embedding and the hidden state it
-  // pairs with (host memory, [hidden]; null: the block's own output of the last draft, in
-  // `normed`), at K/V row `row` with the rotation's position `shift` further on (m.position).
-  void mtp_input(int32_t token, const float* hidden, int64_t row, int64_t shift) {
-    const int64_t hd = config.hidden;
-    Mtp& m = *mtp;
-    float* stage = mtp_stage.rows;
-    int64_t* position = mtp_stage.positions;
-    model::dequantize_row(host.token_embd, token, stage);
-    if (hidden) std::copy_n(hidden, hd, stage + hd);
-    position[0] = row, position[1] = shift;
-    const auto check = [](cudaError_t e) { check_cuda(e, "the MTP block's row"); };
-    check(cudaMemcpyAsync(m.rows, stage, size_t((hidden ? 2 : 1) * hd) * sizeof(float), cudaMemcpyHostToDevice, stream));
-    if (!hidden)  // its state the last draft's output
-      check(cudaMemcpyAsync(m.rows + hd, normed, size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
-    check(cudaMemcpyAsync(m.position, position, 2 * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
   }
 
   // The block's layer input for the window's rows in m.rows: both halves normed, eh_proj into h,
@@ -1304,14 +1277,14 @@ struct CudaSession::Impl {
     check(cudaMemcpyAsync(m.shifts, shifted, size_t(n) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
   }
 
-  // One draft step: the block's forward for the window's rows in m.rows over the caches `st` reads
-  // (at: the rows' K/V rows, shift: what their rotary positions add), its outputs (shared_head_norm)
-  // left in normed, its logits in logits and each row's greedy token in device_token.
-  void mtp_draft_step(const LayerState& st, const int64_t* at, const int64_t* shift) {
+  // One draft step: the block's forward for the window's rows in m.rows (mtp_row_inputs' sequences,
+  // K/V rows and shifts), its outputs (shared_head_norm) left in normed, its logits in logits and
+  // each row's greedy token in device_token.
+  void mtp_draft_step() {
     const model::Qwen35MoeConfig& c = config;
     Mtp& m = *mtp;
     mtp_layer_input();
-    attention(m.layer, st, at, shift);
+    attention(m.layer, m.rows_state, device_positions, m.shifts);
     launch("MTP residual and norm", [&] {
       return kernels::add_rms_norm(h, mixed, m.layer.post_norm, normed, window, int(c.hidden), float(c.rms_eps), stream);
     });
@@ -1512,7 +1485,6 @@ struct CudaSession::Impl {
     for (auto& [key, exec] : graphs) drop(exec);
     for (auto& [at, exec] : cuts) drop(exec);
     if (!mtp) return;
-    for (cudaGraphExec_t& exec : mtp->draft) drop(exec);
     for (cudaGraphExec_t& exec : mtp->append) drop(exec);
     for (cudaGraphExec_t& exec : mtp->draft_rows) drop(exec);
   }
@@ -1891,29 +1863,6 @@ void CudaSession::mtp_append(int64_t sequence, std::span<const int32_t> tokens, 
   check_cuda(cudaStreamSynchronize(s.stream), "the MTP block's rows");
 }
 
-int32_t CudaSession::mtp_draft(int64_t sequence, int32_t token, std::span<const float> hidden, int64_t row,
-                               int64_t shift, float* probability) {
-  Impl& s = *impl_;
-  const model::Qwen35MoeConfig& c = s.config;
-  check_mtp_sequence(*this, sequence);
-  if (!hidden.empty() && int64_t(hidden.size()) != c.hidden) fail("cuda session: an MTP row of {} hidden values", hidden.size());
-  if (token < 0 || token >= c.vocab) fail("cuda session: token id {} is outside the vocabulary [0, {})", token, c.vocab);
-  if (row < 0 || row >= s.options.max_context) fail("cuda session: MTP row {} past the context of {}", row, s.options.max_context);
-  s.mtp_input(token, hidden.empty() ? nullptr : hidden.data(), row, shift);
-  s.replay(s.mtp->draft[size_t(sequence)], "a draft",
-           [&] { s.mtp_draft_step(s.mtp->states[size_t(sequence)], s.mtp->position, s.mtp->position + 1); });
-  check_cuda(cudaMemcpyAsync(s.pinned_token, s.device_token, sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream),
-             "the draft to the host");
-  if (probability)
-    check_cuda(cudaMemcpyAsync(s.pinned_logits, s.logits, size_t(c.vocab) * sizeof(float), cudaMemcpyDeviceToHost, s.stream),
-               "the draft's logits to the host");
-  check_cuda(cudaStreamSynchronize(s.stream), "a draft");
-  const int32_t best = *s.pinned_token;
-  if (best < 0) fail("cuda session: the MTP block's logits hold NaN or +inf, or are all -inf (a damaged model file?)");
-  if (probability) *probability = float(sample::probability_of(std::span(s.pinned_logits, size_t(c.vocab)), best));
-  return best;
-}
-
 void CudaSession::mtp_draft_rows(std::span<const int64_t> sequences, std::span<const int32_t> tokens,
                                  std::span<const float> hidden, std::span<const int64_t> rows,
                                  std::span<const int64_t> shifts, std::span<int32_t> out,
@@ -1942,7 +1891,7 @@ void CudaSession::mtp_draft_rows(std::span<const int64_t> sequences, std::span<c
   {
     const Impl::WindowRows window(s, n);
     s.replay(s.mtp->draft_rows[size_t(n - 1)], "a draft step of several sequences",
-             [&] { s.mtp_draft_step(s.mtp->rows_state, s.device_positions, s.mtp->shifts); });
+             [&] { s.mtp_draft_step(); });
   }
   check_cuda(cudaMemcpyAsync(s.pinned_token, s.device_token, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost,
                              s.stream),

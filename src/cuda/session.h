@@ -58,7 +58,7 @@ struct CudaSessionOptions {
   // 0: sequences x max_context, every sequence its whole context. A sequence that has not
   // reserved room (reserve_kv) may find the pool full.
   int64_t kv_positions = 0;
-  // The MTP block on the GPU too, for drafting (mtp_append, mtp_draft): its weights, all its
+  // The MTP block on the GPU too, for drafting (mtp_append, mtp_draft_rows): its weights, all its
   // experts and its K/V cache in VRAM. Fails for a file without the block.
   bool mtp = false;
   int device = 0;              // the GPU (a CUDA device index), made current by the constructor
@@ -260,18 +260,13 @@ class CudaSession {
   // state before it, hidden [n][hidden], host memory); nothing drafted from them.
   void mtp_append(int64_t sequence, std::span<const int32_t> tokens, std::span<const float> hidden, int64_t row,
                   int64_t shift);
-  // One draft: the block's row for `token` at K/V row `row`, paired with `hidden` ([hidden]; empty:
-  // the output of the draft just before, which must be this sequence's), through the lm head; its
-  // greedy token, and when probability is not null that token's probability (the logits come to
-  // the host for it).
-  int32_t mtp_draft(int64_t sequence, int32_t token, std::span<const float> hidden, int64_t row, int64_t shift,
-                    float* probability);
-  // One draft for each of several sequences in one step of the block (each weight read once for
-  // all): row t is sequences[t]'s (distinct sequences, at most step_rows), the block's row for
+  // One draft for each of one or several sequences in one step of the block (each weight read once
+  // for all): row t is sequences[t]'s (distinct sequences, at most step_rows), the block's row for
   // tokens[t] at K/V row rows[t] of its cache with rotary shift shifts[t], paired with hidden row t
   // ([n][hidden]; empty: row t's output of the mtp_draft_rows just before, which must have had the
-  // same sequences in the same order). Row t's greedy token into out[t] (its bits those of
-  // mtp_draft), and where probabilities is not empty (n of them) that token's probability.
+  // same sequences in the same order), through the lm head. Row t's greedy token into out[t] (the
+  // token it gets in a step of any other rows), and where probabilities is not empty (n of them)
+  // that token's probability (the logits come to the host for it).
   void mtp_draft_rows(std::span<const int64_t> sequences, std::span<const int32_t> tokens,
                       std::span<const float> hidden, std::span<const int64_t> rows, std::span<const int64_t> shifts,
                       std::span<int32_t> out, std::span<float> probabilities);

@@ -89,10 +89,9 @@ struct DecodeScratch {
   // [sample::kTopAsideMost].
   size_t top_aside, top_aside_logits;
   // The MTP block's rows (with mtp): [rows][2 hidden], each row's embedding then the hidden state it
-  // pairs with; and its step's positions (int64): the K/V row, then what the rotary position adds;
-  // for a draft step over rows of several sequences, what each row's rotary position adds [rows]
-  // (their K/V rows and sequences in `positions` and `sequences`).
-  size_t mtp_rows, mtp_position, mtp_shifts;
+  // pairs with; and what each row's rotary position adds to its K/V row [rows] (int64; the rows'
+  // sequences and K/V rows in `sequences` and `positions`).
+  size_t mtp_rows, mtp_shifts;
   // Steps of several rows: where a product of several inputs rounds each of them to 8 bits once
   // (cuda::MatvecInput::rounded), rounded_x_bytes of it (none for one row); and the same for the
   // shared expert's products, which run on a stream of their own.
