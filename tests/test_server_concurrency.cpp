@@ -143,7 +143,7 @@ json unending_request(const std::string& question, int max_tokens) {
           {"max_tokens", max_tokens}, {"temperature", 0}, {"logit_bias", bias}};
 }
 
-// With mtp_sequences 1 (the GPU's default) a sequence drafts only while it decodes alone: a request
+// With mtp_sequences 1 (lode serve --mtp-sequences 1) a sequence drafts only while it decodes alone: a request
 // that decoded only beside another drafted nothing, the long one drafted while alone, and both get
 // the replies of a server without drafts.
 TEST(ServerConcurrency, DraftsOnlyWhileOneSequenceDecodes) {
@@ -234,7 +234,7 @@ TEST(ServerConcurrency, GpuStreamsEqualTheirSoloRuns) {
 
 // With drafts on a GPU server of four sequences: four streams at once, then two requests one after
 // another (in other slots), get the texts of a one-sequence GPU server without drafts, and drafts
-// were accepted. With --mtp-sequences 1 (the default) a sequence drafts only while it decodes alone
+// were accepted. With --mtp-sequences 1 a sequence drafts only while it decodes alone
 // (the drafters lose track of their sequences beside others and start afresh); with 4, every
 // sequence drafts, and their windows verify in one step (4 x 3 rows, the sequences' drafters each
 // on its own cache of the block).

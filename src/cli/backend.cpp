@@ -127,6 +127,7 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
   options.swaps.enabled = o.expert_swaps == "on";
   options.miss_path = miss_path_from(o.miss_path);
   options.mtp = run.mtp > 0;
+  static_assert(kGpuStepRows == cuda::kMaxStepRows);
   if (run.sequences < 1 || run.sequences > cuda::kMaxStepRows)
     fail("--parallel {}: the GPU runs 1 to {} sequences in one step", run.sequences, cuda::kMaxStepRows);
   options.sequences = run.sequences;

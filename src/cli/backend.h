@@ -50,6 +50,9 @@ std::string first_gpu();
 // (the pool of pages is allocated up front on the GPU).
 int64_t gpu_context(const model::Qwen35MoeConfig& config, int64_t asked);
 
+// The most rows one GPU step takes (sequences' tokens and their verify windows together).
+inline constexpr int64_t kGpuStepRows = 64;
+
 // What the GPU engine is made for: K/V for ctx positions, decode's products' activations, the
 // K/V format.
 struct GpuRun {
