@@ -394,7 +394,8 @@ TEST(Cli, TheBackendIsTheGpuWhenThereIsOne) {
 }
 
 // --gpus names GPUs by index (anything else is a clear error); on the GPU machine lode-mini's
-// layers in two shares on GPU 0 (the hand-over between GPUs, on one) give GPU 0's tokens.
+// layers in two shares on GPU 0 (the hand-over between GPUs, on one) give GPU 0's tokens, with
+// drafts of the MTP block on the last share too.
 TEST(Cli, RunOverSeveralSharesGivesOneGpusTokens) {
   const lode::test::TempDir dir;
   const std::string run = "run -m '" + lode::test::mini_model_path().string() + "' " +
@@ -412,6 +413,9 @@ TEST(Cli, RunOverSeveralSharesGivesOneGpusTokens) {
   EXPECT_NE(two.err.find("in 2 shares of the layers"), std::string::npos) << two.err;
   EXPECT_EQ(two.out, one.out);
   EXPECT_FALSE(one.out.empty());
+  const auto drafted = run_lode(run + " --gpus 0,0 --mtp 2", dir.path());
+  ASSERT_EQ(drafted.status, 0) << drafted.err;
+  EXPECT_EQ(drafted.out, one.out);
   const auto missing = run_lode(run + " --gpus 0,99", dir.path());
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.err.find("there is no GPU 99"), std::string::npos) << missing.err;

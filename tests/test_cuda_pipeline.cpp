@@ -2,8 +2,8 @@
 // GPU (and across GPUs where there are several): the rows cross from share to share by the same
 // peer copies, so a pipeline of two or three shares must give the one-GPU session's bits (prompts in chunks and token by token, decode
 // steps, greedy tokens, verify windows and cuts, rows of several sequences, kept prefixes) with
-// every expert in VRAM and with most in host RAM, and through the engine interface. Skips without
-// a GPU.
+// every expert in VRAM and with most in host RAM, and through the engine interface; the MTP drafter
+// on the last share drafts the one-GPU drafts. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +16,7 @@
 #include "test_gguf_helpers.h"
 #include "support/gpu.h"
 #include "support/loaded_weights.h"
+#include "support/mtp_fixtures.h"
 #include "support/step_checks.h"
 #include "support/synth_model.h"
 
@@ -204,8 +205,7 @@ TEST(CudaPipeline, ThroughTheEngine) {
   }
 }
 
-// Refused clearly: a GPU that is not there, the MTP block on several GPUs, a budget that cannot
-// hold a share.
+// Refused clearly: a GPU that is not there, a budget that cannot hold a share.
 TEST(CudaPipeline, RefusesWhatItCannotDo) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -222,12 +222,46 @@ TEST(CudaPipeline, RefusesWhatItCannotDo) {
   const CudaSessionOptions options{.max_context = 128, .vram_budget = kBudget};
   refused(options, {0, 99}, "there is no GPU 99");
   refused(options, {}, "name at least one GPU");
-  CudaSessionOptions mtp = options;
-  mtp.mtp = true;
-  refused(mtp, {0, 0}, "--mtp with 2 GPUs");
   CudaSessionOptions tight = options;
   tight.vram_budget = size_t(1) << 20;
   refused(tight, {0, 0}, "short by");
+}
+
+// The MTP drafter on the last of two shares (beside the lm head and the last layer's hidden states)
+// drafts what it drafts on one GPU: lode-mini with --mtp 2, greedy and sampled, gives the tokens,
+// the drafts and the accepted drafts of one session, and the output of one session without drafts.
+TEST(CudaPipeline, DraftsOverTwoSharesAreThoseOfOneGpu) {
+  LODE_REQUIRE_GPU();
+  const lode::test::LoadedFile& m = lode::test::mini();
+  CudaSessionOptions options{.max_context = 512, .vram_budget = kBudget};
+  options.step_rows = 3, options.window_rows = 3;
+  const auto generated = [&](std::unique_ptr<CudaPipeline> pipeline, int64_t mtp, float temperature) {
+    const auto model = std::make_shared<lode::cuda::CudaModel>(std::move(pipeline));
+    const auto sequence = model->open_sequence();
+    return lode::test::generate_on(*sequence, m, "The shell reads a line of text and", mtp, temperature, 3, 40);
+  };
+  CudaSessionOptions plain = options;
+  plain.step_rows = 1, plain.window_rows = 1;
+  CudaSessionOptions drafting = options;
+  drafting.mtp = true;
+  for (const float temperature : {0.0f, 0.8f}) {
+    SCOPED_TRACE(testing::Message() << "temperature " << temperature);
+    const auto without = generated(std::make_unique<CudaPipeline>(m.reader, m.weights, plain, std::vector<int>{0}), 0,
+                                   temperature);
+    const auto one = generated(std::make_unique<CudaPipeline>(m.reader, m.weights, drafting, std::vector<int>{0}), 2,
+                               temperature);
+    auto two_shares = std::make_unique<CudaPipeline>(m.reader, m.weights, drafting, std::vector<int>{0, 0});
+    ASSERT_EQ(two_shares->shares(), size_t(2));
+    EXPECT_FALSE(two_shares->share(0).has_mtp());
+    EXPECT_TRUE(two_shares->share(1).has_mtp());
+    const auto two = generated(std::move(two_shares), 2, temperature);
+    EXPECT_EQ(one.tokens, without.tokens);
+    EXPECT_EQ(two.tokens, one.tokens);
+    EXPECT_EQ(two.result.drafted, one.result.drafted);
+    EXPECT_EQ(two.result.accepted, one.result.accepted);
+    EXPECT_EQ(two.result.windows, one.result.windows);
+    EXPECT_GT(two.result.accepted, 0) << "a trained block's drafts are sometimes right";
+  }
 }
 
 // NCCL takes one rank a GPU (refused before it is loaded); on the GPU machine it loads and makes a

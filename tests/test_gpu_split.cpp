@@ -112,14 +112,16 @@ TEST(GpuSplit, SeveralGpusShareTheLayersAndNeverAnExpert) {
 
 // Each GPU's figures are what a session for its share of the layers plans (model::layer_share's
 // weights, plan::share_options), its scratch at most the split's: the sessions of several GPUs
-// allocate what the split promised.
+// allocate what the split promised. With the MTP block, the last GPU holds it and its K/V cache.
 TEST(GpuSplit, EachGpuIsThePlanOfItsShareOfTheLayers) {
   const Mini m;
+  ASSERT_TRUE(m.weights.mtp.has_value());
+  for (const bool mtp : {false, true})
   for (const int64_t pool : {int64_t(0), int64_t(1536)})
     for (const size_t n : {size_t(2), size_t(3)}) {
-      SCOPED_TRACE(testing::Message() << n << " GPUs, pool " << pool);
+      SCOPED_TRACE(testing::Message() << n << " GPUs, pool " << pool << (mtp ? ", MTP" : ""));
       const plan::PlanOptions o{.kv = kv::Format::k8v8, .context = 1024, .parallel = 2, .kv_positions = pool,
-                                .step_rows = 2, .prompt_chunk = 512};
+                                .step_rows = 2, .mtp = mtp, .prompt_chunk = 512};
       const plan::GpuSplit s = plan::split_over_gpus(m.weights, o, std::vector<size_t>(n, size_t(40) * kMiB));
       expect_sound(s, m.weights);
       std::vector<plan::MemoryPlan> plans;
@@ -128,7 +130,9 @@ TEST(GpuSplit, EachGpuIsThePlanOfItsShareOfTheLayers) {
         const model::ModelWeights share = model::layer_share(m.weights, gpu.first_layer, gpu.end_layer);
         EXPECT_EQ(share.config.n_layers, gpu.end_layer - gpu.first_layer);
         EXPECT_EQ(share.mtp.has_value(), g + 1 == n && m.weights.mtp.has_value());
-        const plan::MemoryPlan p = plan::plan_memory(share, plan::share_options(s, o, g));
+        const plan::PlanOptions share_o = plan::share_options(s, o, g);
+        EXPECT_EQ(share_o.mtp, mtp && g + 1 == n);
+        const plan::MemoryPlan p = plan::plan_memory(share, share_o);
         EXPECT_EQ(p.trunk, gpu.trunk) << "GPU " << g;
         EXPECT_EQ(p.kv, gpu.kv) << "GPU " << g;
         EXPECT_EQ(p.states, gpu.states) << "GPU " << g;
@@ -148,7 +152,8 @@ TEST(GpuSplit, EachGpuIsThePlanOfItsShareOfTheLayers) {
       // Together: the whole model's layers and head, a hand-on norm for each GPU but the last.
       const plan::MemoryPlan all = plan::together(plans);
       EXPECT_EQ(all.options.budget, n * size_t(40) * kMiB);
-      EXPECT_EQ(all.trunk, plan::trunk_bytes(m.weights) + (n - 1) * plan::hand_on_bytes(m.weights.config));
+      EXPECT_EQ(all.trunk, plan::trunk_bytes(m.weights) + (n - 1) * plan::hand_on_bytes(m.weights.config) +
+                               (mtp ? plan::mtp_trunk_bytes(m.weights) : 0));
       EXPECT_EQ(all.experts_total, m.weights.config.n_layers * m.weights.config.n_experts);
       EXPECT_EQ(all.expert_bytes.size(), m.weights.layers.size());
       int64_t resident = 0;

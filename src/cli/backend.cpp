@@ -83,10 +83,10 @@ void log_gpu_engine(const cuda::CudaPipeline& pipeline, const model::Qwen35MoeCo
 }
 
 // Without --gpus: GPU 0 alone, or every visible GPU where there are several and GPU 0 cannot hold
-// every expert (its plan for the budget leaves some in host RAM, or refuses the model), unless the
-// MTP block drafts (one GPU only). Says so when it spreads the layers.
+// every expert (its plan for the budget leaves some in host RAM, or refuses the model; with the
+// MTP block counted). Says so when it spreads the layers.
 std::vector<int> default_gpus(const model::ModelWeights& weights, const cuda::CudaSessionOptions& options) {
-  if (options.mtp || cuda::count_devices() < 2) return {0};
+  if (cuda::count_devices() < 2) return {0};
   const std::vector<cuda::DeviceInfo> devices = cuda::list_devices(nullptr);
   if (devices.size() < 2) return {0};
   const size_t budget = options.vram_budget > 0 ? options.vram_budget

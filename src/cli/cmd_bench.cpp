@@ -26,6 +26,7 @@
 #include "plan/memory_plan.h"
 
 #ifdef LODE_HAVE_CUDA
+#include "cuda/on_device.h"
 #include "cuda/pipeline.h"
 #include "cuda/roofline.h"
 #include "cuda/session.h"
@@ -238,7 +239,8 @@ measure::SequencesFigures bench_sequences(cuda::CudaPipeline& session, const Dec
 // rows hold does not change the work); the median of `repeats` runs of `generate` windows' drafts
 // after a warm-up, per window.
 double bench_drafts(cuda::CudaPipeline& pipeline, int64_t n, int64_t w, int64_t row, int64_t generate, int repeats) {
-  cuda::CudaSession& session = pipeline.only("--sequence-windows' drafts");
+  cuda::CudaSession& session = pipeline.drafting();  // (the last GPU's, where the layers are spread)
+  const cuda::OnDevice on(session.device());
   const int64_t width = session.config().hidden;
   const size_t count = static_cast<size_t>(n);
   std::vector<int64_t> sequences(count), shifts(count, 1), rows(count);
@@ -507,8 +509,8 @@ measure::BenchRun bench_at(const gguf::Reader& reader, const model::Qwen35MoeCon
   const std::vector<int> gpus = o.gpus.empty() ? std::vector<int>{0} : parse_gpus(o.gpus);
   const auto t_load = Clock::now();
   auto weights = std::make_shared<const model::ModelWeights>(model::bind_weights(reader, config));
-  // --sequence-windows times their drafts too where the file has the MTP block (on one GPU).
-  const bool drafts = !o.sequence_windows.empty() && weights->mtp && gpus.size() == 1;
+  // --sequence-windows times their drafts too where the file has the MTP block.
+  const bool drafts = !o.sequence_windows.empty() && weights->mtp;
   cuda::CudaPipeline pipeline(reader, weights, session_options(o, context, budget_mib, expert_scores, drafts), gpus,
                               o.hand_over == "nccl" ? cuda::HandOverBy::nccl : cuda::HandOverBy::peer_copy);
   measure::BenchRun b;

@@ -75,10 +75,10 @@ class CudaSequence final : public engine::Sequence {
     row_tokens_ = tokens;
   }
 
-  // The GPU's MTP drafter, when the session holds the block (CudaSessionOptions::mtp; one GPU), on
-  // this sequence's cache of the block (cuda/mtp_drafter.h).
+  // The GPU's MTP drafter, when the model holds the block (CudaSessionOptions::mtp; on the last GPU
+  // where the layers are spread), on this sequence's cache of the block (cuda/mtp_drafter.h).
   engine::Drafter& drafter() override {
-    if (!drafter_) drafter_ = std::make_unique<GpuDrafter>(session().only("the MTP drafter"));
+    if (!drafter_) drafter_ = std::make_unique<GpuDrafter>(session().drafting());
     return *drafter_;
   }
 

@@ -4,7 +4,7 @@
 // step's one-token rows of several sequences run as one step. Its checkpoints are kept prefixes
 // (K/V pages shared on the GPU, DeltaNet states copied to host memory); a session with several
 // step rows cuts verify windows, and one with the MTP block drafts on the GPU (cuda/mtp_drafter.h;
-// one GPU only).
+// on the last GPU where the layers are spread).
 #pragma once
 #include <memory>
 #include <string>

@@ -90,9 +90,6 @@ CudaPipeline::CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const mod
         {one.device, 0, config_.n_layers, std::make_unique<CudaSession>(reader, std::move(weights), one), {}});
     return;
   }
-  if (options.mtp)
-    fail("--mtp with {} GPUs: the MTP drafter runs on one GPU only for now; give one GPU (--gpus 0) or --mtp 0",
-         gpus.size());
   const std::set<std::pair<int, int>> can_read = enable_peer_access(gpus);
   const std::vector<size_t> budgets = budgets_for(gpus, options.vram_budget);
   std::vector<uint8_t> reachable;  // [reader][holder]: where a GPU can read the experts another holds for it
@@ -124,6 +121,7 @@ void CudaPipeline::make_shares(const gguf::Reader& reader, const model::ModelWei
     o.vram_budget = budgets[g];
     if (o.prompt_chunk > 1) o.prompt_chunk = split.prompt_chunk;  // one chunk for all: it is part of the arithmetic
     o.hand_in = g > 0;
+    o.mtp = options.mtp && g + 1 == gpus.size();  // the MTP block beside the lm head (plan::share_options)
     if (g + 1 < gpus.size()) o.next_norm = weights.layers[size_t(at.end_layer)].attn_norm;
     // Exactly the experts the split gives it of its own layers (the split weighed options.expert_scores).
     o.expert_scores.assign(size_t((at.end_layer - at.first_layer) * n_experts), 0.0);
@@ -153,9 +151,10 @@ void CudaPipeline::release_shares() {
   }
 }
 
-CudaSession& CudaPipeline::only(std::string_view what) {
-  if (shares_.size() != 1) fail("{} runs on one GPU only for now; this model is spread over {}", what, shares_.size());
-  return *shares_.front().session;
+CudaSession& CudaPipeline::drafting() {
+  CudaSession& last = back();
+  if (!last.has_mtp()) fail("--mtp: this model's GPUs were opened without the MTP block");
+  return last;
 }
 
 template <class Call>

@@ -39,7 +39,7 @@ class CudaPipeline {
   // The layers cut over `gpus` (CUDA device indices, in order; one may repeat) for
   // options.vram_budget on each (0: each GPU's free memory less a margin, split evenly between
   // the shares it holds): fails (lode::Error) as plan::split_over_gpus does, naming the GPU left
-  // short, or for options a share cannot take yet (the MTP block). options.device is not used.
+  // short. With options.mtp the last share holds the MTP block. options.device is not used.
   CudaPipeline(const gguf::Reader& reader, std::shared_ptr<const model::ModelWeights> weights,
                const CudaSessionOptions& options, std::vector<int> gpus, HandOverBy by = HandOverBy::peer_copy);
   ~CudaPipeline();
@@ -55,8 +55,9 @@ class CudaPipeline {
   int64_t end_layer(size_t i) const { return shares_[i].end_layer; }
   // Experts one GPU holds for another's layers (the split's spare room; read in place there).
   int64_t lent_experts() const { return lent_; }
-  // The session when there is one share; fails for several, naming `what` needs one.
-  CudaSession& only(std::string_view what);
+  // The share that holds the MTP block (CudaSessionOptions::mtp): the last, beside the lm head and
+  // the last layer's hidden states it drafts from. Fails where it was opened without the block.
+  CudaSession& drafting();
 
   // As CudaSession's, share by share; the outputs come from the last share.
   std::vector<float> prefill(std::span<const int32_t> tokens, bool all_logits = false,

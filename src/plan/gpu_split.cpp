@@ -164,7 +164,10 @@ GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std
     if (!std::isfinite(score)) fail("memory plan: an expert score is not a finite number");
   if (!reachable.empty() && int64_t(reachable.size()) != n_gpus * n_gpus)
     fail("memory plan: {} entries of which GPU reads which for {} GPUs", reachable.size(), n_gpus);
-  const size_t head = head_bytes(w);
+  // The last GPU's own: the output norm and the lm head, and with o.mtp the MTP block (it drafts
+  // from the last layer's hidden states through the lm head) and its K/V cache of every sequence.
+  const size_t head = head_bytes(w) + (o.mtp ? mtp_trunk_bytes(w) : 0);
+  const size_t head_kv = o.mtp ? size_t(std::max<int64_t>(o.parallel, 1)) * mtp_kv_bytes(w.config, o.kv, o.context) : 0;
   const size_t page_table = size_t(std::max<int64_t>(o.parallel, 1)) * kv_page_table_bytes(o.context);
   const std::vector<LayerBytes> layers = layer_bytes(w, o);
   std::vector<size_t> costs;
@@ -177,11 +180,12 @@ GpuSplit split_over_gpus(const model::ModelWeights& w, const PlanOptions& o, std
         decode_scratch(c, o.context, o.step_rows, o.mtp).total + (chunk > 0 ? prompt_scratch(w, chunk, o.context).total : 0);
     std::vector<double> room;
     for (int64_t g = 0; g < n_gpus; ++g) {
-      const double held = double(scratch + (g + 1 == n_gpus ? head : 0));
+      const double held = double(scratch + (g + 1 == n_gpus ? head + head_kv : 0));
       room.push_back(std::max(double(budgets[size_t(g)]) - held, 0.0));
     }
     const LayerCut cut = cut_layers(costs, room);
     std::vector<GpuShare> gpus = shares(layers, head, hand_on_bytes(c), page_table, budgets, cut.ends, scratch);
+    gpus.back().kv += head_kv;
     const bool fits = std::all_of(gpus.begin(), gpus.end(), [](const GpuShare& s) { return s.fixed() <= s.budget; });
     if (!fits && chunk > smallest) {
       chunk = std::max(chunk / 2, smallest);
@@ -204,6 +208,7 @@ PlanOptions share_options(const GpuSplit& split, const PlanOptions& options, siz
   o.budget = split.gpus[gpu].budget;
   o.prompt_chunk = split.prompt_chunk;
   o.head = gpu + 1 == split.gpus.size();
+  o.mtp = options.mtp && o.head;  // (the MTP block goes with the lm head)
   return o;
 }
 

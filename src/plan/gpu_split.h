@@ -1,7 +1,8 @@
 // How a model spreads over several GPUs of one host (issue 20), computed from the file alone: each
 // GPU takes a contiguous range of layers, with their trunk, K/V cells and DeltaNet states, and a
 // decode and a prompt scratch of its own (each as large as one GPU's: counted high for all but
-// the last); the last GPU also the output norm and the lm head. The cut loads the GPUs as evenly
+// the last); the last GPU also the output norm and the lm head, and with options.mtp the MTP block
+// and its K/V cache (the drafter runs there, beside the lm head it shares). The cut loads the GPUs as evenly
 // as a contiguous cut can against the room each has besides its scratch (and the head); the
 // prompt chunk halves while the GPUs cannot hold it, as on one GPU. Then whole experts fill the
 // GPUs' room, no expert on two GPUs (together they hold as many distinct experts as they have
@@ -23,8 +24,8 @@ namespace lode::plan {
 struct GpuShare {
   size_t budget = 0;
   int64_t first_layer = 0, end_layer = 0;  // its layers: [first_layer, end_layer)
-  size_t trunk = 0;    // its layers' trunk (and the head, on the last GPU)
-  size_t kv = 0;       // its attention layers' cells and a page table, all sequences
+  size_t trunk = 0;    // its layers' trunk (and the head and MTP block, on the last GPU)
+  size_t kv = 0;       // its attention layers' cells and a page table, all sequences (and the MTP block's)
   size_t states = 0;   // its DeltaNet layers' states, all sequences
   size_t scratch = 0;  // the decode step's and the prompt pass's
   int64_t experts = 0;  // experts it holds
@@ -61,8 +62,8 @@ struct LayerCut {
 };
 LayerCut cut_layers(std::span<const size_t> costs, std::span<const double> room);
 
-// The plan options of GPU `gpu`'s share: its budget and the split's prompt chunk, the head on the
-// last GPU only. plan_memory on model::layer_share's weights for its layers and these options gives
+// The plan options of GPU `gpu`'s share: its budget and the split's prompt chunk, the head and the
+// MTP block (options.mtp) on the last GPU only. plan_memory on model::layer_share's weights for its layers and these options gives
 // the GPU's trunk, K/V, states and scratch (its scratch at most the split's); the experts it holds
 // for other GPUs' layers come on top (cuda/pipeline.h).
 PlanOptions share_options(const GpuSplit& split, const PlanOptions& options, size_t gpu);
