@@ -413,9 +413,15 @@ TEST(Cli, RunOverSeveralSharesGivesOneGpusTokens) {
   EXPECT_NE(two.err.find("in 2 shares of the layers"), std::string::npos) << two.err;
   EXPECT_EQ(two.out, one.out);
   EXPECT_FALSE(one.out.empty());
-  const auto drafted = run_lode(run + " --gpus 0,0 --mtp 2", dir.path());
+  // (--mtp drafts text: a prompt, not --ids)
+  const std::string text = "run -m '" + lode::test::mini_model_path().string() + "' " +
+                           "-p 'The ls command' -n 24 --temp 0 --ignore-eos --backend cuda --vram-budget 2048";
+  const auto plain = run_lode(text + " --gpus 0", dir.path());
+  const auto drafted = run_lode(text + " --gpus 0,0 --mtp 2", dir.path());
+  ASSERT_EQ(plain.status, 0) << plain.err;
   ASSERT_EQ(drafted.status, 0) << drafted.err;
-  EXPECT_EQ(drafted.out, one.out);
+  EXPECT_EQ(drafted.out, plain.out);
+  EXPECT_FALSE(plain.out.empty());
   const auto missing = run_lode(run + " --gpus 0,99", dir.path());
   EXPECT_EQ(missing.status, 1);
   EXPECT_NE(missing.err.find("there is no GPU 99"), std::string::npos) << missing.err;

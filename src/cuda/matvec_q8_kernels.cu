@@ -125,13 +125,14 @@ __global__ void __launch_bounds__(256)
       for (int k = 0; k < kRows; ++k) raw[k][j] = S::load(row_at(first_of(set) + int64_t(k) * lane_groups), s);
     }
   };
-  // The first pass in registers; the first set's rows, whole, asked of L2 (later passes find them
-  // there).
+  // The first pass in registers; every set's rows, whole, asked of L2 (later passes and sets find
+  // them there).
   const auto start = [&] {
     load(0, 0);
+    for (int set = 0; set < sets; ++set)
 #pragma unroll
-    for (int k = 0; k < kRows; ++k)
-      kernels::prefetch_lines(row_at(first_of(0) + int64_t(k) * lane_groups), int64_t(row_bytes), sub, lanes);
+      for (int k = 0; k < kRows; ++k)
+        kernels::prefetch_lines(row_at(first_of(set) + int64_t(k) * lane_groups), int64_t(row_bytes), sub, lanes);
   };
   // The problem's matrix from the table, its first pass sent for; false: computed elsewhere. Before
   // the wait the ids and table are read from L2 (written by a kernel that has finished, but this
@@ -557,6 +558,25 @@ cudaError_t launch_q8_0_spans(const MatvecLaunch& m) {
 constexpr int kThreads = 256;
 
 
+// Sets a warp takes so that a launch of problems from an expert table (its experts a (row, slot)
+// pair each) fits one wave of the kernel's blocks, at most kMaxTableSets: a verify window's or a
+// few sequences' pairs had taken two waves or more, the second's blocks starting their loads only
+// as the first's finished. On an H100 with the 35B synth (lode bench --window 2,4 --sequences 2,16,
+// two rounds against the build before, stop 80): a window of 2 2.962 / 3.019 ms against 3.219 /
+// 3.177, 2 sequences 2.971 / 2.982 against 3.202 / 3.185; one token's pairs fit one wave already.
+constexpr int kMaxTableSets = 4;
+template <class Kernel>
+int sets_for_one_wave(Kernel kernel, size_t shared, int64_t blocks) {
+  int per_multiprocessor = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kThreads, shared) != cudaSuccess ||
+      per_multiprocessor < 1) {
+    cudaGetLastError();  // (not sticky; one set, as before)
+    return 1;
+  }
+  const int64_t wave = int64_t(per_multiprocessor) * kernels::multiprocessors();
+  return int(std::clamp<int64_t>((blocks + wave - 1) / wave, 1, kMaxTableSets));
+}
+
 template <GgmlType T, int kRows, int kSlices, int kInputs = 1, bool kGroups = false>
 cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
   const auto kernel = matvec_q8_kernel<T, kRows, kSlices, kInputs, kGroups>;
@@ -568,6 +588,10 @@ cudaError_t launch_q8_rows(const MatvecLaunch& m, int lanes, int sets) {
     }
   }
   if (const cudaError_t err = kernels::allow_shared(kernel, shared)) return err;
+  if (m.table && !m.groups && sets == 1) {  // a problem a pair: in one wave
+    const int64_t rows_per_block = int64_t(kThreads / kWarp) * kRows * (kWarp / lanes);
+    sets = sets_for_one_wave(kernel, shared, (m.rows + rows_per_block - 1) / rows_per_block * m.n_problems);
+  }
   const int64_t rows_per_block = int64_t(kThreads / kWarp) * kRows * sets * (kWarp / lanes);
   const dim3 grid(unsigned((m.rows + rows_per_block - 1) / rows_per_block), problem_blocks(m, kInputs));
   return kernels::launch_overlapped(kernel, grid, dim3(kThreads), shared, m.stream, static_cast<const uint8_t*>(m.w),
