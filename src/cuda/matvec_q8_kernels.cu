@@ -561,9 +561,10 @@ constexpr int kThreads = 256;
 // Sets a warp takes so that a launch of problems from an expert table (its experts a (row, slot)
 // pair each) fits one wave of the kernel's blocks, at most kMaxTableSets: a verify window's or a
 // few sequences' pairs had taken two waves or more, the second's blocks starting their loads only
-// as the first's finished. On an H100 with the 35B synth (lode bench --window 2,4 --sequences 2,16,
-// two rounds against the build before, stop 80): a window of 2 2.962 / 3.019 ms against 3.219 /
-// 3.177, 2 sequences 2.971 / 2.982 against 3.202 / 3.185; one token's pairs fit one wave already.
+// as the first's finished. On an H100 with the 35B synth (lode bench --window 2,3,4 --sequences
+// 2,3,16, two rounds against the build before, stop 80): a window of 2 3.016 / 2.958 ms against
+// 3.155 / 3.208, 2 sequences 2.955 / 2.975 against 3.152 / 3.176, 3 sequences 3.957 / 3.938 against
+// 4.034 / 4.075, the rest even; one token's pairs fit one wave already (docs/MTP.md, stop 80).
 constexpr int kMaxTableSets = 4;
 template <class Kernel>
 int sets_for_one_wave(Kernel kernel, size_t shared, int64_t blocks) {
