@@ -248,6 +248,56 @@ TEST(MemoryPlan, ASharedKvPoolCountsItsOwnPositions) {
   EXPECT_NE(small.err.find("at least one sequence's context"), std::string::npos) << small.err;
 }
 
+// `lode plan --mtp N` plans what lode serve's drafts hold: the MTP block in the trunk, its K/V cache
+// of every sequence, and the DeltaNet states of --mtp-sequences windows of N + 1 (lode serve's
+// default on the GPU: 4, or --parallel where fewer); a file without the block, or --mtp-sequences
+// beyond --parallel or without --mtp, is refused saying so.
+TEST(MemoryPlan, TheCommandPlansDraftsWithMtp) {
+  const gguf::Reader r(lode::test::mini_model_path());
+  const model::ModelWeights w = model::bind_weights(r, model::read_config(r.metadata()));
+  ASSERT_TRUE(w.mtp.has_value());
+  const plan::PlanOptions plain{.budget = size_t(160) * kMiB, .context = 2048, .parallel = 8, .step_rows = 8,
+                                .window_rows = 1};
+  plan::PlanOptions drafting = plain;
+  drafting.mtp = true, drafting.window_rows = 4 * 3, drafting.step_rows = 12;  // 4 sequences' windows of 3
+  const plan::MemoryPlan without = plan::plan_memory(w, plain), with = plan::plan_memory(w, drafting);
+  EXPECT_EQ(with.trunk, without.trunk + plan::mtp_trunk_bytes(w));
+  EXPECT_EQ(with.kv, without.kv + 8 * plan::mtp_kv_bytes(w.config, kv::Format::f16, 2048));
+  EXPECT_EQ(with.states, plan::state_bytes(w.config, 12, 8));
+  EXPECT_GT(with.states, without.states);
+
+  const lode::test::TempDir dir;
+  const std::string plan = "plan -m '" + lode::test::mini_model_path().string() + "' --vram-budget 160 --ctx 2048 --parallel 8";
+  const auto mib_in = [](const std::string& out, const std::string& what, size_t bytes) {
+    const size_t line = out.find(what);
+    return line != std::string::npos &&
+           out.substr(line, 60).find(fmt::format("{:.1f} MiB", double(bytes) / double(kMiB))) != std::string::npos;
+  };
+  const auto r2 = lode::test::run_lode(plan + " --mtp 2", dir.path());
+  ASSERT_EQ(r2.status, 0) << r2.err;
+  EXPECT_TRUE(mib_in(r2.out, "trunk", with.trunk)) << r2.out;
+  EXPECT_TRUE(mib_in(r2.out, "K/V cache", with.kv)) << r2.out;
+  EXPECT_TRUE(mib_in(r2.out, "DeltaNet states", with.states)) << r2.out;
+  EXPECT_NE(r2.out.find("kept for 12 rows of verify windows"), std::string::npos) << r2.out;
+  EXPECT_NE(r2.out.find("the MTP block's of each sequence"), std::string::npos) << r2.out;
+  const auto one = lode::test::run_lode(plan + " --mtp 2 --mtp-sequences 1", dir.path());
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_NE(one.out.find("kept for 3 rows of verify windows"), std::string::npos) << one.out;
+  const auto beyond = lode::test::run_lode(plan + " --mtp 2 --mtp-sequences 9", dir.path());
+  EXPECT_EQ(beyond.status, 1);
+  EXPECT_NE(beyond.err.find("--mtp-sequences 9 with --mtp 2 and --parallel 8"), std::string::npos) << beyond.err;
+  const auto alone = lode::test::run_lode(plan + " --mtp-sequences 2", dir.path());
+  EXPECT_EQ(alone.status, 1);
+  EXPECT_NE(alone.err.find("--mtp-sequences goes with --mtp N"), std::string::npos) << alone.err;
+  model::SynthOptions o;
+  o.layers = 4;
+  model::write_synth(dir.path() / "no-mtp.gguf", o);
+  const auto missing = lode::test::run_lode(
+      "plan -m '" + (dir.path() / "no-mtp.gguf").string() + "' --vram-budget 160 --ctx 256 --mtp 1", dir.path());
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_NE(missing.err.find("--mtp: "), std::string::npos) << missing.err;
+}
+
 TEST(MemoryPlan, HostRamTooSmallIsRefusedClearly) {
   EXPECT_NO_THROW(plan::check_host_ram(size_t(1) << 20));
   try {

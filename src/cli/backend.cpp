@@ -56,6 +56,10 @@ std::vector<int> parse_gpus(const std::string& list) {
   }
 }
 
+int64_t gpu_draft_sequences(int64_t mtp, int64_t sequences) {
+  return std::max<int64_t>(1, std::min({kGpuDraftSequences, sequences, kGpuStepRows / (mtp + 1)}));
+}
+
 namespace {
 
 #ifdef LODE_HAVE_CUDA

@@ -53,6 +53,16 @@ int64_t gpu_context(const model::Qwen35MoeConfig& config, int64_t asked);
 // The most rows one GPU step takes (sequences' tokens and their verify windows together).
 inline constexpr int64_t kGpuStepRows = 64;
 
+// With --mtp N on the GPU, the sequences that draft while they decode, their verify windows in one
+// step (lode serve --mtp-sequences' default): kGpuDraftSequences, or fewer where `sequences`
+// (--parallel) or a step's rows hold fewer windows of N + 1. On an H100 with the 35B synth (lode
+// bench --sequence-windows 2, drafting timed), 4 sequences' windows with their drafts would decode
+// 1.06x / 1.19x / 1.25x faster at acceptance 0.6 / 0.8 / 0.9, as one sequence's alone (1.04x /
+// 1.16x / 1.23x), and 16 sequences' 0.97x / 1.09x / 1.16x; served on lode-mini, whose steps are too
+// short for drafts to pay at all, 4 cost no more than 1 (docs/MTP.md, stops 79 and 80).
+inline constexpr int64_t kGpuDraftSequences = 4;
+int64_t gpu_draft_sequences(int64_t mtp, int64_t sequences);
+
 // What the GPU engine is made for: K/V for ctx positions, decode's products' activations, the
 // K/V format.
 struct GpuRun {

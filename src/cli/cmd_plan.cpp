@@ -1,12 +1,15 @@
-// `lode plan -m MODEL [--vram-budget MiB] [--kv F] [--ctx N] [--parallel N] [--kv-positions N] [--prompt-chunk N] [--gpus N] [--expert-profile FILE]`:
+// `lode plan -m MODEL [--vram-budget MiB] [--kv F] [--ctx N] [--parallel N] [--kv-positions N] [--prompt-chunk N] [--gpus N] [--mtp N [--mtp-sequences S]] [--expert-profile FILE]`:
 // how the GPU session would spend a VRAM budget on a model (plan/memory_plan.h), computed from the
 // file alone, and for each K/V format how many experts the same budget would keep in VRAM; with
 // --gpus N above 1, how N GPUs of that budget each would share it (plan/gpu_split.h: their layers,
-// their experts, none on two; which experts, by a routing profile's counts when given). Needs no GPU
+// their experts, none on two; which experts, by a routing profile's counts when given); with --mtp N,
+// what lode run and lode serve add for drafts (the MTP block, its K/V cache, the DeltaNet states a
+// verify window keeps: --mtp-sequences windows of N + 1, as lode serve's default). Needs no GPU
 // when --vram-budget is given; without it, the first GPU's free memory less a margin.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "cli/backend.h"
 #include "cli/commands.h"
@@ -36,6 +39,8 @@ struct PlanCommandOptions {
   int64_t prompt_chunk = 4096;
   int64_t gpus = 1;
   int64_t kv_positions = 0;  // --kv-positions (0: --parallel x --ctx)
+  int64_t mtp = 0;           // --mtp: drafts a verify window holds (0: none)
+  std::optional<int64_t> mtp_sequences;  // --mtp-sequences (unset: lode serve's default on the GPU)
   std::string expert_profile;  // --expert-profile: which experts go to VRAM first
 };
 
@@ -73,9 +78,22 @@ void run_plan(const PlanCommandOptions& o) {
   options.kv = chosen_kv_format(o.kv);
   options.context = gpu_context(config, o.ctx);
   options.parallel = o.parallel;
-  // As lode serve runs them (without --mtp): a step takes a row of each sequence, no verify windows.
+  // As lode serve runs them: a step takes a row of each sequence; with --mtp, the windows of
+  // --mtp-sequences of them too, whose DeltaNet states before each token it keeps.
   options.step_rows = o.parallel;
   options.window_rows = 1;
+  if (o.mtp > 0) {
+    if (!weights.mtp) fail("--mtp: {}", weights.mtp_unavailable);
+    const int64_t drafting = o.mtp_sequences ? *o.mtp_sequences : gpu_draft_sequences(o.mtp, o.parallel);
+    if (drafting < 1 || drafting > o.parallel || drafting * (o.mtp + 1) > kGpuStepRows)
+      fail("--mtp-sequences {} with --mtp {} and --parallel {}: give 1 to --parallel, and at most {} rows of windows "
+           "of {} tokens together", drafting, o.mtp, o.parallel, kGpuStepRows, o.mtp + 1);
+    options.mtp = true;
+    options.window_rows = drafting * (o.mtp + 1);
+    options.step_rows = std::max(options.step_rows, options.window_rows);
+  } else if (o.mtp_sequences) {
+    fail("--mtp-sequences goes with --mtp N");
+  }
   options.prompt_chunk = o.prompt_chunk;
   if (o.kv_positions > 0) {
     if (o.kv_positions < options.context || o.kv_positions > o.parallel * options.context)
@@ -151,6 +169,14 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--gpus", o->gpus,
                   "Plan for this many GPUs of one host, each with the budget: their layers and experts (default 1)")
       ->check(CLI::Range(int64_t(1), int64_t(1024)));
+  cmd->add_option("--mtp", o->mtp,
+                  "Plan for drafts of up to N tokens (lode run / lode serve --mtp): the MTP block, its K/V cache "
+                  "of every sequence, and the DeltaNet states kept for verify windows (default 0: none)")
+      ->check(CLI::Range(int64_t(0), int64_t(16)));
+  cmd->add_option("--mtp-sequences", o->mtp_sequences,
+                  "With --mtp: the sequences whose windows one step verifies, as lode serve --mtp-sequences "
+                  "(default as lode serve's on the GPU: 4, or --parallel where fewer)")
+      ->check(integer_at_least(1));
   add_expert_profile_option(*cmd, o->expert_profile);
   cmd->callback([o] { run_plan(*o); });
 }

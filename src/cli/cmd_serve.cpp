@@ -46,26 +46,12 @@ struct ServeOptions {
 // step, with ITL p99 at 64 streams 146 ms against 149 and at 16 streams 103 against 69 (4,096:
 // 1,022 / 1,383, but 359 ms at 64; SERVER.md).
 constexpr int64_t kGpuChunk = 1024;
-// With --mtp on the GPU, drafts while at most this many sequences decode (--mtp-sequences; fewer
-// where --parallel or a step's 64 rows hold fewer windows). Their drafts are steps of the MTP block
-// over a row of each and their windows verify in one step: on an H100 with the 35B synth (lode
-// bench --sequence-windows 2, drafting timed), 4 sequences' windows with their drafts would decode
-// 1.06x / 1.19x / 1.25x faster at acceptance 0.6 / 0.8 / 0.9, as one sequence's alone (1.04x /
-// 1.16x / 1.23x), and 16 sequences' 0.97x / 1.09x / 1.16x; served on lode-mini, whose steps are too
-// short for drafts to pay at all, 4 cost no more than 1 (docs/MTP.md, stops 79 and 80).
-constexpr int64_t kGpuDraftSequences = 4;
 constexpr size_t kGpuCheckpoints = 8;
 
 // "cpu" or "cuda": --backend, with auto the GPU when there is one.
 std::string serving_backend(const ServeOptions& o) {
   if (o.backend.backend != "auto") return o.backend.backend;
   return first_gpu().empty() ? "cpu" : "cuda";
-}
-
-// --mtp-sequences' default on the GPU: kGpuDraftSequences, as many as decode at once and a step's
-// rows hold windows of --mtp + 1 for.
-int64_t default_draft_sequences(int64_t mtp, int64_t sequences) {
-  return std::max<int64_t>(1, std::min({kGpuDraftSequences, sequences, kGpuStepRows / (mtp + 1)}));
 }
 
 // The engine on the GPU, --parallel sequences; the worker's chunks and checkpoints sized for it.
@@ -78,7 +64,7 @@ std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedM
                    .mtp = o.server.worker.mtp,
                    // (no more than can decode at once: the kept states are for their windows)
                    .draft_sequences = o.mtp_sequences ? std::min<int64_t>(*o.mtp_sequences, sequences)
-                                                      : default_draft_sequences(o.server.worker.mtp, sequences),
+                                                      : gpu_draft_sequences(o.server.worker.mtp, sequences),
                    .sequences = sequences,
                    .kv_positions = o.kv_positions};
   auto engine = open_gpu_model(o.backend, model.reader, model.config, std::move(weights), run);

@@ -278,9 +278,14 @@ std::string describe(const MemoryPlan& p) {
   };
   const PlanOptions& o = p.options;
   std::string out = fmt::format("VRAM budget {:.1f} MiB\n", mib(o.budget));
-  out += row("trunk", p.trunk, "every tensor but the routed experts, and the expert tables");
-  out += row("K/V cache", p.kv, kv_note(o));
-  out += row("DeltaNet states", p.states, fmt::format("{} sequence(s)", std::max<int64_t>(o.parallel, 1)));
+  out += row("trunk", p.trunk,
+             o.mtp ? "every tensor but the routed experts, the expert tables, and the MTP block's"
+                   : "every tensor but the routed experts, and the expert tables");
+  out += row("K/V cache", p.kv, kv_note(o) + (o.mtp ? "; the MTP block's of each sequence" : ""));
+  out += row("DeltaNet states", p.states,
+             fmt::format("{} sequence(s){}", std::max<int64_t>(o.parallel, 1),
+                         o.kept_rows() > 1 ? fmt::format(", and kept for {} rows of verify windows", o.kept_rows())
+                                           : std::string()));
   out += row("decode scratch", p.decode_scratch, "");
   out += row("prompt scratch", p.prompt_scratch,
              p.prompt_chunk > 0 ? fmt::format("chunks of {} tokens{}", p.prompt_chunk,
