@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "sample/json_schema.h"
 #include "sample/json_tokens.h"
 #include "sample/logprobs.h"
 #include "sample/sampler.h"
@@ -65,17 +68,37 @@ std::vector<std::string> made_up_vocabulary() {
   return v;
 }
 
-// The mask of a reply constrained to JSON over kVocab tokens, from a state inside a string (most
-// of a JSON reply), where a value must come, and inside a number.
-void json_mask(benchmark::State& state, const char* prefix) {
+const lode::sample::JsonTokens& json_tokens() {
   static const std::vector<std::string> vocabulary = made_up_vocabulary();
   static const lode::sample::JsonTokens tokens(std::vector<std::string_view>(vocabulary.begin(), vocabulary.end()),
                                                std::vector<bool>(vocabulary.size(), false));
+  return tokens;
+}
+
+// The mask of a reply constrained to JSON over kVocab tokens, from a state inside a string (most
+// of a JSON reply), where a value must come, and inside a number.
+void json_mask(benchmark::State& state, const char* prefix) {
   lode::sample::JsonPrefix text;
   text.push(std::string_view(prefix));
   std::vector<uint8_t> allowed;
   for (auto _ : state) {
-    tokens.mark(text, allowed);
+    json_tokens().mark(text, allowed);
+    benchmark::DoNotOptimize(allowed.data());
+  }
+}
+
+// The same for a reply constrained to a schema (sample/json_schema.h): its properties' keys, an
+// enum, a free string, an array of integers.
+void json_schema_mask(benchmark::State& state, const char* prefix) {
+  static const auto schema = lode::sample::JsonSchema::compile(nlohmann::json::parse(R"({"type": "object",
+      "properties": {"name": {"type": "string"}, "kind": {"enum": ["file", "directory", "link"]},
+                     "sizes": {"type": "array", "items": {"type": "integer"}}},
+      "required": ["name", "kind"]})"));
+  lode::sample::SchemaPrefix text(*schema);
+  if (!text.push(std::string_view(prefix))) state.SkipWithError("the prefix is not the schema's");
+  std::vector<uint8_t> allowed;
+  for (auto _ : state) {
+    json_tokens().mark(text, allowed);
     benchmark::DoNotOptimize(allowed.data());
   }
 }
@@ -109,6 +132,10 @@ BENCHMARK_CAPTURE(json_mask_trying_each, a_value_next, "{\"name\": ")->Unit(benc
 BENCHMARK_CAPTURE(json_mask, in_a_string, "{\"name\": \"lode")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(json_mask, a_value_next, "{\"name\": ")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(json_mask, in_a_number, "{\"sizes\": [1, 25")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(json_schema_mask, in_a_string, "{\"name\": \"lode")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(json_schema_mask, a_key_next, "{\"name\": \"lode\", ")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(json_schema_mask, an_enum_next, "{\"kind\": ")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(json_schema_mask, in_a_number, "{\"sizes\": [1, 25")->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(run, server_defaults_flat, with(0.7f, 20, 0.95f, 0.0f), false)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(run, server_defaults_peaked, with(0.7f, 20, 0.95f, 0.0f), true)->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(run, top_k_200_peaked, with(0.7f, 200, 1.0f, 0.0f), true)->Unit(benchmark::kMicrosecond);

@@ -31,13 +31,14 @@ struct SteeredText {
   std::vector<std::string> choices;
 };
 
-// The reply as one JSON object (`response_format` json_object): once the token `after` has been
-// sampled (-1: from the first token on), each token is sampled only among those that keep the text
-// since the beginning of a JSON object (sample/json_prefix.h; added and control tokens excluded),
-// with the model's own masked probabilities; once the object closes, only an end-of-generation
-// token may follow.
+// The reply as one JSON object (`response_format` json_object, or json_schema with `schema`): once
+// the token `after` has been sampled (-1: from the first token on), each token is sampled only
+// among those that keep the text since the beginning of a JSON object the schema accepts
+// (sample/json_schema.h; added and control tokens excluded), with the model's own masked
+// probabilities; once the object closes, only an end-of-generation token may follow.
 struct JsonOutput {
   int32_t after = -1;
+  std::shared_ptr<const sample::JsonSchema> schema = nullptr;  // null: any object
   // The tokenizer's tokens as the mask reads them (json_vocabulary), made once and shared by the
   // replies of a server; null: made for this reply (~0.15 s on a 248,320-token vocabulary).
   std::shared_ptr<const sample::JsonTokens> vocabulary = nullptr;

@@ -65,6 +65,9 @@ Generation::Generation(const tokenizer::Tokenizer& tokenizer, sample::Sampler& s
   if (options.json) {
     json_ = options.json->after < 0 ? Json::active : Json::waiting;
     json_vocabulary_ = options.json->vocabulary ? options.json->vocabulary : json_vocabulary(tokenizer);
+    json_schema_ = options.json->schema;  // (none, or any object: JsonPrefix reads it, and faster)
+    if (json_schema_ && json_schema_ != sample::JsonSchema::any_object())
+      json_text_.emplace<sample::SchemaPrefix>(*json_schema_);
   }
   if (options.steer) {
     steering_ = options.steer->after < 0 ? Steering::active : Steering::waiting;
@@ -127,12 +130,12 @@ void Generation::follow_steering(int32_t token) {
 std::span<const float> Generation::json_only(std::span<const float> logits) {
   std::vector<float>& out = json_masked_;
   out.assign(logits.size(), -std::numeric_limits<float>::infinity());
-  if (json_text_.complete()) {  // only an end may follow
+  if (json_complete()) {  // only an end may follow
     for (int32_t id : tokenizer_.end_of_generation())
       if (size_t(id) < logits.size()) out[size_t(id)] = logits[size_t(id)];
     return out;
   }
-  json_vocabulary_->mark(json_text_, json_allowed_);
+  std::visit([&](const auto& text) { json_vocabulary_->mark(text, json_allowed_); }, json_text_);
   for (size_t id = 0; id < logits.size() && id < json_allowed_.size(); ++id)
     if (json_allowed_[id]) out[id] = logits[id];
   return out;
@@ -140,7 +143,8 @@ std::span<const float> Generation::json_only(std::span<const float> logits) {
 
 void Generation::follow_json(int32_t token) {
   if (json_ == Json::waiting && token == options_.json->after) json_ = Json::active;
-  else if (json_ == Json::active && !json_text_.complete()) json_text_.push(tokenizer_.token_bytes(token));
+  else if (json_ == Json::active && !json_complete())
+    std::visit([&](auto& text) { text.push(tokenizer_.token_bytes(token)); }, json_text_);
 }
 
 bool Generation::greedy_only() const {

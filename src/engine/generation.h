@@ -8,10 +8,11 @@
 #include <optional>
 #include <span>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "engine/generate.h"
-#include "sample/json_prefix.h"
+#include "sample/json_schema.h"
 #include "sample/stop.h"
 
 namespace lode::engine {
@@ -61,8 +62,8 @@ class Generation {
   // The logits with every token that would leave all steered choices set to -infinity.
   std::vector<float> steered(std::span<const float> logits) const;
   void follow_steering(int32_t token);
-  // The logits with every token that would leave the text no JSON object's beginning set to
-  // -infinity (GenerateOptions::json).
+  // The logits with every token that would leave the text no beginning of a JSON object (of the
+  // schema's, where there is one) set to -infinity (GenerateOptions::json).
   std::span<const float> json_only(std::span<const float> logits);  // (into json_masked_)
   void follow_json(int32_t token);
   // Whether the row must be masked before sampling (steering or JSON under way).
@@ -79,7 +80,13 @@ class Generation {
   enum class Steering { none, waiting, active, done } steering_ = Steering::none;
   std::string steered_text_;  // written since steering began
   enum class Json { none, waiting, active } json_ = Json::none;
-  sample::JsonPrefix json_text_;  // what has been written since the JSON began
+  // What has been written since the JSON began: any object's beginning (JsonPrefix, a tenth of
+  // SchemaPrefix's size, which the mask copies at every byte it tries), or the schema's.
+  std::variant<sample::JsonPrefix, sample::SchemaPrefix> json_text_;
+  std::shared_ptr<const sample::JsonSchema> json_schema_;  // (what a SchemaPrefix reads against)
+  bool json_complete() const {
+    return std::visit([](const auto& text) { return text.complete(); }, json_text_);
+  }
   std::shared_ptr<const sample::JsonTokens> json_vocabulary_;
   std::vector<uint8_t> json_allowed_;  // the mask's scratch
   std::vector<float> json_masked_;     // the masked row

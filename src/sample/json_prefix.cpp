@@ -23,6 +23,13 @@ bool JsonPrefix::push(std::string_view bytes) {
   return true;
 }
 
+bool JsonPrefix::can_end() const {
+  if (done_) return true;
+  const bool number_whole = lex_ == Lex::zero || lex_ == Lex::integer || lex_ == Lex::fraction ||
+                            lex_ == Lex::exponent_digits;
+  return any_root_ && depth_ == 0 && number_whole;
+}
+
 std::array<bool, 256> JsonPrefix::next_bytes() const {
   std::array<bool, 256> takes{};
   for (int c = 0; c < 256; ++c) {
@@ -52,8 +59,10 @@ bool JsonPrefix::end_value() {
   return true;
 }
 
-// A number ends at the first byte that cannot continue it, which is then read after the number.
+// A number ends at the first byte that cannot continue it, which is then read after the number
+// (a root number of any_value() has nothing after it: the byte is refused, can_end() true).
 bool JsonPrefix::end_number_then(unsigned char c) {
+  if (depth_ == 0) return false;
   end_value();
   return read(c);
 }
@@ -73,7 +82,7 @@ bool JsonPrefix::read(unsigned char c) {
     case Lex::value:
     case Lex::value_or_close:
       if (whitespace(c)) return true;
-      if (depth_ == 0) return c == '{' && open('{');  // the root is an object
+      if (depth_ == 0 && !any_root_) return c == '{' && open('{');  // the root is an object
       if (c == ']' && lex_ == Lex::value_or_close) return close('[');
       if (c == '{' || c == '[') return open(char(c));
       if (c == '"') return string_is_key_ = false, lex_ = Lex::string, true;

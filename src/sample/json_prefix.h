@@ -15,6 +15,15 @@ namespace lode::sample {
 
 class JsonPrefix {
  public:
+  JsonPrefix() = default;
+  // A prefix of one JSON value of any kind at the root (sample/json_schema.h reads a schema's free
+  // values with it): a number there has no byte of its own that ends it, so push() refuses the
+  // byte after it and can_end() says the value may end before that byte.
+  static JsonPrefix any_value() {
+    JsonPrefix p;
+    p.any_root_ = true;
+    return p;
+  }
   // Objects and arrays open at once, at most; a byte that would open one more is refused.
   static constexpr int kMaxDepth = 64;
   // Whitespace bytes in a row outside strings, at most (a newline and an indent of 2 x 10 levels,
@@ -28,6 +37,9 @@ class JsonPrefix {
   bool push(char c);
   bool push(std::string_view bytes);  // every byte, or false at the first refused one (state then partly advanced)
   bool complete() const { return done_; }
+  // Whether the value is whole if it ends here: complete(), or a root number of any_value() that
+  // may end before the next byte.
+  bool can_end() const;
   // Inside a string, where a byte other than '"', '\\' and the control bytes leaves the state as it
   // is: what lets a sampler pass most tokens without trying them.
   bool in_string() const { return lex_ == Lex::string; }
@@ -68,6 +80,7 @@ class JsonPrefix {
   Lex lex_ = Lex::value;
   bool string_is_key_ = false;
   bool done_ = false;
+  bool any_root_ = false;  // any_value(): the root may be any value
   uint8_t hex_left_ = 0;
   uint8_t whitespace_run_ = 0;
   const char* literal_ = nullptr;  // the rest of the literal being read

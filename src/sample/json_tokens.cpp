@@ -37,7 +37,8 @@ JsonTokens::Order JsonTokens::order_of(std::vector<int32_t> ids) const {
   return order;
 }
 
-void JsonTokens::mark(const JsonPrefix& state, std::vector<uint8_t>& allowed) const {
+template <class State>
+void JsonTokens::mark(const State& state, std::vector<uint8_t>& allowed) const {
   if (state.in_string()) {  // the string-safe tokens leave it in the string: taken untried
     allowed = string_safe_;
     walk(string_unsafe_, state, allowed);
@@ -49,9 +50,10 @@ void JsonTokens::mark(const JsonPrefix& state, std::vector<uint8_t>& allowed) co
 
 // Tries the tokens of `order` in turn, each from the state after the bytes it shares with the
 // last token tried, passing over those whose bytes begin with a refused prefix.
-void JsonTokens::walk(const Order& order, const JsonPrefix& state, std::vector<uint8_t>& allowed) const {
+template <class State>
+void JsonTokens::walk(const Order& order, const State& state, std::vector<uint8_t>& allowed) const {
   constexpr size_t kNone = std::numeric_limits<size_t>::max();
-  std::vector<JsonPrefix> after(longest_ + 1);  // after[d]: the state after d bytes of the last token tried (d <= valid)
+  std::vector<State> after(longest_ + 1, state);  // after[d]: the state after d bytes of the last token tried (d <= valid)
   after[0] = state;
   size_t valid = 0, refused = kNone;  // the last token tried was refused at its byte `refused` - 1
   size_t shared = 0;                  // bytes this token shares with the last one tried
@@ -64,7 +66,7 @@ void JsonTokens::walk(const Order& order, const JsonPrefix& state, std::vector<u
     refused = kNone;
     for (; d < b.size(); ++d) {
       after[d + 1] = after[d];
-      if (!after[d + 1].push(b[d])) {
+      if (!after[d + 1].push(b.substr(d, 1))) {  // (the byte alone: a refused state is dropped, not restored)
         refused = d + 1;
         break;
       }
@@ -74,5 +76,8 @@ void JsonTokens::walk(const Order& order, const JsonPrefix& state, std::vector<u
     allowed[id] = refused == kNone;
   }
 }
+
+template void JsonTokens::mark(const JsonPrefix&, std::vector<uint8_t>&) const;
+template void JsonTokens::mark(const SchemaPrefix&, std::vector<uint8_t>&) const;
 
 }  // namespace lode::sample

@@ -62,19 +62,29 @@ void refuse_unsupported_chat(const json& body) {
                                     older), older);
 }
 
-// response_format: {"type": "text"} or absent (free text), {"type": "json_object"} (one JSON
-// object); true for the latter. A JSON schema is refused, not silently ignored.
-bool json_object_wanted(const json& body) {
+// response_format: {"type": "text"} or absent (free text: null), {"type": "json_object"} (any one
+// JSON object), {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}}} (one object
+// the schema accepts; a schema lode cannot enforce is refused, saying what in it, never ignored).
+std::shared_ptr<const sample::JsonSchema> json_reply_wanted(const json& body) {
   const json* f = field(body, "response_format");
-  if (!f) return false;
+  if (!f) return nullptr;
   const std::string type = string_or_empty(*f, "type");
-  if (type == "json_object") return true;
-  if (type != "text")
-    throw bad_request(fmt::format("response_format {} is not supported: lode constrains a reply to JSON "
-                                  "({{\"type\": \"json_object\"}}) but not to a schema yet; use json_object or "
-                                  "text, or leave it out", f->dump()),
+  if (type == "text") return nullptr;
+  if (type == "json_object") return sample::JsonSchema::any_object();
+  if (type != "json_schema")
+    throw bad_request(fmt::format("response_format {} is not supported: give type text, json_object or json_schema",
+                                  f->dump()),
                       "response_format");
-  return false;
+  const json* spec = field(*f, "json_schema");
+  const json* schema = spec && spec->is_object() ? field(*spec, "schema") : nullptr;
+  if (!schema)
+    throw bad_request("response_format json_schema needs json_schema.schema: the JSON schema of the reply",
+                      "response_format");
+  try {
+    return sample::JsonSchema::compile(*schema);
+  } catch (const Error& e) {
+    throw bad_request(e.what(), "response_format");
+  }
 }
 
 // The chat route's logprobs (true or false) and top_logprobs (0 to 20, with logprobs true): the
@@ -252,7 +262,7 @@ ChatRequest parse_chat_request(const json& body, const ModelNames& names, uint64
   refuse_unsupported_chat(body);
   r.generation = generation_request(body, random_seed);
   r.generation.logprobs = chat_logprobs(body);
-  r.json_object = json_object_wanted(body);
+  r.json_reply = json_reply_wanted(body);
   r.generation.model = model;
   return r;
 }
@@ -269,7 +279,7 @@ CompletionRequest parse_completion_request(const json& body, const ModelNames& n
   r.generation = generation_request(body, random_seed);
   // The legacy route's logprobs is the count of alternatives (0 to 5): the sampled token's own always.
   r.generation.logprobs = int(integer_in(body, "logprobs", 0, 5).value_or(-1));
-  r.json_object = json_object_wanted(body);
+  r.json_reply = json_reply_wanted(body);
   r.generation.model = model;
   if (!r.generation.max_tokens) r.generation.max_tokens = 16;  // OpenAI's default for completions
   return r;
@@ -329,14 +339,15 @@ std::vector<int32_t> chat_prompt(const ChatRequest& request, const ServedModel& 
 
 Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t context) {
   Job job = make_job(chat_prompt(request, model), request.generation, context, model.config.vocab);
-  if (!request.forced_tools.empty() && request.json_object)
-    throw bad_request("a forced tool call and response_format json_object exclude each other: the reply is "
+  if (!request.forced_tools.empty() && request.json_reply)
+    throw bad_request("a forced tool call and a JSON response_format exclude each other: the reply is "
                       "either a call or a JSON object; drop one", "response_format");
   if (!request.forced_tools.empty())
     job.generate.steer = steer_to_tools(request.forced_tools, request.reply_thinks(), model.tokenizer);
-  if (request.json_object) {
+  if (request.json_reply) {
     job.generate.json = engine::JsonOutput{
         .after = after_thinking(request.reply_thinks(), model.tokenizer, "a JSON reply", "response_format"),
+        .schema = request.json_reply,
         .vocabulary = model.json_tokens};
   }
   return job;
@@ -345,7 +356,8 @@ Job chat_job(const ChatRequest& request, const ServedModel& model, int64_t conte
 Job completion_job(const CompletionRequest& request, const ServedModel& model, int64_t context) {
   Job job = make_job(model.tokenizer.encode(request.prompt, /*allow_special=*/true), request.generation, context,
                      model.config.vocab);
-  if (request.json_object) job.generate.json = engine::JsonOutput{.after = -1, .vocabulary = model.json_tokens};
+  if (request.json_reply)
+    job.generate.json = engine::JsonOutput{.after = -1, .schema = request.json_reply, .vocabulary = model.json_tokens};
   return job;
 }
 

@@ -3,6 +3,7 @@
 // what was wrong; fields this slice does not know are ignored, as OpenAI's own clients send extras.
 // Then the prompt: the chat template rendered and tokenized, checked against the context.
 #pragma once
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "sample/json_schema.h"
 #include "chat/template.h"
 #include "sample/sampler.h"
 #include "server/engine_worker.h"
@@ -37,7 +39,9 @@ struct ChatRequest {
   // names the reply may call; the reply is steered into "<tool_call><function=NAME>" once thinking
   // ends (engine::SteeredText), the arguments are the model's. Empty: not forced.
   std::vector<std::string> forced_tools;
-  bool json_object = false;  // response_format json_object: the reply's content is one JSON object
+  // response_format json_object or json_schema: the reply's content is one JSON object (of the
+  // schema's); null: free text.
+  std::shared_ptr<const sample::JsonSchema> json_reply;
 
   // The last message is the assistant's reply begun (a prefill, as Anthropic's API and llama-server
   // take it): the model goes on from its content, after its thinking.
@@ -49,7 +53,7 @@ struct ChatRequest {
 struct CompletionRequest {
   GenerationRequest generation;
   std::string prompt;
-  bool json_object = false;  // response_format json_object (vLLM takes it here too)
+  std::shared_ptr<const sample::JsonSchema> json_reply;  // response_format, as the chat route's (vLLM takes it here too)
 };
 
 // The tool names a forcing tool_choice allows: every tool (`name` empty) or the one named, which

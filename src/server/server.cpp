@@ -384,7 +384,7 @@ void Server::add_generation_routes() {
     const ChatRequest request = parsed([&] { return parse_chat_request(parse_json_body(body), names_, random_u64()); });
     const bool logprobs_wanted = request.generation.logprobs >= 0;
     // A JSON reply is content, never tool calls, whatever its strings spell.
-    const json parsed_tools = request.json_object ? json(nullptr) : request.tools;
+    const json parsed_tools = request.json_reply ? json(nullptr) : request.tools;
     respond(
         req, res, chat_job(request, *model_, worker_->context()), request.generation, "chatcmpl-",
         [&](const ResponseMeta& meta, const std::string& text, const engine::GenerateResult& result) {
