@@ -196,8 +196,65 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceSayingWhere) {
   refused(json{{"type", "object"}, {"properties", {{"a", {{"enum", many}}}}}}, "more than 64 values");
   refused(json::parse(R"({"$defs":{"A":{"$ref":"#/$defs/B"},"B":{"$ref":"#/$defs/A"}},"type":"object","properties":{"a":{"$ref":"#/$defs/A"}}})"),
           "refers to itself");
+  refused(json::parse(R"({"type":"object","properties":{"a/b":{"type":"string","minLength":1}}})"),
+          "'minLength' is not enforced (at \"#/properties/a~1b/minLength\")");
+  refused(json::parse(R"({"type":"object","properties":{"d":{"type":"object","additionalProperties":{"type":"integer"}}}})"),
+          "additionalProperties as a schema is not enforced");
+  refused(json::parse(R"({"type":"object","properties":{"e":{"enum":["a","b"],"allOf":[{"const":"a"}]}}})"),
+          "enum or const with keywords beside it");
+  for (const char* overlapping : {R"([{"type":"integer"},{"type":"number"}])", R"([{"enum":["x","y"]},{"const":"x"}])",
+                                  R"([{"type":"boolean"},{"const":true}])", R"([{},{"type":"string"}])"})
+    refused(json{{"type", "object"}, {"properties", {{"o", {{"oneOf", json::parse(overlapping)}}}}}},
+            "oneOf whose branches a value can match two of");
+  refused(json::parse(R"({"$ref":"#/$defs/N","$defs":{"N":{"type":"object","properties":{"p":{"anyOf":[{"$ref":"#"},{"type":"null"}]}}}}})"),
+          "a $ref back to a schema that is no object or array yet");
+  refused(json::parse(R"({"$defs":{"A":{"anyOf":[{"$ref":"#/$defs/B"},{"type":"null"}]},"B":{"anyOf":[{"$ref":"#/$defs/A"},{"type":"string"}]}},
+                          "type":"object","properties":{"a":{"$ref":"#/$defs/A"}}})"),
+          "a $ref back to a schema that is no object or array yet");
+  json a = json::array(), b = json::array();
+  for (int i = 0; i < 64; ++i) a.push_back("a" + std::to_string(i)), b.push_back("b" + std::to_string(i));
+  refused(json{{"type", "object"}, {"properties", {{"v", {{"anyOf", {{{"enum", a}}, {{"enum", b}}}}}}}}},
+          "more than 64 values in its branches' enums together");
+  json deep = {{"type", "string"}};
+  for (int i = 0; i < 100; ++i) deep = {{"type", "array"}, {"items", deep}};
+  refused(json{{"type", "object"}, {"properties", {{"deep", deep}}}}, "nested more than 64 deep");
   // Read: a boolean schema, an object without properties (any object), an empty enum-free schema.
   EXPECT_NO_THROW((void)JsonSchema::compile(json::parse(R"({"type":"object","properties":{"a":true,"b":{"type":"object"}}})")));
+}
+
+// Keywords that constrain only one kind, with no type: that kind (a valid reply either way); enum
+// values outside a type beside them left out; a one-branch allOf that refers back to an object.
+TEST(JsonSchema, ReadsKindKeywordsEnumTypesAndAllOfOfARefBack) {
+  const auto s = JsonSchema::compile(json::parse(R"({"type":"object","properties":{
+      "list":{"minItems":2,"maxItems":2}, "closed":{"additionalProperties":false},
+      "word":{"type":"string","enum":["x",1]}, "child":{"allOf":[{"$ref":"#"}],"description":"d"}}})"));
+  EXPECT_TRUE(takes(*s, R"({"list":[1,"a"],"closed":{},"word":"x","child":{"child":{"list":[[],{}]}}})"));
+  EXPECT_FALSE(takes(*s, R"({"list":[])", false));
+  EXPECT_FALSE(takes(*s, R"({"list":[1,2,3)", false));
+  EXPECT_FALSE(takes(*s, R"({"closed":{"b)", false));
+  EXPECT_FALSE(takes(*s, R"({"word":1)", false));
+}
+
+// At SchemaPrefix::kMaxDepth open objects and arrays, a key whose value must open another is
+// refused at its closing quote (it would leave no byte to go on with); the object can still close.
+TEST(JsonSchema, RefusesAKeyWhoseValueCannotOpenAtItsDepth) {
+  const auto tree = JsonSchema::compile(kTree);
+  std::string text = R"({"root":)";
+  int open = 1;
+  while (open + 2 <= SchemaPrefix::kMaxDepth) text += R"({"name":"a","children":[)", open += 2;
+  text += R"({"name":"a")";  // the kMaxDepth-th open
+  ++open;
+  ASSERT_EQ(open, SchemaPrefix::kMaxDepth);
+  SchemaPrefix p(*tree);
+  ASSERT_TRUE(p.push(std::string_view(text)));
+  SchemaPrefix key = p;
+  EXPECT_TRUE(key.push(std::string_view(R"(,"children)")));
+  EXPECT_FALSE(key.push('"'));  // its array cannot open here
+  SchemaPrefix sized = p;
+  EXPECT_TRUE(sized.push(std::string_view(R"(,"size":3})")));  // another key, then the close
+  std::string closing;
+  for (int i = open - 1; i > 0; --i) closing += i % 2 && i > 1 ? "]" : "}";  // (each node's array, then it; the root)
+  EXPECT_TRUE(sized.push(std::string_view(closing)) && sized.complete()) << closing;
 }
 
 // The mask over lode-mini's vocabulary takes exactly the tokens whose bytes the state takes, in

@@ -136,8 +136,12 @@ std::span<const float> Generation::json_only(std::span<const float> logits) {
     return out;
   }
   std::visit([&](const auto& text) { json_vocabulary_->mark(text, json_allowed_); }, json_text_);
+  bool any = false;
   for (size_t id = 0; id < logits.size() && id < json_allowed_.size(); ++id)
-    if (json_allowed_[id]) out[id] = logits[id];
+    if (json_allowed_[id]) out[id] = logits[id], any = true;
+  if (!any)  // (no token goes on: a schema's required nesting past SchemaPrefix::kMaxDepth) the reply ends there
+    for (int32_t id : tokenizer_.end_of_generation())
+      if (size_t(id) < logits.size()) out[size_t(id)] = logits[size_t(id)];
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <map>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -54,6 +55,13 @@ std::array<bool, 256> first_bytes(const JsonSchema& schema, int32_t i) {
 }
 
 }  // namespace
+
+// A name as a JSON pointer's token: '~' as "~0", '/' as "~1".
+std::string pointer_token(const std::string& name) {
+  std::string out;
+  for (char c : name) out += c == '~' ? "~0" : c == '/' ? "~1" : std::string(1, c);
+  return out;
+}
 
 // Compiles a schema document into nodes, node 0 the root; $refs resolve against the document.
 class SchemaCompiler {
@@ -111,17 +119,27 @@ class SchemaCompiler {
   }
 
   void compile_into(int32_t i, const json& s, const std::string& where) {
+    if (++depth_ > kMaxNesting) refuse(where, fmt::format("schemas nested more than {} deep", kMaxNesting));
     compiling_.insert(i);
     body(i, s, where);
     compiling_.erase(i);
+    --depth_;
   }
 
-  // A copy of node `from` into node i (a schema that is another one under a $ref, or a choice of
-  // one branch); refused while `from` is still being compiled (a $ref that reaches itself through
-  // $refs and allOf / anyOf alone, with no object or array between).
-  void copy(int32_t i, int32_t from, const std::string& where) {
-    if (compiling_.count(from)) refuse(where, "a $ref that refers to itself with no object or array between");
-    set(i, Node(out_.nodes_[size_t(from)]));
+  // Whether node `n`'s kind is not known yet: still being compiled, and not an object or array
+  // (whose kind is set before their properties and items are compiled).
+  bool unknown(int32_t n) const { return compiling_.count(n) && out_.nodes_[size_t(n)].kind == Kind::any; }
+
+  // Node i as node `from` (a schema that is another one under a $ref, a choice of one branch): a
+  // copy where `from` is whole, else a choice of that one branch, which reads it once it is;
+  // refused where `from`'s kind is not known yet (a $ref that reaches itself through $refs, allOf
+  // and anyOf alone, with no object or array between).
+  void same_as(int32_t i, int32_t from, const std::string& where) {
+    if (unknown(from)) refuse(where, "a $ref that refers to itself with no object or array between");
+    if (!compiling_.count(from)) return set(i, Node(out_.nodes_[size_t(from)]));
+    Node alias;
+    alias.kind = Kind::choice, alias.values = {from};
+    set(i, std::move(alias));
   }
 
   void body(int32_t i, const json& s, const std::string& where) {
@@ -133,14 +151,17 @@ class SchemaCompiler {
     for (const auto& [key, value] : s.items())
       if (!kAnnotations.count(key) && !kKnown.count(key)) refuse(where + "/" + key, fmt::format("'{}' is not enforced", key));
     if (s.contains("$ref")) {  // (only at the document's root, whose place is taken: copy what it refers to)
-      return copy(i, reference(s, where), where);
+      return same_as(i, reference(s, where), where);
     }
     if (s.contains("enum") || s.contains("const")) return literals(i, s, where);
     if (s.contains("allOf")) return all_of(i, s, where);
     if (s.contains("anyOf") || s.contains("oneOf")) return any_of(i, s, where);
-    if (!s.contains("type")) {
-      if (s.contains("properties") || s.contains("required")) return object(i, s, where);
-      if (s.contains("items")) return array(i, s, where);
+    if (!s.contains("type")) {  // an object's or an array's keywords: that kind (a valid reply either way)
+      const bool object_words = s.contains("properties") || s.contains("required") || s.contains("additionalProperties");
+      const bool array_words = s.contains("items") || s.contains("minItems") || s.contains("maxItems");
+      if (object_words && array_words) refuse(where, "an object's and an array's keywords with no type");
+      if (object_words) return object(i, s, where);
+      if (array_words) return array(i, s, where);
       return;  // any value
     }
     const json& type = s["type"];
@@ -176,7 +197,10 @@ class SchemaCompiler {
     if (properties && !properties->is_object()) refuse(where + "/properties", "properties must be an object");
     if (!properties || properties->empty()) {
       if (s.contains("required") && !s["required"].empty()) refuse(where + "/required", "required names no property");
-      const bool none = s.contains("additionalProperties") && s["additionalProperties"] == false;
+      const json* more = s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
+      if (more && !more->is_boolean() && *more != json::object())
+        refuse(where + "/additionalProperties", "additionalProperties as a schema is not enforced (name the properties)");
+      const bool none = more && *more == false;
       Node n;  // any object, or {} only
       n.kind = none ? Kind::object : Kind::any_object;
       return set(i, std::move(n));
@@ -201,7 +225,7 @@ class SchemaCompiler {
     set(i, n);
     size_t k = 0;
     for (const auto& [name, schema] : properties->items()) {
-      const int32_t v = compile(schema, where + "/properties/" + name);
+      const int32_t v = compile(schema, where + "/properties/" + pointer_token(name));
       out_.nodes_[size_t(i)].values[k++] = v;
     }
   }
@@ -222,7 +246,11 @@ class SchemaCompiler {
     out_.nodes_[size_t(i)].items = items;
   }
 
+  // enum and const: their values, of `type` where it is given (nothing else beside them).
   void literals(int32_t i, const json& s, const std::string& where) {
+    for (const auto& [key, value] : s.items())
+      if (key != "enum" && key != "const" && key != "type" && !kAnnotations.count(key))
+        refuse(where + "/" + key, "enum or const with keywords beside it other than type");
     Node n;
     n.kind = Kind::literals;
     if (s.contains("const")) n.texts.push_back(s["const"].dump());
@@ -234,6 +262,10 @@ class SchemaCompiler {
       if (n.texts.empty()) n.texts = texts;
       else if (std::find(texts.begin(), texts.end(), n.texts[0]) == texts.end()) refuse(where, "const is not in enum");
     }
+    if (s.contains("type")) {
+      std::erase_if(n.texts, [&](const std::string& text) { return !of_type(json::parse(text), s["type"], where); });
+      if (n.texts.empty()) refuse(where, "no value of enum or const is of its type");
+    }
     std::sort(n.texts.begin(), n.texts.end());
     n.texts.erase(std::unique(n.texts.begin(), n.texts.end()), n.texts.end());
     if (n.texts.size() > JsonSchema::kMaxLiterals)
@@ -241,12 +273,27 @@ class SchemaCompiler {
     set(i, std::move(n));
   }
 
+  // Whether a value is of a type (a name or a list of them), as JSON Schema counts types.
+  bool of_type(const json& v, const json& type, const std::string& where) const {
+    if (type.is_array()) return std::any_of(type.begin(), type.end(), [&](const json& t) { return of_type(v, t, where); });
+    if (!type.is_string()) refuse(where + "/type", "type must be a name or a list of them");
+    const std::string t = type;
+    if (t == "integer") return v.is_number_integer() || (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+    if (t == "number") return v.is_number();
+    if (t == "string") return v.is_string();
+    if (t == "boolean") return v.is_boolean();
+    if (t == "null") return v.is_null();
+    if (t == "object") return v.is_object();
+    if (t == "array") return v.is_array();
+    refuse(where + "/type", fmt::format("unknown type \"{}\"", t));
+  }
+
   void all_of(int32_t i, const json& s, const std::string& where) {
     const json& all = s["allOf"];
     if (!all.is_array() || all.size() != 1) refuse(where + "/allOf", "allOf of more than one schema");
     for (const auto& [key, value] : s.items())
       if (key != "allOf" && !kAnnotations.count(key)) refuse(where + "/" + key, "allOf with keywords beside it");
-    if (all[0].is_object() && all[0].contains("$ref")) return copy(i, reference(all[0], where + "/allOf/0"), where);
+    if (all[0].is_object() && all[0].contains("$ref")) return same_as(i, reference(all[0], where + "/allOf/0"), where);
     compile_into(i, all[0], where + "/allOf/0");
   }
 
@@ -258,23 +305,31 @@ class SchemaCompiler {
       if (k != key && !kAnnotations.count(k)) refuse(where + "/" + k, fmt::format("{} with keywords beside it", key));
     std::vector<int32_t> nodes;
     for (size_t b = 0; b < branches.size(); ++b) nodes.push_back(compile(branches[b], where + "/" + key + "/" + std::to_string(b)));
-    choice(i, nodes, where);
+    choice(i, nodes, where, std::string(key) == "oneOf");
   }
 
   // Branches that begin with different bytes, so that a value's first byte picks one; literals
-  // merged, a number and an integer a number, any branch of any value the whole.
-  void choice(int32_t i, const std::vector<int32_t>& branches, const std::string& where) {
+  // merged, a number and an integer a number, any branch of any value the whole. With `one`
+  // (oneOf), no value may be of two branches: overlapping literals, a number beside an integer and
+  // a branch of any value beside others are refused rather than merged.
+  void choice(int32_t i, const std::vector<int32_t>& branches, const std::string& where, bool one = false) {
+    const auto overlap = [&] { refuse(where, "oneOf whose branches a value can match two of"); };
     Node n;
     n.kind = Kind::choice;
     Node merged;
     merged.kind = Kind::literals;
     int32_t number = -1;
     for (int32_t b : branches) {
+      if (unknown(b)) refuse(where, "anyOf or oneOf with a $ref back to a schema that is no object or array yet");
       const Node& branch = out_.nodes_[size_t(b)];
-      if (branch.kind == Kind::any) return set(i, Node{});
+      if (branch.kind == Kind::any) {
+        if (one && branches.size() > 1) overlap();
+        return set(i, Node{});
+      }
       if (branch.kind == Kind::literals) {
         merged.texts.insert(merged.texts.end(), branch.texts.begin(), branch.texts.end());
       } else if (branch.kind == Kind::number || branch.kind == Kind::integer) {
+        if (one && number >= 0) overlap();
         if (number < 0 || branch.kind == Kind::number) number = b;
       } else {
         n.values.push_back(b);
@@ -283,7 +338,11 @@ class SchemaCompiler {
     if (number >= 0) n.values.push_back(number);
     if (!merged.texts.empty()) {
       std::sort(merged.texts.begin(), merged.texts.end());
+      const size_t all = merged.texts.size();
       merged.texts.erase(std::unique(merged.texts.begin(), merged.texts.end()), merged.texts.end());
+      if (one && merged.texts.size() < all) overlap();
+      if (merged.texts.size() > JsonSchema::kMaxLiterals)
+        refuse(where, fmt::format("more than {} values in its branches' enums together", JsonSchema::kMaxLiterals));
       const int32_t m = add();
       set(m, std::move(merged));
       n.values.push_back(m);
@@ -294,7 +353,7 @@ class SchemaCompiler {
       for (size_t c = 0; c < 256; ++c)
         if (first[c] && claimed[c]++) refuse(where, "anyOf, oneOf or a list of types whose branches can begin alike");
     }
-    if (n.values.size() == 1) return copy(i, n.values[0], where);
+    if (n.values.size() == 1) return same_as(i, n.values[0], where);
     set(i, std::move(n));
   }
 
@@ -302,10 +361,12 @@ class SchemaCompiler {
                                                       "items", "minItems",   "maxItems", "enum",
                                                       "const", "anyOf",      "oneOf",    "allOf",
                                                       "$ref"};
+  static constexpr int kMaxNesting = 64;  // schemas within schemas (the compiler recurses)
   const json& document_;
   JsonSchema out_;
   std::map<std::string, int32_t> refs_;
   std::set<int32_t> compiling_;
+  int depth_ = 0;
 };
 
 std::shared_ptr<const JsonSchema> JsonSchema::compile(const json& schema) { return SchemaCompiler(schema).run(); }
@@ -447,6 +508,17 @@ bool SchemaPrefix::scalar_byte(unsigned char c) {
   return push_byte(c);
 }
 
+// Whether a value of node i can begin here: a value that must open an object or array cannot
+// where kMaxDepth are open, so its key, or the array's next item, is refused before it (a key
+// taken there would leave no byte to go on with).
+bool SchemaPrefix::room_for(int32_t i) const {
+  if (depth_ < kMaxDepth) return true;
+  const std::array<bool, 256> first = first_bytes(*schema_, i);
+  for (int c = 0; c < 256; ++c)
+    if (first[size_t(c)] && c != '{' && c != '[') return true;
+  return false;
+}
+
 bool SchemaPrefix::open(int32_t n, At at) {
   if (depth_ == kMaxDepth) return false;
   frames_[size_t(depth_++)] = Frame{n, 0, 0};
@@ -497,12 +569,13 @@ bool SchemaPrefix::object_byte(unsigned char c) {
     case At::in_key: {
       const uint64_t next = matching(n.keys, candidates_, c);
       if (!next) return false;
-      candidates_ = next, ++offset_;
       const int k = std::countr_zero(next);
-      if (n.keys[size_t(k)].size() == offset_) {  // (a key's closing quote ends it: no other goes on)
+      if (n.keys[size_t(k)].size() == offset_ + 1) {  // (a key's closing quote ends it: no other goes on)
+        if (!room_for(n.values[size_t(k)])) return false;
         top().seen |= uint64_t(1) << k;
         key_ = k, at_ = At::colon;
       }
+      candidates_ = next, ++offset_;
       return true;
     }
     case At::colon:
@@ -517,7 +590,7 @@ bool SchemaPrefix::object_byte(unsigned char c) {
 bool SchemaPrefix::array_byte(unsigned char c) {
   const Node& n = node(top().node);
   const bool may_close = int64_t(top().items) >= n.min_items;
-  const bool may_add = n.max_items < 0 || int64_t(top().items) < n.max_items;
+  const bool may_add = (n.max_items < 0 || int64_t(top().items) < n.max_items) && room_for(n.items);
   switch (at_) {
     case At::item_or_close:
       if (c == ']') return may_close && close();

@@ -8,12 +8,19 @@
 // - type: object, array, string, number, integer, boolean, null, or a list of them;
 // - properties and required (the reply holds only the listed properties, each at most once, every
 //   required one, in any order; additionalProperties is read as false: a reply without extra
-//   properties is valid either way); an object schema without properties: any object;
-// - items, minItems, maxItems; enum and const (their values as compact JSON text);
+//   properties is valid either way); an object schema without properties: any object (or {} with
+//   additionalProperties false; a schema there is refused);
+// - items, minItems, maxItems; an object's or an array's keywords without a type: that kind;
+// - enum and const (their values as compact JSON text, object keys sorted; with a type beside them,
+//   those of that type);
 // - anyOf and oneOf whose branches begin with different bytes (a string or null, an object or an
-//   array, ...), allOf of one schema; $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion
-//   allowed); titles, descriptions and other annotations are ignored.
-// The root must be an object, as OpenAI's structured outputs require.
+//   array, ...; a oneOf that a value could match two branches of is refused), allOf of one schema;
+//   $ref to "#", "#/$defs/..." or "#/definitions/..." (recursion allowed); titles, descriptions and
+//   other annotations are ignored.
+// The root must be an object, as OpenAI's structured outputs require. Conservative where exactness
+// would cost: keys and enum strings are matched as compact JSON writes them (no other escapes), an
+// integer is written without fraction or exponent, and objects and arrays nest SchemaPrefix::kMaxDepth
+// deep at most (a key whose value would open one more is refused).
 #pragma once
 #include <array>
 #include <cstdint>
@@ -96,6 +103,7 @@ class SchemaPrefix {
   bool structure_byte(unsigned char c);
   bool object_byte(unsigned char c);
   bool array_byte(unsigned char c);
+  bool room_for(int32_t node) const;  // a value of this node can begin at this depth
   bool open(int32_t node, At at);
   bool close();
   void end_value();
