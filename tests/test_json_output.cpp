@@ -77,20 +77,13 @@ TEST(JsonPrefix, RefusesNestingPastItsDepth) {
 // takes: lode-mini's vocabulary and a made-up one of shared prefixes, from states in and out of
 // strings, numbers, literals and nesting.
 TEST(JsonTokens, TakeWhatTryingEveryTokenTakes) {
-  const tokenizer::Tokenizer& tok = mini_model()->tokenizer;
   std::vector<std::string> made = {"{", "{\"", "{\"a", "{\"a\":", "{}", "}", "}}", "]", "],", "\"", "\",\"", "\\",
                                    "\\u", "\\u00", "1", "12", "1.", "1.5e", "-", " ", "  ", "\n", "\t{", "true",
                                    "tr", "null", "x", "", "a\"b", ", ", ",\"", "[", "[[", "\x01", "\xc3\xa9"};
   std::vector<std::string_view> made_views(made.begin(), made.end());
   std::vector<bool> made_excluded(made.size(), false);
   made_excluded[4] = true;  // "{}" taken as markup: never allowed
-  std::vector<std::string_view> mini_views;
-  std::vector<bool> mini_excluded;
-  for (int32_t id = 0; id < int32_t(tok.size()); ++id) {
-    mini_views.push_back(tok.token_bytes(id));
-    const auto type = tok.type(id);
-    mini_excluded.push_back(type == tokenizer::TokenType::control || type == tokenizer::TokenType::user_defined);
-  }
+  const auto [mini_views, mini_excluded] = mini_token_bytes();
   const std::pair<const std::vector<std::string_view>*, const std::vector<bool>*> vocabularies[] = {
       {&made_views, &made_excluded}, {&mini_views, &mini_excluded}};
   const char* prefixes[] = {"", "  ", "{", "{\"ke", "{\"key\"", "{\"a\":", "{\"a\": [1, 2", "{\"a\":[", "{\"a\":\"x\\",

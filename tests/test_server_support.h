@@ -31,6 +31,23 @@ inline std::shared_ptr<const server::ServedModel> mini_model() {
   return model;
 }
 
+// lode-mini's tokens as the JSON mask reads them (sample/json_tokens.h): each one's bytes, and
+// whether it is markup (control and added tokens, never JSON text).
+struct TokenBytes {
+  std::vector<std::string_view> bytes;
+  std::vector<bool> markup;
+};
+inline TokenBytes mini_token_bytes() {
+  const tokenizer::Tokenizer& tok = mini_model()->tokenizer;
+  TokenBytes out;
+  for (int32_t id = 0; id < int32_t(tok.size()); ++id) {
+    out.bytes.push_back(tok.token_bytes(id));
+    const auto type = tok.type(id);
+    out.markup.push_back(type == tokenizer::TokenType::control || type == tokenizer::TokenType::user_defined);
+  }
+  return out;
+}
+
 // The CPU engine on lode-mini's weights (bound once): one thread, 512 positions unless asked.
 inline std::shared_ptr<engine::Model> mini_engine(cpu::SessionOptions options = {}) {
   static const auto weights = std::make_shared<const model::ModelWeights>(
