@@ -220,15 +220,7 @@ TEST(CudaMtp, DraftersOfSeveralSequencesDraftTogetherAsAlone) {
     for (size_t i = 0; i < drafters.size(); ++i) asks.push_back({drafters[i], tokens[i], wanted[i], least[i]});
     return cuda::GpuDrafter::draft_together(drafters, asks);
   };
-  const std::vector<std::vector<int32_t>> together = draft_together(all, pending, n, min_p);
-  ASSERT_EQ(together.size(), 5u);
-  for (size_t i = 0; i < 5; ++i) {
-    const std::vector<int32_t> alone = n[i] > 0 ? all[i]->draft(pending[i], n[i], min_p[i]) : std::vector<int32_t>{};
-    EXPECT_EQ(together[i], alone) << "drafter " << i;
-  }
-  EXPECT_EQ(together[0].size(), 4u);
-  EXPECT_TRUE(together[2].empty());
-  EXPECT_TRUE(together[4].empty());
+  test::expect_drafts_as_alone(draft_together(all, pending, n, min_p), all, pending, n, min_p);
   // And again, the drafters having followed another token each (their rows written after the drafts').
   for (size_t i = 0; i < 4; ++i) {
     session.use_sequence(int64_t(i));

@@ -74,6 +74,10 @@ class SchemaCompiler {
     const Kind root = out_.nodes_[0].kind;
     if (root == Kind::any) out_.nodes_[0].kind = Kind::any_object;
     else if (root != Kind::object && root != Kind::any_object) refuse("", "the root must be an object (type \"object\")");
+    for (size_t i = 0; i < out_.nodes_.size(); ++i) {  // (once: a choice's value start reads them)
+      const std::array<bool, 256> first = first_bytes(out_, int32_t(i));
+      for (size_t c = 0; c < 256; ++c) out_.nodes_[i].first[c] = first[c];
+    }
     return std::make_shared<const JsonSchema>(std::move(out_));
   }
 
@@ -410,11 +414,7 @@ bool SchemaPrefix::push_byte(unsigned char c) {
   return false;
 }
 
-bool SchemaPrefix::whitespace_here(unsigned char c) {
-  if (!whitespace(c)) {
-    whitespace_run_ = 0;
-    return false;
-  }
+bool SchemaPrefix::whitespace_here() {
   return whitespace_run_ < JsonPrefix::kMaxWhitespaceRun && (++whitespace_run_, true);
 }
 
@@ -429,11 +429,11 @@ uint64_t SchemaPrefix::matching(const std::vector<std::string>& texts, uint64_t 
 }
 
 bool SchemaPrefix::start_value(unsigned char c) {
-  if (whitespace(c)) return whitespace_here(c);
+  if (whitespace(c)) return whitespace_here();
   whitespace_run_ = 0;
   while (node(value_node_).kind == Kind::choice) {  // the branch this byte begins
     const std::vector<int32_t>& branches = node(value_node_).values;
-    const auto b = std::find_if(branches.begin(), branches.end(), [&](int32_t b) { return first_bytes(*schema_, b)[c]; });
+    const auto b = std::find_if(branches.begin(), branches.end(), [&](int32_t b) { return node(b).first[c]; });
     if (b == branches.end()) return false;
     value_node_ = *b;
   }
@@ -513,10 +513,9 @@ bool SchemaPrefix::scalar_byte(unsigned char c) {
 // taken there would leave no byte to go on with).
 bool SchemaPrefix::room_for(int32_t i) const {
   if (depth_ < kMaxDepth) return true;
-  const std::array<bool, 256> first = first_bytes(*schema_, i);
-  for (int c = 0; c < 256; ++c)
-    if (first[size_t(c)] && c != '{' && c != '[') return true;
-  return false;
+  std::bitset<256> other = node(i).first;
+  other['{'] = other['['] = false;
+  return other.any();
 }
 
 bool SchemaPrefix::open(int32_t n, At at) {
@@ -542,7 +541,7 @@ void SchemaPrefix::end_value() {
 }
 
 bool SchemaPrefix::structure_byte(unsigned char c) {
-  if (at_ != At::in_key && whitespace(c)) return whitespace_here(c);
+  if (at_ != At::in_key && whitespace(c)) return whitespace_here();
   whitespace_run_ = 0;
   return node(top().node).kind == Kind::object ? object_byte(c) : array_byte(c);
 }

@@ -23,6 +23,7 @@
 // deep at most (a key whose value would open one more is refused).
 #pragma once
 #include <array>
+#include <bitset>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -47,6 +48,7 @@ class JsonSchema {
     int32_t items = -1;             // array: its items' node
     int64_t min_items = 0, max_items = -1;  // array (-1: no most)
     std::vector<std::string> texts;  // literals: the values it may be, as compact JSON text
+    std::bitset<256> first;          // the bytes a value of it can begin with (made once compiled)
   };
   static constexpr size_t kMaxProperties = 64, kMaxLiterals = 64;
 
@@ -95,7 +97,7 @@ class SchemaPrefix {
   const Frame& top() const { return frames_[size_t(depth_ - 1)]; }
   Frame& top() { return frames_[size_t(depth_ - 1)]; }
   bool push_byte(unsigned char c);
-  bool whitespace_here(unsigned char c);  // counts a run of whitespace: false past its bound
+  bool whitespace_here();  // counts a whitespace byte of a run: false past its bound
   bool start_value(unsigned char c);
   bool literal_byte(unsigned char c);
   bool literal_whole() const;  // every literal still matching has been read whole

@@ -91,4 +91,21 @@ inline double held_out_agreement(engine::Sequence& sequence) {
   return share;
 }
 
+// The drafts of five drafters made together (together[i] drafters[i]'s, for pending[i], up to n[i]
+// above min_p[i]) against each one's own draft of the same (none where n[i] is 0); the first wants
+// four, the third none, and the fifth has followed nothing (the callers' setup).
+template <class D>
+void expect_drafts_as_alone(const std::vector<std::vector<int32_t>>& together, const std::vector<D*>& drafters,
+                            const std::vector<int32_t>& pending, const std::vector<int64_t>& n,
+                            const std::vector<float>& min_p) {
+  ASSERT_EQ(together.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    const std::vector<int32_t> alone = n[i] > 0 ? drafters[i]->draft(pending[i], n[i], min_p[i]) : std::vector<int32_t>{};
+    EXPECT_EQ(together[i], alone) << "drafter " << i;
+  }
+  EXPECT_EQ(together[0].size(), 4u);
+  EXPECT_TRUE(together[2].empty());
+  EXPECT_TRUE(together[4].empty());
+}
+
 }  // namespace lode::test
