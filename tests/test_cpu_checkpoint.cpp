@@ -71,9 +71,10 @@ TEST_F(Checkpoint, HoldsOnlyTheRecurrentStatesAndRefusesToGoForward) {
   EXPECT_THROW(s.rewind(cp), lode::Error);  // position 3 is ahead of an empty sequence
 }
 
-// A verify window (several tokens run as decode steps) cut to its first j tokens leaves the state j
-// one-token steps leave, in every K/V format: the next step gives the same bits; a cut window can
-// be cut again, shorter. Cuts without a window, or longer than it, are refused.
+// A verify window (several tokens run as decode steps) cut to its first j tokens (1..n) leaves the
+// state j one-token steps leave, in every K/V format: the next step gives the same bits; a cut
+// window can be cut again, shorter. Cuts without a window, of no tokens or longer than it, are
+// refused.
 TEST_F(Checkpoint, ACutWindowLeavesTheStateOfTheTokensItKeeps) {
   for (lode::kv::Format format : lode::kv::all_formats()) {
     SCOPED_TRACE(lode::kv::to_string(format));
@@ -85,7 +86,7 @@ TEST_F(Checkpoint, ACutWindowLeavesTheStateOfTheTokensItKeeps) {
     int32_t next = 500;
     // (window tokens, tokens kept, then kept again after a second cut; -1: no second cut)
     for (const auto& [n, keep, again] : std::vector<std::tuple<int, int, int>>{
-             {4, 1, -1}, {3, 0, -1}, {4, 4, 2}, {2, 1, 0}, {4, 3, 1}, {3, 2, -1}}) {
+             {4, 1, -1}, {3, 1, -1}, {4, 4, 2}, {2, 2, 1}, {4, 3, 1}, {3, 2, -1}, {2, 1, -1}}) {
       SCOPED_TRACE(std::to_string(n) + " tokens, keeping " + std::to_string(keep) + " then " + std::to_string(again));
       std::vector<int32_t> window;
       for (int i = 0; i < n; ++i) window.push_back(next++);
@@ -107,6 +108,7 @@ TEST_F(Checkpoint, ACutWindowLeavesTheStateOfTheTokensItKeeps) {
     lode::cpu::BatchEntry entry{.session = &a, .tokens = three, .logit_rows = 0, .as_decode = true};
     lode::cpu::Session::forward_batch(std::span(&entry, 1));
     EXPECT_TRUE(refused(4, "cannot keep 4 tokens of a window of 3"));
+    EXPECT_TRUE(refused(0, "cannot keep 0 tokens of a window of 3 (a cut keeps 1 to 3)"));
     a.prefill(three);  // a prompt chunk is no window
     EXPECT_TRUE(refused(1, "no verify window"));
   }

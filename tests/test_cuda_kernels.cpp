@@ -294,7 +294,7 @@ TEST(CudaKernels, TheDeltaNetStepMatchesTheCpu) {
 // A verify window of T tokens in one launch of the conv and one of the step (cuda::kernels::
 // TokenRows: the rows of the stacked qkv|z|b|alpha product, [T][rows]) leaves every token's
 // outputs and the final conv and DeltaNet states with the bits of T one-token launches, and keeps
-// the states before each token where asked (a rollback into the window).
+// the states before each token but the first where asked (a rollback into the window).
 TEST(CudaKernels, TheDeltaNetConvAndStepOverAWindowGiveEachTokensBits) {
   LODE_REQUIRE_GPU();
   constexpr int kTokens = 3;
@@ -336,6 +336,8 @@ TEST(CudaKernels, TheDeltaNetConvAndStepOverAWindowGiveEachTokensBits) {
     step(one, t, {}, {});
   }
   const int64_t conv_n = int64_t(conv_state.size()), ssm_n = int64_t(ssm_state.size());
+  // (Room for a state before each token, but only the states before the second and later ones are
+  // kept: the first stays zero.)
   float* conv_kept = dev.zeros<float>(size_t(kTokens * conv_n));
   float* ssm_kept = dev.zeros<float>(size_t(kTokens * ssm_n));
   const TokenRows rows_of{.n = kTokens, .in_stride = kRow, .out_stride = kOut};
@@ -347,10 +349,14 @@ TEST(CudaKernels, TheDeltaNetConvAndStepOverAWindowGiveEachTokensBits) {
   EXPECT_EQ(dev.download(window.conv, conv_state.size()), dev.download(one.conv, conv_state.size())) << "conv state";
   EXPECT_EQ(dev.download(window.ssm, ssm_state.size()), dev.download(one.ssm, ssm_state.size())) << "DeltaNet state";
   EXPECT_EQ(dev.download(window.o, size_t(kTokens * kOut)), dev.download(one.o, size_t(kTokens * kOut))) << "outputs";
-  for (int64_t t = 0; t < kTokens; ++t) {
-    EXPECT_EQ(dev.download(conv_kept + t * conv_n, size_t(conv_n)), conv_before[size_t(t)]) << "conv state before " << t;
-    EXPECT_EQ(dev.download(ssm_kept + t * ssm_n, size_t(ssm_n)), ssm_before[size_t(t)]) << "DeltaNet state before " << t;
+  for (int64_t t = 1; t < kTokens; ++t) {
+    const int64_t at = t - 1;
+    EXPECT_EQ(dev.download(conv_kept + at * conv_n, size_t(conv_n)), conv_before[size_t(t)]) << "conv state before " << t;
+    EXPECT_EQ(dev.download(ssm_kept + at * ssm_n, size_t(ssm_n)), ssm_before[size_t(t)]) << "DeltaNet state before " << t;
   }
+  const std::vector<float> conv_zeros(static_cast<size_t>(conv_n), 0.0f), ssm_zeros(static_cast<size_t>(ssm_n), 0.0f);
+  EXPECT_EQ(dev.download(conv_kept + (kTokens - 1) * conv_n, size_t(conv_n)), conv_zeros) << "nothing kept past the last";
+  EXPECT_EQ(dev.download(ssm_kept + (kTokens - 1) * ssm_n, size_t(ssm_n)), ssm_zeros) << "nothing kept past the last";
 }
 
 // The step refuses heads wider than its threads hold, saying so, before it queues anything (no GPU

@@ -162,7 +162,7 @@ TEST(CudaRows, WindowsOfSeveralSequencesInOneStepGetTheBitsOfTheirOwnWindows) {
       {{0, 0, 0, 1, 2, 2}, 0, 0, {2, 1}},  // sequence 0 keeps 2 of 3, sequence 2 1 of 2
       {{3, 1, 1}, 0, 0, {2}},              // a window kept whole
       {{0, 1, 2, 3, 4}},
-      {{4, 4, 4, 4, 2, 2, 0}, 0, 0, {1, 0}},  // a window cut to nothing
+      {{4, 4, 4, 4, 2, 2, 0}, 0, 0, {1, 1}},  // each window cut to its first token
       {{2}, 3, 2},
       {{1, 1, 3, 3, 3}, 0, 0, {1, 3}},
       {{4, 3, 2, 1, 0}}};

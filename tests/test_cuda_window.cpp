@@ -175,9 +175,9 @@ TEST(CudaWindow, DecodeRowsThroughTheEngine) {
   EXPECT_TRUE(same_bits(after.data(), want.data(), size_t(config.vocab)));
 }
 
-// A window cut to its first j tokens (0..T) leaves the state j one-token steps leave: the next
+// A window cut to its first j tokens (1..T) leaves the state j one-token steps leave: the next
 // steps give the same bits; a cut window can be cut again, shorter. Cuts without a window to cut,
-// or longer than the window, are refused.
+// of no tokens or longer than the window, are refused.
 TEST(CudaWindow, ACutWindowLeavesTheStateOfTheTokensItKeeps) {
   LODE_REQUIRE_GPU();
   const lode::test::TempDir dir;
@@ -192,7 +192,7 @@ TEST(CudaWindow, ACutWindowLeavesTheStateOfTheTokensItKeeps) {
   int seed = 20;
   // (window tokens, tokens kept, then kept again after a second cut; -1: no second cut)
   for (const auto& [n, keep, again] : std::vector<std::tuple<int, int, int>>{
-           {4, 1, -1}, {3, 0, -1}, {4, 4, 2}, {2, 1, 0}, {4, 3, 1}, {3, 2, -1}}) {
+           {4, 1, -1}, {3, 1, -1}, {4, 4, 2}, {2, 2, 1}, {4, 3, 1}, {3, 2, -1}, {2, 1, -1}}) {
     SCOPED_TRACE(std::to_string(n) + " tokens, keeping " + std::to_string(keep) + " then " + std::to_string(again));
     const std::vector<int32_t> tokens = tokens_from(vocab, n, seed++);
     a.decode_window(tokens);
@@ -217,6 +217,7 @@ TEST(CudaWindow, ACutWindowLeavesTheStateOfTheTokensItKeeps) {
   refused(0, "no verify window");  // the last step was one token
   a.decode_window(tokens_from(vocab, 3, 40));
   refused(4, "cannot keep 4 tokens of a window of 3");
+  refused(0, "cannot keep 0 tokens of a window of 3 (a cut keeps 1 to 3)");
 }
 
 TEST(CudaWindow, RefusesMoreTokensThanItsRows) {

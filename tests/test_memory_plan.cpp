@@ -193,8 +193,8 @@ TEST(MemoryPlan, ACapOnResidentExpertsIsKept) {
   EXPECT_EQ(p.host_pinned, p.experts_host);
 }
 
-// The DeltaNet states: one set per sequence, and one set of a verify window's kept states however
-// many sequences there are (none where windows take one token).
+// The DeltaNet states: one set per sequence, and one set of a verify window's kept states (before
+// each token but the first) however many sequences there are (none where windows take one token).
 TEST(MemoryPlan, DeltaNetStatesCountSequencesAndOneWindow) {
   const gguf::Reader r(lode::test::mini_model_path());
   const model::ModelWeights w = model::bind_weights(r, model::read_config(r.metadata()));
@@ -207,9 +207,9 @@ TEST(MemoryPlan, DeltaNetStatesCountSequencesAndOneWindow) {
   ASSERT_GT(one, 0u);
   EXPECT_EQ(one, plan::state_bytes(w.config));
   EXPECT_EQ(states(4, 4, 1), 4 * one);      // steps of four sequences, no windows
-  EXPECT_EQ(states(4, 4, 0), 8 * one);      // windows of up to step_rows: four kept
-  EXPECT_EQ(states(1, 3, 3), 4 * one);      // one sequence, windows of 3
-  EXPECT_EQ(states(16, 16, 3), 19 * one);   // sixteen sequences, windows of 3
+  EXPECT_EQ(states(4, 4, 0), 7 * one);      // windows of up to step_rows: three kept
+  EXPECT_EQ(states(1, 3, 3), 3 * one);      // one sequence, windows of 3
+  EXPECT_EQ(states(16, 16, 3), 18 * one);   // sixteen sequences, windows of 3
 }
 
 // A pool shared by the sequences (kv_positions) holds its own positions' pages in every attention

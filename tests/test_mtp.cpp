@@ -133,6 +133,37 @@ TEST(Mtp, AConversationStopStringsAndLimitsInsideAWindowChangeNothing) {
   EXPECT_GT(drafted.second, 0) << "the second turn's drafts follow the conversation";
 }
 
+// A text sink that fails (a client gone) inside a window: the failure comes through, and the
+// sequence holds what it holds without drafts when the sink fails at the same text (the window cut
+// after the token whose sample failed), so the next step gives the same logits.
+TEST(Mtp, ASinkThatFailsInsideAWindowLeavesTheSequenceAsWithoutDrafts) {
+  const Loaded& m = mini();
+  struct SinkGone {};
+  const auto failing_at = [&](int64_t mtp, int calls) {
+    auto sequence = cpu::open_sequence(m.weights, {.threads = 2, .max_context = 512});
+    engine::GenerateOptions g;
+    g.max_tokens = 40;
+    g.sampling.temperature = 0;
+    g.mtp = mtp;
+    sample::Sampler sampler(g.sampling, m.config.vocab);
+    int called = 0;
+    const std::vector<int32_t> prompt = m.text.encode("The shell reads a line of text and", false);
+    EXPECT_THROW(engine::generate(*sequence, m.text, sampler, prompt, g,
+                                  [&](std::string_view) {
+                                    if (++called == calls) throw SinkGone{};
+                                  }),
+                 SinkGone);
+    const int64_t position = sequence->position();
+    return std::make_pair(position, engine::decode(*sequence, 11));
+  };
+  for (int calls : {2, 5, 9}) {
+    SCOPED_TRACE("failing at the sink's call " + std::to_string(calls));
+    const auto plain = failing_at(0, calls), drafted = failing_at(3, calls);
+    EXPECT_EQ(drafted.first, plain.first);
+    EXPECT_EQ(drafted.second, plain.second);  // bit for bit
+  }
+}
+
 // Steering that begins inside a window (its `after` token sampled from a row that is not the
 // window's last): greedy windows give greedy tokens, not logits, and steering needs the logits, so
 // the window stops there and the steered token is sampled from the next step's logits. The output

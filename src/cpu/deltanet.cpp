@@ -64,7 +64,7 @@ void prepare_tokens(const model::DeltaNetWeights& w, const model::Qwen35MoeConfi
   const int64_t dk = c.ssm_state, key_dim = c.ssm_key_dim();
   const float q_scale = 1.0f / std::sqrt(float(dk));
   for (int64_t t = 0; t < n_tokens; ++t) {
-    if (!before_each.empty()) before_each[size_t(t)].conv.assign(state.conv.begin(), state.conv.end());
+    if (!before_each.empty() && t > 0) before_each[size_t(t - 1)].conv.assign(state.conv.begin(), state.conv.end());
     float* xt = p.qkv.data() + t * channels;
     deltanet_conv_step(w.conv.data(), state.conv.data(), xt, channels, c.ssm_conv_kernel);
     for (int64_t h = 0; h < hk; ++h) {
@@ -107,8 +107,8 @@ void run_head(const model::DeltaNetWeights& w, const model::Qwen35MoeConfig& c, 
     }
   } else {
     for (int64_t t = 0; t < n_tokens; ++t) {
-      if (!before_each.empty())  // (each head copies its own part: the heads run in parallel)
-        std::copy(state_s, state_s + dk * dv, before_each[size_t(t)].s.data() + s * dk * dv);
+      if (!before_each.empty() && t > 0)  // (each head copies its own part: the heads run in parallel)
+        std::copy(state_s, state_s + dk * dv, before_each[size_t(t - 1)].s.data() + s * dk * dv);
       deltanet_head_step(state_s, q + t * channels, k + t * channels, v + t * channels,
                          p.g[t * hv + s], p.beta[t * hv + s], dk, dv, os + t * value_dim);
     }
@@ -127,8 +127,8 @@ void deltanet_forward(const model::DeltaNetWeights& w, const model::Qwen35MoeCon
                       DeltaNetState& state, const float* x, float* out, int64_t n_tokens,
                       const Compute& compute, int64_t wy_chunk, std::span<DeltaNetState> before_each) {
   const int64_t hv = c.ssm_dt_rank, value_dim = c.ssm_value_dim();
-  if (!before_each.empty() && (wy_chunk > 1 || int64_t(before_each.size()) != n_tokens))
-    fail("cpu deltanet: the states before each token need the recurrent form and one state per token");
+  if (!before_each.empty() && (wy_chunk > 1 || int64_t(before_each.size()) != n_tokens - 1))
+    fail("cpu deltanet: the states before each token need the recurrent form and one state per token but the first");
   for (DeltaNetState& before : before_each) before.s.resize(state.s.size());
   Projections p;
   p.qkv.resize(size_t(n_tokens * c.conv_channels()));

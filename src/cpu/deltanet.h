@@ -41,8 +41,9 @@ void deltanet_head_chunk(float* s, const float* q, const float* k, int64_t qk_st
 
 // x: [n_tokens, hidden], already RMS-normed. Updates `state` and writes out [n_tokens, hidden].
 // wy_chunk <= 1: recurrent form; otherwise the chunked form, wy_chunk tokens at a time.
-// before_each (recurrent form only; empty, or one per token): receives the state before each token,
-// so that a verify window can be cut back to any of its tokens (Session::cut_window).
+// before_each (recurrent form only; empty, or one per token but the first): before_each[t - 1]
+// receives the state before token t, so that a verify window can be cut back to any of its tokens
+// after its first (Session::cut_window).
 void deltanet_forward(const model::DeltaNetWeights& w, const model::Qwen35MoeConfig& config,
                       DeltaNetState& state, const float* x, float* out, int64_t n_tokens,
                       const Compute& compute, int64_t wy_chunk = 0, std::span<DeltaNetState> before_each = {});

@@ -53,18 +53,20 @@ void Session::hold_window(int64_t tokens) {
   window_.start = state_.position, window_.tokens = tokens;
   window_.before.resize(state_.deltanet.size());
   for (size_t layer = 0; layer < state_.deltanet.size(); ++layer)
-    if (!state_.deltanet[layer].s.empty()) window_.before[layer].resize(size_t(tokens));
+    if (!state_.deltanet[layer].s.empty()) window_.before[layer].resize(size_t(tokens - 1));
 }
 
 void Session::cut_window(int64_t tokens) {
   if (!window_.held) fail("cpu session: no verify window to cut: the last step was not several tokens run as decode steps");
-  if (tokens < 0 || tokens > window_.tokens)
-    fail("cpu session: cannot keep {} tokens of a window of {}", tokens, window_.tokens);
+  if (tokens < 1 || tokens > window_.tokens)
+    fail("cpu session: cannot keep {} tokens of a window of {} (a cut keeps 1 to {})", tokens, window_.tokens,
+         window_.tokens);
   if (tokens == window_.tokens) return;
   // The state before token `tokens` becomes the sequence's; what was there is not needed again
   // (a later cut keeps fewer tokens).
   for (size_t layer = 0; layer < window_.before.size(); ++layer)
-    if (!window_.before[layer].empty()) std::swap(state_.deltanet[layer], window_.before[layer][size_t(tokens)]);
+    if (!window_.before[layer].empty())
+      std::swap(state_.deltanet[layer], window_.before[layer][size_t(tokens - 1)]);
   state_.position = window_.start + tokens;
   for (KvCache& cache : state_.kv) cache.truncate(state_.position);
   window_.tokens = tokens;

@@ -97,7 +97,7 @@ public:
   // weights and the checkpoint lies within `other`.
   void copy_prefix(const Session& other, const SequenceCheckpoint& checkpoint);
   // Right after a step whose entry for this session was a verify window (as_decode, several
-  // tokens): the sequence as it stood after the first `tokens` of them (0..n), nothing run again.
+  // tokens): the sequence as it stood after the first `tokens` of them (1..n), nothing run again.
   // A cut window may be cut again, shorter. Fails after any other step.
   void cut_window(int64_t tokens);
   int64_t position() const { return state_.position; }
@@ -113,20 +113,20 @@ public:
 private:
   // Fails unless `tokens` may be appended (non-empty, in the vocabulary, room left).
   void check_append(std::span<const int32_t> tokens) const;
-  // Before a step: keeps the states before each token of a verify window of `tokens` (as_decode;
-  // 0: the step is none, and the last window can no longer be cut).
+  // Before a step: keeps the states before each token but the first of a verify window of `tokens`
+  // (as_decode; 0: the step is none, and the last window can no longer be cut).
   void hold_window(int64_t tokens);
 
   std::shared_ptr<const model::ModelWeights> weights_;
   SessionOptions options_;
   SequenceState state_;
-  // The last step's verify window: the DeltaNet states before each of its tokens (what cut_window
-  // goes back to). The buffers stay from window to window.
+  // The last step's verify window: the DeltaNet states before each of its tokens but the first
+  // (what cut_window goes back to). The buffers stay from window to window.
   struct Window {
     bool held = false;  // whether the last step was one
     int64_t start = 0;  // the position before it
     int64_t tokens = 0;
-    std::vector<std::vector<DeltaNetState>> before;  // [layer][token] (none for attention layers)
+    std::vector<std::vector<DeltaNetState>> before;  // [layer][token - 1] (none for attention layers)
   } window_;
 };
 

@@ -63,8 +63,8 @@ struct DeviceLayer {
 struct LayerState {
   KvView kv;                                        // attention: this layer's paged K/V cache
   float *conv_state = nullptr, *ssm_state = nullptr;  // DeltaNet: [channels][kernel - 1], [Hv][dk][dv]
-  // A verify window's kept states (null without windows): [step_rows] of each, the states before
-  // each of the window's tokens (kernels::TokenRows::kept).
+  // A verify window's kept states (null without windows): [window rows - 1] of each, the states
+  // before each of the window's tokens but its first (kernels::TokenRows::kept).
   float *conv_kept = nullptr, *ssm_kept = nullptr;
 };
 

@@ -68,9 +68,9 @@ class CudaSequence final : public engine::Sequence {
   // its states).
   void cut_window(int64_t tokens) override {
     if (tokens == row_tokens_) return;  // nothing to cut
-    if (tokens < window_offset_ || tokens > row_tokens_)
+    if (tokens <= window_offset_ || tokens > row_tokens_)
       fail("cuda engine: cannot cut a verify row of {} tokens to {}: the GPU keeps the states of its last window "
-           "(from token {} on)", row_tokens_, tokens, window_offset_);
+           "after its first token ({} to {})", row_tokens_, tokens, window_offset_ + 1, row_tokens_);
     session().cut_window(tokens - window_offset_);
     row_tokens_ = tokens;
   }

@@ -265,10 +265,11 @@ __global__ void conv_l2_kernel(float* qkv, float* state, const float* w, int cha
   };
   if constexpr (!kWindow) {
     token(qkv, true);
-  } else {  // the run's tokens in order; the state written after the last (and, where kept, before each)
+  } else {  // the run's tokens in order; the state written after the last (and, where kept, before each
+            // but the first)
     for (int t = run.begin; t < run.end; ++t) {
-      if (tokens.kept && inside) {
-        float* to = tokens.kept + t * tokens.kept_stride + int64_t(c) * keep;
+      if (tokens.kept && inside && t > run.begin) {
+        float* to = tokens.kept + (t - 1) * tokens.kept_stride + int64_t(c) * keep;
 #pragma unroll
         for (int k = 0; k < kMaxConvTaps; ++k)
           if (k < keep) to[k] = kept[k];
@@ -387,8 +388,8 @@ __global__ void __launch_bounds__(kStepMaxThreads)
     token(qkv, z, b, alpha, o, true);
   } else {  // the run's tokens in order, the state in registers between them, written after the last
     for (int t = run.begin; t < run.end; ++t) {
-      if (tokens.kept) {  // the state before token t, where it is kept
-        float4* to = reinterpret_cast<float4*>(tokens.kept + t * tokens.kept_stride + int64_t(s) * dk * dv + j0);
+      if (tokens.kept && t > run.begin) {  // the state before token t, where it is kept
+        float4* to = reinterpret_cast<float4*>(tokens.kept + (t - 1) * tokens.kept_stride + int64_t(s) * dk * dv + j0);
 #pragma unroll
         for (int r = 0; r < R; ++r)
           if (const int i = g + G * r; column && i < dk) to[int64_t(i) * dv / 4] = st[r];

@@ -24,8 +24,9 @@ const char* add_rms_norm(float* h, const float* d, const float* w, float* out, i
 struct TokenRows {
   int n = 1;
   int64_t in_stride = 0, out_stride = 0;
-  // The DeltaNet kernels' states before each token, kept for a rollback into the window (null: not
-  // kept): token t's at kept + t * kept_stride, laid out as the state.
+  // The DeltaNet kernels' states before each token but a run's first, kept for a rollback into the
+  // window (null: not kept): token t's at kept + (t - 1) * kept_stride, laid out as the state. (A
+  // cut keeps at least the window's first token, whose state before is the one the step read.)
   float* kept = nullptr;
   int64_t kept_stride = 0;
   // Each row's sequence (device memory, [n]; null: every row is sequence 0's, in order): the
@@ -74,7 +75,7 @@ const char* attention_decode(const float* qg, KvView kv, const int64_t* pos, int
 // Gated DeltaNet, one token: the row qkv [channels] (Q | K | V) goes through the causal conv
 // (state [channels][kernel - 1], shifted) and SiLU in place; q and k of each key head are then
 // L2-normed (q also scaled by 1/sqrt(dk)). One launch; the rows of a TokenRows in order (in_stride
-// apart; out_stride unused), the conv state before each kept where tokens.kept says (n > 1).
+// apart; out_stride unused), the conv state before each but the first kept where tokens.kept says.
 const char* deltanet_prepare(float* qkv, float* conv_state, const float* conv_w, int channels, int kernel,
                              int hk, int dk, void* stream, TokenRows tokens = {});
 // The prompt pass's L2 norms: q and k of each key head L2-normed (q also scaled by 1/sqrt(dk)) in
@@ -86,7 +87,7 @@ const char* deltanet_step_refuses(int dk, int dv);
 // Per value head s: beta = sigmoid(b_s), g = a_s * softplus(alpha_s + dt_bias_s), the delta-rule
 // update of state [Hv][dk][dv], o_s = S^T q, then the gated RMSNorm o_s * rsqrt(...) * norm *
 // silu(z_s). o: [Hv * dv]. One block a value head (the tokens of a TokenRows in order, the state
-// kept in registers between them, and the state before each where tokens.kept says, n > 1); heads
+// kept in registers between them, and the state before each but the first where tokens.kept says); heads
 // deltanet_step_refuses are refused with its message, before anything is queued.
 const char* deltanet_step(float* state, const float* qkv, const float* z, const float* b, const float* alpha,
                           const float* a, const float* dt_bias, const float* norm_w, int hk, int hv, int dk, int dv,

@@ -329,9 +329,10 @@ struct CudaSession::Impl {
       }
       states[l].conv_state = floats(n * conv_floats(), VramUse::state, at + "conv states");
       states[l].ssm_state = floats(n * recurrent_floats(), VramUse::state, at + "DeltaNet states");
-      if (window_rows() > 1) {  // the states a window keeps before each token (plan::state_layer_bytes)
-        states[l].conv_kept = floats(window_rows() * conv_floats(), VramUse::state, at + "a window's conv states");
-        states[l].ssm_kept = floats(window_rows() * recurrent_floats(), VramUse::state, at + "a window's DeltaNet states");
+      if (window_rows() > 1) {  // the states a window keeps before each token but its first
+        const int64_t kept = window_rows() - 1;  // (plan::state_layer_bytes)
+        states[l].conv_kept = floats(kept * conv_floats(), VramUse::state, at + "a window's conv states");
+        states[l].ssm_kept = floats(kept * recurrent_floats(), VramUse::state, at + "a window's DeltaNet states");
       }
     }
     for (int64_t s = 0; s < n; ++s) own_states.push_back(own_states_of(s));
@@ -576,8 +577,8 @@ struct CudaSession::Impl {
     const model::Qwen35MoeConfig& c = config;
     mixer_inputs("DeltaNet qkv|z|b|alpha", d, qkv);  // qkv, z, b, alpha are consecutive
     mark(Phase::deltanet_proj);
-    // Each row's state is its sequence's; a window keeps the states before each of its tokens, for
-    // cut_window.
+    // Each row's state is its sequence's; a window keeps the states before each of its tokens but
+    // its first, for cut_window.
     kernels::TokenRows rows{window, mixer_rows(d), c.ssm_value_dim()};
     if (stepping == &states) rows.sequence = device_sequences;  // rows of several sequences
     kernels::TokenRows conv_rows = rows, recurrent_rows = rows;
@@ -591,7 +592,8 @@ struct CudaSession::Impl {
                                        int(c.ssm_groups), int(c.ssm_state), stream, conv_rows);
     });
     // The state bytes it moves: each row's own state read and written (rows of several sequences),
-    // or the one sequence's once, and a window's kept copies written.
+    // or the one sequence's once, and a window's kept copies written (one window's; at most that
+    // where several sequences' windows share the step).
     const double state_bytes = double(recurrent_floats()) * sizeof(float);
     launch(
         "DeltaNet step and gated norm",
@@ -600,7 +602,7 @@ struct CudaSession::Impl {
                                         int(c.ssm_dt_rank), int(c.ssm_state), int(c.ssm_state), float(c.rms_eps), o,
                                         stream, recurrent_rows);
         },
-        2.0 * state_bytes * (rows.sequence ? window : 1) + (keeping ? state_bytes * window : 0.0));
+        2.0 * state_bytes * (rows.sequence ? window : 1) + (keeping ? state_bytes * (window - 1) : 0.0));
     mark(Phase::deltanet_core);
     mv("DeltaNet out", d.out, o, mixed);
     mark(Phase::deltanet_proj);
@@ -948,15 +950,16 @@ struct CudaSession::Impl {
   };
 
   // The current sequence back to the DeltaNet states kept before the step's row j (a cut of its
-  // window: Place::window_row + the tokens it keeps) copied back.
+  // window: Place::window_row + the tokens it keeps, at least 1) copied back.
   void queue_cut(int64_t j) {
     const size_t conv = size_t(conv_floats()), recurrent = size_t(recurrent_floats());
+    const int64_t at = j - 1;  // (kernels::TokenRows::kept: nothing is kept before row 0)
     for (const LayerState& st : sequence_states(current)) {
       if (!st.conv_state) continue;
-      check_cuda(cudaMemcpyAsync(st.conv_state, st.conv_kept + j * int64_t(conv), conv * sizeof(float),
+      check_cuda(cudaMemcpyAsync(st.conv_state, st.conv_kept + at * int64_t(conv), conv * sizeof(float),
                                  cudaMemcpyDeviceToDevice, stream),
                  "cutting a window");
-      check_cuda(cudaMemcpyAsync(st.ssm_state, st.ssm_kept + j * int64_t(recurrent), recurrent * sizeof(float),
+      check_cuda(cudaMemcpyAsync(st.ssm_state, st.ssm_kept + at * int64_t(recurrent), recurrent * sizeof(float),
                                  cudaMemcpyDeviceToDevice, stream),
                  "cutting a window");
     }
@@ -1808,8 +1811,9 @@ void CudaSession::cut_window(int64_t tokens) {
   Impl::Place& at = s.place();
   if (at.window_start < 0)
     fail("cuda session: no verify window to cut (the sequence's last step was not a window of several tokens)");
-  if (tokens < 0 || tokens > at.window_tokens)
-    fail("cuda session: cannot keep {} tokens of a window of {}", tokens, at.window_tokens);
+  if (tokens < 1 || tokens > at.window_tokens)
+    fail("cuda session: cannot keep {} tokens of a window of {} (a cut keeps 1 to {})", tokens, at.window_tokens,
+         at.window_tokens);
   if (tokens == at.window_tokens) return;
   // Queued on the step's stream, which the next step follows (no wait here). The kept states are
   // this sequence's: a window of another one since would have ended its window (Impl::step), and

@@ -46,8 +46,8 @@ struct CudaSessionOptions {
   // Tokens one decode step takes at most (decode_window's verify windows; the scratch holds a row
   // for each).
   int64_t step_rows = 1;
-  // Tokens a verify window (decode_window) takes at most, the DeltaNet states before each kept for
-  // cut_window; also the most rows of a decode_rows step that holds windows of several sequences
+  // Tokens a verify window (decode_window) takes at most, the DeltaNet states before each but the
+  // first kept for cut_window; also the most rows of a decode_rows step that holds windows of several sequences
   // (1: no windows of several tokens, nothing kept); 0: step_rows.
   int64_t window_rows = 0;
   // Sequences the session holds (each its K/V pages, from the pool, and DeltaNet states; at most step_rows):
@@ -245,10 +245,11 @@ class CudaSession {
   int64_t sequence() const;
   int64_t sequences() const;
   // Right after a decode_window of n > 1 tokens, or a decode_rows step with a window of the current
-  // sequence: the sequence as it stood after its first `tokens` (0..n; again, shorter, after a
-  // cut), from the DeltaNet states the step kept before each token, nothing run again (speculative
-  // decoding's rollback). Fails when the sequence's last step kept no states, a later step's did,
-  // or for more tokens than it kept.
+  // sequence: the sequence as it stood after its first `tokens` (1..n; again, shorter, after a
+  // cut), from the DeltaNet states the step kept before each token but the first, nothing run again
+  // (speculative decoding's rollback: the window's first token is the one the model chose, always
+  // kept). Fails when the sequence's last step kept no states, a later step's did, or for no
+  // tokens or more tokens than it kept.
   void cut_window(int64_t tokens);
 
   // The MTP block (options.mtp; cuda/mtp_drafter.h drafts with it). Each sequence has its own K/V

@@ -97,8 +97,9 @@ class Sequence {
   // Whether cut_window works (so that a verify step needs no checkpoint before it).
   virtual bool cuts_windows() const { return false; }
   // Right after a step whose row for this sequence ran n tokens as decode steps (StepRow::as_decode):
-  // the sequence as it stood after the first `tokens` of them (0..n), nothing run again (the GPU
-  // keeps a window's DeltaNet states before each token). Fails where cuts_windows() is false.
+  // the sequence as it stood after the first `tokens` of them (1..n: a verify window's first token
+  // is the model's own choice, never cut), nothing run again (the engines keep a window's DeltaNet
+  // states before each token but its first). Fails where cuts_windows() is false.
   virtual void cut_window(int64_t tokens);
 };
 

@@ -77,6 +77,21 @@ std::shared_ptr<const Checkpoint> window_checkpoint(const Sequence& sequence, st
   return window.size() > 1 && !sequence.cuts_windows() ? sequence.checkpoint() : nullptr;
 }
 
+namespace {
+
+// The sequence back to holding the first `kept` (at least 1) tokens of the window it just ran: the
+// window cut, or where windows are not cut, rewound to before it and those tokens run again as the
+// window ran them.
+void keep_first(Sequence& sequence, std::span<const int32_t> window, size_t kept, const Checkpoint* before) {
+  if (kept >= window.size()) return;
+  if (sequence.cuts_windows()) return sequence.cut_window(int64_t(kept));
+  sequence.rewind(*before);
+  StepRow again{.sequence = &sequence, .tokens = window.first(kept), .logit_rows = 0, .as_decode = true};
+  sequence.model().step(std::span(&again, 1));
+}
+
+}  // namespace
+
 std::optional<int32_t> accept_window(Sequence& sequence, Drafter& drafter, Generation& generation,
                                      std::span<const int32_t> window, const StepRow& row, const Checkpoint* before,
                                      WindowCounts& counts) {
@@ -91,21 +106,15 @@ std::optional<int32_t> accept_window(Sequence& sequence, Drafter& drafter, Gener
       ++used;
       if (!next || used == window.size() || *next != window[used]) break;
     }
-  } catch (...) {  // the text sink failed: leave the sequence as it was before the window
-    if (before) sequence.rewind(*before);
-    else if (window.size() > 1 && sequence.cuts_windows()) sequence.cut_window(0);
+  } catch (...) {  // the text sink failed on window[used]'s sample: the sequence as a plain step
+                   // leaves it there, holding window[0..used]
+    keep_first(sequence, window, used + 1, before);
     throw;
   }
   ++counts.windows;
   counts.drafted += int64_t(window.size()) - 1;
   counts.accepted += int64_t(used) - 1;
-  if (used < window.size() && sequence.cuts_windows()) {  // back to the last token sampled from
-    sequence.cut_window(int64_t(used));
-  } else if (used < window.size()) {  // likewise, recomputed as the window did
-    sequence.rewind(*before);
-    StepRow again{.sequence = &sequence, .tokens = window.first(used), .logit_rows = 0, .as_decode = true};
-    sequence.model().step(std::span(&again, 1));
-  }
+  keep_first(sequence, window, used, before);  // back to the last token sampled from
   const int64_t hidden = sequence.model().config().hidden;
   timed(counts.follow_seconds,
         [&] { follow(sequence, drafter, window.first(used), std::span(row.hidden).first(used * size_t(hidden))); });

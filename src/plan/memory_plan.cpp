@@ -172,7 +172,7 @@ size_t kv_pool_bytes(const model::Qwen35MoeConfig& c, const PlanOptions& o) {
 size_t state_layer_bytes(const model::Qwen35MoeConfig& c, int64_t window_rows, int64_t sequences) {
   const size_t one = floats_bytes(c.conv_channels() * (c.ssm_conv_kernel - 1)) +
                      floats_bytes(c.ssm_dt_rank * c.ssm_state * c.ssm_state);
-  return size_t(std::max<int64_t>(sequences, 1) + (window_rows > 1 ? window_rows : 0)) * one;
+  return size_t(std::max<int64_t>(sequences, 1) + (window_rows > 1 ? window_rows - 1 : 0)) * one;
 }
 
 size_t state_bytes(const model::Qwen35MoeConfig& c, int64_t window_rows, int64_t sequences) {

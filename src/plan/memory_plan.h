@@ -105,8 +105,8 @@ size_t kv_pool_bytes(const model::Qwen35MoeConfig& config, const PlanOptions& op
 size_t kv_layer_bytes(const model::Qwen35MoeConfig& config, kv::Format format, int64_t context);
 size_t kv_page_table_bytes(int64_t context);
 // The DeltaNet states (per layer: the conv's and the recurrent one) of `sequences` sequences, and
-// with window_rows > 1 the states a verify window keeps before each of its tokens (a rollback
-// without recomputing; one set, whichever sequence the window is of).
+// with window_rows > 1 the states a verify window keeps before each of its tokens but the first (a
+// rollback without recomputing; one set, whichever sequence the window is of).
 size_t state_bytes(const model::Qwen35MoeConfig& config, int64_t window_rows = 1, int64_t sequences = 1);
 // The MTP block as the GPU holds it with PlanOptions::mtp (counted in the trunk): its norms, eh_proj,
 // its layer's matrices and all its experts (behind a table of its own), and its K/V cache's bytes
