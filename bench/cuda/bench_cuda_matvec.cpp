@@ -237,6 +237,7 @@ int main(int argc, char** argv) {
       {"deltanet qkv, 4 inputs", GgmlType::Q8_0, 8192, 2048, 4, false},
       {"deltanet qkv, 8 inputs", GgmlType::Q8_0, 8192, 2048, 8, false},
       {"deltanet qkv, 16 inputs", GgmlType::Q8_0, 8192, 2048, 16, false},
+      {"deltanet qkv, 32 inputs", GgmlType::Q8_0, 8192, 2048, 32, false},
       {"deltanet qkv, 64 inputs", GgmlType::Q8_0, 8192, 2048, 64, false},
       {"q4_K trunk (8192 x 2048)", GgmlType::Q4_K, 8192, 2048, 1, false},
       {"q4_K trunk, 8 inputs", GgmlType::Q4_K, 8192, 2048, 8, false},

@@ -252,6 +252,24 @@ struct TileUnit<GgmlType::Q6_K> {
   }
 };
 
+// One Q8_0 block of rows g and g + 8 (A: their bytes 8 t .. 8 t + 7, w, and scales, d) against kN
+// tiles of 8 inputs: tile j's B (input g's bytes 8 t .. of the block, x_q(j)) in an mma of k 32,
+// and each C element's float term (d_w d_x) c, with its input's scale x_d(j, e), added to its sum
+// as q8_0_span_dot adds it.
+template <int kN, class XQ, class XD>
+__device__ __forceinline__ void add_q8_0_block(float (&sum)[kN][4], const uint2 (&w)[2], const float (&d)[2],
+                                               const XQ& x_q, const XD& x_d) {
+#pragma unroll
+  for (int j = 0; j < kN; ++j) {
+    const int2 xv = x_q(j);
+    int c[4] = {0, 0, 0, 0};
+    mma_k32(c, int(w[0].x), int(w[1].x), int(w[0].y), int(w[1].y), xv.x, xv.y);
+    const float xd[2] = {x_d(j, 0), x_d(j, 1)};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sum[j][e] = exact::add(sum[j][e], exact::mul(exact::mul(d[e / 2], xd[e % 2]), float(c[e])));
+  }
+}
+
 // Q8_0 span s (q8_0_span_dot's): 8 blocks, a step each: an mma of k 32 (lane t: the block's bytes
 // 8 t .. 8 t + 7, A's slots 4 t .. and 16 + 4 t ..), its float term added to the span's sum.
 template <>
@@ -275,15 +293,9 @@ struct TileUnit<GgmlType::Q8_0> {
   template <int kN>
   __device__ static void step(const Raw& raw, int s, int b, TileLane lane, const TileX<kN>& x, float (&unit)[kN][4]) {
     const int blk = kQ8_0SpanBlocks * s + b;
-#pragma unroll
-    for (int j = 0; j < kN; ++j) {
-      const int2 xv = *reinterpret_cast<const int2*>(x.q(j) + 32 * blk + 8 * lane.t);
-      int c[4] = {0, 0, 0, 0};
-      mma_k32(c, int(raw.w[0].x), int(raw.w[1].x), int(raw.w[0].y), int(raw.w[1].y), xv.x, xv.y);
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        unit[j][e] = exact::add(unit[j][e], exact::mul(exact::mul(raw.d[e / 2], x.d(j, e)[blk]), float(c[e])));
-    }
+    add_q8_0_block(
+        unit, raw.w, raw.d, [&](int j) { return *reinterpret_cast<const int2*>(x.q(j) + 32 * blk + 8 * lane.t); },
+        [&](int j, int e) { return x.d(j, e)[blk]; });
   }
 };
 
@@ -542,24 +554,10 @@ __global__ void __launch_bounds__(kStagedWarps* kWarp, 2)
 #pragma unroll
     for (int b = 0; b < kQ8_0SpanBlocks; ++b) {
       const int blk = kQ8_0SpanBlocks * span + b;
-      uint2 w[2];
-      float d[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        w[r] = u64_at_b2<FromShared>(row[r] + b * int(sizeof(BlockQ8_0)) + 2 + 8 * tl.t);
-        d[r] = half_at<FromShared>(row[r] + b * int(sizeof(BlockQ8_0)));
-      }
-#pragma unroll
-      for (int j = 0; j < kTiles; ++j) {
-        const int2 xv = __ldg(reinterpret_cast<const int2*>(base + bq[j] + 32 * blk + 8 * tl.t));
-        int c[4] = {0, 0, 0, 0};
-        mma_k32(c, int(w[0].x), int(w[1].x), int(w[0].y), int(w[1].y), xv.x, xv.y);
-        const float xd[2] = {__ldg(reinterpret_cast<const float*>(base + cd[j][0]) + blk),
-                             __ldg(reinterpret_cast<const float*>(base + cd[j][1]) + blk)};
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          leaf[k][j][e] = exact::add(leaf[k][j][e], exact::mul(exact::mul(d[e / 2], xd[e % 2]), float(c[e])));
-      }
+      const auto a = TileUnit<GgmlType::Q8_0>::load<FromShared>(row, 0, b, tl);  // (row: the span's staged bytes)
+      add_q8_0_block(
+          leaf[k], a.w, a.d, [&](int j) { return __ldg(reinterpret_cast<const int2*>(base + bq[j] + 32 * blk + 8 * tl.t)); },
+          [&](int j, int e) { return __ldg(reinterpret_cast<const float*>(base + cd[j][e]) + blk); });
     }
   }
   // The butterfly: leaves w and w + 8 first (offset 8 of 16), then the warps' sums (offsets 4, 2, 1).
