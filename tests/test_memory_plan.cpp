@@ -283,9 +283,17 @@ TEST(MemoryPlan, TheCommandPlansDraftsWithMtp) {
   const auto one = lode::test::run_lode(plan + " --mtp 2 --mtp-sequences 1", dir.path());
   ASSERT_EQ(one.status, 0) << one.err;
   EXPECT_NE(one.out.find("kept for 3 rows of verify windows"), std::string::npos) << one.out;
-  const auto beyond = lode::test::run_lode(plan + " --mtp 2 --mtp-sequences 9", dir.path());
+  // Held to --parallel, as lode serve holds it; past what a step's rows hold, refused.
+  const auto past = lode::test::run_lode(plan + " --mtp 2 --mtp-sequences 9", dir.path());
+  ASSERT_EQ(past.status, 0) << past.err;
+  EXPECT_NE(past.out.find("kept for 24 rows of verify windows"), std::string::npos) << past.out;
+  const std::string plan32 =
+      "plan -m '" + lode::test::mini_model_path().string() + "' --vram-budget 160 --ctx 2048 --parallel 32";
+  const auto beyond = lode::test::run_lode(plan32 + " --mtp 2 --mtp-sequences 30", dir.path());
   EXPECT_EQ(beyond.status, 1);
-  EXPECT_NE(beyond.err.find("--mtp-sequences 9 with --mtp 2 and --parallel 8"), std::string::npos) << beyond.err;
+  EXPECT_NE(beyond.err.find("--mtp-sequences 30 with --mtp 2: a GPU step holds the windows of 1 to 21 sequences"),
+            std::string::npos)
+      << beyond.err;
   const auto alone = lode::test::run_lode(plan + " --mtp-sequences 2", dir.path());
   EXPECT_EQ(alone.status, 1);
   EXPECT_NE(alone.err.find("--mtp-sequences goes with --mtp N"), std::string::npos) << alone.err;

@@ -60,6 +60,14 @@ int64_t gpu_draft_sequences(int64_t mtp, int64_t sequences) {
   return std::max<int64_t>(1, std::min({kGpuDraftSequences, sequences, kGpuStepRows / (mtp + 1)}));
 }
 
+int64_t gpu_draft_sequences(int64_t mtp, int64_t sequences, int64_t asked) {
+  const int64_t drafting = std::min(asked, sequences);
+  if (drafting < 1 || drafting * (mtp + 1) > kGpuStepRows)
+    fail("--mtp-sequences {} with --mtp {}: a GPU step holds the windows of 1 to {} sequences ({} rows of {} tokens)",
+         asked, mtp, kGpuStepRows / (mtp + 1), kGpuStepRows, mtp + 1);
+  return drafting;
+}
+
 namespace {
 
 #ifdef LODE_HAVE_CUDA
@@ -139,9 +147,7 @@ std::shared_ptr<engine::Model> open_gpu_model(const BackendOptions& o, const ggu
     fail("--kv-positions {}: give at least one sequence's context ({}) and at most --parallel x --ctx ({})",
          run.kv_positions, run.ctx, run.sequences * run.ctx);
   options.kv_positions = run.kv_positions == run.sequences * run.ctx ? 0 : run.kv_positions;
-  if (run.mtp > 0 && (run.draft_sequences < 1 || run.draft_sequences * (run.mtp + 1) > cuda::kMaxStepRows))
-    fail("--mtp-sequences {} with --mtp {}: a GPU step holds the windows of 1 to {} sequences ({} rows of {} tokens)",
-         run.draft_sequences, run.mtp, cuda::kMaxStepRows / (run.mtp + 1), cuda::kMaxStepRows, run.mtp + 1);
+  if (run.mtp > 0) gpu_draft_sequences(run.mtp, run.draft_sequences, run.draft_sequences);  // (fails outside 1..)
   // (1 without drafts: nothing kept)
   options.window_rows = run.mtp > 0 ? run.draft_sequences * (run.mtp + 1) : 1;
   options.step_rows = std::max(options.window_rows, run.sequences);

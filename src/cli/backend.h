@@ -62,6 +62,9 @@ inline constexpr int64_t kGpuStepRows = 64;
 // short for drafts to pay at all, 4 cost no more than 1 (docs/MTP.md, stops 79 and 80).
 inline constexpr int64_t kGpuDraftSequences = 4;
 int64_t gpu_draft_sequences(int64_t mtp, int64_t sequences);
+// The sequences whose windows a GPU step holds with --mtp-sequences `asked` (held to `sequences`,
+// --parallel, as lode serve holds it); fails, saying the range, where one step cannot hold them.
+int64_t gpu_draft_sequences(int64_t mtp, int64_t sequences, int64_t asked);
 
 // What the GPU engine is made for: K/V for ctx positions, decode's products' activations, the
 // K/V format.

@@ -84,10 +84,8 @@ void run_plan(const PlanCommandOptions& o) {
   options.window_rows = 1;
   if (o.mtp > 0) {
     if (!weights.mtp) fail("--mtp: {}", weights.mtp_unavailable);
-    const int64_t drafting = o.mtp_sequences ? *o.mtp_sequences : gpu_draft_sequences(o.mtp, o.parallel);
-    if (drafting < 1 || drafting > o.parallel || drafting * (o.mtp + 1) > kGpuStepRows)
-      fail("--mtp-sequences {} with --mtp {} and --parallel {}: give 1 to --parallel, and at most {} rows of windows "
-           "of {} tokens together", drafting, o.mtp, o.parallel, kGpuStepRows, o.mtp + 1);
+    const int64_t drafting = o.mtp_sequences ? gpu_draft_sequences(o.mtp, o.parallel, *o.mtp_sequences)
+                                             : gpu_draft_sequences(o.mtp, o.parallel);
     options.mtp = true;
     options.window_rows = drafting * (o.mtp + 1);
     options.step_rows = std::max(options.step_rows, options.window_rows);
@@ -175,7 +173,7 @@ void add_plan_command(CLI::App& app) {
       ->check(CLI::Range(int64_t(0), int64_t(16)));
   cmd->add_option("--mtp-sequences", o->mtp_sequences,
                   "With --mtp: the sequences whose windows one step verifies, as lode serve --mtp-sequences "
-                  "(default as lode serve's on the GPU: 4, or --parallel where fewer)")
+                  "(held to --parallel as there; default as lode serve's on the GPU: 4, or --parallel where fewer)")
       ->check(integer_at_least(1));
   add_expert_profile_option(*cmd, o->expert_profile);
   cmd->callback([o] { run_plan(*o); });

@@ -63,8 +63,9 @@ std::shared_ptr<engine::Model> gpu_engine(ServeOptions& o, const server::ServedM
                    .kv_format = kv,
                    .mtp = o.server.worker.mtp,
                    // (no more than can decode at once: the kept states are for their windows)
-                   .draft_sequences = o.mtp_sequences ? std::min<int64_t>(*o.mtp_sequences, sequences)
-                                                      : gpu_draft_sequences(o.server.worker.mtp, sequences),
+                   .draft_sequences = o.server.worker.mtp > 0 && o.mtp_sequences
+                                          ? gpu_draft_sequences(o.server.worker.mtp, sequences, *o.mtp_sequences)
+                                          : gpu_draft_sequences(o.server.worker.mtp, sequences),
                    .sequences = sequences,
                    .kv_positions = o.kv_positions};
   auto engine = open_gpu_model(o.backend, model.reader, model.config, std::move(weights), run);
