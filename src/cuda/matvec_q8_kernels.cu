@@ -12,7 +12,8 @@
 // positions) is read once for up to 8 of them (kInputs): a block rounds each input's x and dots
 // every weight slice it holds with each, in the order a single input's launch does, so every
 // input's products have the bits they have alone (on the H200, bench_cuda_matvec: the DeltaNet
-// qkv product, Q8_0, 12.6 us for one input, 15.4 for two, 27.4 for eight). Such launches, grouped
+// qkv product, Q8_0, 12.6 us for one input, 15.4 for two, 27.4 for eight; since stop 81 the Q8_0
+// spans take two inputs at a time, each staged weight word read once for both). Such launches, grouped
 // ones, and those of a problem per (row, expert) pair where several pairs share a row (a verify
 // window's or a few sequences' experts) round each input once first (round_inputs_kernel, into
 // MatvecLaunch::rounded), and their blocks copy the rounded inputs they take into shared memory:
@@ -442,36 +443,58 @@ __device__ __forceinline__ void span_part(int w, int x, int (&sums)[kQ8_0SpanBlo
   if constexpr (O % kBlock == kBlock - 2) halves[kAt + 1] = uint32_t(w) >> 16;  // 2 quants, then the next scale
 }
 
-template <int... C>
-__device__ __forceinline__ void span_words(const int4* wv, const int4* xv, int (&sums)[kQ8_0SpanBlocks],
-                                           uint32_t (&halves)[kQ8_0SpanBlocks], std::integer_sequence<int, C...>) {
+// A span's words of the weights (wv) against kN inputs' (xv[i]): each weight word read once and
+// dotted with every input's, into that input's block sums.
+template <int kN, int... C>
+__device__ __forceinline__ void span_words(const int4* wv, const int4* const (&xv)[kN],
+                                           int (&sums)[kN][kQ8_0SpanBlocks], uint32_t (&halves)[kQ8_0SpanBlocks],
+                                           std::integer_sequence<int, C...>) {
   const auto word = [&](auto c) {
     constexpr int kC = decltype(c)::value;
-    const int4 a = wv[kC], b = xv[kC];
-    span_part<16 * kC>(a.x, b.x, sums, halves);
-    span_part<16 * kC + 4>(a.y, b.y, sums, halves);
-    span_part<16 * kC + 8>(a.z, b.z, sums, halves);
-    span_part<16 * kC + 12>(a.w, b.w, sums, halves);
+    const int4 a = wv[kC];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const int4 b = xv[i][kC];
+      span_part<16 * kC>(a.x, b.x, sums[i], halves);
+      span_part<16 * kC + 4>(a.y, b.y, sums[i], halves);
+      span_part<16 * kC + 8>(a.z, b.z, sums[i], halves);
+      span_part<16 * kC + 12>(a.w, b.w, sums[i], halves);
+    }
   };
   (word(std::integral_constant<int, C>{}), ...);
 }
 
-__device__ __forceinline__ float q8_0_span_dot(const uint8_t* w, const RoundedX& x, int span) {
-  int sums[kQ8_0SpanBlocks];
+// Span `span` of row w dotted with kN inputs' x at once (the weights read once for all of them):
+// each input's float, its 8 block terms summed from 0 in order, the bits it gets alone.
+template <int kN>
+__device__ __forceinline__ void q8_0_span_dots(const uint8_t* w, const RoundedX (&x)[kN], int span, float (&out)[kN]) {
+  int sums[kN][kQ8_0SpanBlocks];
   uint32_t halves[kQ8_0SpanBlocks];
+  const int4* xv[kN];
 #pragma unroll
-  for (int j = 0; j < kQ8_0SpanBlocks; ++j) sums[j] = 0, halves[j] = 0;
-  span_words(reinterpret_cast<const int4*>(w + kSpanBytes * span), reinterpret_cast<const int4*>(x.q + kSpanBytes * span),
-             sums, halves, std::make_integer_sequence<int, kSpanWords>{});
-  float sum = 0.0f;
+  for (int i = 0; i < kN; ++i) {
+    xv[i] = reinterpret_cast<const int4*>(x[i].q + kSpanBytes * span);
 #pragma unroll
-  for (int j = 0; j < kQ8_0SpanBlocks; ++j) {
-    const float d = __half2float(__ushort_as_half(uint16_t(halves[j])));
-    sum = exact::add(sum, exact::mul(exact::mul(d, x.d[kQ8_0SpanBlocks * span + j]), float(sums[j])));
+    for (int j = 0; j < kQ8_0SpanBlocks; ++j) sums[i][j] = 0;
   }
-  return sum;
+#pragma unroll
+  for (int j = 0; j < kQ8_0SpanBlocks; ++j) halves[j] = 0;
+  span_words<kN>(reinterpret_cast<const int4*>(w + kSpanBytes * span), xv, sums, halves,
+                 std::make_integer_sequence<int, kSpanWords>{});
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kQ8_0SpanBlocks; ++j) {
+      const float d = __half2float(__ushort_as_half(uint16_t(halves[j])));
+      sum = exact::add(sum, exact::mul(exact::mul(d, x[i].d[kQ8_0SpanBlocks * span + j]), float(sums[i][j])));
+    }
+    out[i] = sum;
+  }
 }
 
+// (Three blocks a multiprocessor, as its shared memory allows: the two inputs' sums at once would
+// take more registers than that leaves.)
 template <int kInputs, bool kGroups = false>
 __global__ void __launch_bounds__(256)
     matvec_q8_0_spans_kernel(const uint8_t* w, const void* const* table, const int32_t* ids, int64_t rows,
@@ -511,18 +534,34 @@ __global__ void __launch_bounds__(256)
   }
   copies_arrived();
   __syncthreads();
-  // Rows past the end compute on whatever the shared memory holds and are not written. Each input
-  // reads the staged row again.
+  // Rows past the end compute on whatever the shared memory holds and are not written. The inputs
+  // go two at a time, each staged weight word read once for both (the last of an odd count alone).
   const int local = warp * lane_groups + group, n_spans = int(cols / kQ8_0SpanValues);
   const uint8_t* row = staged + size_t(local) * row_bytes;
+  const auto inputs_from = [&](int i0, auto n) {
+    constexpr int kN = decltype(n)::value;
+    RoundedX xs[kN];
+    float sum[kN];
+#pragma unroll
+    for (int i = 0; i < kN; ++i) xs[i] = rounded_x_in(x_at + (i0 + i) * x_words, row_bytes, cols), sum[i] = 0.0f;
+    for (int span = sub; span < n_spans; span += lanes) {
+      float terms[kN];
+      q8_0_span_dots<kN>(row, xs, span, terms);
+#pragma unroll
+      for (int i = 0; i < kN; ++i) sum[i] = exact::add(sum[i], terms[i]);
+    }
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      for (int offset = lanes / 2; offset > 0; offset /= 2)
+        sum[i] = exact::add(sum[i], __shfl_xor_sync(0xffffffffu, sum[i], offset));
+      if (sub == 0 && first + local < rows) y_of(i0 + i)[first + local] = sum[i];
+    }
+  };
+  int i = 0;
+  if constexpr (kInputs > 1)
 #pragma unroll 1
-  for (int i = 0; i < inputs; ++i) {
-    const RoundedX xi = rounded_x_in(x_at + i * x_words, row_bytes, cols);
-    float sum = 0.0f;
-    for (int span = sub; span < n_spans; span += lanes) sum = exact::add(sum, q8_0_span_dot(row, xi, span));
-    for (int offset = lanes / 2; offset > 0; offset /= 2) sum = exact::add(sum, __shfl_xor_sync(0xffffffffu, sum, offset));
-    if (sub == 0 && first + local < rows) y_of(i)[first + local] = sum;
-  }
+    for (; i + 1 < inputs; i += 2) inputs_from(i, std::integral_constant<int, 2>{});
+  if (i < inputs) inputs_from(i, std::integral_constant<int, 1>{});
 }
 
 // Blocks in y: a group each (MatvecLaunch::groups), else one per kInputs problems.

@@ -255,7 +255,7 @@ struct TileUnit<GgmlType::Q6_K> {
 // One Q8_0 block of rows g and g + 8 (A: their bytes 8 t .. 8 t + 7, w, and scales, d) against kN
 // tiles of 8 inputs: tile j's B (input g's bytes 8 t .. of the block, x_q(j)) in an mma of k 32,
 // and each C element's float term (d_w d_x) c, with its input's scale x_d(j, e), added to its sum
-// as q8_0_span_dot adds it.
+// as q8_0_span_dots adds it.
 template <int kN, class XQ, class XD>
 __device__ __forceinline__ void add_q8_0_block(float (&sum)[kN][4], const uint2 (&w)[2], const float (&d)[2],
                                                const XQ& x_q, const XD& x_d) {
@@ -270,7 +270,7 @@ __device__ __forceinline__ void add_q8_0_block(float (&sum)[kN][4], const uint2 
   }
 }
 
-// Q8_0 span s (q8_0_span_dot's): 8 blocks, a step each: an mma of k 32 (lane t: the block's bytes
+// Q8_0 span s (q8_0_span_dots'): 8 blocks, a step each: an mma of k 32 (lane t: the block's bytes
 // 8 t .. 8 t + 7, A's slots 4 t .. and 16 + 4 t ..), its float term added to the span's sum.
 template <>
 struct TileUnit<GgmlType::Q8_0> {
@@ -501,7 +501,7 @@ __device__ void store_warps_sums(const float (&mine)[kN][4], float* sums, TileLa
 // warp. A span's 8 blocks are 8 mmas of k 32 for each tile of inputs (A from the staged rows, B and
 // the inputs' scales read through L1 from the rounded inputs), each block's float term added to the
 // span's sum in order; a warp adds its two leaves (the butterfly's first level where there are 16),
-// and warp 0 the eight warps' sums in the butterfly's order. The bits are q8_0_span_dot's and the
+// and warp 0 the eight warps' sums in the butterfly's order. The bits are q8_0_span_dots' and the
 // spans kernel's, as the tiles' above. More tiles a block read a row tile's bytes (from L2 after
 // the first block) fewer times and unpack nothing twice: q8_0_staged_tiles picks them.
 constexpr int kStagedWarps = 8;
