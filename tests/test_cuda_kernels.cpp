@@ -337,7 +337,7 @@ TEST(CudaKernels, TheDeltaNetConvAndStepOverAWindowGiveEachTokensBits) {
   }
   const int64_t conv_n = int64_t(conv_state.size()), ssm_n = int64_t(ssm_state.size());
   // (Room for a state before each token, but only the states before the second and later ones are
-  // kept: the first stays zero.)
+  // kept, at slots 0 .. kTokens - 2: the last slot stays zero.)
   float* conv_kept = dev.zeros<float>(size_t(kTokens * conv_n));
   float* ssm_kept = dev.zeros<float>(size_t(kTokens * ssm_n));
   const TokenRows rows_of{.n = kTokens, .in_stride = kRow, .out_stride = kOut};

@@ -79,7 +79,7 @@ void run_plan(const PlanCommandOptions& o) {
   options.context = gpu_context(config, o.ctx);
   options.parallel = o.parallel;
   // As lode serve runs them: a step takes a row of each sequence; with --mtp, the windows of
-  // --mtp-sequences of them too, whose DeltaNet states before each token it keeps.
+  // --mtp-sequences of them too, whose DeltaNet states before each token but the first it keeps.
   options.step_rows = o.parallel;
   options.window_rows = 1;
   if (o.mtp > 0) {

@@ -232,7 +232,7 @@ void CudaModel::step(std::span<engine::StepRow> rows) {
 }
 
 // A step with verify windows (as_decode rows of several tokens) of several sequences runs them in
-// one step of the session, which keeps the states before each of their tokens for cut_window; one
+// one step of the session, which keeps the states before each of their tokens but the first for cut_window; one
 // that cannot (each a window the session keeps states for, together at most window_rows tokens)
 // fails before anything runs.
 void CudaModel::check_windows_fit(std::span<const engine::StepRow> rows) const {

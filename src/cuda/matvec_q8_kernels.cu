@@ -558,9 +558,10 @@ __global__ void __launch_bounds__(256)
     }
   };
   int i = 0;
-  if constexpr (kInputs > 1)
+  if constexpr (kInputs > 1) {
 #pragma unroll 1
     for (; i + 1 < inputs; i += 2) inputs_from(i, std::integral_constant<int, 2>{});
+  }
   if (i < inputs) inputs_from(i, std::integral_constant<int, 1>{});
 }
 

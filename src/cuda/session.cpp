@@ -490,7 +490,7 @@ struct CudaSession::Impl {
   // The tokens the step being queued takes (a verify window's; 1 outside one): every launch below
   // runs them all, each row computed as a one-token step computes it.
   int window = 1;
-  bool keeping = false;  // and whether they are a window that keeps its states before each token
+  bool keeping = false;  // and whether they are a window that keeps its states before each token but the first
 
   // How decode's products read their input (swiglu_up: see MatvecInput).
   // Products queued on the side stream (`on`) round their inputs into scratch of their own.
@@ -1044,8 +1044,8 @@ struct CudaSession::Impl {
   // Tokens in one step, each row computed as a one-token step of its sequence computes it: rows of
   // several sequences (`sequences`, a row's own; a sequence's rows consecutive, its next tokens in
   // order), or with `sequences` empty the current sequence's next tokens. Where a sequence has
-  // several rows (a verify window; with `sequences` empty, always) the step keeps every row's
-  // DeltaNet states before it, for cut_window.
+  // several rows (a verify window; with `sequences` empty, always) the step keeps the DeltaNet
+  // states before each of its rows but the first, for cut_window.
   // Out, as `wanted`, each row's logits [n][vocab] into logits_out or its greedy token into
   // greedy_out [n] (-1 where there is none), and each row's final-normed hidden state [n][hidden]
   // into hidden_out when it is not null (not with StepOutput::none).

@@ -34,7 +34,8 @@ struct PlanOptions {
   int64_t kv_positions = 0;
   int64_t kv_pool_positions() const { return kv_positions > 0 ? kv_positions : std::max<int64_t>(parallel, 1) * context; }
   int64_t step_rows = 1;      // rows one decode step takes at most (a verify window's tokens, or sequences)
-  // Tokens a verify window takes at most, whose DeltaNet states before each it keeps (0: step_rows).
+  // Tokens a verify window takes at most, whose DeltaNet states before each but the first it keeps
+  // (0: step_rows).
   int64_t window_rows = 0;
   int64_t kept_rows() const { return window_rows > 0 ? window_rows : step_rows; }
   bool mtp = false;           // the MTP block on the GPU too (speculative decoding's drafter)
