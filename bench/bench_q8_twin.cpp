@@ -1,8 +1,8 @@
 // The CPU miss path's products on one thread (cpu/q8_twin.h: the GPU's 8-bit-activation bits on the
 // host): an expert of the 35B-A3B ud-q4_k_xl-like synth, its gate or up (512 rows of 2,048 values,
-// Q4_K) and its down (2,048 rows of 512, Q5_K), the lm head's Q6_K rows and Q8_0 rows, each from
-// the caches (one matrix again and again) and from RAM (a round over 96 matrices, more than the
-// caches hold). Bytes are the weights read per call. Results: docs/BENCHMARKS.md.
+// Q4_K) and its down (2,048 rows of 512, Q5_K), the lm head's Q6_K rows and Q8_0 rows, each one
+// matrix again and again (in L2) and the expert's in a round over 96 matrices (beyond L2; whether
+// beyond L3 depends on the host). Bytes are the weights read per call. Results: docs/BENCHMARKS.md.
 //
 //   build/bench_q8_twin --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -55,14 +55,14 @@ void rows(benchmark::State& state, GgmlType type, int64_t n_rows, int64_t cols, 
   state.SetLabel(lode::cpu::q8twin::kernel_name(type));
 }
 
-constexpr int kFromRam = 96;  // matrices a round: 113 MB of gates, 69 MB of downs
+constexpr int kRound = 96;  // matrices a round: 57 MB of gates, 69 MB of downs
 
-BENCHMARK_CAPTURE(rows, expert_gate_q4_k_cached, GgmlType::Q4_K, 512, 2048, 1);
-BENCHMARK_CAPTURE(rows, expert_gate_q4_k_ram, GgmlType::Q4_K, 512, 2048, kFromRam);
-BENCHMARK_CAPTURE(rows, expert_down_q5_k_cached, GgmlType::Q5_K, 2048, 512, 1);
-BENCHMARK_CAPTURE(rows, expert_down_q5_k_ram, GgmlType::Q5_K, 2048, 512, kFromRam);
-BENCHMARK_CAPTURE(rows, q6_k_2048_cached, GgmlType::Q6_K, 512, 2048, 1);
-BENCHMARK_CAPTURE(rows, q8_0_2048_cached, GgmlType::Q8_0, 512, 2048, 1);
+BENCHMARK_CAPTURE(rows, expert_gate_q4_k_in_l2, GgmlType::Q4_K, 512, 2048, 1);
+BENCHMARK_CAPTURE(rows, expert_gate_q4_k_round_of_96, GgmlType::Q4_K, 512, 2048, kRound);
+BENCHMARK_CAPTURE(rows, expert_down_q5_k_in_l2, GgmlType::Q5_K, 2048, 512, 1);
+BENCHMARK_CAPTURE(rows, expert_down_q5_k_round_of_96, GgmlType::Q5_K, 2048, 512, kRound);
+BENCHMARK_CAPTURE(rows, q6_k_2048_in_l2, GgmlType::Q6_K, 512, 2048, 1);
+BENCHMARK_CAPTURE(rows, q8_0_2048_in_l2, GgmlType::Q8_0, 512, 2048, 1);
 
 }  // namespace
 
