@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -238,6 +239,75 @@ TEST(CudaMtp, DraftersOfSeveralSequencesDraftTogetherAsAlone) {
       others, std::span(pending).subspan(1, 3), std::span(three).first(3), std::vector<float>(3, 0.0f));
   for (size_t i = 0; i < 3; ++i)
     EXPECT_EQ(third[i], others[i]->draft(pending[i + 1], 3, 0)) << "drafter " << i + 1 << ", with others";
+}
+
+// Greedy verify windows of a drafter's own drafts on a session, accepted as generation accepts
+// them (each draft kept while it equals the greedy token before it; the window cut there): each
+// window's drafts and greedy tokens, and the drafter. With `arm`, each window arms the drafts after
+// it in its step (GpuDrafter::arming), shifted `off` K/V rows from where the drafter asks.
+struct ArmedRun {
+  std::vector<std::vector<int32_t>> drafts, greedy;
+  int64_t cuts = 0, armed_drafts = 0;
+};
+ArmedRun verify_windows(const Loaded& m, int64_t n, int64_t windows, bool arm, int64_t off = 0) {
+  cuda::CudaSession session(m.reader, m.weights, {.max_context = 512, .step_rows = n + 1, .mtp = true});
+  cuda::GpuDrafter drafter(session);
+  const std::vector<int32_t> prompt = m.text.encode("The ls command lists the files of a folder, and with -l", false);
+  std::vector<float> hidden;
+  int32_t pending = sample::greedy(session.prefill(prompt, false, &hidden));
+  drafter.advance(prompt, hidden);
+  ArmedRun run;
+  const size_t width = size_t(m.config.hidden);
+  for (int64_t w = 0; w < windows; ++w) {
+    std::vector<int32_t> window = {pending};
+    const std::vector<int32_t> drafts = drafter.draft(pending, n, 0);
+    window.insert(window.end(), drafts.begin(), drafts.end());
+    std::optional<cuda::CudaSession::WindowDrafts> armed = arm ? drafter.arming(window) : std::nullopt;
+    if (armed) armed->first_row += off;
+    const cuda::CudaSession::Window out = session.decode_window(window, true, true, armed ? &*armed : nullptr);
+    if (armed) drafter.armed(out.greedy, out.drafts);
+    size_t kept = 1;
+    while (kept < window.size() && window[kept] == out.greedy[kept - 1]) ++kept;
+    if (kept < window.size()) session.cut_window(int64_t(kept)), ++run.cuts;
+    drafter.advance(std::span(window).first(kept), std::span(out.hidden).first(kept * width));
+    pending = out.greedy[kept - 1];
+    run.drafts.push_back(drafts), run.greedy.push_back(out.greedy);
+  }
+  run.armed_drafts = drafter.armed_drafts();
+  return run;
+}
+
+// Drafts armed in the verify step (CudaSession::WindowDrafts): the block run over the window's rows
+// in its step gives the drafts that steps of the block after it give, window after window, kept
+// whole or cut, one draft or three; it saves the draft step of each window's first draft. Shifted
+// by a K/V row, the armed rows give other drafts: the test can fail.
+TEST(CudaMtp, DraftsArmedInTheVerifyStepAreTheDraftsOfStepsOfTheirOwn) {
+  LODE_REQUIRE_GPU();
+  for (int64_t n : {1, 3}) {
+    SCOPED_TRACE(n);
+    const ArmedRun plain = verify_windows(mini(), n, 40, false), armed = verify_windows(mini(), n, 40, true);
+    EXPECT_EQ(armed.drafts, plain.drafts);
+    EXPECT_EQ(armed.greedy, plain.greedy);
+    EXPECT_GT(plain.cuts, 0) << "some windows are cut";
+    EXPECT_LT(plain.cuts, 40) << "some windows are kept whole";
+    EXPECT_EQ(plain.armed_drafts, 0);
+    EXPECT_EQ(armed.armed_drafts, 39) << "every window's first draft but the first window's from the step before";
+    if (n == 3) EXPECT_NE(verify_windows(mini(), n, 40, true, 1).drafts, plain.drafts) << "rows one off";
+  }
+}
+
+// Through the engine, greedy windows arm their drafts (lode run's and a lone server sequence's path).
+TEST(CudaMtp, GreedyGenerationArmsItsDraftsInTheVerifySteps) {
+  LODE_REQUIRE_GPU();
+  const auto model = gpu_model(mini(), 2);
+  const auto sequence = model->open_sequence();
+  const Generated r = test::generate_on(*sequence, mini(), "The shell reads a line of text and", 2, 0.0f, 1, 64);
+  const auto& drafter = dynamic_cast<const cuda::GpuDrafter&>(sequence->drafter());
+  EXPECT_GT(r.result.windows, 10);
+  // Every window's first draft but the first window's, and the last's where its token limit leaves
+  // it none.
+  EXPECT_GE(drafter.armed_drafts(), r.result.windows - 2);
+  EXPECT_LT(drafter.armed_drafts(), r.result.windows);
 }
 
 TEST(CudaMtp, AFileWithoutTheBlockIsRefusedSayingSo) {

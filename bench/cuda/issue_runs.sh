@@ -8,6 +8,7 @@
 #       (FILTER='CudaRows.*:Engine*' LIMIT=240: some of them first, as the tests of code no GPU
 #        has run yet; all of them passed on an H100 at stop 60)
 #   bench/cuda/issue_runs.sh floors    # lode bench on the 35B synth: the issues' floors, one file each
+#   bench/cuda/issue_runs.sh mini      # lode-mini with and without drafts on held-out text (BEFORE: another lode)
 #   bench/cuda/issue_runs.sh prompts   # where a prompt of 256 tokens and passes of 4 and 8 of them go
 #   bench/cuda/issue_runs.sh groupcode # the group and lm-head kernels' executed instructions, line by line
 #   bench/cuda/issue_runs.sh tier      # the expert tier's steps of several rows: their GPU tests, then
@@ -112,6 +113,33 @@ drafts() {
     status_line
     stop_server
   done 2>&1 | tee "$out/drafts_served.txt"
+}
+
+# Issue 19's lode-mini line: `lode run --mtp N` (N = 0 to 3) on 5 held-out slices of about 1,000
+# characters (offsets 0, 11,000, ... 44,000 of tests/data/mini/heldout_sample.txt, 128 tokens each)
+# and on floors' prompt (1,024 tokens), each a process; with BEFORE (another lode) the same runs
+# with it, alternating, ROUNDS rounds (default 2). A line a run: its speed and MTP summary.
+mini() {
+  local slices=${TMPDIR:-/tmp}/slices build n o round
+  mkdir -p "$slices"
+  for o in 0 11000 22000 33000 44000; do
+    python3 -c "import sys; sys.stdout.write(open('tests/data/mini/heldout_sample.txt').read()[$o:$o + 1000])" \
+      >"$slices/$o.txt"
+  done
+  mini_run() {  # build, --mtp, label, run's arguments...
+    local b=$1 m=$2 label=$3
+    shift 3
+    echo "$b --mtp $m $label: $(timeout 60 "$b" run -m models/lode-mini.gguf --backend cuda --temp 0 --mtp "$m" "$@" \
+      2>&1 >/dev/null | grep -E "^prompt:|rror" | sed 's/; seed.*//')"
+  }
+  for round in $(seq "${ROUNDS:-2}"); do
+    for build in build/lode ${BEFORE:-}; do
+      for n in 0 1 2 3; do
+        for o in 0 11000 22000 33000 44000; do mini_run "$build" $n "slice $o" -f "$slices/$o.txt" -n 128 --ignore-eos; done
+        mini_run "$build" $n "floors' prompt" -p "The ls command" -n 1024
+      done
+    done
+  done | tee "$out/mini.txt"
 }
 
 # Where a served prompt step goes: one prompt of 256 tokens, then passes of 4 and 8 of them
@@ -238,6 +266,6 @@ stress() {
 }
 
 case "${1:-}" in
-  suite | floors | prompts | groupcode | tier | drafts | served | stress) "$1" ;;
-  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|prompts|groupcode|tier|drafts|served|stress" >&2; exit 2 ;;
+  suite | floors | mini | prompts | groupcode | tier | drafts | served | stress) "$1" ;;
+  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|mini|prompts|groupcode|tier|drafts|served|stress" >&2; exit 2 ;;
 esac

@@ -27,9 +27,12 @@ __global__ void __launch_bounds__(kThreads)
   float4* mine = staged + threadIdx.x * (kStagedUnit / 4);
   if (i < total_units) {
     const int64_t u = i % units, r = (i / units) % rows, m = i / (units * rows);
-    const uint8_t* matrix = table ? static_cast<const uint8_t*>(table[ids ? ids[m] : m]) : w;
+    const int64_t id = ids ? int64_t(ids[m]) : m;
+    const uint8_t* matrix = table ? static_cast<const uint8_t*>(table[id]) : ids ? w + size_t(id) * rows * row_bytes : w;
     float v[32];
-    Expand<T>::unit(matrix + r * row_bytes, u, v);
+    if (id >= 0) Expand<T>::unit(matrix + r * row_bytes, u, v);
+    else
+      for (float& x : v) x = 0.0f;
 #pragma unroll
     for (int k = 0; k < 8; ++k) mine[k] = make_float4(v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]);
   }

@@ -81,6 +81,14 @@ class CudaSequence final : public engine::Sequence {
     if (!drafter_) drafter_ = std::make_unique<GpuDrafter>(session().drafting());
     return *drafter_;
   }
+  // The drafts a verify row of this sequence can arm in its step (GpuDrafter::arming): a greedy
+  // window, one step's worth, of the drafts its drafter drafted last, at the position it follows.
+  GpuDrafter* arming_drafter(const engine::StepRow& row) const {
+    const int64_t n = int64_t(row.tokens.size());
+    const bool one_window = row.as_decode && row.greedy_only && row.logit_rows == n && n > 1 &&
+                            n <= model_->pipeline_->window_rows();
+    return one_window && drafter_ && drafter_->followed() == position() ? drafter_.get() : nullptr;
+  }
 
   // The model's GPUs, working on this sequence.
   CudaPipeline& session() const {
@@ -126,7 +134,8 @@ namespace {
 
 // A row computed as decode steps compute it (StepRow::as_decode): windows of at most the session's
 // window_rows tokens, each a one-step verify window; the last one's first token is at window_offset.
-void decode_rows(CudaPipeline& session, engine::StepRow& row, int64_t& window_offset) {
+// With `drafter`, a row of one window that arms the drafter's drafts in its step.
+void decode_rows(CudaPipeline& session, engine::StepRow& row, int64_t& window_offset, GpuDrafter* drafter) {
   const int64_t n = int64_t(row.tokens.size()), vocab = session.vocab(), hidden = session.config().hidden;
   const int64_t most = session.window_rows();
   const bool every_row = row.logit_rows == n;
@@ -138,7 +147,9 @@ void decode_rows(CudaPipeline& session, engine::StepRow& row, int64_t& window_of
     const bool last = at + int64_t(tokens.size()) == n, wanted = every_row || (last && row.logit_rows == 1);
     const bool greedy = row.greedy_only && wanted;
     window_offset = at;
-    CudaSession::Window w = session.decode_window(tokens, greedy, row.want_hidden);
+    const std::optional<CudaSession::WindowDrafts> armed = drafter ? drafter->arming(tokens) : std::nullopt;
+    CudaSession::Window w = session.decode_window(tokens, greedy, row.want_hidden, armed ? &*armed : nullptr);
+    if (armed) drafter->armed(w.greedy, w.drafts);
     if (wanted && greedy) {
       row.greedy.insert(row.greedy.end(), every_row ? w.greedy.begin() : w.greedy.end() - 1, w.greedy.end());
     } else if (wanted) {
@@ -318,7 +329,7 @@ void CudaModel::step_alone(engine::StepRow& row) {
   CudaPipeline& session = sequence.session();
   const int64_t n = int64_t(row.tokens.size());
   if (row.as_decode) {
-    decode_rows(session, row, sequence.window_offset_);
+    decode_rows(session, row, sequence.window_offset_, sequence.arming_drafter(row));
     sequence.row_tokens_ = n;
     return;
   }

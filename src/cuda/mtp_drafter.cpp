@@ -22,12 +22,59 @@ std::string GpuDrafter::describe() const {
 void GpuDrafter::reset(int64_t position) {
   last_hidden_.clear();
   start_ = position, seen_ = 0, rows_ = 0;
+  forget_armed();
+}
+
+void GpuDrafter::forget_armed() { drafted_.reset(), armed_.reset(), ready_.reset(); }
+
+std::optional<CudaSession::WindowDrafts> GpuDrafter::arming(std::span<const int32_t> window) {
+  armed_.reset();
+  const int64_t n = int64_t(window.size());
+  const bool drafted_it = drafted_ && drafted_->pending == window.front() && drafted_->at == followed() &&
+                          drafted_->row == rows_;  // (so its first token's row is written)
+  if (n < 2 || !drafted_it || !session_.arms_drafts() || rows_ + 1 + n > session_.max_context()) return std::nullopt;
+  armed_ = Armed{.at = followed(), .row = rows_, .window = {window.begin(), window.end()}};
+  return CudaSession::WindowDrafts{.sequence = sequence_, .first_row = rows_ + 1, .shift = shift()};
+}
+
+void GpuDrafter::armed(std::span<const int32_t> greedy, std::span<const int32_t> drafts) {
+  if (!armed_ || greedy.size() != armed_->window.size() || drafts.size() != greedy.size()) return armed_.reset();
+  armed_->greedy.assign(greedy.begin(), greedy.end());
+  armed_->drafts.assign(drafts.begin(), drafts.end());
+  armed_->serial = session_.armed_windows();
+}
+
+// Whether `tokens`, about to be followed, are a start of the armed window whose rows its step
+// wrote: the window's first token at the position and row it was armed at, then tokens that are
+// the greedy tokens the step paired its rows with.
+bool GpuDrafter::takes_armed_rows(std::span<const int32_t> tokens) const {
+  if (!armed_ || armed_->drafts.empty() || armed_->at != followed() || armed_->row != rows_) return false;
+  const Armed& a = *armed_;
+  if (tokens.empty() || tokens.size() > a.window.size()) return false;
+  for (size_t t = 0; t < tokens.size(); ++t)
+    if (tokens[t] != a.window[t] || (t > 0 && tokens[t] != a.greedy[t - 1])) return false;
+  return true;
+}
+
+bool GpuDrafter::ready_for(const engine::DraftAsk& ask) const {
+  return ready_ && ask.min_p <= 0 && ready_->pending == ask.pending && ready_->at == followed() &&
+         ready_->serial == session_.armed_windows();
 }
 
 void GpuDrafter::advance(std::span<const int32_t> tokens, std::span<const float> hidden) {
   const int64_t h = session_.config().hidden, n = int64_t(tokens.size());
-  const engine::FollowedRows rows = engine::followed_rows(tokens, hidden, last_hidden_, followed(), h);
   if (n == 0) return;
+  if (takes_armed_rows(tokens)) {  // their rows are written; the next draft is the step's last kept row's
+    const Armed& a = *armed_;
+    ready_ = Ready{.pending = a.greedy[size_t(n - 1)], .draft = a.drafts[size_t(n - 1)], .at = followed() + n,
+                   .row = n - 1, .serial = a.serial};
+    rows_ += n, seen_ += n;
+    last_hidden_.assign(hidden.end() - h, hidden.end());
+    drafted_.reset(), armed_.reset();
+    return;
+  }
+  forget_armed();
+  const engine::FollowedRows rows = engine::followed_rows(tokens, hidden, last_hidden_, followed(), h);
   if (!rows.tokens.empty()) {  // committed rows are never drafted from: their K/V is all that is needed
     const OnDevice on(session_.device());  // (the engine's other calls go through cuda/pipeline.h, which does this)
     session_.mtp_append(sequence_, rows.tokens, rows.before, rows_, shift());
@@ -48,7 +95,10 @@ std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafte
   std::vector<std::vector<int32_t>> drafts(drafters.size());
   const std::vector<size_t> live =
       engine::drafting(drafters, asks, [](const GpuDrafter& d) { return !d.last_hidden_.empty(); });
-  if (live.empty()) return drafts;
+  if (live.empty()) {
+    for (GpuDrafter* d : drafters) d->forget_armed();
+    return drafts;
+  }
   CudaSession& session = drafters[live.front()]->session_;
   const OnDevice on(session.device());
   std::vector<int64_t> sequences, rows, shifts, wanted;
@@ -67,10 +117,20 @@ std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafte
   std::vector<int32_t> out(live.size());
   if (with_probabilities) probabilities.resize(live.size());
   std::vector<bool> going(live.size(), true);
+  int64_t step = 0;
+  // A lone drafter whose window's verify step drafted its first draft: that one, then steps of the
+  // block from that step's row (no minimum probability: the step copied no logits).
+  GpuDrafter& lone = *drafters[live.front()];
+  if (live.size() == 1 && wanted.front() > 0 && lone.ready_for(asks[live.front()])) {
+    out[0] = lone.ready_->draft, tokens = out, step = 1;
+    drafts[live.front()].push_back(out[0]);
+    ++lone.armed_drafts_;
+    if (most > 1) session.mtp_continue_from_armed(lone.ready_->row);
+  }
   // Every row stays in every step (a step's rows pair with the outputs of the step before, row by
   // row), those done drafting at a row the context holds; their extra drafts are dropped.
   std::vector<int64_t> at(live.size());
-  for (int64_t step = 0; step < most && std::find(going.begin(), going.end(), true) != going.end(); ++step) {
+  for (; step < most && std::find(going.begin(), going.end(), true) != going.end(); ++step) {
     for (size_t t = 0; t < live.size(); ++t) at[t] = std::min(rows[t] + step, session.max_context() - 1);
     session.mtp_draft_rows(sequences, tokens, step == 0 ? std::span<const float>(hidden) : std::span<const float>(),
                            at, shifts, out, probabilities);
@@ -80,6 +140,12 @@ std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafte
       if (going[t]) drafts[live[t]].push_back(out[t]);
     }
     tokens = out;
+  }
+  // What each drafted from (a window of these drafts can arm the next ones: arming()).
+  for (GpuDrafter* d : drafters) d->forget_armed();
+  for (size_t t = 0; t < live.size(); ++t) {
+    GpuDrafter& d = *drafters[live[t]];
+    d.drafted_ = Drafted{.pending = asks[live[t]].pending, .at = d.followed(), .row = d.rows_};
   }
   return drafts;
 }

@@ -6,6 +6,7 @@
 // how many tokens a verify step accepts.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,7 +33,41 @@ class GpuDrafter final : public engine::Drafter {
   static std::vector<std::vector<int32_t>> draft_together(std::span<GpuDrafter* const> drafters,
                                                           std::span<const engine::DraftAsk> asks);
 
+  // Drafts armed in the verify step (CudaSession::WindowDrafts). A window whose drafts this drafter
+  // drafted last can have the block run over its rows in its own verify step: arming(window) says
+  // with what (none where it cannot: other drafts, no room, a session that cannot), armed() takes
+  // that step's greedy tokens and drafts. Following the tokens it keeps then writes nothing (the
+  // step wrote their rows), and the next draft() takes its first draft from the step, with no step
+  // of its own and no wait, where the pending token is the step's greedy one there (always, for
+  // greedy output); the drafts are the ones draft() would give otherwise.
+  std::optional<CudaSession::WindowDrafts> arming(std::span<const int32_t> window);
+  void armed(std::span<const int32_t> greedy, std::span<const int32_t> drafts);
+  int64_t armed_drafts() const { return armed_drafts_; }  // first drafts taken from verify steps
+
  private:
+  // What the drafter may take from a verify step that armed drafts: the window (its tokens,
+  // greedy tokens and drafts), the position it began at, the block's K/V row of its first token,
+  // and the step's serial (CudaSession::armed_windows).
+  struct Armed {
+    int64_t at = 0, row = 0;
+    std::vector<int32_t> window{}, greedy{}, drafts{};
+    int64_t serial = 0;
+  };
+  // After following kept tokens of such a window: the next draft, for `pending` at position `at`,
+  // from row `row` of the step (session serial: CudaSession::armed_windows).
+  struct Ready {
+    int32_t pending = 0, draft = 0;
+    int64_t at = 0, row = 0, serial = 0;
+  };
+  // The last draft(): its pending token, the position it followed and its first K/V row (written).
+  struct Drafted {
+    int32_t pending = 0;
+    int64_t at = 0, row = 0;
+  };
+  bool takes_armed_rows(std::span<const int32_t> tokens) const;
+  // Whether a draft for `ask` begins with the ready one (a lone drafter's, no minimum probability).
+  bool ready_for(const engine::DraftAsk& ask) const;
+  void forget_armed();
   // The rotary position of K/V row r is r + shift(): the first position followed with a state
   // before it is row 0.
   int64_t shift() const { return start_ + 1; }
@@ -42,6 +77,10 @@ class GpuDrafter final : public engine::Drafter {
   int64_t seen_ = 0;                // tokens followed since
   int64_t rows_ = 0;                // K/V rows the block holds for them
   std::vector<float> last_hidden_;  // the main model's state at the last position followed
+  std::optional<Drafted> drafted_;
+  std::optional<Armed> armed_;
+  std::optional<Ready> ready_;
+  int64_t armed_drafts_ = 0;
 };
 
 }  // namespace lode::cuda

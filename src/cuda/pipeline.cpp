@@ -271,9 +271,10 @@ int32_t CudaPipeline::decode_greedy(int32_t token) {
   return through(false, 1, {}, [&](CudaSession& s) { return s.decode_greedy(token); });
 }
 
-CudaSession::Window CudaPipeline::decode_window(std::span<const int32_t> tokens, bool greedy_only, bool want_hidden) {
-  return through(false, int64_t(tokens.size()), {},
-                 [&](CudaSession& s) { return s.decode_window(tokens, greedy_only, want_hidden); });
+CudaSession::Window CudaPipeline::decode_window(std::span<const int32_t> tokens, bool greedy_only, bool want_hidden,
+                                                const CudaSession::WindowDrafts* drafts) {
+  return through(false, int64_t(tokens.size()), {},  // (shares that hand their rows on draw no drafts)
+                 [&](CudaSession& s) { return s.decode_window(tokens, greedy_only, want_hidden, drafts); });
 }
 
 CudaSession::Window CudaPipeline::decode_rows(std::span<const CudaSession::Row> rows, bool greedy_only,

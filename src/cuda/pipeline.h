@@ -67,7 +67,8 @@ class CudaPipeline {
   std::vector<CudaSession::PieceOutput> prefill_pieces(std::span<const CudaSession::Piece> pieces);
   bool pieces_fit(std::span<const int64_t> lengths) const { return front().pieces_fit(lengths); }
   int32_t decode_greedy(int32_t token);
-  CudaSession::Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false);
+  CudaSession::Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false,
+                                    const CudaSession::WindowDrafts* drafts = nullptr);
   CudaSession::Window decode_rows(std::span<const CudaSession::Row> rows, bool greedy_only = false,
                                   bool want_hidden = false, bool top = false);
   void use_sequence(int64_t sequence);

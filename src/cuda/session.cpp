@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "cpu/host_experts.h"
+#include "cuda/dequant.h"
 #include "cuda/device_model.h"
 #include "cuda/errors.h"
 #include "cuda/expert_tier.h"
@@ -1112,6 +1113,8 @@ struct CudaSession::Impl {
     if (hidden_out)
       check_cuda(cudaMemcpyAsync(pinned_hidden, normed, size_t(n * c.hidden) * sizeof(float), cudaMemcpyDeviceToHost, stream),
                  "hidden states to the host");
+    const bool arms = arming.drafts && wanted == StepOutput::greedy_token;
+    if (arms) queue_armed(*arming.drafts, n);
     check_cuda(cudaStreamSynchronize(stream), "a step");
     mark(Phase::output_copy);
     if (timing_kernels()) kernel_clock.settle();
@@ -1130,6 +1133,7 @@ struct CudaSession::Impl {
       }
     }
     if (hidden_out) std::copy_n(pinned_hidden, n * c.hidden, hidden_out);
+    if (arms) std::copy_n(pinned_token + options.step_rows, n, arming.out);
     if (sequences.empty()) {
       // One set of kept states: a window of this sequence's overwrites another's, which can no
       // longer be cut.
@@ -1170,6 +1174,12 @@ struct CudaSession::Impl {
     DeviceMatrix eh_proj;
     const float *enorm = nullptr, *hnorm = nullptr, *head_norm = nullptr;
     float* rows = nullptr;            // [step_rows][2 hidden]: embedding | hidden state
+    // The token embedding table on the device (data null where the GPU cannot expand its type: no
+    // drafts armed then), and [step_rows][hidden] for a verify step that arms drafts (queue_armed:
+    // its greedy tokens' embeddings, then the block's outputs); how many such steps ran.
+    DeviceMatrix embedding;
+    float* armed = nullptr;
+    int64_t armed_windows = 0;
     // Graphs captured on first use, of any sequences (rows_state): [n - 1] n rows' K/V; [n - 1] a
     // draft step of n sequences' rows.
     std::vector<cudaGraphExec_t> append;
@@ -1206,6 +1216,10 @@ struct CudaSession::Impl {
     m.draft_rows.assign(size_t(options.step_rows), nullptr);
     m.rows = reinterpret_cast<float*>(base + scratch.mtp_rows);
     m.shifts = reinterpret_cast<int64_t*>(base + scratch.mtp_shifts);
+    m.armed = reinterpret_cast<float*>(base + scratch.mtp_armed);
+    const model::MatrixView& table = host.token_embd;  // (one upload where the lm head is it)
+    if (has_dequantize(table.type->type) && table.cols % 32 == 0)
+      m.embedding = {table.type->type, device_of(table.data, VramUse::weights), table.rows, table.cols, table.row_bytes};
   }
 
   // Pinned staging of the MTP block's rows, room for `pieces` pieces of step_rows rows (their
@@ -1297,6 +1311,47 @@ struct CudaSession::Impl {
       return kernels::greedy_token(logits, int(c.vocab), greedy_partials, plan::kGreedyBlocks, greedy_arrivals,
                                    device_token, stream, window);
     });
+  }
+
+  // Set by decode_window around the step it runs: the drafts to arm after the window
+  // (CudaSession::WindowDrafts) and where their tokens go, [rows].
+  struct Arming {
+    const CudaSession::WindowDrafts* drafts = nullptr;
+    int32_t* out = nullptr;
+  } arming;
+
+  // After a greedy verify window's step, its greedy tokens in device_token and its final-normed
+  // states in normed (both already queued to the host): the MTP block over its n rows, row t's
+  // greedy token's embedding (looked up here, on the device) paired with row t's state, at the
+  // drafter's K/V rows first_row + t; the block's outputs kept in armed for the drafts after, its
+  // greedy tokens queued to the host after the window's.
+  void queue_armed(const CudaSession::WindowDrafts& d, int n) {
+    const int64_t hd = config.hidden;
+    Mtp& m = *mtp;
+    int32_t* of = mtp_stage.sequences;
+    int64_t* rows = mtp_stage.positions;
+    int64_t* shifts = mtp_stage.positions + mtp_stage.pieces * options.step_rows;
+    for (int t = 0; t < n; ++t) of[t] = int32_t(d.sequence), rows[t] = d.first_row + t, shifts[t] = d.shift;
+    const auto check = [](cudaError_t e) { check_cuda(e, "drafts armed in a verify step"); };
+    check(cudaMemcpyAsync(device_sequences, of, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+    check(cudaMemcpyAsync(device_positions, rows, size_t(n) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+    check(cudaMemcpyAsync(m.shifts, shifts, size_t(n) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+    const DeviceMatrix& e = m.embedding;
+    if (const char* error = dequantize(e.type, e.data, nullptr, device_token, n, 1, e.cols, e.row_bytes, m.armed, stream))
+      fail("drafts armed in a verify step: looking up embeddings: {}", error);
+    const size_t row_bytes = size_t(hd) * sizeof(float);
+    check(cudaMemcpy2DAsync(m.rows, 2 * row_bytes, m.armed, row_bytes, row_bytes, size_t(n), cudaMemcpyDeviceToDevice,
+                            stream));
+    check(cudaMemcpy2DAsync(m.rows + hd, 2 * row_bytes, normed, row_bytes, row_bytes, size_t(n),
+                            cudaMemcpyDeviceToDevice, stream));
+    {
+      const WindowRows window(*this, n);
+      replay(m.draft_rows[size_t(n - 1)], "a draft step of several sequences", [&] { mtp_draft_step(); });
+    }
+    check(cudaMemcpyAsync(m.armed, normed, size_t(n) * row_bytes, cudaMemcpyDeviceToDevice, stream));
+    check(cudaMemcpyAsync(pinned_token + options.step_rows, device_token, size_t(n) * sizeof(int32_t),
+                          cudaMemcpyDeviceToHost, stream));
+    ++m.armed_windows;
   }
 
   // The CPU miss path, where decode steps can miss and options.miss_path allows it.
@@ -1473,7 +1528,8 @@ struct CudaSession::Impl {
     const size_t row_floats = std::max<size_t>(size_t(config.vocab), 2 * sample::kTopCandidates);
     check_cuda(cudaMallocHost(&pinned_logits, rows * row_floats * sizeof(float)), "pinned memory");
     if (options.mtp) mtp_stage_for(1);
-    check_cuda(cudaMallocHost(&pinned_token, rows * sizeof(int32_t)), "pinned memory");
+    // (With the block, a verify step's armed drafts after its greedy tokens: queue_armed.)
+    check_cuda(cudaMallocHost(&pinned_token, (options.mtp ? 2 : 1) * rows * sizeof(int32_t)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_aside, rows * (1 + sample::kTopAsideMost) * sizeof(int32_t)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_aside_logits, rows * sample::kTopAsideMost * sizeof(float)), "pinned memory");
     if (plan.prompt_chunk > 0) create_prompt_pass();
@@ -1667,14 +1723,37 @@ int32_t CudaSession::decode_greedy(int32_t token) {
   return next;
 }
 
-CudaSession::Window CudaSession::decode_window(std::span<const int32_t> tokens, bool greedy_only, bool want_hidden) {
+namespace {
+
+// Drafts to arm in a verify step of n tokens (CudaSession::WindowDrafts), checked before it runs.
+void check_armed(const CudaSession& s, const CudaSession::WindowDrafts& d, int64_t n, bool greedy_only) {
+  if (!s.arms_drafts())
+    fail("cuda session: drafts cannot be armed here (no MTP block, or an embedding table the GPU cannot expand)");
+  if (!greedy_only) fail("cuda session: drafts are armed in greedy verify steps only");
+  if (d.sequence < 0 || d.sequence >= s.sequences())
+    fail("cuda session: no sequence {} to draft for (it holds {})", d.sequence, s.sequences());
+  if (d.first_row < 0 || d.first_row + n > s.max_context())
+    fail("cuda session: MTP rows {}..{} past the context of {}", d.first_row, d.first_row + n, s.max_context());
+}
+
+}  // namespace
+
+CudaSession::Window CudaSession::decode_window(std::span<const int32_t> tokens, bool greedy_only, bool want_hidden,
+                                               const WindowDrafts* drafts) {
   Impl& s = *impl_;
   const size_t n = tokens.size();
   if (s.hands_on()) return s.step(tokens, {}, Impl::StepOutput::none, nullptr, nullptr, nullptr), Window{};
+  if (drafts) check_armed(*this, *drafts, int64_t(n), greedy_only);
   Window out;
   if (greedy_only) out.greedy.resize(n);
   else out.logits.resize(n * size_t(s.config.vocab));
   if (want_hidden) out.hidden.resize(n * size_t(s.config.hidden));
+  if (drafts) out.drafts.resize(n);
+  struct Arm {  // (for this step only, whatever it throws)
+    Impl& s;
+    ~Arm() { s.arming = {}; }
+  } arm{s};
+  s.arming = {drafts, out.drafts.data()};
   s.step(tokens, {}, greedy_only ? Impl::StepOutput::greedy_token : Impl::StepOutput::logits, out.logits.data(),
          out.greedy.data(), want_hidden ? out.hidden.data() : nullptr);
   s.check_greedy(out.greedy);
@@ -1827,6 +1906,19 @@ void CudaSession::cut_window(int64_t tokens) {
 }
 
 bool CudaSession::has_mtp() const { return impl_->mtp != nullptr; }
+
+bool CudaSession::arms_drafts() const { return has_mtp() && impl_->mtp->embedding.data != nullptr; }
+
+int64_t CudaSession::armed_windows() const { return has_mtp() ? impl_->mtp->armed_windows : 0; }
+
+void CudaSession::mtp_continue_from_armed(int64_t row) {
+  Impl& s = *impl_;
+  if (armed_windows() == 0) fail("cuda session: no verify step has armed drafts to continue from");
+  if (row < 0 || row >= s.options.step_rows) fail("cuda session: no armed row {} (step_rows {})", row, s.options.step_rows);
+  const size_t row_bytes = size_t(s.config.hidden) * sizeof(float);
+  check_cuda(cudaMemcpyAsync(s.normed, s.mtp->armed + row * s.config.hidden, row_bytes, cudaMemcpyDeviceToDevice, s.stream),
+             "continuing from an armed draft");
+}
 
 namespace {
 

@@ -196,8 +196,21 @@ class CudaSession {
     std::vector<int32_t> finite;
     // With top candidates, each row's ids set aside (Row::aside) with their logits, as they were.
     std::vector<std::vector<sample::Scored>> aside;
+    // With WindowDrafts: row t's draft, the MTP block's greedy token after row t's greedy token.
+    std::vector<int32_t> drafts;
   };
-  Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false);
+  // Drafts armed in a verify step (speculative decoding: cuda/mtp_drafter.h). After the window's
+  // rows, the same step runs the MTP block over them, row t pairing row t's final-normed state with
+  // row t's greedy token, at K/V row first_row + t of `sequence`'s cache of the block (rotary
+  // shift `shift`). Where the window keeps its first t + 1 tokens, rows first_row .. first_row + t
+  // - 1 are then the rows the drafter's following writes, and row t's output is the first draft
+  // after the window: nothing more to run or wait for before the next window. Greedy windows only
+  // (the tokens paired are the greedy ones), of a session with arms_drafts().
+  struct WindowDrafts {
+    int64_t sequence = 0, first_row = 0, shift = 0;
+  };
+  Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false,
+                       const WindowDrafts* drafts = nullptr);
   // One step over rows of several sequences (1 to step_rows), each its sequence's next token:
   // each row computed as a one-token step of its sequence computes it (the same bits), every
   // sequence one position on for each of its rows. A sequence's rows must be consecutive: several
@@ -271,6 +284,15 @@ class CudaSession {
   void mtp_draft_rows(std::span<const int64_t> sequences, std::span<const int32_t> tokens,
                       std::span<const float> hidden, std::span<const int64_t> rows, std::span<const int64_t> shifts,
                       std::span<int32_t> out, std::span<float> probabilities);
+  // Whether decode_window can arm drafts (WindowDrafts): the block held, and the embedding table's
+  // type one the GPU can expand (the steps' own lookups are the host's).
+  bool arms_drafts() const;
+  // Verify steps that armed drafts so far: what mtp_continue_from_armed continues from is the last one's.
+  int64_t armed_windows() const;
+  // Row `row`'s output of the last verify step that armed drafts becomes what an mtp_draft_rows of
+  // one row without hidden states pairs its token with (as if a draft step had just left it): the
+  // drafts after an armed window's first.
+  void mtp_continue_from_armed(int64_t row);
   void reset();  // empty sequence: K/V forgotten (its pages back to the pool), DeltaNet states zeroed
   // Promises the current sequence room for `positions` positions of K/V in the shared pool
   // (options.kv_positions; replacing its promise, 0 letting it go): false, changing nothing, when

@@ -139,6 +139,9 @@ size_t mtp_trunk_bytes(const model::ModelWeights& w) {
                  matrix_bytes(m.eh_proj) + layer_bytes_of(w.config, m.layer) - size_t(w.config.n_experts);
   for (const model::ExpertStack* s : {&m.layer.moe.gate, &m.layer.moe.up, &m.layer.moe.down})
     total += size_t(s->n_experts) * s->expert_stride;
+  // And the embedding table, which decode steps look up on the host: a verify step drafts from its
+  // rows' greedy tokens on the device (cuda::CudaSession::WindowDrafts). A tied lm head is it already.
+  if (w.token_embd.data != w.output.data) total += matrix_bytes(w.token_embd);
   return total;
 }
 

@@ -110,8 +110,8 @@ size_t kv_page_table_bytes(int64_t context);
 // rollback without recomputing; one set, whichever sequence the window is of).
 size_t state_bytes(const model::Qwen35MoeConfig& config, int64_t window_rows = 1, int64_t sequences = 1);
 // The MTP block as the GPU holds it with PlanOptions::mtp (counted in the trunk): its norms, eh_proj,
-// its layer's matrices and all its experts (behind a table of its own), and its K/V cache's bytes
-// (counted with the K/V) in kv::mtp_format.
+// its layer's matrices and all its experts (behind a table of its own), the token embedding table
+// (unless the lm head is it), and its K/V cache's bytes (counted with the K/V) in kv::mtp_format.
 size_t mtp_trunk_bytes(const model::ModelWeights& weights);
 size_t mtp_kv_bytes(const model::Qwen35MoeConfig& config, kv::Format fallback, int64_t context);
 size_t state_layer_bytes(const model::Qwen35MoeConfig& config, int64_t window_rows = 1, int64_t sequences = 1);

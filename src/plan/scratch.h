@@ -90,8 +90,10 @@ struct DecodeScratch {
   size_t top_aside, top_aside_logits;
   // The MTP block's rows (with mtp): [rows][2 hidden], each row's embedding then the hidden state it
   // pairs with; and what each row's rotary position adds to its K/V row [rows] (int64; the rows'
-  // sequences and K/V rows in `sequences` and `positions`).
-  size_t mtp_rows, mtp_shifts;
+  // sequences and K/V rows in `sequences` and `positions`); and [rows][hidden] for a verify step
+  // that drafts (cuda::CudaSession::WindowDrafts): its greedy tokens' embeddings, then the block's
+  // outputs, which a draft after it continues from.
+  size_t mtp_rows, mtp_shifts, mtp_armed;
   // Steps of several rows: where a product of several inputs rounds each of them to 8 bits once
   // (cuda::MatvecInput::rounded), rounded_x_bytes of it (none for one row); and the same for the
   // shared expert's products, which run on a stream of their own.
