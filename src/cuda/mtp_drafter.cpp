@@ -145,7 +145,7 @@ std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafte
   for (GpuDrafter* d : drafters) d->forget_armed();
   for (size_t t = 0; t < live.size(); ++t) {
     GpuDrafter& d = *drafters[live[t]];
-    d.drafted_ = Drafted{.pending = asks[live[t]].pending, .at = d.followed(), .row = d.rows_};
+    if (asks[live[t]].min_p <= 0) d.drafted_ = Drafted{.pending = asks[live[t]].pending, .at = d.followed(), .row = d.rows_};
   }
   return drafts;
 }

@@ -59,7 +59,8 @@ class GpuDrafter final : public engine::Drafter {
     int32_t pending = 0, draft = 0;
     int64_t at = 0, row = 0, serial = 0;
   };
-  // The last draft(): its pending token, the position it followed and its first K/V row (written).
+  // The last draft(): its pending token, the position it followed and its first K/V row (written),
+  // asked without a minimum probability (which an armed draft cannot say: no logits come back).
   struct Drafted {
     int32_t pending = 0;
     int64_t at = 0, row = 0;
