@@ -13,14 +13,29 @@ namespace lode::cuda::kernels {
 
 namespace {
 
-__global__ void rms_norm_kernel(const float* x, const float* w, float* out, int n, float eps) {
+__global__ void rms_norm_kernel(const float* x, const float* w, const float* w_odd, float* out, int n, float eps) {
   begin_after_inputs();
+  if (w_odd && blockIdx.x % 2 == 1) w = w_odd;
   const float* xr = x + int64_t(blockIdx.x) * n;
   float* outr = out + int64_t(blockIdx.x) * n;
   float s = 0.0f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) s += xr[i] * xr[i];
   const float scale = rsqrtf(block_sum(s) / float(n) + eps);
   for (int i = threadIdx.x; i < n; i += blockDim.x) outr[i] = xr[i] * scale * w[i];
+}
+
+// Row t of the MTP block's input (rows [n][2 hidden]): the embedding then the state, and its
+// sequence, K/V row and rotary shift.
+__global__ void mtp_window_rows_kernel(const float* embedded, const float* states, int hidden, MtpRowPlaces places,
+                                       float* rows, int32_t* sequences, int64_t* kv_rows, int64_t* shifts) {
+  begin_after_inputs();
+  const int t = blockIdx.x;
+  float* row = rows + int64_t(t) * 2 * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+    row[i] = embedded[int64_t(t) * hidden + i];
+    row[hidden + i] = states[int64_t(t) * hidden + i];
+  }
+  if (threadIdx.x == 0) sequences[t] = places.sequence, kv_rows[t] = places.first_row + t, shifts[t] = places.shift;
 }
 
 // The residual-and-norm kernels: 1024 threads, each value of the row in a register of its thread
@@ -986,8 +1001,16 @@ __global__ void __launch_bounds__(kNormThreads)
 
 }  // namespace
 
-const char* rms_norm(const float* x, const float* w, float* out, int rows, int n, float eps, void* stream) {
-  return error_text(launch_overlapped(rms_norm_kernel, dim3(rows), dim3(256), 0, stream, x, w, out, n, eps));
+const char* rms_norm(const float* x, const float* w, float* out, int rows, int n, float eps, void* stream,
+                     const float* w_odd) {
+  return error_text(launch_overlapped(rms_norm_kernel, dim3(rows), dim3(256), 0, stream, x, w, w_odd, out, n, eps));
+}
+
+const char* mtp_window_rows(const float* embedded, const float* states, int n, int hidden, MtpRowPlaces places,
+                            float* rows, int32_t* sequences, int64_t* kv_rows, int64_t* shifts, void* stream) {
+  if (n < 1 || n > 65535) return "MTP rows: 1 to 65535 of them";
+  return error_text(launch_overlapped(mtp_window_rows_kernel, dim3(n), dim3(256), 0, stream, embedded, states, hidden,
+                                      places, rows, sequences, kv_rows, shifts));
 }
 
 const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int rows, int n, float eps,

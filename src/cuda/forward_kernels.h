@@ -12,8 +12,21 @@
 
 namespace lode::cuda::kernels {
 
-// out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w for `rows` rows of n (out may be x).
-const char* rms_norm(const float* x, const float* w, float* out, int rows, int n, float eps, void* stream);
+// out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w for `rows` rows of n (out may be x); with w_odd,
+// odd rows take it instead of w (rows that pair two vectors normed apart: the MTP block's
+// embedding | state).
+const char* rms_norm(const float* x, const float* w, float* out, int rows, int n, float eps, void* stream,
+                     const float* w_odd = nullptr);
+// The MTP block's input rows for n consecutive K/V rows of one sequence's cache of the block (a
+// verify window's rows, cuda::CudaSession::WindowDrafts): rows [n][2 hidden], row t the embedding
+// embedded[t] then the state states[t] ([n][hidden] each); sequences [n], kv_rows [n] (first_row +
+// t) and shifts [n] (shift) as the block's attention reads them.
+struct MtpRowPlaces {
+  int32_t sequence = 0;
+  int64_t first_row = 0, shift = 0;
+};
+const char* mtp_window_rows(const float* embedded, const float* states, int n, int hidden, MtpRowPlaces places,
+                            float* rows, int32_t* sequences, int64_t* kv_rows, int64_t* shifts, void* stream);
 // h += d, then out = RMSNorm(h) * w: a residual add and the norm that follows it (rows of n).
 const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int rows, int n, float eps,
                          void* stream);

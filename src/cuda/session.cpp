@@ -1253,11 +1253,7 @@ struct CudaSession::Impl {
     const int hd = int(c.hidden);
     const float eps = float(c.rms_eps);
     Mtp& m = *mtp;
-    for (int t = 0; t < window; ++t) {
-      float* r = m.rows + int64_t(t) * 2 * hd;
-      launch("MTP norms", [&] { return kernels::rms_norm(r, m.enorm, r, 1, hd, eps, stream); });
-      launch("MTP norms", [&] { return kernels::rms_norm(r + hd, m.hnorm, r + hd, 1, hd, eps, stream); });
-    }
+    launch("MTP norms", [&] { return kernels::rms_norm(m.rows, m.enorm, m.rows, 2 * window, hd, eps, stream, m.hnorm); });
     mv("MTP eh_proj", m.eh_proj, m.rows, h);
     launch("MTP norms", [&] { return kernels::rms_norm(h, m.layer.attn_norm, normed, window, hd, eps, stream); });
   }
@@ -1328,22 +1324,16 @@ struct CudaSession::Impl {
   void queue_armed(const CudaSession::WindowDrafts& d, int n) {
     const int64_t hd = config.hidden;
     Mtp& m = *mtp;
-    int32_t* of = mtp_stage.sequences;
-    int64_t* rows = mtp_stage.positions;
-    int64_t* shifts = mtp_stage.positions + mtp_stage.pieces * options.step_rows;
-    for (int t = 0; t < n; ++t) of[t] = int32_t(d.sequence), rows[t] = d.first_row + t, shifts[t] = d.shift;
     const auto check = [](cudaError_t e) { check_cuda(e, "drafts armed in a verify step"); };
-    check(cudaMemcpyAsync(device_sequences, of, size_t(n) * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
-    check(cudaMemcpyAsync(device_positions, rows, size_t(n) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
-    check(cudaMemcpyAsync(m.shifts, shifts, size_t(n) * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
     const DeviceMatrix& e = m.embedding;
     if (const char* error = dequantize(e.type, e.data, nullptr, device_token, n, 1, e.cols, e.row_bytes, m.armed, stream))
       fail("drafts armed in a verify step: looking up embeddings: {}", error);
+    const kernels::MtpRowPlaces places{int32_t(d.sequence), d.first_row, d.shift};
+    launch("MTP rows", [&] {
+      return kernels::mtp_window_rows(m.armed, normed, n, int(hd), places, m.rows, device_sequences, device_positions,
+                                      m.shifts, stream);
+    });
     const size_t row_bytes = size_t(hd) * sizeof(float);
-    check(cudaMemcpy2DAsync(m.rows, 2 * row_bytes, m.armed, row_bytes, row_bytes, size_t(n), cudaMemcpyDeviceToDevice,
-                            stream));
-    check(cudaMemcpy2DAsync(m.rows + hd, 2 * row_bytes, normed, row_bytes, row_bytes, size_t(n),
-                            cudaMemcpyDeviceToDevice, stream));
     {
       const WindowRows window(*this, n);
       replay(m.draft_rows[size_t(n - 1)], "a draft step of several sequences", [&] { mtp_draft_step(); });
