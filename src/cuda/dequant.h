@@ -17,8 +17,8 @@ bool has_dequantize(GgmlType type);
 
 // n_matrices matrices of rows x cols into out [n_matrices][rows][cols]: matrix m is the one at
 // table[ids[m]] (ids null: table[m]); with table null, w's ids[m]-th matrix of `rows` rows (rows 1:
-// an embedding table's rows looked up by token; a negative id gives zeros), or w itself (ids null,
-// n_matrices 1). Rows are row_bytes apart; cols a multiple of 32. Returns null when queued, else the
+// an embedding table's rows looked up by token), or w itself (ids null, n_matrices 1). A negative
+// id gives zeros. Rows are row_bytes apart; cols a multiple of 32. Returns null when queued, else the
 // CUDA runtime's message.
 const char* dequantize(GgmlType type, const void* w, const void* const* table, const int32_t* ids,
                        int64_t n_matrices, int64_t rows, int64_t cols, size_t row_bytes, float* out, void* stream);

@@ -122,6 +122,8 @@ std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafte
   // block from that step's row (no minimum probability: the step copied no logits).
   GpuDrafter& lone = *drafters[live.front()];
   if (live.size() == 1 && wanted.front() > 0 && lone.ready_for(asks[live.front()])) {
+    if (lone.ready_->draft < 0)  // (as mtp_draft_rows fails)
+      fail("cuda session: the MTP block's logits hold NaN or +inf, or are all -inf (a damaged model file?)");
     out[0] = lone.ready_->draft, tokens = out, step = 1;
     drafts[live.front()].push_back(out[0]);
     ++lone.armed_drafts_;
