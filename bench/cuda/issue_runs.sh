@@ -118,7 +118,8 @@ drafts() {
 # Issue 19's lode-mini line: `lode run --mtp N` (N = 0 to 3) on 5 held-out slices of about 1,000
 # characters (offsets 0, 11,000, ... 44,000 of tests/data/mini/heldout_sample.txt, 128 tokens each)
 # and on floors' prompt (1,024 tokens), each a process; with BEFORE (another lode) the same runs
-# with it, alternating, ROUNDS rounds (default 2). A line a run: its speed and MTP summary.
+# with it, alternating, ROUNDS rounds (default 2); MTPS: other values of N. A line a run: its speed
+# and MTP summary.
 mini() {
   local slices=${TMPDIR:-/tmp}/slices build n o round
   mkdir -p "$slices"
@@ -134,7 +135,7 @@ mini() {
   }
   for round in $(seq "${ROUNDS:-2}"); do
     for build in build/lode ${BEFORE:-}; do
-      for n in 0 1 2 3; do
+      for n in ${MTPS:-0 1 2 3}; do
         for o in 0 11000 22000 33000 44000; do mini_run "$build" $n "slice $o" -f "$slices/$o.txt" -n 128 --ignore-eos; done
         mini_run "$build" $n "floors' prompt" -p "The ls command" -n 1024
       done
