@@ -119,7 +119,7 @@ drafts() {
 # characters (offsets 0, 11,000, ... 44,000 of tests/data/mini/heldout_sample.txt, 128 tokens each)
 # and on floors' prompt (1,024 tokens), each a process; with BEFORE (another lode) the same runs
 # with it, alternating, ROUNDS rounds (default 2); MTPS: other values of N. A line a run: its speed
-# and MTP summary.
+# and MTP summary; then each build's medians against its --mtp 0 (bench/cuda/mini_summary.py).
 mini() {
   local slices=${TMPDIR:-/tmp}/slices build n o round
   mkdir -p "$slices"
@@ -141,6 +141,7 @@ mini() {
       done
     done
   done | tee "$out/mini.txt"
+  python3 bench/cuda/mini_summary.py "$out/mini.txt" | tee "$out/mini_summary.md"
 }
 
 # Where a served prompt step goes: one prompt of 256 tokens, then passes of 4 and 8 of them
