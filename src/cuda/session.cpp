@@ -1715,13 +1715,17 @@ int32_t CudaSession::decode_greedy(int32_t token) {
 
 namespace {
 
+void check_mtp_sequence(const CudaSession& session, int64_t sequence) {
+  if (!session.has_mtp()) fail("cuda session: made without the MTP block (options.mtp)");
+  if (sequence < 0 || sequence >= session.sequences())
+    fail("cuda session: no sequence {} to draft for (it holds {})", sequence, session.sequences());
+}
+
 // Drafts to arm in a verify step of n tokens (CudaSession::WindowDrafts), checked before it runs.
 void check_armed(const CudaSession& s, const CudaSession::WindowDrafts& d, int64_t n, bool greedy_only) {
-  if (!s.arms_drafts())
-    fail("cuda session: drafts cannot be armed here (no MTP block, or an embedding table the GPU cannot expand)");
+  check_mtp_sequence(s, d.sequence);
+  if (!s.arms_drafts()) fail("cuda session: drafts cannot be armed here (an embedding table the GPU cannot expand)");
   if (!greedy_only) fail("cuda session: drafts are armed in greedy verify steps only");
-  if (d.sequence < 0 || d.sequence >= s.sequences())
-    fail("cuda session: no sequence {} to draft for (it holds {})", d.sequence, s.sequences());
   if (d.first_row < 0 || d.first_row + n > s.max_context())
     fail("cuda session: MTP rows {}..{} past the context of {}", d.first_row, d.first_row + n, s.max_context());
 }
@@ -1910,15 +1914,6 @@ void CudaSession::mtp_continue_from_armed(int64_t row) {
              "continuing from an armed draft");
 }
 
-namespace {
-
-void check_mtp_sequence(const CudaSession& session, int64_t sequence) {
-  if (!session.has_mtp()) fail("cuda session: made without the MTP block (options.mtp)");
-  if (sequence < 0 || sequence >= session.sequences())
-    fail("cuda session: no sequence {} to draft for (it holds {})", sequence, session.sequences());
-}
-
-}  // namespace
 
 void CudaSession::mtp_append(int64_t sequence, std::span<const int32_t> tokens, std::span<const float> hidden,
                              int64_t row, int64_t shift) {
