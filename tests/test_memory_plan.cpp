@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "cuda/weight_types.h"
 #include "gguf/reader.h"
 #include "model/qwen35moe.h"
 #include "model/synth.h"
@@ -246,6 +247,23 @@ TEST(MemoryPlan, ASharedKvPoolCountsItsOwnPositions) {
                                           dir.path());
   EXPECT_EQ(small.status, 1);
   EXPECT_NE(small.err.find("at least one sequence's context"), std::string::npos) << small.err;
+}
+
+// With --mtp the trunk holds the embedding table too (a verify step looks its rows up by token on
+// the device), but not where the lm head is the table already, nor where the GPU cannot expand its
+// type (the grid i-quants: nothing is armed then, and the table stays on the host).
+TEST(MemoryPlan, MtpCountsTheEmbeddingTableWhereTheGpuLooksItsRowsUp) {
+  const gguf::Reader r(lode::test::mini_model_path());
+  const model::ModelWeights w = model::bind_weights(r, model::read_config(r.metadata()));
+  ASSERT_TRUE(w.mtp.has_value());
+  ASSERT_NE(w.token_embd.data, w.output.data) << "lode-mini's lm head is its own matrix";
+  ASSERT_TRUE(cuda::expandable(w.token_embd.type->type, w.token_embd.cols)) << w.token_embd.type->name;
+  const size_t table = size_t(w.token_embd.rows) * w.token_embd.row_bytes;
+  model::ModelWeights grid = w, tied = w;
+  grid.token_embd.type = &traits(GgmlType::IQ2_XXS);
+  tied.output = tied.token_embd;
+  EXPECT_EQ(plan::mtp_trunk_bytes(grid) + table, plan::mtp_trunk_bytes(w));
+  EXPECT_EQ(plan::mtp_trunk_bytes(tied) + table, plan::mtp_trunk_bytes(w));
 }
 
 // `lode plan --mtp N` plans what lode serve's drafts hold: the MTP block in the trunk, its K/V cache

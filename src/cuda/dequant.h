@@ -8,12 +8,9 @@
 #include <cstdint>
 
 #include "core/quant/types.h"
+#include "cuda/weight_types.h"  // expandable(): the types and widths dequantize() takes
 
 namespace lode::cuda {
-
-// Whether dequantize() has a kernel for this type (the grid i-quants have none yet: their
-// products take the matrix-vector path, token by token).
-bool has_dequantize(GgmlType type);
 
 // n_matrices matrices of rows x cols into out [n_matrices][rows][cols]: matrix m is the one at
 // table[ids[m]] (ids null: table[m]); with table null, w's ids[m]-th matrix of `rows` rows (rows 1:

@@ -60,10 +60,6 @@ cudaError_t launch(const void* w, const void* const* table, const int32_t* ids, 
 
 }  // namespace
 
-bool has_dequantize(GgmlType type) {
-  return read_by(type, WeightKernel::expand);
-}
-
 const char* dequantize(GgmlType type, const void* w, const void* const* table, const int32_t* ids, int64_t n_matrices,
                        int64_t rows, int64_t cols, size_t row_bytes, float* out, void* stream) {
   if (cols % 32 != 0) return "rows must be a multiple of 32 values";

@@ -27,8 +27,6 @@ namespace {
 // (one launch covers at most this many products).
 constexpr int64_t kMaxMatvecProblems = 65535;
 
-bool expandable(GgmlType type, int64_t cols) { return has_dequantize(type) && cols % 32 == 0; }
-
 static_assert(plan::kPromptExpertTileRows == kExpertTileRows && sizeof(ExpertTile) == 16,
               "plan::prompt_scratch sizes the expert tiles");
 

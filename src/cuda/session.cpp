@@ -1218,7 +1218,7 @@ struct CudaSession::Impl {
     m.shifts = reinterpret_cast<int64_t*>(base + scratch.mtp_shifts);
     m.armed = reinterpret_cast<float*>(base + scratch.mtp_armed);
     const model::MatrixView& table = host.token_embd;  // (one upload where the lm head is it)
-    if (has_dequantize(table.type->type) && table.cols % 32 == 0)
+    if (expandable(table.type->type, table.cols))
       m.embedding = {table.type->type, device_of(table.data, VramUse::weights), table.rows, table.cols, table.row_bytes};
   }
 

@@ -5,6 +5,7 @@
 // no CUDA types) include it.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <iterator>
 #include <type_traits>
 #include <utility>
@@ -65,6 +66,11 @@ constexpr bool read_by(GgmlType type, WeightKernel k) {
   const CudaWeightType* row = cuda_weight_type(type);
   return row && row->read_by(k);
 }
+
+// Whether the GPU expands a matrix of this type and width to floats (cuda::dequantize, the prompt's
+// products): whole 32-value units of a type with an expansion kernel. Also whether a verify step can
+// look the embedding table's rows up by token on the device (the memory plan counts the table then).
+constexpr bool expandable(GgmlType type, int64_t cols) { return cols % 32 == 0 && read_by(type, WeightKernel::expand); }
 
 namespace weight_types_detail {
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "cuda/weight_types.h"
 
 namespace lode::plan {
 
@@ -140,8 +141,11 @@ size_t mtp_trunk_bytes(const model::ModelWeights& w) {
   for (const model::ExpertStack* s : {&m.layer.moe.gate, &m.layer.moe.up, &m.layer.moe.down})
     total += size_t(s->n_experts) * s->expert_stride;
   // And the embedding table, which decode steps look up on the host: a verify step drafts from its
-  // rows' greedy tokens on the device (cuda::CudaSession::WindowDrafts). A tied lm head is it already.
-  if (w.token_embd.data != w.output.data) total += matrix_bytes(w.token_embd);
+  // rows' greedy tokens on the device (cuda::CudaSession::WindowDrafts), where the GPU can expand its
+  // type (not the grid i-quants: then nothing is armed and the table stays on the host). A tied lm
+  // head is it already.
+  const model::MatrixView& table = w.token_embd;
+  if (table.data != w.output.data && cuda::expandable(table.type->type, table.cols)) total += matrix_bytes(table);
   return total;
 }
 
