@@ -8,7 +8,8 @@
 #       (FILTER='CudaRows.*:Engine*' LIMIT=240: some of them first, as the tests of code no GPU
 #        has run yet; all of them passed on an H100 at stop 60)
 #   bench/cuda/issue_runs.sh floors    # lode bench on the 35B synth: the issues' floors, one file each
-#   bench/cuda/issue_runs.sh mini      # lode-mini with and without drafts on held-out text (BEFORE: another lode)
+#   bench/cuda/issue_runs.sh mini      # lode-mini with and without drafts on held-out text (BEFORE: another lode),
+#       then its steps and verify windows kernel by kernel (lode bench --profile)
 #   bench/cuda/issue_runs.sh prompts   # where a prompt of 256 tokens and passes of 4 and 8 of them go
 #   bench/cuda/issue_runs.sh groupcode # the group and lm-head kernels' executed instructions, line by line
 #   bench/cuda/issue_runs.sh tier      # the expert tier's steps of several rows: their GPU tests, then
@@ -142,6 +143,11 @@ mini() {
     done
   done | tee "$out/mini.txt"
   python3 bench/cuda/mini_summary.py "$out/mini.txt" | tee "$out/mini_summary.md"
+  # Where lode-mini's one-token step and verify windows of 2 and 3 go, kernel by kernel (a step of
+  # it is launch-bound: what a window adds is kernels on the chain).
+  timeout 90 build/lode bench -m models/lode-mini.gguf --ctx 4096 -p 64 -n 16 -r 1 --window 2,3 --profile \
+    >"$out/mini_profile.txt" 2>&1
+  grep -E "^tg|^window" "$out/mini_profile.txt"
 }
 
 # Where a served prompt step goes: one prompt of 256 tokens, then passes of 4 and 8 of them
