@@ -10,6 +10,7 @@
 #   bench/cuda/issue_runs.sh floors    # lode bench on the 35B synth: the issues' floors, one file each
 #   bench/cuda/issue_runs.sh mini      # lode-mini with and without drafts on held-out text (BEFORE: another lode),
 #       then its steps and verify windows kernel by kernel (lode bench --profile)
+#   bench/cuda/issue_runs.sh sanitize  # racecheck and synccheck over the window and armed-draft tests (TESTS: others)
 #   bench/cuda/issue_runs.sh prompts   # where a prompt of 256 tokens and passes of 4 and 8 of them go
 #   bench/cuda/issue_runs.sh groupcode # the group and lm-head kernels' executed instructions, line by line
 #   bench/cuda/issue_runs.sh tier      # the expert tier's steps of several rows: their GPU tests, then
@@ -150,6 +151,18 @@ mini() {
   grep -E "^tg|^window" "$out/mini_profile.txt"
 }
 
+# compute-sanitizer's racecheck and synccheck over the window tests (the DeltaNet step kernel stages
+# a window's inputs in shared memory and alternates its norm's halves by token: stop 84) and the
+# armed drafts' test. TESTS: another gtest filter.
+sanitize() {
+  local tool t=${TESTS:-CudaWindow.RowsGetTheBitsOfOneTokenStepsOnLodeMini:CudaWindow.ACutWindowLeavesTheStateOfTheTokensItKeeps:CudaMtp.DraftsArmedInTheVerifyStepAreTheDraftsOfStepsOfTheirOwn}
+  for tool in racecheck synccheck; do
+    LODE_REQUIRE_GPU=1 timeout 250 /usr/local/cuda/bin/compute-sanitizer --tool "$tool" --print-limit 10 \
+      build/lode_tests --gtest_filter="$t" >"$out/sanitize_$tool.txt" 2>&1
+    echo "$tool (exit $?): $(grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$out/sanitize_$tool.txt" | tr '\n' ' ')"
+  done
+}
+
 # Where a served prompt step goes: one prompt of 256 tokens, then passes of 4 and 8 of them
 # together, phase by phase (lode bench --profile --prompts-together).
 prompts() {
@@ -274,6 +287,6 @@ stress() {
 }
 
 case "${1:-}" in
-  suite | floors | mini | prompts | groupcode | tier | drafts | served | stress) "$1" ;;
-  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|mini|prompts|groupcode|tier|drafts|served|stress" >&2; exit 2 ;;
+  suite | floors | mini | sanitize | prompts | groupcode | tier | drafts | served | stress) "$1" ;;
+  *) echo "usage: bench/cuda/issue_runs.sh suite|floors|mini|sanitize|prompts|groupcode|tier|drafts|served|stress" >&2; exit 2 ;;
 esac
