@@ -14,7 +14,7 @@ namespace lode::cuda {
 
 // n_matrices matrices of rows x cols into out [n_matrices][rows][cols]: matrix m is the one at
 // table[ids[m]] (ids null: table[m]); with table null, w's ids[m]-th matrix of `rows` rows (rows 1:
-// an embedding table's rows looked up by token), or w itself (ids null, n_matrices 1). A negative
+// an embedding table's rows looked up by token; ids null: its m-th, so w itself for one). A negative
 // id gives zeros. Rows are row_bytes apart; cols a multiple of 32. Returns null when queued, else the
 // CUDA runtime's message.
 const char* dequantize(GgmlType type, const void* w, const void* const* table, const int32_t* ids,

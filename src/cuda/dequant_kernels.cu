@@ -28,10 +28,10 @@ __global__ void __launch_bounds__(kThreads)
   if (i < total_units) {
     const int64_t u = i % units, r = (i / units) % rows, m = i / (units * rows);
     const int64_t id = ids ? int64_t(ids[m]) : m;
+    // (Without a table, w's id-th matrix: with ids null, its m-th.)
     const uint8_t* matrix = id < 0  ? nullptr
                             : table ? static_cast<const uint8_t*>(table[id])
-                            : ids   ? w + size_t(id) * rows * row_bytes
-                                    : w;
+                                    : w + size_t(id) * rows * row_bytes;
     float v[32];
     if (id >= 0) Expand<T>::unit(matrix + r * row_bytes, u, v);
     else

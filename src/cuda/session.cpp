@@ -1914,7 +1914,6 @@ void CudaSession::mtp_continue_from_armed(int64_t row) {
              "continuing from an armed draft");
 }
 
-
 void CudaSession::mtp_append(int64_t sequence, std::span<const int32_t> tokens, std::span<const float> hidden,
                              int64_t row, int64_t shift) {
   Impl& s = *impl_;
