@@ -247,7 +247,7 @@ TEST(CudaMtp, DraftersOfSeveralSequencesDraftTogetherAsAlone) {
 // it in its step (GpuDrafter::arming), shifted `off` K/V rows from where the drafter asks.
 struct ArmedRun {
   std::vector<std::vector<int32_t>> drafts, greedy;
-  int64_t cuts = 0, armed_drafts = 0;
+  int64_t cuts = 0, armed_drafts = 0, continued_drafts = 0;
 };
 ArmedRun verify_windows(const Loaded& m, int64_t n, int64_t windows, bool arm, int64_t off = 0) {
   cuda::CudaSession session(m.reader, m.weights, {.max_context = 512, .step_rows = n + 1, .mtp = true});
@@ -265,7 +265,7 @@ ArmedRun verify_windows(const Loaded& m, int64_t n, int64_t windows, bool arm, i
     std::optional<cuda::CudaSession::WindowDrafts> armed = arm ? drafter.arming(window) : std::nullopt;
     if (armed) armed->first_row += off;
     const cuda::CudaSession::Window out = session.decode_window(window, true, true, armed ? &*armed : nullptr);
-    if (armed) drafter.armed(out.greedy, out.drafts);
+    if (armed) drafter.armed(out.greedy, out.drafts, out.continued);
     size_t kept = 1;
     while (kept < window.size() && window[kept] == out.greedy[kept - 1]) ++kept;
     if (kept < window.size()) session.cut_window(int64_t(kept)), ++run.cuts;
@@ -273,13 +273,14 @@ ArmedRun verify_windows(const Loaded& m, int64_t n, int64_t windows, bool arm, i
     pending = out.greedy[kept - 1];
     run.drafts.push_back(drafts), run.greedy.push_back(out.greedy);
   }
-  run.armed_drafts = drafter.armed_drafts();
+  run.armed_drafts = drafter.armed_drafts(), run.continued_drafts = drafter.continued_drafts();
   return run;
 }
 
 // Drafts armed in the verify step (CudaSession::WindowDrafts): the block run over the window's rows
 // in its step gives the drafts that steps of the block after it give, window after window, kept
-// whole or cut, one draft or three; it saves the draft step of each window's first draft. Shifted
+// whole or cut, one draft or three; it saves the draft step of each window's first draft, and with
+// three, continues to the second (from the row of the last token kept, found on the device). Shifted
 // by a K/V row, the armed rows give other drafts: the test can fail.
 TEST(CudaMtp, DraftsArmedInTheVerifyStepAreTheDraftsOfStepsOfTheirOwn) {
   LODE_REQUIRE_GPU();
@@ -292,6 +293,7 @@ TEST(CudaMtp, DraftsArmedInTheVerifyStepAreTheDraftsOfStepsOfTheirOwn) {
     EXPECT_LT(plain.cuts, 40) << "some windows are kept whole";
     EXPECT_EQ(plain.armed_drafts, 0);
     EXPECT_EQ(armed.armed_drafts, 39) << "every window's first draft but the first window's from the step before";
+    EXPECT_EQ(armed.continued_drafts, n > 1 ? 39 : 0) << "and with several drafts, the second too";
     if (n == 3) EXPECT_NE(verify_windows(mini(), n, 40, true, 1).drafts, plain.drafts) << "rows one off";
   }
 }
@@ -308,6 +310,37 @@ TEST(CudaMtp, GreedyGenerationArmsItsDraftsInTheVerifySteps) {
   // it none.
   EXPECT_GE(drafter.armed_drafts(), r.result.windows - 2);
   EXPECT_LT(drafter.armed_drafts(), r.result.windows);
+  EXPECT_GT(drafter.continued_drafts(), 0) << "--mtp 2: the second draft from the verify step where its first was kept";
+}
+
+// engine::generate readies its decode steps before the prompt (Sequence::ready_steps, as
+// engine::ready_decode_steps asks for them): once readied, a generation captures no graph of its
+// own, with drafts greedy (windows, cuts, armed and continued drafts, the block's rows) or sampled
+// (windows of logits, draft steps), and without them sampled from the top candidates. Steps the
+// readying missed would be captured as they first run, and counted.
+TEST(CudaMtp, ReadiedStepsAreAllTheGraphsAGenerationCaptures) {
+  LODE_REQUIRE_GPU();
+  struct Case {
+    int64_t mtp;
+    float temperature;
+  };
+  for (const Case c : {Case{2, 0.0f}, Case{3, 0.9f}, Case{0, 0.7f}, Case{0, 0.0f}}) {
+    SCOPED_TRACE(testing::Message() << "--mtp " << c.mtp << " --temp " << c.temperature);
+    const auto model = gpu_model(mini(), c.mtp);
+    const cuda::CudaSession& session = model->pipeline().share(0);
+    const auto sequence = model->open_sequence();
+    engine::GenerateOptions g;
+    g.mtp = c.mtp;
+    g.sampling.temperature = c.temperature;
+    const sample::Sampler sampler(g.sampling, mini().config.vocab);
+    EXPECT_GT(engine::ready_decode_steps(*sequence, sampler, g), 0.0);
+    const int64_t readied = session.graphs_captured();
+    EXPECT_GT(readied, 0);
+    const Generated r = test::generate_on(*sequence, mini(), "The shell reads", c.mtp, c.temperature, 3, 40);
+    EXPECT_EQ(r.tokens.size(), 40u);
+    EXPECT_GT(r.result.ready_seconds, 0.0);
+    EXPECT_EQ(session.graphs_captured(), readied) << "graphs captured while generating";
+  }
 }
 
 TEST(CudaMtp, AFileWithoutTheBlockIsRefusedSayingSo) {

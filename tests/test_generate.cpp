@@ -71,6 +71,20 @@ TEST_F(Generate, GreedyEqualsTheArgmaxLoopAndStreamsTheDecodedText) {
   EXPECT_EQ(text, tokenizer_->decode(expect, false));
 }
 
+// The CPU engine has no steps to ready before the prompt (Sequence::ready_steps); where a backend
+// readies them (the GPU captures their graphs), the run log says how long that took, apart from the
+// prompt's and the decode steps' times.
+TEST_F(Generate, ReadiedStepsAreReportedApartFromThePromptAndTheSteps) {
+  std::string text;
+  engine::GenerateResult result = run(greedy(4), &text);
+  EXPECT_EQ(result.ready_seconds, 0.0);
+  EXPECT_EQ(engine::speed_report(result).find("readied"), std::string::npos) << engine::speed_report(result);
+  result.ready_seconds = 0.0025;
+  const std::string report = engine::speed_report(result);
+  EXPECT_NE(report.find("; steps readied before the prompt in 2.5 ms"), std::string::npos) << report;
+  EXPECT_NE(report.find("generated: "), std::string::npos) << report;
+}
+
 TEST_F(Generate, StopStringEndsTheTextBeforeIt) {
   std::string full;
   auto g = greedy(16);

@@ -63,6 +63,13 @@ class CudaSequence final : public engine::Sequence {
     session().resume(prefix_of(checkpoint));
   }
 
+  bool ready_steps(const engine::StepsAhead& ahead) override {
+    using In = engine::StepsAhead::Output;
+    using Out = CudaSession::StepsAhead::Output;
+    const Out output = ahead.output == In::greedy ? Out::greedy : ahead.output == In::top ? Out::top : Out::logits;
+    session().ready_steps({.window = ahead.tokens, .output = output, .drafts = ahead.drafts});
+    return true;
+  }
   bool cuts_windows() const override { return session().window_rows() > 1; }
   // Within the last window of the sequence's last row computed as decode steps (the session keeps
   // its states).
@@ -149,7 +156,7 @@ void decode_rows(CudaPipeline& session, engine::StepRow& row, int64_t& window_of
     window_offset = at;
     const std::optional<CudaSession::WindowDrafts> armed = drafter ? drafter->arming(tokens) : std::nullopt;
     CudaSession::Window w = session.decode_window(tokens, greedy, row.want_hidden, armed ? &*armed : nullptr);
-    if (armed) drafter->armed(w.greedy, w.drafts);
+    if (armed) drafter->armed(w.greedy, w.drafts, w.continued);
     if (wanted && greedy) {
       row.greedy.insert(row.greedy.end(), every_row ? w.greedy.begin() : w.greedy.end() - 1, w.greedy.end());
     } else if (wanted) {

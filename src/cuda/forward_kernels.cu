@@ -38,6 +38,25 @@ __global__ void mtp_window_rows_kernel(const float* embedded, const float* state
   if (threadIdx.x == 0) sequences[t] = places.sequence, kv_rows[t] = places.first_row + t, shifts[t] = places.shift;
 }
 
+__global__ void window_kept_kernel(const int32_t* greedy, WindowTokens window, int32_t* kept) {
+  begin_after_inputs();
+  int32_t a = 1;
+  while (a < window.n && greedy[a - 1] == window.tokens[a]) ++a;
+  *kept = a;
+}
+
+__global__ void mtp_continued_row_kernel(const int32_t* kept, const float* states, const int32_t* drafts, int hidden,
+                                         MtpRowPlaces places, float* row, int32_t* id, int32_t* sequences,
+                                         int64_t* kv_rows, int64_t* shifts) {
+  begin_after_inputs();
+  const int32_t from = *kept - 1;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) row[hidden + i] = states[int64_t(from) * hidden + i];
+  if (threadIdx.x == 0) {
+    *id = drafts[from];
+    sequences[0] = places.sequence, kv_rows[0] = places.first_row + from + 1, shifts[0] = places.shift;
+  }
+}
+
 // The residual-and-norm kernels: 1024 threads, each value of the row in a register of its thread
 // from the add to the norm (read back from memory, the sum's stores cost another trip), and the
 // norm's weights loaded before the wait. kPer values a thread (value i = threadIdx.x + r 1024, r <
@@ -1061,6 +1080,18 @@ const char* mtp_window_rows(const float* embedded, const float* states, int n, i
   if (n < 1 || n > 65535) return "MTP rows: 1 to 65535 of them";
   return error_text(launch_overlapped(mtp_window_rows_kernel, dim3(n), dim3(256), 0, stream, embedded, states, hidden,
                                       places, rows, sequences, kv_rows, shifts));
+}
+
+const char* window_kept(const int32_t* greedy, const WindowTokens& window, int32_t* kept, void* stream) {
+  if (window.n < 1 || window.n > kMaxWindowTokens) return "window_kept: 1 to 16 tokens";
+  return error_text(launch_overlapped(window_kept_kernel, dim3(1), dim3(1), 0, stream, greedy, window, kept));
+}
+
+const char* mtp_continued_row(const int32_t* kept, const float* states, const int32_t* drafts, int hidden,
+                              MtpRowPlaces places, float* row, int32_t* id, int32_t* sequences, int64_t* kv_rows,
+                              int64_t* shifts, void* stream) {
+  return error_text(launch_overlapped(mtp_continued_row_kernel, dim3(1), dim3(256), 0, stream, kept, states, drafts,
+                                      hidden, places, row, id, sequences, kv_rows, shifts));
 }
 
 const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int rows, int n, float eps,

@@ -27,6 +27,23 @@ struct MtpRowPlaces {
 };
 const char* mtp_window_rows(const float* embedded, const float* states, int n, int hidden, MtpRowPlaces places,
                             float* rows, int32_t* sequences, int64_t* kv_rows, int64_t* shifts, void* stream);
+// A greedy verify window's tokens (at most kMaxWindowTokens), by value: what window_kept compares.
+constexpr int kMaxWindowTokens = 16;
+struct WindowTokens {
+  int32_t n = 0;
+  int32_t tokens[kMaxWindowTokens] = {};
+};
+// *kept = the tokens the window keeps under greedy acceptance: 1 + how many of its drafts
+// (tokens[1..n)) in a row equal the greedy token of the row before (greedy[t - 1], on the device).
+const char* window_kept(const int32_t* greedy, const WindowTokens& window, int32_t* kept, void* stream);
+// The MTP block's input row of the draft step that continues from row kept - 1 of a verify step
+// that armed drafts (*kept: window_kept's): that row's output of the block (states[kept - 1]) as
+// the row's state (the second half of `row`), its draft (drafts[kept - 1]) into *id for the
+// embedding lookup that fills the first half, at K/V row first_row + kept of the sequence's cache
+// of the block (sequences[0], kv_rows[0], shifts[0]).
+const char* mtp_continued_row(const int32_t* kept, const float* states, const int32_t* drafts, int hidden,
+                              MtpRowPlaces places, float* row, int32_t* id, int32_t* sequences, int64_t* kv_rows,
+                              int64_t* shifts, void* stream);
 // h += d, then out = RMSNorm(h) * w: a residual add and the norm that follows it (rows of n).
 const char* add_rms_norm(float* h, const float* d, const float* w, float* out, int rows, int n, float eps,
                          void* stream);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "cuda/forward_kernels.h"
 #include "cuda/on_device.h"
 #include "kv/format.h"
 
@@ -34,14 +35,19 @@ std::optional<CudaSession::WindowDrafts> GpuDrafter::arming(std::span<const int3
                           drafted_->row == rows_;  // (so its first token's row is written)
   if (n < 2 || !drafted_it || !session_.arms_drafts() || rows_ + 1 + n > session_.max_context()) return std::nullopt;
   armed_ = Armed{.at = followed(), .row = rows_, .window = {window.begin(), window.end()}};
-  return CudaSession::WindowDrafts{.sequence = sequence_, .first_row = rows_ + 1, .shift = shift()};
+  // (the second draft's K/V row is at most the one after the window's)
+  const bool continues = drafted_->wanted > 1 && n <= kernels::kMaxWindowTokens && rows_ + 2 + n <= session_.max_context();
+  return CudaSession::WindowDrafts{.sequence = sequence_, .first_row = rows_ + 1, .shift = shift(), .continues = continues};
 }
 
-void GpuDrafter::armed(std::span<const int32_t> greedy, std::span<const int32_t> drafts) {
+void GpuDrafter::armed(std::span<const int32_t> greedy, std::span<const int32_t> drafts, int32_t continued) {
   if (!armed_ || greedy.size() != armed_->window.size() || drafts.size() != greedy.size()) return armed_.reset();
-  armed_->greedy.assign(greedy.begin(), greedy.end());
-  armed_->drafts.assign(drafts.begin(), drafts.end());
-  armed_->serial = session_.armed_windows();
+  Armed& a = *armed_;
+  a.greedy.assign(greedy.begin(), greedy.end());
+  a.drafts.assign(drafts.begin(), drafts.end());
+  a.serial = session_.armed_windows();
+  a.continued = continued;
+  for (a.kept = 1; a.kept < int64_t(a.window.size()) && a.window[size_t(a.kept)] == a.greedy[size_t(a.kept - 1)];) ++a.kept;
 }
 
 // Whether `tokens`, about to be followed, are a start of the armed window whose rows its step
@@ -66,8 +72,10 @@ void GpuDrafter::advance(std::span<const int32_t> tokens, std::span<const float>
   if (n == 0) return;
   if (takes_armed_rows(tokens)) {  // their rows are written; the next draft is the step's last kept row's
     const Armed& a = *armed_;
+    // (the continued draft went on from the row of the last token greedy acceptance keeps)
     ready_ = Ready{.pending = a.greedy[size_t(n - 1)], .draft = a.drafts[size_t(n - 1)], .at = followed() + n,
-                   .row = n - 1, .serial = a.serial};
+                   .row = n - 1, .serial = a.serial, .second = n == a.kept ? a.continued : -1,
+                   .second_row = int64_t(a.window.size())};
     rows_ += n, seen_ += n;
     last_hidden_.assign(hidden.end() - h, hidden.end());
     drafted_.reset(), armed_.reset();
@@ -127,7 +135,13 @@ std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafte
     out[0] = lone.ready_->draft, tokens = out, step = 1;
     drafts[live.front()].push_back(out[0]);
     ++lone.armed_drafts_;
-    if (most > 1) session.mtp_continue_from_armed(lone.ready_->row);
+    const bool second = most > 1 && lone.ready_->second >= 0;  // (and the step continued to the next one)
+    if (second) {
+      out[0] = lone.ready_->second, tokens = out, step = 2;
+      drafts[live.front()].push_back(out[0]);
+      ++lone.continued_drafts_;
+    }
+    if (most > step) session.mtp_continue_from_armed(second ? lone.ready_->second_row : lone.ready_->row);
   }
   // Every row stays in every step (a step's rows pair with the outputs of the step before, row by
   // row), those done drafting at a row the context holds; their extra drafts are dropped.
@@ -147,7 +161,8 @@ std::vector<std::vector<int32_t>> GpuDrafter::draft_together(std::span<GpuDrafte
   for (GpuDrafter* d : drafters) d->forget_armed();
   for (size_t t = 0; t < live.size(); ++t) {
     GpuDrafter& d = *drafters[live[t]];
-    if (asks[live[t]].min_p <= 0) d.drafted_ = Drafted{.pending = asks[live[t]].pending, .at = d.followed(), .row = d.rows_};
+    if (asks[live[t]].min_p <= 0)
+      d.drafted_ = Drafted{.pending = asks[live[t]].pending, .at = d.followed(), .row = d.rows_, .wanted = asks[live[t]].n};
   }
   return drafts;
 }

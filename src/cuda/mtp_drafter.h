@@ -39,31 +39,41 @@ class GpuDrafter final : public engine::Drafter {
   // that step's greedy tokens and drafts. Following the tokens it keeps then writes nothing (the
   // step wrote their rows), and the next draft() takes its first draft from the step, with no step
   // of its own and no wait, where the pending token is the step's greedy one there (always, for
-  // greedy output); the drafts are the ones draft() would give otherwise.
+  // greedy output); the drafts are the ones draft() would give otherwise. Where the last draft()
+  // asked for more than one, the step continues to the second draft too (WindowDrafts::continues),
+  // which the next draft() takes where the tokens followed are those greedy acceptance keeps.
   std::optional<CudaSession::WindowDrafts> arming(std::span<const int32_t> window);
-  void armed(std::span<const int32_t> greedy, std::span<const int32_t> drafts);
-  int64_t armed_drafts() const { return armed_drafts_; }  // first drafts taken from verify steps
+  void armed(std::span<const int32_t> greedy, std::span<const int32_t> drafts, int32_t continued = -1);
+  int64_t armed_drafts() const { return armed_drafts_; }          // first drafts taken from verify steps
+  int64_t continued_drafts() const { return continued_drafts_; }  // and second drafts
 
  private:
   // What the drafter may take from a verify step that armed drafts: the window (its tokens,
   // greedy tokens and drafts), the position it began at, the block's K/V row of its first token,
-  // and the step's serial (CudaSession::armed_windows).
+  // and the step's serial (CudaSession::armed_windows); the draft it continued to (-1: none) and
+  // the tokens greedy acceptance keeps, after which it continued.
   struct Armed {
     int64_t at = 0, row = 0;
     std::vector<int32_t> window{}, greedy{}, drafts{};
     int64_t serial = 0;
+    int32_t continued = -1;
+    int64_t kept = 0;
   };
   // After following kept tokens of such a window: the next draft, for `pending` at position `at`,
-  // from row `row` of the step (session serial: CudaSession::armed_windows).
+  // from row `row` of the step (session serial: CudaSession::armed_windows); and the draft after
+  // it (-1: none), from the step's row `second_row`.
   struct Ready {
     int32_t pending = 0, draft = 0;
     int64_t at = 0, row = 0, serial = 0;
+    int32_t second = -1;
+    int64_t second_row = 0;
   };
   // The last draft(): its pending token, the position it followed and its first K/V row (written),
-  // asked without a minimum probability (which an armed draft cannot say: no logits come back).
+  // asked without a minimum probability (which an armed draft cannot say: no logits come back),
+  // and how many drafts it asked for.
   struct Drafted {
     int32_t pending = 0;
-    int64_t at = 0, row = 0;
+    int64_t at = 0, row = 0, wanted = 0;
   };
   bool takes_armed_rows(std::span<const int32_t> tokens) const;
   // Whether a draft for `ask` begins with the ready one (a lone drafter's, no minimum probability).
@@ -81,7 +91,7 @@ class GpuDrafter final : public engine::Drafter {
   std::optional<Drafted> drafted_;
   std::optional<Armed> armed_;
   std::optional<Ready> ready_;
-  int64_t armed_drafts_ = 0;
+  int64_t armed_drafts_ = 0, continued_drafts_ = 0;
 };
 
 }  // namespace lode::cuda

@@ -293,6 +293,10 @@ void CudaPipeline::cut_window(int64_t tokens) {
   each([&](CudaSession& s) { s.cut_window(tokens); });
 }
 
+void CudaPipeline::ready_steps(const CudaSession::StepsAhead& ahead) {
+  each([&](CudaSession& s) { s.ready_steps(ahead); });
+}
+
 void CudaPipeline::reset() {
   each([](CudaSession& s) { s.reset(); });
 }

@@ -73,6 +73,7 @@ class CudaPipeline {
                                   bool want_hidden = false, bool top = false);
   void use_sequence(int64_t sequence);
   void cut_window(int64_t tokens);
+  void ready_steps(const CudaSession::StepsAhead& ahead);  // every share's (the block's on the last)
   void reset();
   bool reserve_kv(int64_t positions);
 

@@ -920,26 +920,63 @@ struct CudaSession::Impl {
 
   // What queue() queues on the stream, captured as a graph into `exec` the first time and replayed
   // after (profiling queues it directly, to time it).
-  // A queue() that fails ends the capture (the stream stays usable) and throws on.
   template <class Queue>
   void replay(cudaGraphExec_t& exec, const char* what, Queue&& queue) {
     if (options.profile) return queue();
-    if (!exec) {
-      cudaGraph_t graph = nullptr;
-      check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), what);
-      try {
-        queue();
-      } catch (...) {
-        if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
-        cudaGetLastError();
-        throw;
-      }
-      check_cuda(cudaStreamEndCapture(stream, &graph), what);
-      const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      check_cuda(made, what);
-    }
+    capture(exec, what, queue);
     check_cuda(cudaGraphLaunch(exec, stream), what);
+  }
+
+  // What queue() queues on the stream captured as a graph into `exec`, unless it holds one, and
+  // uploaded to the device: nothing runs. A queue() that fails ends the capture (the stream stays
+  // usable) and throws on.
+  template <class Queue>
+  void capture(cudaGraphExec_t& exec, const char* what, Queue&& queue) {
+    if (exec) return;
+    cudaGraph_t graph = nullptr;
+    check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), what);
+    try {
+      queue();
+    } catch (...) {
+      if (cudaStreamEndCapture(stream, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw;
+    }
+    check_cuda(cudaStreamEndCapture(stream, &graph), what);
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check_cuda(made, what);
+    check_cuda(cudaGraphUpload(exec, stream), what);
+    ++graphs_captured;
+  }
+  int64_t graphs_captured = 0;
+
+  // The graphs the current sequence's coming steps replay (CudaSession::ready_steps), captured
+  // now. The keys are those its steps use: a one-token step's or a window's of the sequence's own
+  // states (a top-candidates step: of a decode_rows step's), a cut by its row, the block's by rows.
+  void ready_steps(const CudaSession::StepsAhead& ahead) {
+    if (options.profile) return;
+    using Output = CudaSession::StepsAhead::Output;
+    const int64_t most = std::clamp<int64_t>(ahead.window, 1, std::max<int64_t>(window_rows(), 1));
+    for (int64_t n = 1; n <= most; ++n) {
+      const bool top = ahead.output == Output::top && n == 1;  // (windows take their logits)
+      const StepOutput wanted = hands_on()                         ? StepOutput::none
+                                : top                              ? StepOutput::top_candidates
+                                : ahead.output == Output::greedy ? StepOutput::greedy_token
+                                                                   : StepOutput::logits;
+      stepping = top ? &states : &sequence_states(current);
+      const WindowRows rows(*this, n, n > 1);
+      capture(graphs[{top ? -1 : current, keeping, window, int(wanted)}], "readying a step",
+              [&] { layers_and_head(wanted); });
+    }
+    for (int64_t row = 1; row < most; ++row)
+      capture(cuts[{current, row}], "readying a cut", [&] { queue_cut(row); });
+    if (!ahead.drafts || !mtp) return;
+    for (int64_t n = 1; n <= most; ++n) {
+      const WindowRows rows(*this, n);
+      capture(mtp->draft_rows[size_t(n - 1)], "readying a draft step", [&] { mtp_draft_step(); });
+      capture(mtp->append[size_t(n - 1)], "readying the MTP block's rows", [&] { mtp_rows_kv(); });
+    }
   }
 
   // The rows the launches queued in its lifetime take (Impl::window), and whether they are a window
@@ -1114,7 +1151,7 @@ struct CudaSession::Impl {
       check_cuda(cudaMemcpyAsync(pinned_hidden, normed, size_t(n * c.hidden) * sizeof(float), cudaMemcpyDeviceToHost, stream),
                  "hidden states to the host");
     const bool arms = arming.drafts && wanted == StepOutput::greedy_token;
-    if (arms) queue_armed(*arming.drafts, n);
+    if (arms) queue_armed(*arming.drafts, arming.window);
     check_cuda(cudaStreamSynchronize(stream), "a step");
     mark(Phase::output_copy);
     if (timing_kernels()) kernel_clock.settle();
@@ -1134,6 +1171,7 @@ struct CudaSession::Impl {
     }
     if (hidden_out) std::copy_n(pinned_hidden, n * c.hidden, hidden_out);
     if (arms) std::copy_n(pinned_token + options.step_rows, n, arming.out);
+    if (arms && arming.drafts->continues) *arming.continued = pinned_token[2 * options.step_rows];
     if (sequences.empty()) {
       // One set of kept states: a window of this sequence's overwrites another's, which can no
       // longer be cut.
@@ -1180,6 +1218,9 @@ struct CudaSession::Impl {
     DeviceMatrix embedding;
     float* armed = nullptr;
     int64_t armed_windows = 0;
+    // Where such a step that continues (WindowDrafts::continues) keeps the tokens the window keeps
+    // and its continued row's token (kernels::window_kept, mtp_continued_row).
+    int32_t *kept = nullptr, *continued_id = nullptr;
     // Graphs captured on first use, of any sequences (rows_state): [n - 1] n rows' K/V; [n - 1] a
     // draft step of n sequences' rows.
     std::vector<cudaGraphExec_t> append;
@@ -1217,6 +1258,7 @@ struct CudaSession::Impl {
     m.rows = reinterpret_cast<float*>(base + scratch.mtp_rows);
     m.shifts = reinterpret_cast<int64_t*>(base + scratch.mtp_shifts);
     m.armed = reinterpret_cast<float*>(base + scratch.mtp_armed);
+    m.kept = reinterpret_cast<int32_t*>(base + scratch.mtp_continue), m.continued_id = m.kept + 1;
     const model::MatrixView& table = host.token_embd;  // (one upload where the lm head is it)
     if (expandable(table.type->type, table.cols))
       m.embedding = {table.type->type, device_of(table.data, VramUse::weights), table.rows, table.cols, table.row_bytes};
@@ -1256,6 +1298,12 @@ struct CudaSession::Impl {
     launch("MTP norms", [&] { return kernels::rms_norm(m.rows, m.enorm, m.rows, 2 * window, hd, eps, stream, m.hnorm); });
     mv("MTP eh_proj", m.eh_proj, m.rows, h);
     launch("MTP norms", [&] { return kernels::rms_norm(h, m.layer.attn_norm, normed, window, hd, eps, stream); });
+  }
+
+  // The block's K/V rows for the window's rows in m.rows (mtp_append: tokens followed, nothing drafted).
+  void mtp_rows_kv() {
+    mtp_layer_input();
+    attention_kv(mtp->layer, mtp->rows_state, device_positions, mtp->shifts);
   }
 
   // The rows of a draft step over several sequences (mtp_draft_rows) staged: each row's embedding
@@ -1310,10 +1358,13 @@ struct CudaSession::Impl {
   }
 
   // Set by decode_window around the step it runs: the drafts to arm after the window
-  // (CudaSession::WindowDrafts) and where their tokens go, [rows].
+  // (CudaSession::WindowDrafts), the window's tokens, and where the drafts go, [rows], and the
+  // draft continued to.
   struct Arming {
     const CudaSession::WindowDrafts* drafts = nullptr;
+    std::span<const int32_t> window{};
     int32_t* out = nullptr;
+    int32_t* continued = nullptr;
   } arming;
 
   // After a greedy verify window's step, its greedy tokens in device_token and its final-normed
@@ -1321,10 +1372,16 @@ struct CudaSession::Impl {
   // greedy token's embedding (looked up here, on the device) paired with row t's state, at the
   // drafter's K/V rows first_row + t; the block's outputs kept in armed for the drafts after, its
   // greedy tokens queued to the host after the window's.
-  void queue_armed(const CudaSession::WindowDrafts& d, int n) {
+  void queue_armed(const CudaSession::WindowDrafts& d, std::span<const int32_t> tokens) {
+    const int n = int(tokens.size());
     const int64_t hd = config.hidden;
     Mtp& m = *mtp;
     const auto check = [](cudaError_t e) { check_cuda(e, "drafts armed in a verify step"); };
+    if (d.continues) {  // the tokens kept, before the block's greedy tokens take the window's place
+      kernels::WindowTokens window{.n = n};
+      std::copy(tokens.begin(), tokens.end(), window.tokens);
+      launch("MTP rows kept", [&] { return kernels::window_kept(device_token, window, m.kept, stream); });
+    }
     const DeviceMatrix& e = m.embedding;
     if (const char* error = dequantize(e.type, e.data, nullptr, device_token, n, 1, e.cols, e.row_bytes, m.armed, stream))
       fail("drafts armed in a verify step: looking up embeddings: {}", error);
@@ -1341,7 +1398,34 @@ struct CudaSession::Impl {
     check(cudaMemcpyAsync(m.armed, normed, size_t(n) * row_bytes, cudaMemcpyDeviceToDevice, stream));
     check(cudaMemcpyAsync(pinned_token + options.step_rows, device_token, size_t(n) * sizeof(int32_t),
                           cudaMemcpyDeviceToHost, stream));
+    if (d.continues) queue_continued(d, n);
     ++m.armed_windows;
+  }
+
+  // After queue_armed's block over a window's n rows: the draft step that continues from the row
+  // of the last token the window keeps (m.kept, on the device), its token that row's draft and its
+  // state that row's output, at the K/V row after it, as the drafter's next step would run it; its
+  // output kept in armed row n (for the drafts after it), its token queued to the host after the
+  // window's drafts.
+  void queue_continued(const CudaSession::WindowDrafts& d, int n) {
+    const int64_t hd = config.hidden;
+    Mtp& m = *mtp;
+    const auto check = [](cudaError_t e) { check_cuda(e, "a draft continued in a verify step"); };
+    const kernels::MtpRowPlaces places{int32_t(d.sequence), d.first_row, d.shift};
+    launch("MTP continued row", [&] {
+      return kernels::mtp_continued_row(m.kept, m.armed, device_token, int(hd), places, m.rows, m.continued_id,
+                                        device_sequences, device_positions, m.shifts, stream);
+    });
+    const DeviceMatrix& e = m.embedding;
+    if (const char* error = dequantize(e.type, e.data, nullptr, m.continued_id, 1, 1, e.cols, e.row_bytes, m.rows, stream))
+      fail("a draft continued in a verify step: looking up its embedding: {}", error);
+    {
+      const WindowRows window(*this, 1);
+      replay(m.draft_rows[0], "a draft step of several sequences", [&] { mtp_draft_step(); });
+    }
+    check(cudaMemcpyAsync(m.armed + n * hd, normed, size_t(hd) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    check(cudaMemcpyAsync(pinned_token + 2 * options.step_rows, device_token, sizeof(int32_t), cudaMemcpyDeviceToHost,
+                          stream));
   }
 
   // The CPU miss path, where decode steps can miss and options.miss_path allows it.
@@ -1518,8 +1602,9 @@ struct CudaSession::Impl {
     const size_t row_floats = std::max<size_t>(size_t(config.vocab), 2 * sample::kTopCandidates);
     check_cuda(cudaMallocHost(&pinned_logits, rows * row_floats * sizeof(float)), "pinned memory");
     if (options.mtp) mtp_stage_for(1);
-    // (With the block, a verify step's armed drafts after its greedy tokens: queue_armed.)
-    check_cuda(cudaMallocHost(&pinned_token, (options.mtp ? 2 : 1) * rows * sizeof(int32_t)), "pinned memory");
+    // (With the block, a verify step's armed drafts after its greedy tokens, then the draft it
+    // continued to: queue_armed.)
+    check_cuda(cudaMallocHost(&pinned_token, (options.mtp ? 2 * rows + 1 : rows) * sizeof(int32_t)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_aside, rows * (1 + sample::kTopAsideMost) * sizeof(int32_t)), "pinned memory");
     check_cuda(cudaMallocHost(&pinned_aside_logits, rows * sample::kTopAsideMost * sizeof(float)), "pinned memory");
     if (plan.prompt_chunk > 0) create_prompt_pass();
@@ -1726,8 +1811,12 @@ void check_armed(const CudaSession& s, const CudaSession::WindowDrafts& d, int64
   check_mtp_sequence(s, d.sequence);
   if (!s.arms_drafts()) fail("cuda session: drafts cannot be armed here (an embedding table the GPU cannot expand)");
   if (!greedy_only) fail("cuda session: drafts are armed in greedy verify steps only");
-  if (d.first_row < 0 || d.first_row + n > s.max_context())
-    fail("cuda session: MTP rows {}..{} past the context of {}", d.first_row, d.first_row + n, s.max_context());
+  const int64_t end = d.first_row + n + (d.continues ? 1 : 0);
+  if (d.first_row < 0 || end > s.max_context())
+    fail("cuda session: MTP rows {}..{} past the context of {}", d.first_row, end, s.max_context());
+  if (d.continues && n > kernels::kMaxWindowTokens)
+    fail("cuda session: a verify step continues drafts after windows of at most {} tokens, not {}",
+         kernels::kMaxWindowTokens, n);
 }
 
 }  // namespace
@@ -1747,7 +1836,7 @@ CudaSession::Window CudaSession::decode_window(std::span<const int32_t> tokens, 
     Impl& s;
     ~Arm() { s.arming = {}; }
   } arm{s};
-  s.arming = {drafts, out.drafts.data()};
+  s.arming = {drafts, tokens, out.drafts.data(), &out.continued};
   s.step(tokens, {}, greedy_only ? Impl::StepOutput::greedy_token : Impl::StepOutput::logits, out.logits.data(),
          out.greedy.data(), want_hidden ? out.hidden.data() : nullptr);
   s.check_greedy(out.greedy);
@@ -1908,7 +1997,8 @@ int64_t CudaSession::armed_windows() const { return has_mtp() ? impl_->mtp->arme
 void CudaSession::mtp_continue_from_armed(int64_t row) {
   Impl& s = *impl_;
   if (armed_windows() == 0) fail("cuda session: no verify step has armed drafts to continue from");
-  if (row < 0 || row >= s.options.step_rows) fail("cuda session: no armed row {} (step_rows {})", row, s.options.step_rows);
+  if (row < 0 || row > s.options.step_rows)  // (row n of a window of n: a continued draft's output)
+    fail("cuda session: no armed row {} (step_rows {})", row, s.options.step_rows);
   const size_t row_bytes = size_t(s.config.hidden) * sizeof(float);
   check_cuda(cudaMemcpyAsync(s.normed, s.mtp->armed + row * s.config.hidden, row_bytes, cudaMemcpyDeviceToDevice, s.stream),
              "continuing from an armed draft");
@@ -1935,10 +2025,7 @@ void CudaSession::mtp_append(int64_t sequence, std::span<const int32_t> tokens, 
                      hidden.data() + at * width, std::span(rows_of).first(size_t(piece)),
                      std::span(shifts).first(size_t(piece)), p);
     const Impl::WindowRows rows(s, piece);  // (the MTP block's layer has no DeltaNet states)
-    s.replay(s.mtp->append[size_t(piece - 1)], "the MTP block's rows", [&] {
-      s.mtp_layer_input();
-      s.attention_kv(s.mtp->layer, s.mtp->rows_state, s.device_positions, s.mtp->shifts);
-    });
+    s.replay(s.mtp->append[size_t(piece - 1)], "the MTP block's rows", [&] { s.mtp_rows_kv(); });
   }
   check_cuda(cudaStreamSynchronize(s.stream), "the MTP block's rows");
 }
@@ -1990,6 +2077,13 @@ void CudaSession::mtp_draft_rows(std::span<const int64_t> sequences, std::span<c
           sample::probability_of(std::span(s.pinned_logits + t * c.vocab, size_t(c.vocab)), best));
   }
 }
+
+void CudaSession::ready_steps(const StepsAhead& ahead) {
+  impl_->ready_steps(ahead);
+  synchronize();  // (the uploads)
+}
+
+int64_t CudaSession::graphs_captured() const { return impl_->graphs_captured; }
 
 void CudaSession::reset() {
   impl_->zero_states();

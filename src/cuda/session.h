@@ -196,8 +196,10 @@ class CudaSession {
     std::vector<int32_t> finite;
     // With top candidates, each row's ids set aside (Row::aside) with their logits, as they were.
     std::vector<std::vector<sample::Scored>> aside;
-    // With WindowDrafts: row t's draft, the MTP block's greedy token after row t's greedy token.
+    // With WindowDrafts: row t's draft, the MTP block's greedy token after row t's greedy token;
+    // and where it continues, the draft after the draft of the last row the window keeps.
     std::vector<int32_t> drafts;
+    int32_t continued = -1;
   };
   // Drafts armed in a verify step (speculative decoding: cuda/mtp_drafter.h). After the window's
   // rows, the same step runs the MTP block over them, row t pairing row t's final-normed state with
@@ -205,9 +207,15 @@ class CudaSession {
   // shift `shift`). Where the window keeps its first t + 1 tokens, rows first_row .. first_row + t
   // - 1 are then the rows the drafter's following writes, and row t's output is the first draft
   // after the window: nothing more to run or wait for before the next window. Greedy windows only
-  // (the tokens paired are the greedy ones), of a session with arms_drafts().
+  // (the tokens paired are the greedy ones), of a session with arms_drafts(). With `continues`
+  // (windows of at most 16 tokens, room for K/V row first_row + n), the step also runs the draft
+  // step after that first draft: the block over one row, the first draft's token paired with its
+  // row's output, at the K/V row after it (the row of the last token the window keeps under greedy
+  // acceptance, found on the device): the second draft after the window (Window::continued), and
+  // its output kept for mtp_continue_from_armed(n).
   struct WindowDrafts {
     int64_t sequence = 0, first_row = 0, shift = 0;
+    bool continues = false;
   };
   Window decode_window(std::span<const int32_t> tokens, bool greedy_only = false, bool want_hidden = false,
                        const WindowDrafts* drafts = nullptr);
@@ -291,8 +299,24 @@ class CudaSession {
   int64_t armed_windows() const;
   // Row `row`'s output of the last verify step that armed drafts becomes what an mtp_draft_rows of
   // one row without hidden states pairs its token with (as if a draft step had just left it): the
-  // drafts after an armed window's first.
+  // drafts after an armed window's first; row n of a window of n, the output of the draft it
+  // continued to (WindowDrafts::continues).
   void mtp_continue_from_armed(int64_t row);
+  // What the current sequence's coming steps will be (ready_steps): one-token steps and verify
+  // windows of up to `window` tokens (1: none), each giving its greedy tokens, its top candidates
+  // (as a decode_rows step of the sequence's one row gives them) or its logits; with `drafts`, the
+  // MTP block's steps of up to `window` rows and the cuts of such windows too.
+  struct StepsAhead {
+    int64_t window = 1;
+    enum class Output { greedy, top, logits } output = Output::greedy;
+    bool drafts = false;
+  };
+  // Captures now the graphs those steps replay, and loads their kernels (what the first of each
+  // kind otherwise pays, about a millisecond a graph): nothing runs, nothing a sequence holds
+  // changes. Windows past window_rows are not readied (they run as several); profiling captures
+  // nothing.
+  void ready_steps(const StepsAhead& ahead);
+  int64_t graphs_captured() const;  // so far: by ready_steps, and by steps and cuts on first use
   void reset();  // empty sequence: K/V forgotten (its pages back to the pool), DeltaNet states zeroed
   // Promises the current sequence room for `positions` positions of K/V in the shared pool
   // (options.kv_positions; replacing its promise, 0 letting it go): false, changing nothing, when

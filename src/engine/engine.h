@@ -69,6 +69,15 @@ struct FollowedRows {
 FollowedRows followed_rows(std::span<const int32_t> tokens, std::span<const float> hidden,
                            std::span<const float> last_hidden, int64_t followed, int64_t width);
 
+// What a sequence's coming decode steps will be (Sequence::ready_steps): steps of up to `tokens`
+// tokens each (verify windows: 1 + drafts), giving greedy tokens, top candidates (one-token
+// steps; windows then give logits) or logits; with `drafts`, its drafter's steps too.
+struct StepsAhead {
+  int64_t tokens = 1;
+  enum class Output { greedy, top, logits } output = Output::greedy;
+  bool drafts = false;
+};
+
 class Sequence {
  public:
   virtual ~Sequence() = default;
@@ -94,6 +103,11 @@ class Sequence {
   // Its drafter, made on first use. Fails, saying why, when the model has no MTP block or the
   // backend cannot draft yet.
   virtual Drafter& drafter();
+  // Readies what the sequence's coming decode steps need (StepsAhead), so that the first of each
+  // kind costs what the rest do (the GPU captures their graphs and loads their kernels now).
+  // Changes nothing the sequence holds. Returns whether there was anything to ready (by default
+  // not: the CPU engine has nothing to prepare).
+  virtual bool ready_steps(const StepsAhead& ahead) { return (void)ahead, false; }
   // Whether cut_window works (so that a verify step needs no checkpoint before it).
   virtual bool cuts_windows() const { return false; }
   // Right after a step whose row for this sequence ran n tokens as decode steps (StepRow::as_decode):

@@ -34,6 +34,21 @@ void check_room(int64_t position, int64_t max_context, std::span<const int32_t> 
 
 }  // namespace
 
+double ready_decode_steps(Sequence& sequence, const sample::Sampler& sampler, const GenerateOptions& options) {
+  using Output = StepsAhead::Output;
+  // As the loops below ask: the greedy token, else the top candidates of one-token steps, else
+  // (logprobs, other samplers, sampled windows) the logits.
+  const bool whole_rows = options.logprobs >= 0;
+  const Output output = whole_rows                                  ? Output::logits
+                        : sampler.plain_greedy()                    ? Output::greedy
+                        : sampler.takes_top() && options.mtp <= 0 ? Output::top
+                                                                    : Output::logits;
+  const auto start = std::chrono::steady_clock::now();
+  const bool readied =
+      sequence.ready_steps({.tokens = 1 + std::max<int64_t>(options.mtp, 0), .output = output, .drafts = options.mtp > 0});
+  return readied ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() : 0.0;
+}
+
 void check_prompt_fits(const Sequence& sequence, std::span<const int32_t> prompt) {
   check_room(sequence.position(), sequence.max_context(), prompt);
 }
@@ -43,6 +58,7 @@ GenerateResult generate_tokens(Sequence& sequence, sample::Sampler& sampler, std
   check_prompt_fits(sequence, prompt);
   using clock = std::chrono::steady_clock;
   GenerateResult result;
+  result.ready_seconds = ready_decode_steps(sequence, sampler, {});
   result.prompt_tokens = int64_t(prompt.size());
   for (int32_t t : prompt) sampler.accept(t);
 
@@ -81,6 +97,7 @@ GenerateResult generate(Sequence& sequence, const tokenizer::Tokenizer& tokenize
   if (options.mtp > 0) return generate_with_drafts(sequence, tokenizer, sampler, prompt, options, on_text);
   check_prompt_fits(sequence, prompt);
   for (int32_t t : prompt) sampler.accept(t);
+  const double ready = ready_decode_steps(sequence, sampler, options);
   Generation generation(tokenizer, sampler, options, on_text, int64_t(prompt.size()));
   std::optional<int32_t> next = generation.step(engine::prefill(sequence, prompt, options.chunk));
   while (next) {
@@ -94,7 +111,9 @@ GenerateResult generate(Sequence& sequence, const tokenizer::Tokenizer& tokenize
            : generation.top_only()  ? generation.step_top(engine::decode_top(sequence, *next, generation.top_aside()))
                                     : generation.step(engine::decode(sequence, *next));
   }
-  return generation.result();
+  GenerateResult result = generation.result();
+  result.ready_seconds = ready;
+  return result;
 }
 
 std::string speed_report(const GenerateResult& r) {
@@ -116,6 +135,7 @@ std::string speed_report(const GenerateResult& r) {
                             r.draft_seconds * ms, r.verify_seconds * ms, r.follow_seconds * ms,
                             std::max(r.decode_seconds - timed, 0.0) * ms);
   }
+  if (r.ready_seconds > 0) report += fmt::format("; steps readied before the prompt in {:.1f} ms", r.ready_seconds * 1e3);
   return report;
 }
 

@@ -89,6 +89,9 @@ struct GenerateResult {
   // With drafts (GenerateOptions::mtp): verify windows run, tokens drafted, drafts accepted.
   int64_t windows = 0, drafted = 0, accepted = 0;
   double draft_seconds = 0, verify_seconds = 0, follow_seconds = 0;  // of decode_seconds (WindowCounts)
+  // Readying the decode steps before the prompt (Sequence::ready_steps; 0 where the backend had
+  // nothing to ready), in neither time above.
+  double ready_seconds = 0;
 };
 
 using TextSink = std::function<void(std::string_view text)>;
@@ -108,6 +111,11 @@ GenerateResult generate_tokens(Sequence& sequence, sample::Sampler& sampler, std
 // keeps its history across calls, so penalties see the whole conversation.
 GenerateResult generate(Sequence& sequence, const tokenizer::Tokenizer& tokenizer, sample::Sampler& sampler,
                         std::span<const int32_t> prompt, const GenerateOptions& options, const TextSink& on_text);
+
+// Readies the sequence's coming decode steps (Sequence::ready_steps) as a generation with this
+// sampler and these options asks for them, before its prompt: the seconds it took (0 where the
+// backend had nothing to ready).
+double ready_decode_steps(Sequence& sequence, const sample::Sampler& sampler, const GenerateOptions& options);
 
 // "prompt: 12 tokens in 0.10 s (120.0 tok/s); generated: 32 tokens in 1.00 s (31.0 tok/s)"
 std::string speed_report(const GenerateResult& result);

@@ -127,6 +127,7 @@ GenerateResult generate_with_drafts(Sequence& sequence, const tokenizer::Tokeniz
   Drafter& drafter = sequence.drafter();
   check_prompt_fits(sequence, prompt);
   for (int32_t t : prompt) sampler.accept(t);
+  const double ready = ready_decode_steps(sequence, sampler, options);
   Generation generation(tokenizer, sampler, options, on_text, int64_t(prompt.size()));
   WindowCounts counts;
   const auto follow_chunk = [&](std::span<const int32_t> tokens, std::span<const float> hidden) {
@@ -152,6 +153,7 @@ GenerateResult generate_with_drafts(Sequence& sequence, const tokenizer::Tokeniz
   result.draft_seconds = counts.draft_seconds;
   result.verify_seconds = counts.verify_seconds;
   result.follow_seconds = counts.follow_seconds;
+  result.ready_seconds = ready;
   return result;
 }
 

@@ -92,7 +92,9 @@ DecodeScratch decode_scratch(const model::Qwen35MoeConfig& c, int64_t max_contex
   s.top_counts = l.take(size_t(n) * slices * 2 * 4);
   s.top_aside = l.take(size_t(n) * (1 + sample::kTopAsideMost) * 4);
   s.top_aside_logits = l.floats(n * sample::kTopAsideMost);
-  if (mtp) s.mtp_rows = l.floats(n * 2 * c.hidden), s.mtp_shifts = l.take(size_t(n) * 8), s.mtp_armed = l.floats(n * c.hidden);
+  if (mtp)
+    s.mtp_rows = l.floats(n * 2 * c.hidden), s.mtp_shifts = l.take(size_t(n) * 8),
+    s.mtp_armed = l.floats((n + 1) * c.hidden), s.mtp_continue = l.take(2 * 4);
   if (n > 1) {  // several rows' inputs rounded once per product: each row's, or each (row, slot) pair's
     const int64_t widest = std::max({c.hidden, c.q_dim(), c.ssm_value_dim(), c.shared_ff});
     s.rounded_x = l.take(std::max(size_t(n) * rounded_input_bytes(widest), size_t(n * k) * rounded_input_bytes(c.expert_ff)));

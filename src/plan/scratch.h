@@ -92,8 +92,10 @@ struct DecodeScratch {
   // pairs with; and what each row's rotary position adds to its K/V row [rows] (int64; the rows'
   // sequences and K/V rows in `sequences` and `positions`); and [rows][hidden] for a verify step
   // that drafts (cuda::CudaSession::WindowDrafts): its greedy tokens' embeddings, then the block's
-  // outputs, which a draft after it continues from.
-  size_t mtp_rows, mtp_shifts, mtp_armed;
+  // outputs, which a draft after it continues from, and one row more for the draft that step
+  // continued to (WindowDrafts::continues); then that step's kept tokens and the continued row's
+  // token (2 int32).
+  size_t mtp_rows, mtp_shifts, mtp_armed, mtp_continue;
   // Steps of several rows: where a product of several inputs rounds each of them to 8 bits once
   // (cuda::MatvecInput::rounded), rounded_x_bytes of it (none for one row); and the same for the
   // shared expert's products, which run on a stream of their own.
