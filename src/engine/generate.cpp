@@ -58,9 +58,9 @@ GenerateResult generate_tokens(Sequence& sequence, sample::Sampler& sampler, std
   check_prompt_fits(sequence, prompt);
   using clock = std::chrono::steady_clock;
   GenerateResult result;
-  result.ready_seconds = ready_decode_steps(sequence, sampler, {});
   result.prompt_tokens = int64_t(prompt.size());
   for (int32_t t : prompt) sampler.accept(t);
+  result.ready_seconds = ready_decode_steps(sequence, sampler, {});
 
   const auto t0 = clock::now();
   const std::vector<float> prompt_logits = engine::prefill(sequence, prompt, chunk);
