@@ -966,8 +966,7 @@ struct CudaSession::Impl {
                                                                    : StepOutput::logits;
       stepping = top ? &states : &sequence_states(current);
       const WindowRows rows(*this, n, n > 1);
-      capture(graphs[{top ? -1 : current, keeping, window, int(wanted)}], "readying a step",
-              [&] { layers_and_head(wanted); });
+      capture(step_graph(wanted), "readying a step", [&] { layers_and_head(wanted); });
     }
     for (int64_t row = 1; row < most; ++row)
       capture(cuts[{current, row}], "readying a cut", [&] { queue_cut(row); });
@@ -1007,9 +1006,10 @@ struct CudaSession::Impl {
   // The step captured once as a CUDA graph (one for each number of rows, whether they keep states,
   // and StepOutput) and replayed: one launch instead of ~700. What the rows are (their sequences
   // and positions) the graph reads from the device. Profiling runs the kernels directly, to time them.
-  void run_step(StepOutput wanted) {
-    replay(graphs[{stepping == &states ? -1 : current, keeping, window, int(wanted)}], "a step",
-           [&] { layers_and_head(wanted); });
+  void run_step(StepOutput wanted) { replay(step_graph(wanted), "a step", [&] { layers_and_head(wanted); }); }
+  // The graph of the step that stepping, keeping and window now describe, giving `wanted`.
+  cudaGraphExec_t& step_graph(StepOutput wanted) {
+    return graphs[{stepping == &states ? -1 : current, keeping, window, int(wanted)}];
   }
 
   // One position of the current sequence: token in; out, as `wanted`, the logits into logits_out,
